@@ -1,0 +1,33 @@
+"""plait: a durable, model-agnostic agent backend.
+
+The public API is loaded lazily so ``import plait`` stays fast; provider SDKs are only
+imported when a model that needs them is opened.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["AgentService", "PlaitError", "Runtime", "__version__"]
+
+if TYPE_CHECKING:
+    from plait.application.service import AgentService
+    from plait.domain.errors import PlaitError
+    from plait.runtime import Runtime
+
+_LAZY = {
+    "AgentService": "plait.application.service",
+    "PlaitError": "plait.domain.errors",
+    "Runtime": "plait.runtime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plait' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,126 @@
+"""The stable JSON shapes of the CLI (documented in the README)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from plait.domain.messages import ArtifactRef
+from plait.domain.runs import Run
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+
+__all__ = ["execution_json", "iso", "message_json", "run_json", "session_json"]
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def session_json(s: Session) -> dict[str, Any]:
+    return {
+        "session_id": s.id,
+        "created_at": iso(s.created_at),
+        "workspace": s.workspace,
+        "title": s.title,
+        "owner": s.owner,
+        "version": s.version,
+        "active_run_id": s.active_run_id,
+        "fork_origin": None
+        if s.fork_origin is None
+        else {
+            "parent_session_id": s.fork_origin.parent_session_id,
+            "fork_point_message_id": s.fork_origin.fork_point_message_id,
+        },
+    }
+
+
+def _artifact(a: ArtifactRef | None) -> dict[str, Any] | None:
+    if a is None:
+        return None
+    return {"artifact_id": a.id, "sha256": a.sha256, "size": a.size, "media_type": a.media_type}
+
+
+def message_json(sm: StoredMessage) -> dict[str, Any]:
+    m = sm.message
+    out: dict[str, Any] = {
+        "seq": sm.seq,
+        "message_id": m.id,
+        "kind": m.kind,
+        "run_id": m.run_id,
+        "created_at": iso(m.created_at),
+    }
+    if m.kind == "user":
+        out["text"] = m.text
+    elif m.kind == "assistant":
+        out["text"] = m.text
+        out["step"] = m.step
+        out["model"] = m.model
+        out["tool_calls"] = [
+            {"call_id": c.id, "name": c.name, "arguments": c.arguments()} for c in m.tool_calls
+        ]
+        out["usage"] = (
+            None
+            if m.usage is None
+            else {"input_tokens": m.usage.input_tokens, "output_tokens": m.usage.output_tokens}
+        )
+    else:
+        r = m.result
+        out["step"] = m.step
+        out["call_id"] = r.call_id
+        out["tool_name"] = m.tool_name
+        out["status"] = r.status.value
+        out["content"] = r.content
+        out["reason"] = r.reason
+        out["artifact"] = _artifact(r.artifact)
+    return out
+
+
+def run_json(r: Run) -> dict[str, Any]:
+    b, u = r.budget, r.usage
+    return {
+        "run_id": r.id,
+        "session_id": r.session_id,
+        "status": r.status.value,
+        "model": r.model,
+        "started_at": iso(r.started_at),
+        "ended_at": iso(r.ended_at),
+        "error": None if r.error is None else {"code": r.error.code, "message": r.error.message},
+        "usage": {
+            "steps": u.steps,
+            "model_calls": u.model_calls,
+            "corrections": u.corrections,
+            "tool_calls": u.tool_calls,
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+        },
+        "budget": {
+            "max_steps": b.max_steps,
+            "deadline_seconds": b.deadline_seconds,
+            "max_model_calls": b.max_model_calls,
+            "max_total_tokens": b.max_total_tokens,
+            "max_corrections": b.max_corrections,
+            "tool_timeout_seconds": b.tool_timeout_seconds,
+            "tool_output_cap_bytes": b.tool_output_cap_bytes,
+        },
+        "lease": None
+        if r.lease is None
+        else {"owner": r.lease.owner, "expires_at": iso(r.lease.expires_at)},
+        "cancel_requested": r.cancel_requested,
+    }
+
+
+def execution_json(e: ExecutionRecord) -> dict[str, Any]:
+    return {
+        "call_id": e.call_id,
+        "tool_name": e.tool_name,
+        "effect": e.effect.value,
+        "state": e.state.value,
+        "result_status": None if e.result_status is None else e.result_status.value,
+        "args_digest": e.args_digest,
+        "idempotency_key": e.idempotency_key,
+        "requested_at": iso(e.requested_at),
+        "started_at": iso(e.started_at),
+        "settled_at": iso(e.settled_at),
+    }

@@ -1,0 +1,60 @@
+"""Plain-text rendering for people (``--json`` gives the machine shapes)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from plait.adapters.cli._json import iso
+from plait.domain.runs import Run
+from plait.domain.session import StoredMessage
+
+__all__ = ["message_text", "run_text"]
+
+
+def _indent(text: str, limit: int = 1200) -> str:
+    if len(text) > limit:
+        text = text[:limit] + f"\n… ({len(text) - limit} more characters)"
+    return textwrap.indent(text, "    ")
+
+
+def message_text(sm: StoredMessage) -> str:
+    m = sm.message
+    if m.kind == "user":
+        return f"[{sm.seq}] user:\n{_indent(m.text)}"
+    if m.kind == "assistant":
+        lines = [f"[{sm.seq}] assistant (step {m.step}):"]
+        if m.text:
+            lines.append(_indent(m.text))
+        for c in m.tool_calls:
+            args = json.dumps(c.arguments(), ensure_ascii=False)
+            if len(args) > 200:
+                args = args[:200] + "…"
+            lines.append(f"    → {c.name}({args})  [{c.id}]")
+        return "\n".join(lines)
+    r = m.result
+    head = f"[{sm.seq}] {m.tool_name} [{r.call_id}] {r.status.value}"
+    if r.reason and r.reason != r.content:
+        head += f": {r.reason}"
+    if r.artifact is not None:
+        head += f" (whole output: artifact {r.artifact.id}, {r.artifact.size} bytes)"
+    return head + ("\n" + _indent(r.content, 600) if r.content else "")
+
+
+def run_text(r: Run) -> str:
+    u = r.usage
+    lines = [
+        f"run {r.id}  session {r.session_id}",
+        f"  status      {r.status.value}",
+        f"  model       {r.model}",
+        f"  started     {iso(r.started_at)}",
+        f"  ended       {iso(r.ended_at) or '-'}",
+        f"  usage       {u.steps} steps, {u.model_calls} model calls "
+        f"({u.corrections} corrections), {u.tool_calls} tool calls, "
+        f"{u.input_tokens} in / {u.output_tokens} out tokens",
+    ]
+    if r.error is not None:
+        lines.append(f"  error       {r.error.code}: {r.error.message}")
+    if r.lease is not None:
+        lines.append(f"  lease       {r.lease.owner} until {iso(r.lease.expires_at)}")
+    return "\n".join(lines)

@@ -1,0 +1,614 @@
+"""A store of plain JSON Lines files, for inspection and teaching.
+
+Layout under the store directory::
+
+    sessions/<session_id>.jsonl   one line per write to that session (create, start_run,
+                                  commit, cancel, lease), replayed in order on load
+    runs.jsonl                    run id -> session id, so a run is found without scanning
+    artifacts/<artifact_id>       a JSON header line, then the bytes (written atomically)
+
+Every port write appends exactly one line holding everything that write does, then
+``fsync``\\ s; a torn write can therefore only leave a partial *last* line. Loading
+detects it (no trailing newline), warns with :class:`StoreWarning` and ignores it; the
+next write under the lock truncates it away. Any complete line that does not decode is
+corruption: :class:`~plait.domain.errors.CorruptStoreError` names the file and line, and
+nothing is modified.
+
+Several processes may share the directory: each write takes ``flock(LOCK_EX)`` on the
+session file, first reads the lines other processes appended since this process last
+looked (tracked by byte offset), then checks versions, leases and keys against that
+state, appends and fsyncs. Reads take ``LOCK_SH``. A run's index line is written (and
+fsynced) before the session line that creates the run, so the index never misses a run;
+an index entry whose session line never landed is simply not found there.
+
+The rules themselves live in :mod:`._state` and are shared with the memory store. The
+blocking file I/O runs directly inside the ``async def`` methods: each call is a few small
+reads and one append, cheaper than a thread hop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from plait.adapters.stores import _codec
+from plait.adapters.stores._state import (
+    Change,
+    SessionState,
+    artifact_not_found,
+    artifact_ref,
+    can_claim,
+    check_new_session,
+    closed_error,
+    duplicate_run,
+    duplicate_session,
+    lease_lost,
+    run_not_found,
+    session_not_found,
+    validate_commit,
+)
+from plait.application.ports import Commit, CommitResult
+from plait.domain.errors import (
+    ConfigError,
+    CorruptStoreError,
+    RunNotFoundError,
+    SessionNotFoundError,
+    StoreError,
+)
+from plait.domain.messages import ArtifactRef
+from plait.domain.runs import Lease, Run
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+
+__all__ = ["JsonlStore", "StoreWarning"]
+
+T = TypeVar("T")
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class StoreWarning(UserWarning):
+    """The store recovered from something odd on disk (e.g. a torn last line)."""
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """How far this process has read one file."""
+
+    ino: int
+    offset: int = 0
+    lines: int = 0
+    state: SessionState | None = None
+    warned: set[int] = field(default_factory=set)
+
+
+class JsonlStore:
+    """:class:`~plait.application.ports.SessionStore` and
+    :class:`~plait.application.ports.ArtifactStore` in a directory of JSONL files."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self._dir = Path(directory)
+        self._sessions_dir = self._dir / "sessions"
+        self._artifacts_dir = self._dir / "artifacts"
+        self._index_path = self._dir / "runs.jsonl"
+        try:
+            self._sessions_dir.mkdir(parents=True, exist_ok=True)
+            self._artifacts_dir.mkdir(exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the store directory {self._dir}: {e}") from e
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tracked: dict[str, _Tracked] = {}
+        self._index: _Tracked | None = None
+        self._run_index: dict[str, list[str]] = {}
+
+    def __repr__(self) -> str:
+        return f"JsonlStore({str(self._dir)!r})"
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    # --- files ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _op(self) -> Iterator[None]:
+        with self._lock:
+            if self._closed:
+                raise closed_error("jsonl")
+            try:
+                yield
+            except OSError as e:
+                raise StoreError(f"{self._dir}: file system error: {e}", path=str(self._dir)) from e
+
+    @contextmanager
+    def _locked(self, path: Path, *, write: bool, create: bool = False) -> Iterator[int]:
+        flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC
+        if create:
+            flags |= os.O_CREAT
+        fd = os.open(path, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            yield fd
+        finally:
+            os.close(fd)  # also releases the lock
+
+    def _read_new(
+        self, fd: int, path: Path, tracked: _Tracked | None, *, write: bool
+    ) -> tuple[_Tracked, list[tuple[int, dict[str, Any]]], int]:
+        """Complete lines appended since ``tracked``: ``(tracked, [(line_no, obj)], end)``.
+
+        The caller applies the lines, then sets ``tracked.offset = end``. A torn tail is
+        warned about once and, when ``write``, truncated away.
+        """
+        st = os.fstat(fd)
+        if tracked is None or tracked.ino != st.st_ino or st.st_size < tracked.offset:
+            tracked = _Tracked(ino=st.st_ino)
+        if st.st_size == tracked.offset:
+            return tracked, [], tracked.offset
+        data = os.pread(fd, st.st_size - tracked.offset, tracked.offset)
+        cut = data.rfind(b"\n") + 1
+        records: list[tuple[int, dict[str, Any]]] = []
+        line_no = tracked.lines
+        for raw in data[:cut].splitlines():
+            line_no += 1
+            try:
+                obj = _codec.loads(raw.decode())
+            except ValueError as e:
+                raise CorruptStoreError(
+                    f"{path}, line {line_no}: not valid JSON ({e}); the file was not changed",
+                    path=str(path),
+                    line=line_no,
+                ) from e
+            if not isinstance(obj, dict):
+                raise CorruptStoreError(
+                    f"{path}, line {line_no}: not a JSON object", path=str(path), line=line_no
+                )
+            records.append((line_no, obj))
+        end = tracked.offset + cut
+        if cut < len(data):
+            if end not in tracked.warned:
+                tracked.warned.add(end)
+                warnings.warn(
+                    f"{path}: discarding a torn last line ({len(data) - cut} bytes after line "
+                    f"{line_no}), left by a write that never completed",
+                    StoreWarning,
+                    stacklevel=2,
+                )
+            if write:
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+        return tracked, records, end
+
+    def _append(self, fd: int, path: Path, tracked: _Tracked, obj: dict[str, Any]) -> None:
+        line = (_codec.dumps(obj) + "\n").encode()
+        try:
+            written = 0
+            while written < len(line):
+                written += os.pwrite(fd, line[written:], tracked.offset + written)
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, tracked.offset)
+            raise StoreError(f"{path}: write failed: {e}", path=str(path)) from e
+        tracked.offset += len(line)
+        tracked.lines += 1
+
+    def _fsync_dir(self, directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # --- sessions on disk -----------------------------------------------------------------
+
+    def _session_path(self, session_id: str) -> Path | None:
+        if not isinstance(session_id, str) or not _SAFE_NAME.match(session_id):
+            return None
+        return self._sessions_dir / f"{session_id}.jsonl"
+
+    def _sync_session(self, sid: str, fd: int, path: Path, *, write: bool) -> _Tracked:
+        tracked, records, end = self._read_new(fd, path, self._tracked.get(sid), write=write)
+        self._tracked[sid] = tracked
+        try:
+            for line_no, obj in records:
+                _replay(tracked, obj, path, line_no)
+        except BaseException:
+            del self._tracked[sid]  # reload from scratch next time
+            raise
+        tracked.offset = end
+        tracked.lines += len(records)
+        return tracked
+
+    def _read_session(self, sid: str) -> SessionState:
+        path = self._session_path(sid)
+        if path is None:
+            raise session_not_found(sid)
+        try:
+            with self._locked(path, write=False) as fd:
+                state = self._sync_session(sid, fd, path, write=False).state
+        except FileNotFoundError:
+            state = None
+        if state is None:
+            raise session_not_found(sid)
+        return state
+
+    def _write_session(
+        self,
+        sid: str,
+        plan: Callable[[_Tracked], tuple[dict[str, Any], Change | Session, T]],
+        *,
+        create: bool = False,
+    ) -> T:
+        path = self._session_path(sid)
+        if path is None:
+            if create:
+                raise ConfigError(
+                    f"session id {sid!r} cannot be used as a file name "
+                    f"(allowed: {_SAFE_NAME.pattern})",
+                    session_id=str(sid),
+                )
+            raise session_not_found(sid)
+        try:
+            with self._locked(path, write=True, create=create) as fd:
+                tracked = self._sync_session(sid, fd, path, write=True)
+                if tracked.state is None and not create:
+                    raise session_not_found(sid)
+                line, change, result = plan(tracked)
+                self._append(fd, path, tracked, line)
+                if isinstance(change, Session):
+                    tracked.state = SessionState(change)
+                    self._fsync_dir(self._sessions_dir)
+                else:
+                    assert tracked.state is not None
+                    tracked.state.apply(change)
+                return result
+        except FileNotFoundError:
+            raise session_not_found(sid) from None
+
+    # --- the run index --------------------------------------------------------------------
+
+    def _sync_index(self, fd: int, *, write: bool) -> None:
+        tracked, records, end = self._read_new(fd, self._index_path, self._index, write=write)
+        if tracked is not self._index:
+            self._index = tracked
+            self._run_index = {}
+        for line_no, obj in records:
+            try:
+                obj = _codec.check_schema(obj, "run index line")
+                rid, sid = obj["run_id"], obj["session_id"]
+                if not isinstance(rid, str) or not isinstance(sid, str):
+                    raise TypeError("run_id and session_id must be strings")
+            except (KeyError, TypeError, CorruptStoreError) as e:
+                self._index = None
+                raise CorruptStoreError(
+                    f"{self._index_path}, line {line_no}: {e}",
+                    path=str(self._index_path),
+                    line=line_no,
+                ) from e
+            sids = self._run_index.setdefault(rid, [])
+            if sid not in sids:
+                sids.append(sid)
+        tracked.offset = end
+        tracked.lines += len(records)
+
+    def _refresh_index(self) -> None:
+        try:
+            with self._locked(self._index_path, write=False) as fd:
+                self._sync_index(fd, write=False)
+        except FileNotFoundError:
+            pass
+
+    def _index_run(self, run_id: str, session_id: str) -> None:
+        with self._locked(self._index_path, write=True, create=True) as fd:
+            self._sync_index(fd, write=True)
+            if session_id in self._run_index.get(run_id, ()):
+                return
+            assert self._index is not None
+            line = {"schema_version": _codec.SCHEMA_VERSION, "run_id": run_id}
+            line["session_id"] = session_id
+            self._append(fd, self._index_path, self._index, line)
+            self._run_index.setdefault(run_id, []).append(session_id)
+
+    def _find_run(self, run_id: str) -> tuple[str, Run]:
+        self._refresh_index()
+        for sid in reversed(self._run_index.get(run_id, ())):
+            try:
+                run = self._read_session(sid).runs.get(run_id)
+            except SessionNotFoundError:
+                continue
+            if run is not None:
+                return sid, run
+        raise run_not_found(run_id)
+
+    def _all_runs(self) -> list[Run]:
+        self._refresh_index()
+        runs: list[Run] = []
+        for rid in self._run_index:
+            try:
+                runs.append(self._find_run(rid)[1])
+            except RunNotFoundError:
+                continue  # indexed, but its session line never landed
+        return runs
+
+    def _run_write(self, run_id: str, op: str, change: Callable[[Run], Run]) -> Run:
+        sid, _ = self._find_run(run_id)
+
+        def plan(tracked: _Tracked) -> tuple[dict[str, Any], Change, Run]:
+            assert tracked.state is not None
+            run = tracked.state.runs.get(run_id)
+            if run is None:
+                raise run_not_found(run_id)
+            new = change(run)
+            return _line(op, Change(run=new)), Change(run=new), new
+
+        return self._write_session(sid, plan)
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def create_session(self, session: Session) -> None:
+        check_new_session(session)
+
+        def plan(tracked: _Tracked) -> tuple[dict[str, Any], Session, None]:
+            if tracked.state is not None:
+                raise duplicate_session(session.id)
+            line = {"schema_version": _codec.SCHEMA_VERSION, "op": "create"}
+            line["session"] = _codec.session_to_dict(session)
+            return line, session, None
+
+        with self._op():
+            self._write_session(session.id, plan, create=True)
+
+    async def get_session(self, session_id: str) -> Session:
+        with self._op():
+            return self._read_session(session_id).session
+
+    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        with self._op():
+            sessions = []
+            for name in sorted(os.listdir(self._sessions_dir), reverse=True):
+                if name.endswith(".jsonl"):
+                    try:
+                        sessions.append(self._read_session(name[: -len(".jsonl")]).session)
+                    except SessionNotFoundError:
+                        continue  # an empty file left by a create that never completed
+        sessions.sort(key=lambda s: s.created_at, reverse=True)
+        return sessions if limit is None else sessions[: max(limit, 0)]
+
+    async def read_messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        with self._op():
+            return self._read_session(session_id).read(after, limit)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def start_run(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=True)
+        run = commit.run
+        assert run is not None
+        sid = commit.session_id
+
+        def plan(tracked: _Tracked) -> tuple[dict[str, Any], Change, CommitResult]:
+            assert tracked.state is not None
+            change = tracked.state.plan_start(commit)
+            return (
+                _line("start_run", change),
+                change,
+                CommitResult(tracked.state.session.version + len(change.messages), False),
+            )
+
+        with self._op():
+            self._read_session(sid).plan_start(commit)  # fail early, before indexing
+            self._refresh_index()
+            for other in self._run_index.get(run.id, ()):
+                if other != sid and run.id in self._read_session_or_empty(other):
+                    raise duplicate_run(run.id)
+            self._index_run(run.id, sid)
+            return self._write_session(sid, plan)
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=False)
+
+        def plan(tracked: _Tracked) -> tuple[dict[str, Any], Change, CommitResult]:
+            assert tracked.state is not None
+            change = tracked.state.plan_commit(commit)
+            return (
+                _line("commit", change),
+                change,
+                CommitResult(
+                    tracked.state.session.version + len(change.messages), change.cancel_requested
+                ),
+            )
+
+        with self._op():
+            return self._write_session(commit.session_id, plan)
+
+    def _read_session_or_empty(self, sid: str) -> dict[str, Run]:
+        try:
+            return self._read_session(sid).runs
+        except SessionNotFoundError:
+            return {}
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        with self._op():
+            return self._find_run(run_id)[1]
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
+        with self._op():
+            if session_id is None:
+                runs = self._all_runs()
+            else:
+                runs = list(self._read_session(session_id).runs.values())
+        runs.reverse()
+        runs.sort(key=lambda r: r.started_at, reverse=True)
+        return runs
+
+    async def request_cancel(self, run_id: str) -> Run:
+        with self._op():
+            return self._run_write(run_id, "cancel", lambda r: replace(r, cancel_requested=True))
+
+    async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
+        with self._op():
+            sid, _ = self._find_run(run_id)
+            return self._read_session(sid).execution_list(run_id)
+
+    async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
+        def claim(run: Run) -> Run:
+            if not can_claim(run, owner, now):
+                lease = run.lease
+                raise lease_lost(
+                    run_id,
+                    None if lease is None else lease.owner,
+                    None if lease is None else lease.expires_at,
+                    wanted=owner,
+                )
+            return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+
+        with self._op():
+            return self._run_write(run_id, "lease", claim)
+
+    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+        def renew(run: Run) -> Run:
+            lease = run.lease
+            if lease is None or lease.owner != owner:
+                raise lease_lost(
+                    run_id,
+                    None if lease is None else lease.owner,
+                    None if lease is None else lease.expires_at,
+                    wanted=owner,
+                )
+            return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+
+        with self._op():
+            self._run_write(run_id, "lease", renew)
+
+    async def list_stale_runs(self, *, now: float) -> list[Run]:
+        with self._op():
+            return [
+                r
+                for r in self._all_runs()
+                if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
+            ]
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
+        ref = artifact_ref(data, media_type)
+        with self._op():
+            path = self._artifacts_dir / ref.id
+            if path.exists():
+                return ref
+            header = {"schema_version": _codec.SCHEMA_VERSION, "id": ref.id}
+            header.update(sha256=ref.sha256, size=ref.size, media_type=ref.media_type)
+            tmp = self._artifacts_dir / f".{ref.id}.{os.getpid()}.{threading.get_ident()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                with os.fdopen(fd, "wb", closefd=True) as f:
+                    f.write((_codec.dumps(header) + "\n").encode())
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            self._fsync_dir(self._artifacts_dir)
+            return ref
+
+    async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
+        with self._op():
+            if not isinstance(artifact_id, str) or not _SAFE_NAME.match(artifact_id):
+                raise artifact_not_found(str(artifact_id))
+            path = self._artifacts_dir / artifact_id
+            try:
+                blob = path.read_bytes()
+            except FileNotFoundError:
+                raise artifact_not_found(artifact_id) from None
+        head, sep, data = blob.partition(b"\n")
+        try:
+            if not sep:
+                raise ValueError("no header line")
+            h = _codec.check_schema(_codec.loads(head.decode()), "artifact header")
+            ref = _codec.artifact_from_dict(h)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptStoreError(f"{path}: bad artifact header: {e}", path=str(path)) from e
+        if ref.id != artifact_id or len(data) != ref.size:
+            raise CorruptStoreError(f"{path}: artifact size or id mismatch", path=str(path))
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise CorruptStoreError(f"{path}: artifact content does not match its sha256")
+        return ref, data
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._tracked.clear()
+
+
+# --- lines ----------------------------------------------------------------------------------
+
+
+def _line(op: str, change: Change) -> dict[str, Any]:
+    line: dict[str, Any] = {"schema_version": _codec.SCHEMA_VERSION, "op": op}
+    if change.messages:
+        line["messages"] = [
+            {"seq": sm.seq, "message": _codec.message_to_dict(sm.message)} for sm in change.messages
+        ]
+    if change.run is not None:
+        line["run"] = _codec.run_to_dict(change.run)
+    if change.executions:
+        line["executions"] = [_codec.execution_to_dict(e) for e in change.executions]
+    if change.set_active:
+        line["active_run_id"] = change.active_run_id
+    return line
+
+
+def _replay(tracked: _Tracked, obj: dict[str, Any], path: Path, line_no: int) -> None:
+    """Apply one persisted line to ``tracked.state``."""
+    try:
+        obj = _codec.check_schema(obj, "jsonl line")
+        op = obj["op"]
+        if op == "create":
+            if tracked.state is not None:
+                raise ValueError("a second 'create' line")
+            tracked.state = SessionState(_codec.session_from_dict(obj["session"]))
+            return
+        state = tracked.state
+        if state is None:
+            raise ValueError(f"a {op!r} line before the 'create' line")
+        messages = tuple(
+            StoredMessage(x["seq"], _codec.message_from_dict(x["message"]))
+            for x in obj.get("messages", ())
+        )
+        for i, sm in enumerate(messages):
+            if sm.seq != state.session.version + 1 + i:
+                raise ValueError(f"message seq {sm.seq} does not follow {state.session.version}")
+        run = obj.get("run")
+        active = "active_run_id" in obj
+        state.apply(
+            Change(
+                messages=messages,
+                run=None if run is None else _codec.run_from_dict(run),
+                executions=tuple(_codec.execution_from_dict(e) for e in obj.get("executions", ())),
+                set_active=active,
+                active_run_id=obj["active_run_id"] if active else None,
+            )
+        )
+    except (CorruptStoreError, ValueError, KeyError, TypeError) as e:
+        raise CorruptStoreError(
+            f"{path}, line {line_no}: {e}; the file was not changed",
+            path=str(path),
+            line=line_no,
+        ) from e

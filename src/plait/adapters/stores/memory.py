@@ -1,0 +1,217 @@
+"""An in-memory store with the real semantics (versions, busy sessions, leases, fencing,
+execution keys): it passes the same contract suite as the durable stores, so tests that use
+it exercise the same rules. Nothing survives the process.
+
+Every method runs to completion without awaiting, so concurrent tasks on one event loop
+see each write as atomic; a lock makes it safe across threads too.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from plait.adapters.stores._state import (
+    SessionState,
+    artifact_not_found,
+    artifact_ref,
+    can_claim,
+    check_new_session,
+    closed_error,
+    duplicate_run,
+    duplicate_session,
+    lease_lost,
+    run_not_found,
+    session_not_found,
+    validate_commit,
+)
+from plait.application.ports import Commit, CommitResult
+from plait.domain.messages import ArtifactRef
+from plait.domain.runs import Lease, Run
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """A :class:`~plait.application.ports.SessionStore` and
+    :class:`~plait.application.ports.ArtifactStore` kept in dicts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._sessions: dict[str, SessionState] = {}
+        self._run_sessions: dict[str, str] = {}
+        """run id -> session id, in insertion order (ties in ``list_runs``)."""
+        self._artifacts: dict[str, tuple[ArtifactRef, bytes]] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(sessions={len(self._sessions)})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise closed_error("memory")
+
+    def _state(self, session_id: str) -> SessionState:
+        state = self._sessions.get(session_id)
+        if state is None:
+            raise session_not_found(session_id)
+        return state
+
+    def _run_state(self, run_id: str) -> tuple[SessionState, Run]:
+        sid = self._run_sessions.get(run_id)
+        if sid is None:
+            raise run_not_found(run_id)
+        state = self._sessions[sid]
+        return state, state.runs[run_id]
+
+    def _all_runs(self) -> list[Run]:
+        return [self._sessions[sid].runs[rid] for rid, sid in self._run_sessions.items()]
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def create_session(self, session: Session) -> None:
+        with self._lock:
+            self._check_open()
+            check_new_session(session)
+            if session.id in self._sessions:
+                raise duplicate_session(session.id)
+            self._sessions[session.id] = SessionState(session)
+
+    async def get_session(self, session_id: str) -> Session:
+        with self._lock:
+            self._check_open()
+            return self._state(session_id).session
+
+    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        with self._lock:
+            self._check_open()
+            sessions = [s.session for s in reversed(self._sessions.values())]
+        sessions.sort(key=lambda s: s.created_at, reverse=True)
+        return sessions if limit is None else sessions[: max(limit, 0)]
+
+    async def read_messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        with self._lock:
+            self._check_open()
+            return self._state(session_id).read(after, limit)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def start_run(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=True)
+        with self._lock:
+            self._check_open()
+            state = self._state(commit.session_id)
+            assert commit.run is not None
+            change = state.plan_start(commit)
+            if commit.run.id in self._run_sessions:
+                raise duplicate_run(commit.run.id)
+            state.apply(change)
+            self._run_sessions[commit.run.id] = state.session.id
+            return state.result(change)
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=False)
+        with self._lock:
+            self._check_open()
+            state = self._state(commit.session_id)
+            change = state.plan_commit(commit)
+            state.apply(change)
+            return state.result(change)
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        with self._lock:
+            self._check_open()
+            return self._run_state(run_id)[1]
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
+        with self._lock:
+            self._check_open()
+            if session_id is None:
+                runs = self._all_runs()
+            else:
+                runs = list(self._state(session_id).runs.values())
+        runs.reverse()
+        runs.sort(key=lambda r: r.started_at, reverse=True)
+        return runs
+
+    async def request_cancel(self, run_id: str) -> Run:
+        with self._lock:
+            self._check_open()
+            state, run = self._run_state(run_id)
+            run = replace(run, cancel_requested=True)
+            state.runs[run_id] = run
+            return run
+
+    async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
+        with self._lock:
+            self._check_open()
+            state, _ = self._run_state(run_id)
+            return state.execution_list(run_id)
+
+    async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
+        with self._lock:
+            self._check_open()
+            state, run = self._run_state(run_id)
+            if not can_claim(run, owner, now):
+                lease = run.lease
+                raise lease_lost(
+                    run_id,
+                    None if lease is None else lease.owner,
+                    None if lease is None else lease.expires_at,
+                    wanted=owner,
+                )
+            run = replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+            state.runs[run_id] = run
+            return run
+
+    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+        with self._lock:
+            self._check_open()
+            state, run = self._run_state(run_id)
+            lease = run.lease
+            if lease is None or lease.owner != owner:
+                raise lease_lost(
+                    run_id,
+                    None if lease is None else lease.owner,
+                    None if lease is None else lease.expires_at,
+                    wanted=owner,
+                )
+            state.runs[run_id] = replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+
+    async def list_stale_runs(self, *, now: float) -> list[Run]:
+        with self._lock:
+            self._check_open()
+            return [
+                r
+                for r in self._all_runs()
+                if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
+            ]
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
+        ref = artifact_ref(data, media_type)
+        with self._lock:
+            self._check_open()
+            stored = self._artifacts.get(ref.id)
+            if stored is not None:
+                return stored[0]
+            self._artifacts[ref.id] = (ref, bytes(data))
+            return ref
+
+    async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
+        with self._lock:
+            self._check_open()
+            stored = self._artifacts.get(artifact_id)
+            if stored is None:
+                raise artifact_not_found(artifact_id)
+            return stored
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True

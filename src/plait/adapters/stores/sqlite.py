@@ -1,0 +1,654 @@
+"""The embedded default store: one SQLite file in WAL mode with ``synchronous=FULL``.
+
+Every port write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction (durable when the
+call returns); reads run without an explicit transaction. The blocking calls happen
+directly inside the ``async def`` methods, with no thread hop: a commit costs a fraction of
+a millisecond (mostly the fsync), less than handing it to a worker thread would. No
+transaction is ever held open across an ``await``.
+
+Several processes may share the file: ``PRAGMA busy_timeout`` makes a writer wait for the
+write lock instead of failing; the version compare-and-set inside the transaction turns a
+lost race into :class:`~plait.domain.errors.ConflictError`, never an interleaving. Every
+``sqlite3`` exception is translated at this edge (locked → ConflictError, corrupt or not a
+database → CorruptStoreError naming the file, anything else → StoreError).
+
+Messages live in columns, not JSON blobs, because loading history is the hot read path:
+``extra`` holds compact JSON only for the sparse parts (tool calls, usage, vendor state,
+reason, artifact). Bodies are keyed by message id and joined through ``session_messages``
+so forks can share them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from plait.adapters.stores import _codec
+from plait.adapters.stores._codec import dumps, loads
+from plait.adapters.stores._sqlite_rows import decode_messages, message_row
+from plait.adapters.stores._state import (
+    artifact_not_found,
+    artifact_ref,
+    check_execution,
+    check_new_session,
+    closed_error,
+    duplicate_message,
+    duplicate_run,
+    duplicate_session,
+    lease_lost,
+    resolve_lease,
+    run_not_found,
+    session_busy,
+    session_not_found,
+    validate_commit,
+    version_conflict,
+)
+from plait.application.ports import Commit, CommitResult
+from plait.domain.errors import (
+    ConflictError,
+    CorruptStoreError,
+    PlaitError,
+    StoreError,
+)
+from plait.domain.messages import ArtifactRef, Message
+from plait.domain.runs import Run, RunStatus
+from plait.domain.session import ExecutionRecord, ExecutionState, ForkOrigin, Session, StoredMessage
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+SCHEMA_VERSION = 1
+"""Version of the table layout, kept in ``meta``. Row shapes carry their own version."""
+
+T = TypeVar("T")
+
+_LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
+
+_DDL = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    """CREATE TABLE IF NOT EXISTS sessions (
+        id TEXT PRIMARY KEY, created_at REAL NOT NULL, owner TEXT, workspace TEXT,
+        version INTEGER NOT NULL, active_run_id TEXT, parent_session_id TEXT,
+        fork_point_message_id TEXT, title TEXT)""",
+    "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
+    """CREATE TABLE IF NOT EXISTS messages (
+        id TEXT PRIMARY KEY, kind TEXT NOT NULL, text TEXT NOT NULL, created_at REAL NOT NULL,
+        run_id TEXT, step INTEGER, call_id TEXT, name TEXT, status TEXT, extra TEXT,
+        schema_version INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS session_messages (
+        session_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)) WITHOUT ROWID""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS session_messages_by_id
+        ON session_messages (session_id, message_id)""",
+    """CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY, session_id TEXT NOT NULL, status TEXT NOT NULL,
+        started_at REAL NOT NULL, lease_owner TEXT, lease_expires_at REAL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0, data TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, started_at)",
+    "CREATE INDEX IF NOT EXISTS runs_by_started ON runs (started_at)",
+    f"CREATE INDEX IF NOT EXISTS runs_live ON runs (lease_expires_at) WHERE status IN ({_LIVE})",
+    """CREATE TABLE IF NOT EXISTS executions (
+        session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
+        state TEXT NOT NULL, args_digest TEXT NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (session_id, run_id, call_id))""",
+    """CREATE TABLE IF NOT EXISTS artifacts (
+        id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+        media_type TEXT NOT NULL, data BLOB NOT NULL)""",
+)
+
+_SESSION_COLS = (
+    "id, created_at, owner, workspace, version, active_run_id, parent_session_id, "
+    "fork_point_message_id, title"
+)
+_RUN_COLS = (
+    "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data"
+)
+
+_INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?"
+_SESSION_VERSION = "SELECT version, active_run_id FROM sessions WHERE id = ?"
+_LIST_SESSIONS = (
+    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY created_at DESC, rowid DESC LIMIT ?"
+)
+_BUMP = "UPDATE sessions SET version = ? WHERE id = ? AND version = ? RETURNING active_run_id"
+_CLAIM_SESSION = (
+    "UPDATE sessions SET version = ?, active_run_id = ? "
+    "WHERE id = ? AND version = ? AND active_run_id IS NULL"
+)
+_RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?"
+
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (id, kind, text, created_at, run_id, step, call_id, name, status, "
+    "extra, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+)
+_INSERT_MEMBER = "INSERT INTO session_messages (session_id, seq, message_id) VALUES (?, ?, ?)"
+_IS_MEMBER = "SELECT 1 FROM session_messages WHERE session_id = ? AND message_id = ?"
+_MESSAGE_COLS = (
+    "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
+    "m.extra, m.schema_version"
+)
+_READ_MESSAGES = (
+    f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
+    "JOIN messages AS m ON m.id = sm.message_id "
+    "WHERE sm.session_id = ? AND sm.seq > ? ORDER BY sm.seq LIMIT ?"
+)
+_GET_MESSAGE = f"SELECT 0, {_MESSAGE_COLS} FROM messages AS m WHERE m.id = ?"
+_SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
+
+_INSERT_RUN = (
+    f"INSERT INTO runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING"
+)
+_GET_RUN = f"SELECT {_RUN_COLS} FROM runs WHERE id = ?"
+_RUN_FENCE = (
+    "SELECT session_id, lease_owner, lease_expires_at, cancel_requested FROM runs WHERE id = ?"
+)
+_UPDATE_RUN = (
+    "UPDATE runs SET status = ?, started_at = ?, lease_owner = ?, lease_expires_at = ?, "
+    "data = ? WHERE id = ?"
+)
+_RUN_CANCEL_FLAG = "SELECT cancel_requested FROM runs WHERE id = ?"
+_RUN_IN_SESSION = "SELECT 1 FROM runs WHERE id = ? AND session_id = ?"
+_LIST_RUNS = f"SELECT {_RUN_COLS} FROM runs ORDER BY started_at DESC, rowid DESC"
+_LIST_SESSION_RUNS = (
+    f"SELECT {_RUN_COLS} FROM runs WHERE session_id = ? ORDER BY started_at DESC, rowid DESC"
+)
+_CANCEL = f"UPDATE runs SET cancel_requested = 1 WHERE id = ? RETURNING {_RUN_COLS}"
+_CLAIM = (
+    f"UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND status IN ({_LIVE})"
+    f" AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ?) RETURNING {_RUN_COLS}"
+)
+_RENEW = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
+_LEASE = "SELECT lease_owner, lease_expires_at FROM runs WHERE id = ?"
+_STALE = (
+    f"SELECT {_RUN_COLS} FROM runs WHERE status IN ({_LIVE}) "
+    "AND (lease_owner IS NULL OR lease_expires_at <= ?) ORDER BY started_at, rowid"
+)
+
+_GET_EXECUTION = (
+    "SELECT args_digest, state FROM executions WHERE session_id = ? AND run_id = ? AND call_id = ?"
+)
+_UPSERT_EXECUTION = (
+    "INSERT INTO executions (session_id, run_id, call_id, state, args_digest, data) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, run_id, call_id) "
+    "DO UPDATE SET state = excluded.state, data = excluded.data"
+)
+_LIST_EXECUTIONS = (
+    "SELECT data FROM executions WHERE session_id = (SELECT session_id FROM runs WHERE id = ?) "
+    "AND run_id = ? ORDER BY rowid"
+)
+
+_PUT_ARTIFACT = (
+    "INSERT INTO artifacts (id, sha256, size, media_type, data) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = ?"
+
+_EXEC_STATE = {s.value: s for s in ExecutionState}
+
+
+# --- row codecs -----------------------------------------------------------------------------
+
+
+def _session_row(s: Session) -> tuple[Any, ...]:
+    fork = s.fork_origin
+    return (
+        s.id,
+        s.created_at,
+        s.owner,
+        s.workspace,
+        s.version,
+        s.active_run_id,
+        None if fork is None else fork.parent_session_id,
+        None if fork is None else fork.fork_point_message_id,
+        s.title,
+    )
+
+
+def _session(row: tuple[Any, ...]) -> Session:
+    sid, created_at, owner, workspace, version, active, parent, point, title = row
+    return Session(
+        id=sid,
+        created_at=created_at,
+        owner=owner,
+        workspace=workspace,
+        version=version,
+        active_run_id=active,
+        fork_origin=None
+        if parent is None
+        else ForkOrigin(parent_session_id=parent, fork_point_message_id=point),
+        title=title,
+    )
+
+
+def _run_data(run: Run) -> str:
+    d = _codec.run_to_dict(run)
+    for key in ("id", "session_id", "status", "started_at", "lease", "cancel_requested"):
+        del d[key]
+    return dumps(d)
+
+
+def _run(row: tuple[Any, ...]) -> Run:
+    rid, sid, status, started_at, owner, expires_at, cancel, data = row
+    try:
+        d = loads(data)
+    except ValueError as e:
+        raise CorruptStoreError(f"run {rid!r}: data is not JSON: {e}", run_id=rid) from e
+    if isinstance(d, dict):
+        d.update(
+            id=rid,
+            session_id=sid,
+            status=status,
+            started_at=started_at,
+            lease=None if owner is None else {"owner": owner, "expires_at": expires_at},
+            cancel_requested=bool(cancel),
+        )
+    return _codec.run_from_dict(d)
+
+
+def _execution_row(e: ExecutionRecord) -> tuple[Any, ...]:
+    return (
+        e.session_id, e.run_id, e.call_id, e.state.value, e.args_digest,
+        dumps(_codec.execution_to_dict(e)),
+    )  # fmt: skip
+
+
+def _json(data: str, what: str) -> Any:
+    try:
+        return loads(data)
+    except ValueError as e:
+        raise CorruptStoreError(f"{what} is not JSON: {e}") from e
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+class SqliteStore:
+    """:class:`~plait.application.ports.SessionStore` and
+    :class:`~plait.application.ports.ArtifactStore` on one SQLite file."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
+        self._path = Path(path)
+        self._busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = self._connect()
+
+    @classmethod
+    def open(cls, path: str | Path, *, busy_timeout_s: float = 10.0) -> SqliteStore:
+        """Open (creating the file and its parent directories when missing)."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the directory of {path}: {e}", path=str(path)) from e
+        return cls(path, busy_timeout_s=busy_timeout_s)
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self._path)!r})"
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # --- connection and transactions ------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise self._translate(e) from e
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+            # Read before anything writes: a file that is not a database, or a newer
+            # schema, must fail here and be left exactly as it was.
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if "meta" in tables:
+                self._check_schema(conn)
+            elif tables:
+                raise CorruptStoreError(
+                    f"{self._path} is a SQLite database but not a plait store (no meta table)",
+                    path=str(self._path),
+                )
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal" and str(self._path) != ":memory:":
+                raise StoreError(
+                    f"{self._path}: cannot switch to WAL mode (got {mode!r})",
+                    path=str(self._path),
+                )
+            conn.execute("PRAGMA synchronous = FULL")
+            if "meta" not in tables:
+                self._create_schema(conn)
+        except BaseException as e:
+            conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise self._translate(e) from e
+            raise
+        return conn
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            version = -1
+        if version > SCHEMA_VERSION:
+            raise CorruptStoreError(
+                f"{self._path} was written by a newer plait (store schema_version {version}, "
+                f"this plait knows {SCHEMA_VERSION}); upgrade plait to open it",
+                path=str(self._path),
+                schema_version=version,
+                supported=SCHEMA_VERSION,
+            )
+        if version != SCHEMA_VERSION:
+            raise CorruptStoreError(
+                f"{self._path} has an unknown store schema_version {row!r}",
+                path=str(self._path),
+            )
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _DDL:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        self._check_schema(conn)
+
+    def _translate(self, e: sqlite3.Error) -> PlaitError:
+        name = getattr(e, "sqlite_errorname", "")
+        where = str(self._path)
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e):
+            return ConflictError(
+                f"{where}: another writer held the database for more than "
+                f"{self._busy_timeout_s:g} s ({e}); retry the operation",
+                path=where,
+                busy_timeout_s=self._busy_timeout_s,
+            )
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            return CorruptStoreError(f"{where} is not a valid plait SQLite store: {e}", path=where)
+        if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
+            return closed_error("sqlite")
+        if isinstance(e, sqlite3.IntegrityError):
+            return ConflictError(f"{where}: {e}", path=where)
+        return StoreError(f"{where}: sqlite error: {e}", path=where, sqlite_error=name)
+
+    def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise closed_error("sqlite")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = op(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+                return result
+            except sqlite3.Error as e:
+                raise self._translate(e) from e
+
+    def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise closed_error("sqlite")
+            try:
+                return op(conn)
+            except sqlite3.Error as e:
+                raise self._translate(e) from e
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def create_session(self, session: Session) -> None:
+        check_new_session(session)
+
+        def op(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(_INSERT_SESSION, _session_row(session))
+            except sqlite3.IntegrityError:
+                raise duplicate_session(session.id) from None
+
+        self._write(op)
+
+    async def get_session(self, session_id: str) -> Session:
+        row = self._read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
+        if row is None:
+            raise session_not_found(session_id)
+        return _session(row)
+
+    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        lim = -1 if limit is None else max(limit, 0)
+        rows = self._read(lambda conn: conn.execute(_LIST_SESSIONS, (lim,)).fetchall())
+        return [_session(r) for r in rows]
+
+    async def read_messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        lim = -1 if limit is None else max(limit, 0)
+
+        def op(conn: sqlite3.Connection) -> list[StoredMessage]:
+            rows = conn.execute(_READ_MESSAGES, (session_id, after, lim)).fetchall()
+            if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
+                raise session_not_found(session_id)
+            return decode_messages(rows)
+
+        # Loading history allocates a few objects per message and keeps them all: the cyclic
+        # GC would rescan the growing heap several times for nothing (~25% of the load).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._read(op)
+        finally:
+            if paused:
+                gc.enable()
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def start_run(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=True)
+        return self._write(lambda conn: self._apply(conn, commit, start=True))
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=False)
+        return self._write(lambda conn: self._apply(conn, commit, start=False))
+
+    def _apply(self, conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
+        sid = c.session_id
+        expected = c.expected_version
+        version = expected + len(c.messages)
+        run = c.run
+        cancel = False
+        if start:
+            assert run is not None
+            active = None if run.status.terminal else run.id
+            if conn.execute(_CLAIM_SESSION, (version, active, sid, expected)).rowcount != 1:
+                self._session_failure(conn, sid, expected, busy=True)
+            lease = run.lease
+            inserted = conn.execute(
+                _INSERT_RUN,
+                (
+                    run.id, sid, run.status.value, run.started_at,
+                    None if lease is None else lease.owner,
+                    None if lease is None else lease.expires_at, _run_data(run),
+                ),
+            ).rowcount  # fmt: skip
+            if inserted != 1:
+                raise duplicate_run(run.id)
+        else:
+            rows = conn.execute(_BUMP, (version, sid, expected)).fetchall()
+            if not rows:
+                self._session_failure(conn, sid, expected, busy=False)
+            active = rows[0][0]
+            if run is not None:
+                fence = conn.execute(_RUN_FENCE, (run.id,)).fetchone()
+                if fence is None or fence[0] != sid:
+                    raise run_not_found(run.id)
+                lease = resolve_lease(run.id, fence[1], fence[2], run, c.lease_owner)
+                cancel = bool(fence[3])
+                conn.execute(
+                    _UPDATE_RUN,
+                    (
+                        run.status.value, run.started_at,
+                        None if lease is None else lease.owner,
+                        None if lease is None else lease.expires_at, _run_data(run), run.id,
+                    ),
+                )  # fmt: skip
+                if run.status.terminal and active == run.id:
+                    conn.execute(_RELEASE_SESSION, (sid, run.id))
+            elif active is not None:
+                flag = conn.execute(_RUN_CANCEL_FLAG, (active,)).fetchone()
+                cancel = flag is not None and bool(flag[0])
+        if c.executions:
+            self._put_executions(conn, c, run)
+        if c.messages:
+            self._put_messages(conn, sid, expected, c.messages)
+        return CommitResult(version, cancel)
+
+    def _session_failure(
+        self, conn: sqlite3.Connection, sid: str, expected: int, *, busy: bool
+    ) -> None:
+        row = conn.execute(_SESSION_VERSION, (sid,)).fetchone()
+        if row is None:
+            raise session_not_found(sid)
+        if busy and row[1] is not None:
+            raise session_busy(sid, row[1])
+        raise version_conflict(sid, expected, row[0])
+
+    def _put_executions(self, conn: sqlite3.Connection, c: Commit, run: Run | None) -> None:
+        sid = c.session_id
+        for rec in c.executions:
+            row = conn.execute(_GET_EXECUTION, (sid, rec.run_id, rec.call_id)).fetchone()
+            if row is not None:
+                check_execution(row[0], _EXEC_STATE[row[1]], rec)
+            elif (run is None or run.id != rec.run_id) and conn.execute(
+                _RUN_IN_SESSION, (rec.run_id, sid)
+            ).fetchone() is None:
+                raise run_not_found(rec.run_id)
+        conn.executemany(_UPSERT_EXECUTION, [_execution_row(e) for e in c.executions])
+
+    def _put_messages(
+        self, conn: sqlite3.Connection, sid: str, expected: int, messages: tuple[Message, ...]
+    ) -> None:
+        inserted = conn.executemany(_INSERT_MESSAGE, [message_row(m) for m in messages]).rowcount
+        if inserted != len(messages):
+            # Some bodies exist already: shared with another session (a fork) if they are
+            # identical, a conflict if this session holds them or they differ.
+            for m in messages:
+                if conn.execute(_IS_MEMBER, (sid, m.id)).fetchone() is not None:
+                    raise duplicate_message(sid, m.id)
+                stored = decode_messages(conn.execute(_GET_MESSAGE, (m.id,)).fetchall())
+                if stored and stored[0].message != m:
+                    raise ConflictError(
+                        f"message id {m.id!r} is already stored with different content",
+                        session_id=sid,
+                        message_id=m.id,
+                    )
+        first = expected + 1
+        try:
+            conn.executemany(
+                _INSERT_MEMBER, [(sid, first + i, m.id) for i, m in enumerate(messages)]
+            )
+        except sqlite3.IntegrityError:
+            for m in messages:
+                if conn.execute(_IS_MEMBER, (sid, m.id)).fetchone() is not None:
+                    raise duplicate_message(sid, m.id) from None
+            raise
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        row = self._read(lambda conn: conn.execute(_GET_RUN, (run_id,)).fetchone())
+        if row is None:
+            raise run_not_found(run_id)
+        return _run(row)
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
+        def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if session_id is None:
+                return conn.execute(_LIST_RUNS).fetchall()
+            rows = conn.execute(_LIST_SESSION_RUNS, (session_id,)).fetchall()
+            if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
+                raise session_not_found(session_id)
+            return rows
+
+        return [_run(r) for r in self._read(op)]
+
+    async def request_cancel(self, run_id: str) -> Run:
+        rows = self._write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
+        if not rows:
+            raise run_not_found(run_id)
+        return _run(rows[0])
+
+    async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
+        def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows = conn.execute(_LIST_EXECUTIONS, (run_id, run_id)).fetchall()
+            if not rows and conn.execute(_LEASE, (run_id,)).fetchone() is None:
+                raise run_not_found(run_id)
+            return rows
+
+        return [_codec.execution_from_dict(_json(r[0], "execution record")) for r in self._read(op)]
+
+    async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
+        def op(conn: sqlite3.Connection) -> tuple[Any, ...]:
+            rows = conn.execute(_CLAIM, (owner, expires_at, run_id, now, owner)).fetchall()
+            if rows:
+                return tuple(rows[0])
+            self._lease_failure(conn, run_id, owner)
+            raise AssertionError("unreachable")
+
+        return _run(self._write(op))
+
+    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+        def op(conn: sqlite3.Connection) -> None:
+            if conn.execute(_RENEW, (expires_at, run_id, owner)).rowcount != 1:
+                self._lease_failure(conn, run_id, owner)
+
+        self._write(op)
+
+    def _lease_failure(self, conn: sqlite3.Connection, run_id: str, owner: str) -> None:
+        row = conn.execute(_LEASE, (run_id,)).fetchone()
+        if row is None:
+            raise run_not_found(run_id)
+        raise lease_lost(run_id, row[0], row[1], wanted=owner)
+
+    async def list_stale_runs(self, *, now: float) -> list[Run]:
+        return [_run(r) for r in self._read(lambda conn: conn.execute(_STALE, (now,)).fetchall())]
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
+        ref = artifact_ref(data, media_type)
+        row = (ref.id, ref.sha256, ref.size, ref.media_type, bytes(data))
+        self._write(lambda conn: conn.execute(_PUT_ARTIFACT, row))
+        return ref
+
+    async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
+        row = self._read(lambda conn: conn.execute(_GET_ARTIFACT, (artifact_id,)).fetchone())
+        if row is None:
+            raise artifact_not_found(artifact_id)
+        aid, sha, size, media_type, data = row
+        return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    async def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error as e:
+                    raise self._translate(e) from e

@@ -1,0 +1,60 @@
+"""Progress events a run reports while it works (for spinners, logs and SSE streams).
+
+Observers are called synchronously from the loop and must be quick; an observer that
+raises does not stop the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from plait.domain.messages import ToolCall
+from plait.domain.runs import Run
+from plait.domain.session import StoredMessage
+
+__all__ = [
+    "MessageSaved",
+    "ModelCallStarted",
+    "RunEnded",
+    "RunEvent",
+    "RunObserver",
+    "RunStarted",
+    "ToolStarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    run: Run
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallStarted:
+    run_id: str
+    step: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSaved:
+    run_id: str
+    stored: StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    run_id: str
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    run: Run
+
+
+RunEvent = RunStarted | ModelCallStarted | MessageSaved | ToolStarted | RunEnded
+
+
+class RunObserver(Protocol):
+    def __call__(self, event: RunEvent, /) -> None: ...

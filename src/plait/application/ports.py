@@ -1,0 +1,236 @@
+"""Ports: what the application needs from the outside world (DESIGN §1).
+
+Adapters implement these Protocols; the application never imports a concrete adapter.
+Optional abilities are declared as data (capability values), not as methods that raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from plait.domain.context import Context
+from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
+from plait.domain.runs import Run
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.tools import ToolSpec
+
+__all__ = [
+    "ArtifactStore",
+    "Clock",
+    "Commit",
+    "CommitResult",
+    "IdGenerator",
+    "ModelCapabilities",
+    "ModelClient",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelRole",
+    "RawToolCall",
+    "SessionStore",
+    "Tool",
+    "ToolExecutor",
+    "ToolInvocation",
+    "ToolOutput",
+]
+
+# --- models ---------------------------------------------------------------------------------
+
+ModelRole = Literal["assistant", "reviewer", "summarizer"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCapabilities:
+    """What an adapter can do. A run checks what it needs when it starts."""
+
+    tool_calls: bool = True
+    structured_output: bool = False
+    streaming: bool = False
+    parallel_tool_calls: bool = True
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    role: ModelRole
+    context: Context[Any]
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawToolCall:
+    """A tool call as the model produced it, before validation. ``arguments`` is the raw
+    JSON text (or an already decoded value, for providers that send objects)."""
+
+    id: str | None
+    name: str
+    arguments: str | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    text: str = ""
+    tool_calls: tuple[RawToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    vendor_state: VendorState | None = None
+    structured: Any = None
+    """For roles that expect a structured value (reviewer, summarizer): the decoded JSON."""
+
+
+class ModelClient(Protocol):
+    """Turns a Context into a response. Raises :class:`~plait.domain.errors.ModelError`
+    with a normalized ``model_code`` for provider failures."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def capabilities(self) -> ModelCapabilities: ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
+# --- tools ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolInvocation:
+    """One execution of a validated, recorded call."""
+
+    call: ToolCall
+    session_id: str
+    run_id: str
+    workspace: str | None
+    idempotency_key: str
+    """Stable across re-executions of the same call: pass it on to deduplicate."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutput:
+    content: str
+    media_type: str = "text/plain"
+    failed: bool = False
+    """True when the tool ran but reports failure (e.g. a command exited non-zero)."""
+
+
+class ToolExecutor(Protocol):
+    """Runs a call. Raise :class:`~plait.domain.errors.ToolError` for failures the model
+    should read; any other exception is reported as an internal tool failure."""
+
+    async def __call__(self, invocation: ToolInvocation) -> ToolOutput: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tool:
+    spec: ToolSpec
+    execute: ToolExecutor
+    stoppable: bool = True
+    """Cancelling the executor's task really stops it. When False, a cancelled run waits
+    for the call to finish (within its timeout) and records what really happened."""
+
+
+# --- time and ids ---------------------------------------------------------------------------
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Wall-clock time, seconds since the epoch (UTC)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock, for deadlines."""
+        ...
+
+
+class IdGenerator(Protocol):
+    def new(self, prefix: str) -> str:
+        """A fresh id like ``msg_01J...``; unique across processes."""
+        ...
+
+
+# --- storage --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """One atomic write: messages appended at ``expected_version + 1 ...``, the run's new
+    state and execution records, all or nothing.
+
+    ``lease_owner`` fences the write: if the stored run is leased to someone else the
+    commit fails with :class:`~plait.domain.errors.LeaseLostError`. A terminal run status
+    releases the session (``active_run_id`` cleared).
+    """
+
+    session_id: str
+    expected_version: int
+    messages: tuple[Message, ...] = ()
+    run: Run | None = None
+    executions: tuple[ExecutionRecord, ...] = ()
+    lease_owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    version: int
+    """The session version after the commit (the seq of its last message)."""
+    cancel_requested: bool = False
+    """Someone asked (maybe from another process) to cancel the committed run."""
+
+
+class SessionStore(Protocol):
+    """Durable history, runs and execution records.
+
+    Append-only where the data is history. Every write is one transaction, durable when
+    the call returns; no transaction is held open across calls.
+    """
+
+    async def create_session(self, session: Session) -> None: ...
+
+    async def get_session(self, session_id: str) -> Session: ...
+
+    async def list_sessions(self, *, limit: int | None = None) -> list[Session]: ...
+
+    async def read_messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages with ``seq > after`` in order, at most ``limit``."""
+        ...
+
+    async def start_run(self, commit: Commit) -> CommitResult:
+        """Insert ``commit.run`` and claim the session for it (fails with
+        :class:`~plait.domain.errors.SessionBusyError` if another run holds it), together
+        with ``commit.messages`` (the user message), atomically."""
+        ...
+
+    async def commit(self, commit: Commit) -> CommitResult: ...
+
+    async def get_run(self, run_id: str) -> Run: ...
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]: ...
+
+    async def request_cancel(self, run_id: str) -> Run: ...
+
+    async def get_executions(self, run_id: str) -> list[ExecutionRecord]: ...
+
+    async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
+        """Take the lease of a non-terminal run if it is free, expired or already ours.
+        Fails with :class:`~plait.domain.errors.LeaseLostError` otherwise."""
+        ...
+
+    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None: ...
+
+    async def list_stale_runs(self, *, now: float) -> list[Run]:
+        """Non-terminal runs whose lease has expired (or that hold none)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class ArtifactStore(Protocol):
+    """Immutable blobs addressed by id (large tool outputs)."""
+
+    async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef: ...
+
+    async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]: ...

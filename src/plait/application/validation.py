@@ -1,0 +1,82 @@
+"""Checking a model's output before anything of it is stored as a tool request.
+
+Invalid output (unknown tool, arguments that are not a JSON object or do not match the
+schema, missing or repeated call ids, ids already used in the session) is never persisted;
+the loop asks the model for a correction a bounded number of times instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+
+from plait.application.ports import ModelResponse
+from plait.domain.messages import ToolCall
+from plait.domain.tools import ToolSpec
+
+__all__ = ["CheckedOutput", "check_output"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedOutput:
+    calls: tuple[ToolCall, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def check_output(
+    response: ModelResponse,
+    tools: Mapping[str, ToolSpec],
+    used_call_ids: Container[str],
+) -> CheckedOutput:
+    """Validate the tool calls of ``response``. Returns the calls as domain values, or the
+    problems (each naming the call and what is wrong) to send back as a correction."""
+    problems: list[str] = []
+    calls: list[ToolCall] = []
+    seen: set[str] = set()
+    for n, raw in enumerate(response.tool_calls, 1):
+        where = f"tool call {n}" + (f" ({raw.id})" if raw.id else "")
+        if not raw.id:
+            problems.append(f"{where}: missing call id")
+            continue
+        if raw.id in seen:
+            problems.append(f"{where}: call id {raw.id!r} is repeated in this message")
+            continue
+        seen.add(raw.id)
+        if raw.id in used_call_ids:
+            problems.append(f"{where}: call id {raw.id!r} was already used in this session")
+            continue
+        spec = tools.get(raw.name)
+        if spec is None:
+            known = ", ".join(sorted(tools)) or "none"
+            problems.append(f"{where}: unknown tool {raw.name!r} (available: {known})")
+            continue
+        if isinstance(raw.arguments, str):
+            text = raw.arguments.strip() or "{}"
+            try:
+                args = json.loads(text)
+            except ValueError as e:
+                problems.append(f"{where}: arguments are not valid JSON ({e})")
+                continue
+        else:
+            args = raw.arguments
+            text = ""
+        if not isinstance(args, dict):
+            problems.append(f"{where}: arguments must be a JSON object")
+            continue
+        errors = spec.check_arguments(args)
+        if errors:
+            problems.append(
+                f"{where}: arguments for {raw.name!r} do not match its schema: " + "; ".join(errors)
+            )
+            continue
+        arguments_json = text if text.startswith("{") else _dumps(args)
+        calls.append(ToolCall(id=raw.id, name=raw.name, arguments_json=arguments_json))
+    return CheckedOutput(tuple(calls), tuple(problems))

@@ -1,0 +1,79 @@
+"""Context[T]: what one model call sees, and what it must return."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Generic, TypeVar, overload
+
+from plait.domain.messages import Message
+from plait.domain.tools import ToolSpec
+
+__all__ = ["Context", "Correction", "Prefix"]
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+
+class Prefix(Sequence[M]):
+    """A read-only view of the first ``length`` items of an append-only list.
+
+    Building one costs O(1) whatever the history's length, and later appends to the list
+    do not show through, so a model client may keep the context it was given.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[M], length: int | None = None) -> None:
+        self._items = items
+        self._length = len(items) if length is None else length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> M: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[M]: ...
+    def __getitem__(self, index: int | slice) -> M | Sequence[M]:
+        if isinstance(index, slice):
+            return self._items[: self._length][index]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("history index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[M]:
+        return islice(self._items, self._length)
+
+    def __reversed__(self) -> Iterator[M]:
+        return (self._items[i] for i in range(self._length - 1, -1, -1))
+
+    def __repr__(self) -> str:
+        return f"Prefix(<{self._length} items>)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Correction:
+    """A rejected model output and why it was rejected. Shown to the model on the next
+    attempt; never stored as history."""
+
+    rejected_text: str
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Context(Generic[T]):
+    """Built fresh for every model call.
+
+    ``items`` is the selected history, in order (often a :class:`Prefix` view).
+    ``output_type`` is the type the caller will validate the answer into.
+    """
+
+    instructions: str
+    tools: tuple[ToolSpec, ...]
+    items: Sequence[Message]
+    output_type: type[T]
+    corrections: tuple[Correction, ...] = ()

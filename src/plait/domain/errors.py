@@ -1,0 +1,179 @@
+"""One error hierarchy, rooted in :class:`PlaitError`, split by who must act.
+
+Every error carries a stable ``code`` (used in ``--json`` output and HTTP bodies), a
+human-readable message and a dict of ``details`` (plain JSON values). Errors pickle, so
+worker processes can pass them on: every subclass is built as ``Cls(message, **details)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "ArtifactNotFoundError",
+    "BudgetExhaustedError",
+    "ConfigError",
+    "ConflictError",
+    "CorruptStoreError",
+    "InvalidModelOutputError",
+    "LeaseLostError",
+    "ModelError",
+    "ModelErrorCode",
+    "NotFoundError",
+    "PlaitError",
+    "PolicyError",
+    "RunNotFoundError",
+    "RunStateError",
+    "ScriptError",
+    "SessionBusyError",
+    "SessionNotFoundError",
+    "StoreError",
+    "ToolError",
+    "ValidationError",
+]
+
+
+def _rebuild(cls: type[PlaitError], message: str, details: dict[str, Any]) -> PlaitError:
+    return cls(message, **details)
+
+
+class PlaitError(Exception):
+    """Base of every error plait raises on purpose."""
+
+    code: ClassVar[str] = "error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape used by the CLI and the HTTP API."""
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+# --- the caller must fix their input or configuration -------------------------------------
+
+
+class ConfigError(PlaitError):
+    """Configuration or misuse: a bad model spec, store URL, budget, workspace, ..."""
+
+    code = "config_error"
+
+
+class ValidationError(ConfigError):
+    """A domain value was built with invalid data."""
+
+    code = "invalid_value"
+
+
+class ScriptError(ConfigError):
+    """A scripted-model file is malformed or the script ran out of turns."""
+
+    code = "script_error"
+
+
+class RunStateError(ConfigError):
+    """The operation does not fit the run's current status (e.g. resuming a finished run)."""
+
+    code = "run_state"
+
+
+# --- the store: not found, conflicts, corruption -------------------------------------------
+
+
+class StoreError(PlaitError):
+    code = "store_error"
+
+
+class NotFoundError(StoreError):
+    code = "not_found"
+
+
+class SessionNotFoundError(NotFoundError):
+    code = "session_not_found"
+
+
+class RunNotFoundError(NotFoundError):
+    code = "run_not_found"
+
+
+class ArtifactNotFoundError(NotFoundError):
+    code = "artifact_not_found"
+
+
+class ConflictError(StoreError):
+    """A concurrent writer won: expected version mismatch, duplicate id, key reuse."""
+
+    code = "conflict"
+
+
+class SessionBusyError(ConflictError):
+    """The session already has an active run; a second run would interleave its history."""
+
+    code = "session_busy"
+
+
+class LeaseLostError(ConflictError):
+    """Another owner took over this run's lease; this process must stop writing for it."""
+
+    code = "lease_lost"
+
+
+class CorruptStoreError(StoreError):
+    """Stored data could not be decoded; nothing was changed."""
+
+    code = "corrupt_store"
+
+
+# --- the model ------------------------------------------------------------------------------
+
+
+class ModelErrorCode:
+    """Normalized provider error codes (DESIGN §6)."""
+
+    CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
+    RATE_LIMITED = "RATE_LIMITED"
+    AUTHENTICATION = "AUTHENTICATION"
+    TRANSIENT = "TRANSIENT"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    ALL: ClassVar[frozenset[str]] = frozenset(
+        {CONTEXT_WINDOW_EXCEEDED, RATE_LIMITED, AUTHENTICATION, TRANSIENT, INVALID_REQUEST}
+    )
+
+
+class ModelError(PlaitError):
+    """A model call failed. ``details`` holds ``model_code`` (normalized), and where known
+    ``status`` (HTTP status) and ``body`` (the provider's error body)."""
+
+    code = "model_error"
+
+    @property
+    def model_code(self) -> str:
+        return str(self.details.get("model_code", ModelErrorCode.TRANSIENT))
+
+
+class InvalidModelOutputError(PlaitError):
+    """The model's output stayed invalid after the allowed correction attempts."""
+
+    code = "invalid_model_output"
+
+
+class BudgetExhaustedError(PlaitError):
+    code = "budget_exhausted"
+
+
+# --- tools and policy -----------------------------------------------------------------------
+
+
+class ToolError(PlaitError):
+    """Raised by a tool to report a failure the model should see (bad path, no match, ...)."""
+
+    code = "tool_error"
+
+
+class PolicyError(PlaitError):
+    code = "policy_error"

@@ -1,0 +1,110 @@
+"""Runs: one user request carried through the loop, with its budget and status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from plait.domain.errors import ValidationError
+
+__all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_RESOLUTION = "awaiting_resolution"
+    """A side effect is ``unknown``: a person must say what happened."""
+    COMPLETED = "completed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {RunStatus.COMPLETED, RunStatus.BUDGET_EXHAUSTED, RunStatus.FAILED, RunStatus.CANCELLED}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """Limits of one run. ``None`` means no limit for that dimension.
+
+    Every model call counts against ``max_model_calls``: assistant turns, correction
+    requests, and (later) reviewer and summarizer calls.
+    """
+
+    max_steps: int | None = 50
+    deadline_seconds: float | None = 600.0
+    max_model_calls: int | None = 100
+    max_total_tokens: int | None = None
+    max_corrections: int = 2
+    tool_timeout_seconds: float | None = 60.0
+    tool_output_cap_bytes: int = 32_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_model_calls", "max_total_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValidationError(f"budget {name} must be a positive integer or None")
+        for name in ("deadline_seconds", "tool_timeout_seconds"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or value <= 0):
+                raise ValidationError(f"budget {name} must be a positive number or None")
+        if not isinstance(self.max_corrections, int) or self.max_corrections < 0:
+            raise ValidationError("budget max_corrections must be a non-negative integer")
+        if not isinstance(self.tool_output_cap_bytes, int) or self.tool_output_cap_bytes < 256:
+            raise ValidationError("budget tool_output_cap_bytes must be an integer >= 256")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunUsage:
+    steps: int = 0
+    model_calls: int = 0
+    corrections: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunError:
+    """Why a run did not complete: a stable code and a message for people."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    owner: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    id: str
+    session_id: str
+    status: RunStatus
+    budget: Budget
+    started_at: float
+    model: str = ""
+    usage: RunUsage = RunUsage()
+    ended_at: float | None = None
+    error: RunError | None = None
+    lease: Lease | None = None
+    cancel_requested: bool = False
+
+    def with_usage(self, **changes: int) -> Run:
+        return replace(self, usage=replace(self.usage, **changes))
+
+    def ended(self, status: RunStatus, at: float, error: RunError | None = None) -> Run:
+        return replace(self, status=status, ended_at=at, error=error, lease=None)

@@ -1,0 +1,86 @@
+"""Sessions and the execution records kept for each tool call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from plait.domain.messages import Message, ToolStatus
+from plait.domain.tools import EffectClass
+
+__all__ = [
+    "ExecutionRecord",
+    "ExecutionState",
+    "ForkOrigin",
+    "Session",
+    "StoredMessage",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkOrigin:
+    parent_session_id: str
+    fork_point_message_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Session:
+    """A conversation. ``version`` is the sequence number of its last message (0 when
+    empty); appends name the version they expect, so a second writer conflicts instead of
+    interleaving. ``active_run_id`` is set while a run owns the session."""
+
+    id: str
+    created_at: float
+    owner: str | None = None
+    workspace: str | None = None
+    version: int = 0
+    active_run_id: str | None = None
+    fork_origin: ForkOrigin | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message at its place in one session (membership is ``(session_id, seq, id)``)."""
+
+    seq: int
+    message: Message
+
+
+class ExecutionState(StrEnum):
+    REQUESTED = "requested"
+    REVIEWED = "reviewed"
+    STARTED = "started"
+    SETTLED = "settled"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionRecord:
+    """The life of one tool call, keyed by ``(session_id, run_id, call_id)``.
+
+    ``idempotency_key`` is derived from that key and handed to the tool, so an idempotent
+    tool can deduplicate a repeat after a crash. The same key with a different
+    ``args_digest`` is rejected by every store.
+    """
+
+    session_id: str
+    run_id: str
+    call_id: str
+    tool_name: str
+    effect: EffectClass
+    args_digest: str
+    idempotency_key: str
+    state: ExecutionState
+    requested_at: float
+    reviewed_at: float | None = None
+    started_at: float | None = None
+    settled_at: float | None = None
+    result_status: ToolStatus | None = None
+    """``unknown`` while a side effect's outcome awaits a person's resolution."""
+    decision_reason: str | None = None
+    note: str | None = None
+    """Why the outcome is unknown, or what the person who resolved it verified."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.session_id, self.run_id, self.call_id)

@@ -1,0 +1,129 @@
+"""Composition root: the only module that picks concrete adapters.
+
+``Runtime`` takes every port as a keyword argument (tests pass fakes); ``Runtime.open``
+builds the real ones from a store URL and a model spec.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
+from plait.domain.errors import ConfigError
+from plait.domain.runs import Budget
+
+if TYPE_CHECKING:
+    from plait.application.ports import (
+        ArtifactStore,
+        Clock,
+        IdGenerator,
+        ModelClient,
+        SessionStore,
+        Tool,
+    )
+
+__all__ = ["DEFAULT_DB", "Runtime", "default_db_url", "open_model"]
+
+DEFAULT_DB = ".plait/plait.db"
+
+MODEL_SPEC_FORMS = "scripted:PATH (a script file, see docs/scripted-model.md)"
+
+
+def default_db_url() -> str:
+    """``PLAIT_DB`` if set, else a SQLite file under ``./.plait/``."""
+    return os.environ.get("PLAIT_DB") or f"sqlite:///{DEFAULT_DB}"
+
+
+def open_model(spec: str) -> ModelClient:
+    """Build a model client from a spec like ``scripted:demo.yaml``."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ConfigError(
+            f"model spec {spec!r} is not of the form KIND:NAME; accepted: {MODEL_SPEC_FORMS}",
+            spec=spec,
+        )
+    if kind == "scripted":
+        from plait.testing.scripted import ScriptedModel
+
+        return ScriptedModel.from_file(Path(rest))
+    raise ConfigError(
+        f"unknown model kind {kind!r} in {spec!r}; accepted: {MODEL_SPEC_FORMS}", spec=spec
+    )
+
+
+class Runtime:
+    """Everything a process needs to run agents: the store, the model, the tools and the
+    :class:`~plait.application.service.AgentService` over them."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        artifacts: ArtifactStore,
+        model: ModelClient | None,
+        tools: Sequence[Tool],
+        clock: Clock,
+        ids: IdGenerator,
+        instructions: str = DEFAULT_INSTRUCTIONS,
+        budget: Budget | None = None,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.artifacts = artifacts
+        self.model = model
+        self.service = AgentService(
+            store=store,
+            artifacts=artifacts,
+            model=model,
+            tools=tools,
+            clock=clock,
+            ids=ids,
+            instructions=instructions,
+            budget=budget,
+            owner=owner,
+            lease_seconds=lease_seconds,
+        )
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        db: str | None = None,
+        model: str | ModelClient | None = None,
+        tools: Sequence[Tool] | None = None,
+        **options: Any,
+    ) -> Runtime:
+        """Open the store named by ``db`` (default :func:`default_db_url`) and the model
+        named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
+        cancel and resolve but not run). ``tools`` defaults to the built-in workspace
+        tools."""
+        from plait.adapters.stores import open_store
+        from plait.adapters.system import RandomIds, SystemClock
+
+        model_client: ModelClient | None
+        if model is None or isinstance(model, str):
+            spec = model or os.environ.get("PLAIT_MODEL")
+            model_client = open_model(spec) if spec else None
+        else:
+            model_client = model
+        if tools is None:
+            from plait.adapters.tools import workspace_tools
+
+            tools = workspace_tools()
+        store = open_store(db or default_db_url())
+        return cls(
+            store=store,
+            artifacts=store,
+            model=model_client,
+            tools=tools,
+            clock=SystemClock(),
+            ids=RandomIds(),
+            **options,
+        )
+
+    async def close(self) -> None:
+        await self.store.close()

@@ -1,0 +1,495 @@
+"""The scripted-model file format: values, loading and validation.
+
+The reference for users is ``docs/scripted-model.md``. Every problem is reported as a
+:class:`~plait.domain.errors.ScriptError` whose message names the file, the role, the
+1-based turn number and the offending key, so a script author can fix it without reading
+this module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+from plait.application.ports import ModelCapabilities, ModelRole
+from plait.domain.errors import ModelErrorCode, ScriptError
+
+__all__ = [
+    "DEFAULT_CAPABILITIES",
+    "MALFORMED_KINDS",
+    "SCRIPT_VERSION",
+    "Script",
+    "ScriptedCall",
+    "ScriptedError",
+    "Turn",
+    "load_script",
+    "parse_script",
+]
+
+SCRIPT_VERSION: Final = 1
+ROLES: Final[tuple[ModelRole, ...]] = ("assistant", "reviewer", "summarizer")
+MALFORMED_KINDS: Final = (
+    "bad_json",
+    "unknown_tool",
+    "schema_mismatch",
+    "duplicate_ids",
+    "missing_id",
+)
+DEFAULT_CAPABILITIES: Final = ModelCapabilities(
+    tool_calls=True,
+    structured_output=True,
+    streaming=False,
+    parallel_tool_calls=True,
+    context_window=128_000,
+    max_output_tokens=8_192,
+)
+DEFAULT_STATUS: Final[Mapping[str, int]] = {
+    ModelErrorCode.CONTEXT_WINDOW_EXCEEDED: 400,
+    ModelErrorCode.RATE_LIMITED: 429,
+    ModelErrorCode.AUTHENTICATION: 401,
+    ModelErrorCode.TRANSIENT: 503,
+    ModelErrorCode.INVALID_REQUEST: 400,
+}
+
+_TOP_KEYS: Final = ("version", "model", "capabilities", *ROLES)
+_TURN_KEYS: Final = ("text", "tool_calls", "structured", "error", "malformed", "usage", "rejected")
+_FORM_KEYS: Final = ("text", "tool_calls", "structured", "error", "malformed")
+_CALL_KEYS: Final = ("name", "arguments", "raw_arguments", "id")
+_ERROR_KEYS: Final = ("code", "message", "status", "body")
+_USAGE_KEYS: Final = ("input_tokens", "output_tokens")
+# Pairs of forms a turn may not combine; ``error`` combines with nothing (checked apart).
+_CONFLICTS: Final = (
+    ("tool_calls", "structured"),
+    ("malformed", "tool_calls"),
+    ("malformed", "structured"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptedCall:
+    """One tool call of a turn.
+
+    ``arguments`` is sent as a fresh dict; ``raw_arguments`` (when set) is sent as that exact
+    text instead. With ``auto_id`` the id is generated as ``call_{turn}_{position}``;
+    otherwise ``id`` is sent as given, and ``None`` sends a call without an id.
+    """
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    raw_arguments: str | None = None
+    id: str | None = None
+    auto_id: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptedError:
+    """A provider failure to raise as :class:`~plait.domain.errors.ModelError`."""
+
+    code: str
+    """A normalized :class:`~plait.domain.errors.ModelErrorCode` value."""
+    message: str | None = None
+    status: int | None = None
+    body: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """One scripted answer (or failure) of a role."""
+
+    text: str | None = None
+    tool_calls: tuple[ScriptedCall, ...] = ()
+    structured: Any = None
+    has_structured: bool = False
+    error: ScriptedError | None = None
+    malformed: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    rejected: bool = False
+    """The engine will not accept this turn as history and will ask again within the same
+    step (errors, malformed output, syntactically invalid calls, or ``rejected: true``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Script:
+    """A validated script: the turns each role replays, in order."""
+
+    source: str = "<script>"
+    model: str | None = None
+    capabilities: ModelCapabilities = DEFAULT_CAPABILITIES
+    assistant: tuple[Turn, ...] = ()
+    reviewer: tuple[Turn, ...] = ()
+    summarizer: tuple[Turn, ...] = ()
+
+    def turns(self, role: ModelRole) -> tuple[Turn, ...]:
+        if role == "assistant":
+            return self.assistant
+        if role == "reviewer":
+            return self.reviewer
+        return self.summarizer
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def load_script(path: str | os.PathLike[str]) -> Script:
+    """Read and validate a script file (``.json``, ``.yaml`` or ``.yml``).
+
+    Raises :class:`~plait.domain.errors.ScriptError` for a missing or unreadable file, a
+    syntax error (with the parser's line and column) or an invalid script.
+    """
+    source = os.fspath(path)
+    suffix = Path(source).suffix.lower()
+    if suffix not in (".json", ".yaml", ".yml"):
+        raise ScriptError(
+            f"script file {source} must end in .json, .yaml or .yml, not {suffix or 'nothing'}",
+            file=source,
+        )
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ScriptError(f"script file not found: {source}", file=source) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScriptError(f"cannot read script file {source}: {e}", file=source) from e
+    data = _parse_json(text, source) if suffix == ".json" else _parse_yaml(text, source)
+    return parse_script(data, source=source)
+
+
+def _parse_json(text: str, source: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScriptError(
+            f"invalid JSON in {source} at line {e.lineno}, column {e.colno}: {e.msg}",
+            file=source,
+            line=e.lineno,
+            column=e.colno,
+        ) from e
+
+
+def _parse_yaml(text: str, source: str) -> object:
+    import yaml  # lazily: only scripts written in YAML pay for it
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        if mark is None:
+            raise ScriptError(f"invalid YAML in {source}: {problem}", file=source) from e
+        line, column = mark.line + 1, mark.column + 1
+        raise ScriptError(
+            f"invalid YAML in {source} at line {line}, column {column}: {problem}",
+            file=source,
+            line=line,
+            column=column,
+        ) from e
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where a value sits in the script, for messages and error details."""
+
+    source: str
+    role: str | None = None
+    turn: int | None = None
+    call: int | None = None
+    section: str | None = None
+    """A sub-mapping: "capabilities", "usage", "error"."""
+
+    def __str__(self) -> str:
+        parts = []
+        if self.section is not None:
+            parts.append(f"the {self.section} of" if self.role else f"{self.section!r} of")
+        if self.call is not None:
+            parts.append(f"tool call {self.call} of")
+        if self.role is not None:
+            parts.append(f"{self.role} turn {self.turn} of")
+        parts.append(self.source)
+        return " ".join(parts)
+
+    def inside(self, section: str) -> _Where:
+        return _Where(self.source, self.role, self.turn, self.call, section)
+
+    def fail(self, message: str, **details: Any) -> NoReturn:
+        context = {
+            "file": self.source,
+            "role": self.role,
+            "turn": self.turn,
+            "call": self.call,
+            "section": self.section,
+        }
+        context.update(details)
+        raise ScriptError(message, **{k: v for k, v in context.items() if v is not None})
+
+
+def _suggest(word: str, choices: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not close and len(word) >= 3:  # a truncated key: 'input' for 'input_tokens'
+        close = [c for c in choices if c.startswith(word)][:1]
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_keys(value: Mapping[Any, Any], allowed: tuple[str, ...], where: _Where) -> None:
+    for key in value:
+        if key not in allowed:
+            where.fail(f"unknown key {key!r} in {where}{_suggest(str(key), allowed)}", key=str(key))
+
+
+_TYPE_WORDS: Final[Mapping[type, str]] = {
+    str: "a string",
+    int: "an integer",
+    bool: "a boolean",
+    list: "a list",
+    dict: "a mapping",
+}
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _expect(value: object, kind: type, key: str, where: _Where) -> None:
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        where.fail(
+            f"{key!r} in {where} must be {_TYPE_WORDS[kind]}, got {_type_name(value)}", key=key
+        )
+
+
+def _check_json(value: object, key: str, where: _Where) -> None:
+    """YAML can produce values JSON cannot carry (dates, sets, non-string keys, NaN)."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, key, where)
+        return
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                where.fail(f"{key!r} in {where} has a non-string key {k!r}", key=key)
+            _check_json(item, key, where)
+        return
+    where.fail(f"{key!r} in {where} is not a JSON value: {value!r} ({_type_name(value)})", key=key)
+
+
+def parse_script(data: object, *, source: str = "<script>") -> Script:
+    """Validate already decoded script data (the shape of a script file) into a Script."""
+    where = _Where(source)
+    if not isinstance(data, dict):
+        where.fail(
+            f"script {source} must be a mapping with a 'version' key, got {_type_name(data)}"
+        )
+    _check_keys(data, _TOP_KEYS, where)
+    if "version" not in data:
+        where.fail(f"missing required key 'version' in {source}", key="version")
+    version = data["version"]
+    if version != SCRIPT_VERSION or isinstance(version, bool):
+        where.fail(
+            f"unsupported script version {version!r} in {source} (supported: {SCRIPT_VERSION})",
+            key="version",
+        )
+    model = data.get("model")
+    if model is not None:
+        _expect(model, str, "model", where)
+    roles: dict[str, tuple[Turn, ...]] = {}
+    for role in ROLES:
+        turns = data.get(role, [])
+        _expect(turns, list, role, where)
+        roles[role] = tuple(
+            _parse_turn(turn, _Where(source, role, n)) for n, turn in enumerate(turns, 1)
+        )
+    return Script(
+        source=source,
+        model=model,
+        capabilities=_parse_capabilities(data.get("capabilities", {}), where),
+        assistant=roles["assistant"],
+        reviewer=roles["reviewer"],
+        summarizer=roles["summarizer"],
+    )
+
+
+def _parse_capabilities(value: object, where: _Where) -> ModelCapabilities:
+    _expect(value, dict, "capabilities", where)
+    assert isinstance(value, dict)
+    names = tuple(f.name for f in fields(ModelCapabilities))
+    inner = where.inside("capabilities")
+    _check_keys(value, names, inner)
+    for key, item in value.items():
+        if key in ("context_window", "max_output_tokens"):
+            if item is not None and (
+                not isinstance(item, int) or isinstance(item, bool) or item < 1
+            ):
+                inner.fail(
+                    f"{key!r} in {inner} must be a positive integer or null, got {item!r}",
+                    key=key,
+                )
+        else:
+            _expect(item, bool, key, inner)
+    merged = {f: getattr(DEFAULT_CAPABILITIES, f) for f in names} | value
+    return ModelCapabilities(**merged)
+
+
+def _parse_turn(value: object, where: _Where) -> Turn:
+    if not isinstance(value, dict):
+        where.fail(f"{where} must be a mapping, got {_type_name(value)}")
+    _check_keys(value, _TURN_KEYS, where)
+    forms = [key for key in _FORM_KEYS if key in value]
+    if not forms:
+        where.fail(f"{where} has none of the turn forms: {', '.join(_FORM_KEYS)}")
+    if "error" in value and len(value) > 1:
+        other = next(k for k in value if k != "error")
+        where.fail(f"'error' cannot be combined with {other!r} in {where}", key=other)
+    for a, b in _CONFLICTS:
+        if a in value and b in value:
+            where.fail(f"{a!r} cannot be combined with {b!r} in {where}", key=b)
+    if where.role != "assistant":
+        for key in ("tool_calls", "malformed"):
+            if key in value:
+                where.fail(f"{key!r} is only allowed in assistant turns ({where})", key=key)
+
+    text = value.get("text")
+    if text is not None:
+        _expect(text, str, "text", where)
+    if "structured" in value:
+        _check_json(value["structured"], "structured", where)
+    calls: tuple[ScriptedCall, ...] = ()
+    if "tool_calls" in value:
+        _expect(value["tool_calls"], list, "tool_calls", where)
+        calls = tuple(
+            _parse_call(call, _Where(where.source, where.role, where.turn, k))
+            for k, call in enumerate(value["tool_calls"], 1)
+        )
+    error = _parse_error(value["error"], where) if "error" in value else None
+    malformed = None
+    if "malformed" in value:
+        malformed = value["malformed"]
+        _expect(malformed, str, "malformed", where)
+        if malformed not in MALFORMED_KINDS:
+            where.fail(
+                f"unknown malformed kind {malformed!r} in {where}"
+                f"{_suggest(malformed, MALFORMED_KINDS)} (kinds: {', '.join(MALFORMED_KINDS)})",
+                key="malformed",
+            )
+    input_tokens, output_tokens = _parse_usage(value.get("usage"), where)
+    rejected = value.get("rejected")
+    if rejected is None:
+        rejected = error is not None or malformed is not None or _invalid_calls(calls)
+    else:
+        _expect(rejected, bool, "rejected", where)
+    return Turn(
+        text=text,
+        tool_calls=calls,
+        structured=value.get("structured"),
+        has_structured="structured" in value,
+        error=error,
+        malformed=malformed,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        rejected=rejected,
+    )
+
+
+def _parse_call(value: object, where: _Where) -> ScriptedCall:
+    if not isinstance(value, dict):
+        where.fail(f"{where} must be a mapping, got {_type_name(value)}")
+    _check_keys(value, _CALL_KEYS, where)
+    if "name" not in value:
+        where.fail(f"missing required key 'name' in {where}", key="name")
+    name = value["name"]
+    _expect(name, str, "name", where)
+    if not name:
+        where.fail(f"'name' in {where} must not be empty", key="name")
+    if "arguments" in value and "raw_arguments" in value:
+        where.fail(f"'arguments' cannot be combined with 'raw_arguments' in {where}")
+    arguments = value.get("arguments", {})
+    _expect(arguments, dict, "arguments", where)
+    _check_json(arguments, "arguments", where)
+    raw = value.get("raw_arguments")
+    if "raw_arguments" in value:
+        _expect(raw, str, "raw_arguments", where)
+    call_id = value.get("id")
+    if call_id is not None:
+        _expect(call_id, str, "id", where)
+    return ScriptedCall(
+        name=name, arguments=arguments, raw_arguments=raw, id=call_id, auto_id="id" not in value
+    )
+
+
+def _invalid_calls(calls: tuple[ScriptedCall, ...]) -> bool:
+    """Calls any engine must reject, whatever the tools: broken or non-object argument
+    text, a missing id, an id repeated within the turn."""
+    ids = [c.id for c in calls if not c.auto_id]
+    if None in ids or len(set(ids)) != len(ids):
+        return True
+    for call in calls:
+        if call.raw_arguments is not None:
+            try:
+                decoded = json.loads(call.raw_arguments)
+            except ValueError:
+                return True
+            if not isinstance(decoded, dict):
+                return True
+    return False
+
+
+def _parse_error(value: object, where: _Where) -> ScriptedError:
+    spec: dict[str, Any] = {"code": value} if isinstance(value, str) else {}
+    if not spec:
+        if not isinstance(value, dict):
+            where.fail(
+                f"'error' in {where} must be a code name or a mapping, got {_type_name(value)}",
+                key="error",
+            )
+        inner = where.inside("error")
+        _check_keys(value, _ERROR_KEYS, inner)
+        if "code" not in value:
+            inner.fail(f"missing required key 'code' in {inner}", key="code")
+        spec = value
+        _expect(spec["code"], str, "code", inner)
+        if spec.get("message") is not None:
+            _expect(spec["message"], str, "message", inner)
+        if spec.get("status") is not None:
+            _expect(spec["status"], int, "status", inner)
+        _check_json(spec.get("body"), "body", inner)
+    code = str(spec["code"]).upper()
+    if code not in ModelErrorCode.ALL:
+        names = tuple(sorted(c.lower() for c in ModelErrorCode.ALL))
+        where.fail(
+            f"unknown error code {spec['code']!r} in {where}"
+            f"{_suggest(code.lower(), names)} (codes: {', '.join(names)})",
+            key="error",
+        )
+    return ScriptedError(
+        code=code, message=spec.get("message"), status=spec.get("status"), body=spec.get("body")
+    )
+
+
+def _parse_usage(value: object, where: _Where) -> tuple[int | None, int | None]:
+    if value is None:
+        return None, None
+    _expect(value, dict, "usage", where)
+    assert isinstance(value, dict)
+    inner = where.inside("usage")
+    _check_keys(value, _USAGE_KEYS, inner)
+    counts: list[int | None] = []
+    for key in _USAGE_KEYS:
+        count = value.get(key)
+        if count is not None:
+            _expect(count, int, key, inner)
+            if count < 0:
+                inner.fail(f"{key!r} in {inner} must not be negative, got {count}", key=key)
+        counts.append(count)
+    return counts[0], counts[1]

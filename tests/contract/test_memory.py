@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from plait.adapters.stores import Store
+from plait.adapters.stores.memory import MemoryStore
+from tests.contract.store_contract import StoreContract
+
+
+class TestMemoryStore(StoreContract):
+    def create_store(self) -> Store:
+        return MemoryStore()

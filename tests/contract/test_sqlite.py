@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from plait.adapters.stores import Store
+from plait.adapters.stores.sqlite import SqliteStore
+from tests.contract.store_contract import StoreContract
+
+
+class TestSqliteStore(StoreContract):
+    def create_store(self) -> Store:
+        return SqliteStore.open(self.tmp_path / "db" / "plait.db")
+
+    def second_handle(self) -> Store | None:
+        return SqliteStore(self.tmp_path / "db" / "plait.db")

@@ -1,0 +1,591 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from plait.domain._jsonschema import MAX_ERRORS, SchemaError, compile_schema
+
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"text": {"type": "string"}},
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+
+def errors(schema: dict[str, Any] | bool, instance: object) -> list[str]:
+    return compile_schema(schema)(instance)
+
+
+def schema_error(schema: dict[str, Any]) -> str:
+    with pytest.raises(SchemaError) as info:
+        compile_schema(schema)
+    return str(info.value)
+
+
+# -- type ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("type_name", "valid", "invalid", "got"),
+    [
+        ("object", {"a": 1}, [1], "array"),
+        ("array", [1, "a"], {"a": 1}, "object"),
+        ("array", (1, 2), "[1, 2]", "string"),
+        ("string", "", 0, "integer"),
+        ("integer", 3, 3.5, "number"),
+        ("integer", -(10**30), "3", "string"),
+        ("number", 3.5, None, "null"),
+        ("number", 3, "3", "string"),
+        ("boolean", False, 0, "integer"),
+        ("null", None, False, "boolean"),
+    ],
+)
+def test_type_accepts_and_rejects(type_name: str, valid: object, invalid: object, got: str) -> None:
+    assert errors({"type": type_name}, valid) == []
+    assert errors({"type": type_name}, invalid) == [f"$: expected {type_name}, got {got}"]
+
+
+@pytest.mark.parametrize("type_name", ["integer", "number"])
+def test_bool_is_not_a_number(type_name: str) -> None:
+    assert errors({"type": type_name}, True) == [f"$: expected {type_name}, got boolean"]
+    assert errors({"type": type_name}, False) == [f"$: expected {type_name}, got boolean"]
+
+
+def test_integer_accepts_float_with_zero_fraction() -> None:
+    assert errors({"type": "integer"}, 1.0) == []
+    assert errors({"type": "integer"}, -0.0) == []
+    assert errors({"type": "integer"}, 1.5) == ["$: expected integer, got number"]
+    assert errors({"type": "integer"}, float("inf")) == ["$: expected integer, got number"]
+
+
+def test_type_list() -> None:
+    schema = {"type": ["string", "null"]}
+    assert errors(schema, "x") == []
+    assert errors(schema, None) == []
+    assert errors(schema, 1) == ["$: expected string or null, got integer"]
+    assert errors({"type": ["integer", "boolean"]}, True) == []
+    assert errors({"type": ["integer", "boolean"]}, 2.0) == []
+    assert errors({"type": ["integer", "boolean"]}, 2.5) == [
+        "$: expected integer or boolean, got number"
+    ]
+
+
+def test_unknown_python_type_is_named() -> None:
+    assert errors({"type": "object"}, {1, 2}) == ["$: expected object, got set"]
+
+
+# -- objects -------------------------------------------------------------------------------
+
+
+def test_tool_schema_example() -> None:
+    validate = compile_schema(TOOL_SCHEMA)
+    assert validate({"text": "step-1"}) == []
+    assert validate({}) == ["$: missing required property 'text'"]
+    assert validate({"text": 1}) == ["$.text: expected string, got integer"]
+    assert validate({"txt": "x"}) == [
+        "$: missing required property 'text'",
+        "$: unexpected property 'txt'",
+    ]
+    assert validate("text") == ["$: expected object, got string"]
+
+
+def test_properties_only_checked_when_present() -> None:
+    schema = {"properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
+    assert errors(schema, {}) == []
+    assert errors(schema, {"a": "x", "other": None}) == []
+    assert errors(schema, {"a": 1, "b": "2"}) == [
+        "$.a: expected string, got integer",
+        "$.b: expected integer, got string",
+    ]
+    # Object keywords ignore non-objects.
+    assert errors(schema, [1]) == []
+
+
+def test_required() -> None:
+    schema = {"required": ["path", "mode"]}
+    assert errors(schema, {"path": 1, "mode": 2}) == []
+    assert errors(schema, {"mode": 2}) == ["$: missing required property 'path'"]
+    assert errors(schema, {}) == [
+        "$: missing required property 'path'",
+        "$: missing required property 'mode'",
+    ]
+    assert errors(schema, "not an object") == []
+
+
+def test_additional_properties_schema() -> None:
+    schema = {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}
+    assert errors(schema, {"a": "anything", "b": 1, "c": 2}) == []
+    assert errors(schema, {"b": "x", "my key": None}) == [
+        "$.b: expected integer, got string",
+        "$['my key']: expected integer, got null",
+    ]
+
+
+def test_additional_properties_true_and_false() -> None:
+    assert errors({"additionalProperties": True}, {"x": 1}) == []
+    assert errors({"additionalProperties": False}, {}) == []
+    assert errors({"additionalProperties": False}, {"x": 1}) == ["$: unexpected property 'x'"]
+
+
+def test_min_and_max_properties() -> None:
+    schema = {"minProperties": 1, "maxProperties": 2}
+    assert errors(schema, {"a": 1}) == []
+    assert errors(schema, {"a": 1, "b": 2}) == []
+    assert errors(schema, {}) == ["$: expected at least 1 property, got 0"]
+    assert errors(schema, {"a": 1, "b": 2, "c": 3}) == ["$: expected at most 2 properties, got 3"]
+    assert errors(schema, []) == []
+
+
+# -- arrays --------------------------------------------------------------------------------
+
+
+def test_items() -> None:
+    schema = {"type": "array", "items": {"type": "string"}}
+    assert errors(schema, []) == []
+    assert errors(schema, ["a", "b"]) == []
+    assert errors(schema, ["a", 2, None]) == [
+        "$[1]: expected string, got integer",
+        "$[2]: expected string, got null",
+    ]
+    assert errors({"items": {"type": "string"}}, "abc") == []
+
+
+def test_prefix_items_with_and_without_items() -> None:
+    schema: dict[str, Any] = {"prefixItems": [{"type": "string"}, {"type": "integer"}]}
+    assert errors(schema, ["a"]) == []
+    assert errors(schema, ["a", 1, None, {}]) == []
+    assert errors(schema, [1, "a"]) == [
+        "$[0]: expected string, got integer",
+        "$[1]: expected integer, got string",
+    ]
+    schema["items"] = {"type": "boolean"}
+    assert errors(schema, ["a", 1, True, False]) == []
+    assert errors(schema, ["a", 1, True, 0]) == ["$[3]: expected boolean, got integer"]
+    schema["items"] = False
+    assert errors(schema, ["a", 1]) == []
+    assert errors(schema, ["a", 1, True]) == ["$: expected at most 2 items, got 3"]
+
+
+def test_items_false_without_prefix() -> None:
+    assert errors({"items": False}, []) == []
+    assert errors({"items": False}, [1]) == ["$: expected at most 0 items, got 1"]
+
+
+def test_min_and_max_items() -> None:
+    schema = {"minItems": 1, "maxItems": 2}
+    assert errors(schema, [1]) == []
+    assert errors(schema, [1, 2]) == []
+    assert errors(schema, []) == ["$: expected at least 1 item, got 0"]
+    assert errors(schema, [1, 2, 3]) == ["$: expected at most 2 items, got 3"]
+    assert errors(schema, "") == []
+
+
+def test_unique_items() -> None:
+    schema = {"uniqueItems": True}
+    assert errors(schema, [1, "1", True, None, [1], {"a": 1}]) == []
+    assert errors(schema, [1, 2, 1.0]) == ["$: items at index 0 and 2 are equal"]
+    assert errors(schema, [{"a": [1]}, {"a": [1]}]) == ["$: items at index 0 and 1 are equal"]
+    assert errors(schema, [True, 1]) == []
+    assert errors({"uniqueItems": False}, [1, 1]) == []
+
+
+# -- strings -------------------------------------------------------------------------------
+
+
+def test_min_and_max_length_count_code_points() -> None:
+    schema = {"minLength": 2, "maxLength": 3}
+    assert errors(schema, "ab") == []
+    assert errors(schema, "😀😀😀") == []  # 3 code points, 12 UTF-8 bytes
+    assert errors(schema, "a") == ["$: expected at least 2 characters, got 1"]
+    assert errors(schema, "abcd") == ["$: expected at most 3 characters, got 4"]
+    assert errors({"maxLength": 1}, "ab") == ["$: expected at most 1 character, got 2"]
+    assert errors(schema, 12345) == []
+
+
+def test_pattern_uses_search_semantics() -> None:
+    schema = {"pattern": "^[a-z]+$"}
+    assert errors(schema, "abc") == []
+    assert errors(schema, "abc1") == ["$: 'abc1' does not match pattern '^[a-z]+$'"]
+    assert errors({"pattern": "b"}, "abc") == []  # unanchored: search, not match
+    assert errors({"pattern": "^b"}, "abc") == ["$: 'abc' does not match pattern '^b'"]
+    assert errors(schema, 1) == []
+
+
+def test_long_values_are_truncated_in_messages() -> None:
+    [message] = errors({"pattern": "^x"}, "a" * 500)
+    assert message.startswith("$: 'aaaa")
+    assert "...' does not match pattern" not in message
+    assert "... does not match pattern '^x'" in message
+    assert len(message) < 150
+
+
+# -- numbers -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid", "invalid", "message"),
+    [
+        ({"minimum": 5}, 5, 4.5, "$: 4.5 is less than minimum 5"),
+        ({"maximum": 5}, 5.0, 6, "$: 6 is greater than maximum 5"),
+        ({"exclusiveMinimum": 5}, 5.01, 5, "$: 5 is not greater than exclusiveMinimum 5"),
+        ({"exclusiveMaximum": 5}, 4, 5.0, "$: 5.0 is not less than exclusiveMaximum 5"),
+        ({"multipleOf": 3}, 9, 10, "$: 10 is not a multiple of 3"),
+        ({"multipleOf": 0.1}, 0.3, 0.35, "$: 0.35 is not a multiple of 0.1"),
+        ({"multipleOf": 2}, 4.0, 4.5, "$: 4.5 is not a multiple of 2"),
+        ({"multipleOf": 0.5}, 10**400, float("inf"), "$: inf is not a multiple of 0.5"),
+    ],
+)
+def test_numeric_keywords(
+    schema: dict[str, Any], valid: object, invalid: object, message: str
+) -> None:
+    assert errors(schema, valid) == []
+    assert errors(schema, invalid) == [message]
+    # Numeric keywords ignore non-numbers, including booleans.
+    assert errors(schema, "7") == []
+    assert errors(schema, True) == []
+
+
+# -- enum and const ------------------------------------------------------------------------
+
+
+def test_enum() -> None:
+    schema = {"enum": ["r", "w"]}
+    assert errors(schema, "r") == []
+    assert errors(schema, "x") == ["$: 'x' is not one of ['r', 'w']"]
+    assert errors(schema, ["r"]) == ["$: ['r'] is not one of ['r', 'w']"]
+
+
+def test_enum_uses_json_equality() -> None:
+    schema = {"enum": [1, None, [1, {"a": False}]]}
+    assert errors(schema, 1) == []
+    assert errors(schema, 1.0) == []
+    assert errors(schema, None) == []
+    assert errors(schema, [1.0, {"a": False}]) == []
+    assert errors(schema, True) == ["$: True is not one of [1, None, [1, {'a': False}]]"]
+    assert errors(schema, [True, {"a": False}]) != []
+    assert errors(schema, [1, {"a": 0}]) != []
+    assert errors({"enum": [True]}, 1) == ["$: 1 is not one of [True]"]
+    assert errors({"enum": [0]}, False) == ["$: False is not one of [0]"]
+
+
+def test_const() -> None:
+    assert errors({"const": "x"}, "x") == []
+    assert errors({"const": "x"}, "y") == ["$: 'y' is not equal to const 'x'"]
+    assert errors({"const": {"a": [1, 2]}}, {"a": [1, 2.0]}) == []
+    assert errors({"const": {"a": [1, 2]}}, {"a": [2, 1]}) == [
+        "$: {'a': [2, 1]} is not equal to const {'a': [1, 2]}"
+    ]
+    assert errors({"const": None}, None) == []
+    assert errors({"const": False}, 0) == ["$: 0 is not equal to const False"]
+    assert errors({"const": 1}, True) == ["$: True is not equal to const 1"]
+
+
+# -- combinators ---------------------------------------------------------------------------
+
+
+def test_all_of_reports_every_failure() -> None:
+    schema = {"allOf": [{"type": "string"}, {"minLength": 3}, {"pattern": "^a"}]}
+    assert errors(schema, "abc") == []
+    assert errors(schema, "b") == [
+        "$: expected at least 3 characters, got 1",
+        "$: 'b' does not match pattern '^a'",
+    ]
+
+
+def test_any_of() -> None:
+    schema = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    assert errors(schema, "x") == []
+    assert errors(schema, None) == []
+    assert errors(schema, 3) == [
+        "$: value does not match any schema in anyOf "
+        "(option 0: expected string, got integer; option 1: expected null, got integer)"
+    ]
+
+
+def test_any_of_keeps_nested_paths_in_reasons() -> None:
+    schema = {"anyOf": [{"properties": {"a": {"type": "string"}}}, {"required": ["b"]}]}
+    assert errors({"properties": {"x": schema}}, {"x": {"a": 1}}) == [
+        "$.x: value does not match any schema in anyOf "
+        "(option 0: $.x.a: expected string, got integer; "
+        "option 1: missing required property 'b')"
+    ]
+
+
+def test_one_of() -> None:
+    schema = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
+    assert errors(schema, 1) == []
+    assert errors(schema, 2.5) == []
+    assert errors(schema, 3) == ["$: value matches options 0, 1 in oneOf, expected exactly one"]
+    assert errors(schema, "x") == []  # minimum ignores strings, so exactly option 1 matches
+    assert errors({"oneOf": [{"type": "integer"}, {"type": "null"}]}, "x") == [
+        "$: value does not match any schema in oneOf "
+        "(option 0: expected integer, got string; option 1: expected null, got string)"
+    ]
+
+
+def test_not() -> None:
+    schema = {"not": {"type": "null"}}
+    assert errors(schema, 0) == []
+    assert errors(schema, None) == ["$: value must not match the 'not' schema"]
+    assert errors({"not": {}}, 1) == ["$: value must not match the 'not' schema"]
+    assert errors({"not": False}, 1) == []
+
+
+# -- boolean schemas -----------------------------------------------------------------------
+
+
+def test_boolean_root_schemas() -> None:
+    assert errors(True, {"anything": [1]}) == []
+    assert errors(False, None) == ["$: no value is allowed here (schema is false)"]
+    assert errors({}, object()) == []
+
+
+def test_boolean_subschemas() -> None:
+    schema = {"properties": {"ok": True, "never": False}}
+    assert errors(schema, {"ok": 1}) == []
+    assert errors(schema, {"never": 1}) == ["$.never: no value is allowed here (schema is false)"]
+
+
+# -- $ref ----------------------------------------------------------------------------------
+
+
+def test_ref_to_defs_and_definitions() -> None:
+    schema = {
+        "properties": {"a": {"$ref": "#/$defs/name"}, "b": {"$ref": "#/definitions/count"}},
+        "$defs": {"name": {"type": "string"}},
+        "definitions": {"count": {"type": "integer", "minimum": 0}},
+    }
+    assert errors(schema, {"a": "x", "b": 0}) == []
+    assert errors(schema, {"a": 1, "b": -1}) == [
+        "$.a: expected string, got integer",
+        "$.b: -1 is less than minimum 0",
+    ]
+
+
+def test_ref_with_sibling_keywords_applies_both() -> None:
+    schema = {"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2}
+    assert errors(schema, "ab") == []
+    assert errors(schema, "abc") == ["$: expected at most 2 characters, got 3"]
+    assert errors(schema, 1) == ["$: expected string, got integer"]
+
+
+def test_ref_escaped_pointer_tokens() -> None:
+    schema = {"$defs": {"a/b": {"type": "null"}, "c~d": {"type": "null"}}}
+    assert errors({**schema, "$ref": "#/$defs/a~1b"}, 1) == ["$: expected null, got integer"]
+    assert errors({**schema, "$ref": "#/$defs/c~0d"}, None) == []
+
+
+def test_recursive_ref() -> None:
+    schema = {
+        "$ref": "#/$defs/node",
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["name"],
+                "additionalProperties": False,
+            }
+        },
+    }
+    validate = compile_schema(schema)
+    tree = {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}
+    assert validate(tree) == []
+    bad = {"name": "a", "children": [{"name": "b", "children": [{"name": 3, "x": 1}, {}]}]}
+    assert validate(bad) == [
+        "$.children[0].children[0].name: expected string, got integer",
+        "$.children[0].children[0]: unexpected property 'x'",
+        "$.children[0].children[1]: missing required property 'name'",
+    ]
+
+
+def test_recursive_ref_to_root() -> None:
+    schema = {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"$ref": "#"}]}}
+    assert errors(schema, [1, [2, [3, []]]]) == []
+    assert errors(schema, [1, [2, ["x"]]]) != []
+
+
+def test_deeply_nested_value_is_reported_not_raised() -> None:
+    schema = {"type": "array", "items": {"$ref": "#"}}
+    value: list[Any] = []
+    for _ in range(100_000):
+        value = [value]
+    assert errors(schema, value) == ["$: value is nested too deeply to validate"]
+
+
+# -- paths and error cap -------------------------------------------------------------------
+
+
+def test_nested_paths_in_messages() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}},
+            },
+            "with space": {"type": "integer"},
+        },
+    }
+    assert errors(schema, {"path": [{"name": "ok"}, {"name": 5}], "with space": "x"}) == [
+        "$.path[1].name: expected string, got integer",
+        "$['with space']: expected integer, got string",
+    ]
+
+
+def test_error_cap() -> None:
+    schema = {"type": "array", "items": {"type": "string"}}
+    result = errors(schema, list(range(100)))
+    assert MAX_ERRORS == 20
+    assert len(result) == 20
+    assert result[0] == "$[0]: expected string, got integer"
+    assert result[-1] == "$[19]: expected string, got integer"
+
+
+def test_error_cap_inside_combinator_branch_does_not_stop_outer_validation() -> None:
+    branch = {"type": "array", "items": {"type": "string"}}
+    schema = {"properties": {"a": {"anyOf": [branch, {"type": "null"}]}, "b": {"type": "null"}}}
+    result = errors(schema, {"a": list(range(50)), "b": 1})
+    assert len(result) == 2
+    assert result[0].startswith("$.a: value does not match any schema in anyOf (option 0: $.a[0]")
+    assert result[1] == "$.b: expected null, got integer"
+
+
+def test_validator_is_reusable_and_returns_fresh_lists() -> None:
+    validate = compile_schema(TOOL_SCHEMA)
+    first = validate({})
+    first.append("mutated")
+    assert validate({}) == ["$: missing required property 'text'"]
+
+
+# -- annotations and schema errors ---------------------------------------------------------
+
+
+def test_annotation_keywords_are_ignored() -> None:
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:tool",
+        "$comment": "c",
+        "title": "t",
+        "description": "d",
+        "default": {},
+        "examples": [{}],
+        "deprecated": False,
+        "readOnly": False,
+        "writeOnly": False,
+        "nullable": True,
+        "properties": {"when": {"type": "string", "format": "date-time"}},
+    }
+    assert errors(schema, {"when": "not a date"}) == []
+    assert errors(schema, None) == []  # nullable is ignored, and no type is given
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "pointer"),
+    [
+        ({"patternProperties": {}}, "patternProperties", "#"),
+        ({"properties": {"a": {"if": {}}}}, "if", "#/properties/a"),
+        ({"properties": {"a/b": {"contains": {}}}}, "contains", "#/properties/a~1b"),
+        ({"items": {"propertyNames": {}}}, "propertyNames", "#/items"),
+        ({"anyOf": [{}, {"dependentRequired": {}}]}, "dependentRequired", "#/anyOf/1"),
+        (
+            {"$defs": {"x": {"unevaluatedProperties": False}}, "$ref": "#/$defs/x"},
+            "unevaluatedProperties",
+            "#/$defs/x",
+        ),
+    ],
+)
+def test_unsupported_keyword_names_keyword_and_pointer(
+    schema: dict[str, Any], keyword: str, pointer: str
+) -> None:
+    assert schema_error(schema) == f"unsupported keyword {keyword!r} at {pointer}"
+
+
+def test_unsupported_keyword_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="unsupported keyword 'minContains' at #"):
+        compile_schema({"minContains": 1})
+
+
+def test_bad_regex() -> None:
+    message = schema_error({"properties": {"p": {"pattern": "(unclosed"}}})
+    assert message.startswith("invalid 'pattern' at #/properties/p: '(unclosed': ")
+    assert "missing )" in message
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"required": "x"}, "invalid 'required' at #: expected an array of unique strings"),
+        ({"required": ["a", "a"]}, "invalid 'required' at #"),
+        ({"required": [1]}, "invalid 'required' at #"),
+        ({"type": "strng"}, "invalid 'type' at #: unknown type 'strng'"),
+        ({"type": []}, "invalid 'type' at #"),
+        ({"type": ["string", "string"]}, "invalid 'type' at #"),
+        ({"type": 3}, "invalid 'type' at #"),
+        ({"properties": []}, "invalid 'properties' at #: expected an object"),
+        ({"properties": {"a": 3}}, "schema at #/properties/a must be an object or boolean"),
+        ({"additionalProperties": "no"}, "schema at #/additionalProperties must be an object"),
+        ({"items": [{}]}, "invalid 'items' at #: use 'prefixItems' for tuples"),
+        ({"prefixItems": {}}, "invalid 'prefixItems' at #: expected a non-empty array"),
+        ({"enum": "ab"}, "invalid 'enum' at #: expected an array"),
+        ({"minimum": "1"}, "invalid 'minimum' at #"),
+        ({"maximum": True}, "invalid 'maximum' at #"),
+        ({"multipleOf": 0}, "invalid 'multipleOf' at #"),
+        ({"minLength": -1}, "invalid 'minLength' at #: expected a non-negative integer"),
+        ({"maxItems": 1.5}, "invalid 'maxItems' at #"),
+        ({"maxProperties": None}, "invalid 'maxProperties' at #"),
+        ({"pattern": 1}, "invalid 'pattern' at #: expected a string"),
+        ({"uniqueItems": 1}, "invalid 'uniqueItems' at #: expected a boolean"),
+        ({"anyOf": []}, "invalid 'anyOf' at #: expected a non-empty array"),
+        ({"oneOf": {}}, "invalid 'oneOf' at #"),
+        ({"allOf": [1]}, "schema at #/allOf/0 must be an object or boolean"),
+        ({"not": []}, "schema at #/not must be an object or boolean"),
+        ({"$defs": []}, "invalid '$defs' at #: expected an object"),
+        ({"$ref": 1}, "invalid '$ref' at #: expected a string"),
+        ({"$ref": "#/$defs/missing"}, "unresolvable '$ref' '#/$defs/missing' at #"),
+        ({"$ref": "other.json#/a"}, "unsupported '$ref' 'other.json#/a' at #"),
+        ({"$ref": "#/properties/a"}, "unsupported '$ref' '#/properties/a' at #"),
+        ({"$ref": "#"}, "circular '$ref' '#' at #"),
+    ],
+)
+def test_invalid_keyword_values(schema: dict[str, Any], expected: str) -> None:
+    assert schema_error(schema).startswith(expected)
+
+
+def test_circular_ref_without_descent_is_rejected() -> None:
+    schema = {
+        "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}},
+        "properties": {"x": {"$ref": "#/$defs/a"}},
+    }
+    assert schema_error(schema) == (
+        "circular '$ref' '#/$defs/a' at #/$defs/b never descends into the value"
+    )
+
+
+def test_integral_float_keyword_values_are_accepted() -> None:
+    assert errors({"maxLength": 2.0}, "abc") == ["$: expected at most 2 characters, got 3"]
+
+
+def test_defs_only_apply_when_referenced() -> None:
+    assert errors({"$defs": {"unused": {"type": "string"}}}, 1) == []
+
+
+# -- performance ---------------------------------------------------------------------------
+
+
+def test_validation_does_not_touch_the_schema_dict() -> None:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "pattern": "^s"}},
+        "required": ["text"],
+    }
+    validate = compile_schema(schema)
+    schema.clear()
+    assert validate({"text": "step-1"}) == []
+    assert validate({"text": "x"}) == ["$.text: 'x' does not match pattern '^s'"]
+    assert re.fullmatch(r"\$\.text: .*", validate({"text": 1})[0])
