@@ -4,18 +4,21 @@ owner once its lease expires. (tests/crash/ does the same with real killed proce
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from pathlib import Path
 
 import pytest
 
 from plait.adapters.stores.memory import MemoryStore
 from plait.application.ports import ModelResponse, ToolInvocation
+from plait.application.service import RunResult
 from plait.domain.errors import LeaseLostError, RunStateError, ValidationError
 from plait.domain.messages import ToolStatus
 from plait.domain.runs import RunStatus
 from plait.domain.session import ExecutionState
 from plait.domain.tools import EffectClass
 from plait.testing import FixedClock, RecordingTool, SequentialIds
-from tests.application.conftest import call, make_rig, reply, run, shape, spec
+from tests.application.conftest import Rig, call, make_rig, reply, run, shape, spec
 
 
 def _ids() -> SequentialIds:
@@ -248,3 +251,54 @@ def test_two_recoverers_exactly_one_wins() -> None:
     run(store.claim_run(stale.id, owner="a", now=now, expires_at=now + 60))
     with pytest.raises(LeaseLostError):
         run(store.claim_run(stale.id, owner="b", now=now, expires_at=now + 60))
+
+
+def _write_script(args: dict[str, str]) -> list[ModelResponse]:
+    return [reply("", call("write_file", args, "w1")), reply("written")]
+
+
+def _crash_write(tmp_path: Path, args: dict[str, str]) -> tuple[Rig, str, RunResult]:
+    from plait.adapters.tools import workspace_tools
+
+    store, clock = MemoryStore(), FixedClock()
+    first = make_rig(
+        _write_script(args),
+        workspace_tools(),
+        store=store,
+        clock=clock,
+        checkpoint=die_at("tool_returned"),
+    )
+    s = run(first.service.create_session(workspace=str(tmp_path)))
+    with pytest.raises(Died):
+        run(first.service.send(s.id, "write it"))
+    clock.advance(61)
+    second = make_rig(
+        _write_script(args)[1:], workspace_tools(), store=store, clock=clock, ids=_ids()
+    )
+    (report,) = run(second.service.recover())
+    assert report.result is not None
+    return second, s.id, report.result
+
+
+def test_compare_and_write_is_idempotent_and_reruns_after_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("old\n")
+    old = hashlib.sha256(b"old\n").hexdigest()
+    rig, session_id, result = _crash_write(
+        tmp_path, {"path": "a.txt", "content": "new\n", "expected_sha256": old}
+    )
+    assert result.run.status is RunStatus.COMPLETED
+    rows = shape(rig.history(session_id))
+    assert rows[2][:4] == (3, "tool_result", "w1", "succeeded")
+    assert "already written" in rows[2][4]
+    assert (tmp_path / "a.txt").read_text() == "new\n"
+    (record,) = run(rig.store.get_executions(result.run.id))
+    assert record.effect is EffectClass.IDEMPOTENT
+
+
+def test_a_plain_write_is_a_side_effect_and_becomes_unknown(tmp_path: Path) -> None:
+    rig, _, result = _crash_write(tmp_path, {"path": "b.txt", "content": "x\n"})
+    assert result.run.status is RunStatus.AWAITING_RESOLUTION
+    (record,) = run(rig.store.get_executions(result.run.id))
+    assert record.effect is EffectClass.SIDE_EFFECT
+    assert record.result_status is ToolStatus.UNKNOWN
+    assert (tmp_path / "b.txt").read_text() == "x\n"

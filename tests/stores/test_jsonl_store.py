@@ -10,7 +10,13 @@ import pytest
 
 from plait.adapters.stores.jsonl import JsonlStore, StoreWarning
 from plait.application.ports import Commit
-from plait.domain.errors import ConfigError, CorruptStoreError, RunNotFoundError
+from plait.domain.errors import (
+    ConfigError,
+    CorruptStoreError,
+    RunNotFoundError,
+    SessionNotFoundError,
+)
+from plait.domain.runs import RunStatus
 from plait.domain.session import StoredMessage
 from tests.contract.builders import execution, mixed_history, new_run, new_session, user
 from tests.stores.worker import run_workers
@@ -134,9 +140,19 @@ def test_complete_but_invalid_line_is_corruption(tmp_path: Path) -> None:
     lines = path.read_bytes().splitlines(keepends=True)
     record = json.loads(lines[2])
     record["messages"][0]["seq"] = 7  # a gap in the history
-    path.write_bytes(b"".join(lines[:2]) + json.dumps(record).encode() + b"\n")
+    damaged = b"".join(lines[:2]) + json.dumps(record).encode() + b"\n" + b'{"torn'
+    path.write_bytes(damaged)
     with pytest.raises(CorruptStoreError, match="line 3"):
         _read(tmp_path)
+
+    async def try_write() -> None:
+        store = JsonlStore(tmp_path)
+        with pytest.raises(CorruptStoreError):
+            await store.commit(Commit(session_id="s1", expected_version=1, messages=(user("x"),)))
+        await store.close()
+
+    asyncio.run(try_write())
+    assert path.read_bytes() == damaged  # the torn tail is not cut off a corrupt file
 
 
 def test_newer_schema_version_line_is_refused(tmp_path: Path) -> None:
@@ -211,3 +227,43 @@ def test_two_processes_append_without_interleaving(tmp_path: Path) -> None:
         assert mine == [f"{name}-{i}" for i in range(n)]
     lines = (tmp_path / "sessions" / "s1.jsonl").read_bytes().splitlines()
     assert all(json.loads(line)["schema_version"] == 1 for line in lines)
+
+
+def test_torn_create_line_leaves_no_session(tmp_path: Path) -> None:
+    (tmp_path / "sessions").mkdir()
+    path = tmp_path / "sessions" / "s1.jsonl"
+    path.write_bytes(b'{"schema_version":1,"op":"create","sess')
+
+    async def go() -> None:
+        store = JsonlStore(tmp_path)
+        with pytest.warns(StoreWarning), pytest.raises(SessionNotFoundError):
+            await store.get_session("s1")
+        assert await store.list_sessions() == []
+        await store.create_session(new_session())  # cuts the torn line, writes a whole one
+        assert await store.get_session("s1") == new_session()
+        await store.close()
+
+    asyncio.run(go())
+    assert len(path.read_bytes().splitlines()) == 1
+
+
+def test_torn_run_index_line(tmp_path: Path) -> None:
+    _write_session(tmp_path)
+    index = tmp_path / "runs.jsonl"
+    index.write_bytes(index.read_bytes() + b'{"schema_version":1,"run_id":"r')
+
+    async def go() -> None:
+        store = JsonlStore(tmp_path)
+        with pytest.warns(StoreWarning, match="runs.jsonl"):
+            assert (await store.get_run("r1")).id == "r1"
+        done = new_run().ended(RunStatus.COMPLETED, 2_000.0)
+        await store.commit(Commit(session_id="s1", expected_version=0, run=done))
+        await store.start_run(Commit(session_id="s1", expected_version=0, run=new_run("r2")))
+        assert [r.id for r in await store.list_runs()] == ["r2", "r1"]
+        await store.close()
+
+    asyncio.run(go())
+    assert [json.loads(line)["run_id"] for line in index.read_bytes().splitlines()] == [
+        "r1",
+        "r2",
+    ]

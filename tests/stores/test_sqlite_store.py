@@ -132,23 +132,23 @@ def test_lock_held_too_long_is_a_conflict(tmp_path: Path) -> None:
     assert _load(path) == []
 
 
-def test_shared_message_bodies(tmp_path: Path) -> None:
-    """A message id names one immutable body: a second session may share it (as a fork
-    does), but not with different content."""
+def test_message_ids_are_unique_per_session_not_globally(tmp_path: Path) -> None:
+    """Appends always store a new body; a fork will share bodies by copying membership
+    rows (message_pk), not by re-appending ids. The same id appended to two sessions is
+    two independent messages."""
 
     async def go() -> None:
         store = SqliteStore(tmp_path / "plait.db")
-        for sid in ("s1", "s2", "s3"):
+        for sid in ("s1", "s2"):
             await store.create_session(new_session(sid))
-        m = user("m1")
-        await store.commit(Commit(session_id="s1", expected_version=0, messages=(m,)))
-        await store.commit(Commit(session_id="s2", expected_version=0, messages=(m,)))
-        assert await store.read_messages("s2") == [StoredMessage(1, m)]
-        with pytest.raises(ConflictError, match="different content"):
-            await store.commit(
-                Commit(session_id="s3", expected_version=0, messages=(user("m1", text="other"),))
-            )
-        assert await store.read_messages("s3") == []
+        await store.commit(Commit(session_id="s1", expected_version=0, messages=(user("m1"),)))
+        other = user("m1", text="other")
+        await store.commit(Commit(session_id="s2", expected_version=0, messages=(other,)))
+        assert await store.read_messages("s1") == [StoredMessage(1, user("m1"))]
+        assert await store.read_messages("s2") == [StoredMessage(1, other)]
+        with pytest.raises(ConflictError, match="already stored"):
+            await store.commit(Commit(session_id="s2", expected_version=1, messages=(other,)))
+        assert (await store.get_session("s2")).version == 1
         await store.close()
 
     asyncio.run(go())

@@ -21,7 +21,7 @@ from plait.domain.errors import ConflictError
 from plait.domain.messages import UserMessage
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """Environment for a child that can import both ``plait`` and ``tests``."""
     import plait
     import tests
@@ -39,7 +39,7 @@ def run_workers(url: str, tmp: Path, mode: str, *, n: int = 0) -> list[dict[str,
             [sys.executable, "-m", "tests.stores.worker", mode, url, name, str(start), str(n)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=_child_env(),
+            env=child_env(),
             text=True,
         )
         for name in ("a", "b")

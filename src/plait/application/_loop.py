@@ -344,13 +344,19 @@ class RunLoop:
                 pass
 
     def _record(self, a: _Active, call: ToolCall, now: float) -> ExecutionRecord:
-        spec = self._specs.get(call.name)
+        tool = self._tools.get(call.name)
+        if tool is None:
+            effect = EffectClass.SIDE_EFFECT
+        elif tool.effect_of is not None:
+            effect = EffectClass(tool.effect_of(call.arguments()))
+        else:
+            effect = tool.spec.effect
         return ExecutionRecord(
             session_id=a.session.id,
             run_id=a.run.id,
             call_id=call.id,
             tool_name=call.name,
-            effect=EffectClass.SIDE_EFFECT if spec is None else spec.effect,
+            effect=effect,
             args_digest=argument_digest(call.arguments_json),
             idempotency_key=idempotency_key(a.session.id, a.run.id, call.id),
             state=ExecutionState.REQUESTED,
@@ -407,7 +413,7 @@ class RunLoop:
             workspace=a.session.workspace,
             idempotency_key=record.idempotency_key,
         )
-        result = await self._invoke(a, tool, invocation)
+        result = await self._invoke(a, tool, invocation, record.effect)
         self._hit("tool_returned")
         if result.status is ToolStatus.UNKNOWN:
             raise _Stop(
@@ -433,13 +439,15 @@ class RunLoop:
         await self._commit(a, (message,), executions=(settled,))
         self._hit("result_saved")
 
-    async def _invoke(self, a: _Active, tool: Tool, invocation: ToolInvocation) -> ToolResult:
-        call, spec, b = invocation.call, tool.spec, a.run.budget
+    async def _invoke(
+        self, a: _Active, tool: Tool, invocation: ToolInvocation, effect: EffectClass
+    ) -> ToolResult:
+        call, b = invocation.call, a.run.budget
         timeout = b.tool_timeout_seconds
         if a.deadline is not None:
             left = max(a.deadline - self.clock.monotonic(), 0.0)
             timeout = left if timeout is None else min(timeout, left)
-        unsure = ToolStatus.UNKNOWN if spec.effect is EffectClass.SIDE_EFFECT else ToolStatus.FAILED
+        unsure = ToolStatus.UNKNOWN if effect is EffectClass.SIDE_EFFECT else ToolStatus.FAILED
         a.interruptible = tool.stoppable
         try:
             async with asyncio.timeout(timeout):

@@ -6,6 +6,7 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -13,7 +14,7 @@ from plait.domain.context import Context
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
-from plait.domain.tools import ToolSpec
+from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
     "ArtifactStore",
@@ -129,6 +130,10 @@ class Tool:
     stoppable: bool = True
     """Cancelling the executor's task really stops it. When False, a cancelled run waits
     for the call to finish (within its timeout) and records what really happened."""
+    effect_of: Callable[[dict[str, Any]], EffectClass] | None = None
+    """The effect class of one call, from its arguments, where the tool can prove more
+    than ``spec.effect`` says: e.g. a compare-and-write with a content hash is
+    idempotent. Recorded with the call when it is requested, so recovery uses it."""
 
 
 # --- time and ids ---------------------------------------------------------------------------

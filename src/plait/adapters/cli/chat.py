@@ -2,6 +2,10 @@
 
 Each message is one run. Ctrl-C during a run cancels it (the cancellation is recorded and
 no call is left unpaired); Ctrl-C or Ctrl-D at the prompt leaves.
+
+With ``--json`` it is a line protocol for scripts: each line read from stdin is sent as a
+message, and every saved message is printed as one JSON line ``{"event": "message", ...}``
+followed by ``{"event": "run", ...}`` when the run ends (or ``{"event": "error", ...}``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,36 @@ def _print_message(console: Any, sm: StoredMessage) -> None:
         console.print(f"  [{colour}]✓ {m.tool_name} {r.status.value}[/] [dim]{detail}[/]")
 
 
-def run_chat(a: argparse.Namespace, budget: Budget) -> int:
-    from rich.console import Console
+def _json_chat(service: Any, session_id: str, budget: Budget) -> int:
+    import sys
 
+    from plait.adapters.cli._json import message_json, run_json
+
+    def emit(data: dict[str, Any]) -> None:
+        print(json.dumps(data, ensure_ascii=False), flush=True)
+
+    emit({"event": "session", "session_id": session_id})
+    for line in sys.stdin:
+        text = line.rstrip("\n")
+        if not text.strip():
+            continue
+
+        def observe(event: RunEvent) -> None:
+            if isinstance(event, MessageSaved):
+                emit({"event": "message", **message_json(event.stored)})
+
+        try:
+            result = asyncio.run(service.send(session_id, text, budget=budget, observer=observe))
+        except PlaitError as e:
+            emit({"event": "error", "error": e.to_dict()})
+            continue
+        emit({"event": "run", **run_json(result.run)})
+    return 0
+
+
+def run_chat(a: argparse.Namespace, budget: Budget) -> int:
     from plait.runtime import Runtime
 
-    console = Console()
     runtime = Runtime.open(db=getattr(a, "db", None), model=a.model)
     service = runtime.service
 
@@ -55,6 +83,11 @@ def run_chat(a: argparse.Namespace, budget: Budget) -> int:
 
     try:
         session_id = asyncio.run(start())
+        if getattr(a, "json", False):
+            return _json_chat(service, session_id, budget)
+        from rich.console import Console
+
+        console = Console()
         console.print(
             f"[bold]plait chat[/] session [cyan]{session_id}[/], model {service.model.name}. "
             "Ctrl-C cancels a run; Ctrl-D leaves."

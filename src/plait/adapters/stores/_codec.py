@@ -423,6 +423,7 @@ def execution_to_dict(e: ExecutionRecord) -> dict[str, Any]:
         "settled_at": e.settled_at,
         "result_status": None if e.result_status is None else e.result_status.value,
         "decision_reason": e.decision_reason,
+        "note": e.note,
     }
 
 
@@ -443,6 +444,7 @@ def _execution_from_dict(d: dict[str, Any]) -> ExecutionRecord:
         settled_at=d["settled_at"],
         result_status=None if status is None else ToolStatus(status),
         decision_reason=d["decision_reason"],
+        note=d.get("note"),
     )
 
 

@@ -16,11 +16,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from plait.adapters.stores import _codec
 from plait.adapters.stores._codec import (
     SCHEMA_VERSION,
     artifact_from_dict,
     assistant_extra,
     dumps,
+    loads,
     message_from_dict,
     tool_result_extra,
 )
@@ -36,9 +38,96 @@ from plait.domain.messages import (
     UserMessage,
     VendorState,
 )
-from plait.domain.session import StoredMessage
+from plait.domain.runs import Run
+from plait.domain.session import ExecutionRecord, ForkOrigin, Session, StoredMessage
 
-__all__ = ["FAST", "decode_messages", "message_row"]
+__all__ = [
+    "FAST",
+    "decode_messages",
+    "execution_row",
+    "json_value",
+    "message_row",
+    "run_data",
+    "run_from_row",
+    "session_from_row",
+    "session_row",
+]
+
+
+# --- sessions, runs, execution records ----------------------------------------------------
+
+
+def session_row(s: Session) -> tuple[Any, ...]:
+    """The ``sessions`` row; the version is derived from the messages, never stored."""
+    fork = s.fork_origin
+    return (
+        s.id,
+        s.created_at,
+        s.owner,
+        s.workspace,
+        s.active_run_id,
+        None if fork is None else fork.parent_session_id,
+        None if fork is None else fork.fork_point_message_id,
+        s.title,
+    )
+
+
+def session_from_row(row: tuple[Any, ...]) -> Session:
+    sid, created_at, owner, workspace, version, active, parent, point, title = row
+    return Session(
+        id=sid,
+        created_at=created_at,
+        owner=owner,
+        workspace=workspace,
+        version=version,
+        active_run_id=active,
+        fork_origin=None
+        if parent is None
+        else ForkOrigin(parent_session_id=parent, fork_point_message_id=point),
+        title=title,
+    )
+
+
+def run_data(run: Run) -> str:
+    d = _codec.run_to_dict(run)
+    for key in ("id", "session_id", "status", "started_at", "lease", "cancel_requested"):
+        del d[key]
+    return dumps(d)
+
+
+def run_from_row(row: tuple[Any, ...]) -> Run:
+    rid, sid, status, started_at, owner, expires_at, cancel, data = row
+    try:
+        d = loads(data)
+    except ValueError as e:
+        raise CorruptStoreError(f"run {rid!r}: data is not JSON: {e}", run_id=rid) from e
+    if isinstance(d, dict):
+        d.update(
+            id=rid,
+            session_id=sid,
+            status=status,
+            started_at=started_at,
+            lease=None if owner is None else {"owner": owner, "expires_at": expires_at},
+            cancel_requested=bool(cancel),
+        )
+    return _codec.run_from_dict(d)
+
+
+def execution_row(e: ExecutionRecord) -> tuple[Any, ...]:
+    return (
+        e.session_id, e.run_id, e.call_id, e.state.value, e.args_digest,
+        dumps(_codec.execution_to_dict(e)),
+    )  # fmt: skip
+
+
+def json_value(data: str, what: str) -> Any:
+    try:
+        return loads(data)
+    except ValueError as e:
+        raise CorruptStoreError(f"{what} is not JSON: {e}") from e
+
+
+# --- messages -------------------------------------------------------------------------------
 
 
 def message_row(m: Message) -> tuple[Any, ...]:
@@ -235,13 +324,6 @@ _STATUS = {s.value: s for s in ToolStatus}
 _raw_decode = json.JSONDecoder().raw_decode
 
 
-def _extra(text: str) -> dict[str, Any]:
-    value, end = _raw_decode(text)
-    if end != len(text) or not isinstance(value, dict):
-        raise ValueError("extra is not one JSON object")
-    return value
-
-
 def decode_messages(rows: list[Any]) -> list[StoredMessage]:
     """Rows of ``(seq, kind, id, text, created_at, run_id, step, call_id, name, status,
     extra, schema_version)`` to stored messages, in one pass."""
@@ -250,7 +332,7 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
     user, assistant, tool_message, result, call, usage_of, stored = (
         _user, _assistant, _tool_message, _result, _call, _usage, _stored,
     )  # fmt: skip
-    status_of, extra_of, artifact_of, current = _STATUS, _extra, artifact_from_dict, SCHEMA_VERSION
+    status_of, raw, artifact_of, current = _STATUS, _raw_decode, artifact_from_dict, SCHEMA_VERSION
     mid: Any = None
     msg: Message
     try:
@@ -262,7 +344,9 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
                 if extra is None:
                     res = result(call_id, status_of[status], text, None, None)
                 else:
-                    x = extra_of(extra)
+                    x, end = raw(extra)
+                    if end != len(extra):
+                        raise ValueError("trailing data after the extra JSON")
                     a = x.get("artifact")
                     res = result(
                         call_id,
@@ -276,15 +360,24 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
                 if extra is None:
                     msg = assistant(mid, text, at, (), run_id, step, name, None, None)
                 else:
-                    x = extra_of(extra)
+                    x, end = raw(extra)
+                    if end != len(extra):
+                        raise ValueError("trailing data after the extra JSON")
                     calls = x.get("tool_calls")
                     u = x.get("usage")
                     vs = x.get("vendor_state")
+                    if not calls:
+                        tool_calls: tuple[ToolCall, ...] = ()
+                    elif len(calls) == 1:
+                        c = calls[0]
+                        tool_calls = (call(c[0], c[1], c[2]),)
+                    else:
+                        tool_calls = tuple([call(c[0], c[1], c[2]) for c in calls])
                     msg = assistant(
                         mid,
                         text,
                         at,
-                        tuple([call(c[0], c[1], c[2]) for c in calls]) if calls else (),
+                        tool_calls,
                         run_id,
                         step,
                         name,

@@ -143,23 +143,22 @@ class JsonlStore:
             os.close(fd)  # also releases the lock
 
     def _read_new(
-        self, fd: int, path: Path, tracked: _Tracked | None, *, write: bool
-    ) -> tuple[_Tracked, list[tuple[int, dict[str, Any]]], int]:
-        """Complete lines appended since ``tracked``: ``(tracked, [(line_no, obj)], end)``.
-
-        The caller applies the lines, then sets ``tracked.offset = end``. A torn tail is
-        warned about once and, when ``write``, truncated away.
+        self, fd: int, path: Path, tracked: _Tracked | None
+    ) -> tuple[_Tracked, list[tuple[int, dict[str, Any]]], int, int]:
+        """Complete lines appended since ``tracked``: ``(tracked, [(line_no, obj)], end,
+        torn_bytes)``. The caller applies the lines, advances ``tracked`` to ``end``, then
+        hands a torn tail to :meth:`_discard_tail`.
         """
         st = os.fstat(fd)
         if tracked is None or tracked.ino != st.st_ino or st.st_size < tracked.offset:
             tracked = _Tracked(ino=st.st_ino)
         if st.st_size == tracked.offset:
-            return tracked, [], tracked.offset
+            return tracked, [], tracked.offset, 0
         data = os.pread(fd, st.st_size - tracked.offset, tracked.offset)
         cut = data.rfind(b"\n") + 1
         records: list[tuple[int, dict[str, Any]]] = []
         line_no = tracked.lines
-        for raw in data[:cut].splitlines():
+        for raw in data[: cut - 1].split(b"\n") if cut else ():
             line_no += 1
             try:
                 obj = _codec.loads(raw.decode())
@@ -174,20 +173,23 @@ class JsonlStore:
                     f"{path}, line {line_no}: not a JSON object", path=str(path), line=line_no
                 )
             records.append((line_no, obj))
-        end = tracked.offset + cut
-        if cut < len(data):
-            if end not in tracked.warned:
-                tracked.warned.add(end)
-                warnings.warn(
-                    f"{path}: discarding a torn last line ({len(data) - cut} bytes after line "
-                    f"{line_no}), left by a write that never completed",
-                    StoreWarning,
-                    stacklevel=2,
-                )
-            if write:
-                os.ftruncate(fd, end)
-                os.fsync(fd)
-        return tracked, records, end
+        return tracked, records, tracked.offset + cut, len(data) - cut
+
+    def _discard_tail(
+        self, fd: int, path: Path, tracked: _Tracked, torn: int, *, write: bool
+    ) -> None:
+        """Warn (once per handle) about a torn last line; cut it off under the write lock."""
+        if tracked.offset not in tracked.warned:
+            tracked.warned.add(tracked.offset)
+            warnings.warn(
+                f"{path}: discarding a torn last line ({torn} bytes after line "
+                f"{tracked.lines}), left by a write that never completed",
+                StoreWarning,
+                stacklevel=2,
+            )
+        if write:
+            os.ftruncate(fd, tracked.offset)
+            os.fsync(fd)
 
     def _append(self, fd: int, path: Path, tracked: _Tracked, obj: dict[str, Any]) -> None:
         line = (_codec.dumps(obj) + "\n").encode()
@@ -218,7 +220,7 @@ class JsonlStore:
         return self._sessions_dir / f"{session_id}.jsonl"
 
     def _sync_session(self, sid: str, fd: int, path: Path, *, write: bool) -> _Tracked:
-        tracked, records, end = self._read_new(fd, path, self._tracked.get(sid), write=write)
+        tracked, records, end, torn = self._read_new(fd, path, self._tracked.get(sid))
         self._tracked[sid] = tracked
         try:
             for line_no, obj in records:
@@ -228,6 +230,8 @@ class JsonlStore:
             raise
         tracked.offset = end
         tracked.lines += len(records)
+        if torn:
+            self._discard_tail(fd, path, tracked, torn, write=write)
         return tracked
 
     def _read_session(self, sid: str) -> SessionState:
@@ -279,7 +283,7 @@ class JsonlStore:
     # --- the run index --------------------------------------------------------------------
 
     def _sync_index(self, fd: int, *, write: bool) -> None:
-        tracked, records, end = self._read_new(fd, self._index_path, self._index, write=write)
+        tracked, records, end, torn = self._read_new(fd, self._index_path, self._index)
         if tracked is not self._index:
             self._index = tracked
             self._run_index = {}
@@ -301,6 +305,8 @@ class JsonlStore:
                 sids.append(sid)
         tracked.offset = end
         tracked.lines += len(records)
+        if torn:
+            self._discard_tail(fd, self._index_path, tracked, torn, write=write)
 
     def _refresh_index(self) -> None:
         try:
@@ -317,7 +323,10 @@ class JsonlStore:
             assert self._index is not None
             line = {"schema_version": _codec.SCHEMA_VERSION, "run_id": run_id}
             line["session_id"] = session_id
+            first = self._index.offset == 0
             self._append(fd, self._index_path, self._index, line)
+            if first:
+                self._fsync_dir(self._dir)
             self._run_index.setdefault(run_id, []).append(session_id)
 
     def _find_run(self, run_id: str) -> tuple[str, Run]:

@@ -29,8 +29,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.adapters.stores import _codec
-from plait.adapters.stores._codec import dumps, loads
-from plait.adapters.stores._sqlite_rows import decode_messages, message_row
+from plait.adapters.stores._sqlite_rows import (
+    decode_messages,
+    execution_row,
+    json_value,
+    message_row,
+    run_data,
+    run_from_row,
+    session_from_row,
+    session_row,
+)
 from plait.adapters.stores._state import (
     artifact_not_found,
     artifact_ref,
@@ -57,7 +65,7 @@ from plait.domain.errors import (
 )
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.runs import Run, RunStatus
-from plait.domain.session import ExecutionRecord, ExecutionState, ForkOrigin, Session, StoredMessage
+from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -70,18 +78,22 @@ _LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
 
 _DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # No version column: a session's version is its highest seq, so appending a message
+    # writes no session row (one page less per commit); the (session_id, seq) key makes a
+    # second writer at the same version fail instead of interleaving.
     """CREATE TABLE IF NOT EXISTS sessions (
         id TEXT PRIMARY KEY, created_at REAL NOT NULL, owner TEXT, workspace TEXT,
-        version INTEGER NOT NULL, active_run_id TEXT, parent_session_id TEXT,
-        fork_point_message_id TEXT, title TEXT)""",
+        active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT)""",
     "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
+    # Immutable bodies under an integer key: appended at the end of one b-tree, and the
+    # history read joins on integers. Ids are unique per session (session_messages_by_id).
     """CREATE TABLE IF NOT EXISTS messages (
-        id TEXT PRIMARY KEY, kind TEXT NOT NULL, text TEXT NOT NULL, created_at REAL NOT NULL,
-        run_id TEXT, step INTEGER, call_id TEXT, name TEXT, status TEXT, extra TEXT,
-        schema_version INTEGER NOT NULL)""",
+        pk INTEGER PRIMARY KEY, id TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+        created_at REAL NOT NULL, run_id TEXT, step INTEGER, call_id TEXT, name TEXT,
+        status TEXT, extra TEXT, schema_version INTEGER NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS session_messages (
         session_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)) WITHOUT ROWID""",
+        message_pk INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID""",
     """CREATE UNIQUE INDEX IF NOT EXISTS session_messages_by_id
         ON session_messages (session_id, message_id)""",
     """CREATE TABLE IF NOT EXISTS runs (
@@ -90,7 +102,8 @@ _DDL = (
         cancel_requested INTEGER NOT NULL DEFAULT 0, data TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, started_at)",
     "CREATE INDEX IF NOT EXISTS runs_by_started ON runs (started_at)",
-    f"CREATE INDEX IF NOT EXISTS runs_live ON runs (lease_expires_at) WHERE status IN ({_LIVE})",
+    # On status, not on the lease: renewing a lease must not rewrite an index page.
+    f"CREATE INDEX IF NOT EXISTS runs_live ON runs (status) WHERE status IN ({_LIVE})",
     """CREATE TABLE IF NOT EXISTS executions (
         session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
         state TEXT NOT NULL, args_digest TEXT NOT NULL, data TEXT NOT NULL,
@@ -100,32 +113,34 @@ _DDL = (
         media_type TEXT NOT NULL, data BLOB NOT NULL)""",
 )
 
+_VERSION_OF = "coalesce((SELECT max(seq) FROM session_messages WHERE session_id = s.id), 0)"
 _SESSION_COLS = (
-    "id, created_at, owner, workspace, version, active_run_id, parent_session_id, "
-    "fork_point_message_id, title"
+    f"s.id, s.created_at, s.owner, s.workspace, {_VERSION_OF}, s.active_run_id, "
+    "s.parent_session_id, s.fork_point_message_id, s.title"
 )
 _RUN_COLS = (
     "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data"
 )
 
-_INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?"
-_SESSION_VERSION = "SELECT version, active_run_id FROM sessions WHERE id = ?"
+_INSERT_SESSION = (
+    "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
+    "parent_session_id, fork_point_message_id, title) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
+_SESSION_VERSION = f"SELECT {_VERSION_OF}, s.active_run_id FROM sessions AS s WHERE s.id = ?"
 _LIST_SESSIONS = (
-    f"SELECT {_SESSION_COLS} FROM sessions ORDER BY created_at DESC, rowid DESC LIMIT ?"
+    f"SELECT {_SESSION_COLS} FROM sessions AS s ORDER BY s.created_at DESC, s.rowid DESC LIMIT ?"
 )
-_BUMP = "UPDATE sessions SET version = ? WHERE id = ? AND version = ? RETURNING active_run_id"
-_CLAIM_SESSION = (
-    "UPDATE sessions SET version = ?, active_run_id = ? "
-    "WHERE id = ? AND version = ? AND active_run_id IS NULL"
-)
+_CLAIM_SESSION = "UPDATE sessions SET active_run_id = ? WHERE id = ? AND active_run_id IS NULL"
 _RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?"
 
 _INSERT_MESSAGE = (
     "INSERT INTO messages (id, kind, text, created_at, run_id, step, call_id, name, status, "
-    "extra, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+    "extra, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_MEMBER = "INSERT INTO session_messages (session_id, seq, message_id) VALUES (?, ?, ?)"
+_INSERT_MEMBER = (
+    "INSERT INTO session_messages (session_id, seq, message_id, message_pk) VALUES (?, ?, ?, ?)"
+)
 _IS_MEMBER = "SELECT 1 FROM session_messages WHERE session_id = ? AND message_id = ?"
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
@@ -133,10 +148,9 @@ _MESSAGE_COLS = (
 )
 _READ_MESSAGES = (
     f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
-    "JOIN messages AS m ON m.id = sm.message_id "
+    "JOIN messages AS m ON m.pk = sm.message_pk "
     "WHERE sm.session_id = ? AND sm.seq > ? ORDER BY sm.seq LIMIT ?"
 )
-_GET_MESSAGE = f"SELECT 0, {_MESSAGE_COLS} FROM messages AS m WHERE m.id = ?"
 _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
 
 _INSERT_RUN = (
@@ -188,79 +202,6 @@ _PUT_ARTIFACT = (
 _GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = ?"
 
 _EXEC_STATE = {s.value: s for s in ExecutionState}
-
-
-# --- row codecs -----------------------------------------------------------------------------
-
-
-def _session_row(s: Session) -> tuple[Any, ...]:
-    fork = s.fork_origin
-    return (
-        s.id,
-        s.created_at,
-        s.owner,
-        s.workspace,
-        s.version,
-        s.active_run_id,
-        None if fork is None else fork.parent_session_id,
-        None if fork is None else fork.fork_point_message_id,
-        s.title,
-    )
-
-
-def _session(row: tuple[Any, ...]) -> Session:
-    sid, created_at, owner, workspace, version, active, parent, point, title = row
-    return Session(
-        id=sid,
-        created_at=created_at,
-        owner=owner,
-        workspace=workspace,
-        version=version,
-        active_run_id=active,
-        fork_origin=None
-        if parent is None
-        else ForkOrigin(parent_session_id=parent, fork_point_message_id=point),
-        title=title,
-    )
-
-
-def _run_data(run: Run) -> str:
-    d = _codec.run_to_dict(run)
-    for key in ("id", "session_id", "status", "started_at", "lease", "cancel_requested"):
-        del d[key]
-    return dumps(d)
-
-
-def _run(row: tuple[Any, ...]) -> Run:
-    rid, sid, status, started_at, owner, expires_at, cancel, data = row
-    try:
-        d = loads(data)
-    except ValueError as e:
-        raise CorruptStoreError(f"run {rid!r}: data is not JSON: {e}", run_id=rid) from e
-    if isinstance(d, dict):
-        d.update(
-            id=rid,
-            session_id=sid,
-            status=status,
-            started_at=started_at,
-            lease=None if owner is None else {"owner": owner, "expires_at": expires_at},
-            cancel_requested=bool(cancel),
-        )
-    return _codec.run_from_dict(d)
-
-
-def _execution_row(e: ExecutionRecord) -> tuple[Any, ...]:
-    return (
-        e.session_id, e.run_id, e.call_id, e.state.value, e.args_digest,
-        dumps(_codec.execution_to_dict(e)),
-    )  # fmt: skip
-
-
-def _json(data: str, what: str) -> Any:
-    try:
-        return loads(data)
-    except ValueError as e:
-        raise CorruptStoreError(f"{what} is not JSON: {e}") from e
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -419,7 +360,7 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> None:
             try:
-                conn.execute(_INSERT_SESSION, _session_row(session))
+                conn.execute(_INSERT_SESSION, session_row(session))
             except sqlite3.IntegrityError:
                 raise duplicate_session(session.id) from None
 
@@ -429,12 +370,12 @@ class SqliteStore:
         row = self._read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
         if row is None:
             raise session_not_found(session_id)
-        return _session(row)
+        return session_from_row(row)
 
     async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
         lim = -1 if limit is None else max(limit, 0)
         rows = self._read(lambda conn: conn.execute(_LIST_SESSIONS, (lim,)).fetchall())
-        return [_session(r) for r in rows]
+        return [session_from_row(r) for r in rows]
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -470,30 +411,35 @@ class SqliteStore:
     def _apply(self, conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
         sid = c.session_id
         expected = c.expected_version
-        version = expected + len(c.messages)
+        # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
+        row = conn.execute(_SESSION_VERSION, (sid,)).fetchone()
+        if row is None:
+            raise session_not_found(sid)
+        current, active = row
         run = c.run
         cancel = False
         if start:
             assert run is not None
-            active = None if run.status.terminal else run.id
-            if conn.execute(_CLAIM_SESSION, (version, active, sid, expected)).rowcount != 1:
-                self._session_failure(conn, sid, expected, busy=True)
+            if active is not None:
+                raise session_busy(sid, active)
+            if current != expected:
+                raise version_conflict(sid, expected, current)
             lease = run.lease
             inserted = conn.execute(
                 _INSERT_RUN,
                 (
                     run.id, sid, run.status.value, run.started_at,
                     None if lease is None else lease.owner,
-                    None if lease is None else lease.expires_at, _run_data(run),
+                    None if lease is None else lease.expires_at, run_data(run),
                 ),
             ).rowcount  # fmt: skip
             if inserted != 1:
                 raise duplicate_run(run.id)
+            if not run.status.terminal:
+                conn.execute(_CLAIM_SESSION, (run.id, sid))
         else:
-            rows = conn.execute(_BUMP, (version, sid, expected)).fetchall()
-            if not rows:
-                self._session_failure(conn, sid, expected, busy=False)
-            active = rows[0][0]
+            if current != expected:
+                raise version_conflict(sid, expected, current)
             if run is not None:
                 fence = conn.execute(_RUN_FENCE, (run.id,)).fetchone()
                 if fence is None or fence[0] != sid:
@@ -505,7 +451,7 @@ class SqliteStore:
                     (
                         run.status.value, run.started_at,
                         None if lease is None else lease.owner,
-                        None if lease is None else lease.expires_at, _run_data(run), run.id,
+                        None if lease is None else lease.expires_at, run_data(run), run.id,
                     ),
                 )  # fmt: skip
                 if run.status.terminal and active == run.id:
@@ -517,17 +463,7 @@ class SqliteStore:
             self._put_executions(conn, c, run)
         if c.messages:
             self._put_messages(conn, sid, expected, c.messages)
-        return CommitResult(version, cancel)
-
-    def _session_failure(
-        self, conn: sqlite3.Connection, sid: str, expected: int, *, busy: bool
-    ) -> None:
-        row = conn.execute(_SESSION_VERSION, (sid,)).fetchone()
-        if row is None:
-            raise session_not_found(sid)
-        if busy and row[1] is not None:
-            raise session_busy(sid, row[1])
-        raise version_conflict(sid, expected, row[0])
+        return CommitResult(expected + len(c.messages), cancel)
 
     def _put_executions(self, conn: sqlite3.Connection, c: Commit, run: Run | None) -> None:
         sid = c.session_id
@@ -539,34 +475,23 @@ class SqliteStore:
                 _RUN_IN_SESSION, (rec.run_id, sid)
             ).fetchone() is None:
                 raise run_not_found(rec.run_id)
-        conn.executemany(_UPSERT_EXECUTION, [_execution_row(e) for e in c.executions])
+        conn.executemany(_UPSERT_EXECUTION, [execution_row(e) for e in c.executions])
 
     def _put_messages(
         self, conn: sqlite3.Connection, sid: str, expected: int, messages: tuple[Message, ...]
     ) -> None:
-        inserted = conn.executemany(_INSERT_MESSAGE, [message_row(m) for m in messages]).rowcount
-        if inserted != len(messages):
-            # Some bodies exist already: shared with another session (a fork) if they are
-            # identical, a conflict if this session holds them or they differ.
-            for m in messages:
-                if conn.execute(_IS_MEMBER, (sid, m.id)).fetchone() is not None:
-                    raise duplicate_message(sid, m.id)
-                stored = decode_messages(conn.execute(_GET_MESSAGE, (m.id,)).fetchall())
-                if stored and stored[0].message != m:
-                    raise ConflictError(
-                        f"message id {m.id!r} is already stored with different content",
-                        session_id=sid,
-                        message_id=m.id,
-                    )
-        first = expected + 1
+        members = []
+        for seq, m in enumerate(messages, expected + 1):
+            pk = conn.execute(_INSERT_MESSAGE, message_row(m)).lastrowid
+            members.append((sid, seq, m.id, pk))
         try:
-            conn.executemany(
-                _INSERT_MEMBER, [(sid, first + i, m.id) for i, m in enumerate(messages)]
-            )
+            conn.executemany(_INSERT_MEMBER, members)
         except sqlite3.IntegrityError:
+            seen: set[str] = set()
             for m in messages:
-                if conn.execute(_IS_MEMBER, (sid, m.id)).fetchone() is not None:
+                if m.id in seen or conn.execute(_IS_MEMBER, (sid, m.id)).fetchone():
                     raise duplicate_message(sid, m.id) from None
+                seen.add(m.id)
             raise
 
     # --- runs -----------------------------------------------------------------------------
@@ -575,7 +500,7 @@ class SqliteStore:
         row = self._read(lambda conn: conn.execute(_GET_RUN, (run_id,)).fetchone())
         if row is None:
             raise run_not_found(run_id)
-        return _run(row)
+        return run_from_row(row)
 
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -586,13 +511,13 @@ class SqliteStore:
                 raise session_not_found(session_id)
             return rows
 
-        return [_run(r) for r in self._read(op)]
+        return [run_from_row(r) for r in self._read(op)]
 
     async def request_cancel(self, run_id: str) -> Run:
         rows = self._write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
         if not rows:
             raise run_not_found(run_id)
-        return _run(rows[0])
+        return run_from_row(rows[0])
 
     async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
         def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -601,7 +526,9 @@ class SqliteStore:
                 raise run_not_found(run_id)
             return rows
 
-        return [_codec.execution_from_dict(_json(r[0], "execution record")) for r in self._read(op)]
+        return [
+            _codec.execution_from_dict(json_value(r[0], "execution record")) for r in self._read(op)
+        ]
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
         def op(conn: sqlite3.Connection) -> tuple[Any, ...]:
@@ -611,7 +538,7 @@ class SqliteStore:
             self._lease_failure(conn, run_id, owner)
             raise AssertionError("unreachable")
 
-        return _run(self._write(op))
+        return run_from_row(self._write(op))
 
     async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
         def op(conn: sqlite3.Connection) -> None:
@@ -627,7 +554,10 @@ class SqliteStore:
         raise lease_lost(run_id, row[0], row[1], wanted=owner)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
-        return [_run(r) for r in self._read(lambda conn: conn.execute(_STALE, (now,)).fetchall())]
+        return [
+            run_from_row(r)
+            for r in self._read(lambda conn: conn.execute(_STALE, (now,)).fetchall())
+        ]
 
     # --- artifacts ------------------------------------------------------------------------
 

@@ -664,7 +664,15 @@ def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits) -> Tool:
         return ToolOutput(content=content)
 
     # A thread cannot be stopped: a cancelled run waits for the call to finish.
-    return Tool(spec=spec, execute=execute, stoppable=False)
+    effect_of = _write_effect if spec.name == "write_file" else None
+    return Tool(spec=spec, execute=execute, stoppable=False, effect_of=effect_of)
+
+
+def _write_effect(args: dict[str, Any]) -> EffectClass:
+    """A compare-and-write is idempotent: repeating it after it took effect finds the file
+    already holding exactly ``content`` and writes nothing ("already written"); if someone
+    changed the file meanwhile, the repeat is refused. Either way no second effect."""
+    return EffectClass.IDEMPOTENT if args.get("expected_sha256") else EffectClass.SIDE_EFFECT
 
 
 def workspace_tools(*, limits: WorkspaceLimits | None = None) -> list[Tool]:
