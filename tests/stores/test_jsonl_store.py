@@ -267,3 +267,39 @@ def test_torn_run_index_line(tmp_path: Path) -> None:
         "r1",
         "r2",
     ]
+
+
+class _Died(BaseException):
+    pass
+
+
+def test_mid_line_hook_leaves_a_torn_line_that_the_next_load_discards(tmp_path: Path) -> None:
+    _write_session(tmp_path, 1)
+
+    def die(point: str) -> None:
+        assert point == "mid_line"
+        raise _Died
+
+    async def crash() -> None:
+        store = JsonlStore(tmp_path, checkpoint=die)
+        with pytest.raises(_Died):
+            await store.commit(Commit(session_id="s1", expected_version=1, messages=(user("m2"),)))
+
+    asyncio.run(crash())
+    raw = (tmp_path / "sessions" / "s1.jsonl").read_bytes()
+    assert not raw.endswith(b"\n")  # half a line reached the file
+
+    async def reload() -> None:
+        store = JsonlStore(tmp_path)
+        with pytest.warns(StoreWarning, match="torn last line"):
+            history = await store.read_messages("s1")
+        assert history == [StoredMessage(1, user("m1"))]
+        # the next write cuts the torn tail and appends after the last whole line
+        await store.commit(Commit(session_id="s1", expected_version=1, messages=(user("m2"),)))
+        assert await store.read_messages("s1") == [
+            StoredMessage(1, user("m1")),
+            StoredMessage(2, user("m2")),
+        ]
+        await store.close()
+
+    asyncio.run(reload())

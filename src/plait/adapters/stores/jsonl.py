@@ -95,7 +95,13 @@ class JsonlStore:
     """:class:`~plait.application.ports.SessionStore` and
     :class:`~plait.application.ports.ArtifactStore` in a directory of JSONL files."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(
+        self, directory: str | Path, *, checkpoint: Callable[[str], None] | None = None
+    ) -> None:
+        """``checkpoint`` is a test-only hook: called with ``"mid_line"`` after the first
+        half of a line reached the file and before the rest, so crash tests can kill the
+        process in the middle of a write."""
+        self._checkpoint = checkpoint
         self._dir = Path(directory)
         self._sessions_dir = self._dir / "sessions"
         self._artifacts_dir = self._dir / "artifacts"
@@ -195,6 +201,9 @@ class JsonlStore:
         line = (_codec.dumps(obj) + "\n").encode()
         try:
             written = 0
+            if self._checkpoint is not None:
+                written = os.pwrite(fd, line[: len(line) // 2], tracked.offset)
+                self._checkpoint("mid_line")
             while written < len(line):
                 written += os.pwrite(fd, line[written:], tracked.offset + written)
             os.fsync(fd)
