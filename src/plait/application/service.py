@@ -208,6 +208,9 @@ class AgentService(RunLoop):
             if active.interruptible and active.task is not None:
                 active.task.cancel()
             return active.run
+        current = await self.store.get_run(run_id)
+        if current.status.terminal:
+            return current  # nothing to cancel; nothing written
         run = await self.store.request_cancel(run_id)
         if run.status is not RunStatus.AWAITING_RESOLUTION:
             return run
@@ -234,6 +237,7 @@ class AgentService(RunLoop):
 
         Two processes recovering the same run: exactly one wins the lease.
         """
+        self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
         else:
@@ -314,6 +318,7 @@ class AgentService(RunLoop):
 
     async def resume(self, run_id: str, *, observer: RunObserver | None = None) -> RunResult:
         """Continue a run that waited for resolution, once every unknown call is resolved."""
+        self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
         run = await self.store.get_run(run_id)
         if run.status is not RunStatus.AWAITING_RESOLUTION:
             raise RunStateError(

@@ -35,10 +35,11 @@ def _print_message(console: Any, sm: StoredMessage) -> None:
             console.print(f"  [cyan]→ {c.name}[/] [dim]{args[:160]}[/]", highlight=False)
     elif m.kind == "tool_result":
         r = m.result
-        colour = "green" if r.status.value == "succeeded" else "yellow"
+        ok = r.status.value == "succeeded"
+        colour, mark = ("green", "✓") if ok else ("yellow", "✗")
         first = (r.reason or r.content).strip().splitlines()
         detail = first[0][:120] if first else ""
-        console.print(f"  [{colour}]✓ {m.tool_name} {r.status.value}[/] [dim]{detail}[/]")
+        console.print(f"  [{colour}]{mark} {m.tool_name} {r.status.value}[/] [dim]{detail}[/]")
 
 
 def _json_chat(service: Any, session_id: str, budget: Budget) -> int:
@@ -82,6 +83,7 @@ def run_chat(a: argparse.Namespace, budget: Budget) -> int:
         return session.id
 
     try:
+        service.model  # noqa: B018 - no model: fail before creating a session
         session_id = asyncio.run(start())
         if getattr(a, "json", False):
             return _json_chat(service, session_id, budget)

@@ -6,13 +6,14 @@ import argparse
 import asyncio
 import json
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli._render import message_text, run_text
-from plait.domain.errors import ConfigError, PlaitError
+from plait.domain.errors import ConfigError, PlaitError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 
 if TYPE_CHECKING:
@@ -32,6 +33,29 @@ class _Out:
             print(json.dumps(data, ensure_ascii=False, indent=2))
         else:
             print(text if isinstance(text, str) else text())
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+class UsageError(ConfigError):
+    """The command line itself is wrong (unknown option, missing argument, ...)."""
+
+    code = "usage"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Turns argparse's exit-on-error into a UsageError, so ``--json`` gets its error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", usage=self.format_usage().strip())
 
 
 def _common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -69,23 +93,39 @@ def _budget_opts(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-cap", type=int, default=d.tool_output_cap_bytes, help="bytes")
 
 
+_BUDGET_FLAGS = {
+    "max_steps": "--max-steps",
+    "deadline_seconds": "--deadline",
+    "max_model_calls": "--max-model-calls",
+    "max_total_tokens": "--max-tokens",
+    "tool_timeout_seconds": "--tool-timeout",
+    "tool_output_cap_bytes": "--output-cap",
+}
+
+
 def _budget(a: argparse.Namespace) -> Budget:
-    return Budget(
-        max_steps=a.max_steps,
-        deadline_seconds=a.deadline,
-        max_model_calls=a.max_model_calls,
-        max_total_tokens=a.max_tokens,
-        tool_timeout_seconds=a.tool_timeout,
-        tool_output_cap_bytes=a.output_cap,
-    )
+    try:
+        return Budget(
+            max_steps=a.max_steps,
+            deadline_seconds=a.deadline,
+            max_model_calls=a.max_model_calls,
+            max_total_tokens=a.max_tokens,
+            tool_timeout_seconds=a.tool_timeout,
+            tool_output_cap_bytes=a.output_cap,
+        )
+    except ValidationError as e:
+        message = e.message
+        for field, flag in _BUDGET_FLAGS.items():
+            message = message.replace(f"budget {field}", flag)
+        raise ValidationError(message, **e.details) from e
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="plait", description="plait: a durable agent backend (see README.md)"
-    )
+    parser = _Parser(prog="plait", description="plait: a durable agent backend (see README.md)")
     _common(parser, top=True)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
 
     sessions = sub.add_parser("sessions", help="create and list sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
@@ -94,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--title")
     _common(new)
     lst = ssub.add_parser("list", help="list sessions, newest first")
-    lst.add_argument("--limit", type=int, default=50)
+    lst.add_argument("--limit", type=_positive_int, default=50)
     _common(lst)
 
     send = sub.add_parser("send", help="send a message and run until the run ends")
@@ -280,9 +320,15 @@ async def _with_service(a: argparse.Namespace, fn: Callable[[AgentService], Awai
 
 async def _runs_cancel(a: argparse.Namespace, out: _Out) -> int:
     async def run(service: AgentService) -> int:
+        before = await service.get_run(a.run_id)
         r = await service.cancel(a.run_id)
-        what = "cancelled" if r.status.terminal else "cancellation requested for"
-        out.emit(run_json(r), f"{what} run {r.id} ({r.status.value})")
+        if before.status.terminal:
+            text = f"run {r.id} already ended ({r.status.value}); nothing to cancel"
+        elif r.status.terminal:
+            text = f"cancelled run {r.id} ({r.status.value})"
+        else:
+            text = f"cancellation requested for run {r.id}; it stops at its next step"
+        out.emit(run_json(r), text)
         return EXIT_OK
 
     return await _with_service(a, run)
@@ -393,8 +439,28 @@ def _key(a: argparse.Namespace) -> tuple[str, ...]:
     return (a.command, sub) if sub else (a.command,)
 
 
+def _warn(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    print(f"plait: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    warnings.showwarning = _warn
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:
+        if "--json" in argv:
+            print(json.dumps({"error": e.to_dict()}, ensure_ascii=False, indent=2))
+        print(e.details.get("usage", ""), file=sys.stderr)
+        print(f"plait: error: {e.message}", file=sys.stderr)
+        return EXIT_ERROR
     out = _Out(args.json)
     try:
         if getattr(args, "workspace", None) is not None:

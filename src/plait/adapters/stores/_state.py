@@ -98,7 +98,9 @@ def version_conflict(session_id: str, expected: int, actual: int) -> ConflictErr
 
 def session_busy(session_id: str, active_run_id: str) -> SessionBusyError:
     return SessionBusyError(
-        f"session {session_id!r} is busy: run {active_run_id!r} is active",
+        f"session {session_id!r} is busy: run {active_run_id!r} is active; wait for it, "
+        "cancel it (plait runs cancel), resolve it if it awaits resolution, or, if its "
+        "process died, recover it (plait runs recover)",
         session_id=session_id,
         active_run_id=active_run_id,
     )
