@@ -262,7 +262,13 @@ class AgentService(RunLoop):
             try:
                 a = await self._take_over(run, observer=observer)
             except LeaseLostError as e:
-                reports.append(RecoveryReport(run.id, "skipped", e.message))
+                now_run = await self.store.get_run(run.id)
+                detail = (
+                    e.message
+                    if now_run.status is RunStatus.RUNNING
+                    else f"run is {now_run.status.value}, not running"
+                )
+                reports.append(RecoveryReport(run.id, "skipped", detail))
                 continue
             result = await self._drive(a, pending=True)
             reports.append(
@@ -340,6 +346,9 @@ class AgentService(RunLoop):
                 calls=unknown,
             )
         a = await self._take_over(run, observer=observer, status=RunStatus.RUNNING)
+        # Persist "running" before any work, so a crash from here on leaves a run that
+        # recovery picks up (it skips runs that await resolution).
+        await self._commit(a, (), run=a.run)
         return await self._drive(a, pending=True)
 
     # --- helpers ----------------------------------------------------------------------------
