@@ -133,3 +133,25 @@ def test_output_cap_stores_the_whole_output_as_an_artifact(
     inline = plait.json("send", sid2, "read big.txt", "--model", model)["messages"][2]
     assert inline["artifact"] is None
     assert inline["content"].startswith(big)
+
+    # the CLI gives the whole output back
+    shown = plait.ok("artifacts", "show", artifact["artifact_id"])
+    assert shown.out == data.decode()
+    meta = plait.json("artifacts", "show", artifact["artifact_id"])
+    assert meta == {
+        "artifact_id": artifact["artifact_id"],
+        "sha256": artifact["sha256"],
+        "size": artifact["size"],
+        "media_type": artifact["media_type"],
+        "text": data.decode(),
+    }
+    target = tmp_path / "whole.txt"
+    plait.ok("artifacts", "show", artifact["artifact_id"], "-o", str(target))
+    assert target.read_bytes() == data
+
+
+def test_unknown_artifact_is_a_clear_error(plait: Plait) -> None:
+    failed = plait("artifacts", "show", "art_nope", "--json")
+    assert failed.code == 2
+    assert failed.json["error"]["code"] == "artifact_not_found"
+    assert "art_nope" in failed.err

@@ -147,6 +147,8 @@ def test_the_help_covers_every_documented_command() -> None:
             "runs recover",
             "runs resolve",
             "runs resume",
+            "artifacts",
+            "artifacts show",
             "chat",
             "demo",
         ]

@@ -18,6 +18,7 @@ from plait.domain.runs import Budget, RunStatus
 
 if TYPE_CHECKING:
     from plait.application.service import AgentService, RunResult
+    from plait.domain.messages import ArtifactRef
 
 __all__ = ["main"]
 
@@ -177,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     _model_opt(resume)
     _common(resume)
 
+    arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
+    asub = arts.add_subparsers(
+        dest="artifacts_command", required=True, metavar="ACTION", parser_class=_Parser
+    )
+    ashow = asub.add_parser("show", help="print an artifact's bytes (or, with --json, its text)")
+    ashow.add_argument("artifact_id", metavar="ARTIFACT")
+    ashow.add_argument("--output", "-o", help="write the bytes to this file instead")
+    _common(ashow)
+
     chat = sub.add_parser("chat", help="talk to the agent interactively")
     chat.add_argument("--session", dest="session_id", help="continue this session")
     chat.add_argument("--workspace", default=".", help="workspace of a new session")
@@ -292,6 +302,34 @@ async def _runs_show(a: argparse.Namespace, out: _Out) -> int:
         return EXIT_OK
 
     return await _with_store(a, run)
+
+
+def _artifacts_show(a: argparse.Namespace, out: _Out) -> int:
+    async def fetch(store: Any) -> tuple[ArtifactRef, bytes]:
+        ref, data = await store.get_artifact(a.artifact_id)
+        return ref, data
+
+    async def read() -> tuple[ArtifactRef, bytes]:
+        store = _open_store(a)
+        try:
+            return await fetch(store)
+        finally:
+            await store.close()
+
+    ref, data = asyncio.run(read())
+    if a.output:
+        Path(a.output).write_bytes(data)
+    if out.json:
+        try:
+            text: str | None = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        meta = {"artifact_id": ref.id, "sha256": ref.sha256, "size": ref.size}
+        out.emit(meta | {"media_type": ref.media_type, "text": None if a.output else text}, "")
+    elif not a.output:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    return EXIT_OK
 
 
 async def _runs_list(a: argparse.Namespace, out: _Out) -> int:
@@ -429,6 +467,7 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("runs", "recover"): _run_async(_runs_recover),
     ("runs", "resolve"): _run_async(_runs_resolve),
     ("runs", "resume"): _run_async(_runs_resume),
+    ("artifacts", "show"): _artifacts_show,
     ("chat",): _chat,
     ("demo",): _demo,
 }
