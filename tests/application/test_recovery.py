@@ -302,3 +302,25 @@ def test_a_plain_write_is_a_side_effect_and_becomes_unknown(tmp_path: Path) -> N
     assert record.effect is EffectClass.SIDE_EFFECT
     assert record.result_status is ToolStatus.UNKNOWN
     assert (tmp_path / "b.txt").read_text() == "x\n"
+
+
+def test_a_cancel_requested_while_the_process_was_dead_is_honoured_on_recovery() -> None:
+    store, clock = MemoryStore(), FixedClock()
+    log: list[str] = []
+    reader, writer = _tools(log)
+    first = make_rig(
+        _script(), [reader, writer], store=store, clock=clock, checkpoint=die_at("assistant_saved")
+    )
+    s = run(first.service.create_session())
+    with pytest.raises(Died):
+        run(first.service.send(s.id, "go"))
+    (stale,) = run(store.list_runs(session_id=s.id))
+    run(store.request_cancel(stale.id))  # `plait runs cancel` while nobody drives the run
+    clock.advance(61)
+    reader2, writer2 = _tools(log)
+    second = make_rig([], [reader2, writer2], store=store, clock=clock, ids=_ids())
+    (report,) = run(second.service.recover())
+    assert report.result is not None
+    assert report.result.run.status is RunStatus.CANCELLED
+    assert log == [] and reader2.invocations == []  # nothing ran after the cancel
+    assert [r[3] for r in shape(second.history(s.id))[2:]] == ["cancelled", "cancelled"]

@@ -372,6 +372,7 @@ class AgentService(RunLoop):
             deadline=None if deadline_s is None else self.clock.monotonic() + deadline_s,
             observer=observer,
             task=asyncio.current_task(),
+            cancel_requested=run.cancel_requested,
         )
 
     async def _take_over(
