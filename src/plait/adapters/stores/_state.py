@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import (
@@ -109,8 +110,17 @@ def session_busy(session_id: str, active_run_id: str) -> SessionBusyError:
 def lease_lost(
     run_id: str, owner: str | None, expires_at: float | None, *, wanted: str | None
 ) -> LeaseLostError:
+    if owner is None:
+        text = f"run {run_id!r} cannot be leased to {wanted!r} (it has ended or holds no lease)"
+    else:
+        until = (
+            "?"
+            if expires_at is None
+            else datetime.fromtimestamp(expires_at, tz=UTC).isoformat(timespec="seconds")
+        )
+        text = f"run {run_id!r} is leased to {owner!r} until {until}, not to {wanted!r}"
     return LeaseLostError(
-        f"run {run_id!r} is leased to {owner!r} until {expires_at!r}, not to {wanted!r}",
+        text,
         run_id=run_id,
         owner=owner,
         expires_at=expires_at,
