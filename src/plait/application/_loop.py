@@ -16,16 +16,21 @@ open while the model or a tool works.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from plait.application._run_state import (
+    ActiveRun,
+    StopRun,
+    idempotency_key,
+    pending_calls,
+    render_rejected,
+)
 from plait.application.events import (
     MessageSaved,
     ModelCallStarted,
     RunEvent,
-    RunObserver,
     ToolStarted,
 )
 from plait.application.ports import (
@@ -59,97 +64,13 @@ from plait.domain.messages import (
     ToolStatus,
     argument_digest,
 )
-from plait.domain.runs import Lease, Run, RunError, RunStatus, RunUsage
-from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
+from plait.domain.runs import Lease, Run, RunError, RunStatus
+from plait.domain.session import ExecutionRecord, ExecutionState, StoredMessage
 from plait.domain.tools import EffectClass, ToolSpec
 
-__all__ = ["RunLoop", "RunResult", "idempotency_key"]
+__all__ = ["RunLoop"]
 
 log = logging.getLogger("plait.agent")
-
-
-def idempotency_key(session_id: str, run_id: str, call_id: str) -> str:
-    """Stable key of one execution, handed to tools so a repeat can be deduplicated."""
-    raw = f"{session_id}\x1f{run_id}\x1f{call_id}".encode()
-    return "idem_" + hashlib.sha256(raw).hexdigest()[:32]
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    run: Run
-    messages: tuple[StoredMessage, ...]
-    """What this run added to the history, in order (the user message first)."""
-
-
-@dataclass(slots=True)
-class _Usage:
-    """Mutable usage counters of an active run; frozen into the Run only when committed
-    (building a new frozen Run per counter change cost ~10% of a step)."""
-
-    steps: int = 0
-    model_calls: int = 0
-    corrections: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @classmethod
-    def of(cls, u: RunUsage) -> _Usage:
-        return cls(
-            u.steps, u.model_calls, u.corrections, u.tool_calls, u.input_tokens, u.output_tokens
-        )
-
-    def freeze(self) -> RunUsage:
-        return RunUsage(
-            steps=self.steps,
-            model_calls=self.model_calls,
-            corrections=self.corrections,
-            tool_calls=self.tool_calls,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-        )
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-@dataclass(slots=True)
-class _Active:
-    """In-process state of a run this service is driving. ``run`` is the state last
-    committed; ``usage`` runs ahead of it."""
-
-    run: Run
-    usage: _Usage
-    session: Session
-    version: int
-    history: list[Message]
-    used_call_ids: set[str]
-    deadline: float | None
-    observer: RunObserver | None
-    added: list[StoredMessage] = field(default_factory=list)
-    cancel_requested: bool = False
-    external_cancel: bool = False
-    task: asyncio.Task[object] | None = None
-    interruptible: bool = False
-    lease_lost: bool = False
-
-
-class _Stop(Exception):
-    """Internal: end the run (or make it wait) with this status; ``executions`` are
-    written in the same commit."""
-
-    def __init__(
-        self,
-        status: RunStatus,
-        code: str,
-        message: str,
-        executions: tuple[ExecutionRecord, ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = RunError(code=code, message=message)
-        self.executions = executions
 
 
 class RunLoop:
@@ -166,7 +87,7 @@ class RunLoop:
     _tools: dict[str, Tool]
     _specs: dict[str, ToolSpec]
     _spec_tuple: tuple[ToolSpec, ...]
-    _active: dict[str, _Active]
+    _active: dict[str, ActiveRun]
     _checkpoint: Callable[[str], None] | None
 
     # --- the loop ---------------------------------------------------------------------------
@@ -185,7 +106,7 @@ class RunLoop:
         if self._checkpoint is not None:
             self._checkpoint(point)
 
-    async def _loop(self, a: _Active, *, pending: bool) -> None:
+    async def _loop(self, a: ActiveRun, *, pending: bool) -> None:
         try:
             if pending:
                 await self._run_calls(a, await self._pending_work(a))
@@ -194,28 +115,28 @@ class RunLoop:
                 if not calls:
                     return
                 await self._run_calls(a, calls)
-        except _Stop as stop:
+        except StopRun as stop:
             await self._finish(a, stop.status, stop.error, stop.executions)
         except LeaseLostError:
             log.warning("run %s: lease lost to another owner; stopping here", a.run.id)
             raise
 
-    async def _pending_work(self, a: _Active) -> list[tuple[ToolCall, ExecutionRecord]]:
+    async def _pending_work(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
         """Calls of the run's last assistant message that have no result yet, each with
         its execution record."""
-        calls = _pending_calls(a.history, a.run.id)
+        calls = pending_calls(a.history, a.run.id)
         if not calls:
             return []
         records = {r.call_id: r for r in await self.store.get_executions(a.run.id)}
         now = self.clock.now()
         return [(c, records.get(c.id) or self._record(a, c, now)) for c in calls]
 
-    def _check_budget(self, a: _Active, *, before_model_call: bool) -> None:
+    def _check_budget(self, a: ActiveRun, *, before_model_call: bool) -> None:
         if a.cancel_requested:
-            raise _Stop(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
+            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
         b, u = a.run.budget, a.usage
         if a.deadline is not None and self.clock.monotonic() >= a.deadline:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.BUDGET_EXHAUSTED,
                 "deadline",
                 f"the run reached its deadline of {b.deadline_seconds:g} s",
@@ -223,23 +144,23 @@ class RunLoop:
         if not before_model_call:
             return
         if b.max_model_calls is not None and u.model_calls >= b.max_model_calls:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.BUDGET_EXHAUSTED,
                 "max_model_calls",
                 f"the run used its {b.max_model_calls} model calls",
             )
         if b.max_total_tokens is not None and u.total_tokens >= b.max_total_tokens:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.BUDGET_EXHAUSTED,
                 "max_total_tokens",
                 f"the run used {u.total_tokens} of its {b.max_total_tokens} tokens",
             )
 
-    async def _step(self, a: _Active) -> list[tuple[ToolCall, ExecutionRecord]]:
+    async def _step(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
         b = a.run.budget
         if b.max_steps is not None and a.usage.steps >= b.max_steps:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.BUDGET_EXHAUSTED, "max_steps", f"the run took its {b.max_steps} steps"
             )
         step = a.usage.steps + 1
@@ -259,14 +180,14 @@ class RunLoop:
             if checked.ok:
                 break
             if len(corrections) >= b.max_corrections:
-                raise _Stop(
+                raise StopRun(
                     RunStatus.FAILED,
                     "invalid_model_output",
                     f"the model's output was still invalid after {len(corrections)} "
                     f"correction(s): " + "; ".join(checked.problems),
                 )
             corrections.append(
-                Correction(rejected_text=_render_rejected(response), problems=checked.problems)
+                Correction(rejected_text=render_rejected(response), problems=checked.problems)
             )
             a.usage.corrections += 1
 
@@ -295,7 +216,7 @@ class RunLoop:
         self._hit("assistant_saved")
         return list(zip(calls, records, strict=True))
 
-    async def _ask_model(self, a: _Active, context: Context[AssistantMessage]) -> ModelResponse:
+    async def _ask_model(self, a: ActiveRun, context: Context[AssistantMessage]) -> ModelResponse:
         request = ModelRequest(role="assistant", context=context)
         a.usage.model_calls += 1
         remaining = None if a.deadline is None else a.deadline - self.clock.monotonic()
@@ -304,7 +225,7 @@ class RunLoop:
             async with asyncio.timeout(remaining):
                 response = await self.model.complete(request)
         except TimeoutError:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.BUDGET_EXHAUSTED,
                 "deadline",
                 f"the run reached its deadline of {a.run.budget.deadline_seconds:g} s "
@@ -312,16 +233,16 @@ class RunLoop:
             ) from None
         except asyncio.CancelledError:
             self._note_cancel(a)
-            raise _Stop(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
+            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
         except ModelError as e:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.FAILED, e.model_code.lower(), f"model call failed: {e.message}"
             ) from e
         except PlaitError as e:
-            raise _Stop(RunStatus.FAILED, e.code, f"model call failed: {e.message}") from e
+            raise StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}") from e
         except Exception as e:
             log.exception("model %s raised", self.model.name)
-            raise _Stop(
+            raise StopRun(
                 RunStatus.FAILED,
                 "model_internal_error",
                 f"model call failed: {type(e).__name__}: {e}",
@@ -333,7 +254,7 @@ class RunLoop:
         a.usage.output_tokens += u.output_tokens
         return response
 
-    def _note_cancel(self, a: _Active) -> None:
+    def _note_cancel(self, a: ActiveRun) -> None:
         """A CancelledError reached the loop: ours (cancel()) or the caller's task."""
         if not a.cancel_requested:
             a.external_cancel = True
@@ -343,7 +264,7 @@ class RunLoop:
             while task.uncancel():
                 pass
 
-    def _record(self, a: _Active, call: ToolCall, now: float) -> ExecutionRecord:
+    def _record(self, a: ActiveRun, call: ToolCall, now: float) -> ExecutionRecord:
         tool = self._tools.get(call.name)
         if tool is None:
             effect = EffectClass.SIDE_EFFECT
@@ -364,11 +285,11 @@ class RunLoop:
         )
 
     async def _run_calls(
-        self, a: _Active, calls: Sequence[tuple[ToolCall, ExecutionRecord]]
+        self, a: ActiveRun, calls: Sequence[tuple[ToolCall, ExecutionRecord]]
     ) -> None:
         for n, (call, record) in enumerate(calls):
             if record.result_status is ToolStatus.UNKNOWN:
-                raise _Stop(
+                raise StopRun(
                     RunStatus.AWAITING_RESOLUTION,
                     "unknown_effect",
                     f"call {call.id} ({call.name}) has an unknown outcome; resolve it first",
@@ -379,7 +300,7 @@ class RunLoop:
                     "the process stopped while this call was running; whether its effect "
                     "happened is unknown"
                 )
-                raise _Stop(
+                raise StopRun(
                     RunStatus.AWAITING_RESOLUTION,
                     "unknown_effect",
                     f"call {call.id} ({call.name}): {note}; a person must resolve it",
@@ -387,13 +308,13 @@ class RunLoop:
                 )
             try:
                 self._check_budget(a, before_model_call=False)
-            except _Stop as stop:
+            except StopRun as stop:
                 await self._settle_unstarted(a, calls[n:], stop.error.message)
                 raise
             await self._execute(a, call, record)
             a.usage.tool_calls += 1
 
-    async def _execute(self, a: _Active, call: ToolCall, record: ExecutionRecord) -> None:
+    async def _execute(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
         tool = self._tools.get(call.name)
         if tool is None:
             why = f"tool {call.name!r} is no longer available"
@@ -416,7 +337,7 @@ class RunLoop:
         result = await self._invoke(a, tool, invocation, record.effect)
         self._hit("tool_returned")
         if result.status is ToolStatus.UNKNOWN:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.AWAITING_RESOLUTION,
                 "unknown_effect",
                 f"call {call.id} ({call.name}): {result.reason}; a person must resolve it",
@@ -440,7 +361,7 @@ class RunLoop:
         self._hit("result_saved")
 
     async def _invoke(
-        self, a: _Active, tool: Tool, invocation: ToolInvocation, effect: EffectClass
+        self, a: ActiveRun, tool: Tool, invocation: ToolInvocation, effect: EffectClass
     ) -> ToolResult:
         call, b = invocation.call, a.run.budget
         timeout = b.tool_timeout_seconds
@@ -504,7 +425,7 @@ class RunLoop:
 
     async def _settle_unstarted(
         self,
-        a: _Active,
+        a: ActiveRun,
         calls: Iterable[tuple[ToolCall, ExecutionRecord]],
         why: str,
         status: ToolStatus = ToolStatus.CANCELLED,
@@ -547,13 +468,13 @@ class RunLoop:
         if messages:
             await self._commit(a, tuple(messages), executions=tuple(settled))
 
-    async def _close_pending(self, a: _Active, *, why: str) -> None:
+    async def _close_pending(self, a: ActiveRun, *, why: str) -> None:
         """Pair every open call of the run (unknown ones as ``unknown``)."""
         await self._settle_unstarted(a, await self._pending_work(a), why)
 
     async def _finish(
         self,
-        a: _Active,
+        a: ActiveRun,
         status: RunStatus,
         error: RunError | None,
         executions: tuple[ExecutionRecord, ...] = (),
@@ -567,7 +488,7 @@ class RunLoop:
 
     async def _commit(
         self,
-        a: _Active,
+        a: ActiveRun,
         messages: tuple[Message, ...],
         *,
         run: Run | None = None,
@@ -595,41 +516,10 @@ class RunLoop:
             a.added.append(stored)
             self._emit(a, MessageSaved(a.run.id, stored))
 
-    def _emit(self, a: _Active, event: RunEvent) -> None:
+    def _emit(self, a: ActiveRun, event: RunEvent) -> None:
         if a.observer is None:
             return
         try:
             a.observer(event)
         except Exception:
             log.exception("run observer raised; ignoring")
-
-
-def _pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:
-    """Calls of the last assistant message (if it is the run's) without a result."""
-    answered: set[str] = set()
-    for m in reversed(history):
-        if m.kind == "tool_result":
-            answered.add(m.result.call_id)
-        elif m.kind == "assistant":
-            if m.run_id != run_id:
-                return []
-            return [c for c in m.tool_calls if c.id not in answered]
-        else:
-            return []
-    return []
-
-
-def _call_ids(history: Iterable[Message]) -> set[str]:
-    ids: set[str] = set()
-    for m in history:
-        if m.kind == "assistant" and m.tool_calls:
-            ids.update(c.id for c in m.tool_calls)
-    return ids
-
-
-def _render_rejected(response: ModelResponse) -> str:
-    parts = [response.text] if response.text else []
-    for c in response.tool_calls:
-        args = c.arguments if isinstance(c.arguments, str) else repr(c.arguments)
-        parts.append(f"[tool call id={c.id!r} name={c.name!r} arguments={args}]")
-    return "\n".join(parts)

@@ -18,12 +18,12 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from plait.application._loop import (
-    RunLoop,
+from plait.application._loop import RunLoop
+from plait.application._run_state import (
+    ActiveRun,
     RunResult,
-    _Active,
-    _call_ids,
-    _Usage,
+    UsageCounters,
+    call_ids,
     idempotency_key,
 )
 from plait.application.events import MessageSaved, RunEnded, RunObserver, RunStarted
@@ -360,15 +360,15 @@ class AgentService(RunLoop):
         version: int,
         history: list[Message],
         observer: RunObserver | None,
-    ) -> _Active:
+    ) -> ActiveRun:
         deadline_s = run.budget.deadline_seconds
-        return _Active(
+        return ActiveRun(
             run=run,
-            usage=_Usage.of(run.usage),
+            usage=UsageCounters.of(run.usage),
             session=session,
             version=version,
             history=history,
-            used_call_ids=_call_ids(history),
+            used_call_ids=call_ids(history),
             deadline=None if deadline_s is None else self.clock.monotonic() + deadline_s,
             observer=observer,
             task=asyncio.current_task(),
@@ -377,7 +377,7 @@ class AgentService(RunLoop):
 
     async def _take_over(
         self, run: Run, *, observer: RunObserver | None, status: RunStatus | None = None
-    ) -> _Active:
+    ) -> ActiveRun:
         """Claim a run's lease and rebuild its in-process state from the store. A resumed
         run's deadline window starts anew; its step and model-call usage carry on."""
         now = self.clock.now()
@@ -391,7 +391,7 @@ class AgentService(RunLoop):
         history = [s.message for s in stored]
         return self._activate(claimed, session, session.version, history, observer)
 
-    async def _drive(self, a: _Active, *, pending: bool) -> RunResult:
+    async def _drive(self, a: ActiveRun, *, pending: bool) -> RunResult:
         self._active[a.run.id] = a
         heartbeat = asyncio.create_task(self._heartbeat(a))
         try:
@@ -404,7 +404,7 @@ class AgentService(RunLoop):
             raise asyncio.CancelledError
         return RunResult(a.run, tuple(a.added))
 
-    async def _heartbeat(self, a: _Active) -> None:
+    async def _heartbeat(self, a: ActiveRun) -> None:
         """Renew the lease while the run works, so a long model or tool call does not let
         a recovering process take it over."""
         period = self.lease_seconds / 3

@@ -1,0 +1,140 @@
+"""State of a run in progress, and the small pure helpers of the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from plait.application.events import RunObserver
+from plait.application.ports import ModelResponse
+from plait.domain.messages import Message, ToolCall
+from plait.domain.runs import Run, RunError, RunStatus, RunUsage
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+
+__all__ = [
+    "ActiveRun",
+    "RunResult",
+    "StopRun",
+    "UsageCounters",
+    "call_ids",
+    "idempotency_key",
+    "pending_calls",
+    "render_rejected",
+]
+
+
+def idempotency_key(session_id: str, run_id: str, call_id: str) -> str:
+    """Stable key of one execution, handed to tools so a repeat can be deduplicated."""
+    raw = f"{session_id}\x1f{run_id}\x1f{call_id}".encode()
+    return "idem_" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run: Run
+    messages: tuple[StoredMessage, ...]
+    """What this run added to the history, in order (the user message first)."""
+
+
+@dataclass(slots=True)
+class UsageCounters:
+    """Mutable usage counters of an active run; frozen into the Run only when committed
+    (building a new frozen Run per counter change cost ~10% of a step)."""
+
+    steps: int = 0
+    model_calls: int = 0
+    corrections: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @classmethod
+    def of(cls, u: RunUsage) -> UsageCounters:
+        return cls(
+            u.steps, u.model_calls, u.corrections, u.tool_calls, u.input_tokens, u.output_tokens
+        )
+
+    def freeze(self) -> RunUsage:
+        return RunUsage(
+            steps=self.steps,
+            model_calls=self.model_calls,
+            corrections=self.corrections,
+            tool_calls=self.tool_calls,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(slots=True)
+class ActiveRun:
+    """In-process state of a run this service is driving. ``run`` is the state last
+    committed; ``usage`` runs ahead of it."""
+
+    run: Run
+    usage: UsageCounters
+    session: Session
+    version: int
+    history: list[Message]
+    used_call_ids: set[str]
+    deadline: float | None
+    observer: RunObserver | None
+    added: list[StoredMessage] = field(default_factory=list)
+    cancel_requested: bool = False
+    external_cancel: bool = False
+    task: asyncio.Task[object] | None = None
+    interruptible: bool = False
+    lease_lost: bool = False
+
+
+class StopRun(Exception):
+    """Internal: end the run (or make it wait) with this status; ``executions`` are
+    written in the same commit."""
+
+    def __init__(
+        self,
+        status: RunStatus,
+        code: str,
+        message: str,
+        executions: tuple[ExecutionRecord, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = RunError(code=code, message=message)
+        self.executions = executions
+
+
+def pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:
+    """Calls of the last assistant message (if it is the run's) without a result."""
+    answered: set[str] = set()
+    for m in reversed(history):
+        if m.kind == "tool_result":
+            answered.add(m.result.call_id)
+        elif m.kind == "assistant":
+            if m.run_id != run_id:
+                return []
+            return [c for c in m.tool_calls if c.id not in answered]
+        else:
+            return []
+    return []
+
+
+def call_ids(history: Iterable[Message]) -> set[str]:
+    ids: set[str] = set()
+    for m in history:
+        if m.kind == "assistant" and m.tool_calls:
+            ids.update(c.id for c in m.tool_calls)
+    return ids
+
+
+def render_rejected(response: ModelResponse) -> str:
+    parts = [response.text] if response.text else []
+    for c in response.tool_calls:
+        args = c.arguments if isinstance(c.arguments, str) else repr(c.arguments)
+        parts.append(f"[tool call id={c.id!r} name={c.name!r} arguments={args}]")
+    return "\n".join(parts)
