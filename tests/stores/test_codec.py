@@ -180,7 +180,9 @@ def test_codec_covers_every_field() -> None:
     }  # fmt: skip
     assert _names(ToolResult) == {"call_id", "status", "content", "reason", "artifact"}
     assert _names(ToolCall) == {"id", "name", "arguments_json"}
-    assert _names(Usage) == {"input_tokens", "output_tokens"}
+    assert _names(Usage) == {
+        "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens"
+    }  # fmt: skip
     assert _names(VendorState) == {"vendor", "version", "data"}
     assert _names(ArtifactRef) == {"id", "sha256", "size", "media_type"}
 

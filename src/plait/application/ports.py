@@ -29,6 +29,8 @@ __all__ = [
     "ModelRole",
     "RawToolCall",
     "SessionStore",
+    "TextSink",
+    "TokenMeter",
     "Tool",
     "ToolExecutor",
     "ToolInvocation",
@@ -50,6 +52,16 @@ class ModelCapabilities:
     parallel_tool_calls: bool = True
     context_window: int | None = None
     max_output_tokens: int | None = None
+    reasoning: bool = False
+    price_input_per_mtok: float | None = None
+    """USD per million input tokens; ``None`` when unknown (a cost ceiling then fails)."""
+    price_output_per_mtok: float | None = None
+    price_cached_input_per_mtok: float | None = None
+
+
+TextSink = Callable[[str], None]
+"""Receives model text as it streams in (deltas, in order). Display only: the persisted
+message is the complete, validated response."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +69,8 @@ class ModelRequest:
     role: ModelRole
     context: Context[Any]
     max_output_tokens: int | None = None
+    on_text: TextSink | None = None
+    """Set to stream: adapters that can stream call it with each text delta."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +107,23 @@ class ModelClient(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
 
 
+class TokenMeter(Protocol):
+    """Counts tokens the way one model family does (exact where its tokenizer is available
+    offline, otherwise a conservative estimate). Callers cache per-message counts."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+    def count_text(self, text: str) -> int: ...
+
+    def count_message(self, message: Message) -> int: ...
+
+    def count_tools(self, tools: tuple[ToolSpec, ...]) -> int: ...
+
+
 # --- tools ----------------------------------------------------------------------------------
 
 
@@ -106,6 +137,9 @@ class ToolInvocation:
     workspace: str | None
     idempotency_key: str
     """Stable across re-executions of the same call: pass it on to deduplicate."""
+    output_cap_bytes: int = 32_000
+    """How much output the model will see; a tool producing more should spool the whole
+    output to a file (:attr:`ToolOutput.spool_path`) rather than hold it in memory."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +148,10 @@ class ToolOutput:
     media_type: str = "text/plain"
     failed: bool = False
     """True when the tool ran but reports failure (e.g. a command exited non-zero)."""
+    spool_path: str | None = None
+    """The whole output, when the tool wrote it to a temporary file instead of holding it
+    in memory (``content`` is then a capped view). The runner moves the file into an
+    artifact and removes it."""
 
 
 class ToolExecutor(Protocol):

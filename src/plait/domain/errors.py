@@ -155,6 +155,12 @@ class ModelError(PlaitError):
     def model_code(self) -> str:
         return str(self.details.get("model_code", ModelErrorCode.TRANSIENT))
 
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the provider asked us to wait before retrying, if it said."""
+        value = self.details.get("retry_after")
+        return float(value) if isinstance(value, int | float) else None
+
 
 class InvalidModelOutputError(PlaitError):
     """The model's output stayed invalid after the allowed correction attempts."""

@@ -97,6 +97,10 @@ class Usage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Part of ``input_tokens`` served from the provider's prompt cache."""
+    reasoning_tokens: int = 0
+    """Part of ``output_tokens`` spent on reasoning, where the provider reports it."""
 
     @property
     def total_tokens(self) -> int:

@@ -117,7 +117,13 @@ def decode(fn: Callable[[dict[str, Any]], T], data: Any, what: str) -> T:
 
 
 def _usage_to_dict(usage: Usage) -> dict[str, Any]:
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    out = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    # Optional keys, written only when reported, so older readers' shapes are unchanged.
+    if usage.cached_input_tokens:
+        out["cached_input_tokens"] = usage.cached_input_tokens
+    if usage.reasoning_tokens:
+        out["reasoning_tokens"] = usage.reasoning_tokens
+    return out
 
 
 def _vendor_to_dict(state: VendorState) -> dict[str, Any]:
@@ -190,7 +196,12 @@ def assistant_from_parts(
         else (),
         usage=None
         if usage is None
-        else Usage(input_tokens=usage["input_tokens"], output_tokens=usage["output_tokens"]),
+        else Usage(
+            input_tokens=usage["input_tokens"],
+            output_tokens=usage["output_tokens"],
+            cached_input_tokens=usage.get("cached_input_tokens", 0),
+            reasoning_tokens=usage.get("reasoning_tokens", 0),
+        ),
         vendor_state=None
         if vendor is None
         else VendorState(vendor=vendor["vendor"], version=vendor["version"], data=vendor["data"]),

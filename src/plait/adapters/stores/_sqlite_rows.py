@@ -179,7 +179,9 @@ _TOOL_MSG = _setters(
 )
 _RESULT = _setters(ToolResult, ("call_id", "status", "content", "reason", "artifact"))
 _CALL = _setters(ToolCall, ("id", "name", "arguments_json"))
-_USAGE = _setters(Usage, ("input_tokens", "output_tokens"))
+_USAGE = _setters(
+    Usage, ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+)
 _STORED = _setters(StoredMessage, ("seq", "message"))
 
 FAST = False
@@ -194,7 +196,7 @@ if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STOR
     _t_id, _t_name, _t_result, _t_at, _t_run, _t_step, _t_kind = _TOOL_MSG
     _r_call, _r_status, _r_content, _r_reason, _r_artifact = _RESULT
     _c_id, _c_name, _c_args = _CALL
-    _g_in, _g_out = _USAGE
+    _g_in, _g_out, _g_cached, _g_reasoning = _USAGE
     _s_seq, _s_msg = _STORED
 
     def _user(id: str, text: str, at: float, run_id: str | None) -> UserMessage:
@@ -261,10 +263,12 @@ if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STOR
         _c_args(o, arguments_json)
         return o
 
-    def _usage(input_tokens: int, output_tokens: int) -> Usage:
+    def _usage(input_tokens: int, output_tokens: int, cached: int, reasoning: int) -> Usage:
         o = _new(Usage)
         _g_in(o, input_tokens)
         _g_out(o, output_tokens)
+        _g_cached(o, cached)
+        _g_reasoning(o, reasoning)
         return o
 
     def _stored(seq: int, message: Message) -> StoredMessage:
@@ -311,8 +315,13 @@ else:  # pragma: no cover - only when the domain changed under us
     def _call(id: str, name: str, arguments_json: str) -> ToolCall:
         return ToolCall(id=id, name=name, arguments_json=arguments_json)
 
-    def _usage(input_tokens: int, output_tokens: int) -> Usage:
-        return Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    def _usage(input_tokens: int, output_tokens: int, cached: int, reasoning: int) -> Usage:
+        return Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_input_tokens=cached,
+            reasoning_tokens=reasoning,
+        )
 
     def _stored(seq: int, message: Message) -> StoredMessage:
         return StoredMessage(seq, message)
@@ -381,7 +390,14 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
                         run_id,
                         step,
                         name,
-                        None if u is None else usage_of(u["input_tokens"], u["output_tokens"]),
+                        None
+                        if u is None
+                        else usage_of(
+                            u["input_tokens"],
+                            u["output_tokens"],
+                            u.get("cached_input_tokens", 0),
+                            u.get("reasoning_tokens", 0),
+                        ),
                         None
                         if vs is None
                         else VendorState(
