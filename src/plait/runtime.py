@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plait.application.context_builder import ContextBuilder
+from plait.application.gate import AllowAll, ToolGate
+from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
+from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
         IdGenerator,
         ModelClient,
         SessionStore,
+        TokenMeter,
         Tool,
     )
 
@@ -71,10 +76,27 @@ class Runtime:
         budget: Budget | None = None,
         owner: str | None = None,
         lease_seconds: float = 60.0,
+        meter: TokenMeter | None = None,
+        retry: RetryPolicy | None = None,
+        on_overflow: OverflowHook | None = None,
+        gate: ToolGate | None = None,
     ) -> None:
+        """Compose the loop's stages (DESIGN §1) and the service over them.
+
+        ``meter`` counts tokens for the ContextBuilder (default: a conservative estimate);
+        ``retry`` and ``on_overflow`` set the ModelCaller's error policy (default: 5
+        attempts with exponential backoff; no overflow handling); ``gate`` decides about
+        each tool call (default: allow every valid call).
+        """
         self.store = store
         self.artifacts = artifacts
         self.model = model
+        context = ContextBuilder(
+            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
+        )
+        caller = ModelCaller(
+            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
+        )
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -86,6 +108,10 @@ class Runtime:
             budget=budget,
             owner=owner,
             lease_seconds=lease_seconds,
+            context=context,
+            caller=caller,
+            gate=gate or AllowAll(),
+            runner=ToolRunner(artifacts),
         )
 
     @classmethod
