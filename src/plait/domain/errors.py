@@ -28,6 +28,7 @@ __all__ = [
     "SessionBusyError",
     "SessionNotFoundError",
     "StoreError",
+    "StoreNotFoundError",
     "ToolError",
     "ValidationError",
 ]
@@ -103,6 +104,12 @@ class RunNotFoundError(NotFoundError):
 
 class ArtifactNotFoundError(NotFoundError):
     code = "artifact_not_found"
+
+
+class StoreNotFoundError(NotFoundError):
+    """A command that only reads was pointed at a store that does not exist."""
+
+    code = "store_not_found"
 
 
 class ConflictError(StoreError):
