@@ -220,3 +220,13 @@ def test_snapshot_binds_the_branch_to_a_worktree_of_the_working_tree(
     assert (wt / "package.json").read_text() == "v2, not committed\n"
     code, text, _ = plait(capsys, "sessions", "show", made["session"]["session_id"], "--db", db)
     assert "snapshot" in text and "not covered" in text
+
+
+def test_fork_commands_never_create_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'absent.db'}"
+    for argv in (["fork", "S", "--through", "m1"], ["show", "S"], ["tree", "S"]):
+        code, data, _ = plait(capsys, "sessions", *argv, "--db", db, "--json")
+        assert code == 2 and data["error"]["code"] == "store_not_found"
+    assert list(tmp_path.iterdir()) == []

@@ -68,7 +68,8 @@ def _store(a: argparse.Namespace) -> Store:
     from plait.adapters.stores import open_store
     from plait.runtime import default_db_url
 
-    return open_store(getattr(a, "db", None) or default_db_url())
+    # Every command here needs an existing session: never create a store to find none.
+    return open_store(getattr(a, "db", None) or default_db_url(), create=False)
 
 
 def _forks(store: Store) -> ForkService:
