@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from plait.domain.errors import ValidationError
-from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
+from plait.domain.messages import Message
+from plait.domain.units import cut_points as unit_cut_points
 
 __all__ = [
     "CompactionPlan",
@@ -30,18 +31,9 @@ Trigger = Literal["manual", "pressure", "overflow"]
 
 
 def cut_points(messages: Sequence[Message]) -> list[int]:
-    """Every ``k`` (1..n) such that ``messages[:k]`` ends with a complete unit: every tool
-    call in it has its result in it. Ascending."""
-    open_calls: set[str] = set()
-    cuts: list[int] = []
-    for k, m in enumerate(messages, 1):
-        if isinstance(m, AssistantMessage):
-            open_calls.update(c.id for c in m.tool_calls)
-        elif isinstance(m, ToolResultMessage):
-            open_calls.discard(m.call_id)
-        if not open_calls:
-            cuts.append(k)
-    return cuts
+    """Every ``k`` (1..n) such that ``messages[:k]`` ends with a complete unit (the rules
+    of :mod:`plait.domain.units`, as counts rather than indices). Ascending."""
+    return [end + 1 for end in unit_cut_points(messages)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

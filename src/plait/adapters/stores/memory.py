@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
+from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores._state import (
     SessionState,
     artifact_not_found,
@@ -31,7 +32,8 @@ from plait.adapters.stores._summary_state import (
     duplicate_summary,
     new_constraints,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef
 from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run
@@ -54,6 +56,7 @@ class MemoryStore:
         self._artifacts: dict[str, tuple[ArtifactRef, bytes]] = {}
         self._books: dict[str, SummaryBook] = {}
         self._summary_ids: set[str] = set()
+        self._forks: dict[str, ForkRecord] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(sessions={len(self._sessions)})"
@@ -130,6 +133,30 @@ class MemoryStore:
             change = state.plan_commit(commit)
             state.apply(change)
             return state.result(change)
+
+    # --- forks ----------------------------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        with self._lock:
+            self._check_open()
+            return prefix_seq(self._state(session_id), message_id)
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        with self._lock:
+            self._check_open()
+            branch_id = commit.branch.id
+            if branch_id in self._sessions:
+                return self._forks.get(branch_id) or reject_plain_session(branch_id)
+            self._sessions[branch_id] = fork_state(
+                self._state(commit.record.source_session_id), commit
+            )
+            self._forks[branch_id] = commit.record
+            return commit.record
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        with self._lock:
+            self._check_open()
+            return self._forks.get(session_id)
 
     # --- runs -----------------------------------------------------------------------------
 
