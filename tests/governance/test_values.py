@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 
 from plait.domain.errors import ApprovalRefusedError, ValidationError
-from plait.domain.governance import Approval, ApprovalStatus, Decider, Decision, Verdict
+from plait.domain.governance import ApprovalStatus, Decider, Decision, Verdict
 from tests.contract.approval_contract import pending, use
 
 
@@ -26,7 +27,7 @@ def test_approval_states() -> None:
     a = pending()
     assert a.state(0) == "pending"
     with pytest.raises(ValidationError):
-        Approval(**{**_fields(a), "status": ApprovalStatus.APPROVED})
+        replace(a, status=ApprovalStatus.APPROVED)
     with pytest.raises(ValidationError):
         a.approved(grantor="ana", at=1.0, ttl_seconds=0)
     ok = a.approved(grantor="ana", at=1_000.0, ttl_seconds=10)
@@ -44,7 +45,3 @@ def test_approval_refused_error_pickles() -> None:
     e = ApprovalRefusedError("approval apr1 expired", approval_id="apr1")
     back = pickle.loads(pickle.dumps(e))
     assert back.code == "approval_refused" and back.details == {"approval_id": "apr1"}
-
-
-def _fields(a: Approval) -> dict[str, object]:
-    return {f: getattr(a, f) for f in a.__dataclass_fields__}

@@ -17,8 +17,10 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "CorruptStoreError",
+    "InvalidCutPointError",
     "InvalidModelOutputError",
     "LeaseLostError",
+    "MessageNotFoundError",
     "ModelError",
     "ModelErrorCode",
     "NotFoundError",
@@ -30,6 +32,7 @@ __all__ = [
     "SessionBusyError",
     "SessionNotFoundError",
     "StoreError",
+    "StoreNotFoundError",
     "ToolError",
     "ValidationError",
 ]
@@ -78,6 +81,14 @@ class ScriptError(ConfigError):
     code = "script_error"
 
 
+class InvalidCutPointError(ConfigError):
+    """A fork (or compaction boundary) was asked for at a position that does not end a
+    complete unit (a tool call without all of its results). ``details`` names the nearest
+    valid points before and after (``before``/``after``: message ids or ``None``)."""
+
+    code = "invalid_cut_point"
+
+
 class RunStateError(ConfigError):
     """The operation does not fit the run's current status (e.g. resuming a finished run)."""
 
@@ -107,8 +118,18 @@ class ApprovalNotFoundError(NotFoundError):
     code = "approval_not_found"
 
 
+class MessageNotFoundError(NotFoundError):
+    code = "message_not_found"
+
+
 class ArtifactNotFoundError(NotFoundError):
     code = "artifact_not_found"
+
+
+class StoreNotFoundError(NotFoundError):
+    """A command that only reads was pointed at a store that does not exist."""
+
+    code = "store_not_found"
 
 
 class ConflictError(StoreError):
