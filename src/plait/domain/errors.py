@@ -14,6 +14,7 @@ __all__ = [
     "ApprovalRefusedError",
     "ArtifactNotFoundError",
     "BudgetExhaustedError",
+    "CompactionError",
     "ConfigError",
     "ConflictError",
     "CorruptStoreError",
@@ -33,6 +34,9 @@ __all__ = [
     "SessionNotFoundError",
     "StoreError",
     "StoreNotFoundError",
+    "SummaryConflictError",
+    "SummaryInvalidError",
+    "TokenMeterModelUnconfiguredError",
     "ToolError",
     "ValidationError",
 ]
@@ -150,6 +154,13 @@ class LeaseLostError(ConflictError):
     code = "lease_lost"
 
 
+class SummaryConflictError(ConflictError):
+    """A summary was not activated: the session's summary generation moved on since the
+    compaction started, or the active summary already covers at least as long a prefix."""
+
+    code = "summary_conflict"
+
+
 class CorruptStoreError(StoreError):
     """Stored data could not be decoded; nothing was changed."""
 
@@ -217,3 +228,27 @@ class ApprovalRefusedError(PolicyError):
     session or call, expired, already consumed, not approved)."""
 
     code = "approval_refused"
+
+
+# --- compaction -----------------------------------------------------------------------------
+
+
+class TokenMeterModelUnconfiguredError(ConfigError):
+    """No token meter or context window is configured for the model that must be measured
+    (the RFC's ``TOKEN_METER_MODEL_UNCONFIGURED``). plait never guesses a window."""
+
+    code = "token_meter_model_unconfigured"
+
+
+class CompactionError(PlaitError):
+    """A compaction could not produce a usable summary; the previous one stays active and
+    the raw history is untouched."""
+
+    code = "compaction_failed"
+
+
+class SummaryInvalidError(CompactionError):
+    """A summary failed validation (schema, source ids outside the covered prefix, not
+    smaller than its source) and was not activated."""
+
+    code = "summary_invalid"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.application.ports import ApprovalStore, ArtifactStore, SessionStore
+from plait.application.ports import ApprovalStore, ArtifactStore, SessionStore, SummaryStore
 from plait.domain.errors import ConfigError, StoreNotFoundError
 
 if TYPE_CHECKING:
@@ -44,8 +44,9 @@ _FORMS = (
 )
 
 
-class Store(SessionStore, ArtifactStore, ApprovalStore, Protocol):
-    """What every store adapter is: a session, artifact and approval store in one."""
+class Store(SessionStore, ArtifactStore, SummaryStore, ApprovalStore, Protocol):
+    """What every store adapter is: a session, artifact, summary and approval store in
+    one."""
 
 
 def _path(url: str, scheme: str) -> Path:
