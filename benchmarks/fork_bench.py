@@ -149,9 +149,29 @@ def _one(db: Path, scratch: Path, history: int, fork_at: int) -> dict[str, Any]:
     return result
 
 
+def _baseline(peer_bench: Path, scratch: Path) -> float | None:
+    """The bare SQLite loop's W3 (INSERT … SELECT of the bodies + one INSERT), same run."""
+    driver = peer_bench / "drv_baseline.py"
+    if not driver.exists():
+        return None
+    db = scratch / "baseline.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    for w in ("build", "w3"):
+        out = subprocess.run(
+            [sys.executable, str(driver), w, "--db", str(db), "--variant", "normal"],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=peer_bench,
+        )
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["w3_ms"])
+
+
 def _scale(a: argparse.Namespace) -> None:
     cases = [(5000, 500), (5000, 2500), (5000, 5000), (50000, 2500), (50000, 25000)]
     scratch = Path(tempfile.mkdtemp(prefix="plait-w3-"))
+    base: list[float] = []
     try:
         built: dict[int, Path] = {}
         for history in sorted({h for h, _ in cases}):
@@ -161,8 +181,14 @@ def _scale(a: argparse.Namespace) -> None:
         for _ in range(a.reps):  # interleaved, so drift hits every case alike
             for history, fork_at in cases:
                 rows[(history, fork_at)].append(_one(built[history], scratch, history, fork_at))
+            b = _baseline(a.peer_bench, scratch)
+            if b is not None:
+                base.append(b)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if base:
+        print(f"bare SQLite loop (peer-bench baseline, synchronous=NORMAL), 5,000 at 2,500: "
+              f"{statistics.median(base):.2f} ms median")  # fmt: skip
     print(f"W3 scaling, medians of {a.reps} fresh processes (ms; SQLite WAL, synchronous=FULL)")
     print("| parent | fork at | total W3 | open | fork | append |")
     print("|---|---|---|---|---|---|")
@@ -185,6 +211,7 @@ def main() -> None:
     p.add_argument("--fork-at", type=int, default=int(os.environ.get("BENCH_FORK_AT", 2500)))
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--variant", default="")
+    p.add_argument("--peer-bench", type=Path, default=HERE.parent.parent / "shared" / "peer-bench")
     a = p.parse_args()
     if a.workload == "scale":
         _scale(a)
