@@ -140,10 +140,8 @@ class ContextAssembler:
         """The context for ``history`` (the session's whole history, in order). The active
         summary and constraints are read from the store unless given."""
         meter = profile.meter
-        if summary is None:
-            summary = await self.store.get_summary(session_id)
-        if summary is not None and not summary_applies(summary, history):
-            summary = None
+        summary = summary or await self.store.get_summary(session_id)
+        summary = summary if summary and summary_applies(summary, history) else None
         if constraints is None:
             constraints = tuple(await self.store.list_constraints(session_id))
         ledger = self.ledger(session_id, meter, history)
