@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from plait.domain.context import Context
+from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -21,6 +22,9 @@ __all__ = [
     "Clock",
     "Commit",
     "CommitResult",
+    "ForkCommit",
+    "ForkStore",
+    "ForkableStore",
     "IdGenerator",
     "ModelCapabilities",
     "ModelClient",
@@ -35,6 +39,7 @@ __all__ = [
     "ToolExecutor",
     "ToolInvocation",
     "ToolOutput",
+    "WorkspaceSnapshots",
 ]
 
 # --- models ---------------------------------------------------------------------------------
@@ -277,3 +282,58 @@ class ArtifactStore(Protocol):
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef: ...
 
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]: ...
+
+
+# --- forks ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkCommit:
+    """One atomic fork: create ``branch`` (empty, idle, with its fork origin), give it the
+    source's messages ``1..record.through_seq`` (shared by id, bodies not copied where the
+    store can share them) and store ``record``, all or nothing."""
+
+    branch: Session
+    record: ForkRecord
+
+
+class ForkStore(Protocol):
+    """The store side of a fork (DESIGN §7)."""
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        """The seq of a message in a session, or ``None`` if the session does not hold it.
+        Raises :class:`~plait.domain.errors.SessionNotFoundError` for an unknown session."""
+        ...
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        """Create the branch atomically and return its record. If a session with the
+        branch's id already exists, nothing is written and the stored record is returned
+        (the caller compares it with its own; a plain session under that id is a
+        :class:`~plait.domain.errors.ConflictError`). Raises
+        :class:`~plait.domain.errors.MessageNotFoundError` if the source does not hold
+        ``through_message_id`` at ``through_seq``."""
+        ...
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        """The record of the fork that created a session; ``None`` for an unknown session
+        or one that was not made by a fork."""
+        ...
+
+
+class ForkableStore(SessionStore, ForkStore, Protocol):
+    """A session store that can fork."""
+
+
+class WorkspaceSnapshots(Protocol):
+    """Takes explicit workspace snapshots for forks (git work trees only)."""
+
+    def take(self, workspace: str, *, name: str, message: str) -> WorkspaceSnapshot:
+        """Commit the working tree (tracked and untracked, not ignored) on a private ref
+        without touching the user's index, and check it out as a separate worktree.
+        Raises :class:`~plait.domain.errors.ConfigError` for a workspace that is not in a
+        git work tree."""
+        ...
+
+    def discard(self, snapshot: WorkspaceSnapshot) -> None:
+        """Remove the worktree and the ref of a snapshot no branch uses."""
+        ...

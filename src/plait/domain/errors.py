@@ -15,8 +15,10 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "CorruptStoreError",
+    "InvalidCutPointError",
     "InvalidModelOutputError",
     "LeaseLostError",
+    "MessageNotFoundError",
     "ModelError",
     "ModelErrorCode",
     "NotFoundError",
@@ -76,6 +78,14 @@ class ScriptError(ConfigError):
     code = "script_error"
 
 
+class InvalidCutPointError(ConfigError):
+    """A fork (or compaction boundary) was asked for at a position that does not end a
+    complete unit (a tool call without all of its results). ``details`` names the nearest
+    valid points before and after (``before``/``after``: message ids or ``None``)."""
+
+    code = "invalid_cut_point"
+
+
 class RunStateError(ConfigError):
     """The operation does not fit the run's current status (e.g. resuming a finished run)."""
 
@@ -99,6 +109,10 @@ class SessionNotFoundError(NotFoundError):
 
 class RunNotFoundError(NotFoundError):
     code = "run_not_found"
+
+
+class MessageNotFoundError(NotFoundError):
+    code = "message_not_found"
 
 
 class ArtifactNotFoundError(NotFoundError):

@@ -42,6 +42,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.adapters.stores import _codec
+from plait.adapters.stores._fork import (
+    check_fork_commit,
+    fork_state,
+    prefix_seq,
+    record_from_dict,
+    record_to_dict,
+    reject_plain_session,
+)
 from plait.adapters.stores._state import (
     Change,
     SessionState,
@@ -57,7 +65,7 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import (
     ConfigError,
     CorruptStoreError,
@@ -65,6 +73,7 @@ from plait.domain.errors import (
     SessionNotFoundError,
     StoreError,
 )
+from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -457,6 +466,68 @@ class JsonlStore:
             return self._read_session(sid).runs
         except SessionNotFoundError:
             return {}
+
+    # --- forks ----------------------------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        with self._op():
+            return prefix_seq(self._read_session(session_id), message_id)
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        """The branch's whole file (its create line with the fork record, then one line
+        with the prefix) is written under a temporary name, fsynced, and linked into place
+        (which fails if the name exists): a crash leaves no branch or a whole one."""
+        check_fork_commit(commit)
+        branch_id = commit.branch.id
+        with self._op():
+            path = self._session_path(branch_id)
+            if path is None:
+                raise ConfigError(f"session id {branch_id!r} cannot be used as a file name")
+            if path.exists():
+                return self._fork_record(path) or reject_plain_session(branch_id)
+            state = fork_state(self._read_session(commit.record.source_session_id), commit)
+            create = {"schema_version": _codec.SCHEMA_VERSION, "op": "create"}
+            create["session"] = _codec.session_to_dict(commit.branch)
+            create["fork"] = record_to_dict(commit.record)
+            prefix = _line("commit", Change(messages=tuple(state.messages)))
+            data = "".join(_codec.dumps(x) + "\n" for x in (create, prefix)).encode()
+            tmp = self._sessions_dir / f".{branch_id}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return self._fork_record(path) or reject_plain_session(branch_id)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._fsync_dir(self._sessions_dir)
+            return commit.record
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        with self._op():
+            path = self._session_path(session_id)
+            return None if path is None else self._fork_record(path)
+
+    def _fork_record(self, path: Path) -> ForkRecord | None:
+        try:
+            with path.open("rb") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return None
+        if not first.endswith(b"\n"):
+            return None
+        try:
+            fork = _codec.loads(first.decode()).get("fork")
+            return None if fork is None else record_from_dict(fork)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptStoreError(
+                f"{path}, line 1: bad fork record ({e})", path=str(path), line=1
+            ) from e
 
     # --- runs -----------------------------------------------------------------------------
 

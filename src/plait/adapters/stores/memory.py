@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores._state import (
     SessionState,
     artifact_not_found,
@@ -25,7 +26,8 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -44,6 +46,7 @@ class MemoryStore:
         self._run_sessions: dict[str, str] = {}
         """run id -> session id, in insertion order (ties in ``list_runs``)."""
         self._artifacts: dict[str, tuple[ArtifactRef, bytes]] = {}
+        self._forks: dict[str, ForkRecord] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(sessions={len(self._sessions)})"
@@ -120,6 +123,30 @@ class MemoryStore:
             change = state.plan_commit(commit)
             state.apply(change)
             return state.result(change)
+
+    # --- forks ----------------------------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        with self._lock:
+            self._check_open()
+            return prefix_seq(self._state(session_id), message_id)
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        with self._lock:
+            self._check_open()
+            branch_id = commit.branch.id
+            if branch_id in self._sessions:
+                return self._forks.get(branch_id) or reject_plain_session(branch_id)
+            self._sessions[branch_id] = fork_state(
+                self._state(commit.record.source_session_id), commit
+            )
+            self._forks[branch_id] = commit.record
+            return commit.record
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        with self._lock:
+            self._check_open()
+            return self._forks.get(session_id)
 
     # --- runs -----------------------------------------------------------------------------
 

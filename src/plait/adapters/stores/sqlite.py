@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from plait.adapters.stores import _codec
+from plait.adapters.stores import _codec, _sqlite_fork
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     execution_row,
@@ -56,13 +56,14 @@ from plait.adapters.stores._state import (
     validate_commit,
     version_conflict,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import (
     ConflictError,
     CorruptStoreError,
     PlaitError,
     StoreError,
 )
+from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
@@ -493,6 +494,17 @@ class SqliteStore:
                     raise duplicate_message(sid, m.id) from None
                 seen.add(m.id)
             raise
+
+    # --- forks (see _sqlite_fork) ---------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        return self._read(lambda conn: _sqlite_fork.message_seq(conn, session_id, message_id))
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        return self._write(lambda conn: _sqlite_fork.fork(conn, commit))
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        return self._read(lambda conn: _sqlite_fork.get_record(conn, session_id))
 
     # --- runs -----------------------------------------------------------------------------
 
