@@ -35,4 +35,4 @@ def empty_database(url: str) -> None:
             )
         ]
         if tables:
-            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")  # type: ignore[arg-type]
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")

@@ -29,7 +29,10 @@ INSERT_SESSION = (
     "ON CONFLICT (id) DO NOTHING"
 )
 GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = %s"
-LOCK_SESSION = f"SELECT {_VERSION_OF}, s.active_run_id FROM sessions AS s WHERE s.id = %s FOR UPDATE"
+# Lock first, then read the version in a second statement: under READ COMMITTED a new
+# statement sees everything committed while it waited for the lock.
+LOCK_SESSION = "SELECT active_run_id FROM sessions WHERE id = %s FOR UPDATE"
+SESSION_VERSION = "SELECT coalesce(max(seq), 0) FROM session_messages WHERE session_id = %s"
 LIST_SESSIONS = (
     f"SELECT {_SESSION_COLS} FROM sessions AS s ORDER BY s.created_at DESC, s.ord DESC LIMIT %s"
 )
@@ -42,7 +45,8 @@ INSERT_MESSAGE = (
     "status, extra, schema_version) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "RETURNING pk) "
     "INSERT INTO session_messages (session_id, seq, message_id, message_pk) "
-    "SELECT %s, %s, %s, pk FROM m ON CONFLICT DO NOTHING RETURNING message_id"
+    "SELECT %s, %s, %s, pk FROM m ON CONFLICT (session_id, message_id) DO NOTHING "
+    "RETURNING message_id"
 )
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "

@@ -17,7 +17,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from plait.adapters.stores import _codec, _pg_sql as q
+from plait.adapters.stores import _codec
+from plait.adapters.stores import _pg_sql as q
 from plait.adapters.stores._pg_schema import LATEST, MIGRATIONS
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
@@ -118,7 +119,7 @@ async def upgrade(conn: Conn, where: str) -> tuple[int, int]:
             )
         for version in range(before + 1, LATEST + 1):
             for statement in MIGRATIONS[version - 1]:
-                await conn.execute(statement)  # type: ignore[arg-type]
+                await conn.execute(statement)
             await conn.execute(q.RECORD_VERSION, (version,))
     return before, LATEST
 
@@ -219,13 +220,13 @@ class PostgresStore:
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         async def op(conn: Conn) -> tuple[Any, ...] | None:
-            return await (await conn.execute(sql, params)).fetchone()  # type: ignore[arg-type]
+            return await (await conn.execute(sql, params)).fetchone()
 
         return await self._read(op)
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         async def op(conn: Conn) -> list[tuple[Any, ...]]:
-            return await (await conn.execute(sql, params)).fetchall()  # type: ignore[arg-type]
+            return await (await conn.execute(sql, params)).fetchall()
 
         return await self._read(op)
 
@@ -296,7 +297,9 @@ class PostgresStore:
         row = await (await conn.execute(q.LOCK_SESSION, (sid,))).fetchone()
         if row is None:
             raise session_not_found(sid)
-        current, active = row
+        active = row[0]
+        version = await (await conn.execute(q.SESSION_VERSION, (sid,))).fetchone()
+        current = 0 if version is None else int(version[0])
         if start:
             if active is not None:
                 raise session_busy(sid, active)
@@ -429,7 +432,7 @@ class PostgresStore:
             if row is None:
                 await self._lease_failure(conn, run_id, owner)
             assert row is not None
-            return row
+            return tuple(row)
 
         return run_from_row(await self._write(op))
 
