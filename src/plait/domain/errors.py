@@ -30,6 +30,7 @@ __all__ = [
     "SessionBusyError",
     "SessionNotFoundError",
     "StoreError",
+    "StoreNotFoundError",
     "ToolError",
     "ValidationError",
 ]
@@ -117,6 +118,12 @@ class MessageNotFoundError(NotFoundError):
 
 class ArtifactNotFoundError(NotFoundError):
     code = "artifact_not_found"
+
+
+class StoreNotFoundError(NotFoundError):
+    """A command that only reads was pointed at a store that does not exist."""
+
+    code = "store_not_found"
 
 
 class ConflictError(StoreError):

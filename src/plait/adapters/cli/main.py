@@ -72,7 +72,7 @@ def _common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
         "--db",
         default=argparse.SUPPRESS,
         help="store URL: sqlite:///PATH, jsonl:///DIR or memory:// "
-        "(default: $PLAIT_DB or sqlite:///.plait/plait.db)",
+        "(default: $PLAIT_DB, else plait.db in $XDG_DATA_HOME/plait or ~/.local/share/plait)",
     )
 
 
