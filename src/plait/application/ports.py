@@ -6,7 +6,7 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -15,6 +15,7 @@ from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ModelRole",
     "RawToolCall",
     "SessionStore",
+    "SummaryStore",
     "TextSink",
     "TokenMeter",
     "Tool",
@@ -282,6 +284,45 @@ class ArtifactStore(Protocol):
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef: ...
 
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]: ...
+
+
+class SummaryStore(Protocol):
+    """Summaries, constraint records and full-text search over a session's raw history
+    (compaction, DESIGN §8). Raw history is never modified by any of these."""
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        """Make ``summary`` the session's active summary, atomically, if the session is
+        still at summary generation ``expected_generation`` (``summary.generation`` must
+        be one more) and ``summary`` covers a longer prefix than the active one; else
+        :class:`~plait.domain.errors.SummaryConflictError` and nothing changes."""
+        ...
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        """The active summary (the newest generation), or ``None``."""
+        ...
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        """Every activated summary of the session, oldest generation first."""
+        ...
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        """Store the constraints not stored yet (same text from the same source message
+        is stored once); returns those added."""
+        ...
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        """The session's constraint records in the order they were added."""
+        ...
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        """Messages of the session (``seq <= through_seq`` when given) whose searchable
+        text contains every term of ``query`` ignoring case, newest first, at most
+        ``limit`` (see :mod:`plait.domain.recall`)."""
+        ...
 
 
 # --- forks ----------------------------------------------------------------------------------

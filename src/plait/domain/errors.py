@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 __all__ = [
     "ArtifactNotFoundError",
     "BudgetExhaustedError",
+    "CompactionError",
     "ConfigError",
     "ConflictError",
     "CorruptStoreError",
@@ -31,6 +32,9 @@ __all__ = [
     "SessionNotFoundError",
     "StoreError",
     "StoreNotFoundError",
+    "SummaryConflictError",
+    "SummaryInvalidError",
+    "TokenMeterModelUnconfiguredError",
     "ToolError",
     "ValidationError",
 ]
@@ -144,6 +148,13 @@ class LeaseLostError(ConflictError):
     code = "lease_lost"
 
 
+class SummaryConflictError(ConflictError):
+    """A summary was not activated: the session's summary generation moved on since the
+    compaction started, or the active summary already covers at least as long a prefix."""
+
+    code = "summary_conflict"
+
+
 class CorruptStoreError(StoreError):
     """Stored data could not be decoded; nothing was changed."""
 
@@ -204,3 +215,27 @@ class ToolError(PlaitError):
 
 class PolicyError(PlaitError):
     code = "policy_error"
+
+
+# --- compaction -----------------------------------------------------------------------------
+
+
+class TokenMeterModelUnconfiguredError(ConfigError):
+    """No token meter or context window is configured for the model that must be measured
+    (the RFC's ``TOKEN_METER_MODEL_UNCONFIGURED``). plait never guesses a window."""
+
+    code = "token_meter_model_unconfigured"
+
+
+class CompactionError(PlaitError):
+    """A compaction could not produce a usable summary; the previous one stays active and
+    the raw history is untouched."""
+
+    code = "compaction_failed"
+
+
+class SummaryInvalidError(CompactionError):
+    """A summary failed validation (schema, source ids outside the covered prefix, not
+    smaller than its source) and was not activated."""
+
+    code = "summary_invalid"

@@ -35,7 +35,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +50,7 @@ from plait.adapters.stores._fork import (
     record_to_dict,
     reject_plain_session,
 )
+from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._state import (
     Change,
     SessionState,
@@ -65,6 +66,7 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
+from plait.adapters.stores._summary_state import SummaryBook, duplicate_summary, new_constraints
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import (
     ConfigError,
@@ -75,8 +77,10 @@ from plait.domain.errors import (
 )
 from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef
+from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
 __all__ = ["JsonlStore", "StoreWarning"]
 
@@ -125,6 +129,7 @@ class JsonlStore:
         self._tracked: dict[str, _Tracked] = {}
         self._index: _Tracked | None = None
         self._run_index: dict[str, list[str]] = {}
+        self._summaries = SummaryFiles(self._dir / "summaries")
 
     def __repr__(self) -> str:
         return f"JsonlStore({str(self._dir)!r})"
@@ -639,6 +644,55 @@ class JsonlStore:
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise CorruptStoreError(f"{path}: artifact content does not match its sha256")
         return ref, data
+
+    # --- summaries, constraints, search (see _jsonl_summaries) -----------------------------
+
+    def _summary_book(self, session_id: str) -> SummaryBook:
+        self._read_session(session_id)  # unknown session -> SessionNotFoundError
+        return self._summaries.read(session_id)
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        def plan(book: SummaryBook) -> tuple[dict[str, Any], None]:
+            book.check(session, summary, expected_generation)
+            if any(s.id == summary.id for s in book.summaries):
+                raise duplicate_summary(summary.id)
+            return summary_line(summary), None
+
+        with self._op():
+            session = self._read_session(summary.session_id).session
+            self._summaries.write(summary.session_id, plan)
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        with self._op():
+            return self._summary_book(session_id).active
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        with self._op():
+            return self._summary_book(session_id).summaries
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        def plan(book: SummaryBook) -> tuple[dict[str, Any] | None, list[Constraint]]:
+            added = new_constraints(book.constraints, constraints)
+            return (constraints_line(added) if added else None), added
+
+        with self._op():
+            self._read_session(session_id)
+            return self._summaries.write(session_id, plan)
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        with self._op():
+            return self._summary_book(session_id).constraints
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        terms = search_terms(query)
+        with self._op():
+            history = self._read_session(session_id).read(0, through_seq)
+        hits = [sm for sm in reversed(history) if matches(terms, sm.message)]
+        return hits[: max(limit, 0)]
 
     async def close(self) -> None:
         with self._lock:

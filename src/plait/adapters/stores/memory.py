@@ -9,6 +9,7 @@ see each write as atomic; a lock makes it safe across threads too.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
@@ -26,11 +27,18 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
+from plait.adapters.stores._summary_state import (
+    SummaryBook,
+    duplicate_summary,
+    new_constraints,
+)
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef
+from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
 __all__ = ["MemoryStore"]
 
@@ -46,6 +54,8 @@ class MemoryStore:
         self._run_sessions: dict[str, str] = {}
         """run id -> session id, in insertion order (ties in ``list_runs``)."""
         self._artifacts: dict[str, tuple[ArtifactRef, bytes]] = {}
+        self._books: dict[str, SummaryBook] = {}
+        self._summary_ids: set[str] = set()
         self._forks: dict[str, ForkRecord] = {}
 
     def __repr__(self) -> str:
@@ -238,6 +248,57 @@ class MemoryStore:
             if stored is None:
                 raise artifact_not_found(artifact_id)
             return stored
+
+    # --- summaries, constraints, search ---------------------------------------------------
+
+    def _book(self, session_id: str) -> SummaryBook:
+        self._state(session_id)  # unknown session -> SessionNotFoundError
+        return self._books.setdefault(session_id, SummaryBook())
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        with self._lock:
+            self._check_open()
+            book = self._book(summary.session_id)
+            book.check(self._state(summary.session_id).session, summary, expected_generation)
+            if summary.id in self._summary_ids:
+                raise duplicate_summary(summary.id)
+            book.summaries.append(summary)
+            self._summary_ids.add(summary.id)
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        with self._lock:
+            self._check_open()
+            return self._book(session_id).active
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        with self._lock:
+            self._check_open()
+            return list(self._book(session_id).summaries)
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        with self._lock:
+            self._check_open()
+            book = self._book(session_id)
+            added = new_constraints(book.constraints, constraints)
+            book.constraints.extend(added)
+            return added
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        with self._lock:
+            self._check_open()
+            return list(self._book(session_id).constraints)
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        terms = search_terms(query)
+        with self._lock:
+            self._check_open()
+            history = self._state(session_id).read(0, through_seq)
+        hits = [sm for sm in reversed(history) if matches(terms, sm.message)]
+        return hits[: max(limit, 0)]
 
     async def close(self) -> None:
         with self._lock:
