@@ -12,6 +12,7 @@ from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import ConflictError, StoreError
 from tests.contract.builders import new_session, user
 from tests.contract.store_contract import StoreContract
+from tests.contract.summary_contract import SummaryContract
 from tests.pg import empty_database
 
 
@@ -95,3 +96,16 @@ def test_db_upgrade_command(pg_url: str, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["db", "upgrade", "--db", "memory://", "--json"]) == 2
     err = json.loads(capsys.readouterr().out)["error"]
     assert err["code"] == "config_error" and "PostgreSQL" in err["message"]
+
+
+class TestPostgresSummaries(SummaryContract):
+    @pytest.fixture(autouse=True)
+    def _pg(self, pg_url: str) -> None:
+        self.pg_url = pg_url
+        empty_database(pg_url)
+
+    def create_store(self) -> Store:
+        return PostgresStore(self.pg_url)
+
+    def second_handle(self) -> Store | None:
+        return PostgresStore(self.pg_url)

@@ -15,9 +15,28 @@ because PostgreSQL ``TEXT`` cannot hold NUL characters, which tool output may co
 
 from __future__ import annotations
 
+from typing import Any
+
+from plait.adapters.stores import _pg_sql as q
+from plait.domain.errors import (
+    ConfigError,
+    ConflictError,
+    CorruptStoreError,
+    PlaitError,
+    StoreError,
+)
 from plait.domain.runs import RunStatus
 
-__all__ = ["LATEST", "MIGRATIONS"]
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ConfigError(
+        "the PostgreSQL store needs psycopg 3 and psycopg_pool: "
+        "pip install 'psycopg[binary]' psycopg_pool"
+    ) from e
+
+__all__ = ["LATEST", "MIGRATIONS", "redact", "translate", "upgrade"]
 
 _LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
 
@@ -61,5 +80,69 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
+MIGRATIONS += (
+    # 2: forks and compaction (summaries, constraint records).
+    (
+        """CREATE TABLE fork_requests (
+            branch_session_id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
+        """CREATE TABLE summaries (
+            session_id TEXT NOT NULL, generation INTEGER NOT NULL, id TEXT NOT NULL UNIQUE,
+            covered_through_seq INTEGER NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (session_id, generation))""",
+        """CREATE TABLE constraint_records (
+            session_id TEXT NOT NULL, source_message_id TEXT NOT NULL, text TEXT NOT NULL,
+            ord BIGINT GENERATED ALWAYS AS IDENTITY,
+            PRIMARY KEY (session_id, source_message_id, text))""",
+    ),
+)
+
 LATEST = len(MIGRATIONS)
 """The schema version this code writes."""
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    head, sep, tail = url.partition("@")
+    if not sep or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, cred = head.partition("//")
+    return f"{scheme}//{cred.split(':', 1)[0]}:***@{tail}"
+
+
+def translate(e: psycopg.Error, where: str) -> PlaitError:
+    if isinstance(e, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
+        return ConflictError(f"{where}: {e.diag.message_primary}", store=where)
+    if isinstance(e, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        return ConflictError(f"{where}: concurrent write ({e}); retry the operation", store=where)
+    if isinstance(e, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
+        return ConflictError(f"{where}: {e}; retry the operation", store=where)
+    if isinstance(e, pg_errors.UndefinedTable):
+        return CorruptStoreError(
+            f"{where} has no plait tables ({e.diag.message_primary}); run `plait db upgrade`",
+            store=where,
+        )
+    text = str(e).strip() or type(e).__name__
+    return StoreError(f"{where}: PostgreSQL error: {text}", store=where, sqlstate=e.sqlstate)
+
+
+async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> tuple[int, int]:
+    """Apply the missing migrations on ``conn`` (autocommit). Returns (before, after)."""
+    async with conn.transaction():
+        await conn.execute(q.MIGRATION_LOCK)
+        await conn.execute(q.CREATE_SCHEMA_TABLE)
+        cur = await conn.execute(q.SCHEMA_VERSION)
+        row = await cur.fetchone()
+        before = 0 if row is None or row[0] is None else int(row[0])
+        if before > LATEST:
+            raise CorruptStoreError(
+                f"{where} was written by a newer plait (store schema_version {before}, this "
+                f"plait knows {LATEST}); upgrade plait to use it",
+                store=where,
+                schema_version=before,
+                supported=LATEST,
+            )
+        for version in range(before + 1, LATEST + 1):
+            for statement in MIGRATIONS[version - 1]:
+                await conn.execute(statement)
+            await conn.execute(q.RECORD_VERSION, (version,))
+    return before, LATEST

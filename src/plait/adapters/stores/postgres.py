@@ -14,12 +14,17 @@ schema migrations then (see :mod:`._pg_schema`; ``plait db upgrade`` does the sa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool
+
 from plait.adapters.stores import _codec
+from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_sql as q
-from plait.adapters.stores._pg_schema import LATEST, MIGRATIONS
+from plait.adapters.stores._pg_schema import LATEST, redact, translate, upgrade
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     execution_row,
@@ -47,81 +52,22 @@ from plait.adapters.stores._state import (
     validate_commit,
     version_conflict,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import (
-    ConfigError,
-    ConflictError,
     CorruptStoreError,
-    PlaitError,
     StoreError,
 )
+from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
-try:
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg_pool import AsyncConnectionPool
-except ImportError as e:  # pragma: no cover - depends on the installation
-    raise ConfigError(
-        "the PostgreSQL store needs psycopg 3 and psycopg_pool: "
-        "pip install 'psycopg[binary]' psycopg_pool"
-    ) from e
-
-__all__ = ["PostgresStore", "redact", "upgrade"]
+__all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
 _EXEC_STATE = {s.value: s for s in ExecutionState}
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    head, sep, tail = url.partition("@")
-    if not sep or ":" not in head.split("//", 1)[-1]:
-        return url
-    scheme, _, cred = head.partition("//")
-    return f"{scheme}//{cred.split(':', 1)[0]}:***@{tail}"
-
-
-def _translate(e: psycopg.Error, where: str) -> PlaitError:
-    if isinstance(e, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
-        return ConflictError(f"{where}: {e.diag.message_primary}", store=where)
-    if isinstance(e, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
-        return ConflictError(f"{where}: concurrent write ({e}); retry the operation", store=where)
-    if isinstance(e, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
-        return ConflictError(f"{where}: {e}; retry the operation", store=where)
-    if isinstance(e, pg_errors.UndefinedTable):
-        return CorruptStoreError(
-            f"{where} has no plait tables ({e.diag.message_primary}); run `plait db upgrade`",
-            store=where,
-        )
-    text = str(e).strip() or type(e).__name__
-    return StoreError(f"{where}: PostgreSQL error: {text}", store=where, sqlstate=e.sqlstate)
-
-
-async def upgrade(conn: Conn, where: str) -> tuple[int, int]:
-    """Apply the missing migrations on ``conn`` (autocommit). Returns (before, after)."""
-    async with conn.transaction():
-        await conn.execute(q.MIGRATION_LOCK)
-        await conn.execute(q.CREATE_SCHEMA_TABLE)
-        cur = await conn.execute(q.SCHEMA_VERSION)
-        row = await cur.fetchone()
-        before = 0 if row is None or row[0] is None else int(row[0])
-        if before > LATEST:
-            raise CorruptStoreError(
-                f"{where} was written by a newer plait (store schema_version {before}, this "
-                f"plait knows {LATEST}); upgrade plait to use it",
-                store=where,
-                schema_version=before,
-                supported=LATEST,
-            )
-        for version in range(before + 1, LATEST + 1):
-            for statement in MIGRATIONS[version - 1]:
-                await conn.execute(statement)
-            await conn.execute(q.RECORD_VERSION, (version,))
-    return before, LATEST
 
 
 class PostgresStore:
@@ -208,7 +154,7 @@ class PostgresStore:
             async with pool.connection() as conn, conn.transaction():
                 return await op(conn)
         except psycopg.Error as e:
-            raise _translate(e, self._where) from e
+            raise translate(e, self._where) from e
 
     async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._ready()
@@ -216,7 +162,7 @@ class PostgresStore:
             async with pool.connection() as conn:
                 return await op(conn)
         except psycopg.Error as e:
-            raise _translate(e, self._where) from e
+            raise translate(e, self._where) from e
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         async def op(conn: Conn) -> tuple[Any, ...] | None:
@@ -240,7 +186,7 @@ class PostgresStore:
             ) as conn:
                 return await upgrade(conn, self._where)
         except psycopg.Error as e:
-            raise _translate(e, self._where) from e
+            raise translate(e, self._where) from e
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -477,3 +423,41 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+    # --- forks (see _pg_more) -------------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        return await self._read(lambda conn: more.message_seq(conn, session_id, message_id))
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        return await self._write(lambda conn: more.fork(conn, commit))
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        return await self._read(lambda conn: more.get_record(conn, session_id))
+
+    # --- summaries, constraints, search (see _pg_more) ------------------------------------
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        await self._write(lambda conn: more.activate(conn, summary, expected_generation))
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        return await self._read(lambda conn: more.get_active(conn, session_id))
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        return await self._read(lambda conn: more.list_summaries(conn, session_id))
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        items = list(constraints)
+        return await self._write(lambda conn: more.add_constraints(conn, session_id, items))
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        return await self._read(lambda conn: more.list_constraints(conn, session_id))
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        return await self._read(
+            lambda conn: more.search(conn, session_id, query, through_seq, max(limit, 0))
+        )
