@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.application.ports import ArtifactStore, SessionStore, SummaryStore
+from plait.application.ports import ArtifactStore, ForkStore, SessionStore, SummaryStore
 from plait.domain.errors import ConfigError, StoreNotFoundError
 
 if TYPE_CHECKING:
@@ -48,9 +48,9 @@ _FORMS = (
 )
 
 
-class Store(SessionStore, ArtifactStore, SummaryStore, Protocol):
-    """What every store adapter is: a session store, an artifact store and a summary
-    store in one."""
+class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, Protocol):
+    """What every store adapter is: a session store, an artifact store, a summary store
+    and a fork store in one."""
 
 
 def _path(url: str, scheme: str) -> Path:
