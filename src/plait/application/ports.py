@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 
 from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
+from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -19,6 +20,7 @@ from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
+    "ApprovalStore",
     "ArtifactStore",
     "Clock",
     "Commit",
@@ -284,6 +286,47 @@ class ArtifactStore(Protocol):
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef: ...
 
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]: ...
+
+
+class ApprovalStore(Protocol):
+    """Approval requests and a person's decisions (DESIGN §5). The only source of
+    authority for calls that need a person: nothing in history grants one.
+
+    Each method is one atomic write or read. Approvals are bound to one session: a fork
+    inherits none.
+    """
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        """Store a pending request. If the same call (session, run, call id) already has
+        a pending one, that one is returned and nothing is written."""
+        ...
+
+    async def get_approval(self, approval_id: str) -> Approval: ...
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        """Newest first."""
+        ...
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Approve (for ``ttl_seconds``) or deny (with ``reason``) a *pending* request;
+        anything else is a :class:`~plait.domain.errors.RunStateError`."""
+        ...
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        """Mark an approval used by ``use.call_id``, atomically, if it authorizes
+        ``use`` (else :class:`~plait.domain.errors.ApprovalRefusedError`). Consuming again
+        for the same call returns the record unchanged; for another call it is refused."""
 
 
 class SummaryStore(Protocol):

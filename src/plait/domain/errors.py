@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "ApprovalNotFoundError",
+    "ApprovalRefusedError",
     "ArtifactNotFoundError",
     "BudgetExhaustedError",
     "CompactionError",
@@ -116,6 +118,10 @@ class RunNotFoundError(NotFoundError):
     code = "run_not_found"
 
 
+class ApprovalNotFoundError(NotFoundError):
+    code = "approval_not_found"
+
+
 class MessageNotFoundError(NotFoundError):
     code = "message_not_found"
 
@@ -215,6 +221,13 @@ class ToolError(PlaitError):
 
 class PolicyError(PlaitError):
     code = "policy_error"
+
+
+class ApprovalRefusedError(PolicyError):
+    """An approval does not authorize the call that tried to use it (other arguments,
+    session or call, expired, already consumed, not approved)."""
+
+    code = "approval_refused"
 
 
 # --- compaction -----------------------------------------------------------------------------

@@ -21,7 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.application.ports import ArtifactStore, ForkStore, SessionStore, SummaryStore
+from plait.application.ports import (
+    ApprovalStore,
+    ArtifactStore,
+    ForkStore,
+    SessionStore,
+    SummaryStore,
+)
 from plait.domain.errors import ConfigError, StoreNotFoundError
 
 if TYPE_CHECKING:
@@ -48,9 +54,9 @@ _FORMS = (
 )
 
 
-class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, Protocol):
-    """What every store adapter is: a session store, an artifact store, a summary store
-    and a fork store in one."""
+class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore, Protocol):
+    """What every store adapter is: a session, artifact, summary, fork and approval store
+    in one."""
 
 
 def _path(url: str, scheme: str) -> Path:

@@ -42,6 +42,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.adapters.stores import _codec
+from plait.adapters.stores._approvals import (
+    duplicate_approval,
+    not_found,
+    plan_consume,
+    plan_decision,
+    plan_request,
+)
+from plait.adapters.stores._approvals_jsonl import ApprovalFile
 from plait.adapters.stores._fork import (
     check_fork_commit,
     fork_state,
@@ -76,6 +84,7 @@ from plait.domain.errors import (
     StoreError,
 )
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
 from plait.domain.messages import ArtifactRef
 from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run
@@ -129,6 +138,7 @@ class JsonlStore:
         self._tracked: dict[str, _Tracked] = {}
         self._index: _Tracked | None = None
         self._run_index: dict[str, list[str]] = {}
+        self._approvals = ApprovalFile(self)
         self._summaries = SummaryFiles(self._dir / "summaries")
 
     def __repr__(self) -> str:
@@ -644,6 +654,87 @@ class JsonlStore:
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise CorruptStoreError(f"{path}: artifact content does not match its sha256")
         return ref, data
+
+    # --- approvals (rules in _approvals, file in _approvals_jsonl) --------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        def plan(records: dict[str, Approval]) -> tuple[Approval, bool]:
+            key = (approval.session_id, approval.run_id, approval.call_id)
+            pending = next(
+                (
+                    a
+                    for a in reversed(records.values())
+                    if (a.session_id, a.run_id, a.call_id) == key
+                    and a.status is ApprovalStatus.PENDING
+                ),
+                None,
+            )
+            new = plan_request(pending, approval)
+            if new is None:
+                assert pending is not None
+                return pending, False
+            if new.id in records:
+                raise duplicate_approval(new.id)
+            return new, True
+
+        with self._op():
+            self._read_session(approval.session_id)
+            return self._approvals.write(plan)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        with self._op():
+            found = self._approvals.read().get(approval_id)
+        if found is None:
+            raise not_found(approval_id)
+        return found
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        with self._op():
+            records = self._approvals.read()
+        found = [
+            a
+            for a in reversed(records.values())
+            if (session_id is None or a.session_id == session_id)
+            and (run_id is None or a.run_id == run_id)
+        ]
+        found.sort(key=lambda a: a.requested_at, reverse=True)
+        return found
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        def plan(records: dict[str, Approval]) -> tuple[Approval, bool]:
+            current = records.get(approval_id)
+            if current is None:
+                raise not_found(approval_id)
+            new = plan_decision(
+                current, approve=approve, grantor=grantor, at=at, ttl_seconds=ttl_seconds,
+                reason=reason,
+            )  # fmt: skip
+            return new, True
+
+        with self._op():
+            return self._approvals.write(plan)
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        def plan(records: dict[str, Approval]) -> tuple[Approval, bool]:
+            current = records.get(approval_id)
+            if current is None:
+                raise not_found(approval_id)
+            new = plan_consume(current, use)
+            return (current, False) if new is None else (new, True)
+
+        with self._op():
+            return self._approvals.write(plan)
 
     # --- summaries, constraints, search (see _jsonl_summaries) -----------------------------
 

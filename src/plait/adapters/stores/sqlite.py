@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from plait.adapters.stores import _codec, _sqlite_fork
+from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_fork
 from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
@@ -65,6 +65,7 @@ from plait.domain.errors import (
     StoreError,
 )
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
 from plait.domain.runs import Run, RunStatus
@@ -588,6 +589,44 @@ class SqliteStore:
             raise artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        def op(conn: sqlite3.Connection) -> Approval:
+            if conn.execute(_SESSION_EXISTS, (approval.session_id,)).fetchone() is None:
+                raise session_not_found(approval.session_id)
+            return _approvals_sqlite.request(conn, approval)
+
+        return self._write(op)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return self._read(lambda conn: _approvals_sqlite.get(conn, approval_id))
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        return self._read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        return self._write(
+            lambda conn: _approvals_sqlite.decide(
+                conn, approval_id, approve=approve, grantor=grantor, at=at,
+                ttl_seconds=ttl_seconds, reason=reason,
+            )
+        )  # fmt: skip
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        return self._write(lambda conn: _approvals_sqlite.consume(conn, approval_id, use))
 
     # --- summaries, constraints, search (see _sqlite_summaries) ----------------------------
 
