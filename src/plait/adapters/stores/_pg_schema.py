@@ -96,6 +96,18 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    # 3: approvals (governance).
+    (
+        """CREATE TABLE approvals (
+            id TEXT PRIMARY KEY, ord BIGINT GENERATED ALWAYS AS IDENTITY,
+            session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
+            status TEXT NOT NULL, requested_at DOUBLE PRECISION NOT NULL, data TEXT NOT NULL)""",
+        "CREATE INDEX approvals_by_call ON approvals (session_id, run_id, call_id)",
+        "CREATE INDEX approvals_by_run ON approvals (run_id)",
+    ),
+)
+
 LATEST = len(MIGRATIONS)
 """The schema version this code writes."""
 

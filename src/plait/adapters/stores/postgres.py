@@ -22,6 +22,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from plait.adapters.stores import _codec
+from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_sql as q
 from plait.adapters.stores._pg_schema import LATEST, redact, translate, upgrade
@@ -58,6 +59,7 @@ from plait.domain.errors import (
     StoreError,
 )
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
@@ -423,6 +425,39 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+    # --- approvals (see _pg_approvals) ----------------------------------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        return await self._write(lambda conn: approvals.request(conn, approval))
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return await self._read(lambda conn: approvals.get(conn, approval_id))
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        return await self._read(lambda conn: approvals.listing(conn, session_id, run_id))
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        return await self._write(
+            lambda conn: approvals.decide(
+                conn, approval_id, approve=approve, grantor=grantor, at=at,
+                ttl_seconds=ttl_seconds, reason=reason,
+            )
+        )  # fmt: skip
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        return await self._write(lambda conn: approvals.consume(conn, approval_id, use))
 
     # --- forks (see _pg_more) -------------------------------------------------------------
 
