@@ -99,7 +99,7 @@ class Runtime:
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools`` defaults to the built-in workspace
+        cancel and resolve but not run). ``tools`` defaults to the built-in session
         tools."""
         from plait.adapters.stores import open_store
         from plait.adapters.system import RandomIds, SystemClock
@@ -111,9 +111,9 @@ class Runtime:
         else:
             model_client = model
         if tools is None:
-            from plait.adapters.tools import workspace_tools
+            from plait.adapters.tools import session_tools
 
-            tools = workspace_tools()
+            tools = session_tools()
         store = open_store(db or default_db_url())
         return cls(
             store=store,

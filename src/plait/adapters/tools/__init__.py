@@ -1,5 +1,26 @@
 """Tool adapters: executors for the tools a session can call."""
 
-from plait.adapters.tools.workspace import WorkspaceLimits, workspace_tools
+from __future__ import annotations
 
-__all__ = ["WorkspaceLimits", "workspace_tools"]
+from plait.adapters.tools.command import command_tools
+from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
+from plait.adapters.tools.workspace import WorkspaceLimits, workspace_tools
+from plait.application.ports import Tool
+
+__all__ = [
+    "Limits",
+    "SandboxSettings",
+    "SandboxUnavailableError",
+    "WorkspaceLimits",
+    "command_tools",
+    "session_tools",
+    "workspace_tools",
+]
+
+
+def session_tools(
+    *, sandbox: SandboxSettings | None = None, limits: WorkspaceLimits | None = None
+) -> list[Tool]:
+    """The tools a session gets by default: the five file tools and ``run_command`` (plus
+    ``run_tests`` when ``sandbox.test_command`` is set)."""
+    return [*workspace_tools(limits=limits), *command_tools(sandbox)]
