@@ -25,16 +25,22 @@ if TYPE_CHECKING:
         Tool,
     )
 
-__all__ = ["DEFAULT_DB", "Runtime", "default_db_url", "open_model"]
-
-DEFAULT_DB = ".plait/plait.db"
+__all__ = ["Runtime", "data_dir", "default_db_url", "open_model"]
 
 MODEL_SPEC_FORMS = "scripted:PATH (a script file, see docs/scripted-model.md)"
 
 
+def data_dir() -> Path:
+    """Where plait keeps its data by default: ``$XDG_DATA_HOME/plait``, else
+    ``~/.local/share/plait`` (outside any project, so out of the agent's reach)."""
+    base = os.environ.get("XDG_DATA_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "plait"
+
+
 def default_db_url() -> str:
-    """``PLAIT_DB`` if set, else a SQLite file under ``./.plait/``."""
-    return os.environ.get("PLAIT_DB") or f"sqlite:///{DEFAULT_DB}"
+    """``PLAIT_DB`` if set, else ``plait.db`` in :func:`data_dir`."""
+    return os.environ.get("PLAIT_DB") or f"sqlite:///{data_dir() / 'plait.db'}"
 
 
 def open_model(spec: str) -> ModelClient:
@@ -95,13 +101,16 @@ class Runtime:
         db: str | None = None,
         model: str | ModelClient | None = None,
         tools: Sequence[Tool] | None = None,
+        create: bool = True,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
         cancel and resolve but not run). ``tools`` defaults to the built-in session
-        tools."""
-        from plait.adapters.stores import open_store
+        tools (file tools and ``run_command``), which may not touch or see the store's own
+        files. ``create=False`` (for commands that only read) refuses a store that does not
+        exist instead of creating it."""
+        from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
@@ -110,11 +119,12 @@ class Runtime:
             model_client = open_model(spec) if spec else None
         else:
             model_client = model
+        url = db or default_db_url()
         if tools is None:
             from plait.adapters.tools import session_tools
 
-            tools = session_tools()
-        store = open_store(db or default_db_url())
+            tools = session_tools(protected=protected_paths(url))
+        store = open_store(url, create=create)
         return cls(
             store=store,
             artifacts=store,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.tools import SandboxSettings
+from plait.adapters.stores import protected_paths
+from plait.adapters.tools import SandboxSettings, session_tools
 from plait.domain.errors import ToolError
 from tests.sandbox.conftest import Run, execute, snapshot, tool
 
@@ -107,3 +108,18 @@ def test_patterns_may_not_leave_the_workspace(ws: Path) -> None:
     t = tool(SandboxSettings(read_only_paths=("../outside/**",)))
     with pytest.raises(ToolError, match="must stay inside the workspace"):
         execute(t, ws, command="true")
+
+
+def test_session_tools_hide_the_store_named_by_its_url(ws: Path) -> None:
+    db = ws / "state" / "plait.db"
+    db.parent.mkdir()
+    db.write_text("SESSIONS 0453\n")
+    (ws / "state" / "plait.db-wal").write_text("WAL 0454\n")
+    url = f"sqlite:///{db}"
+    tools = {t.spec.name: t for t in session_tools(protected=protected_paths(url))}
+    out = execute(tools["run_command"], ws, command="cat state/*; cp state/plait.db x")
+    assert out.failed
+    assert "0453" not in out.content
+    assert "0454" not in out.content
+    assert not (ws / "x").exists()
+    assert db.read_text() == "SESSIONS 0453\n"

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli._render import message_text, run_text
+from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
+from plait.adapters.cli.forks import branch_lines, workspace_json
+from plait.adapters.cli.forks import register as register_forks
 from plait.domain.errors import ConfigError, PlaitError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 
@@ -71,7 +74,7 @@ def _common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
         "--db",
         default=argparse.SUPPRESS,
         help="store URL: sqlite:///PATH, jsonl:///DIR or memory:// "
-        "(default: $PLAIT_DB or sqlite:///.plait/plait.db)",
+        "(default: $PLAIT_DB, else plait.db in $XDG_DATA_HOME/plait or ~/.local/share/plait)",
     )
 
 
@@ -137,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = ssub.add_parser("list", help="list sessions, newest first")
     lst.add_argument("--limit", type=_positive_int, default=50)
     _common(lst)
+    register_forks(ssub, _common)
 
     send = sub.add_parser("send", help="send a message and run until the run ends")
     send.add_argument("session_id", metavar="SESSION")
@@ -272,11 +276,16 @@ async def _sessions_list(a: argparse.Namespace, out: _Out) -> int:
 
 async def _history(a: argparse.Namespace, out: _Out) -> int:
     async def run(store: Any) -> int:
-        await store.get_session(a.session_id)
+        session = await store.get_session(a.session_id)
         messages = await store.read_messages(a.session_id)
+        fork = await store.get_fork_record(session.id) if session.fork_origin else None
+        head = branch_lines(session, fork)
+        data: dict[str, Any] = {"session_id": a.session_id}
+        if session.fork_origin is not None:  # a branch says what it is bound to
+            data["workspace"] = workspace_json(session, fork)
         out.emit(
-            {"session_id": a.session_id, "messages": [message_json(m) for m in messages]},
-            lambda: "\n".join(message_text(m) for m in messages) or "no messages yet",
+            data | {"messages": [message_json(m) for m in messages]},
+            lambda: "\n".join([*head, *(message_text(m) for m in messages)]) or "no messages yet",
         )
         return EXIT_OK
 
@@ -470,6 +479,7 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("artifacts", "show"): _artifacts_show,
     ("chat",): _chat,
     ("demo",): _demo,
+    **FORK_COMMANDS,
 }
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
 from plait.adapters.tools.command import command_tools
 from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
 from plait.adapters.tools.workspace import WorkspaceLimits, workspace_tools
@@ -19,8 +22,16 @@ __all__ = [
 
 
 def session_tools(
-    *, sandbox: SandboxSettings | None = None, limits: WorkspaceLimits | None = None
+    *,
+    sandbox: SandboxSettings | None = None,
+    limits: WorkspaceLimits | None = None,
+    protected: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Tool]:
     """The tools a session gets by default: the five file tools and ``run_command`` (plus
-    ``run_tests`` when ``sandbox.test_command`` is set)."""
-    return [*workspace_tools(limits=limits), *command_tools(sandbox)]
+    ``run_tests`` when ``sandbox.test_command`` is set). ``protected`` (plait's store and
+    artifacts, :func:`plait.adapters.stores.protected_paths`) is denied to the file tools
+    and invisible to commands."""
+    return [
+        *workspace_tools(limits=limits, protected=protected),
+        *command_tools(sandbox, protected=protected),
+    ]
