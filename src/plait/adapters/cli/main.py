@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from plait.adapters.cli import service_cmds
 from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli._render import message_text, run_text
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
     )
     _common(demo)
+    service_cmds.register(sub, _common)
     return parser
 
 
@@ -479,6 +481,7 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("artifacts", "show"): _artifacts_show,
     ("chat",): _chat,
     ("demo",): _demo,
+    **service_cmds.COMMANDS,
     **FORK_COMMANDS,
 }
 
