@@ -147,9 +147,10 @@ class Runtime:
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools`` defaults to the built-in workspace
-        tools, which may not touch the store's own files. ``create=False`` (for commands
-        that only read) refuses a store that does not exist instead of creating it."""
+        cancel and resolve but not run). ``tools`` defaults to the built-in session
+        tools (file tools and ``run_command``), which may not touch or see the store's own
+        files. ``create=False`` (for commands that only read) refuses a store that does not
+        exist instead of creating it."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
@@ -161,9 +162,9 @@ class Runtime:
             model_client = model
         url = db or default_db_url()
         if tools is None:
-            from plait.adapters.tools import workspace_tools
+            from plait.adapters.tools import session_tools
 
-            tools = workspace_tools(protected=protected_paths(url))
+            tools = session_tools(protected=protected_paths(url))
         store = open_store(url, create=create)
         return cls(
             store=store,
