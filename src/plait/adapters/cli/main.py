@@ -16,6 +16,8 @@ from plait.adapters.cli._render import message_text, run_text
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.adapters.cli.forks import branch_lines, workspace_json
 from plait.adapters.cli.forks import register as register_forks
+from plait.adapters.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.adapters.cli.governance import register as register_governance
 from plait.domain.errors import ConfigError, PlaitError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 
@@ -203,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
     )
     _common(demo)
+
+    register_governance(sub, _common)
     return parser
 
 
@@ -480,6 +484,7 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("chat",): _chat,
     ("demo",): _demo,
     **FORK_COMMANDS,
+    **GOVERNANCE_COMMANDS,
 }
 
 
