@@ -404,8 +404,8 @@ class ForkStore(Protocol):
         ...
 
 
-class ForkableStore(SessionStore, ForkStore, Protocol):
-    """A session store that can fork."""
+class ForkableStore(SessionStore, ForkStore, SummaryStore, Protocol):
+    """A session store that can fork (and hand summaries on to a branch)."""
 
 
 class WorkspaceSnapshots(Protocol):
