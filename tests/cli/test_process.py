@@ -163,6 +163,8 @@ def test_the_help_covers_every_documented_command() -> None:
             "policy",
             "policy check",
             "policy explain",
+            "db",
+            "db upgrade",
         ]
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from plait.adapters.cli import service_cmds
 from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli._render import message_text, run_text
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(demo)
 
     register_governance(sub, _common)
+    service_cmds.register(sub, _common)
     return parser
 
 
@@ -483,6 +485,7 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("artifacts", "show"): _artifacts_show,
     ("chat",): _chat,
     ("demo",): _demo,
+    **service_cmds.COMMANDS,
     **FORK_COMMANDS,
     **GOVERNANCE_COMMANDS,
 }
