@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 
 from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
-from plait.domain.errors import PlaitError
+from plait.domain.errors import PlaitError, PolicyError
 from plait.domain.messages import ArtifactRef, ToolCall, ToolResult, ToolStatus
 from plait.domain.tools import EffectClass
 
@@ -54,6 +54,10 @@ class ToolRunner:
             on_cancel()
             status = unsure if unsure is ToolStatus.UNKNOWN else ToolStatus.CANCELLED
             return _failure(call, status, "cancelled while running")
+        except PolicyError as e:  # refused before it acted (e.g. plait's own store)
+            return ToolResult(
+                call_id=call.id, status=ToolStatus.DENIED, content=e.message, reason=e.message
+            )
         except PlaitError as e:  # ToolError and its kin: the tool reports a failure
             return ToolResult(
                 call_id=call.id, status=ToolStatus.FAILED, content=e.message, reason=e.message
