@@ -16,25 +16,36 @@ from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from plait.application.compaction import CompactionService
     from plait.application.ports import (
         ArtifactStore,
         Clock,
         IdGenerator,
         ModelClient,
         SessionStore,
+        TokenMeter,
         Tool,
     )
+    from plait.domain.compaction import CompactionSettings
 
-__all__ = ["DEFAULT_DB", "Runtime", "default_db_url", "open_model"]
-
-DEFAULT_DB = ".plait/plait.db"
+__all__ = ["Runtime", "data_dir", "default_db_url", "open_model"]
 
 MODEL_SPEC_FORMS = "scripted:PATH (a script file, see docs/scripted-model.md)"
 
 
+def data_dir() -> Path:
+    """Where plait keeps its data by default: ``$XDG_DATA_HOME/plait``, else
+    ``~/.local/share/plait`` (outside any project, so out of the agent's reach)."""
+    base = os.environ.get("XDG_DATA_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "plait"
+
+
 def default_db_url() -> str:
-    """``PLAIT_DB`` if set, else a SQLite file under ``./.plait/``."""
-    return os.environ.get("PLAIT_DB") or f"sqlite:///{DEFAULT_DB}"
+    """``PLAIT_DB`` if set, else ``plait.db`` in :func:`data_dir`."""
+    return os.environ.get("PLAIT_DB") or f"sqlite:///{data_dir() / 'plait.db'}"
 
 
 def open_model(spec: str) -> ModelClient:
@@ -51,6 +62,34 @@ def open_model(spec: str) -> ModelClient:
         return ScriptedModel.from_file(Path(rest))
     raise ConfigError(
         f"unknown model kind {kind!r} in {spec!r}; accepted: {MODEL_SPEC_FORMS}", spec=spec
+    )
+
+
+def _compaction(
+    store: object,
+    model: ModelClient | None,
+    clock: Clock,
+    ids: IdGenerator,
+    settings: CompactionSettings | None,
+    meter_for: Callable[[ModelClient], TokenMeter] | None,
+) -> CompactionService | None:
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.application.compaction.estimate import EstimateMeter
+
+    if not hasattr(store, "activate_summary"):
+        return None
+
+    def estimate(client: ModelClient) -> TokenMeter:
+        return EstimateMeter()
+
+    profiles = ModelProfiles.of_clients([model] if model else [], meter_for or estimate)
+    return CompactionService(
+        store=store,  # type: ignore[arg-type]
+        profiles=profiles,
+        summarizer=model,
+        clock=clock,
+        ids=ids,
+        settings=settings,
     )
 
 
@@ -71,10 +110,18 @@ class Runtime:
         budget: Budget | None = None,
         owner: str | None = None,
         lease_seconds: float = 60.0,
+        compaction: CompactionSettings | None = None,
+        meter_for: Callable[[ModelClient], TokenMeter] | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
         self.model = model
+        self.tools = tuple(tools)
+        self.instructions = instructions
+        self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
+        """Compaction over this store and model (``None`` for a store without summary
+        support); ``meter_for`` picks each model's token meter (default: a conservative
+        estimate)."""
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -95,13 +142,16 @@ class Runtime:
         db: str | None = None,
         model: str | ModelClient | None = None,
         tools: Sequence[Tool] | None = None,
+        create: bool = True,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools`` defaults to the built-in workspace
-        tools."""
-        from plait.adapters.stores import open_store
+        cancel and resolve but not run). ``tools`` defaults to the built-in session
+        tools (file tools and ``run_command``), which may not touch or see the store's own
+        files. ``create=False`` (for commands that only read) refuses a store that does not
+        exist instead of creating it."""
+        from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
@@ -110,11 +160,12 @@ class Runtime:
             model_client = open_model(spec) if spec else None
         else:
             model_client = model
+        url = db or default_db_url()
         if tools is None:
-            from plait.adapters.tools import workspace_tools
+            from plait.adapters.tools import session_tools
 
-            tools = workspace_tools()
-        store = open_store(db or default_db_url())
+            tools = session_tools(protected=protected_paths(url))
+        store = open_store(url, create=create)
         return cls(
             store=store,
             artifacts=store,

@@ -199,6 +199,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     """Every CLI test runs in its own directory, without the caller's PLAIT_* settings and
     without network access."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("PLAIT_DB", raising=False)
     monkeypatch.delenv("PLAIT_MODEL", raising=False)
     with block_network():
@@ -269,6 +270,7 @@ def snapshot(url: str) -> dict[str, Any]:
 
 def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
+    env["XDG_DATA_HOME"] = os.environ["XDG_DATA_HOME"]  # set per test by _isolated
     env.update(extra)
     return env
 

@@ -60,7 +60,9 @@ def test_console_script_end_to_end(tmp_path: Path, workspace: Path) -> None:
     new = _console("sessions", "new", "--workspace", "ws", "--json", cwd=tmp_path)
     assert new.returncode == 0, new.stderr
     sid = json.loads(new.stdout)["session_id"]
-    assert (tmp_path / ".plait" / "plait.db").is_file()  # the default store, under the cwd
+    # the default store: in the user's data directory, not under the cwd
+    assert (tmp_path / "xdg" / "plait" / "plait.db").is_file()
+    assert not (tmp_path / ".plait").exists()
 
     sent = _console("--json", "send", sid, "read the notes", "--model", model, cwd=tmp_path)
     assert sent.returncode == 0, sent.stderr
@@ -138,8 +140,13 @@ def test_the_help_covers_every_documented_command() -> None:
             "sessions",
             "sessions new",
             "sessions list",
+            "sessions fork",
+            "sessions show",
+            "sessions tree",
             "send",
             "history",
+            "compact",
+            "context",
             "runs",
             "runs show",
             "runs list",
@@ -151,6 +158,15 @@ def test_the_help_covers_every_documented_command() -> None:
             "artifacts show",
             "chat",
             "demo",
+            "approvals",
+            "approvals list",
+            "approvals approve",
+            "approvals deny",
+            "policy",
+            "policy check",
+            "policy explain",
+            "db",
+            "db upgrade",
         ]
     )
 

@@ -96,16 +96,19 @@ def test_memory_store_lives_only_as_long_as_the_command(plait: Plait, tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written to disk
 
 
-def test_default_store_is_under_dot_plait(
+def test_default_store_is_in_the_user_data_dir(
     plait: Plait, workspace: Path, model: str, tmp_path: Path
 ) -> None:
     sid = plait.raw("--json", "sessions", "new", "--workspace", str(workspace)).json["session_id"]
-    assert (tmp_path / ".plait" / "plait.db").is_file()
+    assert (tmp_path / "xdg" / "plait" / "plait.db").is_file()
+    assert not (tmp_path / ".plait").exists()
     sent = plait.raw("send", sid, "hi", "--model", model, "--json")
     assert sent.code == 0 and sent.json["status"] == "completed"
     assert len(plait.raw("--json", "history", sid).json["messages"]) == 4
     assert (
-        snapshot(f"sqlite:///{tmp_path / '.plait' / 'plait.db'}")["sessions"][0]["session_id"]
+        snapshot(f"sqlite:///{tmp_path / 'xdg' / 'plait' / 'plait.db'}")["sessions"][0][
+            "session_id"
+        ]
         == sid
     )
 

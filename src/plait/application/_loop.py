@@ -53,6 +53,7 @@ from plait.domain.errors import (
     LeaseLostError,
     ModelError,
     PlaitError,
+    PolicyError,
     ToolError,
 )
 from plait.domain.messages import (
@@ -388,6 +389,10 @@ class RunLoop:
         except ToolError as e:
             return ToolResult(
                 call_id=call.id, status=ToolStatus.FAILED, content=e.message, reason=e.message
+            )
+        except PolicyError as e:  # refused before it acted (e.g. plait's own store)
+            return ToolResult(
+                call_id=call.id, status=ToolStatus.DENIED, content=e.message, reason=e.message
             )
         except PlaitError as e:
             return ToolResult(

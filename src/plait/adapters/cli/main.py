@@ -11,8 +11,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from plait.adapters.cli import service_cmds
 from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli._render import message_text, run_text
+from plait.adapters.cli.compaction import COMMANDS as COMPACTION_COMMANDS
+from plait.adapters.cli.compaction import history_summaries
+from plait.adapters.cli.compaction import register as register_compaction
+from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
+from plait.adapters.cli.forks import branch_lines, workspace_json
+from plait.adapters.cli.forks import register as register_forks
+from plait.adapters.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.adapters.cli.governance import register as register_governance
 from plait.domain.errors import ConfigError, PlaitError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 
@@ -71,7 +80,7 @@ def _common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
         "--db",
         default=argparse.SUPPRESS,
         help="store URL: sqlite:///PATH, jsonl:///DIR or memory:// "
-        "(default: $PLAIT_DB or sqlite:///.plait/plait.db)",
+        "(default: $PLAIT_DB, else plait.db in $XDG_DATA_HOME/plait or ~/.local/share/plait)",
     )
 
 
@@ -137,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = ssub.add_parser("list", help="list sessions, newest first")
     lst.add_argument("--limit", type=_positive_int, default=50)
     _common(lst)
+    register_forks(ssub, _common)
 
     send = sub.add_parser("send", help="send a message and run until the run ends")
     send.add_argument("session_id", metavar="SESSION")
@@ -148,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     hist = sub.add_parser("history", help="print a session's messages")
     hist.add_argument("session_id", metavar="SESSION")
     _common(hist)
+
+    register_compaction(sub, _common, _model_opt)
 
     runs = sub.add_parser("runs", help="inspect and control runs")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
@@ -199,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
     )
     _common(demo)
+
+    register_governance(sub, _common)
+    service_cmds.register(sub, _common)
     return parser
 
 
@@ -272,11 +287,19 @@ async def _sessions_list(a: argparse.Namespace, out: _Out) -> int:
 
 async def _history(a: argparse.Namespace, out: _Out) -> int:
     async def run(store: Any) -> int:
-        await store.get_session(a.session_id)
+        session = await store.get_session(a.session_id)
         messages = await store.read_messages(a.session_id)
+        fork = await store.get_fork_record(session.id) if session.fork_origin else None
+        head = branch_lines(session, fork)
+        data: dict[str, Any] = {"session_id": a.session_id}
+        if session.fork_origin is not None:  # a branch says what it is bound to
+            data["workspace"] = workspace_json(session, fork)
+        extra, tail = await history_summaries(store, session.id)
         out.emit(
-            {"session_id": a.session_id, "messages": [message_json(m) for m in messages]},
-            lambda: "\n".join(message_text(m) for m in messages) or "no messages yet",
+            data | {"messages": [message_json(m) for m in messages]} | extra,
+            lambda: (
+                "\n".join([*head, *(message_text(m) for m in messages), *tail]) or "no messages yet"
+            ),
         )
         return EXIT_OK
 
@@ -470,6 +493,10 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("artifacts", "show"): _artifacts_show,
     ("chat",): _chat,
     ("demo",): _demo,
+    **service_cmds.COMMANDS,
+    **FORK_COMMANDS,
+    **GOVERNANCE_COMMANDS,
+    **COMPACTION_COMMANDS,
 }
 
 

@@ -6,6 +6,8 @@
 ``memory://``          :class:`~plait.adapters.stores.memory.MemoryStore` (tests, demos)
 ``sqlite:///PATH``     :class:`~plait.adapters.stores.sqlite.SqliteStore` (the default)
 ``jsonl:///DIR``       :class:`~plait.adapters.stores.jsonl.JsonlStore` (inspection)
+``postgresql://...``   :class:`~plait.adapters.stores.postgres.PostgresStore` (service
+                       mode: many processes and machines; libpq URL syntax)
 =====================  ===============================================================
 
 As in SQLAlchemy, everything after the third slash is the path: ``sqlite:///plait.db`` is
@@ -19,25 +21,42 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.application.ports import ArtifactStore, SessionStore
-from plait.domain.errors import ConfigError
+from plait.application.ports import (
+    ApprovalStore,
+    ArtifactStore,
+    ForkStore,
+    SessionStore,
+    SummaryStore,
+)
+from plait.domain.errors import ConfigError, StoreNotFoundError
 
 if TYPE_CHECKING:
     from plait.adapters.stores.jsonl import JsonlStore, StoreWarning
     from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.postgres import PostgresStore
     from plait.adapters.stores.sqlite import SqliteStore
 
-__all__ = ["JsonlStore", "MemoryStore", "SqliteStore", "Store", "StoreWarning", "open_store"]
+__all__ = [
+    "JsonlStore",
+    "MemoryStore",
+    "PostgresStore",
+    "SqliteStore",
+    "Store",
+    "StoreWarning",
+    "open_store",
+    "protected_paths",
+]
 
 _FORMS = (
     "accepted store URLs: 'memory://', 'sqlite:///relative/path.db' or "
-    "'sqlite:////absolute/path.db', 'jsonl:///relative/dir' or 'jsonl:////absolute/dir' "
-    "('postgresql://' comes later)"
+    "'sqlite:////absolute/path.db', 'jsonl:///relative/dir', 'jsonl:////absolute/dir' or "
+    "'postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME'"
 )
 
 
-class Store(SessionStore, ArtifactStore, Protocol):
-    """What every store adapter is: a session store and an artifact store in one."""
+class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore, Protocol):
+    """What every store adapter is: a session, artifact, summary, fork and approval store
+    in one."""
 
 
 def _path(url: str, scheme: str) -> Path:
@@ -47,11 +66,41 @@ def _path(url: str, scheme: str) -> Path:
     return Path(rest)
 
 
-def open_store(url: str) -> Store:
+def _require_existing(url: str) -> None:
+    for scheme in ("sqlite:///", "jsonl:///"):
+        if url.startswith(scheme) and not _path(url, scheme).exists():
+            raise StoreNotFoundError(
+                f"no plait store at {url!r}; check --db or PLAIT_DB, or create one with "
+                "'plait sessions new'",
+                url=url,
+            )
+
+
+_SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def protected_paths(url: str) -> tuple[Path, ...]:
+    """Absolute paths that hold the store named by ``url`` and its artifacts (for
+    SQLite the database file and its ``-wal``/``-shm``/``-journal`` companions, for JSONL
+    the whole directory; none for ``memory://``). The agent's tools must never reach
+    them: the file tools deny them, and a sandbox should hide them."""
+    if url.startswith("sqlite:///"):
+        db = _path(url, "sqlite:///").absolute()
+        return (db, *(db.with_name(db.name + s) for s in _SQLITE_SIDECARS))
+    if url.startswith("jsonl:///"):
+        return (_path(url, "jsonl:///").absolute(),)
+    return ()
+
+
+def open_store(url: str, *, create: bool = True) -> Store:
     """Open the store named by ``url``. Unknown forms raise
-    :class:`~plait.domain.errors.ConfigError` listing the accepted ones."""
+    :class:`~plait.domain.errors.ConfigError` listing the accepted ones. With
+    ``create=False`` (commands that only read) a missing SQLite file or JSONL directory
+    raises :class:`~plait.domain.errors.StoreNotFoundError` and nothing is created."""
     if not isinstance(url, str):
         raise ConfigError(f"store URL must be a string; {_FORMS}")
+    if not create:
+        _require_existing(url)
     if url in ("memory://", "memory:"):
         from plait.adapters.stores.memory import MemoryStore
 
@@ -64,8 +113,12 @@ def open_store(url: str) -> Store:
         from plait.adapters.stores.jsonl import JsonlStore
 
         return JsonlStore(_path(url, "jsonl:///"))
-    if url.startswith(("postgresql:", "postgres:")):
-        raise ConfigError(f"the PostgreSQL store is not available yet; {_FORMS}", url=url)
+    if url.startswith(("postgresql://", "postgres://")):
+        from plait.adapters.stores.postgres import PostgresStore
+
+        # A read command (create=False) must not write: it checks the schema instead of
+        # migrating it.
+        return PostgresStore(url, migrate=create)
     raise ConfigError(f"unknown store URL {url!r}; {_FORMS}", url=url)
 
 
@@ -74,6 +127,10 @@ def __getattr__(name: str) -> Any:
         from plait.adapters.stores.memory import MemoryStore
 
         return MemoryStore
+    if name == "PostgresStore":
+        from plait.adapters.stores.postgres import PostgresStore
+
+        return PostgresStore
     if name == "SqliteStore":
         from plait.adapters.stores.sqlite import SqliteStore
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
+from plait.adapters.tools._guard import Guard
 from plait.domain.errors import ToolError
 
 __all__ = [
@@ -143,7 +144,8 @@ class Entry:
 class Workspace:
     """An open workspace root. Every access goes through :meth:`open` or the fds it returns."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, guard: Guard | None = None) -> None:
+        self.guard = guard or Guard()
         try:
             self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -227,7 +229,11 @@ class Workspace:
 
         def take(fd: int | None, st: os.stat_result | None, name: str | None) -> Entry:
             parent = stack.pop() if stack else os.dup(self._fd)
-            return Entry(display=display, parent_fd=parent, name=name, fd=fd, st=st)
+            entry = Entry(display=display, parent_fd=parent, name=name, fd=fd, st=st)
+            if self.guard.blocks(parent, name, st):
+                entry.close()
+                raise self.guard.denied(display)
+            return entry
 
         try:
             while pending:
@@ -243,6 +249,8 @@ class Workspace:
                 if pending:  # a directory on the way
                     try:
                         stack.append(os.open(name, _DIR_FLAGS, dir_fd=parent))
+                        if self.guard.blocks(parent, name, os.fstat(stack[-1])):
+                            raise self.guard.denied(display)
                     except FileNotFoundError:
                         if not create_parents:
                             raise MissingParentError(
@@ -299,7 +307,11 @@ class Workspace:
                 return take(fd, st, name)
             # The path ended on a directory reached by the walk (or the root itself).
             fd = os.dup(stack[-1] if stack else self._fd)
-            return Entry(display=display, parent_fd=None, name=None, fd=fd, st=os.fstat(fd))
+            entry = Entry(display=display, parent_fd=None, name=None, fd=fd, st=os.fstat(fd))
+            if self.guard.blocks(None, None, entry.st):
+                entry.close()
+                raise self.guard.denied(display)
+            return entry
         except OSError as e:
             raise os_error(e, display) from e
         finally:
@@ -476,8 +488,10 @@ def walk_tree(
             continue
         try:
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            continue  # vanished, or replaced by a link since it was listed: skip it
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM):
+                notes.unreadable.append(entry.rel)
+            continue  # else vanished, or replaced by a link since it was listed: skip it
         try:
             yield from walk_tree(
                 child,

@@ -14,11 +14,12 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import IO, Any
 
+from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._paths import (
     SNIFF_BYTES,
     Entry,
@@ -242,9 +243,10 @@ def _list_dir(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> s
         notes = WalkNotes()
         lines: list[str] = []
         links = git = stopped = False
+        hidden: set[str] = set()
 
         def descend(e: TreeEntry) -> bool:
-            return recursive and e.name != ".git"
+            return recursive and e.name != ".git" and e.rel not in hidden
 
         walk = walk_tree(
             entry.fd,
@@ -259,12 +261,15 @@ def _list_dir(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> s
                 if len(lines) >= limits.max_list_entries:
                     stopped = True
                     break
+                if ws.guard.hides(e.parent_fd, e.name):
+                    hidden.add(e.rel)
+                    continue
                 lines.append(e.rel + _SUFFIX[e.kind])
                 links = links or e.kind == "link"
                 git = git or (recursive and e.name == ".git")
+    tail: list[str] = [Guard.note(len(hidden))] if hidden else []
     if not lines:
-        return "(empty directory)"
-    tail: list[str] = []
+        return "(empty directory)" + "".join(f"\n[{t}]" for t in tail)
     if links:
         tail.append("entries ending in @ are symbolic links (not listed into)")
     if git:
@@ -357,6 +362,7 @@ def _search_text(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -
     )
     notes = WalkNotes()
     walked_all = True
+    hidden: set[str] = set()
     with ws.open(path) as entry:
         if entry.fd is None:
             raise ToolError(f"{path!r} does not exist", path=path)
@@ -367,7 +373,7 @@ def _search_text(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -
             walk = walk_tree(
                 entry.fd,
                 rel + "/" if rel else "",
-                descend=lambda e: e.name != ".git",
+                descend=lambda e: e.name != ".git" and e.rel not in hidden,
                 notes=notes,
                 max_depth=limits.max_depth,
                 max_dir_entries=limits.max_dir_entries,
@@ -377,6 +383,9 @@ def _search_text(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -
                     if count >= limits.max_walk_entries:
                         walked_all = False
                         break
+                    if ws.guard.hides(e.parent_fd, e.name):
+                        hidden.add(e.rel)
+                        continue
                     if e.kind != "file" or e.name == ".git" or not _glob_matches(glob, e):
                         continue
                     opened = open_child_file(e.parent_fd, e.name)
@@ -398,6 +407,8 @@ def _search_text(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -
     if search.binary:
         tail.append(f"skipped {_plural(search.binary, 'binary file')}")
     tail += notes.describe()
+    if hidden:
+        tail.append(Guard.note(len(hidden)))
     body = "\n".join(search.found) if search.found else f"no matches for {pattern!r}"
     return body + "".join(f"\n[{t}]" for t in tail)
 
@@ -524,9 +535,9 @@ _RUNS: dict[str, _Run] = {
 }
 
 
-def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits) -> Tool:
+def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, protected: tuple[str, ...]) -> Tool:
     def blocking(root: str, args: dict[str, Any]) -> str:
-        with Workspace(root) as ws:
+        with Workspace(root, guard=Guard(protected)) as ws:
             try:
                 return run(ws, args, limits)
             except OSError as e:  # the host path must not reach the model: strerror only
@@ -551,15 +562,21 @@ def _write_effect(args: dict[str, Any]) -> EffectClass:
     return EffectClass.IDEMPOTENT if args.get("expected_sha256") else EffectClass.SIDE_EFFECT
 
 
-def workspace_tools(*, limits: WorkspaceLimits | None = None) -> list[Tool]:
+def workspace_tools(
+    *, limits: WorkspaceLimits | None = None, protected: Sequence[str | os.PathLike[str]] = ()
+) -> list[Tool]:
     """The five file tools (read_file, list_dir, search_text, write_file, edit_file),
-    each confined to the invocation's workspace."""
+    each confined to the invocation's workspace. ``protected`` names paths they must never
+    read, list, search or write (plait's own store, see
+    :func:`plait.adapters.stores.protected_paths`); an attempt is ``denied``."""
     limits = limits or WorkspaceLimits()
+    shielded = tuple(os.fspath(p) for p in protected)
     return [
         _tool(
             ToolSpec(name=name, description=text, parameters=schema, effect=effect),
             _RUNS[name],
             limits,
+            shielded,
         )
         for name, text, schema, effect in SPECS
     ]
