@@ -26,9 +26,11 @@ from plait.adapters.tools.sandbox import (
     plan_mounts,
     sandbox_env,
     sandbox_problem,
+    with_policy,
 )
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
+from plait.domain.policy import Policy
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["command_tools"]
@@ -77,11 +79,15 @@ _SANDBOX_TEXT = (
 
 
 def command_tools(
-    settings: SandboxSettings | None = None, *, protected: Sequence[str | os.PathLike[str]] = ()
+    settings: SandboxSettings | None = None,
+    *,
+    protected: Sequence[str | os.PathLike[str]] = (),
+    policy: Policy | None = None,
 ) -> list[Tool]:
     """``run_command``, plus ``run_tests`` when ``settings.test_command`` is set.
-    ``protected`` names paths (plait's store and artifacts) never visible to a command."""
-    settings = settings or SandboxSettings()
+    ``protected`` names paths (plait's store and artifacts) never visible to a command;
+    ``policy``'s write-denied paths are read-only and its read-denied paths hidden."""
+    settings = with_policy(settings or SandboxSettings(), policy)
     runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected))
 
     async def run_command(invocation: ToolInvocation) -> ToolOutput:
