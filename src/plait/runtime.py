@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
@@ -61,8 +62,9 @@ def open_model(spec: str) -> ModelClient:
 
 
 class Runtime:
-    """Everything a process needs to run agents: the store, the model, the tools and the
-    :class:`~plait.application.service.AgentService` over them."""
+    """Everything a process needs to run agents: the store, the model, the tools, the
+    :class:`~plait.application.service.AgentService` over them (the write side) and
+    :class:`~plait.application.queries.Queries` (the read side)."""
 
     def __init__(
         self,
@@ -77,10 +79,17 @@ class Runtime:
         budget: Budget | None = None,
         owner: str | None = None,
         lease_seconds: float = 60.0,
+        location: str | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
         self.model = model
+        self.queries = Queries(
+            store=store,
+            artifacts=artifacts,
+            clock=clock,
+            location=location or f"(a {type(store).__name__})",
+        )
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -102,18 +111,22 @@ class Runtime:
         model: str | ModelClient | None = None,
         tools: Sequence[Tool] | None = None,
         create: bool = True,
+        read_only: bool = False,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
         cancel and resolve but not run). ``tools`` defaults to the built-in workspace
         tools, which may not touch the store's own files. ``create=False`` (for commands
-        that only read) refuses a store that does not exist instead of creating it."""
+        that only read) refuses a store that does not exist instead of creating it;
+        ``read_only=True`` implies it and opens neither a model nor tools."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
-        if model is None or isinstance(model, str):
+        if read_only:
+            model_client, tools, create = None, (), False
+        elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL")
             model_client = open_model(spec) if spec else None
         else:
@@ -131,6 +144,7 @@ class Runtime:
             tools=tools,
             clock=SystemClock(),
             ids=RandomIds(),
+            location=url,
             **options,
         )
 

@@ -1,15 +1,28 @@
-"""The stable JSON shapes of the CLI (documented in the README)."""
+"""plait's public JSON shapes: session, message, run, execution, artifact, error and the
+progress events of a run. The one serializer every surface uses (the CLI now, the HTTP API
+too), documented in the README's "JSON output"; field names are stable and timestamps are
+ISO 8601 in UTC."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+from plait.domain.errors import PlaitError
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 
-__all__ = ["execution_json", "iso", "message_json", "run_json", "session_json"]
+__all__ = [
+    "artifact_json",
+    "error_json",
+    "event_json",
+    "execution_json",
+    "iso",
+    "message_json",
+    "run_json",
+    "session_json",
+]
 
 
 def iso(ts: float | None) -> str | None:
@@ -36,7 +49,7 @@ def session_json(s: Session) -> dict[str, Any]:
     }
 
 
-def _artifact(a: ArtifactRef | None) -> dict[str, Any] | None:
+def artifact_json(a: ArtifactRef | None) -> dict[str, Any] | None:
     if a is None:
         return None
     return {"artifact_id": a.id, "sha256": a.sha256, "size": a.size, "media_type": a.media_type}
@@ -73,7 +86,7 @@ def message_json(sm: StoredMessage) -> dict[str, Any]:
         out["status"] = r.status.value
         out["content"] = r.content
         out["reason"] = r.reason
-        out["artifact"] = _artifact(r.artifact)
+        out["artifact"] = artifact_json(r.artifact)
     return out
 
 
@@ -124,3 +137,15 @@ def execution_json(e: ExecutionRecord) -> dict[str, Any]:
         "started_at": iso(e.started_at),
         "settled_at": iso(e.settled_at),
     }
+
+
+def error_json(e: PlaitError) -> dict[str, Any]:
+    """``{"error": {code, message, details}}``: what a failed command prints."""
+    return {"error": e.to_dict()}
+
+
+def event_json(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """One line of a live stream (``chat --json``, ``send --events``): ``{"event": kind,
+    ...data}`` where ``kind`` is ``session``, ``message`` (a message shape), ``run`` (a run
+    shape, when the run ends) or ``error`` (``{"error": {...}}``)."""
+    return {"event": kind, **data}
