@@ -111,7 +111,7 @@ class Runtime:
         model: str | ModelClient | None = None,
         tools: Sequence[Tool] | None = None,
         create: bool = True,
-        read_only: bool = False,
+        store_only: bool = False,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -119,12 +119,12 @@ class Runtime:
         cancel and resolve but not run). ``tools`` defaults to the built-in workspace
         tools, which may not touch the store's own files. ``create=False`` (for commands
         that only read) refuses a store that does not exist instead of creating it;
-        ``read_only=True`` implies it and opens neither a model nor tools."""
+        ``store_only=True`` implies it and opens neither a model nor tools."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
-        if read_only:
+        if store_only:
             model_client, tools, create = None, (), False
         elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL")

@@ -24,9 +24,23 @@ CONSTRUCTORS = {
 }
 
 
+def _runtime_nodes(tree: ast.Module) -> list[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (annotations only)."""
+    nodes: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            stack.extend(node.orelse)
+            continue
+        nodes.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def _imports(path: Path) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module:
             found += [(node.module, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):

@@ -26,6 +26,7 @@ from plait.domain.errors import (
 )
 from plait.domain.runs import RunStatus
 from plait.domain.session import ForkOrigin
+from tests.contract.approval_contract import ApprovalContract
 from tests.contract.base import started, stored
 from tests.contract.builders import (
     assistant,
@@ -39,7 +40,7 @@ from tests.contract.builders import (
 from tests.contract.run_contract import RunContract
 
 
-class StoreContract(RunContract):
+class StoreContract(RunContract, ApprovalContract):
     """Everything a store must do; subclass it once per adapter."""
 
     # --- sessions -------------------------------------------------------------------------

@@ -9,19 +9,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plait.domain.errors import PlaitError
+from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 
 __all__ = [
+    "NOT_ROLLED_BACK",
     "artifact_json",
     "error_json",
     "event_json",
     "execution_json",
+    "fork_json",
     "iso",
     "message_json",
     "run_json",
     "session_json",
+    "snapshot_json",
+    "workspace_json",
 ]
 
 
@@ -149,3 +154,59 @@ def event_json(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     ...data}`` where ``kind`` is ``session``, ``message`` (a message shape), ``run`` (a run
     shape, when the run ends) or ``error`` (``{"error": {...}}``)."""
     return {"event": kind, **data}
+
+
+# --- forks ----------------------------------------------------------------------------------
+
+NOT_ROLLED_BACK = (
+    "files were not rolled back to the fork point: the branch's tools see the directory "
+    "as it is now"
+)
+
+
+def snapshot_json(s: WorkspaceSnapshot | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "repository": s.repository,
+        "source_workspace": s.source_workspace,
+        "ref": s.ref,
+        "commit": s.commit,
+        "worktree": s.worktree,
+        "not_covered": list(s.not_covered),
+    }
+
+
+def fork_json(r: ForkRecord | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "request_id": r.request_id,
+        "source_session_id": r.source_session_id,
+        "through_message_id": r.through_message_id,
+        "through_seq": r.through_seq,
+        "source_version": r.source_version,
+        "created_at": iso(r.created_at),
+        "snapshot": snapshot_json(r.snapshot),
+    }
+
+
+def workspace_json(session: Session, record: ForkRecord | None) -> dict[str, Any]:
+    """Which workspace a session is bound to, and for a branch, that nothing was rolled
+    back (or which snapshot it was checked out from)."""
+    snap = None if record is None else record.snapshot
+    if session.fork_origin is None:
+        note = None
+    elif snap is not None:
+        note = (
+            f"a separate worktree checked out from snapshot {snap.commit[:12]} of "
+            f"{snap.source_workspace}; not covered: {'; '.join(snap.not_covered)}"
+        )
+    else:
+        note = NOT_ROLLED_BACK
+    return {
+        "path": session.workspace,
+        "rolled_back": False,
+        "snapshot": snapshot_json(snap),
+        "note": note,
+    }

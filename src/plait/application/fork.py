@@ -21,16 +21,16 @@ execution record and no approval: copied tool calls are history, never work to r
 It is bound to the source's workspace as it is *now* (files are not rolled back) unless a
 snapshot binds it to a separate worktree.
 
-Summaries (compaction) are not inherited yet: a branch starts without one. The seam is
-:class:`SummaryInheritance`; the compaction issue plugs in the rule "inherit only a summary
-that covers nothing after the fork point and whose source digest matches the prefix".
+Summaries and constraint records are inherited by the rules of
+:mod:`plait.application.fork_summaries` (never a summary that covers a message after the
+fork point, or whose source digest does not match the branch's prefix).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
 
+from plait.application.fork_summaries import SummaryInheritance
 from plait.application.ports import (
     Clock,
     ForkableStore,
@@ -49,7 +49,7 @@ from plait.domain.forks import ForkRecord, WorkspaceSnapshot, branch_id_for
 from plait.domain.session import ForkOrigin, Session, StoredMessage
 from plait.domain.units import CutPoints, locate_cut
 
-__all__ = ["ForkResult", "ForkService", "SummaryInheritance", "can_read"]
+__all__ = ["ForkResult", "ForkService", "can_read"]
 
 _FIRST_WINDOW = 32
 """Messages read on each side of the fork point to check it; widened only when a unit is
@@ -62,13 +62,6 @@ class ForkResult:
     record: ForkRecord
     created: bool
     """False when a retried request returned the branch made the first time."""
-
-
-class SummaryInheritance(Protocol):
-    """Decides, inside the fork, which source summary the branch starts with (compaction
-    plugs in here). Called after the prefix is fixed and before the branch is committed."""
-
-    async def inherit(self, source: Session, branch: Session, through_seq: int) -> None: ...
 
 
 def can_read(session: Session, caller: str | None) -> bool:
@@ -86,12 +79,11 @@ class ForkService:
         store: ForkableStore,
         clock: Clock,
         snapshots: WorkspaceSnapshots | None = None,
-        summaries: SummaryInheritance | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.snapshots = snapshots
-        self.summaries = summaries
+        self.summaries = SummaryInheritance(store)
 
     async def fork_session(
         self,
@@ -125,6 +117,7 @@ class ForkService:
                 message_id=through_message_id,
             )
         await self._check_cut(source.id, through_message_id, seq, source.version)
+        inherited = await self.summaries.choose(source.id, seq)
         taken = self._snapshot(source, branch_id) if snapshot else None
         record = ForkRecord(
             branch_session_id=branch_id,
@@ -149,8 +142,6 @@ class ForkService:
             title=source.title,
         )
         try:
-            if self.summaries is not None:
-                await self.summaries.inherit(source, branch, seq)
             stored = await self.store.fork_session(ForkCommit(branch=branch, record=record))
         except BaseException:
             self._discard(taken)
@@ -158,6 +149,7 @@ class ForkService:
         if stored != record:  # a concurrent retry of the same request committed first
             self._discard(taken)
             return await self._repeat(stored, source.id, through_message_id, snapshot)
+        await self.summaries.install(branch_id, inherited)
         return ForkResult(replace(branch, version=seq), record, created=True)
 
     async def readable(self, session_id: str, caller: str | None) -> Session:

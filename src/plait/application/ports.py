@@ -6,18 +6,21 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
+from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
+    "ApprovalStore",
     "ArtifactStore",
     "Clock",
     "Commit",
@@ -33,6 +36,7 @@ __all__ = [
     "ModelRole",
     "RawToolCall",
     "SessionStore",
+    "SummaryStore",
     "TextSink",
     "TokenMeter",
     "Tool",
@@ -284,6 +288,86 @@ class ArtifactStore(Protocol):
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]: ...
 
 
+class ApprovalStore(Protocol):
+    """Approval requests and a person's decisions (DESIGN §5). The only source of
+    authority for calls that need a person: nothing in history grants one.
+
+    Each method is one atomic write or read. Approvals are bound to one session: a fork
+    inherits none.
+    """
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        """Store a pending request. If the same call (session, run, call id) already has
+        a pending one, that one is returned and nothing is written."""
+        ...
+
+    async def get_approval(self, approval_id: str) -> Approval: ...
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        """Newest first."""
+        ...
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Approve (for ``ttl_seconds``) or deny (with ``reason``) a *pending* request;
+        anything else is a :class:`~plait.domain.errors.RunStateError`."""
+        ...
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        """Mark an approval used by ``use.call_id``, atomically, if it authorizes
+        ``use`` (else :class:`~plait.domain.errors.ApprovalRefusedError`). Consuming again
+        for the same call returns the record unchanged; for another call it is refused."""
+
+
+class SummaryStore(Protocol):
+    """Summaries, constraint records and full-text search over a session's raw history
+    (compaction, DESIGN §8). Raw history is never modified by any of these."""
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        """Make ``summary`` the session's active summary, atomically, if the session is
+        still at summary generation ``expected_generation`` (``summary.generation`` must
+        be one more) and ``summary`` covers a longer prefix than the active one; else
+        :class:`~plait.domain.errors.SummaryConflictError` and nothing changes."""
+        ...
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        """The active summary (the newest generation), or ``None``."""
+        ...
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        """Every activated summary of the session, oldest generation first."""
+        ...
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        """Store the constraints not stored yet (same text from the same source message
+        is stored once); returns those added."""
+        ...
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        """The session's constraint records in the order they were added."""
+        ...
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        """Messages of the session (``seq <= through_seq`` when given) whose searchable
+        text contains every term of ``query`` ignoring case, newest first, at most
+        ``limit`` (see :mod:`plait.domain.recall`)."""
+        ...
+
+
 # --- forks ----------------------------------------------------------------------------------
 
 
@@ -320,8 +404,8 @@ class ForkStore(Protocol):
         ...
 
 
-class ForkableStore(SessionStore, ForkStore, Protocol):
-    """A session store that can fork."""
+class ForkableStore(SessionStore, ForkStore, SummaryStore, Protocol):
+    """A session store that can fork (and hand summaries on to a branch)."""
 
 
 class WorkspaceSnapshots(Protocol):

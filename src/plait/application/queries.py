@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
+from plait.domain.forks import ForkRecord
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -80,6 +81,15 @@ class Queries:
 
     async def get_run(self, run_id: str) -> Run:
         return await self._store.get_run(run_id)
+
+    async def fork_record(self, session_id: str) -> ForkRecord | None:
+        """How a branch was made (None for a session that is not a fork, or a store that
+        cannot fork)."""
+        get = getattr(self._store, "get_fork_record", None)
+        if get is None:
+            return None
+        record: ForkRecord | None = await get(session_id)
+        return record
 
     async def run_detail(self, run_id: str) -> RunDetail:
         run = await self._store.get_run(run_id)

@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "ApprovalNotFoundError",
+    "ApprovalRefusedError",
     "ArtifactNotFoundError",
     "BudgetExhaustedError",
+    "CompactionError",
     "ConfigError",
     "ConflictError",
     "CorruptStoreError",
@@ -31,6 +34,9 @@ __all__ = [
     "SessionNotFoundError",
     "StoreError",
     "StoreNotFoundError",
+    "SummaryConflictError",
+    "SummaryInvalidError",
+    "TokenMeterModelUnconfiguredError",
     "ToolError",
     "ValidationError",
 ]
@@ -112,6 +118,10 @@ class RunNotFoundError(NotFoundError):
     code = "run_not_found"
 
 
+class ApprovalNotFoundError(NotFoundError):
+    code = "approval_not_found"
+
+
 class MessageNotFoundError(NotFoundError):
     code = "message_not_found"
 
@@ -142,6 +152,13 @@ class LeaseLostError(ConflictError):
     """Another owner took over this run's lease; this process must stop writing for it."""
 
     code = "lease_lost"
+
+
+class SummaryConflictError(ConflictError):
+    """A summary was not activated: the session's summary generation moved on since the
+    compaction started, or the active summary already covers at least as long a prefix."""
+
+    code = "summary_conflict"
 
 
 class CorruptStoreError(StoreError):
@@ -204,3 +221,34 @@ class ToolError(PlaitError):
 
 class PolicyError(PlaitError):
     code = "policy_error"
+
+
+class ApprovalRefusedError(PolicyError):
+    """An approval does not authorize the call that tried to use it (other arguments,
+    session or call, expired, already consumed, not approved)."""
+
+    code = "approval_refused"
+
+
+# --- compaction -----------------------------------------------------------------------------
+
+
+class TokenMeterModelUnconfiguredError(ConfigError):
+    """No token meter or context window is configured for the model that must be measured
+    (the RFC's ``TOKEN_METER_MODEL_UNCONFIGURED``). plait never guesses a window."""
+
+    code = "token_meter_model_unconfigured"
+
+
+class CompactionError(PlaitError):
+    """A compaction could not produce a usable summary; the previous one stays active and
+    the raw history is untouched."""
+
+    code = "compaction_failed"
+
+
+class SummaryInvalidError(CompactionError):
+    """A summary failed validation (schema, source ids outside the covered prefix, not
+    smaller than its source) and was not activated."""
+
+    code = "summary_invalid"

@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from plait.adapters.cli._io import InputError, Out
 from plait.adapters.cli._render import lease_hint, message_text, run_text, session_line
@@ -59,10 +59,19 @@ async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    from plait.adapters.cli.forks import branch_lines
+    from plait.adapters.shapes import workspace_json
+
     messages = await rt.queries.history(a.session_id)
+    session = await rt.queries.get_session(a.session_id)
+    fork = await rt.queries.fork_record(session.id) if session.fork_origin else None
+    head = branch_lines(session, fork)
+    data: dict[str, Any] = {"session_id": a.session_id}
+    if session.fork_origin is not None:  # a branch says what it is bound to
+        data["workspace"] = workspace_json(session, fork)
     out.emit(
-        {"session_id": a.session_id, "messages": [message_json(m) for m in messages]},
-        lambda: "\n".join(message_text(m) for m in messages) or "no messages yet",
+        data | {"messages": [message_json(m) for m in messages]},
+        lambda: "\n".join([*head, *(message_text(m) for m in messages)]) or "no messages yet",
     )
     return EXIT_OK
 

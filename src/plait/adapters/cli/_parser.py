@@ -124,6 +124,9 @@ def _sessions(sub: argparse._SubParsersAction[_Parser]) -> None:
     lst = ssub.add_parser("list", help="list sessions, newest first")
     lst.add_argument("--limit", type=positive_int, default=50)
     common(lst)
+    from plait.adapters.cli.forks import register as register_forks
+
+    register_forks(ssub, common)
 
 
 def _send(sub: argparse._SubParsersAction[_Parser]) -> None:

@@ -20,6 +20,7 @@ from plait.adapters.cli import _commands as cmd
 from plait.adapters.cli._io import Out, check_argv, printable
 from plait.adapters.cli._parser import UsageError, build_parser
 from plait.adapters.cli._send import prepare_send, send
+from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.adapters.shapes import error_json, event_json
 from plait.domain.errors import ConfigError, PlaitError
 
@@ -69,7 +70,7 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
 
     db = getattr(a, "db", None)
     if command.mode == "read":
-        runtime = Runtime.open(db=db, read_only=True)
+        runtime = Runtime.open(db=db, store_only=True)
     else:
         model = getattr(a, "model", None)
         runtime = Runtime.open(db=db, model=model, create=command.mode == "create")
@@ -80,7 +81,8 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
 
 
 def _dispatch(args: argparse.Namespace, out: Out) -> int:
-    key = (args.command, getattr(args, f"{args.command}_command", None))
+    sub = getattr(args, f"{args.command}_command", None)
+    key: tuple[str, ...] = (args.command, sub) if sub else (args.command,)
     if args.command == "chat":
         from plait.adapters.cli._parser import budget
         from plait.adapters.cli.chat import run_chat
@@ -90,7 +92,9 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         from plait.adapters.cli.demo import run_demo
 
         return run_demo(db=getattr(args, "db", None), clean=args.clean, as_json=out.json)
-    command = _COMMANDS[tuple(k for k in key if k)]
+    if key in FORK_COMMANDS:
+        return FORK_COMMANDS[key](args, out)
+    command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)
     return asyncio.run(_run(command, args, out))

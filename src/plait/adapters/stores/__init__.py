@@ -19,7 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.application.ports import ArtifactStore, SessionStore
+from plait.application.ports import (
+    ApprovalStore,
+    ArtifactStore,
+    ForkStore,
+    SessionStore,
+    SummaryStore,
+)
 from plait.domain.errors import ConfigError, StoreNotFoundError
 
 if TYPE_CHECKING:
@@ -44,8 +50,9 @@ _FORMS = (
 )
 
 
-class Store(SessionStore, ArtifactStore, Protocol):
-    """What every store adapter is: a session store and an artifact store in one."""
+class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore, Protocol):
+    """What every store adapter is: a session, artifact, summary, fork and approval store
+    in one."""
 
 
 def _path(url: str, scheme: str) -> Path:

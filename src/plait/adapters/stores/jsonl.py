@@ -35,13 +35,21 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.adapters.stores import _codec
+from plait.adapters.stores._approvals import (
+    duplicate_approval,
+    not_found,
+    plan_consume,
+    plan_decision,
+    plan_request,
+)
+from plait.adapters.stores._approvals_jsonl import ApprovalFile
 from plait.adapters.stores._fork import (
     check_fork_commit,
     fork_state,
@@ -50,6 +58,7 @@ from plait.adapters.stores._fork import (
     record_to_dict,
     reject_plain_session,
 )
+from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._state import (
     Change,
     SessionState,
@@ -65,6 +74,7 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
+from plait.adapters.stores._summary_state import SummaryBook, duplicate_summary, new_constraints
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import (
     ConfigError,
@@ -74,9 +84,12 @@ from plait.domain.errors import (
     StoreError,
 )
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
 from plait.domain.messages import ArtifactRef
+from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
 __all__ = ["JsonlStore", "StoreWarning"]
 
@@ -125,6 +138,8 @@ class JsonlStore:
         self._tracked: dict[str, _Tracked] = {}
         self._index: _Tracked | None = None
         self._run_index: dict[str, list[str]] = {}
+        self._approvals = ApprovalFile(self)
+        self._summaries = SummaryFiles(self._dir / "summaries")
 
     def __repr__(self) -> str:
         return f"JsonlStore({str(self._dir)!r})"
@@ -639,6 +654,136 @@ class JsonlStore:
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise CorruptStoreError(f"{path}: artifact content does not match its sha256")
         return ref, data
+
+    # --- approvals (rules in _approvals, file in _approvals_jsonl) --------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        def plan(records: dict[str, Approval]) -> tuple[Approval, bool]:
+            key = (approval.session_id, approval.run_id, approval.call_id)
+            pending = next(
+                (
+                    a
+                    for a in reversed(records.values())
+                    if (a.session_id, a.run_id, a.call_id) == key
+                    and a.status is ApprovalStatus.PENDING
+                ),
+                None,
+            )
+            new = plan_request(pending, approval)
+            if new is None:
+                assert pending is not None
+                return pending, False
+            if new.id in records:
+                raise duplicate_approval(new.id)
+            return new, True
+
+        with self._op():
+            self._read_session(approval.session_id)
+            return self._approvals.write(plan)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        with self._op():
+            found = self._approvals.read().get(approval_id)
+        if found is None:
+            raise not_found(approval_id)
+        return found
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        with self._op():
+            records = self._approvals.read()
+        found = [
+            a
+            for a in reversed(records.values())
+            if (session_id is None or a.session_id == session_id)
+            and (run_id is None or a.run_id == run_id)
+        ]
+        found.sort(key=lambda a: a.requested_at, reverse=True)
+        return found
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        def plan(records: dict[str, Approval]) -> tuple[Approval, bool]:
+            current = records.get(approval_id)
+            if current is None:
+                raise not_found(approval_id)
+            new = plan_decision(
+                current, approve=approve, grantor=grantor, at=at, ttl_seconds=ttl_seconds,
+                reason=reason,
+            )  # fmt: skip
+            return new, True
+
+        with self._op():
+            return self._approvals.write(plan)
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        def plan(records: dict[str, Approval]) -> tuple[Approval, bool]:
+            current = records.get(approval_id)
+            if current is None:
+                raise not_found(approval_id)
+            new = plan_consume(current, use)
+            return (current, False) if new is None else (new, True)
+
+        with self._op():
+            return self._approvals.write(plan)
+
+    # --- summaries, constraints, search (see _jsonl_summaries) -----------------------------
+
+    def _summary_book(self, session_id: str) -> SummaryBook:
+        self._read_session(session_id)  # unknown session -> SessionNotFoundError
+        return self._summaries.read(session_id)
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        def plan(book: SummaryBook) -> tuple[dict[str, Any], None]:
+            book.check(session, summary, expected_generation)
+            if any(s.id == summary.id for s in book.summaries):
+                raise duplicate_summary(summary.id)
+            return summary_line(summary), None
+
+        with self._op():
+            session = self._read_session(summary.session_id).session
+            self._summaries.write(summary.session_id, plan)
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        with self._op():
+            return self._summary_book(session_id).active
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        with self._op():
+            return self._summary_book(session_id).summaries
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        def plan(book: SummaryBook) -> tuple[dict[str, Any] | None, list[Constraint]]:
+            added = new_constraints(book.constraints, constraints)
+            return (constraints_line(added) if added else None), added
+
+        with self._op():
+            self._read_session(session_id)
+            return self._summaries.write(session_id, plan)
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        with self._op():
+            return self._summary_book(session_id).constraints
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        terms = search_terms(query)
+        with self._op():
+            history = self._read_session(session_id).read(0, through_seq)
+        hits = [sm for sm in reversed(history) if matches(terms, sm.message)]
+        return hits[: max(limit, 0)]
 
     async def close(self) -> None:
         with self._lock:

@@ -9,8 +9,16 @@ see each write as atomic; a lock makes it safe across threads too.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 
+from plait.adapters.stores._approvals import (
+    duplicate_approval,
+    not_found,
+    plan_consume,
+    plan_decision,
+    plan_request,
+)
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores._state import (
     SessionState,
@@ -26,11 +34,19 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
+from plait.adapters.stores._summary_state import (
+    SummaryBook,
+    duplicate_summary,
+    new_constraints,
+)
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
 from plait.domain.messages import ArtifactRef
+from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
 __all__ = ["MemoryStore"]
 
@@ -46,6 +62,9 @@ class MemoryStore:
         self._run_sessions: dict[str, str] = {}
         """run id -> session id, in insertion order (ties in ``list_runs``)."""
         self._artifacts: dict[str, tuple[ArtifactRef, bytes]] = {}
+        self._approvals: dict[str, Approval] = {}
+        self._books: dict[str, SummaryBook] = {}
+        self._summary_ids: set[str] = set()
         self._forks: dict[str, ForkRecord] = {}
 
     def __repr__(self) -> str:
@@ -238,6 +257,138 @@ class MemoryStore:
             if stored is None:
                 raise artifact_not_found(artifact_id)
             return stored
+
+    # --- approvals ------------------------------------------------------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        with self._lock:
+            self._check_open()
+            self._state(approval.session_id)
+            pending = next(
+                (
+                    a
+                    for a in self._approvals.values()
+                    if (a.session_id, a.run_id, a.call_id)
+                    == (approval.session_id, approval.run_id, approval.call_id)
+                    and a.status is ApprovalStatus.PENDING
+                ),
+                None,
+            )
+            new = plan_request(pending, approval)
+            if new is None:
+                assert pending is not None
+                return pending
+            if new.id in self._approvals:
+                raise duplicate_approval(new.id)
+            self._approvals[new.id] = new
+            return new
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        with self._lock:
+            self._check_open()
+            found = self._approvals.get(approval_id)
+            if found is None:
+                raise not_found(approval_id)
+            return found
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        with self._lock:
+            self._check_open()
+            found = [
+                a
+                for a in reversed(self._approvals.values())
+                if (session_id is None or a.session_id == session_id)
+                and (run_id is None or a.run_id == run_id)
+            ]
+        found.sort(key=lambda a: a.requested_at, reverse=True)
+        return found
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        with self._lock:
+            self._check_open()
+            current = self._approvals.get(approval_id)
+            if current is None:
+                raise not_found(approval_id)
+            new = plan_decision(
+                current, approve=approve, grantor=grantor, at=at, ttl_seconds=ttl_seconds,
+                reason=reason,
+            )  # fmt: skip
+            self._approvals[approval_id] = new
+            return new
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        with self._lock:
+            self._check_open()
+            current = self._approvals.get(approval_id)
+            if current is None:
+                raise not_found(approval_id)
+            new = plan_consume(current, use)
+            if new is None:
+                return current
+            self._approvals[approval_id] = new
+            return new
+
+    # --- summaries, constraints, search ---------------------------------------------------
+
+    def _book(self, session_id: str) -> SummaryBook:
+        self._state(session_id)  # unknown session -> SessionNotFoundError
+        return self._books.setdefault(session_id, SummaryBook())
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        with self._lock:
+            self._check_open()
+            book = self._book(summary.session_id)
+            book.check(self._state(summary.session_id).session, summary, expected_generation)
+            if summary.id in self._summary_ids:
+                raise duplicate_summary(summary.id)
+            book.summaries.append(summary)
+            self._summary_ids.add(summary.id)
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        with self._lock:
+            self._check_open()
+            return self._book(session_id).active
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        with self._lock:
+            self._check_open()
+            return list(self._book(session_id).summaries)
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        with self._lock:
+            self._check_open()
+            book = self._book(session_id)
+            added = new_constraints(book.constraints, constraints)
+            book.constraints.extend(added)
+            return added
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        with self._lock:
+            self._check_open()
+            return list(self._book(session_id).constraints)
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        terms = search_terms(query)
+        with self._lock:
+            self._check_open()
+            history = self._state(session_id).read(0, through_seq)
+        hits = [sm for sm in reversed(history) if matches(terms, sm.message)]
+        return hits[: max(limit, 0)]
 
     async def close(self) -> None:
         with self._lock:

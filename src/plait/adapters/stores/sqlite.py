@@ -24,11 +24,12 @@ import contextlib
 import gc
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from plait.adapters.stores import _codec, _sqlite_fork
+from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_fork
+from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     execution_row,
@@ -64,9 +65,12 @@ from plait.domain.errors import (
     StoreError,
 )
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
+from plait.domain.recall import search_terms
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -585,6 +589,73 @@ class SqliteStore:
             raise artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        def op(conn: sqlite3.Connection) -> Approval:
+            if conn.execute(_SESSION_EXISTS, (approval.session_id,)).fetchone() is None:
+                raise session_not_found(approval.session_id)
+            return _approvals_sqlite.request(conn, approval)
+
+        return self._write(op)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return self._read(lambda conn: _approvals_sqlite.get(conn, approval_id))
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        return self._read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        return self._write(
+            lambda conn: _approvals_sqlite.decide(
+                conn, approval_id, approve=approve, grantor=grantor, at=at,
+                ttl_seconds=ttl_seconds, reason=reason,
+            )
+        )  # fmt: skip
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        return self._write(lambda conn: _approvals_sqlite.consume(conn, approval_id, use))
+
+    # --- summaries, constraints, search (see _sqlite_summaries) ----------------------------
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        self._write(lambda conn: _summaries.activate(conn, summary, expected_generation))
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        return self._read(lambda conn: _summaries.get_active(conn, session_id))
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        return self._read(lambda conn: _summaries.list_summaries(conn, session_id))
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        items = list(constraints)
+        return self._write(lambda conn: _summaries.add_constraints(conn, session_id, items))
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        return self._read(lambda conn: _summaries.list_constraints(conn, session_id))
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        search_terms(query)  # a bad query fails before anything is written
+        self._write(_summaries.catch_up_index)
+        return self._read(
+            lambda conn: _summaries.search(conn, session_id, query, through_seq, max(limit, 0))
+        )
 
     async def close(self) -> None:
         with self._lock:

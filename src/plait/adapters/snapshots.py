@@ -1,0 +1,121 @@
+"""Git workspace snapshots for forks (``plait sessions fork --snapshot``).
+
+A snapshot is a commit of the working tree as it is at fork time (tracked files with their
+uncommitted changes, and untracked files that git does not ignore) built through a
+temporary index file, so the user's index, branches and ``HEAD`` are untouched. It is kept
+on a private ref ``refs/plait/snapshots/<branch>`` and checked out (detached) as a separate
+worktree under plait's data directory; the branch is bound to that worktree. What it does
+not cover is stated in :data:`plait.domain.forks.SNAPSHOT_NOT_COVERED`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from plait.domain.errors import ConfigError, PlaitError
+from plait.domain.forks import WorkspaceSnapshot
+
+__all__ = ["GitSnapshots", "SnapshotError", "default_worktrees_dir"]
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "plait",
+    "GIT_AUTHOR_EMAIL": "plait@localhost",
+    "GIT_COMMITTER_NAME": "plait",
+    "GIT_COMMITTER_EMAIL": "plait@localhost",
+}
+
+
+class SnapshotError(PlaitError):
+    code = "snapshot_failed"
+
+
+def default_worktrees_dir() -> Path:
+    """``$XDG_DATA_HOME/plait/worktrees`` (default ``~/.local/share/plait/worktrees``):
+    never inside a workspace."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "plait" / "worktrees"
+
+
+class GitSnapshots:
+    """:class:`~plait.application.ports.WorkspaceSnapshots` with the ``git`` command."""
+
+    def __init__(self, worktrees_dir: str | Path | None = None) -> None:
+        self._dir = Path(worktrees_dir) if worktrees_dir else default_worktrees_dir()
+
+    def take(self, workspace: str, *, name: str, message: str) -> WorkspaceSnapshot:
+        ws = Path(workspace).resolve()
+        if not ws.is_dir():
+            raise ConfigError(f"workspace {workspace!r} is not an existing directory")
+        try:
+            top = Path(_git(ws, "rev-parse", "--show-toplevel"))
+        except SnapshotError:
+            raise ConfigError(
+                f"workspace {str(ws)!r} is not inside a git work tree, so --snapshot cannot "
+                "record it; fork without --snapshot (the branch then uses the workspace as "
+                "it is now) or run `git init` there first",
+                workspace=str(ws),
+            ) from None
+        with tempfile.TemporaryDirectory(prefix="plait-snapshot-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **_IDENTITY}
+            _git(top, "add", "--all", "--", ".", env=env)
+            tree = _git(top, "write-tree", env=env)
+            head = _git(top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+            parents = ["-p", head] if head else []
+            commit = _git(top, "commit-tree", tree, *parents, "-m", message, env=env)
+        ref = f"refs/plait/snapshots/{name}"
+        _git(top, "update-ref", ref, commit)
+        root = self._dir / name
+        root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _git(top, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet",
+                 str(root), commit)  # fmt: skip
+        except BaseException:
+            _git(top, "update-ref", "-d", ref, check=False)
+            raise
+        return WorkspaceSnapshot(
+            source_workspace=str(ws),
+            repository=str(top),
+            ref=ref,
+            commit=commit,
+            worktree=str(root / ws.relative_to(top)),
+        )
+
+    def discard(self, snapshot: WorkspaceSnapshot) -> None:
+        repo = Path(snapshot.repository)
+        root = _git(Path(snapshot.worktree), "rev-parse", "--show-toplevel", check=False)
+        if root:
+            _git(repo, "worktree", "remove", "--force", root, check=False)
+        _git(repo, "update-ref", "-d", snapshot.ref, check=False)
+
+
+def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+    except FileNotFoundError:
+        if not check:
+            return ""
+        raise ConfigError("--snapshot needs the `git` command, which is not installed") from None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        if not check:
+            return ""
+        raise SnapshotError(f"git {args[0]} failed in {cwd}: {e}", cwd=str(cwd)) from e
+    if out.returncode != 0:
+        if not check:
+            return ""
+        raise SnapshotError(
+            f"git {' '.join(args[:2])} failed in {cwd}: {out.stderr.strip()}",
+            cwd=str(cwd),
+            status=out.returncode,
+        )
+    return out.stdout.strip()

@@ -1,0 +1,49 @@
+"""What full-text search over raw history matches: the same rule in every store.
+
+A query is split on whitespace into terms; a message matches when every term occurs in
+its searchable text, ignoring case (substring match, so it works for text without word
+breaks such as Chinese). The searchable text is what the model read of the message.
+"""
+
+from __future__ import annotations
+
+from plait.domain.errors import ValidationError
+from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
+
+__all__ = ["matches", "search_terms", "search_text"]
+
+MAX_TERMS = 16
+
+
+def search_text(message: Message) -> str:
+    if isinstance(message, AssistantMessage):
+        calls = " ".join(f"{c.name} {c.arguments_json}" for c in message.tool_calls)
+        return f"{message.text} {calls}" if calls else message.text
+    if isinstance(message, ToolResultMessage):
+        r = message.result
+        parts = [message.tool_name, r.content]
+        if r.reason:
+            parts.append(r.reason)
+        if r.artifact is not None:
+            parts.append(r.artifact.id)
+        return " ".join(parts)
+    return message.text
+
+
+def search_terms(query: str) -> list[str]:
+    """The query's terms (case-folded, de-duplicated); a clear error when it has none."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValidationError("the search query is empty; give one or more words to look for")
+    terms: list[str] = []
+    for raw in query.split():
+        term = raw.casefold()
+        if term not in terms:
+            terms.append(term)
+    if len(terms) > MAX_TERMS:
+        raise ValidationError(f"the search query has {len(terms)} terms; use at most {MAX_TERMS}")
+    return terms
+
+
+def matches(terms: list[str], message: Message) -> bool:
+    text = search_text(message).casefold()
+    return all(t in text for t in terms)

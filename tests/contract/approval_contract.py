@@ -1,0 +1,208 @@
+"""The approval rules every store keeps (ApprovalStore): pending requests, decisions,
+binding to the exact call, expiry, consumption exactly once, no authority across
+sessions (forks included)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from plait.adapters.stores import Store
+from plait.domain.errors import (
+    ApprovalNotFoundError,
+    ApprovalRefusedError,
+    RunStateError,
+    SessionNotFoundError,
+)
+from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
+from plait.domain.session import ForkOrigin
+from tests.contract.base import ContractBase, started
+from tests.contract.builders import new_session
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+
+
+def pending(
+    id: str = "apr1", *, call_id: str = "c1", session_id: str = "s1", **kw: Any
+) -> Approval:
+    fields: dict[str, Any] = dict(
+        id=id,
+        session_id=session_id,
+        run_id="r1",
+        call_id=call_id,
+        tool_name="write_file",
+        args_digest=DIGEST_A,
+        scope=("deploy/app.yaml",),
+        workspace_state="sha256:ws1",
+        requested_at=1_010.0,
+        reason="rule protected: deploy/app.yaml is protected",
+    )
+    fields.update(kw)
+    return Approval(**fields)
+
+
+def use(**kw: Any) -> ApprovalUse:
+    fields: dict[str, Any] = dict(
+        session_id="s1",
+        call_id="c1",
+        tool_name="write_file",
+        args_digest=DIGEST_A,
+        scope=("deploy/app.yaml",),
+        workspace_state="sha256:ws1",
+        now=1_100.0,
+    )
+    fields.update(kw)
+    return ApprovalUse(**fields)
+
+
+class ApprovalContract(ContractBase):
+    def test_request_list_and_get(self) -> None:
+        async def go(store: Store) -> None:
+            await started(store)
+            a = await store.request_approval(pending())
+            assert a == pending()
+            assert await store.get_approval("apr1") == a
+            # the same call asking again (e.g. after a restart) gets the same request
+            assert await store.request_approval(pending("apr2")) == a
+            other = await store.request_approval(
+                pending("apr3", call_id="c2", requested_at=1_020.0)
+            )
+            assert await store.list_approvals() == [other, a]
+            assert await store.list_approvals(session_id="s1", run_id="r1") == [other, a]
+            assert await store.list_approvals(session_id="nope") == []
+            with pytest.raises(ApprovalNotFoundError):
+                await store.get_approval("apr2")
+
+        self.run(go)
+
+    def test_request_needs_an_existing_session(self) -> None:
+        async def go(store: Store) -> None:
+            with pytest.raises(SessionNotFoundError):
+                await store.request_approval(pending(session_id="ghost"))
+            assert await store.list_approvals() == []
+
+        self.run(go)
+
+    def test_approve_with_ttl_then_consume_exactly_once(self) -> None:
+        async def go(store: Store) -> None:
+            await started(store)
+            await store.request_approval(pending())
+            ok = await store.decide_approval(
+                "apr1", approve=True, grantor="ana", at=1_050.0, ttl_seconds=600
+            )
+            assert ok == replace(
+                pending(),
+                status=ApprovalStatus.APPROVED,
+                grantor="ana",
+                decided_at=1_050.0,
+                expires_at=1_650.0,
+            )
+            with pytest.raises(RunStateError):
+                await store.decide_approval(
+                    "apr1", approve=False, grantor="bob", at=1_060.0, reason="no"
+                )
+            used = await store.consume_approval("apr1", use())
+            assert used.consumed_by == "c1" and used.consumed_at == 1_100.0
+            # the same call again (a restart after consuming): unchanged, still authorized
+            assert await store.consume_approval("apr1", use(now=1_200.0)) == used
+            # any other call: refused, and the record is unchanged
+            with pytest.raises(ApprovalRefusedError, match="call"):
+                await store.consume_approval("apr1", use(call_id="c9"))
+            assert await store.get_approval("apr1") == used
+
+        self.run(go)
+
+    def test_binding_to_arguments_scope_state_session_and_expiry(self) -> None:
+        async def go(store: Store) -> None:
+            await started(store)
+            await store.request_approval(pending())
+            await store.decide_approval(
+                "apr1", approve=True, grantor="ana", at=1_050.0, ttl_seconds=100
+            )
+            for wrong, what in (
+                (use(args_digest=DIGEST_B), "arguments"),
+                (use(tool_name="edit_file"), "tool"),
+                (use(scope=("deploy/other.yaml",)), "resource scope"),
+                (use(workspace_state="sha256:ws2"), "workspace state"),
+                (use(session_id="s2"), "session"),
+                (use(now=1_150.0), "expired"),
+            ):
+                with pytest.raises(ApprovalRefusedError, match=what):
+                    await store.consume_approval("apr1", wrong)
+            assert (await store.get_approval("apr1")).consumed_by is None
+
+        self.run(go)
+
+    def test_deny_needs_a_reason_and_authorizes_nothing(self) -> None:
+        async def go(store: Store) -> None:
+            await started(store)
+            await store.request_approval(pending())
+            with pytest.raises(RunStateError, match="reason"):
+                await store.decide_approval(
+                    "apr1", approve=False, grantor="ana", at=1_050.0, reason=" "
+                )
+            with pytest.raises(RunStateError, match="ttl"):
+                await store.decide_approval("apr1", approve=True, grantor="ana", at=1_050.0)
+            denied = await store.decide_approval(
+                "apr1", approve=False, grantor="ana", at=1_050.0, reason="not now"
+            )
+            assert denied.status is ApprovalStatus.DENIED and denied.denial_reason == "not now"
+            with pytest.raises(ApprovalRefusedError, match="denied"):
+                await store.consume_approval("apr1", use())
+            with pytest.raises(RunStateError):
+                await store.decide_approval(
+                    "apr1", approve=True, grantor="ana", at=1_060.0, ttl_seconds=60
+                )
+            with pytest.raises(ApprovalNotFoundError):
+                await store.decide_approval(
+                    "nope", approve=True, grantor="ana", at=1.0, ttl_seconds=60
+                )
+            with pytest.raises(ApprovalRefusedError, match="pending"):
+                await store.consume_approval(
+                    (await store.request_approval(pending("apr2", call_id="c2"))).id,
+                    use(call_id="c2"),
+                )
+
+        self.run(go)
+
+    def test_a_fork_inherits_no_approval(self) -> None:
+        async def go(store: Store) -> None:
+            await started(store)
+            await store.create_session(
+                new_session(
+                    "s2", fork_origin=ForkOrigin(parent_session_id="s1", fork_point_message_id="m1")
+                )
+            )
+            await store.request_approval(pending())
+            await store.decide_approval(
+                "apr1", approve=True, grantor="ana", at=1_050.0, ttl_seconds=600
+            )
+            with pytest.raises(ApprovalRefusedError, match="session"):
+                await store.consume_approval("apr1", use(session_id="s2"))
+            assert await store.list_approvals(session_id="s2") == []
+
+        self.run(go)
+
+    def test_consumption_is_durable_and_exclusive_across_handles(self) -> None:
+        async def go(a: Store, b: Store) -> None:
+            await started(a)
+            await a.request_approval(pending())
+            await b.decide_approval(
+                "apr1", approve=True, grantor="ana", at=1_050.0, ttl_seconds=600
+            )
+            results = await asyncio.gather(
+                a.consume_approval("apr1", use(call_id="c1")),
+                b.consume_approval("apr1", use(call_id="c1", now=1_101.0)),
+                return_exceptions=True,
+            )
+            assert all(isinstance(r, Approval) for r in results)
+            first = await a.get_approval("apr1")
+            assert await b.get_approval("apr1") == first and first.consumed_by == "c1"
+            with pytest.raises(ApprovalRefusedError):
+                await b.consume_approval("apr1", use(call_id="c2"))
+
+        self.run2(go)
