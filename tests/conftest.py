@@ -1,5 +1,37 @@
 """Every test runs with real network access blocked (loopback still works): no test may
 depend on a provider API or key. A test that really needs more opts out with
-``@pytest.mark.allow_network`` (none does)."""
+``@pytest.mark.allow_network`` (none does).
+
+``pg_url`` is a session-wide PostgreSQL server: ``PLAIT_TEST_PG_URL`` if set, else a
+throw-away cluster started here. Without one the PostgreSQL tests are skipped, except in
+CI (``CI=true``), where that is a failure."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
 
 pytest_plugins = ["plait.testing.pytest_plugin"]
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    given = os.environ.get("PLAIT_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    from plait.testing.postgres import PostgresUnavailable, temporary_cluster
+
+    try:
+        cluster = temporary_cluster()
+        url = cluster.__enter__()
+    except PostgresUnavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests: {e}")
+        pytest.skip(f"no PostgreSQL server: {e}")
+    try:
+        yield url
+    finally:
+        cluster.__exit__(None, None, None)

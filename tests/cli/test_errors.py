@@ -300,7 +300,6 @@ def test_model_errors_reach_recover_and_resume_too(world: World) -> None:
         ("redis://localhost/0", "'redis://localhost/0'"),
         ("sqlite://plait.db", "'sqlite://plait.db'"),
         ("plait.db", "'plait.db'"),
-        ("postgresql://db/plait", "PostgreSQL"),
     ],
 )
 def test_unknown_store_url(plait: Plait, tmp_path: Path, url: str, named: str) -> None:

@@ -48,12 +48,17 @@ def _imports(path: Path) -> list[tuple[str, str]]:
     return found
 
 
+# `plait db upgrade` administers the store itself (PostgreSQL migrations).
+STORE_ADMIN = {"service_cmds.py"}
+
+
 def test_the_cli_imports_no_store_and_builds_no_domain_object() -> None:
     files = sorted(CLI.glob("*.py"))
     assert len(files) >= 5
     for path in files:
         for module, _name in _imports(path):
-            assert not module.startswith(FORBIDDEN_MODULES), (path.name, module)
+            if path.name not in STORE_ADMIN:
+                assert not module.startswith(FORBIDDEN_MODULES), (path.name, module)
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):

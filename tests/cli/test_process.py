@@ -156,6 +156,8 @@ def test_the_help_covers_every_documented_command() -> None:
             "artifacts show",
             "chat",
             "demo",
+            "db",
+            "db upgrade",
         ]
     )
 

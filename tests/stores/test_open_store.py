@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from plait.adapters.stores import JsonlStore, MemoryStore, SqliteStore, Store, open_store
-from plait.domain.errors import ConfigError
+from plait.domain.errors import ConfigError, StoreError
 from tests.contract.builders import new_session
 from tests.stores.worker import child_env
 
@@ -61,9 +61,23 @@ def test_unknown_urls_list_the_accepted_forms(url: str) -> None:
     assert "postgresql://" in message
 
 
-def test_postgresql_is_not_there_yet() -> None:
-    with pytest.raises(ConfigError, match="not available yet"):
-        open_store("postgresql://localhost/plait")
+def test_postgresql_opens_lazily_and_names_an_unreachable_server() -> None:
+    from plait.adapters.stores.postgres import PostgresStore
+
+    store = open_store("postgresql://plait:secret@127.0.0.1:1/plait")
+    assert isinstance(store, PostgresStore)  # nothing connected yet
+
+    async def go() -> None:
+        try:
+            await store.get_session("s1")
+        finally:
+            await store.close()
+
+    with pytest.raises(StoreError) as info:
+        asyncio.run(go())
+    assert info.value.code == "store_error"
+    assert "127.0.0.1:1" in info.value.message
+    assert "secret" not in info.value.message  # the password is never shown
 
 
 def test_backends_are_imported_lazily() -> None:

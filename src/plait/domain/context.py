@@ -10,7 +10,7 @@ from typing import Generic, TypeVar, overload
 from plait.domain.messages import Message
 from plait.domain.tools import ToolSpec
 
-__all__ = ["Context", "Correction", "Prefix"]
+__all__ = ["CompactedRange", "Context", "Correction", "Prefix"]
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -65,6 +65,19 @@ class Correction:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactedRange:
+    """Set on a context whose first history messages are replaced by a summary: the
+    summary stands in for messages ``1..covered_through_seq`` (``omitted_messages`` of
+    them, ``omitted_assistant_messages`` of those assistant turns)."""
+
+    summary_id: str
+    generation: int
+    covered_through_seq: int
+    omitted_messages: int
+    omitted_assistant_messages: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Context(Generic[T]):
     """Built fresh for every model call.
 
@@ -77,3 +90,5 @@ class Context(Generic[T]):
     items: Sequence[Message]
     output_type: type[T]
     corrections: tuple[Correction, ...] = ()
+    compacted: CompactedRange | None = None
+    """Which history range a summary replaces in ``items`` (compaction), if any."""

@@ -118,6 +118,8 @@ class ScriptedModel:
         self.requests.append(request)
         context = request.context
         assistants, item_chars = self._scan(context.items)
+        if context.compacted is not None:  # a summary stands in for earlier turns
+            assistants += context.compacted.omitted_assistant_messages
         if request.role == "assistant":
             index, step, attempt = self._assistant_position(assistants, len(context.corrections))
         else:

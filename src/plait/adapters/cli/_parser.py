@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("session_id", metavar="SESSION")
     common(hist)
     _runs(sub)
+    from plait.adapters.cli import service_cmds
+
+    service_cmds.register(sub, common)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")

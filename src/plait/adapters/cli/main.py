@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from plait.adapters.cli import _commands as cmd
+from plait.adapters.cli import service_cmds
 from plait.adapters.cli._io import Out, check_argv, printable
 from plait.adapters.cli._parser import UsageError, build_parser
 from plait.adapters.cli._send import prepare_send, send
@@ -94,6 +95,8 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return run_demo(db=getattr(args, "db", None), clean=args.clean, as_json=out.json)
     if key in FORK_COMMANDS:
         return FORK_COMMANDS[key](args, out)
+    if key in service_cmds.COMMANDS:
+        return service_cmds.COMMANDS[key](args, out)
     command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)

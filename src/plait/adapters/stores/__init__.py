@@ -6,6 +6,8 @@
 ``memory://``          :class:`~plait.adapters.stores.memory.MemoryStore` (tests, demos)
 ``sqlite:///PATH``     :class:`~plait.adapters.stores.sqlite.SqliteStore` (the default)
 ``jsonl:///DIR``       :class:`~plait.adapters.stores.jsonl.JsonlStore` (inspection)
+``postgresql://...``   :class:`~plait.adapters.stores.postgres.PostgresStore` (service
+                       mode: many processes and machines; libpq URL syntax)
 =====================  ===============================================================
 
 As in SQLAlchemy, everything after the third slash is the path: ``sqlite:///plait.db`` is
@@ -31,11 +33,13 @@ from plait.domain.errors import ConfigError, StoreNotFoundError
 if TYPE_CHECKING:
     from plait.adapters.stores.jsonl import JsonlStore, StoreWarning
     from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.postgres import PostgresStore
     from plait.adapters.stores.sqlite import SqliteStore
 
 __all__ = [
     "JsonlStore",
     "MemoryStore",
+    "PostgresStore",
     "SqliteStore",
     "Store",
     "StoreWarning",
@@ -45,8 +49,8 @@ __all__ = [
 
 _FORMS = (
     "accepted store URLs: 'memory://', 'sqlite:///relative/path.db' or "
-    "'sqlite:////absolute/path.db', 'jsonl:///relative/dir' or 'jsonl:////absolute/dir' "
-    "('postgresql://' comes later)"
+    "'sqlite:////absolute/path.db', 'jsonl:///relative/dir', 'jsonl:////absolute/dir' or "
+    "'postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME'"
 )
 
 
@@ -109,8 +113,12 @@ def open_store(url: str, *, create: bool = True) -> Store:
         from plait.adapters.stores.jsonl import JsonlStore
 
         return JsonlStore(_path(url, "jsonl:///"))
-    if url.startswith(("postgresql:", "postgres:")):
-        raise ConfigError(f"the PostgreSQL store is not available yet; {_FORMS}", url=url)
+    if url.startswith(("postgresql://", "postgres://")):
+        from plait.adapters.stores.postgres import PostgresStore
+
+        # A read command (create=False) must not write: it checks the schema instead of
+        # migrating it.
+        return PostgresStore(url, migrate=create)
     raise ConfigError(f"unknown store URL {url!r}; {_FORMS}", url=url)
 
 
@@ -119,6 +127,10 @@ def __getattr__(name: str) -> Any:
         from plait.adapters.stores.memory import MemoryStore
 
         return MemoryStore
+    if name == "PostgresStore":
+        from plait.adapters.stores.postgres import PostgresStore
+
+        return PostgresStore
     if name == "SqliteStore":
         from plait.adapters.stores.sqlite import SqliteStore
 

@@ -1,0 +1,160 @@
+"""Versioned schema migrations of the PostgreSQL store.
+
+Each migration is a tuple of statements applied in one transaction together with the
+new version number in ``plait_schema``. Start-up and ``plait db upgrade`` apply the
+missing ones under a transaction-scoped advisory lock, so several processes starting at
+once apply each migration exactly once. A database written by a newer plait (a version
+this code does not know) is refused, untouched.
+
+The layout mirrors the SQLite store: immutable message bodies under an integer key,
+session membership ``(session_id, seq, message_id)`` so forks can share bodies, the
+session version derived from ``max(seq)``, JSON text (not ``jsonb``) for the sparse
+parts so both stores decode rows with the same code. Message text is UTF-8 in ``BYTEA``
+because PostgreSQL ``TEXT`` cannot hold NUL characters, which tool output may contain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait.adapters.stores import _pg_sql as q
+from plait.domain.errors import (
+    ConfigError,
+    ConflictError,
+    CorruptStoreError,
+    PlaitError,
+    StoreError,
+)
+from plait.domain.runs import RunStatus
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ConfigError(
+        "the PostgreSQL store needs psycopg 3 and psycopg_pool: "
+        "pip install 'psycopg[binary]' psycopg_pool"
+    ) from e
+
+__all__ = ["LATEST", "MIGRATIONS", "redact", "translate", "upgrade"]
+
+_LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the store as the SQLite one has it.
+    (
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY, ord BIGINT GENERATED ALWAYS AS IDENTITY,
+            created_at DOUBLE PRECISION NOT NULL, owner TEXT, workspace TEXT,
+            active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT,
+            title TEXT)""",
+        "CREATE INDEX sessions_by_created ON sessions (created_at, ord)",
+        """CREATE TABLE messages (
+            pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id TEXT NOT NULL,
+            kind TEXT NOT NULL, text BYTEA NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            run_id TEXT, step INTEGER, call_id TEXT, name TEXT, status TEXT, extra TEXT,
+            schema_version INTEGER NOT NULL)""",
+        """CREATE TABLE session_messages (
+            session_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL,
+            message_pk BIGINT NOT NULL REFERENCES messages (pk),
+            PRIMARY KEY (session_id, seq))""",
+        "CREATE UNIQUE INDEX session_messages_by_id ON session_messages (session_id, message_id)",
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY, ord BIGINT GENERATED ALWAYS AS IDENTITY,
+            session_id TEXT NOT NULL, status TEXT NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL, lease_owner TEXT,
+            lease_expires_at DOUBLE PRECISION,
+            cancel_requested BOOLEAN NOT NULL DEFAULT FALSE, data TEXT NOT NULL)""",
+        "CREATE INDEX runs_by_session ON runs (session_id, started_at, ord)",
+        "CREATE INDEX runs_by_started ON runs (started_at, ord)",
+        f"CREATE INDEX runs_live ON runs (status) WHERE status IN ({_LIVE})",
+        """CREATE TABLE executions (
+            session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
+            ord BIGINT GENERATED ALWAYS AS IDENTITY, state TEXT NOT NULL,
+            args_digest TEXT NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (session_id, run_id, call_id))""",
+        "CREATE INDEX executions_by_run ON executions (run_id, ord)",
+        """CREATE TABLE artifacts (
+            id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, size BIGINT NOT NULL,
+            media_type TEXT NOT NULL, data BYTEA NOT NULL)""",
+    ),
+)
+
+MIGRATIONS += (
+    # 2: forks and compaction (summaries, constraint records).
+    (
+        """CREATE TABLE fork_requests (
+            branch_session_id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
+        """CREATE TABLE summaries (
+            session_id TEXT NOT NULL, generation INTEGER NOT NULL, id TEXT NOT NULL UNIQUE,
+            covered_through_seq INTEGER NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (session_id, generation))""",
+        """CREATE TABLE constraint_records (
+            session_id TEXT NOT NULL, source_message_id TEXT NOT NULL, text TEXT NOT NULL,
+            ord BIGINT GENERATED ALWAYS AS IDENTITY,
+            PRIMARY KEY (session_id, source_message_id, text))""",
+    ),
+)
+
+MIGRATIONS += (
+    # 3: approvals (governance).
+    (
+        """CREATE TABLE approvals (
+            id TEXT PRIMARY KEY, ord BIGINT GENERATED ALWAYS AS IDENTITY,
+            session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
+            status TEXT NOT NULL, requested_at DOUBLE PRECISION NOT NULL, data TEXT NOT NULL)""",
+        "CREATE INDEX approvals_by_call ON approvals (session_id, run_id, call_id)",
+        "CREATE INDEX approvals_by_run ON approvals (run_id)",
+    ),
+)
+
+LATEST = len(MIGRATIONS)
+"""The schema version this code writes."""
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    head, sep, tail = url.partition("@")
+    if not sep or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, cred = head.partition("//")
+    return f"{scheme}//{cred.split(':', 1)[0]}:***@{tail}"
+
+
+def translate(e: psycopg.Error, where: str) -> PlaitError:
+    if isinstance(e, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
+        return ConflictError(f"{where}: {e.diag.message_primary}", store=where)
+    if isinstance(e, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        return ConflictError(f"{where}: concurrent write ({e}); retry the operation", store=where)
+    if isinstance(e, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
+        return ConflictError(f"{where}: {e}; retry the operation", store=where)
+    if isinstance(e, pg_errors.UndefinedTable):
+        return CorruptStoreError(
+            f"{where} has no plait tables ({e.diag.message_primary}); run `plait db upgrade`",
+            store=where,
+        )
+    text = str(e).strip() or type(e).__name__
+    return StoreError(f"{where}: PostgreSQL error: {text}", store=where, sqlstate=e.sqlstate)
+
+
+async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> tuple[int, int]:
+    """Apply the missing migrations on ``conn`` (autocommit). Returns (before, after)."""
+    async with conn.transaction():
+        await conn.execute(q.MIGRATION_LOCK)
+        await conn.execute(q.CREATE_SCHEMA_TABLE)
+        cur = await conn.execute(q.SCHEMA_VERSION)
+        row = await cur.fetchone()
+        before = 0 if row is None or row[0] is None else int(row[0])
+        if before > LATEST:
+            raise CorruptStoreError(
+                f"{where} was written by a newer plait (store schema_version {before}, this "
+                f"plait knows {LATEST}); upgrade plait to use it",
+                store=where,
+                schema_version=before,
+                supported=LATEST,
+            )
+        for version in range(before + 1, LATEST + 1):
+            for statement in MIGRATIONS[version - 1]:
+                await conn.execute(statement)
+            await conn.execute(q.RECORD_VERSION, (version,))
+    return before, LATEST

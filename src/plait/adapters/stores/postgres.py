@@ -1,0 +1,498 @@
+"""The PostgreSQL store: all state in one database shared by any number of processes.
+
+Native async I/O (psycopg 3 with a connection pool): no store call blocks the event loop.
+Every port write is one transaction; reads run in autocommit. A commit locks its session
+row (``SELECT … FOR UPDATE``) before checking the version, so two writers of one session
+serialize and the loser gets :class:`~plait.domain.errors.ConflictError`, never an
+interleaving; the ``(session_id, seq)`` key backs that up. Leases are fenced in the same
+statements as the SQLite store's. Every psycopg exception is translated at this edge.
+
+The pool opens lazily on first use (``open_store`` is synchronous) and applies missing
+schema migrations then (see :mod:`._pg_schema`; ``plait db upgrade`` does the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool
+
+from plait.adapters.stores import _codec
+from plait.adapters.stores import _pg_approvals as approvals
+from plait.adapters.stores import _pg_more as more
+from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._pg_schema import LATEST, redact, translate, upgrade
+from plait.adapters.stores._sqlite_rows import (
+    decode_messages,
+    execution_row,
+    json_value,
+    message_row,
+    run_data,
+    run_from_row,
+    session_from_row,
+    session_row,
+)
+from plait.adapters.stores._state import (
+    artifact_not_found,
+    artifact_ref,
+    check_execution,
+    check_new_session,
+    closed_error,
+    duplicate_message,
+    duplicate_run,
+    duplicate_session,
+    lease_lost,
+    resolve_lease,
+    run_not_found,
+    session_busy,
+    session_not_found,
+    validate_commit,
+    version_conflict,
+)
+from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.errors import (
+    CorruptStoreError,
+    StoreError,
+)
+from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalUse
+from plait.domain.messages import ArtifactRef, Message
+from plait.domain.runs import Run
+from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+_EXEC_STATE = {s.value: s for s in ExecutionState}
+
+
+class PostgresStore:
+    """:class:`~plait.application.ports.SessionStore` and
+    :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database."""
+
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 8, migrate: bool = True
+    ) -> None:
+        self._url = url
+        self._where = redact(url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._migrate = migrate
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._opening: asyncio.Lock | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r})"
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def _ready(self) -> AsyncConnectionPool[Conn]:
+        if self._closed:
+            raise closed_error("postgresql")
+        if self._pool is not None:
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await self._open()
+        return self._pool
+
+    async def _open(self) -> AsyncConnectionPool[Conn]:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=10
+            ) as conn:
+                if self._migrate:
+                    await upgrade(conn, self._where)
+                else:
+                    await self._check_schema(conn)
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot open the PostgreSQL store {self._where}: {str(e).strip()}; check "
+                "the URL, that the server runs and accepts this user",
+                store=self._where,
+            ) from e
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self._url,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            kwargs={"autocommit": True},
+            open=False,
+            timeout=30,
+        )
+        await pool.open(wait=True, timeout=30)
+        return pool
+
+    async def _check_schema(self, conn: Conn) -> None:
+        try:
+            row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone()
+        except pg_errors.UndefinedTable:
+            row = None
+        version = 0 if row is None or row[0] is None else int(row[0])
+        if version != LATEST:
+            raise CorruptStoreError(
+                f"{self._where} is at store schema_version {version}, this plait needs "
+                f"{LATEST}; run `plait db upgrade --store URL`",
+                store=self._where,
+                schema_version=version,
+                supported=LATEST,
+            )
+
+    async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                return await op(conn)
+        except psycopg.Error as e:
+            raise translate(e, self._where) from e
+
+    async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn:
+                return await op(conn)
+        except psycopg.Error as e:
+            raise translate(e, self._where) from e
+
+    async def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        async def op(conn: Conn) -> tuple[Any, ...] | None:
+            return await (await conn.execute(sql, params)).fetchone()
+
+        return await self._read(op)
+
+    async def _all(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        async def op(conn: Conn) -> list[tuple[Any, ...]]:
+            return await (await conn.execute(sql, params)).fetchall()
+
+        return await self._read(op)
+
+    async def upgrade(self) -> tuple[int, int]:
+        """Apply missing migrations now; returns (version before, version after)."""
+        if self._closed:
+            raise closed_error("postgresql")
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=10
+            ) as conn:
+                return await upgrade(conn, self._where)
+        except psycopg.Error as e:
+            raise translate(e, self._where) from e
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def create_session(self, session: Session) -> None:
+        check_new_session(session)
+
+        async def op(conn: Conn) -> None:
+            cur = await conn.execute(q.INSERT_SESSION, session_row(session))
+            if cur.rowcount != 1:
+                raise duplicate_session(session.id)
+
+        await self._write(op)
+
+    async def get_session(self, session_id: str) -> Session:
+        row = await self._one(q.GET_SESSION, (session_id,))
+        if row is None:
+            raise session_not_found(session_id)
+        return session_from_row(row)
+
+    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        lim = None if limit is None else max(limit, 0)
+        return [session_from_row(r) for r in await self._all(q.LIST_SESSIONS, (lim,))]
+
+    async def read_messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        lim = None if limit is None else max(limit, 0)
+
+        async def op(conn: Conn) -> list[StoredMessage]:
+            cur = await conn.execute(q.READ_MESSAGES, (session_id, after, lim))
+            rows = await cur.fetchall()
+            if not rows:
+                exists = await (await conn.execute(q.SESSION_EXISTS, (session_id,))).fetchone()
+                if exists is None:
+                    raise session_not_found(session_id)
+            return decode_messages([(*r[:3], r[3].decode(), *r[4:]) for r in rows])
+
+        return await self._read(op)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def start_run(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=True)
+        return await self._write(lambda conn: self._apply(conn, commit, start=True))
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=False)
+        return await self._write(lambda conn: self._apply(conn, commit, start=False))
+
+    async def _apply(self, conn: Conn, c: Commit, *, start: bool) -> CommitResult:
+        sid = c.session_id
+        expected = c.expected_version
+        # The row lock serializes writers of this session until the transaction ends.
+        row = await (await conn.execute(q.LOCK_SESSION, (sid,))).fetchone()
+        if row is None:
+            raise session_not_found(sid)
+        active = row[0]
+        version = await (await conn.execute(q.SESSION_VERSION, (sid,))).fetchone()
+        current = 0 if version is None else int(version[0])
+        if start:
+            if active is not None:
+                raise session_busy(sid, active)
+            if current != expected:
+                raise version_conflict(sid, expected, current)
+            await self._insert_run(conn, c)
+            cancel = False
+        else:
+            if current != expected:
+                raise version_conflict(sid, expected, current)
+            cancel = await self._update_run(conn, c, active)
+        if c.executions:
+            await self._put_executions(conn, c)
+        if c.messages:
+            await self._put_messages(conn, sid, expected, c.messages)
+        return CommitResult(expected + len(c.messages), cancel)
+
+    async def _insert_run(self, conn: Conn, c: Commit) -> None:
+        run = c.run
+        assert run is not None
+        lease = run.lease
+        cur = await conn.execute(
+            q.INSERT_RUN,
+            (
+                run.id, c.session_id, run.status.value, run.started_at,
+                None if lease is None else lease.owner,
+                None if lease is None else lease.expires_at, run_data(run),
+            ),
+        )  # fmt: skip
+        if cur.rowcount != 1:
+            raise duplicate_run(run.id)
+        if not run.status.terminal:
+            await conn.execute(q.CLAIM_SESSION, (run.id, c.session_id))
+
+    async def _update_run(self, conn: Conn, c: Commit, active: str | None) -> bool:
+        run = c.run
+        sid = c.session_id
+        if run is None:
+            if active is None:
+                return False
+            flag = await (await conn.execute(q.RUN_CANCEL_FLAG, (active,))).fetchone()
+            return flag is not None and bool(flag[0])
+        fence = await (await conn.execute(q.RUN_FENCE, (run.id,))).fetchone()
+        if fence is None or fence[0] != sid:
+            raise run_not_found(run.id)
+        lease = resolve_lease(run.id, fence[1], fence[2], run, c.lease_owner)
+        await conn.execute(
+            q.UPDATE_RUN,
+            (
+                run.status.value, run.started_at,
+                None if lease is None else lease.owner,
+                None if lease is None else lease.expires_at, run_data(run), run.id,
+            ),
+        )  # fmt: skip
+        if run.status.terminal and active == run.id:
+            await conn.execute(q.RELEASE_SESSION, (sid, run.id))
+        return bool(fence[3])
+
+    async def _put_executions(self, conn: Conn, c: Commit) -> None:
+        sid = c.session_id
+        run = c.run
+        for rec in c.executions:
+            cur = await conn.execute(q.GET_EXECUTION, (sid, rec.run_id, rec.call_id))
+            row = await cur.fetchone()
+            if row is not None:
+                check_execution(row[0], _EXEC_STATE[row[1]], rec)
+            elif run is None or run.id != rec.run_id:
+                owned = await (await conn.execute(q.RUN_IN_SESSION, (rec.run_id, sid))).fetchone()
+                if owned is None:
+                    raise run_not_found(rec.run_id)
+        async with conn.cursor() as cur:
+            await cur.executemany(q.UPSERT_EXECUTION, [execution_row(e) for e in c.executions])
+
+    async def _put_messages(
+        self, conn: Conn, sid: str, expected: int, messages: tuple[Message, ...]
+    ) -> None:
+        for seq, m in enumerate(messages, expected + 1):
+            row = message_row(m)
+            params = (*row[:2], row[2].encode(), *row[3:], sid, seq, m.id)
+            cur = await conn.execute(q.INSERT_MESSAGE, params)
+            if await cur.fetchone() is None:
+                raise duplicate_message(sid, m.id)
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        row = await self._one(q.GET_RUN, (run_id,))
+        if row is None:
+            raise run_not_found(run_id)
+        return run_from_row(row)
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
+        async def op(conn: Conn) -> list[tuple[Any, ...]]:
+            if session_id is None:
+                return await (await conn.execute(q.LIST_RUNS)).fetchall()
+            rows = await (await conn.execute(q.LIST_SESSION_RUNS, (session_id,))).fetchall()
+            if not rows:
+                exists = await (await conn.execute(q.SESSION_EXISTS, (session_id,))).fetchone()
+                if exists is None:
+                    raise session_not_found(session_id)
+            return rows
+
+        return [run_from_row(r) for r in await self._read(op)]
+
+    async def request_cancel(self, run_id: str) -> Run:
+        async def op(conn: Conn) -> tuple[Any, ...] | None:
+            return await (await conn.execute(q.CANCEL, (run_id,))).fetchone()
+
+        row = await self._write(op)
+        if row is None:
+            raise run_not_found(run_id)
+        return run_from_row(row)
+
+    async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
+        async def op(conn: Conn) -> list[tuple[Any, ...]]:
+            rows = await (await conn.execute(q.LIST_EXECUTIONS, (run_id, run_id))).fetchall()
+            if not rows and await (await conn.execute(q.LEASE, (run_id,))).fetchone() is None:
+                raise run_not_found(run_id)
+            return rows
+
+        return [
+            _codec.execution_from_dict(json_value(r[0], "execution record"))
+            for r in await self._read(op)
+        ]
+
+    async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
+        async def op(conn: Conn) -> tuple[Any, ...]:
+            cur = await conn.execute(q.CLAIM, (owner, expires_at, run_id, now, owner))
+            row = await cur.fetchone()
+            if row is None:
+                await self._lease_failure(conn, run_id, owner)
+            assert row is not None
+            return tuple(row)
+
+        return run_from_row(await self._write(op))
+
+    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+        async def op(conn: Conn) -> None:
+            cur = await conn.execute(q.RENEW, (expires_at, run_id, owner))
+            if cur.rowcount != 1:
+                await self._lease_failure(conn, run_id, owner)
+
+        await self._write(op)
+
+    async def _lease_failure(self, conn: Conn, run_id: str, owner: str) -> None:
+        row = await (await conn.execute(q.LEASE, (run_id,))).fetchone()
+        if row is None:
+            raise run_not_found(run_id)
+        raise lease_lost(run_id, row[0], row[1], wanted=owner)
+
+    async def list_stale_runs(self, *, now: float) -> list[Run]:
+        return [run_from_row(r) for r in await self._all(q.STALE, (now,))]
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
+        ref = artifact_ref(data, media_type)
+        row = (ref.id, ref.sha256, ref.size, ref.media_type, bytes(data))
+
+        async def op(conn: Conn) -> None:
+            await conn.execute(q.PUT_ARTIFACT, row)
+
+        await self._write(op)
+        return ref
+
+    async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
+        row = await self._one(q.GET_ARTIFACT, (artifact_id,))
+        if row is None:
+            raise artifact_not_found(artifact_id)
+        aid, sha, size, media_type, data = row
+        return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    async def close(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # --- approvals (see _pg_approvals) ----------------------------------------------------
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        return await self._write(lambda conn: approvals.request(conn, approval))
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return await self._read(lambda conn: approvals.get(conn, approval_id))
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        return await self._read(lambda conn: approvals.listing(conn, session_id, run_id))
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        return await self._write(
+            lambda conn: approvals.decide(
+                conn, approval_id, approve=approve, grantor=grantor, at=at,
+                ttl_seconds=ttl_seconds, reason=reason,
+            )
+        )  # fmt: skip
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        return await self._write(lambda conn: approvals.consume(conn, approval_id, use))
+
+    # --- forks (see _pg_more) -------------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        return await self._read(lambda conn: more.message_seq(conn, session_id, message_id))
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        return await self._write(lambda conn: more.fork(conn, commit))
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        return await self._read(lambda conn: more.get_record(conn, session_id))
+
+    # --- summaries, constraints, search (see _pg_more) ------------------------------------
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        await self._write(lambda conn: more.activate(conn, summary, expected_generation))
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        return await self._read(lambda conn: more.get_active(conn, session_id))
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        return await self._read(lambda conn: more.list_summaries(conn, session_id))
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        items = list(constraints)
+        return await self._write(lambda conn: more.add_constraints(conn, session_id, items))
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        return await self._read(lambda conn: more.list_constraints(conn, session_id))
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        return await self._read(
+            lambda conn: more.search(conn, session_id, query, through_seq, max(limit, 0))
+        )

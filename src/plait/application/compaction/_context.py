@@ -1,0 +1,230 @@
+"""Assembling the model-visible context: instructions, tools, constraints, the active
+summary, the raw tail and any evidence already recalled into it, with a token breakdown.
+
+Constraint records and the summary reach the model as one preamble message in front of
+the raw tail, labelled by source and trust (see :func:`._render.render_preamble`); the
+summary never enters the instructions, so nothing a tool or file said is promoted to a
+system instruction. When the summary covers the latest user request, that request is
+pinned verbatim right after the preamble.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from plait.application.compaction._ledger import CountCache, Ledger
+from plait.application.compaction._profiles import ModelProfile
+from plait.application.compaction._render import PREAMBLE_ID_PREFIX, render_preamble
+from plait.application.ports import SummaryStore, TokenMeter
+from plait.domain.compaction import CompactionSettings, ContextBudget
+from plait.domain.context import CompactedRange, Context, Correction, Prefix
+from plait.domain.messages import AssistantMessage, Message, UserMessage
+from plait.domain.summary import Constraint, Summary
+from plait.domain.tools import ToolSpec
+
+__all__ = ["ContextAssembler", "ContextView", "TokenBreakdown", "summary_applies"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenBreakdown:
+    instructions: int = 0
+    tools: int = 0
+    preamble: int = 0
+    """Constraint records and the active summary."""
+    pinned: int = 0
+    """The latest user request, when the summary covers it."""
+    tail: int = 0
+    corrections: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.instructions
+            + self.tools
+            + self.preamble
+            + self.pinned
+            + self.tail
+            + self.corrections
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextView:
+    """What the next model call would see, and what it costs."""
+
+    context: Context[Any]
+    model: str
+    meter: str
+    exact: bool
+    budget: ContextBudget
+    threshold_tokens: int
+    tokens: TokenBreakdown
+    summary: Summary | None
+    constraints: tuple[Constraint, ...]
+    history_messages: int
+    tail_from_seq: int
+    """First seq of the raw tail (1 when nothing is summarized)."""
+    pinned_message_id: str | None
+    preamble: str
+    full_history_tokens: int
+    """What the raw history alone would cost, for comparison."""
+
+    @property
+    def over_threshold(self) -> bool:
+        return self.tokens.total >= self.threshold_tokens
+
+    @property
+    def over_budget(self) -> bool:
+        return self.tokens.total > self.budget.input_budget
+
+
+def summary_applies(summary: Summary, history: Sequence[Message]) -> bool:
+    """Cheap check that ``summary`` covers a prefix of ``history`` (history is immutable,
+    so the id at the covered seq identifies the prefix within one session)."""
+    k = summary.covered_through_seq
+    return 1 <= k <= len(history) and history[k - 1].id == summary.covered_through_message_id
+
+
+class ContextAssembler:
+    """Builds contexts for one store; keeps a token ledger per (session, meter)."""
+
+    def __init__(
+        self, *, store: SummaryStore, settings: CompactionSettings, cache: CountCache
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.cache = cache
+        self._ledgers: dict[tuple[str, str], Ledger] = {}
+        self._preambles: dict[tuple[str, str], tuple[object, str, int]] = {}
+
+    def ledger(self, session_id: str, meter: TokenMeter, history: Sequence[Message]) -> Ledger:
+        key = (session_id, meter.name)
+        ledger = self._ledgers.get(key)
+        if ledger is None or ledger.meter is not meter:
+            ledger = self._ledgers[key] = Ledger(meter, self.cache)
+        ledger.sync(history)
+        return ledger
+
+    def _preamble(
+        self,
+        session_id: str,
+        meter: TokenMeter,
+        constraints: tuple[Constraint, ...],
+        summary: Summary | None,
+    ) -> tuple[str, int]:
+        key = (session_id, meter.name)
+        stamp = (constraints, None if summary is None else summary.id)
+        hit = self._preambles.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1], hit[2]
+        text = render_preamble(constraints, summary)
+        tokens = meter.count_text(text) if text else 0
+        self._preambles[key] = (stamp, text, tokens)
+        return text, tokens
+
+    async def build(
+        self,
+        session_id: str,
+        history: list[Message],
+        *,
+        profile: ModelProfile,
+        instructions: str,
+        tools: tuple[ToolSpec, ...],
+        output_type: type[Any] = AssistantMessage,
+        corrections: tuple[Correction, ...] = (),
+        summary: Summary | None = None,
+        constraints: tuple[Constraint, ...] | None = None,
+    ) -> ContextView:
+        """The context for ``history`` (the session's whole history, in order). The active
+        summary and constraints are read from the store unless given."""
+        meter = profile.meter
+        summary = summary or await self.store.get_summary(session_id)
+        summary = summary if summary and summary_applies(summary, history) else None
+        if constraints is None:
+            constraints = tuple(await self.store.list_constraints(session_id))
+        ledger = self.ledger(session_id, meter, history)
+        start = 0 if summary is None else summary.covered_through_seq
+        preamble, preamble_tokens = self._preamble(session_id, meter, constraints, summary)
+        pinned = _latest_user_before(history, start)
+        items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
+        context: Context[Any] = Context(
+            instructions=instructions,
+            tools=tools,
+            items=items,
+            output_type=output_type,
+            corrections=corrections,
+            compacted=compacted,
+        )
+        tokens = TokenBreakdown(
+            instructions=self.cache.text(meter, instructions),
+            tools=self.cache.tools(meter, tools),
+            preamble=preamble_tokens,
+            pinned=0 if pinned is None else self.cache.message(meter, pinned),
+            tail=ledger.tokens(start),
+            corrections=sum(
+                meter.count_text(c.rejected_text + " ".join(c.problems)) for c in corrections
+            ),
+        )
+        budget = self.settings.budget_for(profile.context_window, profile.max_output_tokens)
+        return ContextView(
+            context=context,
+            model=profile.model,
+            meter=meter.name,
+            exact=meter.exact,
+            budget=budget,
+            threshold_tokens=int(self.settings.threshold * profile.context_window),
+            tokens=tokens,
+            summary=summary,
+            constraints=constraints,
+            history_messages=len(history),
+            tail_from_seq=start + 1,
+            pinned_message_id=None if pinned is None else pinned.id,
+            preamble=preamble,
+            full_history_tokens=ledger.tokens(0),
+        )
+
+
+def _items(
+    session_id: str,
+    history: list[Message],
+    preamble: str,
+    pinned: UserMessage | None,
+    summary: Summary | None,
+    ledger: Ledger,
+) -> tuple[Sequence[Message], CompactedRange | None]:
+    """The model-visible items: the raw history as is when there is nothing to add, else
+    the preamble, the pinned request and the raw tail after the summary."""
+    if not preamble:
+        return Prefix(history), None
+    gen = 0 if summary is None else summary.generation
+    head: list[Message] = [
+        UserMessage(
+            id=f"{PREAMBLE_ID_PREFIX}preamble_{session_id}_{gen}",
+            text=preamble,
+            created_at=0.0 if summary is None else summary.created_at,
+        )
+    ]
+    if pinned is not None:
+        head.append(pinned)
+    if summary is None:
+        return head + history, None
+    start = summary.covered_through_seq
+    compacted = CompactedRange(
+        summary_id=summary.id,
+        generation=summary.generation,
+        covered_through_seq=start,
+        omitted_messages=start,
+        omitted_assistant_messages=ledger.assistants[start],
+    )
+    return head + history[start:], compacted
+
+
+def _latest_user_before(history: Sequence[Message], start: int) -> UserMessage | None:
+    """The latest user message, if it lies in the summarized range ``[0, start)``."""
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if isinstance(m, UserMessage):
+            return m if i < start else None
+    return None

@@ -1,0 +1,106 @@
+"""Token accounting over an append-only history, incremental.
+
+Counting is the expensive part of building a context for a long session. A
+:class:`CountCache` remembers each message's count per meter (messages are immutable and
+keyed by id), and a :class:`Ledger` keeps running sums and the complete-unit cut points of
+one history, extended by the messages appended since it last looked. Building the next
+context then costs O(new messages), not O(history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from plait.application.ports import TokenMeter
+from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
+from plait.domain.tools import ToolSpec
+
+__all__ = ["CountCache", "Ledger"]
+
+
+class CountCache:
+    """Per (meter, message id) token counts, and per (meter, tool tuple) counts."""
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[str, str], int] = {}
+        self._tools: dict[tuple[str, int], tuple[tuple[ToolSpec, ...], int]] = {}
+        self._texts: dict[tuple[str, str], int] = {}
+
+    def message(self, meter: TokenMeter, message: Message) -> int:
+        key = (meter.name, message.id)
+        n = self._messages.get(key)
+        if n is None:
+            n = self._messages[key] = meter.count_message(message)
+        return n
+
+    def tools(self, meter: TokenMeter, tools: tuple[ToolSpec, ...]) -> int:
+        key = (meter.name, id(tools))
+        hit = self._tools.get(key)
+        if hit is None or hit[0] is not tools:  # keeps the tuple alive: ids are not reused
+            hit = self._tools[key] = (tools, meter.count_tools(tools))
+        return hit[1]
+
+    def text(self, meter: TokenMeter, text: str) -> int:
+        if len(text) > 4096:  # long texts (instructions, summaries) are few: remember them
+            key = (meter.name, text)
+            n = self._texts.get(key)
+            if n is None:
+                n = self._texts[key] = meter.count_text(text)
+            return n
+        return meter.count_text(text)
+
+
+class Ledger:
+    """Running token sums and cut points of one history for one meter.
+
+    ``prefix[k]`` is the token count of ``history[:k]``; ``cuts`` are the ``k`` where
+    ``history[:k]`` ends a complete unit (see :func:`plait.domain.compaction.cut_points`).
+    """
+
+    __slots__ = ("_cache", "_last_id", "_open", "assistants", "cuts", "meter", "prefix")
+
+    def __init__(self, meter: TokenMeter, cache: CountCache) -> None:
+        self.meter = meter
+        self._cache = cache
+        self.prefix: list[int] = [0]
+        self.assistants: list[int] = [0]
+        """``assistants[k]``: assistant messages among ``history[:k]``."""
+        self.cuts: list[int] = []
+        self._open: set[str] = set()
+        self._last_id: str | None = None
+
+    def sync(self, history: Sequence[Message]) -> None:
+        """Take in the messages appended since the last call (rebuilds if ``history`` is
+        not an extension of what was seen)."""
+        n = len(self.prefix) - 1
+        if len(history) < n or (n and history[n - 1].id != self._last_id):
+            self.prefix, self.assistants, self.cuts, self._open = [0], [0], [], set()
+            n = 0
+        if len(history) == n:
+            return
+        count, prefix, cuts, open_calls = self._cache.message, self.prefix, self.cuts, self._open
+        total, turns, assistants = prefix[-1], self.assistants[-1], self.assistants
+        for k in range(n, len(history)):
+            m = history[k]
+            total += count(self.meter, m)
+            prefix.append(total)
+            if m.kind == "assistant":
+                turns += 1
+            assistants.append(turns)
+            if isinstance(m, ToolResultMessage):
+                if m.call_id not in open_calls:
+                    continue  # an orphaned result never ends a complete unit
+                open_calls.discard(m.call_id)
+            elif open_calls:
+                # a unit broken off before all its results: it stays incomplete
+                open_calls.clear()
+            if isinstance(m, AssistantMessage) and m.tool_calls:
+                open_calls.update(c.id for c in m.tool_calls)
+            if not open_calls:
+                cuts.append(k + 1)
+        self._last_id = history[-1].id
+
+    def tokens(self, start: int, end: int | None = None) -> int:
+        """Tokens of ``history[start:end]``."""
+        stop = len(self.prefix) - 1 if end is None else end
+        return self.prefix[stop] - self.prefix[start]

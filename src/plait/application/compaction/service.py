@@ -1,0 +1,467 @@
+"""CompactionService: when and what to compact, and activating the result (DESIGN §8).
+
+Three triggers, one procedure:
+
+- ``manual`` (``plait compact``): compact now if a complete unit beyond the active summary
+  can be folded in.
+- ``pressure`` (the RFC's post-step checkpoint): after a step's assistant output and all
+  its tool results are persisted, measure the context the routed model would see next
+  with that model's meter; compact when it reaches ``threshold × window``.
+- ``overflow``: a ``CONTEXT_WINDOW_EXCEEDED`` from the model adapter. At most
+  ``max_overflow_retries`` shrinking compactions (keeping only the newest unit); the
+  caller retries only if the model-visible surface generation (the active summary's
+  generation) increased, and otherwise reports the provider's error unchanged.
+
+The procedure fixes the prefix when it starts (messages appended meanwhile stay in the
+tail), summarizes raw messages only, validates the summary, and activates it with a
+compare-and-set on the session's summary generation. A failed or invalid summary is not
+activated; the previous one stays and the raw history is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from plait.application.compaction._context import ContextAssembler, ContextView, summary_applies
+from plait.application.compaction._ledger import CountCache
+from plait.application.compaction._profiles import ModelProfile, ModelProfiles
+from plait.application.compaction._render import TEMPLATE_VERSION, render_preamble
+from plait.application.compaction._summarizer import (
+    Summarizer,
+    SummarizeResult,
+    merge_bodies,
+)
+from plait.application.ports import (
+    Clock,
+    IdGenerator,
+    ModelClient,
+    SessionStore,
+    SummaryStore,
+)
+from plait.domain.compaction import (
+    CompactionPlan,
+    CompactionSettings,
+    Trigger,
+    plan_compaction,
+)
+from plait.domain.errors import (
+    CompactionError,
+    ModelError,
+    ModelErrorCode,
+    SummaryConflictError,
+)
+from plait.domain.facts import constraints_of, harvest_facts, merge_facts
+from plait.domain.messages import AssistantMessage, Message
+from plait.domain.session import StoredMessage
+from plait.domain.summary import Summary, SummaryBody, source_digest, summary_problems
+from plait.domain.tools import ToolSpec
+
+__all__ = [
+    "CompactionOutcome",
+    "CompactionService",
+    "CompactionStore",
+    "RunCompaction",
+]
+
+log = logging.getLogger("plait.compaction")
+
+Status = Literal["compacted", "not_needed", "nothing_to_compact", "failed", "superseded", "skipped"]
+
+
+class CompactionStore(SessionStore, SummaryStore, Protocol):
+    """What compaction needs of a store."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionOutcome:
+    status: Status
+    detail: str
+    trigger: Trigger
+    generation_before: int
+    generation_after: int
+    summary: Summary | None = None
+    """The summary activated by this compaction (``compacted``), else ``None``."""
+    measured_tokens: int | None = None
+    """The context's tokens before compacting (pressure and manual)."""
+    tokens_after: int | None = None
+    threshold_tokens: int | None = None
+    insufficient: bool = False
+    """Compacted, but the context is still at or over the threshold (an indivisible unit
+    is too large): said once, never retried in a loop."""
+    summarizer_calls: int = 0
+    summarizer_input_tokens: int = 0
+    summarizer_output_tokens: int = 0
+
+    @property
+    def surface_changed(self) -> bool:
+        return self.generation_after > self.generation_before
+
+
+@dataclass(slots=True)
+class RunCompaction:
+    """Per-run counters: compactions done, overflow recoveries tried, what was said."""
+
+    compactions: int = 0
+    overflow_attempts: int = 0
+    warned: set[str] = field(default_factory=set)
+
+
+class CompactionService:
+    def __init__(
+        self,
+        *,
+        store: CompactionStore,
+        profiles: ModelProfiles,
+        summarizer: ModelClient | None,
+        clock: Clock,
+        ids: IdGenerator,
+        settings: CompactionSettings | None = None,
+        cache: CountCache | None = None,
+    ) -> None:
+        """``summarizer`` is the model of the summarizer role (``None``: summaries cannot
+        be made, but contexts can still be built and measured)."""
+        self.store = store
+        self.profiles = profiles
+        self.summarizer = summarizer
+        self.clock = clock
+        self.ids = ids
+        self.settings = settings or CompactionSettings()
+        self.cache = cache or CountCache()
+        self.assembler = ContextAssembler(store=store, settings=self.settings, cache=self.cache)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    @staticmethod
+    def routed_model(history: Sequence[Message]) -> str | None:
+        """The model that produced the latest assistant message (the RFC's "latest actual
+        routed model"), or ``None`` before any."""
+        for m in reversed(history):
+            if isinstance(m, AssistantMessage) and m.model:
+                return m.model
+        return None
+
+    async def view(
+        self,
+        session_id: str,
+        history: list[Message],
+        *,
+        model: str,
+        instructions: str,
+        tools: tuple[ToolSpec, ...],
+        **kw: Any,
+    ) -> ContextView:
+        """The context the next call of ``model`` would get, with its token breakdown.
+        Raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError` for a model
+        without a configured meter and window."""
+        profile = self.profiles.get(model)
+        return await self.assembler.build(
+            session_id, history, profile=profile, instructions=instructions, tools=tools, **kw
+        )
+
+    # --- triggers ---------------------------------------------------------------------------
+
+    async def after_step(
+        self,
+        session_id: str,
+        history: list[Message],
+        *,
+        run: RunCompaction,
+        instructions: str,
+        tools: tuple[ToolSpec, ...],
+    ) -> CompactionOutcome | None:
+        """The post-step checkpoint. ``None`` when automatic compaction is off or no
+        routed request exists yet. An unknown routed model raises
+        :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a failed summary
+        does not (the run goes on with the full history)."""
+        if not self.settings.auto:
+            return None
+        model = self.routed_model(history)
+        if model is None:
+            return None
+        view = await self.view(
+            session_id, history, model=model, instructions=instructions, tools=tools
+        )
+        if not view.over_threshold:
+            return None
+        if run.compactions >= self.settings.max_compactions_per_run:
+            return self._once(run, "cap", session_id, view, "pressure")
+        outcome = await self.compact(
+            session_id, trigger="pressure", model=model, instructions=instructions, tools=tools
+        )
+        if outcome.status == "compacted":
+            run.compactions += 1
+        if outcome.insufficient and "insufficient" not in run.warned:
+            run.warned.add("insufficient")
+            log.warning("session %s: %s", session_id, outcome.detail)
+        return outcome
+
+    async def on_overflow(
+        self,
+        session_id: str,
+        error: ModelError,
+        *,
+        run: RunCompaction,
+        model: str,
+        instructions: str,
+        tools: tuple[ToolSpec, ...],
+    ) -> CompactionOutcome | None:
+        """The overflow hook. Returns the outcome of a shrinking compaction, or ``None``
+        when recovery does not apply (auto off, not an overflow, attempts used up). The
+        caller retries, as a new step, only if ``outcome.surface_changed``; otherwise it
+        reports ``error`` unchanged."""
+        if not self.settings.auto or error.model_code != ModelErrorCode.CONTEXT_WINDOW_EXCEEDED:
+            return None
+        if run.overflow_attempts >= self.settings.max_overflow_retries:
+            return None
+        if run.compactions >= self.settings.max_compactions_per_run:
+            return None
+        run.overflow_attempts += 1
+        outcome = await self.compact(
+            session_id, trigger="overflow", model=model, instructions=instructions, tools=tools
+        )
+        if outcome.status == "compacted":
+            run.compactions += 1
+        return outcome
+
+    @staticmethod
+    def reset_overflow(run: RunCompaction) -> None:
+        """A model request succeeded: consecutive overflow recoveries start over."""
+        run.overflow_attempts = 0
+
+    def _once(
+        self, run: RunCompaction, what: str, session_id: str, view: ContextView, trigger: Trigger
+    ) -> CompactionOutcome | None:
+        if what in run.warned:
+            return None
+        run.warned.add(what)
+        gen = 0 if view.summary is None else view.summary.generation
+        detail = (
+            f"the context is at {view.tokens.total} of {view.threshold_tokens} threshold "
+            f"tokens, but this run already compacted {run.compactions} time(s), the cap; "
+            "going on without compacting"
+        )
+        log.warning("session %s: %s", session_id, detail)
+        return CompactionOutcome(
+            status="skipped",
+            detail=detail,
+            trigger=trigger,
+            generation_before=gen,
+            generation_after=gen,
+            measured_tokens=view.tokens.total,
+            threshold_tokens=view.threshold_tokens,
+        )
+
+    # --- the procedure ----------------------------------------------------------------------
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        trigger: Trigger = "manual",
+        model: str | None = None,
+        instructions: str = "",
+        tools: tuple[ToolSpec, ...] = (),
+    ) -> CompactionOutcome:
+        """Compact the session's history as it is now (see the module docstring).
+        ``model`` is the model whose window and meter decide; default: the routed model of
+        the history, else the summarizer's."""
+        stored = await self.store.read_messages(session_id)
+        history = [sm.message for sm in stored]
+        active = await self.store.get_summary(session_id)
+        gen = 0 if active is None else active.generation
+        name = model or self.routed_model(history) or (self.summarizer and self.summarizer.name)
+        if not name:
+            return self._outcome(
+                "nothing_to_compact", "the session has no model turn yet", trigger, gen
+            )
+        profile = self.profiles.get(name)
+        view = await self.assembler.build(
+            session_id,
+            history,
+            profile=profile,
+            instructions=instructions,
+            tools=tools,
+            summary=active,
+        )
+        usable = active if active is not None and summary_applies(active, history) else None
+        plan = self._plan(session_id, profile, history, usable, trigger)
+        if plan is None:
+            return self._outcome(
+                "nothing_to_compact",
+                "no complete unit beyond the active summary can be summarized (the newest "
+                "unit and any unsettled calls always stay raw)",
+                trigger,
+                gen,
+                view,
+            )
+        if self.summarizer is None:
+            return self._outcome("failed", "no summarizer model is configured", trigger, gen, view)
+        k = plan.covered_through
+        try:
+            summary, result = await self._summarize(session_id, stored, k, usable, profile, gen)
+        except CompactionError as e:
+            failed = self._outcome("failed", e.message, trigger, gen, view)
+            return replace(failed, summarizer_calls=int(e.details.get("calls", 0)))
+        summary = replace(summary, source_tokens=plan.source_tokens, trigger=trigger)
+        problems = summary_problems(summary, [sm.message.id for sm in stored[:k]])
+        if problems:
+            detail = "summary not activated: " + "; ".join(problems)
+            return self._outcome("failed", detail, trigger, gen, view, result)
+        activated = await self._activate(summary, gen)
+        if isinstance(activated, str):
+            return self._outcome("superseded", activated, trigger, gen, view, result)
+        return await self._compacted(activated, gen, trigger, view, history, result)
+
+    def _plan(
+        self,
+        session_id: str,
+        profile: ModelProfile,
+        history: list[Message],
+        usable: Summary | None,
+        trigger: Trigger,
+    ) -> CompactionPlan | None:
+        ledger = self.assembler.ledger(session_id, profile.meter, history)
+        return plan_compaction(
+            prefix_tokens=ledger.prefix,
+            cuts=ledger.cuts,
+            already_covered=0 if usable is None else usable.covered_through_seq,
+            retained_tokens=self.settings.retained_for(profile.context_window),
+            trigger=trigger,
+        )
+
+    async def _summarize(
+        self,
+        session_id: str,
+        stored: list[StoredMessage],
+        k: int,
+        previous: Summary | None,
+        profile: ModelProfile,
+        gen: int,
+    ) -> tuple[Summary, SummarizeResult]:
+        assert self.summarizer is not None
+        start = 0
+        carried = SummaryBody(goal="")
+        facts = harvest_facts(())
+        ids = [sm.message.id for sm in stored[:k]]
+        if previous is not None and previous.source_digest == source_digest(
+            ids[: previous.covered_through_seq]
+        ):
+            # The previous summary's items keep their raw source ids; only the raw
+            # messages after it are read by the model.
+            start, carried, facts = previous.covered_through_seq, previous.body, previous.facts
+        summarizer = Summarizer(
+            model=self.summarizer,
+            profile=self.profiles.get(self.summarizer.name),
+            settings=self.settings,
+            cache=self.cache,
+        )
+        result = await summarizer.summarize(stored[start:k])
+        body = merge_bodies([carried, result.body]) if start else result.body
+        new_range = [sm.message for sm in stored[start:k]]
+        facts = merge_facts(facts, harvest_facts(new_range))
+        await self.store.add_constraints(session_id, constraints_of(new_range))
+        summary = Summary(
+            id=self.ids.new("sum"),
+            session_id=session_id,
+            generation=gen + 1,
+            covered_through_seq=k,
+            covered_through_message_id=ids[-1],
+            source_digest=source_digest(ids),
+            body=body,
+            facts=facts,
+            model=result.model,
+            template_version=TEMPLATE_VERSION,
+            created_at=self.clock.now(),
+            meter=profile.meter.name,
+        )
+        tokens = profile.meter.count_text(render_preamble((), summary))
+        return replace(summary, summary_tokens=tokens), result
+
+    async def _activate(self, summary: Summary, gen: int) -> Summary | str:
+        """Activate by compare-and-set; the activated summary, or why it was dropped."""
+        for _ in range(2):
+            try:
+                await self.store.activate_summary(summary, expected_generation=gen)
+                return summary
+            except SummaryConflictError:
+                current = await self.store.get_summary(summary.session_id)
+                if current is None or current.covered_through_seq >= summary.covered_through_seq:
+                    covered = 0 if current is None else current.covered_through_seq
+                    return (
+                        f"another compaction activated a summary through seq {covered} "
+                        f"first; this one (through {summary.covered_through_seq}) was dropped"
+                    )
+                # A newer summary of a shorter prefix won the race: ours is independent
+                # of it (made from raw history), so it may still replace it.
+                gen = current.generation
+                summary = replace(summary, generation=gen + 1)
+        return "lost the activation race twice"
+
+    async def _compacted(
+        self,
+        summary: Summary,
+        gen: int,
+        trigger: Trigger,
+        view: ContextView,
+        history: list[Message],
+        result: SummarizeResult,
+    ) -> CompactionOutcome:
+        after = await self.assembler.build(
+            summary.session_id,
+            history,
+            profile=self.profiles.get(view.model),
+            instructions=view.context.instructions,
+            tools=view.context.tools,
+            summary=summary,
+        )
+        insufficient = after.over_threshold
+        detail = (
+            f"summarized messages 1..{summary.covered_through_seq} "
+            f"({summary.source_tokens} tokens) into {summary.summary_tokens} tokens; "
+            f"context {view.tokens.total} -> {after.tokens.total} tokens"
+        )
+        if insufficient:
+            detail += (
+                f"; still at or over the {view.threshold_tokens}-token threshold: the newest "
+                "units are too large to compact further"
+            )
+        return CompactionOutcome(
+            status="compacted",
+            detail=detail,
+            trigger=trigger,
+            generation_before=gen,
+            generation_after=summary.generation,
+            summary=summary,
+            measured_tokens=view.tokens.total,
+            tokens_after=after.tokens.total,
+            threshold_tokens=view.threshold_tokens,
+            insufficient=insufficient,
+            summarizer_calls=result.calls,
+            summarizer_input_tokens=result.input_tokens,
+            summarizer_output_tokens=result.output_tokens,
+        )
+
+    @staticmethod
+    def _outcome(
+        status: Status,
+        detail: str,
+        trigger: Trigger,
+        gen: int,
+        view: ContextView | None = None,
+        result: SummarizeResult | None = None,
+    ) -> CompactionOutcome:
+        return CompactionOutcome(
+            status=status,
+            detail=detail,
+            trigger=trigger,
+            generation_before=gen,
+            generation_after=gen,
+            measured_tokens=None if view is None else view.tokens.total,
+            threshold_tokens=None if view is None else view.threshold_tokens,
+            summarizer_calls=0 if result is None else result.calls,
+            summarizer_input_tokens=0 if result is None else result.input_tokens,
+            summarizer_output_tokens=0 if result is None else result.output_tokens,
+        )

@@ -1,0 +1,108 @@
+"""A throw-away PostgreSQL cluster for tests and benchmarks.
+
+:func:`temporary_cluster` runs ``initdb`` and ``pg_ctl`` (Debian: package ``postgresql``,
+binaries under ``/usr/lib/postgresql/*/bin``) in a temporary directory, listening on a
+free loopback port only, and removes everything afterwards. PostgreSQL refuses to run as
+root, so as root the binaries run as the ``postgres`` user (override with
+``PLAIT_PG_OS_USER``). Set ``PLAIT_TEST_PG_URL`` to use an existing server instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["PostgresUnavailable", "find_bin_dir", "temporary_cluster"]
+
+
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL binaries (or no way to run them) on this machine."""
+
+
+def find_bin_dir() -> Path:
+    """The directory holding ``initdb`` and ``pg_ctl``."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    for found in (os.environ.get("PLAIT_PG_BIN"), *candidates):
+        if found and (Path(found) / "pg_ctl").exists():
+            return Path(found)
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        return Path(on_path).resolve().parent
+    raise PostgresUnavailable(
+        "no PostgreSQL server binaries found (apt-get install -y postgresql, or set "
+        "PLAIT_TEST_PG_URL to a server to use)"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    user = os.environ.get("PLAIT_PG_OS_USER", "postgres")
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        raise PostgresUnavailable("running as root and no `runuser` to drop to " + user)
+    return [runuser, "-u", user, "--", *cmd]
+
+
+def _chown(path: Path) -> None:
+    if os.geteuid() != 0:
+        return
+    user = os.environ.get("PLAIT_PG_OS_USER", "postgres")
+    shutil.chown(path, user=user)
+
+
+@contextlib.contextmanager
+def temporary_cluster(*, fsync: bool = False, max_connections: int = 100) -> Iterator[str]:
+    """Start a fresh cluster; yields its URL (``postgresql://plait@127.0.0.1:PORT/plait``).
+
+    ``fsync=False`` is for tests (the data is thrown away); benchmarks pass True.
+    """
+    bin_dir = find_bin_dir()
+    root = Path(tempfile.mkdtemp(prefix="plait-pg-"))
+    data, sock = root / "data", root / "sock"
+    sock.mkdir()
+    for p in (root, sock):
+        _chown(p)
+    port = _free_port()
+    log = root / "server.log"
+    try:
+        _run([str(bin_dir / "initdb"), "-D", str(data), "-U", "plait", "--auth=trust",
+              "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={sock} "
+            f"-c fsync={'on' if fsync else 'off'} -c max_connections={max_connections} "
+            f"-c synchronous_commit={'on' if fsync else 'off'} "
+            f"-c full_page_writes={'on' if fsync else 'off'}"
+        )
+        _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts,
+              "-w", "-t", "60", "start"])  # fmt: skip
+        try:
+            _run([str(bin_dir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "plait",
+                  "plait"])  # fmt: skip
+            yield f"postgresql://plait@127.0.0.1:{port}/plait"
+        finally:
+            _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                 check=False)  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(cmd: list[str], *, check: bool = True) -> None:
+    proc = subprocess.run(_as_user(cmd), capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise PostgresUnavailable(
+            f"{Path(cmd[0]).name} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}"
+        )

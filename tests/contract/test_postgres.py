@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+import psycopg
+import pytest
+
+from plait.adapters.stores import Store
+from plait.adapters.stores.postgres import PostgresStore
+from plait.application.ports import Commit, CommitResult
+from plait.domain.errors import ConflictError, StoreError
+from tests.contract.builders import new_session, user
+from tests.contract.store_contract import StoreContract
+from tests.contract.summary_contract import SummaryContract
+from tests.pg import empty_database
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture(autouse=True)
+    def _pg(self, pg_url: str) -> None:
+        self.pg_url = pg_url
+        empty_database(pg_url)
+
+    def create_store(self) -> Store:
+        return PostgresStore(self.pg_url)
+
+    def second_handle(self) -> Store | None:
+        return PostgresStore(self.pg_url)
+
+
+def test_upgrade_is_idempotent(pg_url: str) -> None:
+    async def go() -> tuple[int, int]:
+        store = PostgresStore(pg_url)
+        try:
+            return await store.upgrade()
+        finally:
+            await store.close()
+
+    before, after = asyncio.run(go())
+    assert before == after
+
+
+def test_concurrent_writers_of_one_session_never_interleave(pg_url: str) -> None:
+    empty_database(pg_url)
+
+    async def go() -> None:
+        store = PostgresStore(pg_url, max_size=8)
+        try:
+            await store.create_session(new_session())
+            commits = [
+                store.commit(Commit(session_id="s1", expected_version=0, messages=(user(f"m{i}"),)))
+                for i in range(12)
+            ]
+            results = await asyncio.gather(*commits, return_exceptions=True)
+            won = [r for r in results if isinstance(r, CommitResult)]
+            lost = [r for r in results if isinstance(r, ConflictError)]
+            assert len(won) == 1 and len(lost) == 11, results
+            assert all(e.details.get("expected") == 0 for e in lost)
+            history = await store.read_messages("s1")
+            assert [m.seq for m in history] == [1]
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_a_newer_schema_is_refused_untouched(pg_url: str) -> None:
+    empty_database(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO plait_schema (version) VALUES (999)")
+    try:
+
+        async def go() -> None:
+            store = PostgresStore(pg_url)
+            try:
+                await store.list_sessions()
+            finally:
+                await store.close()
+
+        with pytest.raises(StoreError) as info:
+            asyncio.run(go())
+        assert "newer plait" in info.value.message
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM plait_schema WHERE version = 999")
+
+
+def test_db_upgrade_command(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from plait.adapters.cli.main import main
+
+    empty_database(pg_url)
+    assert main(["db", "upgrade", "--db", pg_url, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["from_version"] == out["to_version"] >= 1
+    assert main(["db", "upgrade", "--db", "memory://", "--json"]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "config_error" and "PostgreSQL" in err["message"]
+
+
+class TestPostgresSummaries(SummaryContract):
+    @pytest.fixture(autouse=True)
+    def _pg(self, pg_url: str) -> None:
+        self.pg_url = pg_url
+        empty_database(pg_url)
+
+    def create_store(self) -> Store:
+        return PostgresStore(self.pg_url)
+
+    def second_handle(self) -> Store | None:
+        return PostgresStore(self.pg_url)

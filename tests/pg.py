@@ -1,0 +1,38 @@
+"""Helpers for tests on the session's PostgreSQL server (see ``pg_url`` in conftest)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from plait.adapters.stores.postgres import PostgresStore
+
+__all__ = ["empty_database"]
+
+_migrated: set[str] = set()
+
+
+def empty_database(url: str) -> None:
+    """Migrate (once per server) and delete every row of plait's tables."""
+    if url not in _migrated:
+
+        async def migrate() -> None:
+            store = PostgresStore(url)
+            try:
+                await store.upgrade()
+            finally:
+                await store.close()
+
+        asyncio.run(migrate())
+        _migrated.add(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "AND tablename <> 'plait_schema'"
+            )
+        ]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
