@@ -145,6 +145,8 @@ def test_the_help_covers_every_documented_command() -> None:
             "sessions tree",
             "send",
             "history",
+            "compact",
+            "context",
             "runs",
             "runs show",
             "runs list",

@@ -59,6 +59,7 @@ async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    from plait.adapters.cli.compaction import history_summaries
     from plait.adapters.cli.forks import branch_lines
     from plait.adapters.shapes import workspace_json
 
@@ -69,9 +70,12 @@ async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     data: dict[str, Any] = {"session_id": a.session_id}
     if session.fork_origin is not None:  # a branch says what it is bound to
         data["workspace"] = workspace_json(session, fork)
+    extra, tail = await history_summaries(rt.store, session.id)
     out.emit(
-        data | {"messages": [message_json(m) for m in messages]},
-        lambda: "\n".join([*head, *(message_text(m) for m in messages)]) or "no messages yet",
+        data | {"messages": [message_json(m) for m in messages]} | extra,
+        lambda: (
+            "\n".join([*head, *(message_text(m) for m in messages), *tail]) or "no messages yet"
+        ),
     )
     return EXIT_OK
 

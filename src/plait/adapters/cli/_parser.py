@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.adapters.cli import service_cmds
 
     service_cmds.register(sub, common)
+    from plait.adapters.cli.compaction import register as register_compaction
+
+    register_compaction(sub, common, model_opt)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")

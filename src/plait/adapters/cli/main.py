@@ -21,6 +21,7 @@ from plait.adapters.cli import service_cmds
 from plait.adapters.cli._io import Out, check_argv, printable
 from plait.adapters.cli._parser import UsageError, build_parser
 from plait.adapters.cli._send import prepare_send, send
+from plait.adapters.cli.compaction import COMMANDS as COMPACTION_COMMANDS
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.adapters.shapes import error_json, event_json
 from plait.domain.errors import ConfigError, PlaitError
@@ -97,6 +98,8 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return FORK_COMMANDS[key](args, out)
     if key in service_cmds.COMMANDS:
         return service_cmds.COMMANDS[key](args, out)
+    if key in COMPACTION_COMMANDS:
+        return COMPACTION_COMMANDS[key](args, out)
     command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)
