@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.adapters.cli.compaction import register as register_compaction
 
     register_compaction(sub, common, model_opt)
+    from plait.adapters.cli.governance import register as register_governance
+
+    register_governance(sub, common)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")

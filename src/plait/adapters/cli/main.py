@@ -23,6 +23,7 @@ from plait.adapters.cli._parser import UsageError, build_parser
 from plait.adapters.cli._send import prepare_send, send
 from plait.adapters.cli.compaction import COMMANDS as COMPACTION_COMMANDS
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
+from plait.adapters.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
 from plait.adapters.shapes import error_json, event_json
 from plait.domain.errors import ConfigError, PlaitError
 
@@ -100,6 +101,8 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return service_cmds.COMMANDS[key](args, out)
     if key in COMPACTION_COMMANDS:
         return COMPACTION_COMMANDS[key](args, out)
+    if key in GOVERNANCE_COMMANDS:
+        return GOVERNANCE_COMMANDS[key](args, out)
     command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)
