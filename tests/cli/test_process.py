@@ -160,6 +160,13 @@ def test_the_help_covers_every_documented_command() -> None:
             "artifacts show",
             "chat",
             "demo",
+            "approvals",
+            "approvals list",
+            "approvals approve",
+            "approvals deny",
+            "policy",
+            "policy check",
+            "policy explain",
             "db",
             "db upgrade",
         ]

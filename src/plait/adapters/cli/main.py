@@ -20,6 +20,8 @@ from plait.adapters.cli.compaction import register as register_compaction
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.adapters.cli.forks import branch_lines, workspace_json
 from plait.adapters.cli.forks import register as register_forks
+from plait.adapters.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.adapters.cli.governance import register as register_governance
 from plait.domain.errors import ConfigError, PlaitError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 
@@ -209,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
     )
     _common(demo)
+
+    register_governance(sub, _common)
     service_cmds.register(sub, _common)
     return parser
 
@@ -491,6 +495,7 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("demo",): _demo,
     **service_cmds.COMMANDS,
     **FORK_COMMANDS,
+    **GOVERNANCE_COMMANDS,
     **COMPACTION_COMMANDS,
 }
 
