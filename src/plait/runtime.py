@@ -98,6 +98,28 @@ def _compaction(
     )
 
 
+def _stages(
+    tools: Sequence[Tool],
+    instructions: str,
+    model: ModelClient | None,
+    clock: Clock,
+    artifacts: ArtifactStore,
+    meter: TokenMeter | None,
+    retry: RetryPolicy | None,
+    on_overflow: OverflowHook | None,
+) -> dict[str, Any]:
+    """The loop's stages other than the gate (DESIGN §1), as AgentService keywords."""
+    return {
+        "context": ContextBuilder(
+            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
+        ),
+        "caller": ModelCaller(
+            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
+        ),
+        "runner": ToolRunner(artifacts),
+    }
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools, the
     :class:`~plait.application.service.AgentService` over them (the write side) and
@@ -123,15 +145,13 @@ class Runtime:
         retry: RetryPolicy | None = None,
         on_overflow: OverflowHook | None = None,
         gate: ToolGate | None = None,
+        model_spec: str | None = None,
     ) -> None:
-        """Compose the loop's stages (DESIGN §1) and the service over them.
-
-        ``meter`` counts tokens for the ContextBuilder (default: ``meter_for(model)``
-        when given, else a conservative estimate);
-        ``retry`` and ``on_overflow`` set the ModelCaller's error policy (default: 5
-        attempts with exponential backoff; no overflow handling); ``gate`` decides about
-        each tool call (default: allow every valid call).
-        """
+        """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
+        the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
+        ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
+        (default: allow); ``model_spec`` is recorded on runs so recovery and resume
+        reopen that model (:func:`open_model`)."""
         self.store = store
         self.artifacts = artifacts
         self.model = model
@@ -145,16 +165,9 @@ class Runtime:
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
         """Compaction over this store and model (``None`` for a store without summary
-        support); ``meter_for`` picks each model's token meter (default: a conservative
-        estimate)."""
+        support); ``meter_for`` picks each model's token meter."""
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
-        context = ContextBuilder(
-            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
-        )
-        caller = ModelCaller(
-            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
-        )
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -166,10 +179,10 @@ class Runtime:
             budget=budget,
             owner=owner,
             lease_seconds=lease_seconds,
-            context=context,
-            caller=caller,
+            **_stages(tools, instructions, model, clock, artifacts, meter, retry, on_overflow),
             gate=gate or AllowAll(),
-            runner=ToolRunner(artifacts),
+            model_spec=model_spec,
+            model_factory=open_model,
         )
 
     @classmethod
@@ -194,10 +207,11 @@ class Runtime:
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
+        spec: str | None = None
         if store_only:
             model_client, tools, create = None, (), False
         elif model is None or isinstance(model, str):
-            spec = model or os.environ.get("PLAIT_MODEL")
+            spec = model or os.environ.get("PLAIT_MODEL") or None
             model_client = open_model(spec) if spec else None
         else:
             model_client = model
@@ -215,6 +229,7 @@ class Runtime:
             clock=SystemClock(),
             ids=RandomIds(),
             location=url,
+            model_spec=spec,
             **options,
         )
 

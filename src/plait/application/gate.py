@@ -84,7 +84,7 @@ class GateRequest:
     session: Session
     """Id, owner and workspace of the session the call runs in."""
     run: Run
-    """The run as last committed (id, budget, usage so far)."""
+    """The run as last committed (id, budget; usage as of the last commit)."""
     reviewer: ReviewerCall
 
 
@@ -96,4 +96,7 @@ class AllowAll:
     """The default gate: every validated call runs."""
 
     async def decide(self, request: GateRequest) -> GateDecision:
-        return GateDecision.allow("no policy configured; every valid call is allowed", by="default")
+        return _ALLOWED
+
+
+_ALLOWED = GateDecision.allow("no policy configured; every valid call is allowed", by="default")

@@ -22,7 +22,13 @@ from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
 from plait.application.gate import AllowAll, ToolGate
-from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
+from plait.application.model_caller import (
+    ModelCaller,
+    OverflowHook,
+    RetryPolicy,
+    check_cost_ceiling,
+    no_overflow,
+)
 from plait.application.ports import (
     ArtifactStore,
     Clock,
@@ -50,9 +56,14 @@ from plait.domain.messages import (
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
 from plait.domain.session import ExecutionState, Session, StoredMessage
 
+ModelFactory = Callable[[str], ModelClient]
+"""Opens a model from its spec (``plait.runtime.open_model``); recovery and resume use it
+to continue a run with the model it was started with."""
+
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "AgentService",
+    "ModelFactory",
     "RecoveryReport",
     "RunResult",
     "idempotency_key",
@@ -118,6 +129,8 @@ class AgentService:
         on_overflow: OverflowHook | None = None,
         gate: ToolGate | None = None,
         runner: ToolRunner | None = None,
+        model_spec: str | None = None,
+        model_factory: ModelFactory | None = None,
     ) -> None:
         _check_config(tools, lease_seconds)
         self.store = store
@@ -138,15 +151,11 @@ class AgentService:
             owner=owner or ids.new("worker"),
             checkpoint=checkpoint,
         )
+        specs = tuple(t.spec for t in tools)
         self.driver = RunDriver(
             store=store,
             journal=self.journal,
-            context=context
-            or ContextBuilder(
-                instructions=instructions,
-                tools=tuple(t.spec for t in tools),
-                meter=meter,
-            ),
+            context=context or ContextBuilder(instructions=instructions, tools=specs, meter=meter),
             caller=self.caller,
             gate=gate or AllowAll(),
             runner=runner or ToolRunner(artifacts),
@@ -154,6 +163,8 @@ class AgentService:
             lease_seconds=lease_seconds,
         )
         self._active = self.driver.active
+        self.model_spec = model_spec
+        self.model_factory = model_factory
 
     @property
     def owner(self) -> str:
@@ -217,6 +228,7 @@ class AgentService:
                 f"model {self.model.name!r} cannot call tools, but this agent has "
                 f"{len(self._tools)} tools; choose a model with tool calling"
             )
+        check_cost_ceiling(self.model, budget.max_cost_usd)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()
@@ -228,7 +240,9 @@ class AgentService:
             budget=budget,
             started_at=now,
             model=self.model.name,
+            model_spec=self.model_spec,
             lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds),
+            deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
         )
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run_id)
         result = await self.store.start_run(
@@ -295,7 +309,7 @@ class AgentService:
 
         Two processes recovering the same run: exactly one wins the lease.
         """
-        self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
+        self._check_can_run()
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
         else:
@@ -307,18 +321,15 @@ class AgentService:
                     RecoveryReport(run.id, "skipped", f"run is {run.status.value}, not running")
                 )
                 continue
-            if run.model and run.model != self.model.name:
-                reports.append(
-                    RecoveryReport(
-                        run.id,
-                        "skipped",
-                        f"run was started with model {run.model!r}; this process has "
-                        f"{self.model.name!r}",
-                    )
-                )
+            try:
+                caller = self._caller_for(run)
+            except ConfigError as e:
+                reports.append(RecoveryReport(run.id, "skipped", e.message))
                 continue
             try:
-                a = await self.driver.take_over(run, observer=observer, on_text=on_text)
+                a = await self.driver.take_over(
+                    run, observer=observer, on_text=on_text, caller=caller
+                )
             except LeaseLostError as e:
                 now_run = await self.store.get_run(run.id)
                 detail = (
@@ -390,7 +401,7 @@ class AgentService:
         """Continue a run that waits for a person: one awaiting resolution once every
         unknown call is resolved; one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
-        self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
+        self._check_can_run()
         run = await self.store.get_run(run_id)
         if run.status not in WAITING:
             raise RunStateError(
@@ -412,13 +423,53 @@ class AgentService:
                 run_id=run_id,
                 calls=unknown,
             )
+        caller = self._caller_for(run)
         a = await self.driver.take_over(
-            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
+            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text, caller=caller
         )
-        # Persist "running" before any work, so a crash from here on leaves a run that
-        # recovery picks up (it skips runs that wait for a person).
+        # A person took their time: the deadline window starts anew (recovery, by
+        # contrast, keeps the run's absolute deadline). Persist "running" before any work,
+        # so a crash from here on leaves a run that recovery picks up.
+        window = a.run.budget.deadline_seconds
+        if window is not None:
+            a.run = replace(a.run, deadline_at=self.clock.now() + window)
+            a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True)
+
+    # --- the model a run was started with ---------------------------------------------------
+
+    def _check_can_run(self) -> None:
+        """Fail (ConfigError naming the fix) before anything is claimed or written when
+        this service can open no model at all."""
+        if self.model_factory is None:
+            self.model  # noqa: B018
+
+    def _caller_for(self, run: Run) -> ModelCaller | None:
+        """The caller for a run taken over: None for this service's own model, else one
+        over the model the run was started with (its recorded spec), opened through
+        ``model_factory``. Raises ConfigError when that model cannot be opened."""
+        mine = self.caller.model.name if self.caller.has_model else None
+        if not run.model or run.model == mine:
+            return None
+        if run.model_spec is None or self.model_factory is None:
+            has = "no model chosen" if mine is None else f"this process has {mine!r}"
+            raise ConfigError(
+                f"run was started with model {run.model!r}; {has} and the run's model "
+                "cannot be reopened (its spec was not recorded): pass --model",
+                run_id=run.id,
+                model=run.model,
+            )
+        try:
+            model = self.model_factory(run.model_spec)
+        except ConfigError as e:
+            raise ConfigError(
+                f"run was started with model {run.model!r} ({run.model_spec}), which "
+                f"cannot be opened here: {e.message}",
+                run_id=run.id,
+                model=run.model,
+            ) from e
+        return self.caller.with_model(model)
 
 
 def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
