@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from plait.application.compaction import CompactionService
+    from plait.application.fork import ForkService
     from plait.application.ports import (
         ArtifactStore,
         Clock,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
         SessionStore,
         TokenMeter,
         Tool,
+        WorkspaceSnapshots,
     )
     from plait.domain.compaction import CompactionSettings
 
@@ -93,6 +95,14 @@ def _compaction(
     )
 
 
+def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) -> ForkService | None:
+    from plait.application.fork import ForkService
+
+    if not hasattr(store, "fork_session"):
+        return None
+    return ForkService(store=store, clock=clock, snapshots=snapshots)  # type: ignore[arg-type]
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools and the
     :class:`~plait.application.service.AgentService` over them."""
@@ -112,6 +122,7 @@ class Runtime:
         lease_seconds: float = 60.0,
         compaction: CompactionSettings | None = None,
         meter_for: Callable[[ModelClient], TokenMeter] | None = None,
+        snapshots: WorkspaceSnapshots | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
@@ -122,6 +133,9 @@ class Runtime:
         """Compaction over this store and model (``None`` for a store without summary
         support); ``meter_for`` picks each model's token meter (default: a conservative
         estimate)."""
+        self.forks = _forks(store, clock, snapshots)
+        """Forks over this store (``None`` for a store that cannot fork); ``snapshots``
+        takes workspace snapshots for ``--snapshot`` forks."""
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -166,6 +180,10 @@ class Runtime:
 
             tools = session_tools(protected=protected_paths(url))
         store = open_store(url, create=create)
+        if "snapshots" not in options:
+            from plait.adapters.snapshots import GitSnapshots
+
+            options["snapshots"] = GitSnapshots()
         return cls(
             store=store,
             artifacts=store,

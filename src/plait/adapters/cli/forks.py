@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from plait.adapters.cli._json import iso, session_json
-from plait.domain.errors import MessageNotFoundError
+from plait.domain.errors import ConfigError, MessageNotFoundError
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.session import Session
 
@@ -64,29 +64,18 @@ def register(ssub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
     common(tree)
 
 
-def _store(a: argparse.Namespace) -> Store:
-    from plait.adapters.stores import open_store
-    from plait.runtime import default_db_url
+def _run(a: argparse.Namespace, fn: Callable[[Store, ForkService], Awaitable[int]]) -> int:
+    from plait.runtime import Runtime
 
-    # Every command here needs an existing session: never create a store to find none.
-    return open_store(getattr(a, "db", None) or default_db_url(), create=False)
-
-
-def _forks(store: Store) -> ForkService:
-    from plait.adapters.snapshots import GitSnapshots
-    from plait.adapters.system import SystemClock
-    from plait.application.fork import ForkService
-
-    return ForkService(store=store, clock=SystemClock(), snapshots=GitSnapshots())
-
-
-def _run(a: argparse.Namespace, fn: Callable[[Store], Awaitable[int]]) -> int:
     async def go() -> int:
-        store = _store(a)
+        # Every command here needs an existing session: never create a store to find none.
+        runtime = Runtime.open(db=getattr(a, "db", None), create=False)
         try:
-            return await fn(store)
+            if runtime.forks is None:
+                raise ConfigError(f"the store {runtime.store!r} cannot fork sessions")
+            return await fn(runtime.store, runtime.forks)  # type: ignore[arg-type]
         finally:
-            await store.close()
+            await runtime.close()
 
     return asyncio.run(go())
 
@@ -168,11 +157,9 @@ def _fork(a: argparse.Namespace, out: _Output) -> int:
 
     request_id = a.request_id or RandomIds().new("req")
 
-    async def go(store: Store) -> int:
+    async def go(store: Store, forks: ForkService) -> int:
         through = await _message_id(store, a.session_id, a.through)
-        result = await _forks(store).fork_session(
-            a.session_id, through, request_id, snapshot=a.snapshot
-        )
+        result = await forks.fork_session(a.session_id, through, request_id, snapshot=a.snapshot)
         b, r = result.branch, result.record
 
         def text() -> str:
@@ -216,8 +203,8 @@ async def _message_id(store: Store, session_id: str, given: str) -> str:
 
 
 def _show(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store) -> int:
-        s = await _forks(store).readable(a.session_id, None)
+    async def go(store: Store, forks: ForkService) -> int:
+        s = await forks.readable(a.session_id, None)
         record = await store.get_fork_record(s.id)
         children = [
             c
@@ -267,8 +254,8 @@ def _show(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _tree(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store) -> int:
-        family = await _forks(store).family(a.session_id)
+    async def go(store: Store, forks: ForkService) -> int:
+        family = await forks.family(a.session_id)
         ids = {s.id for s in family}
         kids: dict[str | None, list[Session]] = {}
         for s in family:
