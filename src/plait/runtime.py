@@ -17,13 +17,13 @@ from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolic
 from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.application.tool_runner import ToolRunner
-from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from plait.application.compaction import CompactionService
+    from plait.application.fork import ForkService
     from plait.application.ports import (
         ArtifactStore,
         Clock,
@@ -32,12 +32,12 @@ if TYPE_CHECKING:
         SessionStore,
         TokenMeter,
         Tool,
+        WorkspaceSnapshots,
     )
     from plait.domain.compaction import CompactionSettings
+    from plait.domain.tools import ToolSpec
 
 __all__ = ["Runtime", "data_dir", "default_db_url", "open_model"]
-
-MODEL_SPEC_FORMS = "scripted:PATH (a script file, see docs/scripted-model.md)"
 
 
 def data_dir() -> Path:
@@ -53,21 +53,12 @@ def default_db_url() -> str:
     return os.environ.get("PLAIT_DB") or f"sqlite:///{data_dir() / 'plait.db'}"
 
 
-def open_model(spec: str) -> ModelClient:
-    """Build a model client from a spec like ``scripted:demo.yaml``."""
-    kind, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise ConfigError(
-            f"model spec {spec!r} is not of the form KIND:NAME; accepted: {MODEL_SPEC_FORMS}",
-            spec=spec,
-        )
-    if kind == "scripted":
-        from plait.testing.scripted import ScriptedModel
+def open_model(spec: str, *, tools: Sequence[ToolSpec] = ()) -> ModelClient:
+    """A model client for ``spec`` (``openai:gpt-4o``, ``scripted:demo.yaml``, a name from
+    plait.toml, ...; see :mod:`plait.adapters.models`). Imports no provider SDK."""
+    from plait.adapters.models import open_model as open_spec
 
-        return ScriptedModel.from_file(Path(rest))
-    raise ConfigError(
-        f"unknown model kind {kind!r} in {spec!r}; accepted: {MODEL_SPEC_FORMS}", spec=spec
-    )
+    return open_spec(spec, tools=tools)
 
 
 def _compaction(
@@ -120,6 +111,20 @@ def _stages(
     }
 
 
+def _configured_model() -> str | None:
+    from plait.config import load_config
+
+    return load_config().model
+
+
+def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) -> ForkService | None:
+    from plait.application.fork import ForkService
+
+    if not hasattr(store, "fork_session"):
+        return None
+    return ForkService(store=store, clock=clock, snapshots=snapshots)  # type: ignore[arg-type]
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools, the
     :class:`~plait.application.service.AgentService` over them (the write side) and
@@ -145,13 +150,14 @@ class Runtime:
         retry: RetryPolicy | None = None,
         on_overflow: OverflowHook | None = None,
         gate: ToolGate | None = None,
+        snapshots: WorkspaceSnapshots | None = None,
         model_spec: str | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
-        (default: allow); ``model_spec`` is recorded on runs so recovery and resume
-        reopen that model (:func:`open_model`)."""
+        (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
+        ``model_spec`` is recorded on runs so recovery and resume reopen that model."""
         self.store = store
         self.artifacts = artifacts
         self.model = model
@@ -164,8 +170,8 @@ class Runtime:
         self.tools = tuple(tools)
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
-        """Compaction over this store and model (``None`` for a store without summary
-        support); ``meter_for`` picks each model's token meter."""
+        """Compaction over this store and model (``None``: the store keeps no summaries)."""
+        self.forks = _forks(store, clock, snapshots)  # None: the store cannot fork
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
         self.service = AgentService(
@@ -182,7 +188,7 @@ class Runtime:
             **_stages(tools, instructions, model, clock, artifacts, meter, retry, on_overflow),
             gate=gate or AllowAll(),
             model_spec=model_spec,
-            model_factory=open_model,
+            model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
         )
 
     @classmethod
@@ -206,21 +212,27 @@ class Runtime:
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
-        model_client: ModelClient | None
-        spec: str | None = None
-        if store_only:
-            model_client, tools, create = None, (), False
-        elif model is None or isinstance(model, str):
-            spec = model or os.environ.get("PLAIT_MODEL") or None
-            model_client = open_model(spec) if spec else None
-        else:
-            model_client = model
         url = db or default_db_url()
-        if tools is None:
+        if store_only:
+            tools, create = (), False
+        elif tools is None:
             from plait.adapters.tools import session_tools
 
             tools = session_tools(protected=protected_paths(url))
+        model_client: ModelClient | None
+        spec: str | None = None
+        if store_only:
+            model_client = None
+        elif model is None or isinstance(model, str):
+            spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
+            model_client = open_model(spec, tools=[t.spec for t in tools]) if spec else None
+        else:
+            model_client = model
         store = open_store(url, create=create)
+        if "snapshots" not in options:
+            from plait.adapters.snapshots import GitSnapshots
+
+            options["snapshots"] = GitSnapshots()
         return cls(
             store=store,
             artifacts=store,
