@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plait.application.context_builder import ContextBuilder
+from plait.application.gate import AllowAll, ToolGate
+from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
+from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
+from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
@@ -94,8 +99,9 @@ def _compaction(
 
 
 class Runtime:
-    """Everything a process needs to run agents: the store, the model, the tools and the
-    :class:`~plait.application.service.AgentService` over them."""
+    """Everything a process needs to run agents: the store, the model, the tools, the
+    :class:`~plait.application.service.AgentService` over them (the write side) and
+    :class:`~plait.application.queries.Queries` (the read side)."""
 
     def __init__(
         self,
@@ -112,16 +118,43 @@ class Runtime:
         lease_seconds: float = 60.0,
         compaction: CompactionSettings | None = None,
         meter_for: Callable[[ModelClient], TokenMeter] | None = None,
+        location: str | None = None,
+        meter: TokenMeter | None = None,
+        retry: RetryPolicy | None = None,
+        on_overflow: OverflowHook | None = None,
+        gate: ToolGate | None = None,
     ) -> None:
+        """Compose the loop's stages (DESIGN §1) and the service over them.
+
+        ``meter`` counts tokens for the ContextBuilder (default: ``meter_for(model)``
+        when given, else a conservative estimate);
+        ``retry`` and ``on_overflow`` set the ModelCaller's error policy (default: 5
+        attempts with exponential backoff; no overflow handling); ``gate`` decides about
+        each tool call (default: allow every valid call).
+        """
         self.store = store
         self.artifacts = artifacts
         self.model = model
+        self.queries = Queries(
+            store=store,
+            artifacts=artifacts,
+            clock=clock,
+            location=location or f"(a {type(store).__name__})",
+        )
         self.tools = tuple(tools)
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
         """Compaction over this store and model (``None`` for a store without summary
         support); ``meter_for`` picks each model's token meter (default: a conservative
         estimate)."""
+        if meter is None and meter_for is not None and model is not None:
+            meter = meter_for(model)
+        context = ContextBuilder(
+            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
+        )
+        caller = ModelCaller(
+            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
+        )
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -133,6 +166,10 @@ class Runtime:
             budget=budget,
             owner=owner,
             lease_seconds=lease_seconds,
+            context=context,
+            caller=caller,
+            gate=gate or AllowAll(),
+            runner=ToolRunner(artifacts),
         )
 
     @classmethod
@@ -143,6 +180,7 @@ class Runtime:
         model: str | ModelClient | None = None,
         tools: Sequence[Tool] | None = None,
         create: bool = True,
+        store_only: bool = False,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -150,12 +188,15 @@ class Runtime:
         cancel and resolve but not run). ``tools`` defaults to the built-in session
         tools (file tools and ``run_command``), which may not touch or see the store's own
         files. ``create=False`` (for commands that only read) refuses a store that does not
-        exist instead of creating it."""
+        exist instead of creating it; ``store_only=True`` implies it and opens neither a
+        model nor tools."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
-        if model is None or isinstance(model, str):
+        if store_only:
+            model_client, tools, create = None, (), False
+        elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL")
             model_client = open_model(spec) if spec else None
         else:
@@ -173,6 +214,7 @@ class Runtime:
             tools=tools,
             clock=SystemClock(),
             ids=RandomIds(),
+            location=url,
             **options,
         )
 

@@ -139,3 +139,15 @@ def test_effect_classes_from_the_settings() -> None:
     assert effect_of({"command": "pytest -q"}) is EffectClass.IDEMPOTENT
     assert effect_of({"command": "rm -rf build"}) is EffectClass.SIDE_EFFECT
     assert tool(settings).spec.effect is EffectClass.SIDE_EFFECT
+
+
+@pytest.mark.usefixtures("bwrap")
+def test_binary_output_stays_within_the_cap(ws: Path) -> None:
+    out = execute(tool(), ws, 4000, command="head -c 100000 /dev/urandom; echo é")
+    assert len(out.content.encode()) <= 3800
+    assert out.spool_path is not None
+    assert Path(out.spool_path).stat().st_size > 100000
+    long = "echo " + "é" * 300
+    shown = execute(tool(), ws, 4000, command=long).content.splitlines()[0]
+    assert shown.startswith("$ echo é") and shown.endswith("...")
+    assert len(shown.encode()) <= 210

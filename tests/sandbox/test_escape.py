@@ -255,9 +255,8 @@ def test_50_mb_of_output_is_capped_and_kept_whole(ws: Path) -> None:
     finally:
         tracemalloc.stop()
     assert not out.failed
-    assert len(out.content.encode()) <= cap
+    assert len(out.content.encode()) <= cap - 200  # room for the runner's artifact notice
     assert f"--- stdout ({size} bytes; first " in out.content
-    assert "the whole output" in out.content
     assert peak < 8 * 1024 * 1024  # never held whole in memory
     assert out.spool_path is not None
     spooled = Path(out.spool_path)

@@ -9,7 +9,9 @@ import pytest
 
 from plait.adapters.stores import protected_paths
 from plait.adapters.tools import SandboxSettings, session_tools
+from plait.adapters.tools.sandbox import expand_glob, policy_paths
 from plait.domain.errors import ToolError
+from plait.domain.policy import Action, Policy, ToolRule
 from tests.sandbox.conftest import Run, execute, snapshot, tool
 
 pytestmark = pytest.mark.usefixtures("bwrap")
@@ -123,3 +125,67 @@ def test_session_tools_hide_the_store_named_by_its_url(ws: Path) -> None:
     assert "0454" not in out.content
     assert not (ws / "x").exists()
     assert db.read_text() == "SESSIONS 0453\n"
+
+
+DEPLOY_RULES = Policy(
+    rules=(
+        ToolRule(
+            name="no-deploy",
+            action=Action.DENY,
+            tools=("write_file", "edit_file", "run_command"),
+            paths=("deploy/**",),
+        ),
+        ToolRule(name="no-keys", action=Action.DENY, tools=("*",), paths=("**/*.pem",)),
+        ToolRule(name="ask-docs", action=Action.APPROVE, tools=("*",), paths=("docs/**",)),
+    )
+)
+
+
+def test_policy_paths_from_a_policy() -> None:
+    read_only, hidden = policy_paths(DEPLOY_RULES)
+    assert read_only == (".git/**", ".plait/**", ".env", ".env.*", "deploy/**", "**/*.pem")
+    assert hidden == ("**/*.pem",)
+    assert policy_paths(Policy(protected_action=Action.APPROVE)) == ((), ())
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo x > deploy/app.yaml",
+        "sed -i s/3/9/ deploy/app.yaml",
+        "cp src/main.py deploy/app.yaml",
+        "mv src/main.py deploy/app.yaml",
+    ],
+)
+def test_a_policy_denying_deploy_writes_holds_in_the_sandbox(ws: Path, command: str) -> None:
+    out = execute(tool(policy=DEPLOY_RULES), ws, command=command)
+    assert out.failed, out.content
+    assert (ws / "deploy" / "app.yaml").read_text() == "replicas: 3\n"
+    assert (ws / "src" / "main.py").exists()
+
+
+def test_policy_hides_read_denied_and_leaves_approval_paths_writable(ws: Path) -> None:
+    (ws / "src" / "key.pem").write_text("PEM 0455\n")
+    (ws / "docs").mkdir()
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / ".env").write_text("TOKEN=1\n")
+    t = tool(policy=DEPLOY_RULES)
+    out = execute(t, ws, command="cat src/key.pem; echo x > .git/HEAD; echo y >> .env")
+    assert out.failed
+    assert "0455" not in out.content
+    assert (ws / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert (ws / ".env").read_text() == "TOKEN=1\n"
+    assert not execute(t, ws, command="echo ok > docs/new.md").failed
+    assert (ws / "docs" / "new.md").read_text() == "ok\n"
+
+
+def test_globs_match_like_the_policy_and_only_as_deep_as_they_can(ws: Path) -> None:
+    (ws / "a.lock").write_text("")
+    (ws / "src" / "b.lock").write_text("")
+    root = str(ws.resolve())
+    assert expand_glob(root, "*.lock") == [f"{root}/a.lock"]
+    assert sorted(expand_glob(root, "**/*.lock")) == [f"{root}/a.lock", f"{root}/src/b.lock"]
+    assert expand_glob(root, "src/*.lock") == [f"{root}/src/b.lock"]
+    assert expand_glob(root, "deploy/**") == [f"{root}/deploy"]
+    assert expand_glob(root, "missing/**") == []

@@ -26,16 +26,20 @@ from plait.adapters.tools.sandbox import (
     plan_mounts,
     sandbox_env,
     sandbox_problem,
+    with_policy,
 )
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
+from plait.domain.policy import Policy
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["command_tools"]
 
 _SHELL = "/bin/sh"
-_HEADER_ROOM = 600
-"""Bytes of the capped content kept for the status lines and section headers."""
+_HEADER_ROOM = 1000
+"""Bytes of the capped content kept for the status lines, the section headers and the
+notice the runner appends when it keeps the spooled output as an artifact."""
+_NOTICE_ROOM = 200
 
 _TIMEOUT = {
     "type": "number",
@@ -77,11 +81,15 @@ _SANDBOX_TEXT = (
 
 
 def command_tools(
-    settings: SandboxSettings | None = None, *, protected: Sequence[str | os.PathLike[str]] = ()
+    settings: SandboxSettings | None = None,
+    *,
+    protected: Sequence[str | os.PathLike[str]] = (),
+    policy: Policy | None = None,
 ) -> list[Tool]:
     """``run_command``, plus ``run_tests`` when ``settings.test_command`` is set.
-    ``protected`` names paths (plait's store and artifacts) never visible to a command."""
-    settings = settings or SandboxSettings()
+    ``protected`` names paths (plait's store and artifacts) never visible to a command;
+    ``policy``'s write-denied paths are read-only and its read-denied paths hidden."""
+    settings = with_policy(settings or SandboxSettings(), policy)
     runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected))
 
     async def run_command(invocation: ToolInvocation) -> ToolOutput:
@@ -185,7 +193,15 @@ class _Runner:
                 stderr=err,
                 shell_codes=True,
             )
-            text = _render(command, outcome, out, err, wall, sandboxed=problem is None)
+            text = _render(
+                command,
+                outcome,
+                out,
+                err,
+                wall,
+                sandboxed=problem is None,
+                cap=invocation.output_cap_bytes,
+            )
             spool = None
             if out.truncated or err.truncated:
                 spool = await asyncio.to_thread(_spool, command, out, err)
@@ -238,11 +254,11 @@ def _status(outcome: Outcome, seconds: float) -> str:
     return f"{line} [ended: {outcome.ended}, {outcome.seconds:.2f} s]"
 
 
-def _section(name: str, cap: Capture) -> str:
-    head = cap.head.decode("utf-8", "replace")
+def _section(name: str, cap: Capture, errors: str) -> str:
+    head = cap.head.decode("utf-8", errors)
     if not cap.truncated:
         return f"--- {name} ({cap.size} bytes) ---\n{head}"
-    tail = cap.tail.decode("utf-8", "replace")
+    tail = cap.tail.decode("utf-8", errors)
     left_out = cap.size - len(cap.head) - len(cap.tail)
     return (
         f"--- {name} ({cap.size} bytes; first {len(cap.head)} and last {len(cap.tail)} "
@@ -251,15 +267,28 @@ def _section(name: str, cap: Capture) -> str:
 
 
 def _render(
-    command: str, outcome: Outcome, out: Capture, err: Capture, seconds: float, *, sandboxed: bool
+    command: str,
+    outcome: Outcome,
+    out: Capture,
+    err: Capture,
+    seconds: float,
+    *,
+    sandboxed: bool,
+    cap: int,
 ) -> str:
     lines = [] if sandboxed else ["UNSANDBOXED: this command ran without the sandbox."]
-    shown = command if len(command) <= 200 else command[:200] + "..."
-    lines += [f"$ {shown}", _status(outcome, seconds), *outcome.notes]
-    text = "\n".join([*lines, _section("stdout", out), _section("stderr", err)])
-    if out.truncated or err.truncated:
-        total = out.size + err.size
-        text += f"\n[output cut: the whole output ({total} bytes) is kept as an artifact]"
+    shown = command.encode()[:200].decode("utf-8", "ignore")
+    lines += [f"$ {shown}{'...' if len(shown) < len(command) else ''}"]
+    lines += [_status(outcome, seconds), *outcome.notes]
+    if out.truncated or err.truncated:  # the runner appends where the rest is
+        cap -= _NOTICE_ROOM
+    # Undecodable bytes shown as U+FFFD take three bytes each; dropping them instead
+    # keeps binary output within the cap.
+    for errors in ("replace", "ignore"):
+        sections = [_section("stdout", out, errors), _section("stderr", err, errors)]
+        text = "\n".join([*lines, *sections])
+        if len(text.encode()) <= cap:
+            break
     return text
 
 

@@ -11,9 +11,10 @@ paths are always hidden. Nothing else of the host file system exists in there.
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import functools
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from plait.adapters.tools._settings import Limits, SandboxSettings
 from plait.domain.errors import ToolError
+from plait.domain.policy import Action, Policy, glob_match
 
 __all__ = [
     "Limits",
@@ -31,8 +33,10 @@ __all__ = [
     "bwrap_argv",
     "expand_glob",
     "plan_mounts",
+    "policy_paths",
     "sandbox_env",
     "sandbox_problem",
+    "with_policy",
 ]
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -95,21 +99,49 @@ def sandbox_env(settings: SandboxSettings, environ: dict[str, str]) -> dict[str,
     return env
 
 
-# --- paths ----------------------------------------------------------------------------------
+# --- policy ---------------------------------------------------------------------------------
+
+_WRITING_TOOLS = ("write_file", "edit_file", "run_command", "run_tests")
+_READING_TOOLS = ("read_file", "list_dir", "search_text")
 
 
-def _translate(pattern: str) -> re.Pattern[str]:
-    """A glob over relative paths: ``**`` any number of components, ``*``/``?`` within one."""
-    out: list[str] = []
-    parts = pattern.strip("/").split("/")
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
+def _covers(tools: Iterable[str], names: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(n, t) for t in tools for n in names)
+
+
+def policy_paths(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The workspace globs a policy denies for writing and for reading, as the sandbox
+    enforces them: the protected paths (when writes to them are denied) and the paths of
+    ``deny`` rules that cover a writing tool are bound read-only; those of ``deny`` rules
+    that cover a reading tool are hidden. Rules that ask for review or approval leave the
+    path writable: the command as a whole is what gets reviewed or approved."""
+    read_only: list[str] = []
+    hidden: list[str] = []
+    if policy.protected_action is Action.DENY:
+        read_only += policy.protected
+    for rule in policy.rules:
+        if rule.action is not Action.DENY or not rule.paths or rule.commands:
             continue
-        piece = re.sub(r"\\\*", "[^/]*", re.escape(part)).replace(r"\?", "[^/]")
-        out.append(piece if last else piece + "/")
-    return re.compile("".join(out) + r"\Z")
+        if _covers(rule.tools, _WRITING_TOOLS):
+            read_only += rule.paths
+        if _covers(rule.tools, _READING_TOOLS):
+            hidden += rule.paths
+    return tuple(dict.fromkeys(read_only)), tuple(dict.fromkeys(hidden))
+
+
+def with_policy(settings: SandboxSettings, policy: Policy | None) -> SandboxSettings:
+    """``settings`` with the policy's write- and read-denied paths added."""
+    if policy is None:
+        return settings
+    read_only, hidden = policy_paths(policy)
+    return dataclasses.replace(
+        settings,
+        read_only_paths=tuple(dict.fromkeys((*settings.read_only_paths, *read_only))),
+        hidden_paths=tuple(dict.fromkeys((*settings.hidden_paths, *hidden))),
+    )
+
+
+# --- paths ----------------------------------------------------------------------------------
 
 
 def _has_magic(part: str) -> bool:
@@ -117,12 +149,14 @@ def _has_magic(part: str) -> bool:
 
 
 def expand_glob(root: str, pattern: str) -> list[str]:
-    """Existing paths under ``root`` (absolute, real) that ``pattern`` names.
+    """Existing paths under ``root`` (absolute, real) that ``pattern`` names, with the
+    policy's glob rules (:func:`plait.domain.policy.glob_match`).
 
     ``dir/**`` and plain paths give the path itself (a directory then covers everything
     below it, including files created later). Other globs are matched against what exists
-    now. Symbolic links are never followed; a result whose real path leaves ``root`` is
-    dropped (outside the workspace is not visible in the sandbox anyway).
+    now, descending no deeper than the pattern can match. Symbolic links are never
+    followed; a result whose real path leaves ``root`` is dropped (outside the workspace
+    is not visible in the sandbox anyway).
     """
     parts = [p for p in pattern.strip("/").split("/") if p not in ("", ".")]
     if not parts or ".." in parts:
@@ -135,21 +169,27 @@ def expand_glob(root: str, pattern: str) -> list[str]:
         return [p for p in [_real_inside(root, base)] if p is not None]
     if not os.path.isdir(base) or os.path.islink(base):
         return []
-    regex = _translate("/".join(parts))
+    full_pattern = "/".join([*fixed, *parts])
+    depth = None if any("**" in p for p in parts) else len(parts)
     found: list[str] = []
     seen = 0
     for dirpath, dirnames, filenames in os.walk(base):
-        for name in (*dirnames, *filenames):
+        level = 0 if dirpath == base else os.path.relpath(dirpath, base).count("/") + 1
+        if depth is not None and level + 1 >= depth:
+            dirnames_to_match, dirnames[:] = list(dirnames), []
+        else:
+            dirnames_to_match = dirnames
+        for name in (*dirnames_to_match, *filenames):
             seen += 1
             full = os.path.join(dirpath, name)
-            if regex.match(os.path.relpath(full, base)):
+            if glob_match(os.path.relpath(full, root), full_pattern):
                 real = _real_inside(root, full)
                 if real is not None:
                     found.append(real)
         if len(found) > _MAX_MATCHES or seen > _MAX_WALK:
             raise ToolError(
-                f"sandbox path pattern {pattern!r} matches too many paths to bind one by "
-                "one; name their directory (like 'dir/**') instead"
+                f"sandbox path pattern {pattern!r} matches or needs to search too many paths "
+                "to bind them one by one; name their directory (like 'dir/**') instead"
             )
     return found
 
