@@ -27,12 +27,12 @@ DEFAULT_PEER_BENCH = HERE.parent.parent / "shared" / "peer-bench"
 
 # label, driver, variant, workloads (as in peer-bench/run_all.sh)
 PEERS = [
-    ("baseline", "drv_baseline.py", "normal", "w1,build,w2"),
+    ("baseline", "drv_baseline.py", "normal", "w1,build,w2,w3"),
     ("baseline-full", "drv_baseline.py", "full", "w1"),
-    ("langgraph", "drv_langgraph.py", "sync", "w1,build,w2"),
-    ("langgraph-delta", "drv_langgraph.py", "delta", "w1,build,w2"),
-    ("openai-agents", "drv_openai_agents.py", "end", "w1,build,w2"),
-    ("pydantic-ai", "drv_pydantic_ai.py", "end", "w1,build,w2"),
+    ("langgraph", "drv_langgraph.py", "sync", "w1,build,w2,w3"),
+    ("langgraph-delta", "drv_langgraph.py", "delta", "w1,build,w2,w3"),
+    ("openai-agents", "drv_openai_agents.py", "end", "w1,build,w2,w3"),
+    ("pydantic-ai", "drv_pydantic_ai.py", "end", "w1,build,w2,w3"),
     ("pydantic-ai-step", "drv_pydantic_ai.py", "step", "w1"),
 ]
 
@@ -83,7 +83,7 @@ def main() -> None:
         "LOGFIRE_IGNORE_NO_CONFIG": "1",
     }
 
-    configs = [("plait", sys.executable, HERE / "drv_plait.py", "", "w1,build,w2")]
+    configs = [("plait", sys.executable, HERE / "drv_plait.py", "", "w1,build,w2,w3")]
     peer_py = a.peervenv / "bin" / "python"
     if not a.no_peers:
         if peer_py.exists() and a.peer_bench.is_dir():
@@ -114,17 +114,22 @@ def main() -> None:
                 shutil.rmtree(d, ignore_errors=True)
                 d.mkdir(parents=True)
                 for w in workloads.split(","):
-                    if w == "w2":
+                    if w in ("w2", "w3"):
                         for suffix in ("", "-wal"):
                             src = d / f"hist.db{suffix}"
                             if src.exists():
-                                shutil.copy(src, d / f"w2.db{suffix}")
+                                shutil.copy(src, d / f"{w}.db{suffix}")
                     db = d / ("hist.db" if w == "build" else f"{w}.db")
-                    res = _run(python, driver, w, db, variant, env)
+                    # plait's W3 (fork) lives in its own script beside drv_plait.py.
+                    drv = HERE / "fork_bench.py" if (label, w) == ("plait", "w3") else driver
+                    res = _run(python, drv, w, db, variant, env)
                     res["peer"] = label
                     with raw.open("a") as f:
                         f.write(json.dumps(res) + "\n")
-                    keys = ("w1_us_per_step", "step_us_early", "step_us_late", "w2_ms", "build_s")
+                    keys = (
+                        "w1_us_per_step", "step_us_early", "step_us_late", "w2_ms", "w3_ms",
+                        "build_s",
+                    )  # fmt: skip
                     print(f"  {label} {w}: " + ", ".join(f"{k}={res[k]}" for k in keys if k in res))
                 shutil.rmtree(d, ignore_errors=True)
     finally:

@@ -16,14 +16,19 @@ from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from plait.application.compaction import CompactionService
     from plait.application.ports import (
         ArtifactStore,
         Clock,
         IdGenerator,
         ModelClient,
         SessionStore,
+        TokenMeter,
         Tool,
     )
+    from plait.domain.compaction import CompactionSettings
 
 __all__ = ["Runtime", "data_dir", "default_db_url", "open_model"]
 
@@ -60,6 +65,34 @@ def open_model(spec: str) -> ModelClient:
     )
 
 
+def _compaction(
+    store: object,
+    model: ModelClient | None,
+    clock: Clock,
+    ids: IdGenerator,
+    settings: CompactionSettings | None,
+    meter_for: Callable[[ModelClient], TokenMeter] | None,
+) -> CompactionService | None:
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.application.compaction.estimate import EstimateMeter
+
+    if not hasattr(store, "activate_summary"):
+        return None
+
+    def estimate(client: ModelClient) -> TokenMeter:
+        return EstimateMeter()
+
+    profiles = ModelProfiles.of_clients([model] if model else [], meter_for or estimate)
+    return CompactionService(
+        store=store,  # type: ignore[arg-type]
+        profiles=profiles,
+        summarizer=model,
+        clock=clock,
+        ids=ids,
+        settings=settings,
+    )
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools and the
     :class:`~plait.application.service.AgentService` over them."""
@@ -77,10 +110,18 @@ class Runtime:
         budget: Budget | None = None,
         owner: str | None = None,
         lease_seconds: float = 60.0,
+        compaction: CompactionSettings | None = None,
+        meter_for: Callable[[ModelClient], TokenMeter] | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
         self.model = model
+        self.tools = tuple(tools)
+        self.instructions = instructions
+        self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
+        """Compaction over this store and model (``None`` for a store without summary
+        support); ``meter_for`` picks each model's token meter (default: a conservative
+        estimate)."""
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -106,9 +147,10 @@ class Runtime:
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools`` defaults to the built-in workspace
-        tools, which may not touch the store's own files. ``create=False`` (for commands
-        that only read) refuses a store that does not exist instead of creating it."""
+        cancel and resolve but not run). ``tools`` defaults to the built-in session
+        tools (file tools and ``run_command``), which may not touch or see the store's own
+        files. ``create=False`` (for commands that only read) refuses a store that does not
+        exist instead of creating it."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
@@ -120,9 +162,9 @@ class Runtime:
             model_client = model
         url = db or default_db_url()
         if tools is None:
-            from plait.adapters.tools import workspace_tools
+            from plait.adapters.tools import session_tools
 
-            tools = workspace_tools(protected=protected_paths(url))
+            tools = session_tools(protected=protected_paths(url))
         store = open_store(url, create=create)
         return cls(
             store=store,

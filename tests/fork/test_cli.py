@@ -230,3 +230,35 @@ def test_fork_commands_never_create_a_store(
         code, data, _ = plait(capsys, "sessions", *argv, "--db", db, "--json")
         assert code == 2 and data["error"]["code"] == "store_not_found"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_fork_that_fails_after_the_snapshot_leaves_no_ref_or_worktree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plait.adapters.snapshots import GitSnapshots
+    from plait.adapters.stores.memory import MemoryStore
+    from plait.domain.errors import StoreError
+    from tests.fork.conftest import forks_over
+
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    _git(ws, "init", "-q")
+    (ws / "a.txt").write_text("a\n")
+    worktrees = tmp_path / "worktrees"
+    store = MemoryStore()
+
+    async def broken(commit: Any) -> Any:
+        raise StoreError("disk full")
+
+    async def go() -> None:
+        await seed(store, workspace=str(ws))
+        monkeypatch.setattr(store, "fork_session", broken)
+        forks = forks_over(store, snapshots=GitSnapshots(worktrees))
+        with pytest.raises(StoreError, match="disk full"):
+            await forks.fork_session("S", "m3", "req-1", snapshot=True)
+
+    run(go())
+    assert _git(ws, "for-each-ref", "refs/plait") == ""
+    assert list(worktrees.iterdir()) == []
+    assert len(_git(ws, "worktree", "list").splitlines()) == 1

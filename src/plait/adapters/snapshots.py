@@ -3,9 +3,9 @@
 A snapshot is a commit of the working tree as it is at fork time (tracked files with their
 uncommitted changes, and untracked files that git does not ignore) built through a
 temporary index file, so the user's index, branches and ``HEAD`` are untouched. It is kept
-on a private ref ``refs/plait/snapshots/<branch>`` and checked out (detached) as a separate
-worktree under plait's data directory; the branch is bound to that worktree. What it does
-not cover is stated in :data:`plait.domain.forks.SNAPSHOT_NOT_COVERED`.
+on a private ref ``refs/plait/snapshots/<branch>-<random>`` and checked out (detached) as a
+separate worktree under plait's data directory; the branch is bound to that worktree. What it
+does not cover is stated in :data:`plait.domain.forks.SNAPSHOT_NOT_COVERED`.
 """
 
 from __future__ import annotations
@@ -65,9 +65,12 @@ class GitSnapshots:
             head = _git(top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
             parents = ["-p", head] if head else []
             commit = _git(top, "commit-tree", tree, *parents, "-m", message, env=env)
-        ref = f"refs/plait/snapshots/{name}"
+        # Unique per attempt: two racing retries of one fork, or a retry after a crash
+        # that left an attempt behind, never share (or delete) each other's ref and worktree.
+        unique = f"{name}-{os.urandom(4).hex()}"
+        ref = f"refs/plait/snapshots/{unique}"
         _git(top, "update-ref", ref, commit)
-        root = self._dir / name
+        root = self._dir / unique
         root.parent.mkdir(parents=True, exist_ok=True)
         try:
             _git(top, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet",

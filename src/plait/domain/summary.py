@@ -274,6 +274,8 @@ def parse_summary_body(value: Any) -> SummaryBody:
     if unknown:
         problems.append("unknown keys: " + ", ".join(unknown))
     goal = _text(value, "goal", "summary", problems)
+    if not goal and isinstance(value.get("goal", ""), str):
+        problems.append("summary.goal is empty: say what the user is trying to achieve")
     questions = []
     for where, item in _items(value, "open_questions", problems):
         uncertainty = _text(item, "uncertainty", where, problems)

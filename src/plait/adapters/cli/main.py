@@ -14,9 +14,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from plait.adapters.cli import service_cmds
 from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli._render import message_text, run_text
+from plait.adapters.cli.compaction import COMMANDS as COMPACTION_COMMANDS
+from plait.adapters.cli.compaction import history_summaries
+from plait.adapters.cli.compaction import register as register_compaction
 from plait.adapters.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.adapters.cli.forks import branch_lines, workspace_json
 from plait.adapters.cli.forks import register as register_forks
+from plait.adapters.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.adapters.cli.governance import register as register_governance
 from plait.domain.errors import ConfigError, PlaitError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 
@@ -154,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("session_id", metavar="SESSION")
     _common(hist)
 
+    register_compaction(sub, _common, _model_opt)
+
     runs = sub.add_parser("runs", help="inspect and control runs")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     show = rsub.add_parser("show", help="show a run, its usage and its tool executions")
@@ -204,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
     )
     _common(demo)
+
+    register_governance(sub, _common)
     service_cmds.register(sub, _common)
     return parser
 
@@ -285,9 +294,12 @@ async def _history(a: argparse.Namespace, out: _Out) -> int:
         data: dict[str, Any] = {"session_id": a.session_id}
         if session.fork_origin is not None:  # a branch says what it is bound to
             data["workspace"] = workspace_json(session, fork)
+        extra, tail = await history_summaries(store, session.id)
         out.emit(
-            data | {"messages": [message_json(m) for m in messages]},
-            lambda: "\n".join([*head, *(message_text(m) for m in messages)]) or "no messages yet",
+            data | {"messages": [message_json(m) for m in messages]} | extra,
+            lambda: (
+                "\n".join([*head, *(message_text(m) for m in messages), *tail]) or "no messages yet"
+            ),
         )
         return EXIT_OK
 
@@ -483,6 +495,8 @@ _COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Out], int]] = {
     ("demo",): _demo,
     **service_cmds.COMMANDS,
     **FORK_COMMANDS,
+    **GOVERNANCE_COMMANDS,
+    **COMPACTION_COMMANDS,
 }
 
 

@@ -1,5 +1,40 @@
 """Tool adapters: executors for the tools a session can call."""
 
-from plait.adapters.tools.workspace import WorkspaceLimits, workspace_tools
+from __future__ import annotations
 
-__all__ = ["WorkspaceLimits", "workspace_tools"]
+import os
+from collections.abc import Sequence
+
+from plait.adapters.tools.command import command_tools
+from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
+from plait.adapters.tools.workspace import WorkspaceLimits, workspace_tools
+from plait.application.ports import Tool
+from plait.domain.policy import Policy
+
+__all__ = [
+    "Limits",
+    "SandboxSettings",
+    "SandboxUnavailableError",
+    "WorkspaceLimits",
+    "command_tools",
+    "session_tools",
+    "workspace_tools",
+]
+
+
+def session_tools(
+    *,
+    sandbox: SandboxSettings | None = None,
+    limits: WorkspaceLimits | None = None,
+    protected: Sequence[str | os.PathLike[str]] = (),
+    policy: Policy | None = None,
+) -> list[Tool]:
+    """The tools a session gets by default: the five file tools and ``run_command`` (plus
+    ``run_tests`` when ``sandbox.test_command`` is set). ``protected`` (plait's store and
+    artifacts, :func:`plait.adapters.stores.protected_paths`) is denied to the file tools
+    and invisible to commands; ``policy``'s write-denied paths are read-only to commands
+    (its file rules already bind the file tools through the governance checks)."""
+    return [
+        *workspace_tools(limits=limits, protected=protected),
+        *command_tools(sandbox, protected=protected, policy=policy),
+    ]

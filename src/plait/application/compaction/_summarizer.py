@@ -86,16 +86,23 @@ class Summarizer:
         self.settings = settings
         self.cache = cache
 
+    @property
+    def max_output(self) -> int:
+        """``summary_max_tokens``, within what the summarizer model can produce."""
+        cap = self.profile.max_output_tokens
+        limit = self.settings.summary_max_tokens
+        return limit if cap is None else min(limit, cap)
+
     def _chunk_budget(self) -> int:
         meter = self.profile.meter
         fixed = self.cache.text(meter, SUMMARIZER_INSTRUCTIONS) + _OVERHEAD
         margin = max(self.profile.context_window // 50, 16)
-        budget = self.profile.context_window - self.settings.summary_max_tokens - fixed - margin
+        budget = self.profile.context_window - self.max_output - fixed - margin
         if budget < 256:
             raise CompactionError(
                 f"the summarizer model {self.model.name!r} has a {self.profile.context_window}"
-                f"-token window: too small to summarize with summary_max_tokens "
-                f"{self.settings.summary_max_tokens}; choose a larger summarizer model",
+                f"-token window: too small to summarize with {self.max_output} output tokens; "
+                "choose a larger summarizer model or lower summary_max_tokens",
                 model=self.model.name,
             )
         return budget
@@ -150,7 +157,7 @@ class Summarizer:
             instructions=SUMMARIZER_INSTRUCTIONS, tools=(), items=(transcript,), output_type=dict
         )
         request = ModelRequest(
-            role="summarizer", context=context, max_output_tokens=self.settings.summary_max_tokens
+            role="summarizer", context=context, max_output_tokens=self.max_output
         )
         failures: list[str] = []
         for _attempt in range(self.settings.summary_retries + 1):

@@ -171,14 +171,17 @@ class CompactionService:
         run: RunCompaction,
         instructions: str,
         tools: tuple[ToolSpec, ...],
+        model: str | None = None,
     ) -> CompactionOutcome | None:
-        """The post-step checkpoint. ``None`` when automatic compaction is off or no
-        routed request exists yet. An unknown routed model raises
+        """The post-step checkpoint. ``model`` is the model the step's request was routed
+        to (the run's model, as recorded); default: the model named by the latest
+        assistant message. ``None`` when automatic compaction is off or no routed request
+        exists yet. An unknown routed model raises
         :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a failed summary
         does not (the run goes on with the full history)."""
         if not self.settings.auto:
             return None
-        model = self.routed_model(history)
+        model = model or self.routed_model(history)
         if model is None:
             return None
         view = await self.view(

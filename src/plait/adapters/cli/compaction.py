@@ -1,0 +1,319 @@
+"""``plait compact``, ``plait context`` and the summaries shown by ``plait history``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from plait.adapters.cli._json import iso
+from plait.domain.errors import ConfigError
+from plait.domain.messages import Message, ToolResultMessage, UserMessage
+
+if TYPE_CHECKING:
+    from plait.application.compaction import CompactionOutcome, CompactionService, ContextView
+    from plait.domain.summary import Constraint, Summary
+    from plait.runtime import Runtime
+
+__all__ = ["COMMANDS", "history_summaries", "register", "summary_json"]
+
+EXIT_OK, EXIT_NOT_DONE = 0, 1
+
+
+class _Output(Protocol):
+    json: bool
+
+    def emit(self, data: Any, text: str | Callable[[], str]) -> None: ...
+
+
+def register(
+    sub: Any,
+    common: Callable[[argparse.ArgumentParser], None],
+    model_opt: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    compact = sub.add_parser(
+        "compact",
+        help="summarize a session's older history now (raw history is kept)",
+    )
+    compact.add_argument("session_id", metavar="SESSION")
+    model_opt(compact)
+    common(compact)
+    context = sub.add_parser(
+        "context", help="show what the next model call would see, with its token breakdown"
+    )
+    context.add_argument("session_id", metavar="SESSION")
+    context.add_argument(
+        "--items", action="store_true", help="list every item sent, with source and trust"
+    )
+    model_opt(context)
+    common(context)
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+
+def constraint_json(c: Constraint) -> dict[str, Any]:
+    return {"text": c.text, "source_message_id": c.source_message_id}
+
+
+def summary_json(s: Summary) -> dict[str, Any]:
+    """An activated summary: what it covers, what it kept, who made it."""
+    b, f = s.body, s.facts
+    return {
+        "id": s.id,
+        "generation": s.generation,
+        "covers": {
+            "from_seq": 1,
+            "through_seq": s.covered_through_seq,
+            "through_message_id": s.covered_through_message_id,
+            "source_digest": s.source_digest,
+        },
+        "replaces_in_context": f"messages 1..{s.covered_through_seq}",
+        "goal": b.goal,
+        "constraints": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.constraints],
+        "decisions": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.decisions],
+        "open_questions": [
+            {"text": q.text, "uncertainty": q.uncertainty, "source_ids": list(q.source_ids)}
+            for q in b.open_questions
+        ],
+        "evidence": [
+            {"message_id": e.message_id, "artifact_id": e.artifact_id, "note": e.note}
+            for e in b.evidence
+        ],
+        "facts": {
+            "files": [
+                {"path": x.path, "action": x.action, "content_hash": x.content_hash,
+                 "source_message_id": x.source_message_id}
+                for x in f.files
+            ],
+            "commands": [
+                {"command": x.command, "exit_status": x.exit_status,
+                 "tool_status": x.tool_status, "source_message_id": x.source_message_id}
+                for x in f.commands
+            ],
+            "failing_tests": [
+                {"name": x.name, "source_message_id": x.source_message_id}
+                for x in f.failing_tests
+            ],
+            "constraints": [constraint_json(c) for c in f.constraints],
+        },
+        "model": s.model,
+        "template_version": s.template_version,
+        "trigger": s.trigger,
+        "created_at": iso(s.created_at),
+        "source_tokens": s.source_tokens,
+        "summary_tokens": s.summary_tokens,
+        "meter": s.meter,
+        "schema_version": s.schema_version,
+    }  # fmt: skip
+
+
+def summary_text(s: Summary) -> str:
+    b = s.body
+    lines = [
+        f"summary {s.id} (generation {s.generation}): replaces messages 1..{s.covered_through_seq}"
+        f" in the context ({s.source_tokens} -> {s.summary_tokens} tokens, {s.trigger}, model "
+        f"{s.model or '?'}, template {s.template_version or '?'}, {iso(s.created_at)})",
+        f"  goal: {b.goal}",
+    ]
+    lines += [f"  decision: {n.text} [{', '.join(n.source_ids)}]" for n in b.decisions]
+    lines += [
+        f"  open: {q.text} (uncertain: {q.uncertainty}) [{', '.join(q.source_ids)}]"
+        for q in b.open_questions
+    ]
+    lines += [f"  evidence: {e.message_id} {e.note}" for e in b.evidence]
+    f = s.facts
+    lines.append(
+        f"  facts: {len(f.files)} file(s), {len(f.commands)} command(s), "
+        f"{len(f.failing_tests)} failing test(s), {len(f.constraints)} constraint(s)"
+    )
+    return "\n".join(lines)
+
+
+async def history_summaries(store: Any, session_id: str) -> tuple[dict[str, Any], list[str]]:
+    """What ``plait history`` adds: every activated summary and the constraint records
+    (JSON fields, text lines). Stores without summary support add nothing."""
+    if not hasattr(store, "list_summaries"):
+        return {}, []
+    summaries = await store.list_summaries(session_id)
+    constraints = await store.list_constraints(session_id)
+    if not summaries and not constraints:
+        return {}, []
+    data = {
+        "summaries": [summary_json(s) for s in summaries],
+        "constraints": [constraint_json(c) for c in constraints],
+    }
+    lines = [summary_text(s) for s in summaries]
+    if summaries:
+        lines[-1] += "\n  (active)"
+    lines += [f"constraint: {c.text} [{c.source_message_id}]" for c in constraints]
+    return data, lines
+
+
+def outcome_json(o: CompactionOutcome) -> dict[str, Any]:
+    return {
+        "status": o.status,
+        "detail": o.detail,
+        "trigger": o.trigger,
+        "generation_before": o.generation_before,
+        "generation_after": o.generation_after,
+        "tokens_before": o.measured_tokens,
+        "tokens_after": o.tokens_after,
+        "threshold_tokens": o.threshold_tokens,
+        "insufficient": o.insufficient,
+        "summarizer": {
+            "calls": o.summarizer_calls,
+            "input_tokens": o.summarizer_input_tokens,
+            "output_tokens": o.summarizer_output_tokens,
+        },
+        "summary": None if o.summary is None else summary_json(o.summary),
+    }
+
+
+def _source(m: Message) -> tuple[str, str]:
+    """(source, trust) of a context item."""
+    if m.id.startswith("ctx_preamble_"):
+        return "plait: constraints and summary", "derived"
+    if isinstance(m, UserMessage):
+        return "user", "user"
+    if isinstance(m, ToolResultMessage):
+        return f"tool {m.tool_name}", "data"
+    return "assistant", "model"
+
+
+def view_json(v: ContextView, *, items: bool) -> dict[str, Any]:
+    t = v.tokens
+    data: dict[str, Any] = {
+        "model": v.model,
+        "meter": {"name": v.meter, "exact": v.exact},
+        "budget": {
+            "context_window": v.budget.window,
+            "reserved_output": v.budget.reserved_output,
+            "safety_margin": v.budget.safety_margin,
+            "input_budget": v.budget.input_budget,
+            "compaction_threshold": v.threshold_tokens,
+        },
+        "tokens": {
+            "instructions": t.instructions,
+            "tools": t.tools,
+            "constraints_and_summary": t.preamble,
+            "pinned_request": t.pinned,
+            "recent_history": t.tail,
+            "total": t.total,
+            "raw_history_alone": v.full_history_tokens,
+        },
+        "over_threshold": v.over_threshold,
+        "over_budget": v.over_budget,
+        "history_messages": v.history_messages,
+        "raw_tail_from_seq": v.tail_from_seq,
+        "pinned_message_id": v.pinned_message_id,
+        "summary": None if v.summary is None else summary_json(v.summary),
+        "constraints": [constraint_json(c) for c in v.constraints],
+    }
+    if items:
+        data["items"] = [
+            {"id": m.id, "kind": m.kind, "source": s, "trust": trust}
+            for m in v.context.items
+            for s, trust in [_source(m)]
+        ]
+    return data
+
+
+def view_text(v: ContextView, *, items: bool) -> str:
+    t, b = v.tokens, v.budget
+    meter = f"{v.meter}, {'exact' if v.exact else 'estimate'}"
+    lines = [
+        f"model {v.model} (meter {meter}): window {b.window}, reserved output "
+        f"{b.reserved_output}, safety margin {b.safety_margin}, input budget {b.input_budget}, "
+        f"compaction at {v.threshold_tokens}",
+        f"  instructions            {t.instructions:>8}",
+        f"  tool definitions        {t.tools:>8}",
+        f"  constraints + summary   {t.preamble:>8}",
+        f"  pinned request          {t.pinned:>8}",
+        f"  recent history          {t.tail:>8}  (messages {v.tail_from_seq}.."
+        f"{v.history_messages})",
+        f"  total                   {t.total:>8}  (raw history alone: {v.full_history_tokens})",
+    ]
+    if v.over_budget:
+        lines.append("  over the input budget: the next call would not fit")
+    elif v.over_threshold:
+        lines.append("  over the compaction threshold: the next step compacts")
+    if v.summary is not None:
+        lines.append(summary_text(v.summary))
+    lines += [f"constraint: {c.text} [{c.source_message_id}]" for c in v.constraints]
+    if items:
+        for m in v.context.items:
+            source, trust = _source(m)
+            lines.append(f"  item {m.id}: {m.kind}, from {source}, trust {trust}")
+    return "\n".join(lines)
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def _open(a: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
+    from plait.runtime import Runtime
+
+    runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, create=False)
+    compaction, model = runtime.compaction, runtime.model
+    if model is None or compaction is None:
+        asyncio.run(runtime.close())
+        raise ConfigError(
+            "no model chosen: pass --model or set PLAIT_MODEL; its context window decides "
+            "the budget (plait never guesses a window)"
+            if model is None
+            else "this store does not support compaction"
+        )
+    return runtime, compaction, model.name
+
+
+def _compact(a: argparse.Namespace, out: _Output) -> int:
+    runtime, compaction, model = _open(a)
+
+    async def go() -> int:
+        try:
+            outcome = await compaction.compact(
+                a.session_id,
+                trigger="manual",
+                model=model,
+                instructions=runtime.instructions,
+                tools=tuple(t.spec for t in runtime.tools),
+            )
+        finally:
+            await runtime.close()
+        text = f"{outcome.status}: {outcome.detail}"
+        if outcome.summary is not None:
+            text += "\n" + summary_text(outcome.summary)
+        out.emit(outcome_json(outcome), text)
+        return EXIT_OK if outcome.status in ("compacted", "nothing_to_compact") else EXIT_NOT_DONE
+
+    return asyncio.run(go())
+
+
+def _context(a: argparse.Namespace, out: _Output) -> int:
+    runtime, compaction, model = _open(a)
+
+    async def go() -> int:
+        try:
+            await runtime.store.get_session(a.session_id)
+            stored = await runtime.store.read_messages(a.session_id)
+            view = await compaction.view(
+                a.session_id,
+                [sm.message for sm in stored],
+                model=model,
+                instructions=runtime.instructions,
+                tools=tuple(t.spec for t in runtime.tools),
+            )
+        finally:
+            await runtime.close()
+        out.emit(view_json(view, items=a.items), view_text(view, items=a.items))
+        return EXIT_OK
+
+    return asyncio.run(go())
+
+
+COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
+    ("compact",): _compact,
+    ("context",): _context,
+}

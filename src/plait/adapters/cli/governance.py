@@ -1,0 +1,310 @@
+"""``plait approvals list|approve|deny`` and ``plait policy check|explain``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from plait.adapters.cli._json import iso
+from plait.domain.errors import ConfigError
+from plait.domain.governance import Approval
+from plait.domain.policy import Policy, ToolRule
+
+if TYPE_CHECKING:
+    from plait.adapters.stores import Store
+
+__all__ = ["COMMANDS", "approval_json", "parse_ttl", "policy_json", "register"]
+
+DEFAULT_TTL = "10m"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class _Output(Protocol):
+    json: bool
+
+    def emit(self, data: Any, text: str | Callable[[], str]) -> None: ...
+
+
+def parse_ttl(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h``, ``1d`` → seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise ConfigError(
+            f"--ttl {text!r} is not a duration; write e.g. 90s, 10m, 2h or 1d", ttl=text
+        )
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the ``approvals`` and ``policy`` command groups."""
+    approvals = sub.add_parser("approvals", help="the calls waiting for a person, and decisions")
+    asub = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
+    lst = asub.add_parser("list", help="list approval requests, newest first")
+    lst.add_argument("--session", dest="session_id", metavar="SESSION")
+    lst.add_argument("--run", dest="run_id", metavar="RUN")
+    lst.add_argument("--pending", action="store_true", help="only those still waiting")
+    common(lst)
+    ok = asub.add_parser("approve", help="approve one waiting call (exactly that call)")
+    ok.add_argument("approval_id", metavar="ID")
+    ok.add_argument(
+        "--ttl", default=DEFAULT_TTL, help=f"how long it stays valid (default {DEFAULT_TTL})"
+    )
+    ok.add_argument("--by", default=None, help="who approves (default: your user name)")
+    common(ok)
+    no = asub.add_parser("deny", help="deny one waiting call; the model is told the reason")
+    no.add_argument("approval_id", metavar="ID")
+    no.add_argument("--reason", required=True, help="why (the model reads it)")
+    no.add_argument("--by", default=None, help="who denies (default: your user name)")
+    common(no)
+
+    policy = sub.add_parser("policy", help="check and explain the tool policy")
+    psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    check = psub.add_parser("check", help="validate a policy file and print its rules")
+    check.add_argument("file", metavar="FILE")
+    common(check)
+    explain = psub.add_parser("explain", help="say which rule decides a call, and why")
+    explain.add_argument("session_id", metavar="SESSION")
+    explain.add_argument("tool", metavar="TOOL")
+    explain.add_argument("arguments", metavar="ARGS_JSON")
+    explain.add_argument(
+        "--policy", default=None, help="policy file (default: $PLAIT_POLICY or built-in)"
+    )
+    explain.add_argument(
+        "--calls-so-far", type=int, default=0, help="tool calls the run already made (limits)"
+    )
+    common(explain)
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+
+def approval_json(a: Approval, now: float) -> dict[str, Any]:
+    return {
+        "approval_id": a.id,
+        "state": a.state(now),
+        "status": a.status.value,
+        "session_id": a.session_id,
+        "run_id": a.run_id,
+        "call_id": a.call_id,
+        "tool_name": a.tool_name,
+        "args_digest": a.args_digest,
+        "scope": list(a.scope),
+        "workspace_state": a.workspace_state,
+        "reason": a.reason,
+        "requested_at": iso(a.requested_at),
+        "grantor": a.grantor,
+        "decided_at": iso(a.decided_at),
+        "expires_at": iso(a.expires_at),
+        "denial_reason": a.denial_reason,
+        "consumed_by": a.consumed_by,
+        "consumed_at": iso(a.consumed_at),
+    }
+
+
+def _rule_json(r: ToolRule) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "action": r.action.value,
+        "tools": list(r.tools),
+        "paths": list(r.paths),
+        "commands": [" ".join(c) for c in r.commands],
+        "reason": r.reason,
+    }
+
+
+def policy_json(p: Policy) -> dict[str, Any]:
+    rv = p.reviewer
+    return {
+        "source": p.source,
+        "defaults": {
+            "read": p.read.value,
+            "write": p.write.value,
+            "command": p.command.value,
+            "other": p.other.value,
+            "protected": p.protected_action.value,
+        },
+        "protected": list(p.protected),
+        "tools": {"command": list(p.command_tools), "path_arguments": list(p.path_arguments)},
+        "limits": {
+            "max_calls_per_run": p.limits.max_calls_per_run,
+            "max_argument_bytes": p.limits.max_argument_bytes,
+        },
+        "reviewer": {
+            "instructions": rv.instructions,
+            "max_model_calls": rv.max_model_calls,
+            "max_corrections": rv.max_corrections,
+            "timeout_seconds": rv.timeout_seconds,
+            "max_output_tokens": rv.max_output_tokens,
+            "history_messages": rv.history_messages,
+        },
+        "rules": [_rule_json(r) for r in p.rules],
+    }
+
+
+def _policy_text(p: Policy) -> str:
+    lines = [
+        f"policy {p.source}: valid",
+        f"defaults: read {p.read.value}, write {p.write.value}, command {p.command.value}, "
+        f"other {p.other.value}; protected paths ({p.protected_action.value}): "
+        + (", ".join(p.protected) or "none"),
+    ]
+    if p.limits.max_calls_per_run is not None or p.limits.max_argument_bytes is not None:
+        lines.append(
+            f"limits: max_calls_per_run {p.limits.max_calls_per_run}, "
+            f"max_argument_bytes {p.limits.max_argument_bytes}"
+        )
+    lines.append(f"rules ({len(p.rules)}):")
+    lines.extend(f"  {r.describe()}" for r in p.rules)
+    return "\n".join(lines)
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def _store(a: argparse.Namespace) -> Store:
+    from plait.adapters.stores import open_store
+    from plait.runtime import default_db_url
+
+    return open_store(getattr(a, "db", None) or default_db_url(), create=False)
+
+
+def _run(a: argparse.Namespace, fn: Callable[[Store], Awaitable[int]]) -> int:
+    async def go() -> int:
+        store = _store(a)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def _now() -> float:
+    from plait.adapters.system import SystemClock
+
+    return SystemClock().now()
+
+
+def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
+    async def go(store: Store) -> int:
+        now = _now()
+        found = await store.list_approvals(session_id=a.session_id, run_id=a.run_id)
+        if a.pending:
+            found = [x for x in found if x.state(now) == "pending"]
+
+        def text() -> str:
+            if not found:
+                return "no approval requests"
+            return "\n".join(
+                f"{x.id}  {x.state(now):8}  {x.tool_name}  run {x.run_id}  call {x.call_id}"
+                f"  scope {', '.join(x.scope) or '-'}\n    why: {x.reason}"
+                for x in found
+            )
+
+        out.emit([approval_json(x, now) for x in found], text)
+        return 0
+
+    return _run(a, go)
+
+
+def _decide(a: argparse.Namespace, out: _Output, *, approve: bool) -> int:
+    ttl = parse_ttl(a.ttl) if approve else None
+    reason = None if approve else a.reason
+    if not approve and not (reason or "").strip():
+        raise ConfigError("--reason must say why (the model reads it)")
+    grantor = a.by or getpass.getuser()
+
+    async def go(store: Store) -> int:
+        x = await store.decide_approval(
+            a.approval_id, approve=approve, grantor=grantor, at=_now(), ttl_seconds=ttl,
+            reason=reason,
+        )  # fmt: skip
+        verb = "approved" if approve else "denied"
+        until = f" until {iso(x.expires_at)}" if approve else ""
+        out.emit(
+            approval_json(x, _now()),
+            f"{verb} {x.id} ({x.tool_name}, call {x.call_id}){until}; "
+            f"continue with: plait runs resume {x.run_id}",
+        )
+        return 0
+
+    return _run(a, go)
+
+
+def _policy_check(a: argparse.Namespace, out: _Output) -> int:
+    from plait.adapters.policy_file import load_policy
+
+    p = load_policy(a.file)
+    out.emit(policy_json(p), lambda: _policy_text(p))
+    return 0
+
+
+COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
+    ("approvals", "list"): _approvals_list,
+    ("approvals", "approve"): lambda a, out: _decide(a, out, approve=True),
+    ("approvals", "deny"): lambda a, out: _decide(a, out, approve=False),
+    ("policy", "check"): _policy_check,
+}
+
+
+def _explain(a: argparse.Namespace, out: _Output) -> int:
+    from plait.adapters.policy_file import policy_from
+    from plait.application.governance.facts import call_facts
+    from plait.domain.messages import ToolCall
+
+    policy = policy_from(a.policy)
+    try:
+        args = json.loads(a.arguments)
+    except ValueError as e:
+        raise ConfigError(f'ARGS_JSON is not JSON ({e}); e.g. \'{{"path": "a.txt"}}\'') from e
+    if not isinstance(args, dict):
+        raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
+    call = ToolCall.create(id="explain", name=a.tool, arguments=args)
+
+    async def go(store: Store) -> int:
+        session = await store.get_session(a.session_id)
+        effect = _effect(a.tool, args)
+        from plait.adapters.tools.probe import FileProbe
+        from plait.domain.tools import EffectClass
+
+        facts = call_facts(
+            policy, call, read_only=effect is EffectClass.READ_ONLY, workspace=session.workspace,
+            calls_so_far=a.calls_so_far, probe=FileProbe() if session.workspace else None,
+        )  # fmt: skip
+        v = policy.evaluate(facts)
+        data = {
+            "session_id": session.id,
+            "tool": a.tool,
+            "effect": effect.value,
+            "policy": policy.source,
+            "action": v.action.value,
+            "rule": v.rule,
+            "reason": v.reason,
+            "paths": list(facts.paths),
+            "outside": list(facts.outside),
+            "commands": None
+            if facts.command is None
+            else [" ".join(c) for c in facts.command.commands],
+        }
+        out.emit(data, f"{v.action.value} by {v.rule}: {v.reason}  (policy {policy.source})")
+        return 0
+
+    return _run(a, go)
+
+
+def _effect(tool: str, args: dict[str, Any]) -> Any:
+    from plait.adapters.tools import workspace_tools
+    from plait.domain.tools import EffectClass
+
+    for t in workspace_tools():
+        if t.spec.name == tool:
+            return EffectClass(t.effect_of(args)) if t.effect_of else t.spec.effect
+    return EffectClass.SIDE_EFFECT
+
+
+COMMANDS[("policy", "explain")] = _explain

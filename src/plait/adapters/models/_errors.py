@@ -1,0 +1,143 @@
+"""Provider errors normalized to DESIGN §6's codes. Pure: the thin clients hand over the
+HTTP status (``None`` for an error that arrived inside a stream), the decoded body or
+event, and the response headers; the original body stays on the error for the user."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from plait.domain.errors import ModelError, ModelErrorCode
+
+__all__ = ["classify", "error_texts", "retry_after_from"]
+
+C = ModelErrorCode
+
+_OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_OVERFLOW_TEXT = re.compile(
+    r"maximum context length|context window|prompt is too long|context[_ ]length"
+    r"|input token count \(\d+\) exceeds the maximum|exceeds the maximum number of tokens"
+    r"|too many tokens in (the )?(prompt|input)|input is too long|reduce the length of the",
+    re.IGNORECASE,
+)
+_RATE = frozenset({"rate_limit_exceeded", "rate_limit_error", "resource_exhausted", "tokens",
+    "requests", "insufficient_quota"})  # fmt: skip
+_AUTH = frozenset({"authentication_error", "permission_error", "invalid_api_key",
+    "unauthenticated", "permission_denied", "unauthorized"})  # fmt: skip
+_TRANSIENT = frozenset({"overloaded_error", "api_error", "server_error", "internal",
+    "unavailable", "deadline_exceeded", "internal_server_error", "timeout", "aborted"})  # fmt: skip
+_TRY_AGAIN = re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s)\b", re.IGNORECASE)
+
+
+def error_texts(payload: object) -> tuple[list[str], list[str]]:
+    """(codes, messages) found anywhere in an error payload: ``error.code``,
+    ``error.type``, ``error.status``, ``message``, OpenRouter's ``metadata.raw``..."""
+    codes: list[str] = []
+    messages: list[str] = []
+
+    def walk(value: object, depth: int) -> None:
+        if depth > 4:
+            return
+        if isinstance(value, Mapping):
+            for key, v in value.items():
+                if key in ("code", "type", "status") and isinstance(v, str):
+                    codes.append(v.lower())
+                elif key in ("message", "raw", "detail") and isinstance(v, str):
+                    messages.append(v)
+                elif isinstance(v, Mapping | list):
+                    walk(v, depth + 1)
+        elif isinstance(value, list):
+            for v in value[:8]:
+                walk(v, depth + 1)
+
+    if isinstance(payload, str):
+        text = payload
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            messages.append(text)
+    walk(payload, 0)
+    return codes, messages
+
+
+def _code_for(status: int | None, codes: list[str], messages: list[str]) -> str:
+    overflow = _OVERFLOW_CODES.intersection(codes) or any(
+        _OVERFLOW_TEXT.search(m) for m in messages
+    )
+    # a 429 that mentions tokens is a rate limit, never an overflow
+    if overflow and status != 429 and not _RATE.intersection(c for c in codes if c != "tokens"):
+        return C.CONTEXT_WINDOW_EXCEEDED
+    if status in (401, 403) or _AUTH.intersection(codes):
+        return C.AUTHENTICATION
+    if status == 429 or _RATE.intersection(codes):
+        return C.RATE_LIMITED
+    if (status is not None and (status >= 500 or status in (408, 409))) or _TRANSIENT.intersection(
+        codes
+    ):
+        return C.TRANSIENT
+    if "invalid_request_error" in codes or "invalid_argument" in codes:
+        return C.INVALID_REQUEST
+    if status is None or status < 400:
+        # an unrecognized error inside a stream: the request itself was accepted
+        return C.TRANSIENT
+    return C.INVALID_REQUEST
+
+
+def retry_after_from(
+    headers: Mapping[str, str] | None, messages: Sequence[str] = ()
+) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP
+    date) or a "try again in 3s" in the message."""
+    h = {k.lower(): v for k, v in (headers or {}).items()}
+    try:
+        if "retry-after-ms" in h:
+            return max(0.0, float(h["retry-after-ms"]) / 1000)
+        if "retry-after" in h:
+            value = h["retry-after"].strip()
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(value)
+                return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    except (ValueError, TypeError):
+        pass
+    for m in messages:
+        found = _TRY_AGAIN.search(m)
+        if found:
+            n = float(found.group(1))
+            return n / 1000 if found.group(2).lower() == "ms" else n
+    return None
+
+
+def classify(
+    provider: str,
+    status: int | None,
+    payload: Any,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> ModelError:
+    """One provider failure as a :class:`ModelError` with a normalized ``model_code``,
+    the HTTP status (``None`` in a stream), the original body and any retry-after."""
+    codes, messages = error_texts(payload)
+    code = _code_for(status, codes, messages)
+    text = messages[0] if messages else (json.dumps(payload)[:300] if payload else "no details")
+    where = f"HTTP {status}" if status is not None else "in stream"
+    body = (
+        payload
+        if isinstance(payload, dict | list | str | int | float | type(None))
+        else str(payload)
+    )
+    return ModelError(
+        f"{provider} ({where}, {code}): {text}",
+        model_code=code,
+        status=status,
+        body=body,
+        retry_after=retry_after_from(headers, messages)
+        if code in (C.RATE_LIMITED, C.TRANSIENT)
+        else None,
+        provider=provider,
+    )

@@ -1,0 +1,207 @@
+"""OpenAI Chat Completions converter (also every OpenAI-compatible server: DeepSeek, vLLM,
+Ollama, llama.cpp, OpenRouter, LM Studio). Pure: Context → request body, response body
+or stream chunks → ModelResponse. DeepSeek's ``reasoning_content`` is opaque state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait.adapters.models._common import Target, correction_text, cut_off, iter_turns, result_text
+from plait.adapters.models._errors import classify
+from plait.adapters.models._schema import openai_strict
+from plait.application.ports import ModelResponse, RawToolCall
+from plait.domain.context import Context
+from plait.domain.errors import ModelError, ModelErrorCode
+from plait.domain.messages import AssistantMessage, Usage, UserMessage
+from plait.domain.tools import ToolSpec
+
+__all__ = ["ChatStream", "build_request", "parse_response", "tool_param"]
+
+
+def tool_param(spec: ToolSpec) -> dict[str, Any]:
+    schema, strict = openai_strict(spec)
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": schema,
+            "strict": strict,
+        },
+    }
+
+
+def _last_user_index(items: list[Any]) -> int:
+    for i in range(len(items) - 1, -1, -1):
+        if isinstance(items[i], UserMessage):
+            return i
+    return -1
+
+
+def _assistant(target: Target, m: AssistantMessage, in_current_turn: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_json},
+            }
+            for c in m.tool_calls
+        ]
+    state = target.own_state(m)
+    # DeepSeek wants its reasoning back only inside the turn still using tools
+    if state and in_current_turn and state.get("reasoning_content"):
+        out["reasoning_content"] = state["reasoning_content"]
+    return out
+
+
+def build_request(
+    target: Target,
+    context: Context[Any],
+    *,
+    max_output_tokens: int | None = None,
+    stream: bool = False,
+    max_tokens_field: str = "max_completion_tokens",
+) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    if context.instructions:
+        messages.append({"role": "system", "content": context.instructions})
+    turns = list(iter_turns(context.items))
+    current = _last_user_index(turns)
+    for i, turn in enumerate(turns):
+        if isinstance(turn, UserMessage):
+            messages.append({"role": "user", "content": turn.text})
+        elif isinstance(turn, AssistantMessage):
+            messages.append(_assistant(target, turn, i > current))
+        else:
+            messages.extend(
+                {"role": "tool", "tool_call_id": r.call_id, "content": result_text(r)} for r in turn
+            )
+    for c in context.corrections:
+        messages.append({"role": "assistant", "content": c.rejected_text})
+        messages.append({"role": "user", "content": correction_text(c)})
+    body: dict[str, Any] = {"model": target.model, "messages": messages}
+    if context.tools:
+        body["tools"] = [tool_param(t) for t in context.tools]
+    if max_output_tokens is not None:
+        body[max_tokens_field] = max_output_tokens
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_usage(raw: object) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    prompt = raw.get("prompt_tokens_details") or {}
+    completion = raw.get("completion_tokens_details") or {}
+    cached = _int(prompt.get("cached_tokens")) or _int(raw.get("prompt_cache_hit_tokens"))
+    return Usage(
+        input_tokens=_int(raw.get("prompt_tokens")),
+        output_tokens=_int(raw.get("completion_tokens")),
+        cached_input_tokens=cached,
+        reasoning_tokens=_int(completion.get("reasoning_tokens")),
+    )
+
+
+def parse_response(target: Target, body: dict[str, Any], provider: str = "openai") -> ModelResponse:
+    if body.get("error"):
+        raise classify(provider, None, body)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ModelError(
+            f"{provider}: the response has no choices",
+            model_code=ModelErrorCode.TRANSIENT,
+            status=None,
+            body=body,
+        )
+    message = choices[0].get("message") or {}
+    calls = tuple(
+        RawToolCall(
+            id=tc.get("id"),
+            name=(tc.get("function") or {}).get("name") or "",
+            arguments=(tc.get("function") or {}).get("arguments") or "",
+        )
+        for tc in message.get("tool_calls") or ()
+    )
+    reasoning = message.get("reasoning_content")
+    return ModelResponse(
+        text=message.get("content") or "",
+        tool_calls=calls,
+        usage=parse_usage(body.get("usage")),
+        model=body.get("model") or target.model,
+        vendor_state=target.state(reasoning_content=reasoning),
+    )
+
+
+class ChatStream:
+    """Accumulates ``chat.completion.chunk`` events into one response. ``feed`` returns
+    the text delta to show; ``finish`` refuses a stream that never said it was done."""
+
+    def __init__(self, target: Target, provider: str = "openai") -> None:
+        self._target = target
+        self._provider = provider
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage: object = None
+        self._model: str | None = None
+        self._finish: str | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> str | None:
+        if chunk.get("error"):
+            raise classify(self._provider, None, chunk)
+        self._model = chunk.get("model") or self._model
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        delta_text: str | None = None
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                delta_text = delta["content"]
+                self._text.append(delta_text)
+            if delta.get("reasoning_content"):
+                self._reasoning.append(delta["reasoning_content"])
+            for tc in delta.get("tool_calls") or ():
+                slot = self._calls.setdefault(
+                    tc.get("index", 0), {"id": None, "name": "", "args": []}
+                )
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["args"].append(fn.get("arguments") or "")
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        return delta_text
+
+    def finish(self) -> ModelResponse:
+        if self._finish is None:
+            raise cut_off(self._provider, "no finish_reason")
+        body = {
+            "model": self._model,
+            "usage": self._usage,
+            "choices": [
+                {
+                    "message": {
+                        "content": "".join(self._text),
+                        "reasoning_content": "".join(self._reasoning) or None,
+                        "tool_calls": [
+                            {
+                                "id": s["id"],
+                                "function": {"name": s["name"], "arguments": "".join(s["args"])},
+                            }
+                            for _, s in sorted(self._calls.items())
+                        ],
+                    }
+                }
+            ],
+        }
+        return parse_response(self._target, body, self._provider)

@@ -1,0 +1,34 @@
+"""Load the tool policy: ``--policy FILE``, else ``PLAIT_POLICY``, else the built-in
+default (format: docs/policy.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from plait.domain.errors import PolicyError
+from plait.domain.policy import Policy
+from plait.domain.policy_toml import parse_policy
+
+__all__ = ["load_policy", "policy_from"]
+
+
+def load_policy(path: str | os.PathLike[str]) -> Policy:
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(
+            f"policy file {str(path)!r} does not exist; give an existing TOML file "
+            "(see docs/policy.md) or leave --policy/PLAIT_POLICY unset for the built-in default",
+            source=str(path),
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolicyError(f"cannot read policy file {str(path)!r}: {e}", source=str(path)) from e
+    return parse_policy(text, str(path))
+
+
+def policy_from(flag: str | None = None) -> Policy:
+    """The policy named by ``flag``, else by ``PLAIT_POLICY``, else the default."""
+    path = flag or os.environ.get("PLAIT_POLICY")
+    return load_policy(path) if path else Policy.default()

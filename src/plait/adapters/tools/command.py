@@ -1,0 +1,309 @@
+"""``run_command`` and ``run_tests``: shell commands in the workspace, under bubblewrap.
+
+A result says how the command ended (exit code, signal, timeout, limit), shows the head
+and tail of stdout and stderr within the output cap, and, when anything was cut, hands the
+whole output over as a spool file (:attr:`ToolOutput.spool_path`) that the runner keeps as
+an artifact. Without a usable bubblewrap a command is refused, unless the settings allow
+running unsandboxed; such results say ``UNSANDBOXED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import shutil
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from plait.adapters.tools._proc import Capture, Outcome, run_process
+from plait.adapters.tools.sandbox import (
+    SandboxSettings,
+    SandboxUnavailableError,
+    bwrap_argv,
+    plan_mounts,
+    sandbox_env,
+    sandbox_problem,
+    with_policy,
+)
+from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.domain.errors import ToolError
+from plait.domain.policy import Policy
+from plait.domain.tools import EffectClass, ToolSpec
+
+__all__ = ["command_tools"]
+
+_SHELL = "/bin/sh"
+_HEADER_ROOM = 1000
+"""Bytes of the capped content kept for the status lines, the section headers and the
+notice the runner appends when it keeps the spooled output as an artifact."""
+_NOTICE_ROOM = 200
+
+_TIMEOUT = {
+    "type": "number",
+    "exclusiveMinimum": 0,
+    "description": "Wall-clock limit in seconds; the whole process tree is killed at it.",
+}
+_RUN_COMMAND = {
+    "type": "object",
+    "properties": {
+        "command": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Shell command line, run with /bin/sh -c.",
+        },
+        "cwd": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Directory to run in, relative to the workspace root (default: "
+            "the root).",
+        },
+        "timeout_seconds": _TIMEOUT,
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+_RUN_TESTS = {
+    "type": "object",
+    "properties": {"timeout_seconds": _TIMEOUT},
+    "required": [],
+    "additionalProperties": False,
+}
+_SANDBOX_TEXT = (
+    " It runs in a sandbox: only the workspace (read-write) and the system directories "
+    "(read-only) exist, /tmp is private and empty, there is no network unless configured, "
+    "and CPU time, memory and process count are limited. The result gives the exit code "
+    "and how the command ended, then stdout and stderr (the middle of long output is "
+    "left out; the whole output is kept as an artifact)."
+)
+
+
+def command_tools(
+    settings: SandboxSettings | None = None,
+    *,
+    protected: Sequence[str | os.PathLike[str]] = (),
+    policy: Policy | None = None,
+) -> list[Tool]:
+    """``run_command``, plus ``run_tests`` when ``settings.test_command`` is set.
+    ``protected`` names paths (plait's store and artifacts) never visible to a command;
+    ``policy``'s write-denied paths are read-only and its read-denied paths hidden."""
+    settings = with_policy(settings or SandboxSettings(), policy)
+    runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected))
+
+    async def run_command(invocation: ToolInvocation) -> ToolOutput:
+        args = invocation.call.arguments()
+        return await runner.run(
+            invocation,
+            tool="run_command",
+            command=args["command"],
+            cwd=args.get("cwd"),
+            seconds=args.get("timeout_seconds"),
+        )
+
+    tools = [
+        Tool(
+            spec=ToolSpec(
+                name="run_command",
+                description="Run a shell command in the workspace." + _SANDBOX_TEXT,
+                parameters=_RUN_COMMAND,
+                effect=EffectClass.SIDE_EFFECT,
+            ),
+            execute=run_command,
+            effect_of=lambda args: settings.effect_of(str(args.get("command", ""))),
+        )
+    ]
+    test_command = settings.test_command
+    if test_command is not None:
+
+        async def run_tests(invocation: ToolInvocation) -> ToolOutput:
+            args = invocation.call.arguments()
+            seconds = args.get("timeout_seconds")
+            return await runner.run(
+                invocation, tool="run_tests", command=test_command, cwd=None, seconds=seconds
+            )
+
+        tools.append(
+            Tool(
+                spec=ToolSpec(
+                    name="run_tests",
+                    description=f"Run the project's tests ({test_command})." + _SANDBOX_TEXT,
+                    parameters=_RUN_TESTS,
+                    effect=settings.effect_of(test_command),
+                ),
+                execute=run_tests,
+            )
+        )
+    return tools
+
+
+class _Runner:
+    def __init__(self, settings: SandboxSettings, protected: tuple[str, ...]) -> None:
+        self.settings = settings
+        self.protected = protected
+
+    def _timeout(self, value: Any) -> float:
+        s = self.settings
+        if value is None:
+            return min(s.timeout_seconds, s.max_timeout_seconds)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ToolError(f"timeout_seconds must be a positive number (got {value!r})")
+        if value > s.max_timeout_seconds:
+            raise ToolError(
+                f"timeout_seconds may be at most {s.max_timeout_seconds:g} (got {value:g})"
+            )
+        return float(value)
+
+    async def run(
+        self, invocation: ToolInvocation, *, tool: str, command: str, cwd: Any, seconds: Any
+    ) -> ToolOutput:
+        if invocation.workspace is None:
+            raise ToolError("this session has no workspace")
+        if "\0" in command:
+            raise ToolError("command contains a NUL character")
+        wall = self._timeout(seconds)
+        root, workdir = await asyncio.to_thread(_workdir, invocation.workspace, cwd)
+        problem = await asyncio.to_thread(sandbox_problem, self.settings.bwrap)
+        if problem is not None and not self.settings.allow_unsandboxed:
+            raise SandboxUnavailableError(
+                f"{tool} refused: {problem}. (Running commands without a sandbox needs "
+                "allow_unsandboxed = true in the [sandbox] settings; not recommended.)",
+                problem=problem,
+            )
+        env = sandbox_env(self.settings, dict(os.environ))
+        shell = [_SHELL, "-c", command]
+        if problem is None:
+            mounts = await asyncio.to_thread(plan_mounts, self.settings, root, self.protected)
+            network = self.settings.network_for(tool)
+            argv = bwrap_argv(self.settings, mounts, cwd=workdir, network=network, command=shell)
+        else:
+            argv = shell
+        budget = max((invocation.output_cap_bytes - _HEADER_ROOM) // 2, 64)
+        paths = [_temp("out"), _temp("err")]
+        try:
+            out, err = Capture(paths[0], budget), Capture(paths[1], budget)
+            outcome = await run_process(
+                argv,
+                cwd=workdir,
+                env=env,
+                limits=self.settings.limits,
+                wall_seconds=wall,
+                stdout=out,
+                stderr=err,
+                shell_codes=True,
+            )
+            text = _render(
+                command,
+                outcome,
+                out,
+                err,
+                wall,
+                sandboxed=problem is None,
+                cap=invocation.output_cap_bytes,
+            )
+            spool = None
+            if out.truncated or err.truncated:
+                spool = await asyncio.to_thread(_spool, command, out, err)
+        finally:
+            for p in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+        failed = outcome.ended != "exit" or outcome.exit_code != 0
+        return ToolOutput(content=text, failed=failed, spool_path=spool)
+
+
+def _temp(kind: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=f"plait-{kind}-")
+    os.close(fd)
+    return path
+
+
+def _workdir(workspace: str, cwd: Any) -> tuple[str, str]:
+    """The workspace's real path and the real directory to run in."""
+    root = os.path.realpath(workspace)
+    if cwd is None:
+        return root, root
+    if not isinstance(cwd, str) or not cwd or "\0" in cwd:
+        raise ToolError(f"cwd must be a directory of the workspace (got {cwd!r})")
+    if posixpath.isabs(cwd):
+        rel = posixpath.relpath(posixpath.normpath(cwd), root)
+    else:
+        rel = posixpath.normpath(cwd)
+    if rel == ".." or rel.startswith("../"):
+        raise ToolError(f"cwd {cwd!r} is outside the workspace")
+    real = os.path.realpath(os.path.join(root, rel))
+    if not (real == root or real.startswith(root + "/")):
+        raise ToolError(f"cwd {cwd!r} leads outside the workspace")
+    if not os.path.isdir(real):
+        raise ToolError(f"cwd {cwd!r} is not a directory of the workspace")
+    return root, real
+
+
+def _status(outcome: Outcome, seconds: float) -> str:
+    if outcome.ended == "timeout":
+        line = f"timed out after {seconds:g} s: the command and all its processes were killed"
+    elif outcome.ended == "exit":
+        line = f"exit code {outcome.exit_code}"
+    else:
+        line = f"killed by {outcome.signal}"
+    if outcome.limit == "cpu":
+        line += " (CPU time limit reached)"
+    elif outcome.limit == "processes":
+        line += " (process limit reached: forks were refused)"
+    return f"{line} [ended: {outcome.ended}, {outcome.seconds:.2f} s]"
+
+
+def _section(name: str, cap: Capture, errors: str) -> str:
+    head = cap.head.decode("utf-8", errors)
+    if not cap.truncated:
+        return f"--- {name} ({cap.size} bytes) ---\n{head}"
+    tail = cap.tail.decode("utf-8", errors)
+    left_out = cap.size - len(cap.head) - len(cap.tail)
+    return (
+        f"--- {name} ({cap.size} bytes; first {len(cap.head)} and last {len(cap.tail)} "
+        f"shown) ---\n{head}\n[... {left_out} bytes left out ...]\n{tail}"
+    )
+
+
+def _render(
+    command: str,
+    outcome: Outcome,
+    out: Capture,
+    err: Capture,
+    seconds: float,
+    *,
+    sandboxed: bool,
+    cap: int,
+) -> str:
+    lines = [] if sandboxed else ["UNSANDBOXED: this command ran without the sandbox."]
+    shown = command.encode()[:200].decode("utf-8", "ignore")
+    lines += [f"$ {shown}{'...' if len(shown) < len(command) else ''}"]
+    lines += [_status(outcome, seconds), *outcome.notes]
+    if out.truncated or err.truncated:  # the runner appends where the rest is
+        cap -= _NOTICE_ROOM
+    # Undecodable bytes shown as U+FFFD take three bytes each; dropping them instead
+    # keeps binary output within the cap.
+    for errors in ("replace", "ignore"):
+        sections = [_section("stdout", out, errors), _section("stderr", err, errors)]
+        text = "\n".join([*lines, *sections])
+        if len(text.encode()) <= cap:
+            break
+    return text
+
+
+def _spool(command: str, out: Capture, err: Capture) -> str:
+    """The whole output in one file: stdout then stderr, each under a header."""
+    fd, path = tempfile.mkstemp(prefix="plait-output-", suffix=".txt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(f"$ {command}\n--- stdout ({out.size} bytes) ---\n".encode())
+            for name, cap in (("stdout", out), ("stderr", err)):
+                if name == "stderr":
+                    f.write(f"\n--- stderr ({err.size} bytes) ---\n".encode())
+                with open(cap.path, "rb") as src:
+                    shutil.copyfileobj(src, f, 1 << 20)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path

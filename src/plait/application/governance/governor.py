@@ -1,0 +1,248 @@
+"""The order of governance for one validated call (DESIGN §5, seed §五):
+
+deterministic policy → the Reviewer role where the policy asks for it → a person's
+approval, bound to the exact call, where required.
+
+``deny`` from the policy is final (no approval can override it). For a call that needs a
+person, the approval store is read *before* the reviewer is asked again, so a run resumed
+after approval neither re-reviews nor asks twice. Authority comes only from the approval
+store; nothing in the history is read as a grant (the history is shown to the reviewer,
+tool output quoted as data, but the reviewer can only narrow what the policy allows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from plait.application.governance.facts import WorkspaceProbe, call_facts
+from plait.application.governance.reviewer import Reviewer
+from plait.application.ports import ApprovalStore, Clock, IdGenerator
+from plait.domain.errors import ApprovalRefusedError
+from plait.domain.governance import (
+    Approval,
+    ApprovalStatus,
+    ApprovalUse,
+    Decider,
+    Decision,
+    Verdict,
+)
+from plait.domain.messages import Message, ToolCall, Usage, argument_digest
+from plait.domain.policy import Action, CallFacts, Policy, PolicyVerdict
+from plait.domain.tools import EffectClass, ToolSpec
+
+__all__ = ["GateOutcome", "Governor"]
+
+Outcome = Literal["allow", "deny", "wait"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateOutcome:
+    """What to do with a call: run it, deny it (``decision.reason`` goes to the model) or
+    wait for the person named by ``approval``. ``trail`` is every decision taken on the
+    way, in order (policy, reviewer, user)."""
+
+    outcome: Outcome
+    decision: Decision
+    trail: tuple[Decision, ...]
+    approval: Approval | None = None
+    reviewer_calls: int = 0
+    reviewer_usage: Usage = field(default_factory=Usage)
+
+    def describe(self) -> str:
+        """One line per decision: ``policy:rules.no-deploy deny: deploy is frozen``."""
+        return "; ".join(f"{d.label()} {d.verdict.value}: {d.reason}" for d in self.trail)
+
+
+def _policy_decision(v: PolicyVerdict, at: float) -> Decision:
+    verdict = {Action.ALLOW: Verdict.ALLOW, Action.DENY: Verdict.DENY}.get(
+        v.action, Verdict.ASK_USER
+    )
+    reason = v.reason if v.action is not Action.REVIEW else f"needs review: {v.reason}"
+    return Decision(verdict=verdict, reason=reason, by=Decider.POLICY, by_name=v.rule, at=at)
+
+
+class Governor:
+    """Decides one call at a time. Stateless between calls except the reviewer's budget
+    share per run (kept in memory: a restarted process starts a fresh share)."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        approvals: ApprovalStore,
+        clock: Clock,
+        ids: IdGenerator,
+        reviewer: Reviewer | None = None,
+        probe: WorkspaceProbe | None = None,
+    ) -> None:
+        self.policy = policy
+        self.approvals = approvals
+        self.clock = clock
+        self.ids = ids
+        self.reviewer = reviewer
+        self.probe = probe
+        self._review_calls: dict[str, int] = {}
+
+    def facts(
+        self, call: ToolCall, effect: EffectClass, workspace: str | None, calls_so_far: int = 0
+    ) -> CallFacts:
+        return call_facts(
+            self.policy,
+            call,
+            read_only=effect is EffectClass.READ_ONLY,
+            workspace=workspace,
+            calls_so_far=calls_so_far,
+            probe=self.probe,
+        )
+
+    async def check(
+        self,
+        *,
+        session_id: str,
+        run_id: str,
+        workspace: str | None,
+        call: ToolCall,
+        spec: ToolSpec | None,
+        effect: EffectClass,
+        history: Sequence[Message],
+        calls_so_far: int = 0,
+        model_calls_left: int | None = None,
+    ) -> GateOutcome:
+        now = self.clock.now()
+        facts = self.facts(call, effect, workspace, calls_so_far)
+        pv = self.policy.evaluate(facts)
+        policy = _policy_decision(pv, now)
+        if pv.action in (Action.ALLOW, Action.DENY):
+            return GateOutcome(
+                outcome="allow" if pv.action is Action.ALLOW else "deny",
+                decision=policy,
+                trail=(policy,),
+            )
+        scope = tuple(sorted({*facts.paths, *(facts.command.writes if facts.command else ())}))
+        state = (
+            self.probe.state(workspace, scope)
+            if self.probe is not None and workspace is not None and scope
+            else None
+        )
+        use = ApprovalUse(
+            session_id=session_id,
+            call_id=call.id,
+            tool_name=call.name,
+            args_digest=argument_digest(call.arguments_json),
+            scope=scope,
+            workspace_state=state,
+            now=now,
+        )
+        person = await self._person(run_id, use)
+        if person is not None:
+            return GateOutcome(
+                outcome=person[0], decision=person[1], trail=(policy, person[1]), approval=person[2]
+            )
+        trail: list[Decision] = [policy]
+        why = policy.reason
+        calls, usage = 0, Usage()
+        if pv.action is Action.REVIEW:
+            review = await self._review(run_id, call, spec, history, why, model_calls_left)
+            calls, usage = review.model_calls, review.usage
+            trail.append(review.decision)
+            if review.decision.verdict is not Verdict.ASK_USER:
+                return GateOutcome(
+                    outcome="allow" if review.decision.verdict is Verdict.ALLOW else "deny",
+                    decision=review.decision,
+                    trail=tuple(trail),
+                    reviewer_calls=calls,
+                    reviewer_usage=usage,
+                )
+            why = f"the reviewer asks a person: {review.decision.reason}"
+        approval = await self.approvals.request_approval(
+            Approval(
+                id=self.ids.new("apr"),
+                session_id=session_id,
+                run_id=run_id,
+                call_id=call.id,
+                tool_name=call.name,
+                args_digest=use.args_digest,
+                scope=scope,
+                workspace_state=state,
+                requested_at=now,
+                reason=why,
+            )
+        )
+        return GateOutcome(
+            outcome="wait",
+            decision=trail[-1],
+            trail=tuple(trail),
+            approval=approval,
+            reviewer_calls=calls,
+            reviewer_usage=usage,
+        )
+
+    async def _person(
+        self, run_id: str, use: ApprovalUse
+    ) -> tuple[Outcome, Decision, Approval] | None:
+        """A person's standing decision about this very call, if there is one."""
+        mine = [
+            a
+            for a in await self.approvals.list_approvals(session_id=use.session_id, run_id=run_id)
+            if a.call_id == use.call_id
+        ]
+        if not mine:
+            return None
+        latest = mine[0]
+        at = latest.decided_at
+        if latest.status is ApprovalStatus.PENDING:
+            waiting = Decision(
+                verdict=Verdict.ASK_USER, reason=latest.reason, by=Decider.POLICY, at=use.now
+            )
+            return "wait", waiting, latest
+        grantor = latest.grantor or ""
+        if latest.status is ApprovalStatus.DENIED:
+            reason = f"denied by {grantor}: {latest.denial_reason}"
+            return "deny", _user(Verdict.DENY, reason, grantor, at), latest
+        try:
+            used = await self.approvals.consume_approval(latest.id, use)
+        except ApprovalRefusedError:
+            return None  # expired, or the call or workspace changed: decide afresh
+        reason = f"approved by {grantor} (approval {used.id})"
+        return "allow", _user(Verdict.ALLOW, reason, grantor, at), used
+
+    async def _review(
+        self,
+        run_id: str,
+        call: ToolCall,
+        spec: ToolSpec | None,
+        history: Sequence[Message],
+        why: str,
+        model_calls_left: int | None,
+    ) -> _Review:
+        if self.reviewer is None:
+            decision = Decision(
+                verdict=Verdict.ASK_USER,
+                reason="the policy asks for review but no reviewer model is configured",
+                by=Decider.REVIEWER,
+                at=self.clock.now(),
+            )
+            return _Review(decision, 0, Usage())
+        used = self._review_calls.get(run_id, 0)
+        share = max(self.reviewer.config.max_model_calls - used, 0)
+        left = share if model_calls_left is None else min(share, max(model_calls_left, 0))
+        out = await self.reviewer.review(call, spec, history, why=why, calls_left=left)
+        self._review_calls[run_id] = used + out.model_calls
+        d = out.decision
+        decision = Decision(
+            verdict=d.verdict, reason=d.reason, by=d.by, by_name=d.by_name, at=self.clock.now()
+        )
+        return _Review(decision, out.model_calls, out.usage)
+
+
+@dataclass(frozen=True, slots=True)
+class _Review:
+    decision: Decision
+    model_calls: int
+    usage: Usage
+
+
+def _user(verdict: Verdict, reason: str, grantor: str, at: float | None) -> Decision:
+    return Decision(verdict=verdict, reason=reason, by=Decider.USER, by_name=grantor, at=at)
