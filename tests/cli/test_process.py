@@ -147,6 +147,8 @@ def test_the_help_covers_every_documented_command() -> None:
             "history",
             "compact",
             "context",
+            "eval",
+            "eval compaction",
             "runs",
             "runs show",
             "runs list",

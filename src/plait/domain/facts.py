@@ -20,7 +20,22 @@ from plait.domain.messages import (
 )
 from plait.domain.summary import CommandFact, Constraint, Facts, FailingTest, FileAction, FileFact
 
-__all__ = ["constraints_of", "extract_constraints", "harvest_facts", "merge_facts"]
+__all__ = [
+    "MAX_COMMANDS",
+    "MAX_FAILING_TESTS",
+    "MAX_FILES",
+    "cap_facts",
+    "constraints_of",
+    "extract_constraints",
+    "harvest_facts",
+    "merge_facts",
+]
+
+MAX_FILES = 200
+MAX_COMMANDS = 100
+MAX_FAILING_TESTS = 100
+"""The newest facts of each kind a summary record keeps; older ones stay in the raw
+history, where the recall tool's search finds them."""
 
 _FILE_TOOLS: dict[str, FileAction] = {
     "read_file": "read",
@@ -134,6 +149,16 @@ def merge_facts(earlier: Facts, later: Facts) -> Facts:
         commands=earlier.commands + later.commands,
         failing_tests=tuple(tests.values()),
         constraints=constraints,
+    )
+
+
+def cap_facts(facts: Facts) -> Facts:
+    """Only the newest facts of each kind (see :data:`MAX_FILES` and the others)."""
+    return Facts(
+        files=facts.files[-MAX_FILES:],
+        commands=facts.commands[-MAX_COMMANDS:],
+        failing_tests=facts.failing_tests[-MAX_FAILING_TESTS:],
+        constraints=facts.constraints,
     )
 
 

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.adapters.cli._json import iso
+from plait.adapters.shapes import iso
 from plait.domain.errors import ConfigError
 from plait.domain.messages import Message, ToolResultMessage, UserMessage
 
@@ -48,6 +48,21 @@ def register(
     )
     model_opt(context)
     common(context)
+    ev = sub.add_parser("eval", help="run an evaluation and print its report")
+    esub = ev.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
+    comp = esub.add_parser(
+        "compaction",
+        help="a long generated coding session with planted probes, compacted as it grows: "
+        "probe accuracy, tokens sent with and without compaction, summary cost",
+    )
+    comp.add_argument("--rounds", type=int, default=120, help="tool rounds (default 120)")
+    comp.add_argument(
+        "--model",
+        default=None,
+        help="a real model spec to summarize and answer the probe questions (default: a "
+        "deterministic stand-in; answers are then not scored)",
+    )
+    common(comp)
 
 
 # --- shapes ---------------------------------------------------------------------------------
@@ -313,7 +328,43 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
     return asyncio.run(go())
 
 
+def _eval(a: argparse.Namespace, out: _Output) -> int:
+    from plait.eval.compaction import run_eval
+    from plait.runtime import open_model
+
+    if a.rounds < 10:
+        raise ConfigError(f"--rounds must be at least 10, got {a.rounds}")
+    model = open_model(a.model) if a.model else None
+    report = asyncio.run(run_eval(rounds=a.rounds, model=model)).to_json()
+
+    def text() -> str:
+        acc, t = report["probe_accuracy"], report["tokens_sent"]
+        lines = [
+            f"{report['rounds']} rounds, {report['messages']} messages, "
+            f"{report['compactions']} compaction(s)",
+            "probe accuracy: " + ", ".join(f"{k} {v or 'n/a'}" for k, v in acc.items()),
+        ]
+        for name, p in report["probes"].items():
+            marks = ", ".join(f"{k} {v}" for k, v in p.items() if k != "planted_at_round")
+            lines.append(f"  {name:<10} (round {p['planted_at_round']:>3}): {marks}")
+        w, wo = t["with_compaction"], t["without_compaction"]
+        lines.append(
+            f"tokens sent: {w['total']} with compaction (mean {w['mean_per_step']}/step, last "
+            f"{w['last']}), {wo['total']} without (mean {wo['mean_per_step']}, last {wo['last']})"
+        )
+        c = report["summary_cost"]
+        lines.append(
+            f"summary cost: {c['calls']} call(s), {c['input_tokens']} input and "
+            f"{c['output_tokens']} output tokens (as reported by the summarizer)"
+        )
+        return "\n".join(lines)
+
+    out.emit(report, text)
+    return EXIT_OK
+
+
 COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
     ("compact",): _compact,
     ("context",): _context,
+    ("eval", "compaction"): _eval,
 }

@@ -147,7 +147,9 @@ class ContextAssembler:
         ledger = self.ledger(session_id, meter, history)
         start = 0 if summary is None else summary.covered_through_seq
         preamble, preamble_tokens = self._preamble(session_id, meter, constraints, summary)
-        pinned = _latest_user_before(history, start)
+        u = ledger.last_user
+        pinned = history[u] if 0 <= u < start else None
+        assert pinned is None or isinstance(pinned, UserMessage)
         items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
         context: Context[Any] = Context(
             instructions=instructions,
@@ -219,12 +221,3 @@ def _items(
         omitted_assistant_messages=ledger.assistants[start],
     )
     return head + history[start:], compacted
-
-
-def _latest_user_before(history: Sequence[Message], start: int) -> UserMessage | None:
-    """The latest user message, if it lies in the summarized range ``[0, start)``."""
-    for i in range(len(history) - 1, -1, -1):
-        m = history[i]
-        if isinstance(m, UserMessage):
-            return m if i < start else None
-    return None

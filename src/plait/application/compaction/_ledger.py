@@ -57,7 +57,16 @@ class Ledger:
     ``history[:k]`` ends a complete unit (see :func:`plait.domain.compaction.cut_points`).
     """
 
-    __slots__ = ("_cache", "_last_id", "_open", "assistants", "cuts", "meter", "prefix")
+    __slots__ = (
+        "_cache",
+        "_last_id",
+        "_open",
+        "assistants",
+        "cuts",
+        "last_user",
+        "meter",
+        "prefix",
+    )
 
     def __init__(self, meter: TokenMeter, cache: CountCache) -> None:
         self.meter = meter
@@ -66,6 +75,8 @@ class Ledger:
         self.assistants: list[int] = [0]
         """``assistants[k]``: assistant messages among ``history[:k]``."""
         self.cuts: list[int] = []
+        self.last_user = -1
+        """Index of the latest user message (-1: none)."""
         self._open: set[str] = set()
         self._last_id: str | None = None
 
@@ -75,6 +86,7 @@ class Ledger:
         n = len(self.prefix) - 1
         if len(history) < n or (n and history[n - 1].id != self._last_id):
             self.prefix, self.assistants, self.cuts, self._open = [0], [0], [], set()
+            self.last_user = -1
             n = 0
         if len(history) == n:
             return
@@ -86,6 +98,8 @@ class Ledger:
             prefix.append(total)
             if m.kind == "assistant":
                 turns += 1
+            elif m.kind == "user":
+                self.last_user = k
             assistants.append(turns)
             if isinstance(m, ToolResultMessage):
                 if m.call_id not in open_calls:

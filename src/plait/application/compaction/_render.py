@@ -4,6 +4,7 @@ source and trust, and the transcript a summarizer reads."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
 from plait.domain.session import StoredMessage
@@ -48,6 +49,20 @@ _PREAMBLE_HEAD = (
 )
 
 
+SHOWN_FILES = 30
+SHOWN_COMMANDS = 15
+SHOWN_TESTS = 30
+
+T = TypeVar("T")
+
+
+def _newest(items: Sequence[T], n: int, what: str, lines: list[str]) -> Sequence[T]:
+    if len(items) > n:
+        lines.append(f"- ({len(items) - n} older {what} not shown: recall them by query)")
+        return items[-n:]
+    return items
+
+
 def _ids(ids: Sequence[str]) -> str:
     return "[" + ", ".join(ids) + "]"
 
@@ -77,16 +92,16 @@ def _summary_lines(s: Summary) -> list[str]:
             art = f" artifact {e.artifact_id}" if e.artifact_id else ""
             lines.append(f"- {e.message_id}{art}: {e.note}")
     if f.files or f.commands or f.failing_tests:
-        lines.append("Exact facts harvested from tool output (not paraphrased):")
-        for x in f.files:
+        lines.append("Exact facts harvested from tool output (not paraphrased; newest shown):")
+        for x in _newest(f.files, SHOWN_FILES, "file facts", lines):
             h = f" {x.content_hash}" if x.content_hash else ""
             lines.append(f"- file {x.action}: {x.path}{h} [{x.source_message_id}]")
-        for c in f.commands:
+        for c in _newest(f.commands, SHOWN_COMMANDS, "commands", lines):
             status = "exit ?" if c.exit_status is None else f"exit {c.exit_status}"
             lines.append(
                 f"- command: {c.command} ({status}, {c.tool_status}) [{c.source_message_id}]"
             )
-        for t in f.failing_tests:
+        for t in _newest(f.failing_tests, SHOWN_TESTS, "failing tests", lines):
             lines.append(f"- failing test: {t.name} [{t.source_message_id}]")
     return lines
 

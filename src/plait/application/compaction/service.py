@@ -53,7 +53,7 @@ from plait.domain.errors import (
     ModelErrorCode,
     SummaryConflictError,
 )
-from plait.domain.facts import constraints_of, harvest_facts, merge_facts
+from plait.domain.facts import cap_facts, constraints_of, harvest_facts, merge_facts
 from plait.domain.messages import AssistantMessage, Message
 from plait.domain.session import StoredMessage
 from plait.domain.summary import Summary, SummaryBody, source_digest, summary_problems
@@ -364,7 +364,7 @@ class CompactionService:
         result = await summarizer.summarize(stored[start:k])
         body = merge_bodies([carried, result.body]) if start else result.body
         new_range = [sm.message for sm in stored[start:k]]
-        facts = merge_facts(facts, harvest_facts(new_range))
+        facts = cap_facts(merge_facts(facts, harvest_facts(new_range)))
         await self.store.add_constraints(session_id, constraints_of(new_range))
         summary = Summary(
             id=self.ids.new("sum"),

@@ -1,0 +1,1 @@
+"""Evaluations anyone can run (``plait eval ...``)."""
