@@ -20,12 +20,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from plait.adapters.cli._json import message_json, run_json, session_json
 from plait.adapters.http import models as m
 from plait.adapters.http._errors import ApiError, error_body, status_and_body
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
+from plait.adapters.shapes import message_json, run_json, session_json
 from plait.application.fork import ForkService
 from plait.application.ports import RunQueue, SessionStore
 from plait.application.service import AgentService

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from plait.adapters.cli._json import message_json, run_json
+from plait.adapters.shapes import message_json, run_json
 from plait.application.events import (
     MessageSaved,
     ModelCallStarted,

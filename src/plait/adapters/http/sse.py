@@ -8,8 +8,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from plait.adapters.cli._json import run_json
 from plait.adapters.http.events import sse_frame
+from plait.adapters.shapes import run_json
 from plait.application.ports import RunQueue, SessionStore
 from plait.domain.service import EventType
 
