@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from plait.adapters.http import models as m
 from plait.adapters.http._errors import ApiError, error_body, status_and_body
+from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
@@ -91,6 +92,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.include_router(_ops_routes(ctx), prefix="/v1")
     app.include_router(_session_routes(ctx), prefix="/v1", responses=ERRORS)
     app.include_router(_run_routes(ctx), prefix="/v1", responses=ERRORS)
+    if hasattr(ctx.store, "decide_approval"):
+        who = _principal_dependency(ctx)
+        app.include_router(approval_routes(ctx, who), prefix="/v1", responses=ERRORS)
     return app
 
 
