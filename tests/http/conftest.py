@@ -29,13 +29,16 @@ from plait.testing import FunctionModel, echo_tool
 
 async def behaviour(request: ModelRequest) -> ModelResponse:
     """``tool ...``: one echo call, then an answer; ``slow``: waits (until cancelled);
-    anything else: answered at once."""
+    ``stream``: streams three text deltas; anything else: answered at once."""
     items = request.context.items
     last_user = next(m for m in reversed(items) if isinstance(m, UserMessage))
     text = last_user.text
     answered_tool = isinstance(items[-1], ToolResultMessage)
     if text.startswith("slow"):
         await asyncio.sleep(60)
+    if text.startswith("stream") and request.on_text is not None:
+        for part in ("str", "eam", "ed"):
+            request.on_text(part)
     if text.startswith("tool") and not answered_tool:
         call = RawToolCall(id=f"call_{len(items)}", name="echo", arguments={"text": text})
         return ModelResponse(text="calling echo", tool_calls=(call,))

@@ -123,6 +123,18 @@ def test_sse_streams_every_event_and_resumes_from_last_event_id(live: Live) -> N
         assert again.status_code == 200
 
 
+def test_streamed_text_arrives_as_text_deltas(live: Live) -> None:
+    with live.client() as c:
+        sid = new_session(c)["session_id"]
+        run = c.post(f"/v1/sessions/{sid}/messages", json={"text": "stream it"}).json()
+        frames = read_events(c, run["run_id"])
+        deltas = [f.data["text"] for f in frames if f.event == "text_delta"]
+        assert deltas == ["str", "eam", "ed"]
+        step = next(i for i, f in enumerate(frames) if f.event == "step_started")
+        first_delta = next(i for i, f in enumerate(frames) if f.event == "text_delta")
+        assert step < first_delta
+
+
 def test_cancel_while_running_and_session_busy(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]

@@ -14,20 +14,12 @@ def _request(live: Live, session_id: str, run_id: str, aid: str) -> None:
     async def go() -> None:
         store = SqliteStore(live.store_path)
         try:
-            await store.request_approval(
-                Approval(
-                    id=aid,
-                    session_id=session_id,
-                    run_id=run_id,
-                    call_id=f"call-{aid}",
-                    tool_name="write_file",
-                    args_digest="d" * 64,
-                    scope=("notes.txt",),
-                    workspace_state=None,
-                    requested_at=1.0,
-                    reason="writes need a person",
-                )  # fmt: skip
-            )
+            approval = Approval(
+                id=aid, session_id=session_id, run_id=run_id, call_id=f"call-{aid}",
+                tool_name="write_file", args_digest="d" * 64, scope=("notes.txt",),
+                workspace_state=None, requested_at=1.0, reason="writes need a person",
+            )  # fmt: skip
+            await store.request_approval(approval)
         finally:
             await store.close()
 

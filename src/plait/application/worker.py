@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from plait.application.events import RunEvent, RunObserver
-from plait.application.ports import RunQueue
+from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import PlaitError
 from plait.domain.runs import Run, RunStatus
-from plait.domain.service import NewRunEvent
+from plait.domain.service import EventType, NewRunEvent
 
 __all__ = ["EventEncoder", "Worker", "WorkerStats"]
 
@@ -58,6 +58,14 @@ class _EventSink:
                 self._items.put_nowait((run_id, e))
 
         return observe
+
+    def text_sink(self, run_id: str) -> TextSink:
+        def on_text(delta: str) -> None:
+            if delta:
+                e = NewRunEvent(type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta})
+                self._items.put_nowait((run_id, e))
+
+        return on_text
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._flush_forever())
@@ -182,9 +190,12 @@ class Worker:
     async def _drive(self, run: Run, *, recover: bool) -> None:
         ids = {"run_id": run.id, "session_id": run.session_id, "worker": self.owner}
         observer = self._sink.observer(run.id)
+        on_text = self._sink.text_sink(run.id)
         try:
             if recover:
-                reports = await self.service.recover(run_id=run.id, observer=observer)
+                reports = await self.service.recover(
+                    run_id=run.id, observer=observer, on_text=on_text
+                )
                 result = reports[0].result if reports else None
                 if result is None:
                     return  # another worker won it, or it moved on
@@ -193,7 +204,8 @@ class Worker:
                 status = result.run.status.value
             else:
                 log.info("run claimed", extra=ids)
-                status = (await self.service.execute(run, observer=observer)).run.status.value
+                result = await self.service.execute(run, observer=observer, on_text=on_text)
+                status = result.run.status.value
         except PlaitError as e:
             log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
             return

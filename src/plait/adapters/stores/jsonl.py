@@ -33,13 +33,14 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from plait.adapters.stores import _codec
 from plait.adapters.stores._approvals import (
@@ -60,10 +61,12 @@ from plait.adapters.stores._fork import (
 )
 from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._state import (
+    ARTIFACT_CHUNK,
     Change,
     SessionState,
     artifact_not_found,
     artifact_ref,
+    artifact_ref_of_file,
     can_claim,
     check_new_session,
     closed_error,
@@ -100,6 +103,15 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 class StoreWarning(UserWarning):
     """The store recovered from something odd on disk (e.g. a torn last line)."""
+
+
+def _left_out(error: CorruptStoreError, what: str) -> None:
+    """A listing goes on without one damaged session file, and says so."""
+    warnings.warn(
+        f"damaged session file, {what} left out of this listing: {error.message}",
+        StoreWarning,
+        stacklevel=3,
+    )
 
 
 @dataclass(slots=True)
@@ -376,11 +388,17 @@ class JsonlStore:
     def _all_runs(self) -> list[Run]:
         self._refresh_index()
         runs: list[Run] = []
-        for rid in self._run_index:
+        damaged: set[str] = set()
+        for rid, sids in self._run_index.items():
+            if damaged.intersection(sids):
+                continue
             try:
                 runs.append(self._find_run(rid)[1])
             except RunNotFoundError:
                 continue  # indexed, but its session line never landed
+            except CorruptStoreError as e:
+                damaged.update(sids)
+                _left_out(e, "its runs")
         return runs
 
     def _run_write(self, run_id: str, op: str, change: Callable[[Run], Run]) -> Run:
@@ -424,6 +442,8 @@ class JsonlStore:
                         sessions.append(self._read_session(name[: -len(".jsonl")]).session)
                     except SessionNotFoundError:
                         continue  # an empty file left by a create that never completed
+                    except CorruptStoreError as e:
+                        _left_out(e, "it")
         sessions.sort(key=lambda s: s.created_at, reverse=True)
         return sessions if limit is None else sessions[: max(limit, 0)]
 
@@ -611,6 +631,19 @@ class JsonlStore:
 
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
         ref = artifact_ref(data, media_type)
+        return self._put_artifact(ref, lambda f: f.write(data))
+
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """Copies the file in chunks (never whole in memory); the caller removes it."""
+        ref = artifact_ref_of_file(path, media_type)
+
+        def copy(out: BinaryIO) -> None:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, out, ARTIFACT_CHUNK)
+
+        return self._put_artifact(ref, copy)
+
+    def _put_artifact(self, ref: ArtifactRef, write: Callable[[BinaryIO], object]) -> ArtifactRef:
         with self._op():
             path = self._artifacts_dir / ref.id
             if path.exists():
@@ -622,7 +655,7 @@ class JsonlStore:
             try:
                 with os.fdopen(fd, "wb", closefd=True) as f:
                     f.write((_codec.dumps(header) + "\n").encode())
-                    f.write(data)
+                    write(f)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
