@@ -55,7 +55,7 @@ from plait.application.ports import (
 )
 from plait.application.tool_runner import ToolRunner
 from plait.application.validation import check_output
-from plait.domain.context import Context, Correction
+from plait.domain.context import Context, Correction, Prefix
 from plait.domain.errors import (
     BudgetExhaustedError,
     InvalidModelOutputError,
@@ -441,6 +441,7 @@ class RunDriver:
             session=a.session,
             run=a.run,
             reviewer=reviewer,
+            history=Prefix(a.history),
         )
         return await self.gate.decide(request)
 

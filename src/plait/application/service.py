@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from plait.application._journal import RunJournal
+from plait.application._models import ModelFactory, RunModels
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
@@ -55,10 +56,6 @@ from plait.domain.messages import (
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
 from plait.domain.session import ExecutionState, Session, StoredMessage
-
-ModelFactory = Callable[[str], ModelClient]
-"""Opens a model from its spec (``plait.runtime.open_model``); recovery and resume use it
-to continue a run with the model it was started with."""
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -163,8 +160,8 @@ class AgentService:
             lease_seconds=lease_seconds,
         )
         self._active = self.driver.active
-        self.model_spec = model_spec
-        self.model_factory = model_factory
+        self.models = RunModels(self.caller, model_spec, model_factory)
+        """Which model a run taken over continues with (its recorded spec)."""
 
     @property
     def owner(self) -> str:
@@ -240,7 +237,7 @@ class AgentService:
             budget=budget,
             started_at=now,
             model=self.model.name,
-            model_spec=self.model_spec,
+            model_spec=self.models.spec,
             lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds),
             deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
         )
@@ -263,6 +260,56 @@ class AgentService:
         self.journal.hit("user_saved")
         return await self.driver.drive(a, pending=False)
 
+    # --- service mode: queued runs (a worker drives them) ---------------------------------
+
+    async def submit(self, session_id: str, text: str, *, budget: Budget | None = None) -> Run:
+        """Store a user message and a ``queued`` run for it in one commit and return at
+        once; a worker (:class:`plait.application.worker.Worker`) runs it. Raises
+        :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValidationError("the message text is empty")
+        session = await self.store.get_session(session_id)
+        now = self.clock.now()
+        run = Run(
+            id=self.ids.new("run"),
+            session_id=session_id,
+            status=RunStatus.QUEUED,
+            budget=budget or self.budget,
+            started_at=now,
+        )
+        user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run.id)
+        await self.store.start_run(
+            Commit(
+                session_id=session_id, expected_version=session.version, messages=(user,), run=run
+            )
+        )
+        return run
+
+    async def execute(
+        self,
+        run: Run,
+        *,
+        observer: RunObserver | None = None,
+        on_text: TextSink | None = None,
+    ) -> RunResult:
+        """Drive a queued run this process claimed (its lease owner is :attr:`owner`)
+        from its user message on, as recovery would."""
+        model = self.model
+        a = await self.driver.take_over(
+            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
+        )
+        window = a.run.budget.deadline_seconds  # counted from when a worker starts it
+        deadline_at = None if window is None else self.clock.now() + window
+        a.run = replace(
+            a.run, model=model.name, model_spec=self.models.spec, deadline_at=deadline_at
+        )
+        if window is not None:
+            a.deadline = self.clock.monotonic() + window
+        # Persist "running" first: from here on a dead worker's run is recovered.
+        await self.journal.commit(a, (), run=a.run)
+        self.journal.emit(a, RunStarted(a.run))
+        return await self.driver.drive(a, pending=True)
+
     async def cancel(self, run_id: str) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
         stoppable call is interrupted); a run in another process sees the request at its
@@ -279,12 +326,24 @@ class AgentService:
         if current.status.terminal:
             return current  # nothing to cancel; nothing written
         run = await self.store.request_cancel(run_id)
+        if run.status is RunStatus.QUEUED:
+            return await self._cancel_queued(run)
         if run.status not in WAITING:
             return run
         waited = run.status.value.replace("_", " ")
         a = await self.driver.take_over(run, observer=None)
         await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
+        await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
+        return a.run
+
+    async def _cancel_queued(self, run: Run) -> Run:
+        """End a queued run no worker holds; one a worker claimed sees the request."""
+        try:
+            a = await self.driver.take_over(run, observer=None)
+        except LeaseLostError:
+            return await self.store.get_run(run.id)
+        cancelled = RunError(code="cancelled", message="the run was cancelled before it started")
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
 
@@ -309,7 +368,7 @@ class AgentService:
 
         Two processes recovering the same run: exactly one wins the lease.
         """
-        self._check_can_run()
+        self.models.check_can_run()
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
         else:
@@ -322,7 +381,7 @@ class AgentService:
                 )
                 continue
             try:
-                caller = self._caller_for(run)
+                caller = self.models.caller_for(run)
             except ConfigError as e:
                 reports.append(RecoveryReport(run.id, "skipped", e.message))
                 continue
@@ -401,7 +460,7 @@ class AgentService:
         """Continue a run that waits for a person: one awaiting resolution once every
         unknown call is resolved; one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
-        self._check_can_run()
+        self.models.check_can_run()
         run = await self.store.get_run(run_id)
         if run.status not in WAITING:
             raise RunStateError(
@@ -423,7 +482,7 @@ class AgentService:
                 run_id=run_id,
                 calls=unknown,
             )
-        caller = self._caller_for(run)
+        caller = self.models.caller_for(run)
         a = await self.driver.take_over(
             run, observer=observer, status=RunStatus.RUNNING, on_text=on_text, caller=caller
         )
@@ -436,40 +495,6 @@ class AgentService:
             a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True)
-
-    # --- the model a run was started with ---------------------------------------------------
-
-    def _check_can_run(self) -> None:
-        """Fail (ConfigError naming the fix) before anything is claimed or written when
-        this service can open no model at all."""
-        if self.model_factory is None:
-            self.model  # noqa: B018
-
-    def _caller_for(self, run: Run) -> ModelCaller | None:
-        """The caller for a run taken over: None for this service's own model, else one
-        over the model the run was started with (its recorded spec), opened through
-        ``model_factory``. Raises ConfigError when that model cannot be opened."""
-        mine = self.caller.model.name if self.caller.has_model else None
-        if not run.model or run.model == mine:
-            return None
-        if run.model_spec is None or self.model_factory is None:
-            has = "no model chosen" if mine is None else f"this process has {mine!r}"
-            raise ConfigError(
-                f"run was started with model {run.model!r}; {has} and the run's model "
-                "cannot be reopened (its spec was not recorded): pass --model",
-                run_id=run.id,
-                model=run.model,
-            )
-        try:
-            model = self.model_factory(run.model_spec)
-        except ConfigError as e:
-            raise ConfigError(
-                f"run was started with model {run.model!r} ({run.model_spec}), which "
-                f"cannot be opened here: {e.message}",
-                run_id=run.id,
-                model=run.model,
-            ) from e
-        return self.caller.with_model(model)
 
 
 def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
