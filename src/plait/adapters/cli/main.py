@@ -76,7 +76,8 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
         runtime = Runtime.open(db=db, store_only=True)
     else:
         model = getattr(a, "model", None)
-        runtime = Runtime.open(db=db, model=model, create=command.mode == "create")
+        policy = getattr(a, "policy", None)
+        runtime = Runtime.open(db=db, model=model, create=command.mode == "create", policy=policy)
     try:
         return await command.run(runtime, a, out)
     finally:
@@ -95,6 +96,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         from plait.adapters.cli.demo import run_demo
 
         return run_demo(db=getattr(args, "db", None), clean=args.clean, as_json=out.json)
+    if args.command == "send" and getattr(args, "server", None):
+        from plait.adapters.cli.remote import send_remote
+
+        return send_remote(args, out)
     if key in FORK_COMMANDS:
         return FORK_COMMANDS[key](args, out)
     if key in service_cmds.COMMANDS:
