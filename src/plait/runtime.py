@@ -191,7 +191,7 @@ class Runtime:
         exist instead of creating it; ``store_only=True`` implies it and opens neither a
         model nor tools."""
         from plait.adapters.stores import open_store, protected_paths
-        from plait.adapters.system import RandomIds, SystemClock
+        from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         model_client: ModelClient | None
         if store_only:
@@ -215,7 +215,7 @@ class Runtime:
             clock=SystemClock(),
             ids=RandomIds(),
             location=url,
-            **options,
+            **({"owner": process_owner()} | options),
         )
 
     async def close(self) -> None:
