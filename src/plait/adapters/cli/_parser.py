@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import NoReturn
 
+from plait.adapters.cli.governance import policy_opt
 from plait.domain.errors import ConfigError, ValidationError
 from plait.domain.runs import Budget
 
@@ -151,6 +152,7 @@ def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     send.add_argument("--api-key", help="bearer key for --server (default: $PLAIT_API_KEY)")
     model_opt(send)
+    policy_opt(send)
     budget_opts(send)
     common(send)
 
@@ -182,6 +184,7 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
         "is gone; checked by PID when it ran on this host)",
     )
     model_opt(recover)
+    policy_opt(recover)
     common(recover)
     resolve = rsub.add_parser(
         "resolve", help="record what a person verified about a call whose outcome is unknown"
@@ -195,6 +198,7 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
     resume = rsub.add_parser("resume", help="continue a run once its unknown calls are resolved")
     resume.add_argument("run_id", metavar="RUN")
     model_opt(resume)
+    policy_opt(resume)
     common(resume)
 
 
@@ -231,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", dest="session_id", help="continue this session")
     chat.add_argument("--workspace", default=".", help="workspace of a new session")
     model_opt(chat)
+    policy_opt(chat)
     budget_opts(chat)
     common(chat)
 
