@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
 
-from plait.domain.errors import ModelError
-
 __all__ = ["COMMANDS", "register"]
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -71,55 +69,10 @@ def models_list(a: argparse.Namespace, out: _Output) -> int:
     return EXIT_OK
 
 
-_PING = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-async def _probe(spec: str) -> tuple[str, list[dict[str, Any]]]:
-    from plait.adapters.models import open_model
-    from plait.application.ports import ModelRequest
-    from plait.domain.context import Context
-    from plait.domain.messages import AssistantMessage, UserMessage
-    from plait.domain.tools import EffectClass, ToolSpec
-
-    ping = ToolSpec(name="ping", description="Answers pong.", parameters=_PING,
-                    effect=EffectClass.READ_ONLY)  # fmt: skip
-    model = open_model(spec, tools=[ping])
-    deltas: list[str] = []
-    context: Context[Any] = Context(
-        instructions="You are checking a connection. Call the ping tool once, nothing else.",
-        tools=(ping,),
-        items=[UserMessage(id="msg_check", text="Call ping.", created_at=0.0)],
-        output_type=AssistantMessage,
-    )
-    streams = model.capabilities.streaming
-    request = ModelRequest(role="assistant", context=context, max_output_tokens=256,
-                           on_text=deltas.append if streams else None)  # fmt: skip
-    try:
-        response = await model.complete(request)
-    except ModelError as e:
-        failed = {"ok": False, "detail": f"{e.model_code}: {e.message}"}
-        skipped = {"ok": False, "detail": "not checked (the call failed)"}
-        return model.name, [{"check": "auth", **failed}, {"check": "tool calling", **skipped},
-                            {"check": "streaming", **skipped}]  # fmt: skip
-    called = [c.name for c in response.tool_calls]
-    tool_ok = called == ["ping"]
-    streamed = f"streamed ({len(deltas)} text deltas)"
-    no_stream = "not declared for this model (set streaming = true in plait.toml if it can)"
-    return model.name, [
-        {"check": "auth", "ok": True, "detail": f"answered as {response.model or model.name}"},
-        {
-            "check": "tool calling",
-            "ok": tool_ok,
-            "detail": "called ping"
-            if tool_ok
-            else f"asked to call ping, got {called or 'no call'}",
-        },
-        {"check": "streaming", "ok": streams, "detail": streamed if streams else no_stream},
-    ]
-
-
 def models_check(a: argparse.Namespace, out: _Output) -> int:
-    name, checks = asyncio.run(_probe(a.spec))
+    from plait.adapters.models import check_model
+
+    name, checks = asyncio.run(check_model(a.spec))
     ok = all(c["ok"] for c in checks)
     out.emit(
         {"model": name, "ok": ok, "checks": checks},
