@@ -246,6 +246,10 @@ class Runtime:
         elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
             model_client = open_model(spec, tools=[t.spec for t in tools]) if spec else None
+            if spec and not spec.startswith("scripted:"):
+                from plait.adapters.tokens import meter_for
+
+                options.setdefault("meter_for", meter_for)
         else:
             model_client = model
         store = open_store(url, create=create)
