@@ -232,15 +232,13 @@ class Runtime:
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools`` defaults to the built-in session
-        tools (file tools and ``run_command``), which may not touch or see the store's own
-        files. ``create=False`` (for commands that only read) refuses a store that does not
-        exist instead of creating it; ``store_only=True`` implies it and opens neither a
-        model nor tools. Unless a ``gate`` is given, tool calls are governed by ``policy``
+        cancel and resolve but not run). ``tools``: default the session tools. ``create=
+        False`` refuses a missing store; ``store_only=True`` implies it (no model, no tools).
+        Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
         from plait.adapters.stores import open_store, protected_paths
-        from plait.adapters.system import RandomIds, SystemClock
+        from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
         if store_only:
@@ -256,6 +254,10 @@ class Runtime:
         elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
             model_client = open_model(spec, tools=[t.spec for t in tools]) if spec else None
+            if spec and not spec.startswith("scripted:"):
+                from plait.adapters.tokens import meter_for
+
+                options.setdefault("meter_for", meter_for)
         else:
             model_client = model
         store = open_store(url, create=create)
@@ -275,7 +277,7 @@ class Runtime:
             ids=ids,
             location=url,
             model_spec=spec,
-            **options,
+            **({"owner": process_owner()} | options),
         )
 
     async def close(self) -> None:

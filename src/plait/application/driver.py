@@ -31,6 +31,7 @@ from typing import Any
 
 from plait.application._budget import check_budget, check_time_left
 from plait.application._journal import RunJournal
+from plait.application._lease import LeaseKeeper
 from plait.application._run_state import (
     ActiveRun,
     RunResult,
@@ -119,6 +120,7 @@ class RunDriver:
         self.tools = tools
         self.specs = {name: t.spec for name, t in tools.items()}
         self.lease_seconds = lease_seconds
+        self.leases = LeaseKeeper(store, journal, lease_seconds)
         self.active: dict[str, ActiveRun] = {}
 
     @property
@@ -168,12 +170,16 @@ class RunDriver:
         status: RunStatus | None = None,
         on_text: TextSink | None = None,
         caller: ModelCaller | None = None,
+        force: bool = False,
     ) -> ActiveRun:
         """Claim a run's lease and rebuild its in-process state from the store. The run's
-        absolute deadline, step and model-call usage carry on."""
+        absolute deadline, step and model-call usage carry on. ``force``: claim it even
+        though the lease ``run`` shows has not expired (an operator knows its process is
+        gone); a lease renewed since ``run`` was read still wins."""
         now = self.clock.now()
+        at = max(now, run.lease.expires_at) if force and run.lease is not None else now
         claimed = await self.store.claim_run(
-            run.id, owner=self.owner, now=now, expires_at=now + self.lease_seconds
+            run.id, owner=self.owner, now=at, expires_at=now + self.lease_seconds
         )
         if status is not None and claimed.status is not status:
             claimed = replace(claimed, status=status, error=None)
@@ -188,7 +194,7 @@ class RunDriver:
         """Run the loop until the run ends or waits; ``pending``: first settle the calls
         of the last assistant message that have no result (recovery, resume)."""
         self.active[a.run.id] = a
-        heartbeat = asyncio.create_task(self._heartbeat(a))
+        heartbeat = asyncio.create_task(self.leases.keep(a))
         try:
             await self._loop(a, pending=pending)
         finally:
@@ -202,22 +208,6 @@ class RunDriver:
     async def close_pending(self, a: ActiveRun, *, why: str) -> None:
         """Pair every open call of the run (unknown ones as ``unknown``)."""
         await self.journal.settle_unstarted(a, await self._pending_work(a), why)
-
-    async def _heartbeat(self, a: ActiveRun) -> None:
-        """Renew the lease while the run works, so a long model or tool call does not let
-        a recovering process take it over."""
-        period = self.lease_seconds / 3
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.store.renew_lease(
-                    a.run.id, owner=self.owner, expires_at=self.clock.now() + self.lease_seconds
-                )
-            except LeaseLostError:
-                a.lease_lost = True
-                if a.task is not None and a.interruptible:
-                    a.task.cancel()
-                return
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -315,15 +305,25 @@ class RunDriver:
         role: ModelRole,
         context: Context[Any],
         attempts: _Attempts | None = None,
+        *,
+        time_limit: float | None = None,
     ) -> ModelResponse:
         """One model call for the run through the ModelCaller; its failures end the run
         (StopRun). The response's usage is added to the run's."""
         attempts = attempts or _Attempts(self, a, a.usage.steps)
         a.interruptible = True
         try:
-            response = await (a.caller or self.caller).call(
-                role, context, attempts, on_text=a.on_text if role == "assistant" else None
-            )
+            # Inside the try: the timeout's own cancellation leaves as TimeoutError, never
+            # as a cancel of the run.
+            async with asyncio.timeout(time_limit):
+                response = await (a.caller or self.caller).call(
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
+                )
+        except TimeoutError as e:
+            within = "" if time_limit is None else f" within {time_limit:g} s"
+            raise StopRun(
+                RunStatus.FAILED, "model_timeout", f"the {role} model did not answer{within}"
+            ) from e
         except BudgetExhaustedError as e:
             raise StopRun.budget(str(e.details.get("limit", "budget")), e.message) from None
         except asyncio.CancelledError:
@@ -430,8 +430,10 @@ class RunDriver:
     async def _review(
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> GateDecision:
-        async def reviewer(context: Context[Any]) -> ModelResponse:
-            return await self.ask(a, "reviewer", context)
+        async def reviewer(
+            context: Context[Any], *, time_limit: float | None = None
+        ) -> ModelResponse:
+            return await self.ask(a, "reviewer", context, time_limit=time_limit)
 
         request = GateRequest(
             call=call,

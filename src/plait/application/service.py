@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
 from plait.application._run_state import RunResult, idempotency_key
+from plait.application._waiting import resumable, unknown_call
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
@@ -45,7 +46,6 @@ from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
-    RunStateError,
     ValidationError,
 )
 from plait.domain.messages import (
@@ -310,12 +310,13 @@ class AgentService:
         self.journal.emit(a, RunStarted(a.run))
         return await self.driver.drive(a, pending=True)
 
-    async def cancel(self, run_id: str) -> Run:
+    async def cancel(self, run_id: str, *, force: bool = False) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
         stoppable call is interrupted); a run in another process sees the request at its
         next commit. A run waiting for a person (resolution or approval) is ended here:
         its pending calls get ``cancelled`` results and an unresolved one an ``unknown``
-        result."""
+        result. ``force``: a running run whose process is known to be gone is taken over
+        before its lease expires and ended here the same way."""
         active = self._active.get(run_id)
         if active is not None:
             active.cancel_requested = True
@@ -328,14 +329,26 @@ class AgentService:
         run = await self.store.request_cancel(run_id)
         if run.status is RunStatus.QUEUED:
             return await self._cancel_queued(run)
-        if run.status not in WAITING:
+        if run.status not in WAITING and not (force and run.status is RunStatus.RUNNING):
             return run
         waited = run.status.value.replace("_", " ")
-        a = await self.driver.take_over(run, observer=None)
+        a = await self.driver.take_over(run, observer=None, force=force)
         await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
+
+    def abandon(self, run_id: str) -> bool:
+        """Stop driving a run this process drives *without writing anything more* (a
+        worker shutting down): the run stays ``running`` for another process to recover.
+        Returns False if this process does not drive it."""
+        active = self._active.get(run_id)
+        if active is None:
+            return False
+        active.lease_lost = True  # every further commit stops before writing
+        if active.task is not None:
+            active.task.cancel()
+        return True
 
     async def _cancel_queued(self, run: Run) -> Run:
         """End a queued run no worker holds; one a worker claimed sees the request."""
@@ -355,6 +368,7 @@ class AgentService:
         run_id: str | None = None,
         observer: RunObserver | None = None,
         on_text: TextSink | None = None,
+        force: bool = False,
     ) -> list[RecoveryReport]:
         """Take over runs whose lease expired (or the one named) and drive each on from its
         last persisted point (DESIGN §4):
@@ -366,8 +380,12 @@ class AgentService:
           requested never started, so it runs now);
         - everything settled: the loop goes on.
 
-        Two processes recovering the same run: exactly one wins the lease.
+        Two processes recovering the same run: exactly one wins the lease. ``force`` (only
+        with ``run_id``) takes the run over before its lease expires, for an operator who
+        knows its process is gone.
         """
+        if force and run_id is None:
+            raise ConfigError("a forced recovery names its run: pass run_id (--run RUN)")
         self.models.check_can_run()
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
@@ -387,7 +405,7 @@ class AgentService:
                 continue
             try:
                 a = await self.driver.take_over(
-                    run, observer=observer, on_text=on_text, caller=caller
+                    run, observer=observer, on_text=on_text, caller=caller, force=force
                 )
             except LeaseLostError as e:
                 now_run = await self.store.get_run(run.id)
@@ -414,24 +432,7 @@ class AgentService:
             raise ValidationError("a resolution is 'succeeded' or 'failed'")
         if not note.strip():
             raise ValidationError("a resolution needs a note saying what was verified")
-        run = await self.store.get_run(run_id)
-        if run.status is not RunStatus.AWAITING_RESOLUTION:
-            raise RunStateError(
-                f"run {run_id} is {run.status.value}; only a run awaiting resolution can be "
-                "resolved",
-                run_id=run_id,
-                status=run.status.value,
-            )
-        records = {r.call_id: r for r in await self.store.get_executions(run_id)}
-        record = records.get(call_id)
-        if record is None or record.result_status is not ToolStatus.UNKNOWN:
-            unknown = sorted(c for c, r in records.items() if r.result_status is ToolStatus.UNKNOWN)
-            raise RunStateError(
-                f"call {call_id!r} of run {run_id} has no unknown outcome to resolve; "
-                f"unresolved calls: {', '.join(unknown) or 'none'}",
-                run_id=run_id,
-                call_id=call_id,
-            )
+        run, record = await unknown_call(self.store, run_id, call_id)
         a = await self.driver.take_over(run, observer=None)
         now = self.clock.now()
         text = f"{note.strip()} (outcome verified by {by})"
@@ -446,7 +447,9 @@ class AgentService:
         settled = replace(
             record, state=ExecutionState.SETTLED, settled_at=now, result_status=status, note=text
         )
-        released = replace(a.run, lease=None)
+        # The call did run (in the process that died): it counts as one of the run's calls.
+        usage = replace(a.run.usage, tool_calls=a.run.usage.tool_calls + 1)
+        released = replace(a.run, lease=None, usage=usage)
         await self.journal.commit(a, (message,), run=released, executions=(settled,))
         return a.run
 
@@ -461,27 +464,7 @@ class AgentService:
         unknown call is resolved; one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
         self.models.check_can_run()
-        run = await self.store.get_run(run_id)
-        if run.status not in WAITING:
-            raise RunStateError(
-                f"run {run_id} is {run.status.value}; only a run awaiting resolution or "
-                "approval can be resumed (use `plait runs recover` for an interrupted "
-                "running run)",
-                run_id=run_id,
-                status=run.status.value,
-            )
-        unknown = [
-            r.call_id
-            for r in await self.store.get_executions(run_id)
-            if r.result_status is ToolStatus.UNKNOWN
-        ]
-        if unknown:
-            raise RunStateError(
-                f"run {run_id} still has calls with unknown outcome: {', '.join(unknown)}; "
-                "resolve them first",
-                run_id=run_id,
-                calls=unknown,
-            )
+        run = await resumable(self.store, run_id)
         caller = self.models.caller_for(run)
         a = await self.driver.take_over(
             run, observer=observer, status=RunStatus.RUNNING, on_text=on_text, caller=caller
