@@ -113,6 +113,13 @@ def _stages(
     }
 
 
+def _policy(policy: Policy | str | None) -> Policy:
+    from plait.adapters.policy_file import policy_from
+    from plait.domain.policy import Policy
+
+    return policy if isinstance(policy, Policy) else policy_from(policy)
+
+
 def governed_gate(
     policy: Policy | str | None,
     approvals: ApprovalStore,
@@ -122,14 +129,12 @@ def governed_gate(
 ) -> ToolGate:
     """The policy → reviewer → approval gate (DESIGN §5) over ``approvals``; ``policy``
     is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default."""
-    from plait.adapters.policy_file import policy_from
     from plait.adapters.tools.probe import FileProbe
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
     from plait.application.governance.reviewer import Reviewer
-    from plait.domain.policy import Policy
 
-    chosen = policy if isinstance(policy, Policy) else policy_from(policy)
+    chosen = _policy(policy)
     reviewer = Reviewer(config=chosen.reviewer, name=model.name if model else "reviewer")
     governor = Governor(
         policy=chosen, approvals=approvals, clock=clock, ids=ids, reviewer=reviewer,
@@ -150,6 +155,27 @@ def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) ->
     if not hasattr(store, "fork_session"):
         return None
     return ForkService(store=store, clock=clock, snapshots=snapshots)  # type: ignore[arg-type]
+
+
+def _chosen_model(
+    model: str | ModelClient | None,
+    store_only: bool,
+    tools: Sequence[Tool],
+    options: dict[str, Any],
+) -> tuple[ModelClient | None, str | None]:
+    """The model client and its spec (``None`` when given as a client or not at all)."""
+    if store_only:
+        return None, None
+    if model is not None and not isinstance(model, str):
+        return model, None
+    spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
+    if not spec:
+        return None, None
+    if not spec.startswith("scripted:"):
+        from plait.adapters.tokens import meter_for
+
+        options.setdefault("meter_for", meter_for)
+    return open_model(spec, tools=[t.spec for t in tools]), spec
 
 
 class Runtime:
@@ -241,29 +267,20 @@ class Runtime:
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
+        governed = not store_only and "gate" not in options
+        chosen = _policy(policy) if governed else None
         if store_only:
             tools, create = (), False
         elif tools is None:
             from plait.adapters.tools import session_tools
 
-            tools = session_tools(protected=protected_paths(url))
-        model_client: ModelClient | None
-        spec: str | None = None
-        if store_only:
-            model_client = None
-        elif model is None or isinstance(model, str):
-            spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
-            model_client = open_model(spec, tools=[t.spec for t in tools]) if spec else None
-            if spec and not spec.startswith("scripted:"):
-                from plait.adapters.tokens import meter_for
-
-                options.setdefault("meter_for", meter_for)
-        else:
-            model_client = model
+            # The sandbox enforces the policy's denied paths too (read-only / hidden).
+            tools = session_tools(protected=protected_paths(url), policy=chosen)
+        model_client, spec = _chosen_model(model, store_only, tools, options)
         store = open_store(url, create=create)
         clock, ids = SystemClock(), RandomIds()
-        if "gate" not in options and not store_only:
-            options["gate"] = governed_gate(policy, store, clock, ids, model_client)
+        if governed:
+            options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
         if "snapshots" not in options:
             from plait.adapters.snapshots import GitSnapshots
 
