@@ -231,7 +231,7 @@ class Runtime:
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
         from plait.adapters.stores import open_store, protected_paths
-        from plait.adapters.system import RandomIds, SystemClock
+        from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
         if store_only:
@@ -246,6 +246,10 @@ class Runtime:
         elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
             model_client = open_model(spec, tools=[t.spec for t in tools]) if spec else None
+            if spec and not spec.startswith("scripted:"):
+                from plait.adapters.tokens import meter_for
+
+                options.setdefault("meter_for", meter_for)
         else:
             model_client = model
         store = open_store(url, create=create)
@@ -268,7 +272,7 @@ class Runtime:
             clock=clock,
             ids=ids,
             location=url,
-            **options,
+            **({"owner": process_owner()} | options),
         )
 
     async def close(self) -> None:

@@ -160,12 +160,16 @@ class RunDriver:
         observer: RunObserver | None,
         status: RunStatus | None = None,
         on_text: TextSink | None = None,
+        force: bool = False,
     ) -> ActiveRun:
         """Claim a run's lease and rebuild its in-process state from the store. A resumed
-        run's deadline window starts anew; its step and model-call usage carry on."""
+        run's deadline window starts anew; its step and model-call usage carry on.
+        ``force``: claim it even though the lease ``run`` shows has not expired (an operator
+        knows its process is gone); a lease renewed since ``run`` was read still wins."""
         now = self.clock.now()
+        at = max(now, run.lease.expires_at) if force and run.lease is not None else now
         claimed = await self.store.claim_run(
-            run.id, owner=self.owner, now=now, expires_at=now + self.lease_seconds
+            run.id, owner=self.owner, now=at, expires_at=now + self.lease_seconds
         )
         if status is not None and claimed.status is not status:
             claimed = replace(claimed, status=status, error=None)
@@ -321,15 +325,25 @@ class RunDriver:
         role: ModelRole,
         context: Context[Any],
         attempts: _Attempts | None = None,
+        *,
+        time_limit: float | None = None,
     ) -> ModelResponse:
         """One model call for the run through the ModelCaller; its failures end the run
         (StopRun). The response's usage is added to the run's."""
         attempts = attempts or _Attempts(self, a, a.usage.steps)
         a.interruptible = True
         try:
-            response = await self.caller.call(
-                role, context, attempts, on_text=a.on_text if role == "assistant" else None
-            )
+            # Inside the try: the timeout's own cancellation leaves as TimeoutError, never
+            # as a cancel of the run.
+            async with asyncio.timeout(time_limit):
+                response = await self.caller.call(
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
+                )
+        except TimeoutError as e:
+            within = "" if time_limit is None else f" within {time_limit:g} s"
+            raise StopRun(
+                RunStatus.FAILED, "model_timeout", f"the {role} model did not answer{within}"
+            ) from e
         except BudgetExhaustedError as e:
             raise StopRun.budget(str(e.details.get("limit", "budget")), e.message) from None
         except asyncio.CancelledError:
@@ -435,8 +449,10 @@ class RunDriver:
     async def _review(
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> GateDecision:
-        async def reviewer(context: Context[Any]) -> ModelResponse:
-            return await self.ask(a, "reviewer", context)
+        async def reviewer(
+            context: Context[Any], *, time_limit: float | None = None
+        ) -> ModelResponse:
+            return await self.ask(a, "reviewer", context, time_limit=time_limit)
 
         request = GateRequest(
             call=call,

@@ -168,9 +168,21 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
     common(rlist)
     cancel = rsub.add_parser("cancel", help="ask a run (in any process) to stop")
     cancel.add_argument("run_id", metavar="RUN")
+    cancel.add_argument(
+        "--force",
+        action="store_true",
+        help="end a running run now although its lease has not expired (its process is "
+        "gone; checked by PID when it ran on this host)",
+    )
     common(cancel)
     recover = rsub.add_parser("recover", help="take over runs whose process died and continue them")
     recover.add_argument("--run", dest="run_id", help="only this run (default: every stale run)")
+    recover.add_argument(
+        "--force",
+        action="store_true",
+        help="with --run: take the run over although its lease has not expired (its process "
+        "is gone; checked by PID when it ran on this host)",
+    )
     model_opt(recover)
     policy_opt(recover)
     common(recover)
@@ -211,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.adapters.cli.governance import register as register_governance
 
     register_governance(sub, common)
+    from plait.adapters.cli.models import register as register_models
+
+    register_models(sub, common)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")
@@ -230,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the built-in example end to end (no network)")
     demo.add_argument(
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
+    )
+    demo.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="run the same scenario with this model instead of the scripted one "
+        "(e.g. anthropic:claude-haiku-4-5; needs its API key)",
     )
     common(demo)
     return parser
