@@ -278,6 +278,10 @@ class Runtime:
             tools = session_tools(protected=protected_paths(url), policy=chosen)
         model_client, spec = _chosen_model(model, store_only, tools, options)
         store = open_store(url, create=create)
+        if options.pop("offload_store", False) and url.startswith("sqlite:"):
+            from plait.adapters.stores.offload import Offloaded
+
+            store = Offloaded(store)  # servers: SQLite calls off the event loop
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
