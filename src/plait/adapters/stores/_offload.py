@@ -75,4 +75,5 @@ def _wrap(
             if closing:
                 io.shutdown()
 
+    on_io_thread.offloaded = True  # type: ignore[attr-defined]
     return on_io_thread
