@@ -278,6 +278,10 @@ class Runtime:
         else:
             model_client = model
         store = open_store(url, create=create)
+        if options.pop("offload_store", False) and url.startswith("sqlite:"):
+            from plait.adapters.stores.offload import Offloaded
+
+            store = Offloaded(store)  # servers: SQLite calls off the event loop
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
