@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ArtifactStore,
         Clock,
         IdGenerator,
+        LeftoverSweeper,
         ModelClient,
         SessionStore,
         TokenMeter,
@@ -103,7 +104,8 @@ def _stages(
     retry: RetryPolicy | None,
     on_overflow: OverflowHook | None,
 ) -> dict[str, Any]:
-    """The loop's stages other than the gate (DESIGN §1), as AgentService keywords."""
+    """The loop's stages other than the gate (DESIGN §1), and the recovery sweeper of
+    interrupted writes, as AgentService keywords."""
     return {
         "context": ContextBuilder(
             instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
@@ -112,6 +114,7 @@ def _stages(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         ),
         "runner": ToolRunner(artifacts),
+        "sweeper": _sweeper(),
     }
 
 
@@ -191,6 +194,12 @@ def _chosen_model(
 
         options.setdefault("meter_for", meter_for)
     return open_model(spec, tools=[t.spec for t in tools]), spec
+
+
+def _sweeper() -> LeftoverSweeper:
+    from plait.adapters.tools.leftovers import WorkspaceLeftovers
+
+    return WorkspaceLeftovers()
 
 
 class Runtime:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
 from plait.application._run_state import RunResult, idempotency_key
-from plait.application._waiting import resumable, unknown_call
+from plait.application._waiting import resumable, sweep_leftovers, unknown_call
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
@@ -36,6 +36,7 @@ from plait.application.ports import (
     Clock,
     Commit,
     IdGenerator,
+    LeftoverSweeper,
     ModelClient,
     SessionStore,
     TextSink,
@@ -65,6 +66,7 @@ __all__ = [
     "RunResult",
     "idempotency_key",
 ]
+
 
 DEFAULT_INSTRUCTIONS = (
     "You are a careful coding assistant working in the user's workspace. Use the tools to "
@@ -128,6 +130,7 @@ class AgentService:
         runner: ToolRunner | None = None,
         model_spec: str | None = None,
         model_factory: ModelFactory | None = None,
+        sweeper: LeftoverSweeper | None = None,
     ) -> None:
         _check_config(tools, lease_seconds)
         self.store = store
@@ -160,6 +163,7 @@ class AgentService:
             lease_seconds=lease_seconds,
         )
         self._active = self.driver.active
+        self.sweeper = sweeper
         self.models = RunModels(self.caller, model_spec, model_factory)
         """Which model a run taken over continues with (its recorded spec)."""
 
@@ -416,6 +420,7 @@ class AgentService:
                 )
                 reports.append(RecoveryReport(run.id, "skipped", detail))
                 continue
+            await sweep_leftovers(self.sweeper, a.session.workspace, run, self.clock.now())
             result = await self.driver.drive(a, pending=True)
             reports.append(
                 RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)
