@@ -81,6 +81,19 @@ def block_network() -> Iterator[None]:
         (socket, "getaddrinfo"): socket.getaddrinfo,
         (socket, "gethostbyname"): socket.gethostbyname,
     }
+    patches = _guards(sock_cls)
+    for (owner, attribute), value in patches.items():
+        setattr(owner, attribute, value)
+    try:
+        yield
+    finally:
+        for (owner, attribute), value in saved.items():
+            setattr(owner, attribute, value)
+
+
+def _guards(sock_cls: type[socket.socket]) -> dict[tuple[Any, str], Any]:
+    """Replacements for the socket functions, each checking the address and then calling
+    the function it replaces."""
     connect: Callable[..., Any] = sock_cls.connect
     connect_ex: Callable[..., Any] = sock_cls.connect_ex
     sendto: Callable[..., Any] = sock_cls.sendto
@@ -115,7 +128,7 @@ def block_network() -> Iterator[None]:
             raise _refuse("name lookup of", host)
         return gethostbyname(host)
 
-    patches: dict[tuple[Any, str], Any] = {
+    return {
         (sock_cls, "connect"): guarded_connect,
         (sock_cls, "connect_ex"): guarded_connect_ex,
         (sock_cls, "sendto"): guarded_sendto,
@@ -123,13 +136,6 @@ def block_network() -> Iterator[None]:
         (socket, "getaddrinfo"): guarded_getaddrinfo,
         (socket, "gethostbyname"): guarded_gethostbyname,
     }
-    for (owner, attribute), value in patches.items():
-        setattr(owner, attribute, value)
-    try:
-        yield
-    finally:
-        for (owner, attribute), value in saved.items():
-            setattr(owner, attribute, value)
 
 
 def _text(host: Any) -> str:
