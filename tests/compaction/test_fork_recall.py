@@ -37,7 +37,7 @@ def test_a_branch_cannot_recall_what_came_after_its_fork_point(kind: str, tmp_pa
         history = coding_history(20)  # 61 messages
         later = UserMessage(id="m62", text="secret plan: rotate the zebra keys", created_at=9)
         await store.commit(Commit(session_id="src", expected_version=0, messages=(*history, later)))
-        forks = ForkService(store=store, clock=FixedClock())  # type: ignore[arg-type]
+        forks = ForkService(store=store, clock=FixedClock())
         branch = (await forks.fork_session("src", "m40", "req-1")).branch
         tool = recall_tool(store)
 
