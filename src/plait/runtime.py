@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
@@ -94,8 +95,9 @@ def _compaction(
 
 
 class Runtime:
-    """Everything a process needs to run agents: the store, the model, the tools and the
-    :class:`~plait.application.service.AgentService` over them."""
+    """Everything a process needs to run agents: the store, the model, the tools, the
+    :class:`~plait.application.service.AgentService` over them (the write side) and
+    :class:`~plait.application.queries.Queries` (the read side)."""
 
     def __init__(
         self,
@@ -112,10 +114,17 @@ class Runtime:
         lease_seconds: float = 60.0,
         compaction: CompactionSettings | None = None,
         meter_for: Callable[[ModelClient], TokenMeter] | None = None,
+        location: str | None = None,
     ) -> None:
         self.store = store
         self.artifacts = artifacts
         self.model = model
+        self.queries = Queries(
+            store=store,
+            artifacts=artifacts,
+            clock=clock,
+            location=location or f"(a {type(store).__name__})",
+        )
         self.tools = tuple(tools)
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
@@ -143,6 +152,7 @@ class Runtime:
         model: str | ModelClient | None = None,
         tools: Sequence[Tool] | None = None,
         create: bool = True,
+        store_only: bool = False,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -150,12 +160,15 @@ class Runtime:
         cancel and resolve but not run). ``tools`` defaults to the built-in session
         tools (file tools and ``run_command``), which may not touch or see the store's own
         files. ``create=False`` (for commands that only read) refuses a store that does not
-        exist instead of creating it."""
+        exist instead of creating it; ``store_only=True`` implies it and opens neither a
+        model nor tools."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
         model_client: ModelClient | None
-        if model is None or isinstance(model, str):
+        if store_only:
+            model_client, tools, create = None, (), False
+        elif model is None or isinstance(model, str):
             spec = model or os.environ.get("PLAIT_MODEL")
             model_client = open_model(spec) if spec else None
         else:
@@ -173,6 +186,7 @@ class Runtime:
             tools=tools,
             clock=SystemClock(),
             ids=RandomIds(),
+            location=url,
             **options,
         )
 

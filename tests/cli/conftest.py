@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli._json import execution_json, message_json, run_json, session_json
 from plait.adapters.cli.main import main
+from plait.adapters.shapes import execution_json, message_json, run_json, session_json
 from plait.adapters.stores import open_store
 from plait.testing import block_network
 

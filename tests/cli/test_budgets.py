@@ -151,6 +151,7 @@ def test_output_cap_stores_the_whole_output_as_an_artifact(
 
 
 def test_unknown_artifact_is_a_clear_error(plait: Plait) -> None:
+    plait.new_session()
     failed = plait("artifacts", "show", "art_nope", "--json")
     assert failed.code == 2
     assert failed.json["error"]["code"] == "artifact_not_found"

@@ -62,14 +62,16 @@ def test_sessions_new_and_list(plait: Plait, workspace: Path) -> None:
 
     lines = plait.ok("sessions", "list").out.splitlines()
     assert lines[0].startswith(f"{second}  v0  -")
-    assert lines[1] == f"{created['session_id']}  v0  {workspace.resolve()}"
+    assert lines[1] == f"{created['session_id']}  'first'  v0  {workspace.resolve()}"
 
 
-def test_sessions_list_on_an_empty_store(plait: Plait) -> None:
-    assert plait.ok("sessions", "list").out.strip() == "no sessions"
-    assert plait.json("sessions", "list") == []
-    assert plait.json("runs", "list") == []
-    assert plait.ok("runs", "list").out.strip() == "no runs"
+def test_sessions_list_on_an_empty_store(plait: Plait, tmp_path: Path) -> None:
+    empty = f"jsonl:///{tmp_path / 'empty'}"
+    (tmp_path / "empty").mkdir()
+    assert plait.ok("sessions", "list", "--db", empty).out.strip() == "no sessions"
+    assert plait.json("sessions", "list", "--db", empty) == []
+    assert plait.json("runs", "list", "--db", empty) == []
+    assert plait.ok("runs", "list", "--db", empty).out.strip() == "no runs"
 
 
 def test_relative_workspace_is_stored_absolute(plait: Plait, workspace: Path) -> None:
@@ -237,6 +239,7 @@ def test_db_flag_before_the_subcommand(plait: Plait, tmp_path: Path) -> None:
 
 
 def test_runs_recover_with_nothing_to_do(plait: Plait, model: str) -> None:
+    plait.new_session()
     assert plait.ok("runs", "recover", "--model", model).out.strip() == "no run needs recovery"
     assert plait.json("runs", "recover", "--model", model) == []
 

@@ -3,6 +3,9 @@ redirected under ``tmp_path``)."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -80,11 +83,20 @@ def test_demo_text_then_history_as_suggested(plait: Plait, demo_tmp: Path) -> No
     assert "deploy config untouched: True" in out
     assert "status      completed" in out
     hint = next(line for line in out.splitlines() if line.startswith("see it again with: "))
-    argv = hint.removeprefix("see it again with: plait ").split()
-    assert argv[0] == "history"
-    again = plait.raw(*argv)
-    assert again.code == 0
-    assert "edit_file" in again.out
+    argv = shlex.split(hint.removeprefix("see it again with: "))
+    # runnable as printed: `uv run plait ...` under uv (from the project), else
+    # `python -m plait ...` (or `plait` when that is what was run)
+    command = argv.index("history")
+    assert argv[:command] in (["uv", "run", "plait"], [sys.executable, "-m", "plait"])
+    again = subprocess.run(
+        [sys.executable, "-m", "plait", *argv[command:]],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "edit_file" in again.stdout
 
 
 def test_demo_clean_removes_its_directory(plait: Plait, demo_tmp: Path) -> None:

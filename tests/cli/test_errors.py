@@ -71,7 +71,10 @@ def expect_error(plait: Plait, argv: list[str], code: str, *fragments: str) -> d
 
 
 def _one_line_error(r: Result, message: str) -> None:
-    assert r.err == f"plait: error: {message}\n"
+    """The first line names the error; a usage error adds only a pointer to --help."""
+    first, *rest = r.err.splitlines()
+    assert first == f"plait: error: {message}"
+    assert rest == [] or (len(rest) == 1 and rest[0].endswith(" --help' for how to call it"))
     assert "Traceback" not in r.err
 
 
@@ -177,8 +180,8 @@ def test_invalid_budget_flag(world: World) -> None:
     expect_error(
         world.plait,
         ["send", world.session_id, "hi", "--model", world.model, "--max-steps", "0"],
-        "invalid_value",
-        "--max-steps",
+        "usage",
+        "argument --max-steps: must be at least 1, got 0",
     )
     expect_error(
         world.plait,

@@ -20,7 +20,7 @@ from plait.adapters.system import RandomIds
 from plait.adapters.tools import workspace_tools
 from plait.application.service import AgentService
 from plait.testing import FixedClock, ScriptedModel
-from tests.cli.conftest import Plait, call, check_run, snapshot, write_script
+from tests.cli.conftest import Plait, Result, call, check_run, snapshot, write_script
 
 
 class Died(BaseException):
@@ -110,6 +110,12 @@ def crashed_in_write(plait: Plait, workspace: Path, model: str) -> Crashed:
     return c
 
 
+def _waits(r: Result) -> Result:
+    """``runs recover`` drove a run that now awaits resolution: exit status 1."""
+    assert r.code == 1, (r.code, r.out, r.err)
+    return r
+
+
 def test_unknown_side_effect_recover_show_resolve_resume(
     plait: Plait, workspace: Path, crashed_in_write: Crashed
 ) -> None:
@@ -120,8 +126,9 @@ def test_unknown_side_effect_recover_show_resolve_resume(
     # a person changes the file meanwhile: recovery must not write it again
     (workspace / "out.txt").write_text("edited by a person\n", encoding="utf-8")
 
-    reports = plait.json("runs", "recover", "--model", c.model)
-    (report,) = reports
+    recovered = plait("runs", "recover", "--model", c.model, "--json")
+    assert recovered.code == 1, recovered.err  # the run it drove ended awaiting resolution
+    (report,) = recovered.json
     assert set(report) == {"run_id", "outcome", "detail", "run", "messages"}
     assert report["run_id"] == c.run_id
     assert report["outcome"] == "resumed"
@@ -212,7 +219,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
 
 def test_resolve_text_output_says_how_to_continue(plait: Plait, crashed_in_write: Crashed) -> None:
     c = crashed_in_write
-    plait.ok("runs", "recover", "--run", c.run_id, "--model", c.model)
+    _waits(plait("runs", "recover", "--run", c.run_id, "--model", c.model))
     r = plait.ok(
         "runs", "resolve", c.run_id, "--call", "c_write", "--status", "failed", "--note", "absent"
     )
@@ -227,13 +234,13 @@ def test_resolve_text_output_says_how_to_continue(plait: Plait, crashed_in_write
 
 def test_recover_text_output(plait: Plait, crashed_in_write: Crashed) -> None:
     c = crashed_in_write
-    r = plait.ok("runs", "recover", "--model", c.model)
+    r = _waits(plait("runs", "recover", "--model", c.model))
     assert r.out.strip() == f"{c.run_id}: resumed (run is awaiting_resolution)"
 
 
 def test_cancel_a_run_awaiting_resolution(plait: Plait, crashed_in_write: Crashed) -> None:
     c = crashed_in_write
-    plait.ok("runs", "recover", "--model", c.model)
+    _waits(plait("runs", "recover", "--model", c.model))
     r = plait.ok("runs", "cancel", c.run_id)
     assert r.out.strip() == f"cancelled run {c.run_id} (cancelled)"
     run = plait.json("runs", "show", c.run_id)
@@ -319,7 +326,10 @@ def test_recover_leaves_a_live_run_alone_and_cancel_is_a_request(
     assert snapshot(plait.db) == before
 
     r = plait.ok("runs", "cancel", c.run_id)
-    assert r.out.strip() == f"cancellation requested for run {c.run_id}; it stops at its next step"
+    first, hint = r.out.strip().splitlines()
+    assert first == f"cancellation requested for run {c.run_id}; it stops at its next step"
+    assert hint.startswith(f"run {c.run_id} is held by dead-worker until ")
+    assert "'plait runs recover' takes the run over once the lease has expired" in hint
     run = plait.json("runs", "show", c.run_id)
     assert run["status"] == "running"
     assert run["cancel_requested"] is True
@@ -371,7 +381,7 @@ def test_cancel_a_finished_run_changes_nothing_stored(
 
 def test_resume_without_a_model_changes_nothing(plait: Plait, crashed_in_write: Crashed) -> None:
     c = crashed_in_write
-    plait.ok("runs", "recover", "--model", c.model)
+    _waits(plait("runs", "recover", "--model", c.model))
     plait.ok(
         "runs", "resolve", c.run_id, "--call", "c_write", "--status", "succeeded", "--note", "ok"
     )

@@ -63,7 +63,9 @@ def test_sqlite_relative_url_is_relative_to_the_cwd(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert plait.json("sessions", "list", "--db", "sqlite:///rel/dir/plait.db") == []
+    other = plait("sessions", "list", "--db", "sqlite:///rel/dir/plait.db", "--json")
+    assert other.code == 2 and other.json["error"]["code"] == "store_not_found"
+    assert list(elsewhere.iterdir()) == []  # a read creates nothing
 
 
 def test_sqlite_absolute_url(plait: Plait, workspace: Path, model: str, tmp_path: Path) -> None:

@@ -31,6 +31,14 @@ class CheckedOutput:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_output(
     response: ModelResponse,
     tools: Mapping[str, ToolSpec],
@@ -78,5 +86,11 @@ def check_output(
             )
             continue
         arguments_json = text if text.startswith("{") else _dumps(args)
+        if not _is_unicode(arguments_json):
+            problems.append(
+                f"{where}: arguments contain a lone surrogate escape (such as \\udcff), "
+                "which is not a Unicode character; send valid text"
+            )
+            continue
         calls.append(ToolCall(id=raw.id, name=raw.name, arguments_json=arguments_json))
     return CheckedOutput(tuple(calls), tuple(problems))

@@ -154,8 +154,16 @@ def load_script(path: str | os.PathLike[str]) -> Script:
         text = Path(source).read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise ScriptError(f"script file not found: {source}", file=source) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScriptError(f"cannot read script file {source}: {e}", file=source) from e
+    except UnicodeDecodeError as e:
+        raise ScriptError(
+            f"script file {source} is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset "
+            f"{e.start}); save it as UTF-8",
+            file=source,
+        ) from e
+    except OSError as e:
+        raise ScriptError(
+            f"cannot read script file {source}: {e.strerror or type(e).__name__}", file=source
+        ) from e
     data = _parse_json(text, source) if suffix == ".json" else _parse_yaml(text, source)
     return parse_script(data, source=source)
 

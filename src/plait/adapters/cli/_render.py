@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import json
 import textwrap
+from typing import TYPE_CHECKING
 
-from plait.adapters.cli._json import iso
+from plait.adapters.shapes import iso
 from plait.domain.runs import Run
-from plait.domain.session import StoredMessage
+from plait.domain.session import Session, StoredMessage
 
-__all__ = ["message_text", "run_text"]
+if TYPE_CHECKING:
+    from plait.application.queries import LeaseInfo
+
+__all__ = ["lease_hint", "message_text", "plural", "run_text", "session_line"]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def session_line(s: Session) -> str:
+    title = f"  {s.title!r}" if s.title else ""
+    active = f"  (run {s.active_run_id} active)" if s.active_run_id else ""
+    return f"{s.id}{title}  v{s.version}  {s.workspace or '-'}{active}"
+
+
+def lease_hint(lease: LeaseInfo) -> str:
+    return (
+        f"run {lease.run.id} is held by {lease.owner} until {iso(lease.expires_at)} "
+        f"(in {lease.seconds_left:.0f} s); if that process is gone, 'plait runs recover' "
+        "takes the run over once the lease has expired"
+    )
 
 
 def _indent(text: str, limit: int = 1200) -> str:
@@ -49,8 +71,8 @@ def run_text(r: Run) -> str:
         f"  model       {r.model}",
         f"  started     {iso(r.started_at)}",
         f"  ended       {iso(r.ended_at) or '-'}",
-        f"  usage       {u.steps} steps, {u.model_calls} model calls "
-        f"({u.corrections} corrections), {u.tool_calls} tool calls, "
+        f"  usage       {plural(u.steps, 'step')}, {plural(u.model_calls, 'model call')} "
+        f"({plural(u.corrections, 'correction')}), {plural(u.tool_calls, 'tool call')}, "
         f"{u.input_tokens} in / {u.output_tokens} out tokens",
     ]
     if r.error is not None:

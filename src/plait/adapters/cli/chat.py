@@ -3,70 +3,80 @@
 Each message is one run. Ctrl-C during a run cancels it (the cancellation is recorded and
 no call is left unpaired); Ctrl-C or Ctrl-D at the prompt leaves.
 
-With ``--json`` it is a line protocol for scripts: each line read from stdin is sent as a
-message, and every saved message is printed as one JSON line ``{"event": "message", ...}``
-followed by ``{"event": "run", ...}`` when the run ends (or ``{"event": "error", ...}``).
+With ``--json`` it is a line protocol for scripts: the first line printed is
+``{"event": "session", "session_id": ...}``; then each line read from stdin is sent as a
+message, every saved message is printed as one JSON line ``{"event": "message", ...}``,
+followed by ``{"event": "run", ...}`` when the run ends, or ``{"event": "error", "error":
+{...}}`` when the line could not be sent (e.g. it is not UTF-8); the chat goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-from typing import Any
+import sys
+from typing import TYPE_CHECKING
 
-from plait.application.events import MessageSaved, ModelCallStarted, RunEvent, ToolStarted
+from plait.adapters.cli._io import Out, decode_utf8
+from plait.adapters.cli._live import json_lines, terminal_progress
+from plait.adapters.shapes import error_json, event_json, run_json
 from plait.domain.errors import PlaitError
 from plait.domain.runs import Budget, RunStatus
-from plait.domain.session import StoredMessage
+
+if TYPE_CHECKING:
+    from plait.application.service import AgentService
 
 __all__ = ["run_chat"]
 
 
-def _print_message(console: Any, sm: StoredMessage) -> None:
-    from rich.markdown import Markdown
-
-    m = sm.message
-    if m.kind == "assistant":
-        if m.text:
-            console.print(Markdown(m.text))
-        for c in m.tool_calls:
-            args = json.dumps(c.arguments(), ensure_ascii=False)
-            console.print(f"  [cyan]→ {c.name}[/] [dim]{args[:160]}[/]", highlight=False)
-    elif m.kind == "tool_result":
-        r = m.result
-        ok = r.status.value == "succeeded"
-        colour, mark = ("green", "✓") if ok else ("yellow", "✗")
-        first = (r.reason or r.content).strip().splitlines()
-        detail = first[0][:120] if first else ""
-        console.print(f"  [{colour}]{mark} {m.tool_name} {r.status.value}[/] [dim]{detail}[/]")
+def _json_chat(service: AgentService, session_id: str, budget: Budget) -> int:
+    Out.line(event_json("session", {"session_id": session_id}))
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        try:
+            text = decode_utf8(raw, f"input line {number}").rstrip("\r\n")
+            if not text.strip():
+                continue
+            result = asyncio.run(service.send(session_id, text, budget=budget, observer=json_lines))
+        except PlaitError as e:
+            Out.line(event_json("error", error_json(e)))
+            continue
+        Out.line(event_json("run", run_json(result.run)))
+    return 0
 
 
-def _json_chat(service: Any, session_id: str, budget: Budget) -> int:
-    import sys
+def _interactive(service: AgentService, session_id: str, budget: Budget) -> int:
+    from rich.console import Console
 
-    from plait.adapters.cli._json import message_json, run_json
-
-    def emit(data: dict[str, Any]) -> None:
-        print(json.dumps(data, ensure_ascii=False), flush=True)
-
-    emit({"event": "session", "session_id": session_id})
-    for line in sys.stdin:
-        text = line.rstrip("\n")
+    console = Console()
+    console.print(
+        f"[bold]plait chat[/] session [cyan]{session_id}[/], model {service.model.name}. "
+        "Ctrl-C cancels a run; Ctrl-D leaves."
+    )
+    while True:
+        try:
+            text = console.input("[bold green]you> [/]")
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            return 0
         if not text.strip():
             continue
-
-        def observe(event: RunEvent) -> None:
-            if isinstance(event, MessageSaved):
-                emit({"event": "message", **message_json(event.stored)})
-
+        if text.strip() in {"/exit", "/quit"}:
+            return 0
         try:
-            result = asyncio.run(service.send(session_id, text, budget=budget, observer=observe))
-        except PlaitError as e:
-            emit({"event": "error", "error": e.to_dict()})
+            with terminal_progress(console) as observe:
+                result = asyncio.run(
+                    service.send(session_id, text, budget=budget, observer=observe)
+                )
+        except KeyboardInterrupt:
+            console.print("[yellow]run cancelled[/]")
             continue
-        emit({"event": "run", **run_json(result.run)})
-    return 0
+        except PlaitError as e:
+            console.print(f"[red]error:[/] {e.message}", highlight=False)
+            continue
+        run = result.run
+        if run.status is not RunStatus.COMPLETED:
+            why = f": {run.error.message}" if run.error else ""
+            console.print(f"[yellow]run {run.status.value}{why}[/]", highlight=False)
 
 
 def run_chat(a: argparse.Namespace, budget: Budget) -> int:
@@ -77,56 +87,14 @@ def run_chat(a: argparse.Namespace, budget: Budget) -> int:
 
     async def start() -> str:
         if a.session_id:
-            await service.store.get_session(a.session_id)
-            return str(a.session_id)
-        session = await service.create_session(workspace=a.workspace)
-        return session.id
+            return (await runtime.queries.get_session(a.session_id)).id
+        return (await service.create_session(workspace=a.workspace)).id
 
     try:
         service.model  # noqa: B018 - no model: fail before creating a session
         session_id = asyncio.run(start())
         if getattr(a, "json", False):
             return _json_chat(service, session_id, budget)
-        from rich.console import Console
-
-        console = Console()
-        console.print(
-            f"[bold]plait chat[/] session [cyan]{session_id}[/], model {service.model.name}. "
-            "Ctrl-C cancels a run; Ctrl-D leaves."
-        )
-        while True:
-            try:
-                text = console.input("[bold green]you> [/]")
-            except (EOFError, KeyboardInterrupt):
-                console.print()
-                return 0
-            if not text.strip():
-                continue
-            if text.strip() in {"/exit", "/quit"}:
-                return 0
-            with console.status("thinking…", spinner="dots") as status:
-
-                def observe(event: RunEvent) -> None:
-                    if isinstance(event, MessageSaved) and event.stored.message.kind != "user":
-                        _print_message(console, event.stored)
-                    elif isinstance(event, ModelCallStarted):
-                        status.update("thinking…" if event.attempt == 1 else "correcting…")
-                    elif isinstance(event, ToolStarted):
-                        status.update(f"running {event.call.name}…")
-
-                try:
-                    result = asyncio.run(
-                        service.send(session_id, text, budget=budget, observer=observe)
-                    )
-                except KeyboardInterrupt:
-                    console.print("[yellow]run cancelled[/]")
-                    continue
-                except PlaitError as e:
-                    console.print(f"[red]error:[/] {e.message}")
-                    continue
-            run = result.run
-            if run.status is not RunStatus.COMPLETED:
-                why = f": {run.error.message}" if run.error else ""
-                console.print(f"[yellow]run {run.status.value}{why}[/]")
+        return _interactive(service, session_id, budget)
     finally:
         asyncio.run(runtime.close())

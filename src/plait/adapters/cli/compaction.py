@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.adapters.cli._json import iso
+from plait.adapters.shapes import iso
 from plait.domain.errors import ConfigError
 from plait.domain.messages import Message, ToolResultMessage, UserMessage
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,8 +14,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from plait.adapters.cli._json import message_json, run_json
 from plait.adapters.cli._render import message_text, run_text
+from plait.adapters.shapes import message_json, run_json
 from plait.domain.runs import RunStatus
 
 __all__ = ["DEMO_PROJECT", "DEMO_REQUEST", "run_demo", "write_demo_project"]
@@ -65,6 +67,17 @@ def _run_tests(workspace: Path) -> tuple[bool, str]:
     )
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     return proc.returncode == 0, lines[-1] if lines else ""
+
+
+def _invocation() -> str:
+    """How to call plait again, the way this process was started: ``plait`` when that is
+    on PATH, ``uv run plait`` under ``uv run``, else ``python -m plait``."""
+    on_path = shutil.which("plait")
+    if on_path and Path(on_path).resolve() == Path(sys.argv[0]).resolve():
+        return "plait"
+    if os.environ.get("UV"):
+        return "uv run plait"
+    return f"{shlex.quote(sys.executable)} -m plait"
 
 
 def run_demo(*, db: str | None, clean: bool, as_json: bool) -> int:
@@ -131,7 +144,7 @@ def run_demo(*, db: str | None, clean: bool, as_json: bool) -> int:
             if clean:
                 print("(--clean: the workspace and its store were removed)")
             else:
-                print(f"see it again with: plait history {session_id} --db {db_url}")
+                print(f"see it again with: {_invocation()} history {session_id} --db {db_url}")
         ok = run.status is RunStatus.COMPLETED and after[0] and not before[0]
         return 0 if ok else 1
     finally:

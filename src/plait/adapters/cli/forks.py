@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from plait.adapters.cli._json import iso, session_json
+from plait.adapters.shapes import fork_json, iso, session_json, workspace_json
 from plait.domain.errors import MessageNotFoundError
-from plait.domain.forks import ForkRecord, WorkspaceSnapshot
+from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
 
 if TYPE_CHECKING:
@@ -17,11 +17,6 @@ if TYPE_CHECKING:
     from plait.application.fork import ForkService
 
 __all__ = ["COMMANDS", "branch_lines", "register", "workspace_json"]
-
-NOT_ROLLED_BACK = (
-    "files were not rolled back to the fork point: the branch's tools see the directory "
-    "as it is now"
-)
 
 
 class _Output(Protocol):
@@ -65,11 +60,10 @@ def register(ssub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
 
 
 def _store(a: argparse.Namespace) -> Store:
-    from plait.adapters.stores import open_store
-    from plait.runtime import default_db_url
+    from plait.runtime import Runtime
 
     # Every command here needs an existing session: never create a store to find none.
-    return open_store(getattr(a, "db", None) or default_db_url(), create=False)
+    return cast("Store", Runtime.open(db=getattr(a, "db", None), store_only=True).store)
 
 
 def _forks(store: Store) -> ForkService:
@@ -89,57 +83,6 @@ def _run(a: argparse.Namespace, fn: Callable[[Store], Awaitable[int]]) -> int:
             await store.close()
 
     return asyncio.run(go())
-
-
-# --- shapes ---------------------------------------------------------------------------------
-
-
-def snapshot_json(s: WorkspaceSnapshot | None) -> dict[str, Any] | None:
-    if s is None:
-        return None
-    return {
-        "repository": s.repository,
-        "source_workspace": s.source_workspace,
-        "ref": s.ref,
-        "commit": s.commit,
-        "worktree": s.worktree,
-        "not_covered": list(s.not_covered),
-    }
-
-
-def fork_json(r: ForkRecord | None) -> dict[str, Any] | None:
-    if r is None:
-        return None
-    return {
-        "request_id": r.request_id,
-        "source_session_id": r.source_session_id,
-        "through_message_id": r.through_message_id,
-        "through_seq": r.through_seq,
-        "source_version": r.source_version,
-        "created_at": iso(r.created_at),
-        "snapshot": snapshot_json(r.snapshot),
-    }
-
-
-def workspace_json(session: Session, record: ForkRecord | None) -> dict[str, Any]:
-    """Which workspace a session is bound to, and for a branch, that nothing was rolled
-    back (or which snapshot it was checked out from)."""
-    snap = None if record is None else record.snapshot
-    if session.fork_origin is None:
-        note = None
-    elif snap is not None:
-        note = (
-            f"a separate worktree checked out from snapshot {snap.commit[:12]} of "
-            f"{snap.source_workspace}; not covered: {'; '.join(snap.not_covered)}"
-        )
-    else:
-        note = NOT_ROLLED_BACK
-    return {
-        "path": session.workspace,
-        "rolled_back": False,
-        "snapshot": snapshot_json(snap),
-        "note": note,
-    }
 
 
 def branch_lines(session: Session, record: ForkRecord | None) -> list[str]:

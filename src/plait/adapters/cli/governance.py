@@ -8,9 +8,9 @@ import getpass
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from plait.adapters.cli._json import iso
+from plait.adapters.shapes import iso
 from plait.domain.errors import ConfigError
 from plait.domain.governance import Approval
 from plait.domain.policy import Policy, ToolRule
@@ -167,10 +167,9 @@ def _policy_text(p: Policy) -> str:
 
 
 def _store(a: argparse.Namespace) -> Store:
-    from plait.adapters.stores import open_store
-    from plait.runtime import default_db_url
+    from plait.runtime import Runtime
 
-    return open_store(getattr(a, "db", None) or default_db_url(), create=False)
+    return cast("Store", Runtime.open(db=getattr(a, "db", None), store_only=True).store)
 
 
 def _run(a: argparse.Namespace, fn: Callable[[Store], Awaitable[int]]) -> int:

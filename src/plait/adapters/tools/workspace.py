@@ -145,6 +145,20 @@ def _encode(text: str, what: str) -> bytes:
         raise ToolError(f"{what} is not valid Unicode ({e.reason})") from e
 
 
+def _storable(text: str) -> str:
+    """File names that are not UTF-8 reach Python as lone surrogates, which no store (and
+    no model API) accepts: show their bytes as ``\\xNN`` instead."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", "surrogatepass")
+        return raw.decode("utf-8", "backslashreplace")
+    return text
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -548,7 +562,7 @@ def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, protected: tuple[s
             raise ToolError("this session has no workspace")
         args = invocation.call.arguments()
         content = await asyncio.to_thread(blocking, invocation.workspace, args)
-        return ToolOutput(content=content)
+        return ToolOutput(content=_storable(content))
 
     # A thread cannot be stopped: a cancelled run waits for the call to finish.
     effect_of = _write_effect if spec.name == "write_file" else None

@@ -1,15 +1,33 @@
-"""The stable JSON shapes of the CLI (documented in the README)."""
+"""plait's public JSON shapes: session, message, run, execution, artifact, error and the
+progress events of a run. The one serializer every surface uses (the CLI now, the HTTP API
+too), documented in the README's "JSON output"; field names are stable and timestamps are
+ISO 8601 in UTC."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+from plait.domain.errors import PlaitError
+from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 
-__all__ = ["execution_json", "iso", "message_json", "run_json", "session_json"]
+__all__ = [
+    "NOT_ROLLED_BACK",
+    "artifact_json",
+    "error_json",
+    "event_json",
+    "execution_json",
+    "fork_json",
+    "iso",
+    "message_json",
+    "run_json",
+    "session_json",
+    "snapshot_json",
+    "workspace_json",
+]
 
 
 def iso(ts: float | None) -> str | None:
@@ -36,7 +54,7 @@ def session_json(s: Session) -> dict[str, Any]:
     }
 
 
-def _artifact(a: ArtifactRef | None) -> dict[str, Any] | None:
+def artifact_json(a: ArtifactRef | None) -> dict[str, Any] | None:
     if a is None:
         return None
     return {"artifact_id": a.id, "sha256": a.sha256, "size": a.size, "media_type": a.media_type}
@@ -73,7 +91,7 @@ def message_json(sm: StoredMessage) -> dict[str, Any]:
         out["status"] = r.status.value
         out["content"] = r.content
         out["reason"] = r.reason
-        out["artifact"] = _artifact(r.artifact)
+        out["artifact"] = artifact_json(r.artifact)
     return out
 
 
@@ -123,4 +141,72 @@ def execution_json(e: ExecutionRecord) -> dict[str, Any]:
         "requested_at": iso(e.requested_at),
         "started_at": iso(e.started_at),
         "settled_at": iso(e.settled_at),
+    }
+
+
+def error_json(e: PlaitError) -> dict[str, Any]:
+    """``{"error": {code, message, details}}``: what a failed command prints."""
+    return {"error": e.to_dict()}
+
+
+def event_json(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """One line of a live stream (``chat --json``, ``send --events``): ``{"event": kind,
+    ...data}`` where ``kind`` is ``session``, ``message`` (a message shape), ``run`` (a run
+    shape, when the run ends) or ``error`` (``{"error": {...}}``)."""
+    return {"event": kind, **data}
+
+
+# --- forks ----------------------------------------------------------------------------------
+
+NOT_ROLLED_BACK = (
+    "files were not rolled back to the fork point: the branch's tools see the directory "
+    "as it is now"
+)
+
+
+def snapshot_json(s: WorkspaceSnapshot | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "repository": s.repository,
+        "source_workspace": s.source_workspace,
+        "ref": s.ref,
+        "commit": s.commit,
+        "worktree": s.worktree,
+        "not_covered": list(s.not_covered),
+    }
+
+
+def fork_json(r: ForkRecord | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "request_id": r.request_id,
+        "source_session_id": r.source_session_id,
+        "through_message_id": r.through_message_id,
+        "through_seq": r.through_seq,
+        "source_version": r.source_version,
+        "created_at": iso(r.created_at),
+        "snapshot": snapshot_json(r.snapshot),
+    }
+
+
+def workspace_json(session: Session, record: ForkRecord | None) -> dict[str, Any]:
+    """Which workspace a session is bound to, and for a branch, that nothing was rolled
+    back (or which snapshot it was checked out from)."""
+    snap = None if record is None else record.snapshot
+    if session.fork_origin is None:
+        note = None
+    elif snap is not None:
+        note = (
+            f"a separate worktree checked out from snapshot {snap.commit[:12]} of "
+            f"{snap.source_workspace}; not covered: {'; '.join(snap.not_covered)}"
+        )
+    else:
+        note = NOT_ROLLED_BACK
+    return {
+        "path": session.workspace,
+        "rolled_back": False,
+        "snapshot": snapshot_json(snap),
+        "note": note,
     }

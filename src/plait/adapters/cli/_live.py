@@ -1,0 +1,78 @@
+"""A run shown as it happens: on a terminal each saved message and a spinner while the
+model or a tool works (``send``, ``chat``); as JSON lines for scripts (``send --events``,
+``chat --json``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from plait.adapters.cli._io import Out
+from plait.adapters.shapes import event_json, message_json
+from plait.application.events import (
+    MessageSaved,
+    ModelCallStarted,
+    RunEvent,
+    RunObserver,
+    ToolStarted,
+)
+from plait.domain.session import StoredMessage
+
+__all__ = ["json_lines", "print_message", "short_args", "terminal_progress"]
+
+_ARGS_SHOWN = 160
+
+
+def short_args(arguments: dict[str, Any], limit: int = _ARGS_SHOWN) -> str:
+    text = json.dumps(arguments, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def print_message(console: Any, sm: StoredMessage) -> None:
+    """An assistant message (markdown and its calls) or a tool result (status, first line)."""
+    from rich.markdown import Markdown
+    from rich.markup import escape
+
+    m = sm.message
+    if m.kind == "assistant":
+        if m.text:
+            console.print(Markdown(m.text))
+        for c in m.tool_calls:
+            args = escape(short_args(c.arguments()))
+            console.print(f"  [cyan]→ {escape(c.name)}[/] [dim]{args}[/]", highlight=False)
+    elif m.kind == "tool_result":
+        r = m.result
+        ok = r.status.value == "succeeded"
+        colour, mark = ("green", "✓") if ok else ("yellow", "✗")
+        first = (r.reason or r.content).strip().splitlines()
+        detail = escape(first[0][:120]) if first else ""
+        console.print(
+            f"  [{colour}]{mark} {escape(m.tool_name)} {r.status.value}[/] [dim]{detail}[/]",
+            highlight=False,
+        )
+
+
+@contextmanager
+def terminal_progress(console: Any) -> Iterator[RunObserver]:
+    """An observer that prints each message the run saves (not the user's own) and keeps
+    a spinner saying what the run waits for."""
+    with console.status("thinking…", spinner="dots") as status:
+
+        def observe(event: RunEvent) -> None:
+            if isinstance(event, MessageSaved) and event.stored.message.kind != "user":
+                print_message(console, event.stored)
+                status.update("thinking…")
+            elif isinstance(event, ModelCallStarted):
+                status.update("thinking…" if event.attempt == 1 else "correcting…")
+            elif isinstance(event, ToolStarted):
+                status.update(f"running {event.call.name}…")
+
+        yield observe
+
+
+def json_lines(event: RunEvent) -> None:
+    """Observer printing ``{"event": "message", ...}`` for each saved message."""
+    if isinstance(event, MessageSaved):
+        Out.line(event_json("message", message_json(event.stored)))

@@ -1,0 +1,110 @@
+"""The read side: what surfaces (CLI, HTTP API) may look at, without writing anything.
+
+:class:`Queries` is the only way a surface reads sessions, messages, runs, executions and
+artifacts; the write side (sending, cancelling, recovering, resolving) is
+:class:`~plait.application.service.AgentService`. Both are built by
+:class:`plait.runtime.Runtime` over the same ports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.application.ports import ArtifactStore, Clock, SessionStore
+from plait.domain.forks import ForkRecord
+from plait.domain.messages import ArtifactRef
+from plait.domain.runs import Run, RunStatus
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+
+__all__ = ["LeaseInfo", "Queries", "RunDetail", "StoreInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunDetail:
+    """A run with the execution record of each of its tool calls."""
+
+    run: Run
+    executions: list[ExecutionRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """Where the store is (a URL, or a description for a store given as an object)."""
+
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """A running run whose lease has not expired: its owner may still be alive."""
+
+    run: Run
+    owner: str
+    expires_at: float
+    seconds_left: float
+
+
+class Queries:
+    """Read-only access to a store."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        artifacts: ArtifactStore,
+        clock: Clock,
+        location: str = "(a store object)",
+    ) -> None:
+        self._store = store
+        self._artifacts = artifacts
+        self._clock = clock
+        self._location = location
+
+    def store_info(self) -> StoreInfo:
+        return StoreInfo(location=self._location)
+
+    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+        """Newest first."""
+        return await self._store.list_sessions(limit=limit)
+
+    async def get_session(self, session_id: str) -> Session:
+        return await self._store.get_session(session_id)
+
+    async def history(self, session_id: str) -> list[StoredMessage]:
+        """The session's messages in order (an unknown id raises SessionNotFoundError)."""
+        await self._store.get_session(session_id)
+        return await self._store.read_messages(session_id)
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
+        """Newest first; an unknown session raises SessionNotFoundError."""
+        return await self._store.list_runs(session_id=session_id)
+
+    async def get_run(self, run_id: str) -> Run:
+        return await self._store.get_run(run_id)
+
+    async def fork_record(self, session_id: str) -> ForkRecord | None:
+        """How a branch was made (None for a session that is not a fork, or a store that
+        cannot fork)."""
+        get = getattr(self._store, "get_fork_record", None)
+        if get is None:
+            return None
+        record: ForkRecord | None = await get(session_id)
+        return record
+
+    async def run_detail(self, run_id: str) -> RunDetail:
+        run = await self._store.get_run(run_id)
+        return RunDetail(run=run, executions=await self._store.get_executions(run_id))
+
+    async def artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
+        return await self._artifacts.get_artifact(artifact_id)
+
+    async def live_leases(self, *, run_id: str | None = None) -> list[LeaseInfo]:
+        """Running runs (or the one named) whose lease has not expired yet: recovery
+        leaves them alone until it does, since their process may still be working."""
+        now = self._clock.now()
+        runs = [await self._store.get_run(run_id)] if run_id else await self._store.list_runs()
+        return [
+            LeaseInfo(r, r.lease.owner, r.lease.expires_at, r.lease.expires_at - now)
+            for r in runs
+            if r.status is RunStatus.RUNNING and r.lease is not None and r.lease.expires_at > now
+        ]
