@@ -11,8 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plait.application.context_builder import ContextBuilder
+from plait.application.gate import AllowAll, ToolGate
+from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
 from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
+from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
@@ -115,7 +119,19 @@ class Runtime:
         compaction: CompactionSettings | None = None,
         meter_for: Callable[[ModelClient], TokenMeter] | None = None,
         location: str | None = None,
+        meter: TokenMeter | None = None,
+        retry: RetryPolicy | None = None,
+        on_overflow: OverflowHook | None = None,
+        gate: ToolGate | None = None,
     ) -> None:
+        """Compose the loop's stages (DESIGN §1) and the service over them.
+
+        ``meter`` counts tokens for the ContextBuilder (default: ``meter_for(model)``
+        when given, else a conservative estimate);
+        ``retry`` and ``on_overflow`` set the ModelCaller's error policy (default: 5
+        attempts with exponential backoff; no overflow handling); ``gate`` decides about
+        each tool call (default: allow every valid call).
+        """
         self.store = store
         self.artifacts = artifacts
         self.model = model
@@ -131,6 +147,14 @@ class Runtime:
         """Compaction over this store and model (``None`` for a store without summary
         support); ``meter_for`` picks each model's token meter (default: a conservative
         estimate)."""
+        if meter is None and meter_for is not None and model is not None:
+            meter = meter_for(model)
+        context = ContextBuilder(
+            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
+        )
+        caller = ModelCaller(
+            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
+        )
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -142,6 +166,10 @@ class Runtime:
             budget=budget,
             owner=owner,
             lease_seconds=lease_seconds,
+            context=context,
+            caller=caller,
+            gate=gate or AllowAll(),
+            runner=ToolRunner(artifacts),
         )
 
     @classmethod

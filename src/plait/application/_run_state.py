@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from plait.application.events import RunObserver
-from plait.application.ports import ModelResponse
+from plait.application.ports import ModelResponse, TextSink
 from plait.domain.messages import Message, ToolCall
 from plait.domain.runs import Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -89,7 +89,11 @@ class ActiveRun:
     external_cancel: bool = False
     task: asyncio.Task[object] | None = None
     interruptible: bool = False
+    """The task may be cancelled now (a model call, or a stoppable tool, is running)."""
     lease_lost: bool = False
+    """The heartbeat could not renew the lease: the next commit stops the run."""
+    on_text: TextSink | None = None
+    """Streaming sink for the assistant's text (display only)."""
 
 
 class StopRun(Exception):
@@ -107,6 +111,11 @@ class StopRun(Exception):
         self.status = status
         self.error = RunError(code=code, message=message)
         self.executions = executions
+
+    @classmethod
+    def budget(cls, limit: str, message: str) -> StopRun:
+        """The run spent a budget: ``limit`` names which (``deadline``, ``max_steps``...)."""
+        return cls(RunStatus.BUDGET_EXHAUSTED, limit, message)
 
 
 def pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:

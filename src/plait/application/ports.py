@@ -285,6 +285,11 @@ class ArtifactStore(Protocol):
 
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef: ...
 
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """Store a file's bytes as an artifact, streaming them (a large file is never held
+        in memory whole). The file is left in place; the caller removes it."""
+        ...
+
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]: ...
 
 

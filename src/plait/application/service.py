@@ -1,32 +1,28 @@
 """AgentService: sessions, runs, and recovery — the application's public API.
 
-Persistence order of one run (DESIGN §3)::
+The loop itself is :class:`~plait.application.driver.RunDriver` (the persistence order of
+DESIGN §3 is documented there) over the stages ContextBuilder, ModelCaller, ToolGate and
+ToolRunner. Every save is a restart point (DESIGN §4): :meth:`AgentService.recover` finds
+runs whose lease expired and continues each from its last persisted point.
 
-    save user message (and claim the session for the run)           -- one commit
-    -> ask the model; validate; on invalid output ask for a correction (bounded)
-    -> save the assistant message with its calls, run usage, execution records -- one commit
-    -> per call, in order: [record "started" for side effects] -> execute -> save result
-    -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
-
-Every arrow after a save is a restart point (DESIGN §4): :meth:`AgentService.recover`
-finds runs whose lease expired and continues each from its last persisted point.
+Waiting for a person is one mechanism (:data:`~plait.application.driver.WAITING`): a run
+``awaiting_resolution`` (an unknown side effect) or ``awaiting_approval`` (a gated call)
+holds no lease and keeps its session; :meth:`cancel` ends either, :meth:`recover` leaves
+both alone, :meth:`resume` continues either once nothing blocks it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from plait.application._loop import RunLoop
-from plait.application._run_state import (
-    ActiveRun,
-    RunResult,
-    UsageCounters,
-    call_ids,
-    idempotency_key,
-)
-from plait.application.events import MessageSaved, RunEnded, RunObserver, RunStarted
+from plait.application._journal import RunJournal
+from plait.application._run_state import RunResult, idempotency_key
+from plait.application.context_builder import ContextBuilder
+from plait.application.driver import WAITING, RunDriver
+from plait.application.events import MessageSaved, RunObserver, RunStarted
+from plait.application.gate import AllowAll, ToolGate
+from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
 from plait.application.ports import (
     ArtifactStore,
     Clock,
@@ -34,8 +30,11 @@ from plait.application.ports import (
     IdGenerator,
     ModelClient,
     SessionStore,
+    TextSink,
+    TokenMeter,
     Tool,
 )
+from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
@@ -43,7 +42,6 @@ from plait.domain.errors import (
     ValidationError,
 )
 from plait.domain.messages import (
-    Message,
     ToolResult,
     ToolResultMessage,
     ToolStatus,
@@ -76,9 +74,23 @@ class RecoveryReport:
     result: RunResult | None = None
 
 
-class AgentService(RunLoop):
-    """Runs the agent loop over the ports it is given. Build it with
+class AgentService:
+    """The application's public API over the loop's stages. Build it with
     :class:`plait.runtime.Runtime` or directly with fakes in tests.
+
+    The stages are plain collaborators (DESIGN §1), each replaceable by keyword:
+
+    - ``context`` (:class:`ContextBuilder`): the model-visible context for a role, with a
+      ``meter`` (:class:`~plait.application.ports.TokenMeter`) and cached counts;
+    - ``caller`` (:class:`ModelCaller`): model calls with the retry / overflow / fail
+      policy (``retry``, ``on_overflow``);
+    - ``gate`` (:class:`ToolGate`): allow / deny / needs-approval per call
+      (default :class:`AllowAll`);
+    - ``runner`` (:class:`ToolRunner`): timeout, cancellation, output cap and spooling;
+    - the :class:`RunDriver` they are composed into (``self.driver``).
+
+    Without them the defaults are built from ``model``, ``tools``, ``instructions`` and
+    ``artifacts``.
 
     ``checkpoint`` is a test-only hook called with the name of each persistence point
     (``user_saved``, ``assistant_saved``, ``execution_started``, ``tool_returned``,
@@ -99,26 +111,64 @@ class AgentService(RunLoop):
         owner: str | None = None,
         lease_seconds: float = 60.0,
         checkpoint: Callable[[str], None] | None = None,
+        context: ContextBuilder | None = None,
+        meter: TokenMeter | None = None,
+        caller: ModelCaller | None = None,
+        retry: RetryPolicy | None = None,
+        on_overflow: OverflowHook | None = None,
+        gate: ToolGate | None = None,
+        runner: ToolRunner | None = None,
     ) -> None:
-        names = [t.spec.name for t in tools]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"tool names must be unique, got {names}")
-        if lease_seconds <= 0:
-            raise ConfigError("lease_seconds must be positive")
+        _check_config(tools, lease_seconds)
         self.store = store
         self.artifacts = artifacts
-        self._model = model
         self.clock = clock
         self.ids = ids
         self.instructions = instructions
         self.budget = budget or Budget()
-        self.owner = owner or ids.new("worker")
         self.lease_seconds = lease_seconds
         self._tools = {t.spec.name: t for t in tools}
-        self._specs = {t.spec.name: t.spec for t in tools}
-        self._spec_tuple = tuple(self._specs.values())
-        self._active = {}
-        self._checkpoint = checkpoint
+        self.caller = caller or ModelCaller(
+            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
+        )
+        self.journal = RunJournal(
+            store=store,
+            clock=clock,
+            ids=ids,
+            owner=owner or ids.new("worker"),
+            checkpoint=checkpoint,
+        )
+        self.driver = RunDriver(
+            store=store,
+            journal=self.journal,
+            context=context
+            or ContextBuilder(
+                instructions=instructions,
+                tools=tuple(t.spec for t in tools),
+                meter=meter,
+            ),
+            caller=self.caller,
+            gate=gate or AllowAll(),
+            runner=runner or ToolRunner(artifacts),
+            tools=self._tools,
+            lease_seconds=lease_seconds,
+        )
+        self._active = self.driver.active
+
+    @property
+    def owner(self) -> str:
+        """Lease owner name of this service's runs (one per process by default)."""
+        return self.journal.owner
+
+    @owner.setter
+    def owner(self, value: str) -> None:
+        self.journal.owner = value
+
+    @property
+    def model(self) -> ModelClient:
+        """The model runs use; a service opened without one can still read, cancel and
+        resolve, but not run (ConfigError naming the fix)."""
+        return self.caller.model
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -151,8 +201,10 @@ class AgentService(RunLoop):
         *,
         budget: Budget | None = None,
         observer: RunObserver | None = None,
+        on_text: TextSink | None = None,
     ) -> RunResult:
         """Append a user message and run the loop until the run ends or waits.
+        ``on_text`` receives the assistant's text as it streams (models that stream).
 
         Raises :class:`~plait.domain.errors.SessionBusyError` if the session already has an
         active run (here or in another process); nothing is written then.
@@ -190,18 +242,19 @@ class AgentService(RunLoop):
         )
         history = [s.message for s in stored]
         history.append(user)
-        a = self._activate(run, session, result.version, history, observer)
+        a = self.driver.activate(run, session, result.version, history, observer, on_text)
         a.added.append(StoredMessage(result.version, user))
-        self._emit(a, RunStarted(run))
-        self._emit(a, MessageSaved(run_id, a.added[-1]))
-        self._hit("user_saved")
-        return await self._drive(a, pending=False)
+        self.journal.emit(a, RunStarted(run))
+        self.journal.emit(a, MessageSaved(run_id, a.added[-1]))
+        self.journal.hit("user_saved")
+        return await self.driver.drive(a, pending=False)
 
     async def cancel(self, run_id: str) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
         stoppable call is interrupted); a run in another process sees the request at its
-        next commit. A run waiting for resolution is ended here: its pending calls get
-        ``cancelled`` results and an unresolved one an ``unknown`` result."""
+        next commit. A run waiting for a person (resolution or approval) is ended here:
+        its pending calls get ``cancelled`` results and an unresolved one an ``unknown``
+        result."""
         active = self._active.get(run_id)
         if active is not None:
             active.cancel_requested = True
@@ -212,18 +265,23 @@ class AgentService(RunLoop):
         if current.status.terminal:
             return current  # nothing to cancel; nothing written
         run = await self.store.request_cancel(run_id)
-        if run.status is not RunStatus.AWAITING_RESOLUTION:
+        if run.status not in WAITING:
             return run
-        a = await self._take_over(run, observer=None)
-        await self._close_pending(a, why="the run was cancelled while awaiting resolution")
+        waited = run.status.value.replace("_", " ")
+        a = await self.driver.take_over(run, observer=None)
+        await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
-        await self._finish(a, RunStatus.CANCELLED, cancelled)
+        await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
 
     # --- recovery ---------------------------------------------------------------------------
 
     async def recover(
-        self, *, run_id: str | None = None, observer: RunObserver | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        observer: RunObserver | None = None,
+        on_text: TextSink | None = None,
     ) -> list[RecoveryReport]:
         """Take over runs whose lease expired (or the one named) and drive each on from its
         last persisted point (DESIGN §4):
@@ -260,7 +318,7 @@ class AgentService(RunLoop):
                 )
                 continue
             try:
-                a = await self._take_over(run, observer=observer)
+                a = await self.driver.take_over(run, observer=observer, on_text=on_text)
             except LeaseLostError as e:
                 now_run = await self.store.get_run(run.id)
                 detail = (
@@ -270,7 +328,7 @@ class AgentService(RunLoop):
                 )
                 reports.append(RecoveryReport(run.id, "skipped", detail))
                 continue
-            result = await self._drive(a, pending=True)
+            result = await self.driver.drive(a, pending=True)
             reports.append(
                 RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)
             )
@@ -304,7 +362,7 @@ class AgentService(RunLoop):
                 run_id=run_id,
                 call_id=call_id,
             )
-        a = await self._take_over(run, observer=None)
+        a = await self.driver.take_over(run, observer=None)
         now = self.clock.now()
         text = f"{note.strip()} (outcome verified by {by})"
         message = ToolResultMessage(
@@ -319,17 +377,26 @@ class AgentService(RunLoop):
             record, state=ExecutionState.SETTLED, settled_at=now, result_status=status, note=text
         )
         released = replace(a.run, lease=None)
-        await self._commit(a, (message,), run=released, executions=(settled,))
+        await self.journal.commit(a, (message,), run=released, executions=(settled,))
         return a.run
 
-    async def resume(self, run_id: str, *, observer: RunObserver | None = None) -> RunResult:
-        """Continue a run that waited for resolution, once every unknown call is resolved."""
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        observer: RunObserver | None = None,
+        on_text: TextSink | None = None,
+    ) -> RunResult:
+        """Continue a run that waits for a person: one awaiting resolution once every
+        unknown call is resolved; one awaiting approval at once (the gate is asked again
+        about the waiting call, and lets it run if an approval now allows it)."""
         self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
         run = await self.store.get_run(run_id)
-        if run.status is not RunStatus.AWAITING_RESOLUTION:
+        if run.status not in WAITING:
             raise RunStateError(
-                f"run {run_id} is {run.status.value}; only a run awaiting resolution can be "
-                "resumed (use `plait runs recover` for an interrupted running run)",
+                f"run {run_id} is {run.status.value}; only a run awaiting resolution or "
+                "approval can be resumed (use `plait runs recover` for an interrupted "
+                "running run)",
                 run_id=run_id,
                 status=run.status.value,
             )
@@ -345,77 +412,18 @@ class AgentService(RunLoop):
                 run_id=run_id,
                 calls=unknown,
             )
-        a = await self._take_over(run, observer=observer, status=RunStatus.RUNNING)
+        a = await self.driver.take_over(
+            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
+        )
         # Persist "running" before any work, so a crash from here on leaves a run that
-        # recovery picks up (it skips runs that await resolution).
-        await self._commit(a, (), run=a.run)
-        return await self._drive(a, pending=True)
+        # recovery picks up (it skips runs that wait for a person).
+        await self.journal.commit(a, (), run=a.run)
+        return await self.driver.drive(a, pending=True)
 
-    # --- helpers ----------------------------------------------------------------------------
 
-    def _activate(
-        self,
-        run: Run,
-        session: Session,
-        version: int,
-        history: list[Message],
-        observer: RunObserver | None,
-    ) -> ActiveRun:
-        deadline_s = run.budget.deadline_seconds
-        return ActiveRun(
-            run=run,
-            usage=UsageCounters.of(run.usage),
-            session=session,
-            version=version,
-            history=history,
-            used_call_ids=call_ids(history),
-            deadline=None if deadline_s is None else self.clock.monotonic() + deadline_s,
-            observer=observer,
-            task=asyncio.current_task(),
-            cancel_requested=run.cancel_requested,
-        )
-
-    async def _take_over(
-        self, run: Run, *, observer: RunObserver | None, status: RunStatus | None = None
-    ) -> ActiveRun:
-        """Claim a run's lease and rebuild its in-process state from the store. A resumed
-        run's deadline window starts anew; its step and model-call usage carry on."""
-        now = self.clock.now()
-        claimed = await self.store.claim_run(
-            run.id, owner=self.owner, now=now, expires_at=now + self.lease_seconds
-        )
-        if status is not None and claimed.status is not status:
-            claimed = replace(claimed, status=status, error=None)
-        session = await self.store.get_session(claimed.session_id)
-        stored = await self.store.read_messages(claimed.session_id)
-        history = [s.message for s in stored]
-        return self._activate(claimed, session, session.version, history, observer)
-
-    async def _drive(self, a: ActiveRun, *, pending: bool) -> RunResult:
-        self._active[a.run.id] = a
-        heartbeat = asyncio.create_task(self._heartbeat(a))
-        try:
-            await self._loop(a, pending=pending)
-        finally:
-            heartbeat.cancel()
-            self._active.pop(a.run.id, None)
-        self._emit(a, RunEnded(a.run))
-        if a.external_cancel:
-            raise asyncio.CancelledError
-        return RunResult(a.run, tuple(a.added))
-
-    async def _heartbeat(self, a: ActiveRun) -> None:
-        """Renew the lease while the run works, so a long model or tool call does not let
-        a recovering process take it over."""
-        period = self.lease_seconds / 3
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.store.renew_lease(
-                    a.run.id, owner=self.owner, expires_at=self.clock.now() + self.lease_seconds
-                )
-            except LeaseLostError:
-                a.lease_lost = True
-                if a.task is not None and a.interruptible:
-                    a.task.cancel()
-                return
+def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
+    names = [t.spec.name for t in tools]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"tool names must be unique, got {names}")
+    if lease_seconds <= 0:
+        raise ConfigError("lease_seconds must be positive")

@@ -77,6 +77,10 @@ class ExecutionRecord:
     settled_at: float | None = None
     result_status: ToolStatus | None = None
     """``unknown`` while a side effect's outcome awaits a person's resolution."""
+    decision: str | None = None
+    """What the ToolGate decided before the call could start: ``allow``, ``deny`` or
+    ``needs_approval`` (set with ``reviewed_at``)."""
+    decided_by: str | None = None
     decision_reason: str | None = None
     note: str | None = None
     """Why the outcome is unknown, or what the person who resolved it verified."""

@@ -433,6 +433,8 @@ def execution_to_dict(e: ExecutionRecord) -> dict[str, Any]:
         "started_at": e.started_at,
         "settled_at": e.settled_at,
         "result_status": None if e.result_status is None else e.result_status.value,
+        "decision": e.decision,
+        "decided_by": e.decided_by,
         "decision_reason": e.decision_reason,
         "note": e.note,
     }
@@ -454,6 +456,8 @@ def _execution_from_dict(d: dict[str, Any]) -> ExecutionRecord:
         started_at=d["started_at"],
         settled_at=d["settled_at"],
         result_status=None if status is None else ToolStatus(status),
+        decision=d.get("decision"),
+        decided_by=d.get("decided_by"),
         decision_reason=d["decision_reason"],
         note=d.get("note"),
     )

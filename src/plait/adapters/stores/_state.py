@@ -28,11 +28,13 @@ from plait.domain.runs import Lease, Run
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 
 __all__ = [
+    "ARTIFACT_CHUNK",
     "STATE_ORDER",
     "Change",
     "SessionState",
     "artifact_not_found",
     "artifact_ref",
+    "artifact_ref_of_file",
     "can_claim",
     "check_execution",
     "check_new_session",
@@ -247,6 +249,28 @@ def artifact_ref(data: bytes, media_type: str) -> ArtifactRef:
     digest = hashlib.sha256(data).hexdigest()
     key = hashlib.sha256(f"{media_type}\n{digest}".encode()).hexdigest()
     return ArtifactRef(id=f"art_{key[:32]}", sha256=digest, size=len(data), media_type=media_type)
+
+
+def artifact_ref_of_file(path: str, media_type: str) -> ArtifactRef:
+    """:func:`artifact_ref` of a file's bytes, hashed in chunks (never read whole)."""
+    if not isinstance(media_type, str) or not media_type:
+        raise ConfigError("artifact media_type must be a non-empty string")
+    h = hashlib.sha256()
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(ARTIFACT_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+    except OSError as e:
+        raise ConfigError(f"cannot read spooled tool output {path!r}: {e}", path=path) from e
+    digest = h.hexdigest()
+    key = hashlib.sha256(f"{media_type}\n{digest}".encode()).hexdigest()
+    return ArtifactRef(id=f"art_{key[:32]}", sha256=digest, size=size, media_type=media_type)
+
+
+ARTIFACT_CHUNK = 1 << 20
+"""Bytes copied at a time when a file is put into an artifact store."""
 
 
 def can_claim(run: Run, owner: str, now: float) -> bool:

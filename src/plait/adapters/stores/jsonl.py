@@ -33,13 +33,14 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from plait.adapters.stores import _codec
 from plait.adapters.stores._approvals import (
@@ -60,10 +61,12 @@ from plait.adapters.stores._fork import (
 )
 from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._state import (
+    ARTIFACT_CHUNK,
     Change,
     SessionState,
     artifact_not_found,
     artifact_ref,
+    artifact_ref_of_file,
     can_claim,
     check_new_session,
     closed_error,
@@ -611,6 +614,19 @@ class JsonlStore:
 
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
         ref = artifact_ref(data, media_type)
+        return self._put_artifact(ref, lambda f: f.write(data))
+
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """Copies the file in chunks (never whole in memory); the caller removes it."""
+        ref = artifact_ref_of_file(path, media_type)
+
+        def copy(out: BinaryIO) -> None:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, out, ARTIFACT_CHUNK)
+
+        return self._put_artifact(ref, copy)
+
+    def _put_artifact(self, ref: ArtifactRef, write: Callable[[BinaryIO], object]) -> ArtifactRef:
         with self._op():
             path = self._artifacts_dir / ref.id
             if path.exists():
@@ -622,7 +638,7 @@ class JsonlStore:
             try:
                 with os.fdopen(fd, "wb", closefd=True) as f:
                     f.write((_codec.dumps(header) + "\n").encode())
-                    f.write(data)
+                    write(f)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)

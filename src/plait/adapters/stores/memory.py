@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from plait.adapters.stores._approvals import (
     duplicate_approval,
@@ -24,6 +25,7 @@ from plait.adapters.stores._state import (
     SessionState,
     artifact_not_found,
     artifact_ref,
+    artifact_ref_of_file,
     can_claim,
     check_new_session,
     closed_error,
@@ -250,6 +252,11 @@ class MemoryStore:
             self._artifacts[ref.id] = (ref, bytes(data))
             return ref
 
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """The file's bytes (this store keeps everything in memory anyway)."""
+        artifact_ref_of_file(path, media_type)  # clear error for an unreadable file
+        return await self.put_artifact(_read_file(path), media_type=media_type)
+
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
         with self._lock:
             self._check_open()
@@ -393,3 +400,7 @@ class MemoryStore:
     async def close(self) -> None:
         with self._lock:
             self._closed = True
+
+
+def _read_file(path: str) -> bytes:
+    return Path(path).read_bytes()

@@ -39,6 +39,7 @@ from plait.adapters.stores._sqlite_rows import (
 from plait.adapters.stores._state import (
     artifact_not_found,
     artifact_ref,
+    artifact_ref_of_file,
     check_execution,
     check_new_session,
     closed_error,
@@ -413,6 +414,15 @@ class PostgresStore:
         await self._write(op)
         return ref
 
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """A ``bytea`` value is sent whole: the file is read (in a worker thread) only
+        when no artifact with its content exists yet."""
+        ref = await asyncio.to_thread(artifact_ref_of_file, path, media_type)
+        if await self._one(q.GET_ARTIFACT, (ref.id,)) is not None:
+            return ref
+        data = await asyncio.to_thread(_read_file, path)
+        return await self.put_artifact(data, media_type=media_type)
+
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
         row = await self._one(q.GET_ARTIFACT, (artifact_id,))
         if row is None:
@@ -496,3 +506,8 @@ class PostgresStore:
         return await self._read(
             lambda conn: more.search(conn, session_id, query, through_seq, max(limit, 0))
         )
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()

@@ -41,8 +41,10 @@ from plait.adapters.stores._sqlite_rows import (
     session_row,
 )
 from plait.adapters.stores._state import (
+    ARTIFACT_CHUNK,
     artifact_not_found,
     artifact_ref,
+    artifact_ref_of_file,
     check_execution,
     check_new_session,
     closed_error,
@@ -202,6 +204,10 @@ _LIST_EXECUTIONS = (
 
 _PUT_ARTIFACT = (
     "INSERT INTO artifacts (id, sha256, size, media_type, data) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_PUT_ARTIFACT_SIZED = (
+    "INSERT INTO artifacts (id, sha256, size, media_type, data) VALUES (?, ?, ?, ?, zeroblob(?)) "
     "ON CONFLICT (id) DO NOTHING"
 )
 _GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = ?"
@@ -581,6 +587,23 @@ class SqliteStore:
         ref = artifact_ref(data, media_type)
         row = (ref.id, ref.sha256, ref.size, ref.media_type, bytes(data))
         self._write(lambda conn: conn.execute(_PUT_ARTIFACT, row))
+        return ref
+
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """Streams the file into the blob in chunks (never whole in memory)."""
+        ref = artifact_ref_of_file(path, media_type)
+
+        def put(conn: sqlite3.Connection) -> None:
+            row = (ref.id, ref.sha256, ref.size, ref.media_type, ref.size)
+            cur = conn.execute(_PUT_ARTIFACT_SIZED, row)
+            if cur.rowcount == 0:
+                return  # already stored
+            rowid = conn.execute("SELECT rowid FROM artifacts WHERE id = ?", (ref.id,)).fetchone()
+            with open(path, "rb") as src, conn.blobopen("artifacts", "data", rowid[0]) as blob:
+                while chunk := src.read(ARTIFACT_CHUNK):
+                    blob.write(chunk)
+
+        self._write(put)
         return ref
 
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:

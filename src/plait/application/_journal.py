@@ -1,0 +1,202 @@
+"""RunJournal: every write a run makes, fenced by its lease, and the events they emit.
+
+The driver decides *what* to persist and *when* (DESIGN §3); the journal does the writing:
+one :class:`~plait.application.ports.Commit` per persistence point, the in-process state
+(:class:`ActiveRun`) updated after the store accepted it, observers told afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from plait.application._run_state import ActiveRun, idempotency_key
+from plait.application.events import MessageSaved, RunEvent
+from plait.application.ports import Clock, Commit, IdGenerator, SessionStore, Tool
+from plait.domain.errors import LeaseLostError
+from plait.domain.messages import (
+    Message,
+    ToolCall,
+    ToolResult,
+    ToolResultMessage,
+    ToolStatus,
+    argument_digest,
+)
+from plait.domain.runs import Run, RunError, RunStatus
+from plait.domain.session import ExecutionRecord, ExecutionState, StoredMessage
+from plait.domain.tools import EffectClass
+
+__all__ = ["RunJournal"]
+
+log = logging.getLogger("plait.agent")
+
+
+class RunJournal:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        clock: Clock,
+        ids: IdGenerator,
+        owner: str,
+        checkpoint: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.ids = ids
+        self.owner = owner
+        self._checkpoint = checkpoint
+
+    def hit(self, point: str) -> None:
+        """A persistence point was reached (the test-only crash hook)."""
+        if self._checkpoint is not None:
+            self._checkpoint(point)
+
+    def emit(self, a: ActiveRun, event: RunEvent) -> None:
+        if a.observer is None:
+            return
+        try:
+            a.observer(event)
+        except Exception:
+            log.exception("run observer raised; ignoring")
+
+    async def commit(
+        self,
+        a: ActiveRun,
+        messages: tuple[Message, ...],
+        *,
+        run: Run | None = None,
+        executions: tuple[ExecutionRecord, ...] = (),
+    ) -> None:
+        """Write one commit for the run. A process whose heartbeat found the lease lost
+        stops here, before writing, with a clear message."""
+        if a.lease_lost:
+            raise LeaseLostError(
+                f"run {a.run.id}: this process ({self.owner}) lost the run's lease (its "
+                "heartbeat could not renew it); it stops here without writing, and the "
+                "process that holds the lease now carries the run on",
+                run_id=a.run.id,
+                owner=self.owner,
+            )
+        result = await self.store.commit(
+            Commit(
+                session_id=a.session.id,
+                expected_version=a.version,
+                messages=messages,
+                run=run,
+                executions=executions,
+                lease_owner=self.owner,
+            )
+        )
+        if run is not None:
+            a.run = run
+        if result.cancel_requested:
+            a.cancel_requested = True
+        first = a.version + 1
+        a.version = result.version
+        for n, message in enumerate(messages):
+            a.history.append(message)
+            stored = StoredMessage(first + n, message)
+            a.added.append(stored)
+            self.emit(a, MessageSaved(a.run.id, stored))
+
+    async def finish(
+        self,
+        a: ActiveRun,
+        status: RunStatus,
+        error: RunError | None,
+        executions: tuple[ExecutionRecord, ...] = (),
+    ) -> None:
+        """End the run (terminal status), or make it wait for a person (the lease is
+        released, the session stays claimed)."""
+        current = replace(a.run, usage=a.usage.freeze())
+        if status.terminal:
+            run = current.ended(status, self.clock.now(), error)
+        else:
+            run = replace(current, status=status, error=error, lease=None)
+        await self.commit(a, (), run=run, executions=executions)
+
+    def record(
+        self, a: ActiveRun, call: ToolCall, tool: Tool | None, now: float
+    ) -> ExecutionRecord:
+        """The ``requested`` record of a validated call; its effect class is fixed here."""
+        if tool is None:
+            effect = EffectClass.SIDE_EFFECT
+        elif tool.effect_of is not None:
+            effect = EffectClass(tool.effect_of(call.arguments()))
+        else:
+            effect = tool.spec.effect
+        return ExecutionRecord(
+            session_id=a.session.id,
+            run_id=a.run.id,
+            call_id=call.id,
+            tool_name=call.name,
+            effect=effect,
+            args_digest=argument_digest(call.arguments_json),
+            idempotency_key=idempotency_key(a.session.id, a.run.id, call.id),
+            state=ExecutionState.REQUESTED,
+            requested_at=now,
+        )
+
+    def result_message(
+        self, a: ActiveRun, call: ToolCall, result: ToolResult, at: float | None = None
+    ) -> ToolResultMessage:
+        return ToolResultMessage(
+            id=self.ids.new("msg"),
+            tool_name=call.name,
+            result=result,
+            created_at=self.clock.now() if at is None else at,
+            run_id=a.run.id,
+            step=a.usage.steps,
+        )
+
+    async def settle(
+        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, result: ToolResult
+    ) -> None:
+        """Save a call's result and its settled record in one commit."""
+        message = self.result_message(a, call, result)
+        settled = replace(
+            record,
+            state=ExecutionState.SETTLED,
+            settled_at=message.created_at,
+            result_status=result.status,
+        )
+        await self.commit(a, (message,), executions=(settled,))
+
+    async def settle_unstarted(
+        self,
+        a: ActiveRun,
+        calls: Iterable[tuple[ToolCall, ExecutionRecord]],
+        why: str,
+        status: ToolStatus = ToolStatus.CANCELLED,
+    ) -> None:
+        """Give every call that never started a result (``cancelled`` by default; an
+        unresolved ``unknown`` one stays ``unknown``), in one commit, so no call is left
+        unpaired."""
+        now = self.clock.now()
+        messages: list[Message] = []
+        settled: list[ExecutionRecord] = []
+        for call, record in calls:
+            if record.result_status is ToolStatus.UNKNOWN:
+                result = ToolResult(
+                    call_id=call.id,
+                    status=ToolStatus.UNKNOWN,
+                    content=f"outcome unknown, never resolved: {record.note}",
+                    reason=why,
+                )
+            else:
+                result = ToolResult(
+                    call_id=call.id, status=status, content=f"not executed: {why}", reason=why
+                )
+            messages.append(self.result_message(a, call, result, now))
+            settled.append(
+                replace(
+                    record,
+                    state=ExecutionState.SETTLED,
+                    settled_at=now,
+                    result_status=result.status,
+                )
+            )
+        if messages:
+            await self.commit(a, tuple(messages), executions=tuple(settled))

@@ -1,0 +1,493 @@
+"""RunDriver: the run's state machine and the persistence order of DESIGN §3.
+
+Persistence order of one run::
+
+    save user message (and claim the session for the run)            -- AgentService.send
+    -> ContextBuilder builds the context; ModelCaller asks the model (retries per §6);
+       validate; on invalid output ask for a correction (bounded)
+    -> save the assistant message with its calls, run usage, ``requested`` records
+    -> per call, in order:
+         ToolGate decides (allow / deny / needs_approval), recorded on the record
+         deny: save a ``denied`` result                    needs_approval: run waits
+         allow: [save "started" for side effects] -> ToolRunner executes -> save result
+    -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
+
+Every arrow after a save is a restart point. Nothing runs that was not first persisted as
+requested, and nothing invalid is persisted as a tool request. No store transaction is
+open while the model or a tool works.
+
+Waiting is one mechanism: a run that needs a person (``awaiting_resolution`` for an
+unknown side effect, ``awaiting_approval`` for a gated call) ends its drive with
+:class:`StopRun` of that status; :data:`WAITING` lists them for cancel, recover and resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from plait.application._journal import RunJournal
+from plait.application._run_state import (
+    ActiveRun,
+    RunResult,
+    StopRun,
+    UsageCounters,
+    call_ids,
+    pending_calls,
+    render_rejected,
+)
+from plait.application.context_builder import ContextBuilder
+from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
+from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict
+from plait.application.model_caller import ModelCaller
+from plait.application.ports import (
+    Clock,
+    ModelResponse,
+    ModelRole,
+    SessionStore,
+    TextSink,
+    Tool,
+    ToolInvocation,
+)
+from plait.application.tool_runner import ToolRunner
+from plait.application.validation import check_output
+from plait.domain.context import Context, Correction
+from plait.domain.errors import (
+    BudgetExhaustedError,
+    LeaseLostError,
+    ModelError,
+    PlaitError,
+)
+from plait.domain.messages import AssistantMessage, Message, ToolCall, ToolResult, ToolStatus
+from plait.domain.runs import Lease, Run, RunStatus
+from plait.domain.session import ExecutionRecord, ExecutionState, Session
+from plait.domain.tools import EffectClass
+
+__all__ = ["WAITING", "RunDriver"]
+
+log = logging.getLogger("plait.agent")
+
+WAITING = frozenset({RunStatus.AWAITING_RESOLUTION, RunStatus.AWAITING_APPROVAL})
+"""Statuses in which a run waits for a person: no lease, the session stays claimed."""
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """The run's side of a model call (ModelCaller's AttemptBudget)."""
+
+    driver: RunDriver
+    a: ActiveRun
+    step: int
+
+    def spend(self, role: ModelRole, attempt: int) -> None:
+        self.driver.check_budget(self.a, before_model_call=True)
+        self.a.usage.model_calls += 1
+        self.driver.journal.emit(self.a, ModelCallStarted(self.a.run.id, self.step, attempt))
+
+    @property
+    def deadline(self) -> float | None:
+        return self.a.deadline
+
+
+class RunDriver:
+    """Drives runs through their stages. Built by :class:`~plait.application.service.
+    AgentService` from the collaborators :mod:`plait.runtime` composes."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        journal: RunJournal,
+        context: ContextBuilder,
+        caller: ModelCaller,
+        gate: ToolGate,
+        runner: ToolRunner,
+        tools: Mapping[str, Tool],
+        lease_seconds: float,
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.context = context
+        self.caller = caller
+        self.gate = gate
+        self.runner = runner
+        self.tools = tools
+        self.specs = {name: t.spec for name, t in tools.items()}
+        self.lease_seconds = lease_seconds
+        self.active: dict[str, ActiveRun] = {}
+
+    @property
+    def clock(self) -> Clock:
+        return self.journal.clock
+
+    @property
+    def owner(self) -> str:
+        return self.journal.owner
+
+    # --- taking a run in hand ---------------------------------------------------------------
+
+    def activate(
+        self,
+        run: Run,
+        session: Session,
+        version: int,
+        history: list[Message],
+        observer: RunObserver | None,
+        on_text: TextSink | None = None,
+    ) -> ActiveRun:
+        deadline_s = run.budget.deadline_seconds
+        return ActiveRun(
+            run=run,
+            usage=UsageCounters.of(run.usage),
+            session=session,
+            version=version,
+            history=history,
+            used_call_ids=call_ids(history),
+            deadline=None if deadline_s is None else self.clock.monotonic() + deadline_s,
+            observer=observer,
+            task=asyncio.current_task(),
+            cancel_requested=run.cancel_requested,
+            on_text=on_text,
+        )
+
+    async def take_over(
+        self,
+        run: Run,
+        *,
+        observer: RunObserver | None,
+        status: RunStatus | None = None,
+        on_text: TextSink | None = None,
+    ) -> ActiveRun:
+        """Claim a run's lease and rebuild its in-process state from the store. A resumed
+        run's deadline window starts anew; its step and model-call usage carry on."""
+        now = self.clock.now()
+        claimed = await self.store.claim_run(
+            run.id, owner=self.owner, now=now, expires_at=now + self.lease_seconds
+        )
+        if status is not None and claimed.status is not status:
+            claimed = replace(claimed, status=status, error=None)
+        session = await self.store.get_session(claimed.session_id)
+        stored = await self.store.read_messages(claimed.session_id)
+        history = [s.message for s in stored]
+        return self.activate(claimed, session, session.version, history, observer, on_text)
+
+    async def drive(self, a: ActiveRun, *, pending: bool) -> RunResult:
+        """Run the loop until the run ends or waits; ``pending``: first settle the calls
+        of the last assistant message that have no result (recovery, resume)."""
+        self.active[a.run.id] = a
+        heartbeat = asyncio.create_task(self._heartbeat(a))
+        try:
+            await self._loop(a, pending=pending)
+        finally:
+            heartbeat.cancel()
+            self.active.pop(a.run.id, None)
+        self.journal.emit(a, RunEnded(a.run))
+        if a.external_cancel:
+            raise asyncio.CancelledError
+        return RunResult(a.run, tuple(a.added))
+
+    async def close_pending(self, a: ActiveRun, *, why: str) -> None:
+        """Pair every open call of the run (unknown ones as ``unknown``)."""
+        await self.journal.settle_unstarted(a, await self._pending_work(a), why)
+
+    async def _heartbeat(self, a: ActiveRun) -> None:
+        """Renew the lease while the run works, so a long model or tool call does not let
+        a recovering process take it over."""
+        period = self.lease_seconds / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.store.renew_lease(
+                    a.run.id, owner=self.owner, expires_at=self.clock.now() + self.lease_seconds
+                )
+            except LeaseLostError:
+                a.lease_lost = True
+                if a.task is not None and a.interruptible:
+                    a.task.cancel()
+                return
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def _loop(self, a: ActiveRun, *, pending: bool) -> None:
+        try:
+            if pending:
+                await self._run_calls(a, await self._pending_work(a))
+            while True:
+                calls = await self._step(a)
+                if not calls:
+                    return
+                await self._run_calls(a, calls)
+        except StopRun as stop:
+            await self.journal.finish(a, stop.status, stop.error, stop.executions)
+        except LeaseLostError:
+            log.warning("run %s: lease lost to another owner; stopping here", a.run.id)
+            raise
+
+    async def _pending_work(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
+        """Calls of the run's last assistant message that have no result yet, each with
+        its execution record."""
+        calls = pending_calls(a.history, a.run.id)
+        if not calls:
+            return []
+        records = {r.call_id: r for r in await self.store.get_executions(a.run.id)}
+        now = self.clock.now()
+        return [
+            (c, records.get(c.id) or self.journal.record(a, c, self.tools.get(c.name), now))
+            for c in calls
+        ]
+
+    def check_budget(self, a: ActiveRun, *, before_model_call: bool) -> None:
+        """Raise StopRun when the run was cancelled or a budget is spent."""
+        if a.cancel_requested:
+            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
+        b, u = a.run.budget, a.usage
+        if a.deadline is not None and self.clock.monotonic() >= a.deadline:
+            raise StopRun.budget(
+                "deadline", f"the run reached its deadline of {b.deadline_seconds:g} s"
+            )
+        if not before_model_call:
+            return
+        if b.max_model_calls is not None and u.model_calls >= b.max_model_calls:
+            raise StopRun.budget(
+                "max_model_calls", f"the run used its {b.max_model_calls} model calls"
+            )
+        if b.max_total_tokens is not None and u.total_tokens >= b.max_total_tokens:
+            raise StopRun.budget(
+                "max_total_tokens",
+                f"the run used {u.total_tokens} of its {b.max_total_tokens} tokens",
+            )
+
+    async def _step(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
+        """One model turn: ask, validate (with corrections), save. Returns the calls."""
+        b = a.run.budget
+        if b.max_steps is not None and a.usage.steps >= b.max_steps:
+            raise StopRun.budget("max_steps", f"the run took its {b.max_steps} steps")
+        step = a.usage.steps + 1
+        corrections: list[Correction] = []
+        attempts = _Attempts(self, a, step)
+        while True:
+            self.check_budget(a, before_model_call=True)
+            context = self.context.assistant(a.history, corrections)
+            response = await self.ask(a, "assistant", context, attempts)
+            checked = check_output(response, self.specs, a.used_call_ids)
+            if checked.ok:
+                break
+            if len(corrections) >= b.max_corrections:
+                raise StopRun(
+                    RunStatus.FAILED,
+                    "invalid_model_output",
+                    f"the model's output was still invalid after {len(corrections)} "
+                    f"correction(s): " + "; ".join(checked.problems),
+                )
+            corrections.append(
+                Correction(rejected_text=render_rejected(response), problems=checked.problems)
+            )
+            a.usage.corrections += 1
+        return await self._save_turn(a, step, response, checked.calls)
+
+    async def _save_turn(
+        self, a: ActiveRun, step: int, response: ModelResponse, calls: tuple[ToolCall, ...]
+    ) -> list[tuple[ToolCall, ExecutionRecord]]:
+        now = self.clock.now()
+        message = AssistantMessage(
+            id=self.journal.ids.new("msg"),
+            text=response.text,
+            created_at=now,
+            tool_calls=calls,
+            run_id=a.run.id,
+            step=step,
+            model=response.model or self.caller.model.name,
+            usage=response.usage,
+            vendor_state=response.vendor_state,
+        )
+        a.usage.steps = step
+        run = replace(a.run, usage=a.usage.freeze())
+        if calls:
+            run = replace(run, lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds))
+        else:
+            run = run.ended(RunStatus.COMPLETED, now)
+        records = tuple(self.journal.record(a, c, self.tools.get(c.name), now) for c in calls)
+        await self.journal.commit(a, (message,), run=run, executions=records)
+        a.used_call_ids.update(c.id for c in calls)
+        self.journal.hit("assistant_saved")
+        return list(zip(calls, records, strict=True))
+
+    async def ask(
+        self,
+        a: ActiveRun,
+        role: ModelRole,
+        context: Context[Any],
+        attempts: _Attempts | None = None,
+    ) -> ModelResponse:
+        """One model call for the run through the ModelCaller; its failures end the run
+        (StopRun). The response's usage is added to the run's."""
+        attempts = attempts or _Attempts(self, a, a.usage.steps)
+        a.interruptible = True
+        try:
+            response = await self.caller.call(
+                role, context, attempts, on_text=a.on_text if role == "assistant" else None
+            )
+        except BudgetExhaustedError as e:
+            raise StopRun.budget(str(e.details.get("limit", "budget")), e.message) from None
+        except asyncio.CancelledError:
+            self._note_cancel(a)
+            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
+        except ModelError as e:
+            raise StopRun(
+                RunStatus.FAILED, e.model_code.lower(), f"model call failed: {e.message}"
+            ) from e
+        except PlaitError as e:
+            raise StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}") from e
+        except StopRun:
+            raise
+        except Exception as e:
+            log.exception("model %s raised", self.caller.model.name)
+            raise StopRun(
+                RunStatus.FAILED,
+                "model_internal_error",
+                f"model call failed: {type(e).__name__}: {e}",
+            ) from e
+        finally:
+            a.interruptible = False
+        a.usage.input_tokens += response.usage.input_tokens
+        a.usage.output_tokens += response.usage.output_tokens
+        return response
+
+    def _note_cancel(self, a: ActiveRun) -> None:
+        """A CancelledError reached the loop: ours (cancel()) or the caller's task."""
+        if not a.cancel_requested:
+            a.external_cancel = True
+            a.cancel_requested = True
+        task = a.task
+        if task is not None:
+            while task.uncancel():
+                pass
+
+    # --- calls ------------------------------------------------------------------------------
+
+    async def _run_calls(
+        self, a: ActiveRun, calls: Sequence[tuple[ToolCall, ExecutionRecord]]
+    ) -> None:
+        for n, (call, record) in enumerate(calls):
+            if record.result_status is ToolStatus.UNKNOWN:
+                raise StopRun(
+                    RunStatus.AWAITING_RESOLUTION,
+                    "unknown_effect",
+                    f"call {call.id} ({call.name}) has an unknown outcome; resolve it first",
+                )
+            if record.state is ExecutionState.STARTED and record.effect is EffectClass.SIDE_EFFECT:
+                # Started before a crash, result never saved: it may or may not have acted.
+                note = (
+                    "the process stopped while this call was running; whether its effect "
+                    "happened is unknown"
+                )
+                raise StopRun(
+                    RunStatus.AWAITING_RESOLUTION,
+                    "unknown_effect",
+                    f"call {call.id} ({call.name}): {note}; a person must resolve it",
+                    (replace(record, result_status=ToolStatus.UNKNOWN, note=note),),
+                )
+            try:
+                self.check_budget(a, before_model_call=False)
+            except StopRun as stop:
+                await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
+                raise
+            await self._call(a, call, record)
+            a.usage.tool_calls += 1
+
+    async def _call(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
+        """One call: review, then (if allowed) execute and save its result."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            why = f"tool {call.name!r} is no longer available"
+            await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)
+            return
+        decision = await self._review(a, call, record, tool)
+        now = self.clock.now()
+        reviewed = replace(
+            record,
+            state=ExecutionState.REVIEWED,
+            reviewed_at=now,
+            decision=decision.verdict.value,
+            decided_by=decision.decided_by,
+            decision_reason=decision.reason,
+        )
+        if decision.verdict is Verdict.DENY:
+            reason = f"denied by {decision.decided_by}: {decision.reason}"
+            result = ToolResult(
+                call_id=call.id, status=ToolStatus.DENIED, content=reason, reason=reason
+            )
+            await self.journal.settle(a, call, reviewed, result)
+            return
+        if decision.verdict is Verdict.NEEDS_APPROVAL:
+            raise StopRun(
+                RunStatus.AWAITING_APPROVAL,
+                "approval_required",
+                f"call {call.id} ({call.name}) needs approval: {decision.reason}",
+                (reviewed,),
+            )
+        started = replace(reviewed, state=ExecutionState.STARTED, started_at=now)
+        await self._execute(a, call, started, tool)
+
+    async def _review(
+        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
+    ) -> GateDecision:
+        async def reviewer(context: Context[Any]) -> ModelResponse:
+            return await self.ask(a, "reviewer", context)
+
+        request = GateRequest(
+            call=call,
+            spec=tool.spec,
+            effect=record.effect,
+            record=record,
+            session=a.session,
+            run=replace(a.run, usage=a.usage.freeze()),
+            reviewer=reviewer,
+        )
+        return await self.gate.decide(request)
+
+    async def _execute(
+        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
+    ) -> None:
+        if record.effect is EffectClass.SIDE_EFFECT:
+            # Only here does "started" change what recovery may do: persist it first.
+            await self.journal.commit(a, (), executions=(record,))
+            self.journal.hit("execution_started")
+        self.journal.emit(a, ToolStarted(a.run.id, call))
+        b = a.run.budget
+        invocation = ToolInvocation(
+            call=call,
+            session_id=a.session.id,
+            run_id=a.run.id,
+            workspace=a.session.workspace,
+            idempotency_key=record.idempotency_key,
+            output_cap_bytes=b.tool_output_cap_bytes,
+        )
+        limit = b.tool_timeout_seconds
+        if a.deadline is not None:
+            left = max(a.deadline - self.clock.monotonic(), 0.0)
+            limit = left if limit is None else min(limit, left)
+        a.interruptible = tool.stoppable
+        try:
+            result = await self.runner.run(
+                tool,
+                invocation,
+                record.effect,
+                time_limit=limit,
+                on_cancel=lambda: self._note_cancel(a),
+            )
+        finally:
+            a.interruptible = False
+        self.journal.hit("tool_returned")
+        if result.status is ToolStatus.UNKNOWN:
+            raise StopRun(
+                RunStatus.AWAITING_RESOLUTION,
+                "unknown_effect",
+                f"call {call.id} ({call.name}): {result.reason}; a person must resolve it",
+                (replace(record, result_status=ToolStatus.UNKNOWN, note=result.reason),),
+            )
+        await self.journal.settle(a, call, record, result)
+        self.journal.hit("result_saved")

@@ -1,0 +1,99 @@
+"""ToolGate: the one place that decides, per validated call and before anything executes,
+whether the call may run (DESIGN §5).
+
+The driver asks the gate about every call, in order, right before the call would start.
+The decision and its reason are recorded on the call's execution record
+(``ExecutionRecord.decision``, ``decided_by``, ``decision_reason``, ``reviewed_at``):
+
+- ``allow``: the call runs;
+- ``deny``: the call gets a ``denied`` ToolResult carrying the reason; the executor is
+  never called; the run goes on (the model sees the denial);
+- ``needs_approval``: the record is written in the ``reviewed`` state and the run waits
+  in ``awaiting_approval`` (the lease released, the session kept). ``resume`` asks the gate
+  again, so a gate that finds a matching approval lets the call run then.
+
+Governance implements the real gate over :class:`ToolGate`; :class:`AllowAll` is the
+default: everything that validated runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from plait.application.ports import ModelResponse
+from plait.domain.context import Context
+from plait.domain.errors import ValidationError
+from plait.domain.messages import ToolCall
+from plait.domain.runs import Run
+from plait.domain.session import ExecutionRecord, Session
+from plait.domain.tools import EffectClass, ToolSpec
+
+__all__ = ["AllowAll", "GateDecision", "GateRequest", "ReviewerCall", "ToolGate", "Verdict"]
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    NEEDS_APPROVAL = "needs_approval"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateDecision:
+    verdict: Verdict
+    reason: str
+    decided_by: str
+    """Who decided: ``default``, ``policy:<rule>``, ``reviewer:<model>``, ``user:<name>``."""
+
+    def __post_init__(self) -> None:
+        if self.verdict is not Verdict.ALLOW and not self.reason.strip():
+            raise ValidationError(f"a {self.verdict.value} decision needs a reason")
+
+    @classmethod
+    def allow(cls, reason: str = "allowed", *, by: str) -> GateDecision:
+        return cls(verdict=Verdict.ALLOW, reason=reason, decided_by=by)
+
+    @classmethod
+    def deny(cls, reason: str, *, by: str) -> GateDecision:
+        return cls(verdict=Verdict.DENY, reason=reason, decided_by=by)
+
+    @classmethod
+    def needs_approval(cls, reason: str, *, by: str) -> GateDecision:
+        return cls(verdict=Verdict.NEEDS_APPROVAL, reason=reason, decided_by=by)
+
+
+ReviewerCall = Callable[[Context[Any]], Awaitable[ModelResponse]]
+"""Ask the model in the ``reviewer`` role. Goes through the run's ModelCaller: the call is
+retried by the error policy and every attempt counts against the run's model-call budget
+and deadline. Raises what ModelCaller raises (the driver ends the run on those)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateRequest:
+    """Everything a gate may need to decide about one call."""
+
+    call: ToolCall
+    """The validated call (arguments match the spec's schema)."""
+    spec: ToolSpec
+    effect: EffectClass
+    """This call's effect class (may be narrower than ``spec.effect``, see ``Tool.effect_of``)."""
+    record: ExecutionRecord
+    """The call's execution record as stored (its ``args_digest`` binds an approval)."""
+    session: Session
+    """Id, owner and workspace of the session the call runs in."""
+    run: Run
+    """The run as last committed (id, budget, usage so far)."""
+    reviewer: ReviewerCall
+
+
+class ToolGate(Protocol):
+    async def decide(self, request: GateRequest) -> GateDecision: ...
+
+
+class AllowAll:
+    """The default gate: every validated call runs."""
+
+    async def decide(self, request: GateRequest) -> GateDecision:
+        return GateDecision.allow("no policy configured; every valid call is allowed", by="default")

@@ -1,0 +1,190 @@
+"""ModelCaller: one model call for a role, with the error-code policy of DESIGN §6.
+
+- ``RATE_LIMITED`` and ``TRANSIENT``: retried with exponential backoff and full jitter
+  (:class:`RetryPolicy`); a provider's ``retry_after`` hint is honoured as the wait. Every
+  attempt is charged to the run first (:class:`AttemptBudget`), so retries spend the
+  run's model-call budget, and no wait runs past the run's deadline.
+- ``CONTEXT_WINDOW_EXCEEDED``: handed to the overflow hook, which may return a smaller
+  context to try once more (compaction fills it in); the default hook gives up.
+- ``AUTHENTICATION``, ``INVALID_REQUEST`` (and retries used up): the
+  :class:`~plait.domain.errors.ModelError` is raised with the provider's message kept;
+  the driver ends the run ``failed`` with the code in lower case.
+
+A spent budget or a reached deadline raises
+:class:`~plait.domain.errors.BudgetExhaustedError` (``details["limit"]`` names which).
+Sleep, clock and jitter are injected, so tests run with no real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from plait.application.ports import (
+    Clock,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    ModelRole,
+    TextSink,
+)
+from plait.domain.context import Context
+from plait.domain.errors import BudgetExhaustedError, ConfigError, ModelError, ModelErrorCode
+
+__all__ = ["AttemptBudget", "ModelCaller", "OverflowHook", "RetryPolicy", "no_overflow"]
+
+RETRYABLE = frozenset({ModelErrorCode.RATE_LIMITED, ModelErrorCode.TRANSIENT})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """``max_attempts`` per call (the first one included); the n-th retry waits a random
+    time in ``[0, min(max_delay, base_delay * 2**(n-1))]``, or exactly the provider's
+    ``retry_after`` when it gave one (capped at ``max_retry_after``; a longer hint is not
+    retried)."""
+
+    max_attempts: int = 5
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    max_retry_after: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("RetryPolicy.max_attempts must be at least 1")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ConfigError("RetryPolicy delays must not be negative")
+
+    def delay(self, retry: int, error: ModelError, jitter: float) -> float | None:
+        """Seconds to wait before retry number ``retry`` (1-based), or None: give up."""
+        hint = error.retry_after
+        if hint is not None:
+            return max(hint, 0.0) if hint <= self.max_retry_after else None
+        return jitter * min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
+
+
+class AttemptBudget(Protocol):
+    """The run's side of a model call: charged before every attempt."""
+
+    def spend(self, role: ModelRole, attempt: int) -> None:
+        """Count one model call; raise BudgetExhaustedError when none is left."""
+        ...
+
+    @property
+    def deadline(self) -> float | None:
+        """The run's deadline on the clock's monotonic scale, or None."""
+        ...
+
+
+OverflowHook = Callable[[ModelRole, Context[Any], ModelError], Awaitable[Context[Any] | None]]
+"""Given the role, the context that did not fit and the error: a smaller context to try
+once more, or None to give up."""
+
+
+async def no_overflow(
+    role: ModelRole, context: Context[Any], error: ModelError
+) -> Context[Any] | None:
+    """The default overflow hook: nothing to shrink, the call fails."""
+    return None
+
+
+class ModelCaller:
+    """Calls the model for a role. ``model`` may be None for a service that only reads;
+    :attr:`model` then raises a ConfigError naming the fix."""
+
+    def __init__(
+        self,
+        model: ModelClient | None,
+        *,
+        clock: Clock,
+        policy: RetryPolicy | None = None,
+        on_overflow: OverflowHook = no_overflow,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self._model = model
+        self.clock = clock
+        self.policy = policy or RetryPolicy()
+        self.on_overflow = on_overflow
+        self._sleep = sleep
+        self._jitter = jitter
+
+    @property
+    def model(self) -> ModelClient:
+        if self._model is None:
+            raise ConfigError(
+                "no model chosen: pass --model or set PLAIT_MODEL (e.g. scripted:PATH)"
+            )
+        return self._model
+
+    @property
+    def has_model(self) -> bool:
+        return self._model is not None
+
+    async def call(
+        self,
+        role: ModelRole,
+        context: Context[Any],
+        budget: AttemptBudget,
+        *,
+        on_text: TextSink | None = None,
+        max_output_tokens: int | None = None,
+    ) -> ModelResponse:
+        model = self.model
+        retry = 0
+        overflowed = False
+        attempt = 0
+        while True:
+            attempt += 1
+            budget.spend(role, attempt)
+            request = ModelRequest(
+                role=role, context=context, max_output_tokens=max_output_tokens, on_text=on_text
+            )
+            try:
+                return await self._attempt(model, request, budget.deadline)
+            except ModelError as e:
+                code = e.model_code
+                if code == ModelErrorCode.CONTEXT_WINDOW_EXCEEDED and not overflowed:
+                    smaller = await self.on_overflow(role, context, e)
+                    if smaller is None:
+                        raise
+                    context, overflowed = smaller, True
+                    continue
+                if code not in RETRYABLE:
+                    raise
+                retry += 1
+                if retry >= self.policy.max_attempts:
+                    raise
+                wait = self.policy.delay(retry, e, self._jitter())
+                if wait is None:
+                    raise
+                await self._wait(wait, budget.deadline, e)
+
+    async def _attempt(
+        self, model: ModelClient, request: ModelRequest, deadline: float | None
+    ) -> ModelResponse:
+        if deadline is None:
+            return await model.complete(request)
+        left = deadline - self.clock.monotonic()
+        if left <= 0:
+            raise BudgetExhaustedError(
+                "the run reached its deadline before the model call", limit="deadline"
+            )
+        try:
+            async with asyncio.timeout(left):
+                return await model.complete(request)
+        except TimeoutError:
+            raise BudgetExhaustedError(
+                "the run reached its deadline while waiting for the model", limit="deadline"
+            ) from None
+
+    async def _wait(self, seconds: float, deadline: float | None, error: ModelError) -> None:
+        if deadline is not None and self.clock.monotonic() + seconds >= deadline:
+            raise BudgetExhaustedError(
+                f"the run's deadline falls before the model can be retried "
+                f"(waiting {seconds:g} s after: {error.message})",
+                limit="deadline",
+            )
+        await self._sleep(seconds)

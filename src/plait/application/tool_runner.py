@@ -1,0 +1,119 @@
+"""ToolRunner: executes one approved call with its timeout, cancellation and output cap.
+
+What the model sees is at most ``cap`` bytes; the whole output goes to an artifact. A
+tool that spooled its output to a file (:attr:`ToolOutput.spool_path`) has the file moved
+into the artifact store by streaming (never read whole into memory) and deleted.
+
+Outcomes never raise: a timeout, a cancellation, a :class:`ToolError` or a crash in the
+tool become a ToolResult. A side-effecting call that did not report back has an
+``unknown`` outcome (a person must resolve it); any other such call ``failed`` (or
+``cancelled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+
+from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
+from plait.domain.errors import PlaitError, PolicyError
+from plait.domain.messages import ArtifactRef, ToolCall, ToolResult, ToolStatus
+from plait.domain.tools import EffectClass
+
+__all__ = ["ToolRunner"]
+
+log = logging.getLogger("plait.agent")
+
+
+class ToolRunner:
+    def __init__(self, artifacts: ArtifactStore) -> None:
+        self.artifacts = artifacts
+
+    async def run(
+        self,
+        tool: Tool,
+        invocation: ToolInvocation,
+        effect: EffectClass,
+        *,
+        time_limit: float | None,
+        on_cancel: Callable[[], None],
+    ) -> ToolResult:
+        """Run the call. ``on_cancel`` is called when the call was cancelled (the
+        driver's cancel, or the caller's task) before the result is returned."""
+        call = invocation.call
+        unsure = ToolStatus.UNKNOWN if effect is EffectClass.SIDE_EFFECT else ToolStatus.FAILED
+        try:
+            async with asyncio.timeout(time_limit):
+                output = await tool.execute(invocation)
+        except TimeoutError:
+            return _failure(call, unsure, f"timed out after {time_limit:g} s")
+        except asyncio.CancelledError:
+            on_cancel()
+            status = unsure if unsure is ToolStatus.UNKNOWN else ToolStatus.CANCELLED
+            return _failure(call, status, "cancelled while running")
+        except PolicyError as e:  # refused before it acted (e.g. plait's own store)
+            return ToolResult(
+                call_id=call.id, status=ToolStatus.DENIED, content=e.message, reason=e.message
+            )
+        except PlaitError as e:  # ToolError and its kin: the tool reports a failure
+            return ToolResult(
+                call_id=call.id, status=ToolStatus.FAILED, content=e.message, reason=e.message
+            )
+        except Exception as e:
+            log.exception("tool %s raised", call.name)
+            reason = f"internal error in tool {call.name!r}: {type(e).__name__}: {e}"
+            return ToolResult(call_id=call.id, status=unsure, content=reason, reason=reason)
+        return await self.capped(call, output, invocation.output_cap_bytes)
+
+    async def capped(self, call: ToolCall, output: ToolOutput, cap: int) -> ToolResult:
+        """The result the model sees: the output, or its first ``cap`` bytes with a notice
+        naming the artifact that holds all of it."""
+        status = ToolStatus.FAILED if output.failed else ToolStatus.SUCCEEDED
+        reason = None if status is ToolStatus.SUCCEEDED else "the tool reported failure"
+        content = output.content
+        if output.spool_path is not None:
+            ref = await self._take_spool(output)
+            return _truncated(call, status, reason, content.encode("utf-8", "replace"), cap, ref)
+        if len(content) * 4 <= cap:  # cheap bound before encoding
+            return ToolResult(call_id=call.id, status=status, content=content)
+        data = content.encode("utf-8", "replace")
+        if len(data) <= cap:
+            return ToolResult(call_id=call.id, status=status, content=content)
+        ref = await self.artifacts.put_artifact(data, media_type=output.media_type)
+        return _truncated(call, status, reason, data, cap, ref)
+
+    async def _take_spool(self, output: ToolOutput) -> ArtifactRef:
+        path = output.spool_path
+        assert path is not None
+        try:
+            return await self.artifacts.put_artifact_file(path, media_type=output.media_type)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def _failure(call: ToolCall, status: ToolStatus, reason: str) -> ToolResult:
+    if status is ToolStatus.UNKNOWN:
+        reason += "; whether its effect happened is unknown"
+    return ToolResult(call_id=call.id, status=status, content=reason, reason=reason)
+
+
+def _truncated(
+    call: ToolCall,
+    status: ToolStatus,
+    reason: str | None,
+    head_bytes: bytes,
+    cap: int,
+    ref: ArtifactRef,
+) -> ToolResult:
+    notice = (
+        f"\n[output truncated: {ref.size} bytes in all, {cap} shown; "
+        f"the whole output is artifact {ref.id}]"
+    )
+    head = head_bytes[: max(cap - len(notice.encode()), 0)].decode("utf-8", "ignore")
+    return ToolResult(
+        call_id=call.id, status=status, content=head + notice, artifact=ref, reason=reason
+    )

@@ -1,0 +1,119 @@
+"""ToolRunner: cap, spooled output moved into an artifact, failures as results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plait.adapters.stores.jsonl import JsonlStore
+from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.sqlite import SqliteStore
+from plait.application.ports import ArtifactStore, ToolInvocation, ToolOutput
+from plait.application.tool_runner import ToolRunner
+from plait.domain.errors import ConfigError, ToolError
+from plait.domain.messages import ToolCall, ToolStatus
+from plait.domain.tools import EffectClass
+from plait.testing import RecordingTool
+
+from .conftest import run, spec
+
+
+def invocation(cap: int = 300) -> ToolInvocation:
+    return ToolInvocation(
+        call=ToolCall(id="c1", name="read", arguments_json='{"text":"a"}'),
+        session_id="ses_1",
+        run_id="run_1",
+        workspace=None,
+        idempotency_key="idem_1",
+        output_cap_bytes=cap,
+    )
+
+
+def stores(tmp_path: Path) -> list[ArtifactStore]:
+    return [
+        MemoryStore(),
+        JsonlStore(tmp_path / "jsonl"),
+        SqliteStore(str(tmp_path / "s.db")),
+    ]
+
+
+def never_cancelled() -> None:
+    raise AssertionError("not cancelled")
+
+
+def test_spooled_output_becomes_an_artifact_and_the_file_is_removed(tmp_path: Path) -> None:
+    body = b"line of output\n" * 5000
+    for n, store in enumerate(stores(tmp_path)):
+        spool = tmp_path / f"spool-{n}.txt"
+        spool.write_bytes(body)
+        tool = RecordingTool(
+            spec("read"), output=ToolOutput(content="line of output\n" * 3, spool_path=str(spool))
+        )
+        runner = ToolRunner(store)
+        result = run(
+            runner.run(
+                tool.tool,
+                invocation(),
+                EffectClass.READ_ONLY,
+                time_limit=None,
+                on_cancel=never_cancelled,
+            )
+        )
+        assert result.status is ToolStatus.SUCCEEDED
+        assert result.artifact is not None and result.artifact.size == len(body)
+        assert f"{len(body)} bytes in all" in result.content
+        assert len(result.content.encode()) <= 300
+        assert not spool.exists()
+        ref, data = run(store.get_artifact(result.artifact.id))
+        assert data == body and ref == result.artifact
+        run(store.close())  # type: ignore[attr-defined]
+
+
+def test_a_missing_spool_file_is_a_clear_error(tmp_path: Path) -> None:
+    store = MemoryStore()
+    with pytest.raises(ConfigError, match="spooled tool output"):
+        run(store.put_artifact_file(str(tmp_path / "gone"), media_type="text/plain"))
+
+
+def test_inline_output_over_the_cap_goes_to_an_artifact() -> None:
+    store = MemoryStore()
+    tool = RecordingTool(spec("read"), output="x" * 1000)
+    result = run(
+        ToolRunner(store).run(
+            tool.tool,
+            invocation(),
+            EffectClass.READ_ONLY,
+            time_limit=None,
+            on_cancel=never_cancelled,
+        )
+    )
+    assert result.artifact is not None and result.artifact.size == 1000
+    assert run(store.get_artifact(result.artifact.id))[1] == b"x" * 1000
+
+
+def test_failures_become_results() -> None:
+    store = MemoryStore()
+    runner = ToolRunner(store)
+    failing = RecordingTool(spec("read"), raises=ToolError("no such file"))
+    result = run(
+        runner.run(
+            failing.tool,
+            invocation(),
+            EffectClass.READ_ONLY,
+            time_limit=None,
+            on_cancel=never_cancelled,
+        )
+    )
+    assert result.status is ToolStatus.FAILED and result.content == "no such file"
+    slow = RecordingTool(spec("write", EffectClass.SIDE_EFFECT), delay=5.0)
+    result = run(
+        runner.run(
+            slow.tool,
+            invocation(),
+            EffectClass.SIDE_EFFECT,
+            time_limit=0.0,
+            on_cancel=never_cancelled,
+        )
+    )
+    assert result.status is ToolStatus.UNKNOWN and "timed out" in (result.reason or "")
