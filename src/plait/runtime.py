@@ -170,6 +170,7 @@ class Runtime:
             caller=caller,
             gate=gate or AllowAll(),
             runner=ToolRunner(artifacts),
+            compaction=self.compaction,
         )
 
     @classmethod
@@ -202,11 +203,16 @@ class Runtime:
         else:
             model_client = model
         url = db or default_db_url()
+        builtin = tools is None
         if tools is None:
             from plait.adapters.tools import session_tools
 
             tools = session_tools(protected=protected_paths(url))
         store = open_store(url, create=create)
+        if builtin and hasattr(store, "search_history"):
+            from plait.application.compaction import recall_tool
+
+            tools = [*tools, recall_tool(store)]  # read-only: summarized originals
         return cls(
             store=store,
             artifacts=store,
