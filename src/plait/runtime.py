@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from plait.application.compaction import CompactionService
+    from plait.application.fork import ForkService
     from plait.application.ports import (
         ArtifactStore,
         Clock,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
         SessionStore,
         TokenMeter,
         Tool,
+        WorkspaceSnapshots,
     )
     from plait.domain.compaction import CompactionSettings
 
@@ -98,6 +100,14 @@ def _compaction(
     )
 
 
+def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) -> ForkService | None:
+    from plait.application.fork import ForkService
+
+    if not hasattr(store, "fork_session"):
+        return None
+    return ForkService(store=store, clock=clock, snapshots=snapshots)  # type: ignore[arg-type]
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools, the
     :class:`~plait.application.service.AgentService` over them (the write side) and
@@ -123,6 +133,7 @@ class Runtime:
         retry: RetryPolicy | None = None,
         on_overflow: OverflowHook | None = None,
         gate: ToolGate | None = None,
+        snapshots: WorkspaceSnapshots | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them.
 
@@ -130,7 +141,8 @@ class Runtime:
         when given, else a conservative estimate);
         ``retry`` and ``on_overflow`` set the ModelCaller's error policy (default: 5
         attempts with exponential backoff; no overflow handling); ``gate`` decides about
-        each tool call (default: allow every valid call).
+        each tool call (default: allow every valid call); ``snapshots`` takes workspace
+        snapshots for forks (:attr:`forks`).
         """
         self.store = store
         self.artifacts = artifacts
@@ -147,6 +159,9 @@ class Runtime:
         """Compaction over this store and model (``None`` for a store without summary
         support); ``meter_for`` picks each model's token meter (default: a conservative
         estimate)."""
+        self.forks = _forks(store, clock, snapshots)
+        """Forks over this store (``None`` for a store that cannot fork); ``snapshots``
+        takes workspace snapshots for ``--snapshot`` forks."""
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
         context = ContextBuilder(
@@ -213,6 +228,10 @@ class Runtime:
             from plait.application.compaction import recall_tool
 
             tools = [*tools, recall_tool(store)]  # read-only: summarized originals
+        if "snapshots" not in options:
+            from plait.adapters.snapshots import GitSnapshots
+
+            options["snapshots"] = GitSnapshots()
         return cls(
             store=store,
             artifacts=store,

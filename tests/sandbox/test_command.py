@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from plait.adapters.tools import SandboxSettings, SandboxUnavailableError, sessi
 from plait.adapters.tools.sandbox import sandbox_problem
 from plait.domain.errors import ToolError
 from plait.domain.tools import EffectClass
-from tests.sandbox.conftest import Run, execute, tool
+from tests.sandbox.conftest import Run, execute, invocation, tool
+from tests.sandbox.test_escape import _wait_gone
 
 
 @pytest.mark.usefixtures("bwrap")
@@ -94,10 +96,14 @@ def test_unusable_namespaces_are_refused_with_the_fix(ws: Path, tmp_path: Path) 
     assert not (ws / "made").exists()
 
 
-def test_unsandboxed_only_when_allowed_and_marked(ws: Path) -> None:
+def test_unsandboxed_only_when_allowed_and_marked(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = SandboxSettings(bwrap="/nonexistent/plait-bwrap", allow_unsandboxed=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-unsandboxed-0456")
     out = execute(tool(settings), ws, command="echo $OPENAI_API_KEY; touch made; pwd")
     assert out.content.startswith("UNSANDBOXED: this command ran without the sandbox.\n")
+    assert "0456" not in out.content  # the environment is scrubbed all the same
     assert (ws / "made").exists()
     assert str(ws.resolve()) in out.content
 
@@ -151,3 +157,30 @@ def test_binary_output_stays_within_the_cap(ws: Path) -> None:
     shown = execute(tool(), ws, 4000, command=long).content.splitlines()[0]
     assert shown.startswith("$ echo é") and shown.endswith("...")
     assert len(shown.encode()) <= 210
+
+
+def test_a_workspace_holding_the_system_is_refused() -> None:
+    with pytest.raises(ToolError, match="contains system directories"):
+        execute(tool(), Path("/"), command="true")
+
+
+@pytest.mark.usefixtures("bwrap")
+def test_cancelling_the_call_kills_the_tree(ws: Path) -> None:
+    marker = "654321.5"
+    t = tool()
+
+    async def cancel_midway() -> None:
+        task = asyncio.create_task(
+            t.execute(invocation("run_command", ws, command=f"touch started; sleep {marker}"))
+        )
+        for _ in range(3000):  # until the command is surely running
+            if (ws / "started").exists():
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_midway())
+    assert t.stoppable
+    assert _wait_gone(marker) == []

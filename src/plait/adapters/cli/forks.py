@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from plait.adapters.shapes import fork_json, iso, session_json, workspace_json
-from plait.domain.errors import MessageNotFoundError
+from plait.domain.errors import ConfigError, MessageNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
 
@@ -59,28 +59,18 @@ def register(ssub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
     common(tree)
 
 
-def _store(a: argparse.Namespace) -> Store:
+def _run(a: argparse.Namespace, fn: Callable[[Store, ForkService], Awaitable[int]]) -> int:
     from plait.runtime import Runtime
 
-    # Every command here needs an existing session: never create a store to find none.
-    return cast("Store", Runtime.open(db=getattr(a, "db", None), store_only=True).store)
-
-
-def _forks(store: Store) -> ForkService:
-    from plait.adapters.snapshots import GitSnapshots
-    from plait.adapters.system import SystemClock
-    from plait.application.fork import ForkService
-
-    return ForkService(store=store, clock=SystemClock(), snapshots=GitSnapshots())
-
-
-def _run(a: argparse.Namespace, fn: Callable[[Store], Awaitable[int]]) -> int:
     async def go() -> int:
-        store = _store(a)
+        # Every command here needs an existing session: never create a store to find none.
+        runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
         try:
-            return await fn(store)
+            if runtime.forks is None:
+                raise ConfigError(f"the store {runtime.store!r} cannot fork sessions")
+            return await fn(cast("Store", runtime.store), runtime.forks)
         finally:
-            await store.close()
+            await runtime.close()
 
     return asyncio.run(go())
 
@@ -111,11 +101,9 @@ def _fork(a: argparse.Namespace, out: _Output) -> int:
 
     request_id = a.request_id or RandomIds().new("req")
 
-    async def go(store: Store) -> int:
+    async def go(store: Store, forks: ForkService) -> int:
         through = await _message_id(store, a.session_id, a.through)
-        result = await _forks(store).fork_session(
-            a.session_id, through, request_id, snapshot=a.snapshot
-        )
+        result = await forks.fork_session(a.session_id, through, request_id, snapshot=a.snapshot)
         b, r = result.branch, result.record
 
         def text() -> str:
@@ -159,8 +147,8 @@ async def _message_id(store: Store, session_id: str, given: str) -> str:
 
 
 def _show(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store) -> int:
-        s = await _forks(store).readable(a.session_id, None)
+    async def go(store: Store, forks: ForkService) -> int:
+        s = await forks.readable(a.session_id, None)
         record = await store.get_fork_record(s.id)
         children = [
             c
@@ -210,8 +198,8 @@ def _show(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _tree(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store) -> int:
-        family = await _forks(store).family(a.session_id)
+    async def go(store: Store, forks: ForkService) -> int:
+        family = await forks.family(a.session_id)
         ids = {s.id for s in family}
         kids: dict[str | None, list[Session]] = {}
         for s in family:

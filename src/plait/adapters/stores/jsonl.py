@@ -105,6 +105,15 @@ class StoreWarning(UserWarning):
     """The store recovered from something odd on disk (e.g. a torn last line)."""
 
 
+def _left_out(error: CorruptStoreError, what: str) -> None:
+    """A listing goes on without one damaged session file, and says so."""
+    warnings.warn(
+        f"damaged session file, {what} left out of this listing: {error.message}",
+        StoreWarning,
+        stacklevel=3,
+    )
+
+
 @dataclass(slots=True)
 class _Tracked:
     """How far this process has read one file."""
@@ -379,11 +388,17 @@ class JsonlStore:
     def _all_runs(self) -> list[Run]:
         self._refresh_index()
         runs: list[Run] = []
-        for rid in self._run_index:
+        damaged: set[str] = set()
+        for rid, sids in self._run_index.items():
+            if damaged.intersection(sids):
+                continue
             try:
                 runs.append(self._find_run(rid)[1])
             except RunNotFoundError:
                 continue  # indexed, but its session line never landed
+            except CorruptStoreError as e:
+                damaged.update(sids)
+                _left_out(e, "its runs")
         return runs
 
     def _run_write(self, run_id: str, op: str, change: Callable[[Run], Run]) -> Run:
@@ -427,6 +442,8 @@ class JsonlStore:
                         sessions.append(self._read_session(name[: -len(".jsonl")]).session)
                     except SessionNotFoundError:
                         continue  # an empty file left by a create that never completed
+                    except CorruptStoreError as e:
+                        _left_out(e, "it")
         sessions.sort(key=lambda s: s.created_at, reverse=True)
         return sessions if limit is None else sessions[: max(limit, 0)]
 

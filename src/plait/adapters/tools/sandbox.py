@@ -276,6 +276,11 @@ class Mounts:
 def plan_mounts(settings: SandboxSettings, workspace: str, protected: Sequence[str]) -> Mounts:
     """Resolve the policy globs and protected paths against the workspace as it is now."""
     root = os.path.realpath(workspace)
+    if any(_under(d, root) for d in _SYSTEM_DIRS):
+        raise ToolError(
+            f"the workspace {root!r} contains system directories; commands can only run "
+            "in a project directory"
+        )
     read_only: list[str] = []
     for pattern in settings.read_only_paths:
         read_only += expand_glob(root, pattern)
