@@ -39,11 +39,11 @@ from plait.application._run_state import (
     pending_calls,
     render_rejected,
 )
-from plait.application.compaction.stage import CompactionStage
+from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
 from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
 from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict
-from plait.application.model_caller import ModelCaller, OverflowHook
+from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
     Clock,
     ModelResponse,
@@ -61,7 +61,6 @@ from plait.domain.errors import (
     LeaseLostError,
     ModelError,
     PlaitError,
-    TokenMeterModelUnconfiguredError,
 )
 from plait.domain.messages import AssistantMessage, Message, ToolCall, ToolResult, ToolStatus
 from plait.domain.runs import Lease, Run, RunStatus
@@ -112,7 +111,7 @@ class RunDriver:
         compaction: CompactionStage | None = None,
     ) -> None:
         self.store = store
-        self.compaction = compaction
+        self.compaction = compaction or NoCompaction(context)
         self.journal = journal
         self.context = context
         self.caller = caller
@@ -224,7 +223,7 @@ class RunDriver:
                 if not calls:
                     return
                 await self._run_calls(a, calls)
-                await self._post_step(a)
+                await self.compaction.post_step(a)
         except StopRun as stop:
             await self.journal.finish(a, stop.status, stop.error, stop.executions)
         except LeaseLostError:
@@ -275,7 +274,7 @@ class RunDriver:
         attempts = _Attempts(self, a, step)
         while True:
             self.check_budget(a, before_model_call=True)
-            context = await self._assistant_context(a, corrections)
+            context = await self.compaction.context_for(a, corrections)
             response = await self.ask(a, "assistant", context, attempts)
             checked = check_output(response, self.specs, a.used_call_ids)
             if checked.ok:
@@ -333,12 +332,9 @@ class RunDriver:
         a.interruptible = True
         try:
             response = await self.caller.call(
-                role,
-                context,
-                attempts,
-                on_text=a.on_text if role == "assistant" else None,
-                on_overflow=self._overflow_hook(a, role),
-            )
+                role, context, attempts, on_text=a.on_text if role == "assistant" else None,
+                on_overflow=self.compaction.hook_for(a, role),
+            )  # fmt: skip
         except BudgetExhaustedError as e:
             raise StopRun.budget(str(e.details.get("limit", "budget")), e.message) from None
         except asyncio.CancelledError:
@@ -364,35 +360,6 @@ class RunDriver:
         a.usage.input_tokens += response.usage.input_tokens
         a.usage.output_tokens += response.usage.output_tokens
         return response
-
-    # --- compaction (DESIGN §8, the RFC's post-step pressure and overflow recovery) -------
-
-    def _routed(self, a: ActiveRun) -> str:
-        return a.run.model or self.caller.model.name
-
-    async def _assistant_context(
-        self, a: ActiveRun, corrections: list[Correction]
-    ) -> Context[AssistantMessage]:
-        if self.compaction is None:
-            return self.context.assistant(a.history, corrections)
-        return await self.compaction.assistant_context(
-            a.session.id, a.history, self._routed(a), corrections
-        )
-
-    def _overflow_hook(self, a: ActiveRun, role: ModelRole) -> OverflowHook | None:
-        if self.compaction is None or role != "assistant":
-            return None
-        return self.compaction.overflow_hook(a.session.id, a.run.id, a, self._routed(a))
-
-    async def _post_step(self, a: ActiveRun) -> None:
-        """After the step's assistant message and all its results are persisted."""
-        if self.compaction is None:
-            return
-        self.compaction.succeeded(a.run.id)
-        try:
-            await self.compaction.after_step(a.session.id, a.run.id, a, self._routed(a))
-        except TokenMeterModelUnconfiguredError as e:
-            raise StopRun(RunStatus.FAILED, e.code, e.message) from e
 
     def _note_cancel(self, a: ActiveRun) -> None:
         """A CancelledError reached the loop: ours (cancel()) or the caller's task."""

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from plait.application._run_state import StopRun
 from plait.application.compaction._context import ContextView
 from plait.application.compaction._profiles import ModelProfile
 from plait.application.compaction.estimate import EstimateMeter
@@ -32,9 +33,10 @@ from plait.application.compaction.service import (
 from plait.domain.context import Context, Correction
 from plait.domain.errors import ModelError, TokenMeterModelUnconfiguredError
 from plait.domain.messages import AssistantMessage, Message
+from plait.domain.runs import RunStatus
 from plait.domain.tools import ToolSpec
 
-__all__ = ["CompactionStage", "RunView"]
+__all__ = ["CompactionStage", "NoCompaction", "RunView"]
 
 log = logging.getLogger("plait.compaction")
 
@@ -47,13 +49,54 @@ class _Usage(Protocol):
     output_tokens: int
 
 
+class _Ids(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class _Run(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+
+
 class RunView(Protocol):
-    """What the stage reads of the driver's in-progress run."""
+    """What the stage reads of the driver's in-progress run (``ActiveRun``)."""
 
     @property
     def history(self) -> list[Message]: ...
     @property
     def usage(self) -> _Usage: ...
+    @property
+    def session(self) -> _Ids: ...
+    @property
+    def run(self) -> _Run: ...
+
+
+class _Builder(Protocol):
+    def assistant(
+        self, history: list[Message], corrections: Sequence[Correction] = ()
+    ) -> Context[AssistantMessage]: ...
+
+
+class NoCompaction:
+    """The driver's stage when compaction is off: the ContextBuilder's plain context, no
+    overflow hook, no post-step work."""
+
+    def __init__(self, builder: _Builder) -> None:
+        self.builder = builder
+
+    async def context_for(
+        self, a: RunView, corrections: Sequence[Correction]
+    ) -> Context[AssistantMessage]:
+        return self.builder.assistant(a.history, corrections)
+
+    def hook_for(self, a: RunView, role: str) -> OverflowHook | None:
+        return None
+
+    async def post_step(self, a: RunView) -> None:
+        return None
 
 
 OverflowHook = Callable[[Any, Context[Any], ModelError], Awaitable[Context[Any] | None]]
@@ -181,6 +224,30 @@ class CompactionStage:
             return await self.assistant_context(session_id, run.history, model, context.corrections)
 
         return hook
+
+    # --- the driver's side ------------------------------------------------------------------
+
+    def _routed(self, a: RunView) -> str:
+        return a.run.model or self.service.routed_model(a.history) or ""
+
+    async def context_for(
+        self, a: RunView, corrections: Sequence[Correction]
+    ) -> Context[AssistantMessage]:
+        return await self.assistant_context(a.session.id, a.history, self._routed(a), corrections)
+
+    def hook_for(self, a: RunView, role: str) -> OverflowHook | None:
+        if role != "assistant":
+            return None
+        return self.overflow_hook(a.session.id, a.run.id, a, self._routed(a))
+
+    async def post_step(self, a: RunView) -> None:
+        """After the step's assistant message and all its results are persisted. An
+        unknown routed model ends the run (``token_meter_model_unconfigured``)."""
+        self.succeeded(a.run.id)
+        try:
+            await self.after_step(a.session.id, a.run.id, a, self._routed(a))
+        except TokenMeterModelUnconfiguredError as e:
+            raise StopRun(RunStatus.FAILED, e.code, e.message) from e
 
     def succeeded(self, run_id: str) -> None:
         """A model request went through: consecutive overflow recoveries start over."""
