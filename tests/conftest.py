@@ -35,3 +35,12 @@ def pg_url() -> Iterator[str]:
         yield url
     finally:
         cluster.__exit__(None, None, None)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A developer's ~/.config/plait/config.toml (default model, model tables) must not
+    change what a test sees; config tests write their own files."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))

@@ -17,7 +17,6 @@ from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolic
 from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.application.tool_runner import ToolRunner
-from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
 if TYPE_CHECKING:
@@ -36,10 +35,9 @@ if TYPE_CHECKING:
         WorkspaceSnapshots,
     )
     from plait.domain.compaction import CompactionSettings
+    from plait.domain.tools import ToolSpec
 
 __all__ = ["Runtime", "data_dir", "default_db_url", "open_model"]
-
-MODEL_SPEC_FORMS = "scripted:PATH (a script file, see docs/scripted-model.md)"
 
 
 def data_dir() -> Path:
@@ -55,21 +53,12 @@ def default_db_url() -> str:
     return os.environ.get("PLAIT_DB") or f"sqlite:///{data_dir() / 'plait.db'}"
 
 
-def open_model(spec: str) -> ModelClient:
-    """Build a model client from a spec like ``scripted:demo.yaml``."""
-    kind, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise ConfigError(
-            f"model spec {spec!r} is not of the form KIND:NAME; accepted: {MODEL_SPEC_FORMS}",
-            spec=spec,
-        )
-    if kind == "scripted":
-        from plait.testing.scripted import ScriptedModel
+def open_model(spec: str, *, tools: Sequence[ToolSpec] = ()) -> ModelClient:
+    """A model client for ``spec`` (``openai:gpt-4o``, ``scripted:demo.yaml``, a name from
+    plait.toml, ...; see :mod:`plait.adapters.models`). Imports no provider SDK."""
+    from plait.adapters.models import open_model as open_spec
 
-        return ScriptedModel.from_file(Path(rest))
-    raise ConfigError(
-        f"unknown model kind {kind!r} in {spec!r}; accepted: {MODEL_SPEC_FORMS}", spec=spec
-    )
+    return open_spec(spec, tools=tools)
 
 
 def _compaction(
@@ -98,6 +87,12 @@ def _compaction(
         ids=ids,
         settings=settings,
     )
+
+
+def _configured_model() -> str | None:
+    from plait.config import load_config
+
+    return load_config().model
 
 
 def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) -> ForkService | None:
@@ -209,20 +204,27 @@ class Runtime:
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
-        model_client: ModelClient | None
-        if store_only:
-            model_client, tools, create = None, (), False
-        elif model is None or isinstance(model, str):
-            spec = model or os.environ.get("PLAIT_MODEL")
-            model_client = open_model(spec) if spec else None
-        else:
-            model_client = model
         url = db or default_db_url()
-        builtin = tools is None
-        if tools is None:
+        builtin = tools is None and not store_only
+        if store_only:
+            tools, create = (), False
+        elif tools is None:
             from plait.adapters.tools import session_tools
 
             tools = session_tools(protected=protected_paths(url))
+        model_client: ModelClient | None
+        if store_only:
+            model_client = None
+        elif model is None or isinstance(model, str):
+            spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
+            specs = [t.spec for t in tools]
+            if builtin:
+                from plait.application.compaction import RECALL_SPEC
+
+                specs.append(RECALL_SPEC)
+            model_client = open_model(spec, tools=specs) if spec else None
+        else:
+            model_client = model
         store = open_store(url, create=create)
         if builtin and hasattr(store, "search_history"):
             from plait.application.compaction import recall_tool

@@ -209,12 +209,13 @@ def test_send_without_a_model(world: World) -> None:
 def test_unknown_model_kind(world: World) -> None:
     error = expect_error(
         world.plait,
-        ["send", world.session_id, "hi", "--model", "openai:gpt-x"],
+        ["send", world.session_id, "hi", "--model", "nope:gpt-x"],
         "config_error",
-        "unknown model kind 'openai'",
+        "unknown model kind 'nope'",
         "scripted:PATH",
+        "openai-compatible:BASE_URL#MODEL",
     )
-    assert error["details"] == {"spec": "openai:gpt-x"}
+    assert error["details"] == {"spec": "nope:gpt-x"}
 
 
 def test_model_spec_without_a_kind(world: World) -> None:

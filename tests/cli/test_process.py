@@ -169,6 +169,10 @@ def test_the_help_covers_every_documented_command() -> None:
             "policy explain",
             "db",
             "db upgrade",
+            "keys",
+            "keys create",
+            "serve",
+            "worker",
         ]
     )
 

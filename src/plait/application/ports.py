@@ -15,6 +15,7 @@ from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.runs import Run
+from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
@@ -29,12 +30,14 @@ __all__ = [
     "ForkStore",
     "ForkableStore",
     "IdGenerator",
+    "KeyStore",
     "ModelCapabilities",
     "ModelClient",
     "ModelRequest",
     "ModelResponse",
     "ModelRole",
     "RawToolCall",
+    "RunQueue",
     "SessionStore",
     "SummaryStore",
     "TextSink",
@@ -426,3 +429,40 @@ class WorkspaceSnapshots(Protocol):
     def discard(self, snapshot: WorkspaceSnapshot) -> None:
         """Remove the worktree and the ref of a snapshot no branch uses."""
         ...
+
+
+# --- service mode ---------------------------------------------------------------------------
+
+
+class RunQueue(Protocol):
+    """Queued runs and their persisted events (service mode, DESIGN §9).
+
+    A queued run is stored by :meth:`SessionStore.start_run` with status ``queued`` and
+    no lease; a worker takes it with :meth:`claim_queued_run`.
+    """
+
+    async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
+        """Lease the oldest ``queued`` run that is free (no lease, or an expired one) to
+        ``owner``, atomically (two workers never get the same run); ``None`` if none."""
+        ...
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[NewRunEvent]
+    ) -> list[RunEventRecord]:
+        """Number the events after the run's last one (``seq`` from 1, no gaps) and store
+        them in one write."""
+        ...
+
+    async def read_run_events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[RunEventRecord]:
+        """Events with ``seq > after`` in order (an unknown run has none)."""
+        ...
+
+
+class KeyStore(Protocol):
+    """API keys, stored by their SHA-256 only."""
+
+    async def add_api_key(self, key: ApiKey) -> None: ...
+
+    async def find_api_key(self, key_hash: str) -> ApiKey | None: ...

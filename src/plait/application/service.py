@@ -259,6 +259,50 @@ class AgentService:
         self.journal.hit("user_saved")
         return await self.driver.drive(a, pending=False)
 
+    # --- service mode: queued runs (a worker drives them) ---------------------------------
+
+    async def submit(self, session_id: str, text: str, *, budget: Budget | None = None) -> Run:
+        """Store a user message and a ``queued`` run for it in one commit and return at
+        once; a worker (:class:`plait.application.worker.Worker`) runs it. Raises
+        :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValidationError("the message text is empty")
+        session = await self.store.get_session(session_id)
+        now = self.clock.now()
+        run = Run(
+            id=self.ids.new("run"),
+            session_id=session_id,
+            status=RunStatus.QUEUED,
+            budget=budget or self.budget,
+            started_at=now,
+        )
+        user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run.id)
+        await self.store.start_run(
+            Commit(
+                session_id=session_id, expected_version=session.version, messages=(user,), run=run
+            )
+        )
+        return run
+
+    async def execute(
+        self,
+        run: Run,
+        *,
+        observer: RunObserver | None = None,
+        on_text: TextSink | None = None,
+    ) -> RunResult:
+        """Drive a queued run this process claimed (its lease owner is :attr:`owner`)
+        from its user message on, as recovery would."""
+        model = self.model
+        a = await self.driver.take_over(
+            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
+        )
+        a.run = replace(a.run, model=model.name)
+        # Persist "running" first: from here on a dead worker's run is recovered.
+        await self.journal.commit(a, (), run=a.run)
+        self.journal.emit(a, RunStarted(a.run))
+        return await self.driver.drive(a, pending=True)
+
     async def cancel(self, run_id: str) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
         stoppable call is interrupted); a run in another process sees the request at its
@@ -275,12 +319,24 @@ class AgentService:
         if current.status.terminal:
             return current  # nothing to cancel; nothing written
         run = await self.store.request_cancel(run_id)
+        if run.status is RunStatus.QUEUED:
+            return await self._cancel_queued(run)
         if run.status not in WAITING:
             return run
         waited = run.status.value.replace("_", " ")
         a = await self.driver.take_over(run, observer=None)
         await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
+        await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
+        return a.run
+
+    async def _cancel_queued(self, run: Run) -> Run:
+        """End a queued run no worker holds; one a worker claimed sees the request."""
+        try:
+            a = await self.driver.take_over(run, observer=None)
+        except LeaseLostError:
+            return await self.store.get_run(run.id)
+        cancelled = RunError(code="cancelled", message="the run was cancelled before it started")
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
 

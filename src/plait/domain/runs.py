@@ -11,6 +11,8 @@ __all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
 
 
 class RunStatus(StrEnum):
+    QUEUED = "queued"
+    """Service mode: stored with its user message, not yet claimed by a worker."""
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_RESOLUTION = "awaiting_resolution"

@@ -146,6 +146,10 @@ def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="print each saved message as a JSON line as it happens, then the run "
         "(the line protocol of chat --json)",
     )
+    send.add_argument(
+        "--server", metavar="URL", help="send through a running `plait serve` (the run is queued)"
+    )
+    send.add_argument("--api-key", help="bearer key for --server (default: $PLAIT_API_KEY)")
     model_opt(send)
     budget_opts(send)
     common(send)

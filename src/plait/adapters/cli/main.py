@@ -95,6 +95,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         from plait.adapters.cli.demo import run_demo
 
         return run_demo(db=getattr(args, "db", None), clean=args.clean, as_json=out.json)
+    if args.command == "send" and getattr(args, "server", None):
+        from plait.adapters.cli.remote import send_remote
+
+        return send_remote(args, out)
     if key in FORK_COMMANDS:
         return FORK_COMMANDS[key](args, out)
     if key in service_cmds.COMMANDS:

@@ -1,4 +1,5 @@
-"""Service-mode commands: ``plait db upgrade`` (more join as they land).
+"""Service-mode commands: ``plait db upgrade``, ``plait keys create``, ``plait serve``,
+``plait worker``.
 
 Registered by :func:`register`; handlers take the parsed arguments and the output
 helper of :mod:`plait.adapters.cli.main`.
@@ -26,6 +27,44 @@ def register(sub: Any, common: Common) -> None:
         help="apply missing schema migrations (PostgreSQL; also done on start-up)",
     )
     common(up)
+
+    keys = sub.add_parser("keys", help="API keys of the HTTP service")
+    ksub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    kc = ksub.add_parser("create", help="create a bearer key for a principal (printed once)")
+    kc.add_argument("--principal", required=True, help="who the key acts as (owns sessions)")
+    kc.add_argument("--admin", action="store_true", help="may see every principal's sessions")
+    common(kc)
+
+    from plait.adapters.http.server import ENV_HELP
+
+    env = "settings (environment variables; flags override them):\n" + ENV_HELP
+    sv = sub.add_parser(
+        "serve",
+        help="run the HTTP API (with an in-process worker for SQLite)",
+        epilog=env,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sv.add_argument("--host", help="listen address ($PLAIT_HOST, default 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="port ($PLAIT_PORT, default 8000)")
+    sv.add_argument("--model", help="model of the in-process worker ($PLAIT_MODEL)")
+    sv.add_argument(
+        "--workers", dest="serve_workers", type=int, help="in-process runs ($PLAIT_SERVE_WORKERS)"
+    )
+    common(sv)
+    wk = sub.add_parser(
+        "worker",
+        help="drive queued runs of a shared store until SIGTERM",
+        epilog=env,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    wk.add_argument("--model", help="model spec ($PLAIT_MODEL)")
+    wk.add_argument(
+        "--concurrency",
+        dest="worker_concurrency",
+        type=int,
+        help="runs at once ($PLAIT_WORKER_CONCURRENCY, default 4)",
+    )
+    common(wk)
 
 
 def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
@@ -58,6 +97,58 @@ def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
+def _keys_create(a: argparse.Namespace, out: Any) -> int:
+    from plait.adapters.http.auth import create_key
+    from plait.adapters.stores import open_store
+    from plait.adapters.system import RandomIds, SystemClock
+    from plait.domain.service import Role
+    from plait.runtime import default_db_url
+
+    url = getattr(a, "db", None) or default_db_url()
+    store: Any = open_store(url)
+    if not hasattr(store, "add_api_key"):
+        raise ConfigError(f"the store {url!r} cannot hold API keys; use PostgreSQL or SQLite")
+    role = Role.ADMIN if a.admin else Role.USER
+
+    async def go() -> tuple[Any, str]:
+        try:
+            return await create_key(
+                store, principal=a.principal, role=role, clock=SystemClock(), ids=RandomIds()
+            )
+        finally:
+            await store.close()
+
+    key, secret = asyncio.run(go())
+    data = {"key_id": key.id, "principal": key.principal, "role": key.role.value, "key": secret}
+    out.emit(data, f"{secret}\n(key {key.id} for {key.principal}, {key.role.value}; shown once)")
+    return 0
+
+
+def _settings(a: argparse.Namespace) -> Any:
+    from plait.adapters.http.server import Settings
+
+    flags = {k: v for k, v in vars(a).items() if k in Settings.__dataclass_fields__}
+    return Settings.from_env(**flags)
+
+
+def _serve(a: argparse.Namespace, out: Any) -> int:
+    from plait.adapters.http.server import serve
+
+    serve(_settings(a))
+    return 0
+
+
+def _worker(a: argparse.Namespace, out: Any) -> int:
+    from plait.adapters.http.server import run_worker
+
+    stats = asyncio.run(run_worker(_settings(a)))
+    out.emit(stats, f"worker stopped: {stats}")
+    return 0
+
+
 COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
     ("db", "upgrade"): _db_upgrade,
+    ("keys", "create"): _keys_create,
+    ("serve",): _serve,
+    ("worker",): _worker,
 }

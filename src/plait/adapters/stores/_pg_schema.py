@@ -36,8 +36,10 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "pip install 'psycopg[binary]' psycopg_pool"
     ) from e
 
-__all__ = ["LATEST", "MIGRATIONS", "redact", "translate", "upgrade"]
+__all__ = ["LATEST", "MIGRATIONS", "prepare", "redact", "translate", "upgrade"]
 
+# Migrations are frozen once released: spell out the statuses each one knew.
+_LIVE_V1 = "'running', 'awaiting_approval', 'awaiting_resolution'"
 _LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -67,7 +69,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             cancel_requested BOOLEAN NOT NULL DEFAULT FALSE, data TEXT NOT NULL)""",
         "CREATE INDEX runs_by_session ON runs (session_id, started_at, ord)",
         "CREATE INDEX runs_by_started ON runs (started_at, ord)",
-        f"CREATE INDEX runs_live ON runs (status) WHERE status IN ({_LIVE})",
+        f"CREATE INDEX runs_live ON runs (status) WHERE status IN ({_LIVE_V1})",
         """CREATE TABLE executions (
             session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
             ord BIGINT GENERATED ALWAYS AS IDENTITY, state TEXT NOT NULL,
@@ -105,6 +107,21 @@ MIGRATIONS += (
             status TEXT NOT NULL, requested_at DOUBLE PRECISION NOT NULL, data TEXT NOT NULL)""",
         "CREATE INDEX approvals_by_call ON approvals (session_id, run_id, call_id)",
         "CREATE INDEX approvals_by_run ON approvals (run_id)",
+    ),
+)
+
+MIGRATIONS += (
+    # 4: service mode: the queue of runs and their persisted events.
+    (
+        "DROP INDEX runs_live",
+        f"CREATE INDEX runs_live ON runs (status) WHERE status IN ({_LIVE})",
+        "CREATE INDEX runs_queued ON runs (started_at, ord) WHERE status = 'queued'",
+        """CREATE TABLE run_events (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq))""",
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY, principal TEXT NOT NULL, role TEXT NOT NULL,
+            key_hash TEXT NOT NULL UNIQUE, created_at DOUBLE PRECISION NOT NULL)""",
     ),
 )
 
@@ -158,3 +175,37 @@ async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> tuple[int, 
                 await conn.execute(statement)
             await conn.execute(q.RECORD_VERSION, (version,))
     return before, LATEST
+
+
+async def check_schema(conn: psycopg.AsyncConnection[Any], where: str) -> None:
+    try:
+        row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone()
+    except pg_errors.UndefinedTable:
+        row = None
+    version = 0 if row is None or row[0] is None else int(row[0])
+    if version != LATEST:
+        raise CorruptStoreError(
+            f"{where} is at store schema_version {version}, this plait needs {LATEST}; run "
+            "`plait db upgrade --db URL`",
+            store=where,
+            schema_version=version,
+            supported=LATEST,
+        )
+
+
+async def prepare(url: str, where: str, *, migrate: bool) -> None:
+    """Connect once: apply missing migrations (``migrate``) or check the version."""
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=10
+        ) as conn:
+            if migrate:
+                await upgrade(conn, where)
+            else:
+                await check_schema(conn, where)
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot open the PostgreSQL store {where}: {str(e).strip()}; check the URL, "
+            "that the server runs and accepts this user",
+            store=where,
+        ) from e

@@ -21,6 +21,7 @@ from plait.adapters.stores._approvals import (
     plan_request,
 )
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
+from plait.adapters.stores._service_rows import ServiceBook
 from plait.adapters.stores._state import (
     SessionState,
     artifact_not_found,
@@ -46,7 +47,8 @@ from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
 from plait.domain.messages import ArtifactRef
 from plait.domain.recall import matches, search_terms
-from plait.domain.runs import Lease, Run
+from plait.domain.runs import Lease, Run, RunStatus
+from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 
@@ -68,6 +70,7 @@ class MemoryStore:
         self._books: dict[str, SummaryBook] = {}
         self._summary_ids: set[str] = set()
         self._forks: dict[str, ForkRecord] = {}
+        self._service = ServiceBook()
 
     def __repr__(self) -> str:
         return f"MemoryStore(sessions={len(self._sessions)})"
@@ -239,6 +242,44 @@ class MemoryStore:
                 for r in self._all_runs()
                 if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
             ]
+
+    # --- service mode: queue, events, keys ------------------------------------------------
+
+    async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
+        with self._lock:
+            self._check_open()
+            for run in sorted(self._all_runs(), key=lambda r: r.started_at):
+                if run.status is RunStatus.QUEUED and (
+                    run.lease is None or run.lease.expires_at <= now
+                ):
+                    claimed = replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+                    self._sessions[run.session_id].runs[run.id] = claimed
+                    return claimed
+            return None
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[NewRunEvent]
+    ) -> list[RunEventRecord]:
+        with self._lock:
+            self._check_open()
+            return self._service.append(run_id, events)
+
+    async def read_run_events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[RunEventRecord]:
+        with self._lock:
+            self._check_open()
+            return self._service.read(run_id, after, limit)
+
+    async def add_api_key(self, key: ApiKey) -> None:
+        with self._lock:
+            self._check_open()
+            self._service.add_key(key)
+
+    async def find_api_key(self, key_hash: str) -> ApiKey | None:
+        with self._lock:
+            self._check_open()
+            return self._service.find_key(key_hash)
 
     # --- artifacts ------------------------------------------------------------------------
 

@@ -18,14 +18,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from plait.adapters.stores import _codec
 from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
+from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
-from plait.adapters.stores._pg_schema import LATEST, redact, translate, upgrade
+from plait.adapters.stores._pg_schema import prepare, redact, translate, upgrade
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     execution_row,
@@ -55,14 +55,11 @@ from plait.adapters.stores._state import (
     version_conflict,
 )
 from plait.application.ports import Commit, CommitResult, ForkCommit
-from plait.domain.errors import (
-    CorruptStoreError,
-    StoreError,
-)
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.runs import Run
+from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 
@@ -111,20 +108,7 @@ class PostgresStore:
         return self._pool
 
     async def _open(self) -> AsyncConnectionPool[Conn]:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, connect_timeout=10
-            ) as conn:
-                if self._migrate:
-                    await upgrade(conn, self._where)
-                else:
-                    await self._check_schema(conn)
-        except psycopg.Error as e:
-            raise StoreError(
-                f"cannot open the PostgreSQL store {self._where}: {str(e).strip()}; check "
-                "the URL, that the server runs and accepts this user",
-                store=self._where,
-            ) from e
+        await prepare(self._url, self._where, migrate=self._migrate)
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self._url,
             min_size=self._min_size,
@@ -135,21 +119,6 @@ class PostgresStore:
         )
         await pool.open(wait=True, timeout=30)
         return pool
-
-    async def _check_schema(self, conn: Conn) -> None:
-        try:
-            row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone()
-        except pg_errors.UndefinedTable:
-            row = None
-        version = 0 if row is None or row[0] is None else int(row[0])
-        if version != LATEST:
-            raise CorruptStoreError(
-                f"{self._where} is at store schema_version {version}, this plait needs "
-                f"{LATEST}; run `plait db upgrade --store URL`",
-                store=self._where,
-                schema_version=version,
-                supported=LATEST,
-            )
 
     async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._ready()
@@ -435,6 +404,30 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+    # --- service mode: queue, events, keys (see _pg_service) ------------------------------
+
+    async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
+        row = await self._write(lambda conn: service.claim_queued(conn, owner, now, expires_at))
+        return None if row is None else run_from_row(row)
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[NewRunEvent]
+    ) -> list[RunEventRecord]:
+        if not events:
+            return []
+        return await self._write(lambda conn: service.append_events(conn, run_id, events))
+
+    async def read_run_events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[RunEventRecord]:
+        return await self._read(lambda conn: service.read_events(conn, run_id, after, limit))
+
+    async def add_api_key(self, key: ApiKey) -> None:
+        await self._write(lambda conn: service.add_key(conn, key))
+
+    async def find_api_key(self, key_hash: str) -> ApiKey | None:
+        return await self._read(lambda conn: service.find_key(conn, key_hash))
 
     # --- approvals (see _pg_approvals) ----------------------------------------------------
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_fork
+from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
@@ -71,6 +72,7 @@ from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
 from plait.domain.runs import Run, RunStatus
+from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 
@@ -612,6 +614,30 @@ class SqliteStore:
             raise artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    # --- service mode: queue, events, keys (see _sqlite_service) --------------------------
+
+    async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
+        row = self._write(lambda c: _service.claim_queued(c, _RUN_COLS, owner, now, expires_at))
+        return None if row is None else run_from_row(row)
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[NewRunEvent]
+    ) -> list[RunEventRecord]:
+        if not events:
+            return []
+        return self._write(lambda conn: _service.append_events(conn, run_id, events))
+
+    async def read_run_events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[RunEventRecord]:
+        return self._read(lambda conn: _service.read_events(conn, run_id, after, limit))
+
+    async def add_api_key(self, key: ApiKey) -> None:
+        self._write(lambda conn: _service.add_key(conn, key))
+
+    async def find_api_key(self, key_hash: str) -> ApiKey | None:
+        return self._read(lambda conn: _service.find_key(conn, key_hash))
 
     # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
 

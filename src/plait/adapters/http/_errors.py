@@ -1,0 +1,57 @@
+"""One JSON error shape for every failure: ``{"error": {"code", "message", "details"}}``.
+
+Codes are stable: ``unauthorized``, ``forbidden``, ``not_found`` (also for another
+principal's session: it answers as if it did not exist), ``session_busy``, ``conflict``
+(and its kinds such as ``lease_lost``), ``invalid_request`` (body or parameters),
+``invalid_value``, ``invalid_cut_point``, ``run_state``, ``payload_too_large``,
+``method_not_allowed``, ``not_ready``, ``internal``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from plait.domain.errors import (
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    PlaitError,
+    RunStateError,
+)
+
+__all__ = ["ApiError", "error_body", "status_and_body"]
+
+log = logging.getLogger("plait.http")
+
+
+class ApiError(PlaitError):
+    """An HTTP-level failure with its status (auth, size, readiness)."""
+
+    code = "api_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+
+    @property
+    def status(self) -> int:
+        return int(self.details.get("status", 400))
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def status_and_body(e: PlaitError) -> tuple[int, dict[str, Any]]:
+    if isinstance(e, ApiError):
+        details = {k: v for k, v in e.details.items() if k not in ("status", "code")}
+        return e.status, error_body(str(e.details.get("code", "error")), e.message, details)
+    if isinstance(e, NotFoundError):
+        return 404, error_body("not_found", e.message, e.details)
+    if e.code == "invalid_cut_point":
+        return 422, error_body(e.code, e.message, e.details)
+    if isinstance(e, ConflictError | RunStateError):
+        return 409, error_body(e.code, e.message, e.details)
+    if isinstance(e, ConfigError):
+        return 400, error_body(e.code, e.message, e.details)
+    log.error("internal error: %s", e.message, extra={"code": e.code})
+    return 500, error_body("internal", "the server could not complete the request")

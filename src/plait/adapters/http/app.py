@@ -1,0 +1,345 @@
+"""The FastAPI application: routes under ``/v1`` over the application services.
+
+Build it with :func:`create_app` from an :class:`ApiContext` (the composition root,
+:func:`plait.adapters.http.server.build_context`, makes one from settings). Every route
+but health and readiness needs ``Authorization: Bearer <key>``; a session belongs to the
+principal that created it, and any other principal (but an admin) gets ``not_found``.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the route signatures at runtime,
+# and the dependency aliases (``Who``) are local to the router builders.
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from plait.adapters.http import models as m
+from plait.adapters.http._errors import ApiError, error_body, status_and_body
+from plait.adapters.http.approvals import approval_routes
+from plait.adapters.http.auth import Authenticator, Principal
+from plait.adapters.http.limits import BodyLimit
+from plait.adapters.http.sse import event_stream
+from plait.adapters.shapes import message_json, run_json, session_json
+from plait.application.fork import ForkService
+from plait.application.ports import RunQueue, SessionStore
+from plait.application.service import AgentService
+from plait.domain.errors import PlaitError, SessionNotFoundError, ValidationError
+from plait.domain.runs import Budget, Run
+from plait.domain.session import Session
+
+__all__ = ["ApiContext", "create_app"]
+
+log = logging.getLogger("plait.http")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": m.ErrorOut, "description": text}
+    for code, text in (
+        (400, "invalid value"),
+        (401, "missing or unknown API key"),
+        (404, "not found (or not yours)"),
+        (409, "session busy or conflict"),
+        (413, "request body too large"),
+        (422, "invalid request"),
+    )
+}
+
+
+@dataclass(slots=True)
+class ApiContext:
+    store: SessionStore
+    queue: RunQueue
+    service: AgentService
+    auth: Authenticator
+    forks: ForkService | None = None
+    workspace_root: Path | None = None
+    max_body_bytes: int = 1_000_000
+    lifespan_hooks: list[Callable[[], AsyncIterator[None]]] = field(default_factory=list)
+    on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        hooks = [asynccontextmanager(h)() for h in ctx.lifespan_hooks]
+        for h in hooks:
+            await h.__aenter__()
+        try:
+            yield
+        finally:
+            for h in reversed(hooks):
+                await h.__aexit__(None, None, None)
+            for close in ctx.on_close:
+                await close()
+
+    app = FastAPI(
+        title="plait",
+        version="1",
+        description="A durable agent backend: sessions, queued runs, live run events.",
+        lifespan=lifespan,
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+    )
+    _install_errors(app)
+    app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
+    app.include_router(_ops_routes(ctx), prefix="/v1")
+    app.include_router(_session_routes(ctx), prefix="/v1", responses=ERRORS)
+    app.include_router(_run_routes(ctx), prefix="/v1", responses=ERRORS)
+    if hasattr(ctx.store, "decide_approval"):
+        who = _principal_dependency(ctx)
+        app.include_router(approval_routes(ctx, who), prefix="/v1", responses=ERRORS)
+    return app
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(PlaitError)
+    async def plait_error(_: Request, e: PlaitError) -> JSONResponse:
+        status, body = status_and_body(e)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"where": ".".join(str(p) for p in err.get("loc", ())), "problem": err.get("msg")}
+            for err in e.errors()
+        ]
+        text = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
+        return JSONResponse(
+            error_body("invalid_request", f"invalid request: {text}", {"problems": problems}),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return JSONResponse(error_body(code, str(e.detail)), status_code=e.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, e: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        body = error_body("internal", "the server could not complete the request")
+        return JSONResponse(body, status_code=500)
+
+
+# --- dependencies ---------------------------------------------------------------------------
+
+
+def _principal_dependency(ctx: ApiContext) -> Callable[..., Awaitable[Principal]]:
+    async def principal(
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    ) -> Principal:
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(
+                "missing API key: send 'Authorization: Bearer <key>' (create one with "
+                "`plait keys create`)",
+                status=401,
+                code="unauthorized",
+            )
+        found = await ctx.auth.principal(key.strip())
+        if found is None:
+            raise ApiError("unknown API key", status=401, code="unauthorized")
+        return found
+
+    return principal
+
+
+async def _own_session(ctx: ApiContext, who: Principal, session_id: str) -> Session:
+    session = await ctx.store.get_session(session_id)
+    if not who.may_see(session):
+        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+    return session
+
+
+async def _own_run(ctx: ApiContext, who: Principal, run_id: str) -> Run:
+    run = await ctx.store.get_run(run_id)
+    await _own_session(ctx, who, run.session_id)
+    return run
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+
+def _ops_routes(ctx: ApiContext) -> APIRouter:
+    r = APIRouter(tags=["operations"])
+
+    @r.get("/health", response_model=m.HealthOut)
+    async def health() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @r.get("/ready", response_model=m.HealthOut, responses={503: {"model": m.ErrorOut}})
+    async def ready() -> Any:
+        """The store answers."""
+        try:
+            await ctx.store.list_sessions(limit=1)
+        except PlaitError as e:
+            body = error_body("not_ready", f"the store does not answer: {e.message}")
+            return JSONResponse(body, status_code=503)
+        return {"status": "ready"}
+
+    return r
+
+
+def _session_routes(ctx: ApiContext) -> APIRouter:
+    r = APIRouter(tags=["sessions"])
+    Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
+
+    @r.post("/sessions", status_code=201, response_model=m.SessionOut)
+    async def create_session(body: m.SessionIn, who: Who) -> dict[str, Any]:
+        workspace = _workspace(ctx, body.workspace)
+        session = await ctx.service.create_session(
+            workspace=workspace, owner=who.name, title=body.title
+        )
+        log.info("session created", extra={"session_id": session.id, "principal": who.name})
+        return session_json(session)
+
+    @r.get("/sessions", response_model=m.SessionsOut)
+    async def list_sessions(
+        who: Who, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    ) -> dict[str, Any]:
+        """Your sessions, newest first (an admin sees everyone's)."""
+        found: list[Session] = []
+        for s in await ctx.store.list_sessions(limit=None if not who.admin else limit):
+            if who.may_see(s):
+                found.append(s)
+                if len(found) >= limit:
+                    break
+        return {"sessions": [session_json(s) for s in found]}
+
+    @r.get("/sessions/{session_id}", response_model=m.SessionOut)
+    async def show_session(session_id: str, who: Who) -> dict[str, Any]:
+        return session_json(await _own_session(ctx, who, session_id))
+
+    @r.post("/sessions/{session_id}/messages", status_code=202, response_model=m.RunOut)
+    async def post_message(session_id: str, body: m.MessageIn, who: Who) -> dict[str, Any]:
+        """Store the message and a queued run in one commit; a worker runs it. Follow it
+        with GET /v1/runs/{run_id}/events."""
+        await _own_session(ctx, who, session_id)
+        run = await ctx.service.submit(session_id, body.text, budget=_budget(ctx, body.budget))
+        log.info("run queued", extra={"run_id": run.id, "session_id": session_id})
+        return run_json(run)
+
+    @r.get("/sessions/{session_id}/messages", response_model=m.MessagesOut)
+    async def list_messages(
+        session_id: str,
+        who: Who,
+        after: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """Messages with seq > after, oldest first."""
+        await _own_session(ctx, who, session_id)
+        page = await ctx.store.read_messages(session_id, after=after, limit=limit + 1)
+        more = len(page) > limit
+        page = page[:limit]
+        return {
+            "session_id": session_id,
+            "messages": [message_json(s) for s in page],
+            "next_after": page[-1].seq if more else None,
+        }
+
+    @r.get("/sessions/{session_id}/runs", response_model=m.RunsOut)
+    async def list_runs(session_id: str, who: Who) -> dict[str, Any]:
+        await _own_session(ctx, who, session_id)
+        return {"runs": [run_json(x) for x in await ctx.store.list_runs(session_id=session_id)]}
+
+    if ctx.forks is not None:
+        forks = ctx.forks
+
+        @r.post("/sessions/{session_id}/fork", status_code=201, response_model=m.SessionOut)
+        async def fork(session_id: str, body: m.ForkIn, who: Who) -> dict[str, Any]:
+            """A new session holding this one's history through a message that ends a
+            complete unit (else ``invalid_cut_point``); the same request id returns the
+            same branch."""
+            source = await _own_session(ctx, who, session_id)
+            caller = source.owner if who.admin else who.name
+            result = await forks.fork_session(
+                session_id, body.through_message_id, body.request_id, caller
+            )
+            return session_json(result.branch)
+
+    return r
+
+
+def _run_routes(ctx: ApiContext) -> APIRouter:
+    r = APIRouter(tags=["runs"])
+    Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
+
+    @r.get("/runs/{run_id}", response_model=m.RunOut)
+    async def show_run(run_id: str, who: Who) -> dict[str, Any]:
+        return run_json(await _own_run(ctx, who, run_id))
+
+    @r.post("/runs/{run_id}/cancel", response_model=m.RunOut)
+    async def cancel_run(run_id: str, who: Who) -> dict[str, Any]:
+        """Ask the run to stop (a queued one ends at once; a running one at its worker's
+        next step). Cancelling an ended run changes nothing."""
+        await _own_run(ctx, who, run_id)
+        run = await ctx.service.cancel(run_id)
+        log.info("run cancel requested", extra={"run_id": run_id, "session_id": run.session_id})
+        return run_json(run)
+
+    @r.get(
+        "/runs/{run_id}/events",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    )
+    async def run_events(
+        run_id: str,
+        who: Who,
+        last_event_id: Annotated[str | None, Header()] = None,
+        after: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
+    ) -> StreamingResponse:
+        """Server-sent events of the run (``id`` is the event's sequence number). Resume
+        with the ``Last-Event-ID`` header (or ``?after=N``); the stream ends after
+        ``run_finished``."""
+        await _own_run(ctx, who, run_id)
+        start = after if after is not None else _last_event_id(last_event_id)
+        stream = event_stream(ctx.queue, ctx.store, run_id, start)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+    return r
+
+
+def _last_event_id(value: str | None) -> int:
+    if value is None or not value.strip():
+        return 0
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise ValidationError(
+            f"Last-Event-ID must be an event number, got {value[:50]!r}"
+        ) from None
+    if not 0 <= n < 2**31:
+        raise ValidationError(f"Last-Event-ID {n} is out of range")
+    return n
+
+
+def _budget(ctx: ApiContext, given: m.BudgetIn | None) -> Budget | None:
+    if given is None:
+        return None
+    base = ctx.service.budget
+    fields = given.model_dump(exclude_none=True)
+    return Budget(**{**{f: getattr(base, f) for f in Budget.__dataclass_fields__}, **fields})
+
+
+def _workspace(ctx: ApiContext, name: str | None) -> str | None:
+    if name is None:
+        return None
+    if ctx.workspace_root is None:
+        raise ValidationError(
+            "this server has no workspace root (PLAIT_WORKSPACE_ROOT), so sessions cannot "
+            "name a workspace",
+            workspace=name,
+        )
+    path = ctx.workspace_root / name
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)

@@ -1,0 +1,80 @@
+"""Approval routes: list a session's approval requests, approve or deny one. The grantor
+is the calling principal; after a decision the run continues with ``plait runs resume``
+(the loop's approval wait is not wired yet, so the API only records decisions)."""
+
+# No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from plait.adapters.cli.governance import approval_json
+from plait.adapters.http.auth import Principal
+from plait.domain.errors import ApprovalNotFoundError, SessionNotFoundError
+
+__all__ = ["approval_routes"]
+
+
+class ApproveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ttl_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+
+
+class DenyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000, pattern=r"\S")
+
+
+class ApprovalsOut(BaseModel):
+    approvals: list[dict[str, Any]]
+
+
+def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIRouter:
+    r = APIRouter(tags=["approvals"])
+    Who = Annotated[Principal, Depends(who_dep)]
+    store: Any = ctx.store
+
+    async def own(who: Principal, approval_id: str) -> Any:
+        approval = await store.get_approval(approval_id)
+        try:
+            session = await store.get_session(approval.session_id)
+        except SessionNotFoundError:
+            session = None
+        if session is None or not who.may_see(session):
+            raise ApprovalNotFoundError(
+                f"approval {approval_id!r} not found", approval_id=approval_id
+            )
+        return approval
+
+    @r.get("/sessions/{session_id}/approvals", response_model=ApprovalsOut)
+    async def list_approvals(session_id: str, who: Who) -> dict[str, Any]:
+        """The session's approval requests, newest first."""
+        session = await store.get_session(session_id)
+        if not who.may_see(session):
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        now = time.time()
+        found = await store.list_approvals(session_id=session_id)
+        return {"approvals": [approval_json(a, now) for a in found]}
+
+    @r.post("/approvals/{approval_id}/approve", response_model=dict[str, Any])
+    async def approve(approval_id: str, body: ApproveIn, who: Who) -> dict[str, Any]:
+        """Approve a pending request for ``ttl_seconds``; anything else is ``run_state``."""
+        await own(who, approval_id)
+        x = await store.decide_approval(
+            approval_id, approve=True, grantor=who.name, at=time.time(),
+            ttl_seconds=body.ttl_seconds,
+        )  # fmt: skip
+        return approval_json(x, time.time())
+
+    @r.post("/approvals/{approval_id}/deny", response_model=dict[str, Any])
+    async def deny(approval_id: str, body: DenyIn, who: Who) -> dict[str, Any]:
+        """Deny a pending request with a reason (the model reads it)."""
+        await own(who, approval_id)
+        x = await store.decide_approval(
+            approval_id, approve=False, grantor=who.name, at=time.time(), reason=body.reason
+        )
+        return approval_json(x, time.time())
+
+    return r

@@ -1,0 +1,77 @@
+"""Loop events -> persisted run events (the payloads SSE clients receive).
+
+Payloads use the one public JSON shape of messages and runs."""
+
+from __future__ import annotations
+
+import json
+
+from plait.adapters.shapes import message_json, run_json
+from plait.application.events import (
+    MessageSaved,
+    ModelCallStarted,
+    RunEnded,
+    RunEvent,
+    RunStarted,
+    ToolStarted,
+)
+from plait.domain.messages import AssistantMessage, ToolResultMessage, ToolStatus
+from plait.domain.service import EventType, NewRunEvent, RunEventRecord
+
+__all__ = ["encode_event", "sse_frame", "sse_payload"]
+
+
+def encode_event(event: RunEvent, at: float) -> list[NewRunEvent]:
+    """The events one loop event becomes (a saved assistant message with calls also
+    yields one ``tool_call_requested`` per call; a denied result a ``decision``)."""
+    if isinstance(event, RunStarted):
+        return [NewRunEvent(type=EventType.RUN_STARTED, at=at, data={"run": run_json(event.run)})]
+    if isinstance(event, ModelCallStarted):
+        data = {"step": event.step, "attempt": event.attempt}
+        return [NewRunEvent(type=EventType.STEP_STARTED, at=at, data=data)]
+    if isinstance(event, ToolStarted):
+        call = {"call_id": event.call.id, "name": event.call.name}
+        return [
+            NewRunEvent(type=EventType.DECISION, at=at, data={**call, "decision": "allow"}),
+            NewRunEvent(type=EventType.TOOL_STARTED, at=at, data=call),
+        ]
+    if isinstance(event, RunEnded):
+        return [NewRunEvent(type=EventType.RUN_FINISHED, at=at, data={"run": run_json(event.run)})]
+    if isinstance(event, MessageSaved):
+        return _message_events(event, at)
+    return []  # pragma: no cover - a new event kind is simply not streamed yet
+
+
+def _message_events(event: MessageSaved, at: float) -> list[NewRunEvent]:
+    stored = event.stored
+    m = stored.message
+    out = [NewRunEvent(type=EventType.MESSAGE, at=at, data={"message": message_json(stored)})]
+    if isinstance(m, AssistantMessage):
+        for c in m.tool_calls:
+            data = {"call_id": c.id, "name": c.name, "arguments": c.arguments(), "seq": stored.seq}
+            out.append(NewRunEvent(type=EventType.TOOL_CALL_REQUESTED, at=at, data=data))
+    elif isinstance(m, ToolResultMessage):
+        r = m.result
+        if r.status is ToolStatus.DENIED:
+            denied = {"call_id": r.call_id, "decision": "deny", "reason": r.reason}
+            out.append(NewRunEvent(type=EventType.DECISION, at=at, data=denied))
+        result = {
+            "call_id": r.call_id,
+            "tool_name": m.tool_name,
+            "status": r.status.value,
+            "seq": stored.seq,
+        }
+        out.append(NewRunEvent(type=EventType.TOOL_RESULT, at=at, data=result))
+    return out
+
+
+def sse_payload(e: RunEventRecord) -> str:
+    return json.dumps(
+        {"run_id": e.run_id, "seq": e.seq, "type": e.type.value, "at": e.at, **e.data},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def sse_frame(e: RunEventRecord) -> str:
+    return f"id: {e.seq}\nevent: {e.type.value}\ndata: {sse_payload(e)}\n\n"

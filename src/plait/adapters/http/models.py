@@ -1,0 +1,127 @@
+"""Request and response bodies of the HTTP API (they make the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "BudgetIn",
+    "ErrorOut",
+    "ForkIn",
+    "MessageIn",
+    "MessagesOut",
+    "RunOut",
+    "RunsOut",
+    "SessionIn",
+    "SessionOut",
+    "SessionsOut",
+]
+
+_Strict = ConfigDict(extra="forbid")
+
+
+class BudgetIn(BaseModel):
+    model_config = _Strict
+    max_steps: int | None = Field(default=None, ge=1, le=10_000)
+    deadline_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    max_model_calls: int | None = Field(default=None, ge=1, le=100_000)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    tool_timeout_seconds: float | None = Field(default=None, gt=0, le=3_600)
+
+
+class SessionIn(BaseModel):
+    model_config = _Strict
+    title: str | None = Field(default=None, max_length=200)
+    workspace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="a directory name under the server's PLAIT_WORKSPACE_ROOT (created "
+        "on demand); refused when the server has no workspace root",
+    )
+
+
+class MessageIn(BaseModel):
+    model_config = _Strict
+    text: str = Field(min_length=1, max_length=100_000, pattern=r"\S")
+    budget: BudgetIn | None = None
+
+
+class ForkIn(BaseModel):
+    model_config = _Strict
+    through_message_id: str = Field(min_length=1, max_length=200)
+    request_id: str = Field(min_length=1, max_length=200)
+
+
+class ForkOriginOut(BaseModel):
+    parent_session_id: str
+    fork_point_message_id: str
+
+
+class SessionOut(BaseModel):
+    session_id: str
+    created_at: str | None
+    workspace: str | None
+    title: str | None
+    owner: str | None
+    version: int
+    active_run_id: str | None
+    fork_origin: ForkOriginOut | None
+
+
+class SessionsOut(BaseModel):
+    sessions: list[SessionOut]
+
+
+class MessagesOut(BaseModel):
+    session_id: str
+    messages: list[dict[str, Any]]
+    next_after: int | None = Field(description="pass as ?after= for the next page; null at the end")
+
+
+class RunErrorOut(BaseModel):
+    code: str
+    message: str
+
+
+class LeaseOut(BaseModel):
+    owner: str
+    expires_at: str | None
+
+
+class RunOut(BaseModel):
+    run_id: str
+    session_id: str
+    status: Literal[
+        "queued", "running", "awaiting_approval", "awaiting_resolution", "completed",
+        "budget_exhausted", "failed", "cancelled",
+    ]  # fmt: skip
+    model: str
+    started_at: str | None
+    ended_at: str | None
+    error: RunErrorOut | None
+    usage: dict[str, int]
+    budget: dict[str, Any]
+    lease: LeaseOut | None
+    cancel_requested: bool
+
+
+class RunsOut(BaseModel):
+    runs: list[RunOut]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+class HealthOut(BaseModel):
+    status: str

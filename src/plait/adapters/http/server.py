@@ -1,0 +1,265 @@
+"""Service processes: ``plait serve`` (the HTTP API, optionally with an in-process worker)
+and ``plait worker`` (a worker alone). Settings come from environment variables, flags
+override them; logs are JSON lines on stderr carrying run and session ids.
+
+=========================  ==========================================================
+``PLAIT_DB``               store URL (``postgresql://...`` to share it across machines)
+``PLAIT_HOST``             address to listen on (default ``127.0.0.1``)
+``PLAIT_PORT``             port (default ``8000``)
+``PLAIT_MODEL``            model spec the workers use (``scripted:PATH``, ...)
+``PLAIT_SERVE_WORKERS``    runs the API process drives itself (default 4 for SQLite and
+                           memory stores, 0 for PostgreSQL: run ``plait worker`` there)
+``PLAIT_WORKER_CONCURRENCY``  runs one ``plait worker`` drives at once (default 4)
+``PLAIT_LEASE_SECONDS``    run lease (default 60); a dead worker's run is recovered after
+``PLAIT_GRACE_SECONDS``    on SIGTERM, how long in-flight runs may finish (default 30)
+``PLAIT_MAX_BODY_BYTES``   largest request body (default 1000000)
+``PLAIT_WORKSPACE_ROOT``   directory under which sessions may name a workspace
+``PLAIT_LOG_LEVEL``        ``debug``, ``info`` (default), ``warning``, ``error``
+=========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from plait.domain.errors import ConfigError
+
+__all__ = [
+    "ENV_HELP",
+    "Settings",
+    "build_context",
+    "configure_logging",
+    "context_for",
+    "run_worker",
+    "serve",
+]
+
+ENV_HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
+
+_EXTRAS = ("run_id", "session_id", "worker", "principal", "status", "code")
+
+
+class JsonLogs(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in _EXTRAS:
+            value = getattr(record, key, None)
+            if value is not None:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogs())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}", name=name) from None
+    if value < low:
+        raise ConfigError(f"{name} must be at least {low}, got {value}", name=name)
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}", name=name) from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}", name=name)
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    db: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str | None = None
+    serve_workers: int = 0
+    worker_concurrency: int = 4
+    lease_seconds: float = 60.0
+    grace_seconds: float = 30.0
+    max_body_bytes: int = 1_000_000
+    workspace_root: Path | None = None
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Settings:
+        """Environment variables, then flags (those not ``None``) over them."""
+        from plait.runtime import default_db_url
+
+        e = os.environ if env is None else env
+        given = {k: v for k, v in flags.items() if v is not None}
+        db = given.pop("db", None) or e.get("PLAIT_DB") or default_db_url()
+        shared = db.startswith(("postgresql://", "postgres://"))
+        root = e.get("PLAIT_WORKSPACE_ROOT")
+        level = e.get("PLAIT_LOG_LEVEL", "info").lower()
+        if level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"PLAIT_LOG_LEVEL must be debug, info, warning or error: {level!r}")
+        base = cls(
+            db=db,
+            host=e.get("PLAIT_HOST", "127.0.0.1"),
+            port=_int(e, "PLAIT_PORT", 8000),
+            model=e.get("PLAIT_MODEL") or None,
+            serve_workers=_int(e, "PLAIT_SERVE_WORKERS", 0 if shared else 4),
+            worker_concurrency=_int(e, "PLAIT_WORKER_CONCURRENCY", 4, low=1),
+            lease_seconds=_float(e, "PLAIT_LEASE_SECONDS", 60.0),
+            grace_seconds=_float(e, "PLAIT_GRACE_SECONDS", 30.0),
+            max_body_bytes=_int(e, "PLAIT_MAX_BODY_BYTES", 1_000_000, low=1024),
+            workspace_root=Path(root) if root else None,
+            log_level=level,
+        )
+        fields = {k: v for k, v in given.items() if k in cls.__dataclass_fields__}
+        return cls(**{**{f: getattr(base, f) for f in cls.__dataclass_fields__}, **fields})
+
+
+def _runtime(settings: Settings, *, need_model: bool) -> Any:
+    from plait.runtime import Runtime
+
+    if need_model and not settings.model:
+        raise ConfigError(
+            "workers need a model: set PLAIT_MODEL or pass --model (e.g. scripted:PATH)"
+        )
+    return Runtime.open(
+        db=settings.db,
+        model=settings.model if need_model else None,
+        lease_seconds=settings.lease_seconds,
+    )
+
+
+def _check_service_store(store: Any, url: str) -> None:
+    for method in ("claim_queued_run", "append_run_events", "find_api_key"):
+        if not hasattr(store, method):
+            raise ConfigError(
+                f"the store {url!r} cannot run the service (no run queue); use "
+                "postgresql://..., sqlite:///... or memory://",
+                url=url,
+            )
+
+
+def build_context(settings: Settings) -> Any:
+    """The API's object graph; with ``serve_workers`` > 0 an in-process worker too."""
+    rt = _runtime(settings, need_model=settings.serve_workers > 0)
+    return context_for(rt, settings)
+
+
+def context_for(rt: Any, settings: Settings) -> Any:
+    """The API over an opened :class:`~plait.runtime.Runtime` (tests pass one with
+    fakes). The context closes the runtime when the app shuts down."""
+    from plait.adapters.http.app import ApiContext
+    from plait.adapters.http.auth import Authenticator
+    from plait.application.fork import ForkService
+
+    _check_service_store(rt.store, settings.db)
+    ctx = ApiContext(
+        store=rt.store,
+        queue=rt.store,
+        service=rt.service,
+        auth=Authenticator(rt.store),
+        forks=ForkService(store=rt.store, clock=rt.service.clock),
+        workspace_root=settings.workspace_root,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    if settings.serve_workers > 0:
+        ctx.lifespan_hooks.append(_worker_hook(rt, settings, settings.serve_workers))
+    ctx.on_close.append(rt.close)
+    return ctx
+
+
+def _make_worker(rt: Any, settings: Settings, concurrency: int) -> Any:
+    from plait.adapters.http.events import encode_event
+    from plait.application.worker import Worker
+
+    return Worker(
+        service=rt.service,
+        queue=rt.store,
+        encode=encode_event,
+        concurrency=concurrency,
+        grace_seconds=settings.grace_seconds,
+    )
+
+
+def _worker_hook(rt: Any, settings: Settings, concurrency: int) -> Any:
+    async def hook() -> AsyncIterator[None]:
+        worker = _make_worker(rt, settings, concurrency)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
+
+    return hook
+
+
+def serve(settings: Settings) -> None:
+    """Run the API until SIGINT/SIGTERM (uvicorn shuts down gracefully)."""
+    import uvicorn
+
+    from plait.adapters.http.app import create_app
+
+    configure_logging(settings.log_level)
+    app = create_app(build_context(settings))
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.grace_seconds),
+    )
+    uvicorn.Server(config).run()
+
+
+async def run_worker(settings: Settings) -> dict[str, Any]:
+    """A worker process: until SIGINT/SIGTERM, then a graceful shutdown."""
+    configure_logging(settings.log_level)
+    rt = _runtime(settings, need_model=True)
+    _check_service_store(rt.store, settings.db)
+    worker = _make_worker(rt, settings, settings.worker_concurrency)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        stats = await worker.run(stop)
+    finally:
+        await rt.close()
+    return {
+        "worker": worker.owner,
+        "claimed": stats.claimed,
+        "recovered": stats.recovered,
+        "released": stats.released,
+        "finished": stats.finished,
+    }

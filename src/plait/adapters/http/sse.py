@@ -1,0 +1,60 @@
+"""The run event stream: persisted events after the client's last one, then live ones
+as any worker persists them (polling by sequence, so it works across processes and
+machines), ending after ``run_finished``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from plait.adapters.http.events import sse_frame
+from plait.adapters.shapes import run_json
+from plait.application.ports import RunQueue, SessionStore
+from plait.domain.service import EventType
+
+__all__ = ["event_stream"]
+
+KEEPALIVE_S = 15.0
+SETTLE_S = 2.0
+"""After the run is terminal, how long to wait for its worker's last events."""
+
+
+async def event_stream(
+    queue: RunQueue,
+    store: SessionStore,
+    run_id: str,
+    after: int,
+    *,
+    poll_min_s: float = 0.02,
+    poll_max_s: float = 0.25,
+) -> AsyncIterator[str]:
+    last = after
+    delay = poll_min_s
+    idle = 0.0
+    terminal_for = 0.0
+    yield ": stream of run events; reconnect with Last-Event-ID to resume\n\n"
+    while True:
+        events = await queue.read_run_events(run_id, after=last, limit=500)
+        for e in events:
+            last = e.seq
+            yield sse_frame(e)
+            if e.type is EventType.RUN_FINISHED:
+                return
+        if events:
+            delay, idle, terminal_for = poll_min_s, 0.0, 0.0
+            continue
+        run = await store.get_run(run_id)
+        if run.status.terminal:
+            if terminal_for >= SETTLE_S:
+                # The worker died before persisting its last event: say how it ended.
+                data = {"run_id": run_id, "type": "run_finished", "run": run_json(run)}
+                yield f"event: run_finished\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+                return
+            terminal_for += delay
+        await asyncio.sleep(delay)
+        idle += delay
+        if idle >= KEEPALIVE_S:
+            idle = 0.0
+            yield ": keepalive\n\n"
+        delay = min(delay * 2, poll_max_s)

@@ -1,0 +1,142 @@
+"""Thin client on the official ``openai`` SDK, for Chat Completions (also every
+OpenAI-compatible server) and Responses: the wire protocol is a value handed in. The SDK
+is imported when the first call is made; its own retries are off (plait's ModelCaller
+counts and paces attempts)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from plait.adapters.models import _openai_chat as chat
+from plait.adapters.models import _openai_responses as responses
+from plait.adapters.models._common import Target
+from plait.adapters.models._driver import (
+    Accumulator,
+    is_transport_error,
+    run_stream,
+    transport_error,
+)
+from plait.adapters.models._errors import classify
+from plait.adapters.models._sse import aiter_events
+from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
+
+__all__ = ["CHAT", "RESPONSES", "OpenAIModel", "WireProtocol"]
+
+
+@dataclass(frozen=True, slots=True)
+class WireProtocol:
+    build: Callable[[Target, ModelRequest, bool, ModelCapabilities, str], dict[str, Any]]
+    parse: Callable[[Target, dict[str, Any], str], ModelResponse]
+    stream: Callable[[Target, str], Accumulator]
+    resource: Callable[[Any], Any]
+
+
+def _chat_body(
+    t: Target, r: ModelRequest, stream: bool, caps: ModelCapabilities, field: str
+) -> dict[str, Any]:
+    return chat.build_request(
+        t, r.context, max_output_tokens=r.max_output_tokens, stream=stream, max_tokens_field=field
+    )
+
+
+def _responses_body(
+    t: Target, r: ModelRequest, stream: bool, caps: ModelCapabilities, field: str
+) -> dict[str, Any]:
+    return responses.build_request(
+        t, r.context, max_output_tokens=r.max_output_tokens, stream=stream, reasoning=caps.reasoning
+    )
+
+
+CHAT = WireProtocol(
+    build=_chat_body,
+    parse=chat.parse_response,
+    stream=chat.ChatStream,
+    resource=lambda sdk: sdk.chat.completions,
+)
+RESPONSES = WireProtocol(
+    build=_responses_body,
+    parse=responses.parse_response,
+    stream=responses.ResponsesStream,
+    resource=lambda sdk: sdk.responses,
+)
+
+
+class OpenAIModel:
+    """``openai:MODEL``, ``openai-compatible:BASE_URL#MODEL`` (protocol :data:`CHAT`) and
+    ``openai-responses:MODEL`` (:data:`RESPONSES`)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        target: Target,
+        protocol: WireProtocol,
+        capabilities: ModelCapabilities,
+        api_key: str,
+        base_url: str | None = None,
+        provider: str = "openai",
+        max_tokens_field: str = "max_completion_tokens",
+        timeout: float = 600.0,
+    ) -> None:
+        self._name = name
+        self.target = target
+        self._protocol = protocol
+        self._capabilities = capabilities
+        self._api_key = api_key
+        self._base_url = base_url
+        self._provider = provider
+        self._max_tokens_field = max_tokens_field
+        self._timeout = timeout
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self._capabilities
+
+    def _client(self) -> Any:
+        """A fresh SDK client per call, closed after it: its connection pool belongs to
+        the running event loop, and a CLI process runs one loop per command."""
+        import openai
+
+        return openai.AsyncOpenAI(
+            api_key=self._api_key, base_url=self._base_url, max_retries=0, timeout=self._timeout
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        p = self._protocol
+        streaming = request.on_text is not None and self._capabilities.streaming
+        body = p.build(self.target, request, streaming, self._capabilities, self._max_tokens_field)
+        async with self._client() as sdk:
+            return await self._send(p.resource(sdk), body, request, streaming)
+
+    async def _send(
+        self, resource: Any, body: dict[str, Any], request: ModelRequest, streaming: bool
+    ) -> ModelResponse:
+        import openai
+
+        p = self._protocol
+        try:
+            if streaming:
+                acc = p.stream(self.target, self._provider)
+                async with resource.with_streaming_response.create(**body) as raw:
+                    return await run_stream(aiter_events(raw.iter_lines()), acc, request.on_text)
+            raw = await resource.with_raw_response.create(**body)
+            return p.parse(self.target, json.loads(raw.text), self._provider)
+        except openai.APIStatusError as e:
+            body_or_text = e.body if e.body is not None else e.message
+            headers = dict(e.response.headers)
+            raise classify(self._provider, e.status_code, body_or_text, headers=headers) from e
+        except openai.APIConnectionError as e:
+            raise transport_error(self._provider, e) from e
+        except openai.APIError as e:  # an error event inside a stream
+            raise classify(self._provider, None, e.body if e.body is not None else e.message) from e
+        except Exception as e:
+            if is_transport_error(e):
+                raise transport_error(self._provider, e) from e
+            raise

@@ -1,0 +1,209 @@
+"""Model specs (``openai:gpt-4o``, ``openai-compatible:http://localhost:8000/v1#qwen``,
+a name declared in plait.toml, ...) resolved against the built-in table and the user's
+config into a ready client. No SDK is imported here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from plait.adapters.models._catalog import KIND_DEFAULTS, builtin_capabilities, with_overrides
+from plait.adapters.models._common import Target
+from plait.adapters.models._driver import missing_key
+from plait.application.ports import ModelCapabilities
+from plait.config import Config, load_config
+from plait.domain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from plait.application.ports import ModelClient
+    from plait.domain.tools import ToolSpec
+
+__all__ = ["MODEL_SPEC_FORMS", "ModelSpec", "Resolved", "open_model", "parse_spec", "resolve"]
+
+MODEL_SPEC_FORMS = (
+    "openai:MODEL, openai-responses:MODEL, anthropic:MODEL, gemini:MODEL, "
+    "openai-compatible:BASE_URL#MODEL, scripted:PATH, or a name from [models.NAME] in plait.toml"
+)
+_KINDS = ("openai", "openai-responses", "anthropic", "gemini", "openai-compatible", "scripted")
+_KEY_ENV = {
+    "openai": ("OPENAI_API_KEY",),
+    "openai-responses": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
+_CAPABILITY_KEYS = frozenset(f.name for f in fields(ModelCapabilities))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    kind: str
+    model: str
+    base_url: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "openai-compatible":
+            return f"{self.kind}:{self.base_url}#{self.model}"
+        return f"{self.kind}:{self.model}"
+
+
+def parse_spec(spec: str) -> ModelSpec:
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ConfigError(
+            f"model spec {spec!r} is not of the form KIND:NAME; accepted: {MODEL_SPEC_FORMS}",
+            spec=spec,
+        )
+    if kind not in _KINDS:
+        raise ConfigError(
+            f"unknown model kind {kind!r} in {spec!r}; accepted: {MODEL_SPEC_FORMS}", spec=spec
+        )
+    if kind != "openai-compatible":
+        return ModelSpec(kind=kind, model=rest)
+    base_url, hash_, model = rest.rpartition("#")
+    url = urlparse(base_url)
+    if not hash_ or not model or url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(
+            f"model spec {spec!r}: write openai-compatible:BASE_URL#MODEL, e.g. "
+            "openai-compatible:http://localhost:8000/v1#Qwen/Qwen3-8B",
+            spec=spec,
+        )
+    return ModelSpec(kind=kind, model=model, base_url=base_url.rstrip("/"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolved:
+    """Everything needed to build a client, after the config file had its say."""
+
+    spec: ModelSpec
+    target: Target
+    capabilities: ModelCapabilities
+    base_url: str | None
+    key_env: tuple[str, ...]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    known: bool = False
+    """In the built-in table or declared in the config (else: assumed defaults)."""
+
+
+def _vendor(spec: ModelSpec) -> tuple[str, str | None, tuple[str, ...]]:
+    """(vendor, built-in table, default key variables)."""
+    if spec.kind == "openai-compatible":
+        host = urlparse(spec.base_url or "").hostname or ""
+        if host.endswith("deepseek.com"):
+            return "deepseek", "deepseek", ("DEEPSEEK_API_KEY",)
+        if host.endswith("openrouter.ai"):
+            return f"openai-compatible:{spec.base_url}", None, ("OPENROUTER_API_KEY",)
+        return f"openai-compatible:{spec.base_url}", None, ()
+    vendor = {"gemini": "google", "openai-responses": "openai"}.get(spec.kind, spec.kind)
+    return vendor, spec.kind, _KEY_ENV[spec.kind]
+
+
+def resolve(name: str, config: Config) -> Resolved:
+    alias = config.entry(name)
+    spec = parse_spec(alias.spec if alias and alias.spec else name)
+    entries = [e for e in (config.entry(str(spec)), alias) if e is not None]
+    settings: dict[str, Any] = {}
+    base_url, key_env = spec.base_url, None
+    for e in entries:
+        settings.update(e.settings)
+        base_url = e.base_url or base_url
+        key_env = e.key_env or key_env
+    vendor, table, default_keys = _vendor(spec)
+    builtin = builtin_capabilities(table, spec.model) if table else None
+    caps = with_overrides(
+        builtin or KIND_DEFAULTS, **{k: v for k, v in settings.items() if k in _CAPABILITY_KEYS}
+    )
+    adapter = {"openai-compatible": "openai-chat", "openai": "openai-chat"}.get(
+        spec.kind, spec.kind
+    )
+    return Resolved(
+        spec=spec,
+        target=Target(vendor=vendor, adapter=adapter, model=spec.model),
+        capabilities=caps,
+        base_url=base_url,
+        key_env=(key_env,) if key_env else default_keys,
+        settings=settings,
+        known=builtin is not None or bool(entries),
+    )
+
+
+def _api_key(r: Resolved, env: Mapping[str, str]) -> str:
+    for variable in r.key_env:
+        if env.get(variable):
+            return env[variable]
+    if not r.key_env:
+        return "not-needed"  # a local server without auth; never send another vendor's key
+    raise missing_key(str(r.spec), r.key_env[0])
+
+
+def _check_settings(r: Resolved) -> None:
+    budget = r.settings.get("thinking_budget")
+    if budget is not None and (r.spec.kind != "anthropic" or not r.capabilities.reasoning):
+        raise ConfigError(
+            f"setting thinking_budget: model {r.spec} cannot take it (only Anthropic models "
+            "with reasoning do); remove it from plait.toml",
+            setting="thinking_budget",
+            model=str(r.spec),
+        )
+
+
+def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
+    _check_settings(r)
+    key = _api_key(r, env)
+    common: dict[str, Any] = {
+        "name": str(r.spec),
+        "target": r.target,
+        "capabilities": r.capabilities,
+        "api_key": key,
+        "base_url": r.base_url,
+    }
+    if r.spec.kind in ("openai", "openai-responses", "openai-compatible"):
+        from plait.adapters.models._openai_client import CHAT, RESPONSES, OpenAIModel
+
+        compatible = r.spec.kind == "openai-compatible"
+        return OpenAIModel(
+            protocol=RESPONSES if r.spec.kind == "openai-responses" else CHAT,
+            provider=r.target.vendor.split(":")[0] if compatible else "openai",
+            max_tokens_field="max_tokens" if compatible else "max_completion_tokens",
+            **common,
+        )
+    if r.spec.kind == "anthropic":
+        from plait.adapters.models._anthropic_client import AnthropicModel
+
+        return AnthropicModel(thinking_budget=r.settings.get("thinking_budget"), **common)
+    from plait.adapters.models._gemini_client import GeminiModel
+
+    return GeminiModel(**common)
+
+
+def check_tools(r: Resolved, tools: Sequence[ToolSpec]) -> None:
+    """Translate every tool schema now, so an inexpressible one fails before a run."""
+    if r.spec.kind == "gemini":
+        from plait.adapters.models._gemini import tool_declaration
+
+        for t in tools:
+            tool_declaration(t)
+
+
+def open_model(
+    spec: str,
+    *,
+    tools: Sequence[ToolSpec] = (),
+    config: Config | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ModelClient:
+    """A model client for ``spec`` (see :data:`MODEL_SPEC_FORMS`), with its capabilities
+    from the built-in table and plait.toml; fails here, with a clear error, on a bad spec,
+    a missing key, a setting the model cannot honour or a tool schema it cannot take."""
+    if spec.startswith("scripted:"):
+        from plait.testing.scripted import ScriptedModel
+
+        return ScriptedModel.from_file(Path(parse_spec(spec).model))
+    config = load_config() if config is None else config
+    resolved = resolve(spec, config)
+    client = build_client(resolved, os.environ if env is None else env)
+    check_tools(resolved, tools)
+    return client

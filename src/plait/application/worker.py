@@ -1,0 +1,239 @@
+"""Workers: processes that drive queued runs (service mode, DESIGN §9).
+
+A worker claims ``queued`` runs from the shared store (at most ``concurrency`` at a
+time), drives each with :meth:`AgentService.execute` and persists the run's progress
+events with a per-run sequence, so an API process anywhere can stream them. Every
+``lease_seconds / 2`` it also looks for ``running`` runs whose lease expired (their worker
+died) and recovers them with the usual semantics (:meth:`AgentService.recover`).
+
+Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops claiming,
+lets in-flight runs finish for ``grace_seconds``, then interrupts the rest and releases
+their leases (expiry set to now) so another worker recovers them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from plait.application.events import RunEvent, RunObserver
+from plait.application.ports import RunQueue, TextSink
+from plait.application.service import AgentService
+from plait.domain.errors import PlaitError
+from plait.domain.runs import Run, RunStatus
+from plait.domain.service import EventType, NewRunEvent
+
+__all__ = ["EventEncoder", "Worker", "WorkerStats"]
+
+log = logging.getLogger("plait.worker")
+
+EventEncoder = Callable[[RunEvent, float], Sequence[NewRunEvent]]
+"""Turns a loop event (and the time it happened) into the events to persist."""
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    recovered: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+    released: int = 0
+
+
+class _EventSink:
+    """Batches events from the (synchronous) run observers into store writes."""
+
+    def __init__(self, queue: RunQueue, encode: EventEncoder, now: Callable[[], float]) -> None:
+        self._store = queue
+        self._encode = encode
+        self._now = now
+        self._items: asyncio.Queue[tuple[str, NewRunEvent]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def observer(self, run_id: str) -> RunObserver:
+        def observe(event: RunEvent) -> None:
+            for e in self._encode(event, self._now()):
+                self._items.put_nowait((run_id, e))
+
+        return observe
+
+    def text_sink(self, run_id: str) -> TextSink:
+        def on_text(delta: str) -> None:
+            if delta:
+                e = NewRunEvent(type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta})
+                self._items.put_nowait((run_id, e))
+
+        return on_text
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._flush_forever())
+
+    async def drain(self) -> None:
+        await self._items.join()
+
+    async def close(self) -> None:
+        await self.drain()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _flush_forever(self) -> None:
+        while True:
+            batch = [await self._items.get()]
+            while not self._items.empty():
+                batch.append(self._items.get_nowait())
+            by_run: dict[str, list[NewRunEvent]] = {}
+            for run_id, e in batch:
+                by_run.setdefault(run_id, []).append(e)
+            for run_id, events in by_run.items():
+                try:
+                    await self._store.append_run_events(run_id, events)
+                except PlaitError as e:
+                    log.error("cannot persist run events: %s", e.message, extra={"run_id": run_id})
+            for _ in batch:
+                self._items.task_done()
+
+
+class Worker:
+    """Drives queued runs of one store; run as many as you like, on any machines."""
+
+    def __init__(
+        self,
+        *,
+        service: AgentService,
+        queue: RunQueue,
+        encode: EventEncoder,
+        concurrency: int = 4,
+        poll_seconds: float = 0.2,
+        grace_seconds: float = 30.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.service = service
+        self.queue = queue
+        self.concurrency = concurrency
+        self.poll_seconds = poll_seconds
+        self.grace_seconds = grace_seconds
+        self.stats = WorkerStats()
+        self._sink = _EventSink(queue, encode, service.clock.now)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+
+    @property
+    def owner(self) -> str:
+        return self.service.owner
+
+    async def run(self, stop: asyncio.Event) -> WorkerStats:
+        """Work until ``stop`` is set, then shut down gracefully."""
+        self._sink.start()
+        next_sweep = 0.0
+        clock = self.service.clock
+        log.info("worker started", extra={"worker": self.owner})
+        try:
+            while not stop.is_set():
+                await self._claim_while_free(stop)
+                if clock.monotonic() >= next_sweep:
+                    next_sweep = clock.monotonic() + self.service.lease_seconds / 2
+                    await self._recover_stale()
+                await self._sleep(stop)
+        finally:
+            await self._shut_down()
+        return self.stats
+
+    async def _claim_while_free(self, stop: asyncio.Event) -> None:
+        while len(self._tasks) < self.concurrency and not stop.is_set():
+            now = self.service.clock.now()
+            run = await self.queue.claim_queued_run(
+                owner=self.owner, now=now, expires_at=now + self.service.lease_seconds
+            )
+            if run is None:
+                return
+            self.stats.claimed += 1
+            self._spawn(run, recover=False)
+
+    async def _recover_stale(self) -> None:
+        try:
+            stale = await self.service.store.list_stale_runs(now=self.service.clock.now())
+        except PlaitError as e:
+            log.error("cannot list stale runs: %s", e.message)
+            return
+        for run in stale:
+            if run.status is RunStatus.RUNNING and run.id not in self._tasks:
+                if len(self._tasks) >= self.concurrency:
+                    return
+                self._spawn(run, recover=True)
+
+    async def _sleep(self, stop: asyncio.Event) -> None:
+        self._wake.clear()
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+        try:
+            await asyncio.wait(
+                waiters, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for w in waiters:
+                w.cancel()
+
+    def _spawn(self, run: Run, *, recover: bool) -> None:
+        task = asyncio.create_task(self._drive(run, recover=recover))
+        self._tasks[run.id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._tasks.pop(run.id, None)
+            self._wake.set()
+
+        task.add_done_callback(done)
+
+    async def _drive(self, run: Run, *, recover: bool) -> None:
+        ids = {"run_id": run.id, "session_id": run.session_id, "worker": self.owner}
+        observer = self._sink.observer(run.id)
+        on_text = self._sink.text_sink(run.id)
+        try:
+            if recover:
+                reports = await self.service.recover(
+                    run_id=run.id, observer=observer, on_text=on_text
+                )
+                result = reports[0].result if reports else None
+                if result is None:
+                    return  # another worker won it, or it moved on
+                self.stats.recovered += 1
+                log.info("run recovered", extra=ids)
+                status = result.run.status.value
+            else:
+                log.info("run claimed", extra=ids)
+                result = await self.service.execute(run, observer=observer, on_text=on_text)
+                status = result.run.status.value
+        except PlaitError as e:
+            log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
+            return
+        await self._sink.drain()
+        self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
+        log.info("run %s", status, extra={**ids, "status": status})
+
+    async def _shut_down(self) -> None:
+        tasks = dict(self._tasks)
+        if tasks:
+            log.info("worker stopping: %d runs in flight", len(tasks))
+            _, pending = await asyncio.wait(tasks.values(), timeout=self.grace_seconds)
+            for task in pending:
+                task.cancel()
+            for run_id, task in tasks.items():
+                if task in pending:
+                    with contextlib.suppress(asyncio.CancelledError, PlaitError):
+                        await task
+                    await self._release(run_id)
+        await self._sink.close()
+        log.info("worker stopped", extra={"worker": self.owner})
+
+    async def _release(self, run_id: str) -> None:
+        """Let the lease expire now, so another worker recovers the run at once."""
+        try:
+            now = self.service.clock.now()
+            await self.service.store.renew_lease(run_id, owner=self.owner, expires_at=now)
+            self.stats.released += 1
+            log.info("lease released", extra={"run_id": run_id, "worker": self.owner})
+        except PlaitError as e:
+            log.warning("cannot release lease: %s", e.message, extra={"run_id": run_id})

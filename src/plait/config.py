@@ -1,0 +1,150 @@
+"""User configuration: ``plait.toml`` in the project (the current directory) over
+``~/.config/plait/config.toml`` (``$XDG_CONFIG_HOME`` honoured); environment variables
+over both; command-line flags over all.
+
+Format::
+
+    model = "anthropic:claude-sonnet-4-5"      # default model (PLAIT_MODEL and --model win)
+
+    [models.local-qwen]                         # a name usable as --model local-qwen
+    spec = "openai-compatible:http://localhost:8000/v1#Qwen/Qwen3-8B"
+    key_env = "VLLM_API_KEY"                    # variable holding the key (optional here)
+    context_window = 32768
+    max_output_tokens = 4096
+    parallel_tool_calls = false
+    price_input_per_mtok = 0.0
+
+    [models."openai:gpt-4o"]                    # overrides for a built-in model
+    base_url = "https://proxy.example/v1"
+    price_input_per_mtok = 2.0
+
+Unknown keys and wrong types are errors naming the file and the key, never ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plait.domain.errors import ConfigError
+
+__all__ = ["Config", "ModelEntry", "config_paths", "load_config"]
+
+_BOOL = ("tool_calls", "structured_output", "streaming", "parallel_tool_calls", "reasoning")
+_INT = ("context_window", "max_output_tokens", "thinking_budget")
+_FLOAT = ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok")
+_STR = ("spec", "base_url", "key_env")
+_TOP = ("model", "models")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelEntry:
+    """One ``[models.NAME]`` table: where the model is, its key variable, its
+    capabilities and prices (``None``: not declared, the built-in table decides)."""
+
+    name: str
+    source: str
+    spec: str | None = None
+    base_url: str | None = None
+    key_env: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Capability, price and model settings declared for it (only keys that were set)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    model: str | None = None
+    models: Mapping[str, ModelEntry] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    def entry(self, name: str) -> ModelEntry | None:
+        return self.models.get(name)
+
+
+def config_paths(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
+    """Files read, lowest precedence first (missing files are skipped)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    return [Path(base) / "plait" / "config.toml", (cwd or Path.cwd()) / "plait.toml"]
+
+
+def _check(source: str, where: str, key: str, value: object) -> None:
+    expected: type | tuple[type, ...]
+    if key in _BOOL:
+        expected = bool
+    elif key in _INT:
+        expected = int
+    elif key in _FLOAT:
+        expected = (int, float)
+    elif key in _STR:
+        expected = str
+    else:
+        known = ", ".join((*_STR, *_BOOL, *_INT, *_FLOAT))
+        raise ConfigError(
+            f"{source}: unknown key {key!r} in {where}; known keys: {known}",
+            file=source,
+            key=key,
+        )
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(
+            f"{source}: {where}.{key} has the wrong type ({type(value).__name__})",
+            file=source,
+            key=key,
+        )
+
+
+def _entry(source: str, name: str, table: object, base: ModelEntry | None) -> ModelEntry:
+    where = f"[models.{name}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: {where} must be a table", file=source, key=name)
+    for key, value in table.items():
+        _check(source, where, key, value)
+    settings = {k: v for k, v in table.items() if k not in _STR}
+    if base is not None:
+        settings = {**base.settings, **settings}
+    return ModelEntry(
+        name=name,
+        source=source,
+        spec=table.get("spec", base.spec if base else None),
+        base_url=table.get("base_url", base.base_url if base else None),
+        key_env=table.get("key_env", base.key_env if base else None),
+        settings=settings,
+    )
+
+
+def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Read and merge the config files (project over user), then ``PLAIT_MODEL``."""
+    env = os.environ if env is None else env
+    model: str | None = None
+    models: dict[str, ModelEntry] = {}
+    sources: list[str] = []
+    for path in config_paths(cwd, env):
+        if not path.is_file():
+            continue
+        source = str(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"{source}: cannot read it: {e}", file=source) from e
+        sources.append(source)
+        for key in data:
+            if key not in _TOP:
+                raise ConfigError(
+                    f"{source}: unknown top-level key {key!r}; known: model, [models.NAME]",
+                    file=source,
+                    key=key,
+                )
+        if "model" in data:
+            if not isinstance(data["model"], str):
+                raise ConfigError(f"{source}: model must be a string", file=source, key="model")
+            model = data["model"]
+        tables = data.get("models", {})
+        if not isinstance(tables, dict):
+            raise ConfigError(f"{source}: models must be a table", file=source, key="models")
+        for name, table in tables.items():
+            models[name] = _entry(source, name, table, models.get(name))
+    return Config(model=env.get("PLAIT_MODEL") or model, models=models, sources=tuple(sources))

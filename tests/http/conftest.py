@@ -1,0 +1,110 @@
+"""A live API server per test (uvicorn on a free loopback port, in a thread) over a
+SQLite store with an in-process worker, and keys for three principals."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from plait.adapters.http.app import create_app
+from plait.adapters.http.auth import create_key
+from plait.adapters.http.server import Settings, context_for
+from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.system import RandomIds, SystemClock
+from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.domain.messages import ToolResultMessage, UserMessage
+from plait.domain.service import Role
+from plait.runtime import Runtime
+from plait.testing import FunctionModel, echo_tool
+
+
+async def behaviour(request: ModelRequest) -> ModelResponse:
+    """``tool ...``: one echo call, then an answer; ``slow``: waits (until cancelled);
+    ``stream``: streams three text deltas; anything else: answered at once."""
+    items = request.context.items
+    last_user = next(m for m in reversed(items) if isinstance(m, UserMessage))
+    text = last_user.text
+    answered_tool = isinstance(items[-1], ToolResultMessage)
+    if text.startswith("slow"):
+        await asyncio.sleep(60)
+    if text.startswith("stream") and request.on_text is not None:
+        for part in ("str", "eam", "ed"):
+            request.on_text(part)
+    if text.startswith("tool") and not answered_tool:
+        call = RawToolCall(id=f"call_{len(items)}", name="echo", arguments={"text": text})
+        return ModelResponse(text="calling echo", tool_calls=(call,))
+    return ModelResponse(text=f"answer to {text}")
+
+
+@dataclass
+class Live:
+    url: str
+    keys: dict[str, str]
+    store_path: Path
+
+    def client(self, who: str | None = "alice") -> httpx.Client:
+        headers = {} if who is None else {"Authorization": f"Bearer {self.keys[who]}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10.0)
+
+
+def _keys(path: Path) -> dict[str, str]:
+    async def go() -> dict[str, str]:
+        store = SqliteStore.open(path)
+        out = {}
+        try:
+            for name, role in (("alice", Role.USER), ("bob", Role.USER), ("root", Role.ADMIN)):
+                _, out[name] = await create_key(
+                    store, principal=name, role=role, clock=SystemClock(), ids=RandomIds()
+                )
+        finally:
+            await store.close()
+        return out
+
+    return asyncio.run(go())
+
+
+def start_server(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    path = tmp_path / "plait.db"
+    keys = _keys(path)
+    store = SqliteStore.open(path)
+    rt = Runtime(
+        store=store,
+        artifacts=store,
+        model=FunctionModel(behaviour, name="behaviour"),
+        tools=[echo_tool().tool],
+        clock=SystemClock(),
+        ids=RandomIds(),
+        lease_seconds=5.0,
+    )
+    settings = Settings(db=f"sqlite:///{path}", serve_workers=2, max_body_bytes=4096)
+    app = create_app(context_for(rt, settings))
+    server, thread, url = start_server(app)
+    try:
+        yield Live(url=url, keys=keys, store_path=path)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
