@@ -112,7 +112,10 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
     configure_logging("warning")
     rt = _runtime(db, ledger, with_model=in_process > 0, lease=lease)
     app = create_app(context_for(rt, _settings(db, serve_workers=in_process)))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_config=None, access_log=False,
+        timeout_keep_alive=120, backlog=4096,
+    )  # fmt: skip
 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
@@ -183,7 +186,7 @@ def _store(kind: str, tmp: Path) -> Iterator[str]:
 
 
 async def _drive(url: str, key: str, runs: int, kill: subprocess.Popen[bytes] | None) -> Any:
-    limits = httpx.Limits(max_connections=64)
+    limits = httpx.Limits(max_connections=64, keepalive_expiry=30)
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=120) as c:
         for _ in range(200):
@@ -214,9 +217,9 @@ async def _drive(url: str, key: str, runs: int, kill: subprocess.Popen[bytes] | 
             if kill is not None and killed_at is None and len(done) >= runs // 2:
                 kill.send_signal(signal.SIGKILL)
                 killed_at = len(done)
-            if time.perf_counter() - t0 > 600:
+            if time.perf_counter() - t0 > 900:
                 raise SystemExit(f"timed out with {runs - len(done)} runs unfinished")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.25)
         elapsed = time.perf_counter() - t0
         histories = await asyncio.gather(
             *[c.get(f"/v1/sessions/{s}/messages", params={"limit": 100}) for s in sids]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from plait.application.compaction import CompactionService
     from plait.application.fork import ForkService
     from plait.application.ports import (
+        ApprovalStore,
         ArtifactStore,
         Clock,
         IdGenerator,
@@ -35,9 +36,10 @@ if TYPE_CHECKING:
         WorkspaceSnapshots,
     )
     from plait.domain.compaction import CompactionSettings
+    from plait.domain.policy import Policy
     from plait.domain.tools import ToolSpec
 
-__all__ = ["Runtime", "data_dir", "default_db_url", "open_model"]
+__all__ = ["Runtime", "data_dir", "default_db_url", "governed_gate", "open_model"]
 
 
 def data_dir() -> Path:
@@ -87,6 +89,31 @@ def _compaction(
         ids=ids,
         settings=settings,
     )
+
+
+def governed_gate(
+    policy: Policy | str | None,
+    approvals: ApprovalStore,
+    clock: Clock,
+    ids: IdGenerator,
+    model: ModelClient | None,
+) -> ToolGate:
+    """The policy → reviewer → approval gate (DESIGN §5) over ``approvals``; ``policy``
+    is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default."""
+    from plait.adapters.policy_file import policy_from
+    from plait.adapters.tools.probe import FileProbe
+    from plait.application.governance.gate import GovernedGate
+    from plait.application.governance.governor import Governor
+    from plait.application.governance.reviewer import Reviewer
+    from plait.domain.policy import Policy
+
+    chosen = policy if isinstance(policy, Policy) else policy_from(policy)
+    reviewer = Reviewer(config=chosen.reviewer, name=model.name if model else "reviewer")
+    governor = Governor(
+        policy=chosen, approvals=approvals, clock=clock, ids=ids, reviewer=reviewer,
+        probe=FileProbe(),
+    )  # fmt: skip
+    return GovernedGate(governor)
 
 
 def _configured_model() -> str | None:
@@ -192,6 +219,7 @@ class Runtime:
         tools: Sequence[Tool] | None = None,
         create: bool = True,
         store_only: bool = False,
+        policy: Policy | str | None = None,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -200,7 +228,9 @@ class Runtime:
         tools (file tools and ``run_command``), which may not touch or see the store's own
         files. ``create=False`` (for commands that only read) refuses a store that does not
         exist instead of creating it; ``store_only=True`` implies it and opens neither a
-        model nor tools."""
+        model nor tools. Unless a ``gate`` is given, tool calls are governed by ``policy``
+        (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
+        else the built-in default policy, see docs/policy.md)."""
         from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock
 
@@ -230,6 +260,9 @@ class Runtime:
             from plait.application.compaction import recall_tool
 
             tools = [*tools, recall_tool(store)]  # read-only: summarized originals
+        clock, ids = SystemClock(), RandomIds()
+        if "gate" not in options and not store_only:
+            options["gate"] = governed_gate(policy, store, clock, ids, model_client)
         if "snapshots" not in options:
             from plait.adapters.snapshots import GitSnapshots
 
@@ -239,8 +272,8 @@ class Runtime:
             artifacts=store,
             model=model_client,
             tools=tools,
-            clock=SystemClock(),
-            ids=RandomIds(),
+            clock=clock,
+            ids=ids,
             location=url,
             **options,
         )

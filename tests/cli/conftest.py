@@ -72,6 +72,10 @@ EXECUTION_FIELDS = {
     "requested_at",
     "started_at",
     "settled_at",
+    "decision",
+    "decided_by",
+    "decision_reason",
+    "reviewed_at",
 }
 ARTIFACT_FIELDS = {"artifact_id", "sha256", "size", "media_type"}
 TOOL_STATUSES = {"succeeded", "failed", "denied", "unknown", "cancelled"}

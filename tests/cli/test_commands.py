@@ -179,7 +179,7 @@ def test_runs_show_and_list(plait: Plait, workspace: Path, model: str) -> None:
     run_id = plait.json("send", sid, "hi", "--model", model)["run_id"]
 
     shown = plait.json("runs", "show", run_id)
-    check_run(shown, "executions")
+    check_run(shown, "executions", "approvals")
     assert shown["run_id"] == run_id and shown["status"] == "completed"
     executions = {e["call_id"]: e for e in shown["executions"]}
     assert set(executions) == {"c_read", "c_missing"}

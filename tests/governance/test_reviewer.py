@@ -159,3 +159,36 @@ def test_no_budget_left_asks_the_user_without_calling() -> None:
     model = scripted({"text": "?"}, {"text": "?"}, {"text": "?"})
     out = review(model, calls_left=2, max_corrections=5)
     assert out.decision.verdict is Verdict.ASK_USER and out.model_calls == 2
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_run_model_caller_path() -> None:
+    from plait.domain.context import Context
+    from plait.domain.errors import ModelError
+
+    seen: list[Context[Any]] = []
+
+    async def ask(context: Context[Any]) -> ModelResponse:
+        seen.append(context)
+        return ModelResponse(structured={"decision": "allow", "reason": "ok"}, model="judge-1")
+
+    reviewer = Reviewer(config=ReviewerConfig(), name="judge", propagate=(_Stop,))
+    out = asyncio.run(reviewer.review(CALL, None, history(), why="w", calls_left=None, ask=ask))
+    assert out.decision.by_name == "judge-1" and len(seen) == 1
+
+    async def stop(context: Context[Any]) -> ModelResponse:
+        raise _Stop("budget exhausted")
+
+    with pytest.raises(_Stop):
+        asyncio.run(reviewer.review(CALL, None, history(), why="w", calls_left=None, ask=stop))
+
+    async def fail(context: Context[Any]) -> ModelResponse:
+        raise ModelError("upstream 503", model_code="TRANSIENT")
+
+    out = asyncio.run(reviewer.review(CALL, None, history(), why="w", calls_left=None, ask=fail))
+    assert out.decision.verdict is Verdict.ASK_USER
+    assert out.decision.reason == "the reviewer failed: ModelError: upstream 503"
+    assert out.decision.by_name == "judge"

@@ -10,12 +10,14 @@ from typing import Any
 
 from plait.domain.errors import PlaitError
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
+from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 
 __all__ = [
     "NOT_ROLLED_BACK",
+    "approval_json",
     "artifact_json",
     "error_json",
     "event_json",
@@ -141,6 +143,35 @@ def execution_json(e: ExecutionRecord) -> dict[str, Any]:
         "requested_at": iso(e.requested_at),
         "started_at": iso(e.started_at),
         "settled_at": iso(e.settled_at),
+        "decision": e.decision,
+        "decided_by": e.decided_by,
+        "decision_reason": e.decision_reason,
+        "reviewed_at": iso(e.reviewed_at),
+    }
+
+
+def approval_json(a: Approval, now: float) -> dict[str, Any]:
+    """An approval request and its decision; ``state`` is as of ``now`` (``pending``,
+    ``approved``, ``denied``, ``expired`` or ``consumed``)."""
+    return {
+        "approval_id": a.id,
+        "state": a.state(now),
+        "status": a.status.value,
+        "session_id": a.session_id,
+        "run_id": a.run_id,
+        "call_id": a.call_id,
+        "tool_name": a.tool_name,
+        "args_digest": a.args_digest,
+        "scope": list(a.scope),
+        "workspace_state": a.workspace_state,
+        "reason": a.reason,
+        "requested_at": iso(a.requested_at),
+        "grantor": a.grantor,
+        "decided_at": iso(a.decided_at),
+        "expires_at": iso(a.expires_at),
+        "denial_reason": a.denial_reason,
+        "consumed_by": a.consumed_by,
+        "consumed_at": iso(a.consumed_at),
     }
 
 

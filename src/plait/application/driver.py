@@ -55,7 +55,7 @@ from plait.application.ports import (
 )
 from plait.application.tool_runner import ToolRunner
 from plait.application.validation import check_output
-from plait.domain.context import Context, Correction
+from plait.domain.context import Context, Correction, Prefix
 from plait.domain.errors import (
     BudgetExhaustedError,
     LeaseLostError,
@@ -451,6 +451,7 @@ class RunDriver:
             session=a.session,
             run=replace(a.run, usage=a.usage.freeze()),
             reviewer=reviewer,
+            history=Prefix(a.history),
         )
         return await self.gate.decide(request)
 

@@ -18,7 +18,7 @@ default: everything that validated runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from plait.application.ports import ModelResponse
 from plait.domain.context import Context
 from plait.domain.errors import ValidationError
-from plait.domain.messages import ToolCall
+from plait.domain.messages import Message, ToolCall
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session
 from plait.domain.tools import EffectClass, ToolSpec
@@ -86,6 +86,9 @@ class GateRequest:
     run: Run
     """The run as last committed (id, budget, usage so far)."""
     reviewer: ReviewerCall
+    history: Sequence[Message] = ()
+    """The session's history up to and including the call's assistant message (read
+    only): what a reviewer needs to judge the call against the user's constraints."""
 
 
 class ToolGate(Protocol):

@@ -330,6 +330,18 @@ class AgentService:
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
 
+    def abandon(self, run_id: str) -> bool:
+        """Stop driving a run this process drives *without writing anything more* (a
+        worker shutting down): the run stays ``running`` for another process to recover.
+        Returns False if this process does not drive it."""
+        active = self._active.get(run_id)
+        if active is None:
+            return False
+        active.lease_lost = True  # every further commit stops before writing
+        if active.task is not None:
+            active.task.cancel()
+        return True
+
     async def _cancel_queued(self, run: Run) -> Run:
         """End a queued run no worker holds; one a worker claimed sees the request."""
         try:

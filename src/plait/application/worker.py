@@ -7,8 +7,9 @@ events with a per-run sequence, so an API process anywhere can stream them. Ever
 died) and recovers them with the usual semantics (:meth:`AgentService.recover`).
 
 Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops claiming,
-lets in-flight runs finish for ``grace_seconds``, then interrupts the rest and releases
-their leases (expiry set to now) so another worker recovers them at once.
+lets in-flight runs finish for ``grace_seconds``, then abandons the rest (they stop
+without writing anything more and stay ``running``) and releases their leases (expiry
+set to now) so another worker recovers them at once.
 """
 
 from __future__ import annotations
@@ -218,8 +219,9 @@ class Worker:
         if tasks:
             log.info("worker stopping: %d runs in flight", len(tasks))
             _, pending = await asyncio.wait(tasks.values(), timeout=self.grace_seconds)
-            for task in pending:
-                task.cancel()
+            for run_id, task in tasks.items():
+                if task in pending and not self.service.abandon(run_id):
+                    task.cancel()
             for run_id, task in tasks.items():
                 if task in pending:
                     with contextlib.suppress(asyncio.CancelledError, PlaitError):

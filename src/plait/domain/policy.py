@@ -191,7 +191,7 @@ class PolicyVerdict:
     reason: str
 
 
-_DEFAULT_PROTECTED = (".git/**", ".plait/**", ".env", ".env.*")
+_DEFAULT_PROTECTED = (".git/**", ".env", ".env.*")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

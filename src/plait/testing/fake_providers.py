@@ -11,6 +11,7 @@ failures a real provider produces (a 429 with retry-after, a stream cut off midw
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,8 @@ class FakeTurn:
 
 
 def _words(text: str) -> list[str]:
-    parts = text.split(" ")
-    return [p + (" " if i < len(parts) - 1 else "") for i, p in enumerate(parts) if p or i == 0]
+    """``text`` in streaming-sized pieces that join back to exactly ``text``."""
+    return re.findall(r"\s*\S+\s*?(?=\s|$)|\s+$", text) or [text]
 
 
 # --- OpenAI Chat Completions ------------------------------------------------------------
@@ -211,7 +212,7 @@ def _gemini_json(t: FakeTurn, model: str) -> dict[str, Any]:
     for n, (_, name, args) in enumerate(t.calls):
         part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}  # no id, as Gemini
         if t.thinking and n == 0:
-            part["thoughtSignature"] = "CrwEARFNMg9kFAKEsignature"
+            part["thoughtSignature"] = "CrwEARFNMg9kFAKEsig0000A"
         parts.append(part)
     return {
         "candidates": [

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from plait.adapters.cli._io import InputError, Out
 from plait.adapters.cli._render import lease_hint, message_text, run_text, session_line
-from plait.adapters.shapes import execution_json, message_json, run_json, session_json
+from plait.adapters.shapes import (
+    approval_json,
+    execution_json,
+    message_json,
+    run_json,
+    session_json,
+)
 from plait.domain.runs import RunStatus
 
 if TYPE_CHECKING:
@@ -81,9 +87,18 @@ async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    from plait.adapters.cli.governance import approval_lines, decision_line
+    from plait.adapters.system import SystemClock
+
     detail = await rt.queries.run_detail(a.run_id)
     r, executions = detail.run, detail.executions
-    data = run_json(r) | {"executions": [execution_json(e) for e in executions]}
+    lister = getattr(rt.store, "list_approvals", None)  # stores without approvals show none
+    approvals = [] if lister is None else await lister(run_id=r.id)
+    now = SystemClock().now()
+    data = run_json(r) | {
+        "executions": [execution_json(e) for e in executions],
+        "approvals": [approval_json(x, now) for x in approvals],
+    }
 
     def text() -> str:
         lines = [run_text(r)]
@@ -92,6 +107,8 @@ async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
                 f"  call {e.call_id}  {e.tool_name}  {e.effect.value}  {e.state.value}"
                 + (f"  → {e.result_status.value}" if e.result_status else "")
             )
+            lines.extend(decision_line(e))
+        lines.extend(approval_lines(approvals, now))
         return "\n".join(lines)
 
     out.emit(data, text)

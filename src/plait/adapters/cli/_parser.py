@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import NoReturn
 
+from plait.adapters.cli.governance import policy_opt
 from plait.domain.errors import ConfigError, ValidationError
 from plait.domain.runs import Budget
 
@@ -151,6 +152,7 @@ def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     send.add_argument("--api-key", help="bearer key for --server (default: $PLAIT_API_KEY)")
     model_opt(send)
+    policy_opt(send)
     budget_opts(send)
     common(send)
 
@@ -170,6 +172,7 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
     recover = rsub.add_parser("recover", help="take over runs whose process died and continue them")
     recover.add_argument("--run", dest="run_id", help="only this run (default: every stale run)")
     model_opt(recover)
+    policy_opt(recover)
     common(recover)
     resolve = rsub.add_parser(
         "resolve", help="record what a person verified about a call whose outcome is unknown"
@@ -183,6 +186,7 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
     resume = rsub.add_parser("resume", help="continue a run once its unknown calls are resolved")
     resume.add_argument("run_id", metavar="RUN")
     model_opt(resume)
+    policy_opt(resume)
     common(resume)
 
 
@@ -219,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", dest="session_id", help="continue this session")
     chat.add_argument("--workspace", default=".", help="workspace of a new session")
     model_opt(chat)
+    policy_opt(chat)
     budget_opts(chat)
     common(chat)
 

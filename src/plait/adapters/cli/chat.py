@@ -82,7 +82,7 @@ def _interactive(service: AgentService, session_id: str, budget: Budget) -> int:
 def run_chat(a: argparse.Namespace, budget: Budget) -> int:
     from plait.runtime import Runtime
 
-    runtime = Runtime.open(db=getattr(a, "db", None), model=a.model)
+    runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, policy=a.policy)
     service = runtime.service
 
     async def start() -> str:

@@ -10,15 +10,25 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from plait.adapters.shapes import iso
+from plait.adapters.shapes import approval_json, iso
 from plait.domain.errors import ConfigError
-from plait.domain.governance import Approval
 from plait.domain.policy import Policy, ToolRule
 
 if TYPE_CHECKING:
     from plait.adapters.stores import Store
+    from plait.domain.governance import Approval
+    from plait.domain.session import ExecutionRecord
 
-__all__ = ["COMMANDS", "approval_json", "parse_ttl", "policy_json", "register"]
+__all__ = [
+    "COMMANDS",
+    "approval_json",
+    "approval_lines",
+    "decision_line",
+    "parse_ttl",
+    "policy_json",
+    "policy_opt",
+    "register",
+]
 
 DEFAULT_TTL = "10m"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -38,6 +48,17 @@ def parse_ttl(text: str) -> float:
             f"--ttl {text!r} is not a duration; write e.g. 90s, 10m, 2h or 1d", ttl=text
         )
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def policy_opt(p: argparse.ArgumentParser) -> None:
+    """``--policy FILE`` for the commands that run tool calls."""
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="tool policy file (default: $PLAIT_POLICY, else the built-in policy; "
+        "see docs/policy.md)",
+    )
 
 
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -83,27 +104,20 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
 # --- shapes ---------------------------------------------------------------------------------
 
 
-def approval_json(a: Approval, now: float) -> dict[str, Any]:
-    return {
-        "approval_id": a.id,
-        "state": a.state(now),
-        "status": a.status.value,
-        "session_id": a.session_id,
-        "run_id": a.run_id,
-        "call_id": a.call_id,
-        "tool_name": a.tool_name,
-        "args_digest": a.args_digest,
-        "scope": list(a.scope),
-        "workspace_state": a.workspace_state,
-        "reason": a.reason,
-        "requested_at": iso(a.requested_at),
-        "grantor": a.grantor,
-        "decided_at": iso(a.decided_at),
-        "expires_at": iso(a.expires_at),
-        "denial_reason": a.denial_reason,
-        "consumed_by": a.consumed_by,
-        "consumed_at": iso(a.consumed_at),
-    }
+def decision_line(e: ExecutionRecord) -> list[str]:
+    """``plait runs show``: who decided about a call, when and why."""
+    if e.decision is None:
+        return []
+    return [f"    {e.decision} by {e.decided_by} at {iso(e.reviewed_at)}: {e.decision_reason}"]
+
+
+def approval_lines(approvals: list[Approval], now: float) -> list[str]:
+    lines = []
+    for x in approvals:
+        who = f" by {x.grantor} at {iso(x.decided_at)}" if x.grantor else ""
+        why = f": {x.denial_reason}" if x.denial_reason else ""
+        lines.append(f"  approval {x.id}  call {x.call_id}  {x.state(now)}{who}{why}")
+    return lines
 
 
 def _rule_json(r: ToolRule) -> dict[str, Any]:

@@ -76,7 +76,8 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
         runtime = Runtime.open(db=db, store_only=True)
     else:
         model = getattr(a, "model", None)
-        runtime = Runtime.open(db=db, model=model, create=command.mode == "create")
+        policy = getattr(a, "policy", None)
+        runtime = Runtime.open(db=db, model=model, create=command.mode == "create", policy=policy)
     try:
         return await command.run(runtime, a, out)
     finally:

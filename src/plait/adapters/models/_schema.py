@@ -22,11 +22,13 @@ _OPENAI_STRICT = frozenset({"type", "properties", "required", "additionalPropert
     "enum", "const", "anyOf", "$ref", "$defs", "definitions", "description", "title", "pattern",
     "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "minItems", "maxItems", "default", "examples", "$comment"})  # fmt: skip
-# Gemini ``parametersJsonSchema``: the documented JSON Schema subset.
+# Gemini ``parametersJsonSchema``: the keywords Gemini documents. ``oneOf`` and ``allOf``
+# are left out on purpose: Gemini accepts and ignores them, which would loosen the schema.
 _GEMINI = frozenset({"type", "format", "title", "description", "enum", "items", "prefixItems",
-    "minItems", "maxItems", "minimum", "maximum", "anyOf", "oneOf", "properties",
-    "additionalProperties", "required", "$ref", "$defs", "$id", "$anchor", "nullable",
-    "minLength", "maxLength", "pattern", "default", "examples", "propertyOrdering"})  # fmt: skip
+    "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "anyOf", "properties", "additionalProperties", "required", "$ref", "$defs", "$id",
+    "$anchor", "nullable", "minLength", "maxLength", "pattern", "minProperties",
+    "maxProperties", "default", "examples", "propertyOrdering"})  # fmt: skip
 _ANNOTATIONS_DROPPED = frozenset({"$schema", "$comment", "deprecated", "readOnly", "writeOnly"})
 
 

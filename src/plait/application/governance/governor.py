@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from plait.application.governance.facts import WorkspaceProbe, call_facts
-from plait.application.governance.reviewer import Reviewer
+from plait.application.governance.reviewer import Ask, Reviewer
 from plait.application.ports import ApprovalStore, Clock, IdGenerator
 from plait.domain.errors import ApprovalRefusedError
 from plait.domain.governance import (
@@ -109,7 +109,11 @@ class Governor:
         history: Sequence[Message],
         calls_so_far: int = 0,
         model_calls_left: int | None = None,
+        ask: Ask | None = None,
     ) -> GateOutcome:
+        """Decide one call. ``ask`` reaches the reviewer's model through the run (else
+        the reviewer's own client is used); ``model_calls_left`` is what remains of the
+        run's model-call budget."""
         now = self.clock.now()
         facts = self.facts(call, effect, workspace, calls_so_far)
         pv = self.policy.evaluate(facts)
@@ -144,7 +148,7 @@ class Governor:
         why = policy.reason
         calls, usage = 0, Usage()
         if pv.action is Action.REVIEW:
-            review = await self._review(run_id, call, spec, history, why, model_calls_left)
+            review = await self._review(run_id, call, spec, history, why, model_calls_left, ask)
             calls, usage = review.model_calls, review.usage
             trail.append(review.decision)
             if review.decision.verdict is not Verdict.ASK_USER:
@@ -216,6 +220,7 @@ class Governor:
         history: Sequence[Message],
         why: str,
         model_calls_left: int | None,
+        ask: Ask | None,
     ) -> _Review:
         if self.reviewer is None:
             decision = Decision(
@@ -228,7 +233,7 @@ class Governor:
         used = self._review_calls.get(run_id, 0)
         share = max(self.reviewer.config.max_model_calls - used, 0)
         left = share if model_calls_left is None else min(share, max(model_calls_left, 0))
-        out = await self.reviewer.review(call, spec, history, why=why, calls_left=left)
+        out = await self.reviewer.review(call, spec, history, why=why, calls_left=left, ask=ask)
         self._review_calls[run_id] = used + out.model_calls
         d = out.decision
         decision = Decision(

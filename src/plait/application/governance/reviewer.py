@@ -13,18 +13,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plait.application.ports import ModelClient, ModelRequest, ModelResponse
 from plait.domain.context import Context, Correction
+from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.governance import Decider, Decision, Verdict
 from plait.domain.messages import Message, ToolCall, ToolResultMessage, Usage, UserMessage
 from plait.domain.policy import ReviewerConfig
 from plait.domain.tools import ToolSpec
 
-__all__ = ["REVIEWER_INSTRUCTIONS", "ReviewOutcome", "Reviewer", "parse_decision"]
+__all__ = ["REVIEWER_INSTRUCTIONS", "Ask", "ReviewOutcome", "Reviewer", "parse_decision"]
+
+Ask = Callable[[Context[Any]], Awaitable[ModelResponse]]
+"""How the reviewer reaches its model: one call in the ``reviewer`` role (in a run, through
+the run's ModelCaller, so it counts against the run's budget)."""
 
 log = logging.getLogger("plait.reviewer")
 
@@ -107,11 +112,23 @@ def _quoted(m: Message) -> Message:
 
 
 class Reviewer:
-    """Judges one call. ``model`` is the reviewer role's client (may be the assistant's)."""
+    """Judges one call. ``model`` is the reviewer role's client, used when no ``ask`` is
+    given to :meth:`review`; ``name`` identifies the reviewer in decisions."""
 
-    def __init__(self, *, model: ModelClient, config: ReviewerConfig) -> None:
+    def __init__(
+        self,
+        *,
+        config: ReviewerConfig,
+        model: ModelClient | None = None,
+        name: str = "",
+        propagate: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """``propagate``: exceptions that must end the run rather than become
+        ``ask_user`` (the run's own stop signals: budget exhausted, cancelled)."""
+        self.propagate = propagate
         self.model = model
         self.config = config
+        self.name = name or (model.name if model is not None else "reviewer")
 
     def context(
         self,
@@ -150,6 +167,7 @@ class Reviewer:
         *,
         why: str,
         calls_left: int | None,
+        ask: Ask | None = None,
     ) -> ReviewOutcome:
         """A validated decision. ``calls_left`` is what remains of the run's model-call
         budget and of the reviewer's share (``None``: unlimited)."""
@@ -161,7 +179,8 @@ class Reviewer:
                     "the reviewer could not judge the call: no model-call budget left for review"
                 )
                 return out
-            response = await self._ask(call, spec, history, why, tuple(corrections), out)
+            context = self.context(call, spec, history, why, tuple(corrections))
+            response = await self._ask(context, out, ask)
             if response is None:
                 return out
             answer, problems = parse_decision(response)
@@ -170,7 +189,7 @@ class Reviewer:
                     verdict=Verdict(answer["decision"]),
                     reason=answer["reason"],
                     by=Decider.REVIEWER,
-                    by_name=response.model or self.model.name,
+                    by_name=response.model or self.name,
                 )
                 return out
             if len(corrections) >= self.config.max_corrections:
@@ -183,23 +202,12 @@ class Reviewer:
             corrections.append(Correction(rejected_text=rejected, problems=tuple(problems)))
 
     async def _ask(
-        self,
-        call: ToolCall,
-        spec: ToolSpec | None,
-        history: Sequence[Message],
-        why: str,
-        corrections: tuple[Correction, ...],
-        out: ReviewOutcome,
+        self, context: Context[Decision], out: ReviewOutcome, ask: Ask | None
     ) -> ModelResponse | None:
-        request = ModelRequest(
-            role="reviewer",
-            context=self.context(call, spec, history, why, corrections),
-            max_output_tokens=self.config.max_output_tokens,
-        )
         out.model_calls += 1
         try:
             async with asyncio.timeout(self.config.timeout_seconds):
-                response = await self.model.complete(request)
+                response = await (ask or self._complete)(context)
         except TimeoutError:
             out.decision = self._ask_user(
                 f"the reviewer did not answer within {self.config.timeout_seconds:g} s"
@@ -208,8 +216,11 @@ class Reviewer:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("reviewer model %s failed: %s", self.model.name, e)
-            out.decision = self._ask_user(f"the reviewer failed: {type(e).__name__}: {e}")
+            if isinstance(e, self.propagate):
+                raise
+            log.warning("reviewer %s failed: %s", self.name, e)
+            message = e.message if isinstance(e, PlaitError) else str(e)
+            out.decision = self._ask_user(f"the reviewer failed: {type(e).__name__}: {message}")
             return None
         u = response.usage
         out.usage = Usage(
@@ -218,7 +229,15 @@ class Reviewer:
         )
         return response
 
+    async def _complete(self, context: Context[Any]) -> ModelResponse:
+        if self.model is None:
+            raise ConfigError("no reviewer model configured")
+        request = ModelRequest(
+            role="reviewer", context=context, max_output_tokens=self.config.max_output_tokens
+        )
+        return await self.model.complete(request)
+
     def _ask_user(self, reason: str) -> Decision:
         return Decision(
-            verdict=Verdict.ASK_USER, reason=reason, by=Decider.REVIEWER, by_name=self.model.name
+            verdict=Verdict.ASK_USER, reason=reason, by=Decider.REVIEWER, by_name=self.name
         )

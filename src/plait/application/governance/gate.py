@@ -1,0 +1,81 @@
+"""The real :class:`~plait.application.gate.ToolGate`: policy → reviewer → person.
+
+Adapts the :class:`~plait.application.governance.governor.Governor` to the driver's gate
+protocol. The reviewer reaches its model through the run's ModelCaller (``request.reviewer``)
+so its calls count against the run's budget and deadline; a model failure there becomes
+``ask_user`` (fail closed), while the run's own stop signals (budget exhausted, cancelled)
+still end the run. The decision trail (policy, reviewer, person) is written into the
+recorded reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait.application._run_state import StopRun
+from plait.application.gate import GateDecision, GateRequest
+from plait.application.governance.governor import GateOutcome, Governor
+from plait.application.ports import ModelResponse
+from plait.domain.context import Context
+from plait.domain.runs import RunStatus
+
+__all__ = ["GovernedGate"]
+
+
+class _ReviewerFailed(Exception):
+    """The reviewer's model call failed (after the caller's retries): ``ask_user``."""
+
+
+class GovernedGate:
+    """A ToolGate over a Governor."""
+
+    def __init__(self, governor: Governor) -> None:
+        self.governor = governor
+        if governor.reviewer is not None:
+            governor.reviewer.propagate = (StopRun,)
+
+    async def decide(self, request: GateRequest) -> GateDecision:
+        ask_run = request.reviewer
+
+        async def ask(context: Context[Any]) -> ModelResponse:
+            try:
+                return await ask_run(context)
+            except StopRun as stop:
+                if stop.status is RunStatus.FAILED:
+                    raise _ReviewerFailed(stop.error.message) from None
+                raise
+
+        b, u = request.run.budget, request.run.usage
+        left = None if b.max_model_calls is None else b.max_model_calls - u.model_calls
+        outcome = await self.governor.check(
+            session_id=request.session.id,
+            run_id=request.run.id,
+            workspace=request.session.workspace,
+            call=request.call,
+            spec=request.spec,
+            effect=request.effect,
+            history=request.history,
+            calls_so_far=u.tool_calls,
+            model_calls_left=left,
+            ask=ask,
+        )
+        return _decision(outcome)
+
+
+def _decision(o: GateOutcome) -> GateDecision:
+    d = o.decision
+    reason = d.reason
+    if len(o.trail) > 1:
+        before = "; ".join(f"{x.label()} {x.verdict.value}" for x in o.trail[:-1])
+        reason = f"{reason} (after {before})"
+    if o.outcome == "allow":
+        return GateDecision.allow(reason or "allowed", by=d.label())
+    if o.outcome == "deny":
+        return GateDecision.deny(reason, by=d.label())
+    assert o.approval is not None
+    a = o.approval
+    return GateDecision.needs_approval(
+        f"{a.reason}; approve with `plait approvals approve {a.id}` or deny with "
+        f"`plait approvals deny {a.id} --reason TEXT`",
+        by=d.label(),
+    )

@@ -1,0 +1,142 @@
+"""Full runs through the real service, store, tools and ModelCaller, with each adapter's
+SDK talking HTTP to a fake provider on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from plait.adapters.cli.demo import DEMO_PROJECT, DEMO_REQUEST, write_demo_project
+from plait.application.model_caller import RetryPolicy
+from plait.application.ports import ModelClient
+from plait.domain.messages import AssistantMessage, ToolResultMessage
+from plait.domain.runs import RunStatus
+from plait.runtime import Runtime
+from plait.testing.fake_providers import FakeProvider, FakeTurn, rate_limited
+from tests.adapters._clients import SPECS, client_for
+
+DEMO_SCRIPT = Path(__file__).parents[2] / "src/plait/adapters/cli/demo_data/script.yaml"
+
+
+def demo_turns(thinking: bool = False) -> list[FakeTurn]:
+    """The demo's scripted assistant turns, as a provider would send them."""
+    script = yaml.safe_load(DEMO_SCRIPT.read_text(encoding="utf-8"))
+    return [
+        FakeTurn(
+            text=t.get("text", ""),
+            calls=tuple((c["id"], c["name"], c["arguments"]) for c in t.get("tool_calls", ())),
+            thinking=thinking,
+        )
+        for t in script["assistant"]
+    ]
+
+
+def run(
+    tmp: Path, model: ModelClient, text: str, session: str | None = None, stream: bool = True
+) -> tuple[str, Any, list[str]]:
+    shown: list[str] = []
+    runtime = Runtime.open(
+        db=f"sqlite:///{tmp / 'plait.db'}",
+        model=model,
+        retry=RetryPolicy(base_delay=0.01, max_delay=0.05),
+    )
+
+    async def go() -> tuple[str, Any]:
+        try:
+            sid = session or (await runtime.service.create_session(workspace=str(tmp / "shop"))).id
+            sink = shown.append if stream else None
+            return sid, await runtime.service.send(sid, text, on_text=sink)
+        finally:
+            await runtime.close()
+
+    sid, result = asyncio.run(go())
+    return sid, result, shown
+
+
+def unit_tests_pass(workspace: Path) -> bool:
+    proc = subprocess.run(
+        [sys.executable, "-m", "unittest", "-q"], cwd=workspace, capture_output=True, check=False
+    )
+    return proc.returncode == 0
+
+
+@pytest.mark.parametrize("dialect", list(SPECS))
+def test_demo_scenario_with_a_429_and_a_stream_cut_off_midway(tmp_path: Path, dialect: str) -> None:
+    (tmp_path / "shop").mkdir()
+    write_demo_project(tmp_path / "shop")
+    assert not unit_tests_pass(tmp_path / "shop")
+    turns = demo_turns(thinking=True)
+    with FakeProvider(dialect, turns) as fake:
+        fake.fail_first(rate_limited(dialect, retry_after_ms=20))
+        fake.cut_stream_at[1] = 3  # the second turn's stream breaks after three events
+        _, result, shown = run(tmp_path, client_for(dialect, fake.base_url), DEMO_REQUEST)
+    run_ = result.run
+    assert run_.status is RunStatus.COMPLETED, run_.error
+    assert unit_tests_pass(tmp_path / "shop")
+    assert (tmp_path / "shop/deploy/production.yaml").read_text() == DEMO_PROJECT[
+        "deploy/production.yaml"
+    ]
+    messages = [m.message for m in result.messages]
+    assistants = [m for m in messages if isinstance(m, AssistantMessage)]
+    results = [m for m in messages if isinstance(m, ToolResultMessage)]
+    assert [m.text for m in assistants] == [t.text for t in turns]
+    assert [c.name for m in assistants for c in m.tool_calls] == [
+        "read_file", "search_text", "read_file", "edit_file"
+    ]  # fmt: skip
+    assert [r.result.status.value for r in results] == ["succeeded"] * 4
+    # one 429, one cut-off stream, then one request per turn: nothing of the cut stream kept
+    assert len(fake.requests) == len(turns) + 2
+    assert run_.usage.model_calls == len(turns) + 2
+    assert "".join(shown).endswith(turns[-1].text)
+    # every follow-up carries the call ids of the calls it answers
+    last = json.dumps(fake.requests[-1].body)
+    for m in assistants:
+        for c in m.tool_calls:
+            assert c.id in last, (dialect, c.id)
+
+
+OPAQUE = {
+    "anthropic": ("EqFAKEsig==", "Let me think."),
+    "openai-responses": ("gAAAAfake-encrypted-reasoning", "rs_fake"),
+    "gemini": ("CrwEARFNMg9kFAKEsig0000A",),
+}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("anthropic", "openai"), ("openai-responses", "anthropic"), ("gemini", "openai-responses")],
+)
+def test_a_session_continues_on_another_vendor_without_foreign_state(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    (tmp_path / "shop").mkdir()
+    write_demo_project(tmp_path / "shop")
+    turns = demo_turns(thinking=True)
+    with FakeProvider(first, [*turns[:2], FakeTurn(text="Paused here.", thinking=True)]) as a:
+        sid, result, _ = run(tmp_path, client_for(first, a.base_url), DEMO_REQUEST, stream=False)
+        assert result.run.status is RunStatus.COMPLETED
+        call_ids = [
+            c.id
+            for m in result.messages
+            if isinstance(m.message, AssistantMessage)
+            for c in m.message.tool_calls
+        ]
+        assert len(call_ids) == 3
+        # the same vendor gets its opaque state back verbatim
+        assert all(marker in json.dumps(a.requests[-1].body) for marker in OPAQUE[first])
+    with FakeProvider(second, turns[2:]) as b:
+        _, result, _ = run(tmp_path, client_for(second, b.base_url), "Go on.", session=sid)
+    assert result.run.status is RunStatus.COMPLETED, result.run.error
+    assert unit_tests_pass(tmp_path / "shop")
+    for request in b.requests:
+        body = json.dumps(request.body)
+        for marker in OPAQUE[first]:
+            assert marker not in body, (first, second, marker)
+        assert all(i in body for i in call_ids)  # the history went along, ids and all

@@ -1,0 +1,168 @@
+"""Workers over a shared store: claim queued runs, persist events, shut down gracefully
+(release the lease so another worker recovers the run), recover a dead worker's run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from plait.adapters.http.events import encode_event
+from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.system import RandomIds, SystemClock
+from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.application.service import AgentService
+from plait.application.worker import Worker
+from plait.domain.errors import PlaitError
+from plait.domain.messages import ToolResultMessage
+from plait.domain.runs import RunStatus
+from plait.domain.service import EventType
+from plait.testing import FunctionModel, echo_tool
+
+
+class Model:
+    """One echo call then an answer; the first ``hang`` calls never return."""
+
+    def __init__(self, hang: int = 0) -> None:
+        self.hang = hang
+
+    async def __call__(self, request: ModelRequest) -> ModelResponse:
+        if self.hang > 0:
+            self.hang -= 1
+            await asyncio.sleep(3600)
+        if isinstance(request.context.items[-1], ToolResultMessage):
+            return ModelResponse(text="done")
+        call = RawToolCall(
+            id=f"c{len(request.context.items)}", name="echo", arguments={"text": "x"}
+        )
+        return ModelResponse(tool_calls=(call,))
+
+
+def service(store: MemoryStore, model: Model, owner: str, tool: Any) -> AgentService:
+    return AgentService(
+        store=store, artifacts=store, model=FunctionModel(model, name="m"), tools=[tool.tool],
+        clock=SystemClock(), ids=RandomIds(), owner=owner, lease_seconds=0.6,
+    )  # fmt: skip
+
+
+async def until(predicate: Any) -> None:
+    """Poll the store (another worker's progress has no in-process signal)."""
+    async with asyncio.timeout(10.0):
+        while not await predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+def test_a_worker_runs_queued_runs_and_persists_their_events() -> None:
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        svc = service(store, Model(), "w1", tool)
+        runs = []
+        for _ in range(5):
+            s = await svc.create_session(owner="ana")
+            runs.append(await svc.submit(s.id, "go"))
+        assert all(r.status is RunStatus.QUEUED for r in runs)
+        worker = Worker(service=svc, queue=store, encode=encode_event, concurrency=2,
+                        poll_seconds=0.01)  # fmt: skip
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+
+        async def all_done() -> bool:
+            return all([(await store.get_run(r.id)).status.terminal for r in runs])
+
+        await until(all_done)
+        stop.set()
+        stats = await task
+        assert stats.claimed == 5 and stats.finished == {"completed": 5}
+        assert len(tool.invocations) == 5
+        for r in runs:
+            events = await store.read_run_events(r.id)
+            types = [e.type for e in events]
+            assert types[0] is EventType.RUN_STARTED and types[-1] is EventType.RUN_FINISHED
+            assert EventType.TOOL_CALL_REQUESTED in types and EventType.TOOL_RESULT in types
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            assert (await store.get_session(r.session_id)).active_run_id is None
+
+    asyncio.run(go())
+
+
+def test_graceful_shutdown_releases_the_lease_and_another_worker_recovers() -> None:
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        first = service(store, Model(hang=1), "w1", tool)
+        s = await first.create_session()
+        run = await first.submit(s.id, "go")
+        w1 = Worker(service=first, queue=store, encode=encode_event, poll_seconds=0.01,
+                    grace_seconds=0.05)  # fmt: skip
+        stop1 = asyncio.Event()
+        t1 = asyncio.create_task(w1.run(stop1))
+
+        async def running() -> bool:
+            return (await store.get_run(run.id)).status is RunStatus.RUNNING
+
+        await until(running)
+        stop1.set()
+        stats1 = await t1
+        assert stats1.released == 1 and stats1.finished == {}
+        left = await store.get_run(run.id)
+        assert left.status is RunStatus.RUNNING and left.lease is not None
+        assert left.lease.owner == "w1" and left.lease.expires_at <= SystemClock().now()
+
+        second = service(store, Model(), "w2", tool)
+        w2 = Worker(service=second, queue=store, encode=encode_event, poll_seconds=0.01)
+        stop2 = asyncio.Event()
+        t2 = asyncio.create_task(w2.run(stop2))
+
+        async def done() -> bool:
+            return (await store.get_run(run.id)).status.terminal
+
+        await until(done)
+        stop2.set()
+        stats2 = await t2
+        assert stats2.recovered == 1 and stats2.claimed == 0
+        assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+        kinds = [m.message.kind for m in await store.read_messages(s.id)]
+        assert kinds == ["user", "assistant", "tool_result", "assistant"]
+        assert len(tool.invocations) == 1
+
+    asyncio.run(go())
+
+
+def test_a_dead_workers_run_is_recovered_after_its_lease_expires() -> None:
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        dead = service(store, Model(hang=1), "dead", tool)
+        s = await dead.create_session()
+        run = await dead.submit(s.id, "go")
+        claimed = await store.claim_queued_run(owner="dead", now=SystemClock().now(),
+                                               expires_at=SystemClock().now() + 0.3)  # fmt: skip
+        assert claimed is not None
+        crashed = asyncio.create_task(dead.execute(claimed))
+
+        async def running() -> bool:
+            return (await store.get_run(run.id)).status is RunStatus.RUNNING
+
+        await until(running)
+        # The process dies: nothing more is written, the lease is neither renewed nor
+        # released; it expires.
+        assert dead.abandon(run.id)
+        with contextlib.suppress(PlaitError, asyncio.CancelledError):
+            await crashed
+        assert (await store.get_run(run.id)).status is RunStatus.RUNNING
+        alive = service(store, Model(), "alive", tool)
+        w = Worker(service=alive, queue=store, encode=encode_event, poll_seconds=0.01)
+        stop = asyncio.Event()
+        t = asyncio.create_task(w.run(stop))
+
+        async def done() -> bool:
+            return (await store.get_run(run.id)).status.terminal
+
+        await until(done)
+        stop.set()
+        assert (await t).recovered == 1
+        kinds = [m.message.kind for m in await store.read_messages(s.id)]
+        assert kinds == ["user", "assistant", "tool_result", "assistant"]
+
+    asyncio.run(go())
