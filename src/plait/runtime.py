@@ -232,7 +232,7 @@ class Runtime:
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
         from plait.adapters.stores import open_store, protected_paths
-        from plait.adapters.system import RandomIds, SystemClock
+        from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
         builtin = tools is None and not store_only
@@ -275,7 +275,7 @@ class Runtime:
             clock=clock,
             ids=ids,
             location=url,
-            **options,
+            **({"owner": process_owner()} | options),
         )
 
     async def close(self) -> None:

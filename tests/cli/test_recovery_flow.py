@@ -65,6 +65,7 @@ def crash(
     *,
     clock: FixedClock | None = None,
     lease_seconds: float = 60.0,
+    owner: str = "dead-worker",
 ) -> Crashed:
     """Send a message through the Python API and 'die' at ``point``; the run is left
     ``running`` with the dead owner's lease."""
@@ -83,7 +84,7 @@ def crash(
                 tools=workspace_tools(),
                 clock=clock or FixedClock(),  # 2023: the lease is long expired
                 ids=RandomIds(),
-                owner="dead-worker",
+                owner=owner,
                 lease_seconds=lease_seconds,
                 checkpoint=hook,
             )
@@ -190,6 +191,8 @@ def test_unknown_side_effect_recover_show_resolve_resume(
     check_run(resolved)
     assert resolved["run_id"] == c.run_id
     assert resolved["lease"] is None
+    # the call ran (in the process that died): it counts, though a person settled it
+    assert resolved["usage"]["tool_calls"] == 1
     (execution,) = plait.json("runs", "show", c.run_id)["executions"]
     assert execution["result_status"] == "succeeded"
     assert execution["state"] == "settled"
@@ -330,6 +333,7 @@ def test_recover_leaves_a_live_run_alone_and_cancel_is_a_request(
     assert first == f"cancellation requested for run {c.run_id}; it stops at its next step"
     assert hint.startswith(f"run {c.run_id} is held by dead-worker until ")
     assert "'plait runs recover' takes the run over once the lease has expired" in hint
+    assert hint.endswith(f"'plait runs cancel {c.run_id} --force' does it now")
     run = plait.json("runs", "show", c.run_id)
     assert run["status"] == "running"
     assert run["cancel_requested"] is True

@@ -1,11 +1,34 @@
-"""The real clock and id generator."""
+"""The real clock, id generator and process identity."""
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 
-__all__ = ["RandomIds", "SystemClock"]
+__all__ = ["RandomIds", "SystemClock", "owner_alive", "process_owner"]
+
+
+def process_owner() -> str:
+    """A lease owner name that says where the process runs: ``worker@HOST:PID:RANDOM``."""
+    return f"worker@{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+def owner_alive(owner: str) -> bool | None:
+    """Whether the process named by a :func:`process_owner` name still runs: None when
+    that cannot be told (another host, or a name of another form)."""
+    name, at, rest = owner.partition("@")
+    host, _, tail = rest.partition(":")
+    pid_text = tail.partition(":")[0]
+    if not at or name != "worker" or host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
 
 
 class SystemClock:

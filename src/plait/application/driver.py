@@ -163,12 +163,16 @@ class RunDriver:
         observer: RunObserver | None,
         status: RunStatus | None = None,
         on_text: TextSink | None = None,
+        force: bool = False,
     ) -> ActiveRun:
         """Claim a run's lease and rebuild its in-process state from the store. A resumed
-        run's deadline window starts anew; its step and model-call usage carry on."""
+        run's deadline window starts anew; its step and model-call usage carry on.
+        ``force``: claim it even though the lease ``run`` shows has not expired (an operator
+        knows its process is gone); a lease renewed since ``run`` was read still wins."""
         now = self.clock.now()
+        at = max(now, run.lease.expires_at) if force and run.lease is not None else now
         claimed = await self.store.claim_run(
-            run.id, owner=self.owner, now=now, expires_at=now + self.lease_seconds
+            run.id, owner=self.owner, now=at, expires_at=now + self.lease_seconds
         )
         if status is not None and claimed.status is not status:
             claimed = replace(claimed, status=status, error=None)

@@ -303,12 +303,13 @@ class AgentService:
         self.journal.emit(a, RunStarted(a.run))
         return await self.driver.drive(a, pending=True)
 
-    async def cancel(self, run_id: str) -> Run:
+    async def cancel(self, run_id: str, *, force: bool = False) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
         stoppable call is interrupted); a run in another process sees the request at its
         next commit. A run waiting for a person (resolution or approval) is ended here:
         its pending calls get ``cancelled`` results and an unresolved one an ``unknown``
-        result."""
+        result. ``force``: a running run whose process is known to be gone is taken over
+        before its lease expires and ended here the same way."""
         active = self._active.get(run_id)
         if active is not None:
             active.cancel_requested = True
@@ -321,10 +322,10 @@ class AgentService:
         run = await self.store.request_cancel(run_id)
         if run.status is RunStatus.QUEUED:
             return await self._cancel_queued(run)
-        if run.status not in WAITING:
+        if run.status not in WAITING and not (force and run.status is RunStatus.RUNNING):
             return run
         waited = run.status.value.replace("_", " ")
-        a = await self.driver.take_over(run, observer=None)
+        a = await self.driver.take_over(run, observer=None, force=force)
         await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
@@ -360,6 +361,7 @@ class AgentService:
         run_id: str | None = None,
         observer: RunObserver | None = None,
         on_text: TextSink | None = None,
+        force: bool = False,
     ) -> list[RecoveryReport]:
         """Take over runs whose lease expired (or the one named) and drive each on from its
         last persisted point (DESIGN §4):
@@ -371,8 +373,12 @@ class AgentService:
           requested never started, so it runs now);
         - everything settled: the loop goes on.
 
-        Two processes recovering the same run: exactly one wins the lease.
+        Two processes recovering the same run: exactly one wins the lease. ``force`` (only
+        with ``run_id``) takes the run over before its lease expires, for an operator who
+        knows its process is gone.
         """
+        if force and run_id is None:
+            raise ConfigError("a forced recovery names its run: pass run_id (--run RUN)")
         self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
@@ -396,7 +402,9 @@ class AgentService:
                 )
                 continue
             try:
-                a = await self.driver.take_over(run, observer=observer, on_text=on_text)
+                a = await self.driver.take_over(
+                    run, observer=observer, on_text=on_text, force=force
+                )
             except LeaseLostError as e:
                 now_run = await self.store.get_run(run.id)
                 detail = (
@@ -454,7 +462,9 @@ class AgentService:
         settled = replace(
             record, state=ExecutionState.SETTLED, settled_at=now, result_status=status, note=text
         )
-        released = replace(a.run, lease=None)
+        # The call did run (in the process that died): it counts as one of the run's calls.
+        usage = replace(a.run.usage, tool_calls=a.run.usage.tool_calls + 1)
+        released = replace(a.run, lease=None, usage=usage)
         await self.journal.commit(a, (message,), run=released, executions=(settled,))
         return a.run
 

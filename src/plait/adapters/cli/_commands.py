@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from plait.adapters.cli._io import InputError, Out
+from plait.adapters.cli._parser import UsageError
 from plait.adapters.cli._render import lease_hint, message_text, run_text, session_line
 from plait.adapters.shapes import (
     approval_json,
@@ -19,6 +20,7 @@ from plait.adapters.shapes import (
     run_json,
     session_json,
 )
+from plait.domain.errors import RunStateError
 from plait.domain.runs import RunStatus
 
 if TYPE_CHECKING:
@@ -148,9 +150,25 @@ async def artifacts_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
+async def _check_force(rt: Runtime, run_id: str) -> None:
+    """A forced takeover only when the lease holder is not a live process on this host."""
+    from plait.adapters.system import owner_alive
+
+    for lease in await rt.queries.live_leases(run_id=run_id):
+        if owner_alive(lease.owner):
+            raise RunStateError(
+                f"run {run_id} is held by {lease.owner}, a process that is still running on "
+                "this host; stop that process first, or let it finish",
+                run_id=run_id,
+                owner=lease.owner,
+            )
+
+
 async def runs_cancel(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     before = await rt.service.get_run(a.run_id)
-    r = await rt.service.cancel(a.run_id)
+    if a.force:
+        await _check_force(rt, a.run_id)
+    r = await rt.service.cancel(a.run_id, force=a.force)
     if before.status.terminal:
         text = f"run {r.id} already ended ({r.status.value}); nothing to cancel"
     elif r.status.terminal:
@@ -159,13 +177,17 @@ async def runs_cancel(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
         text = f"cancellation requested for run {r.id}; it stops at its next step"
         leases = await rt.queries.live_leases(run_id=r.id)
         if leases:
-            text += "\n" + lease_hint(leases[0])
+            text += "\n" + lease_hint(leases[0], command="cancel")
     out.emit(run_json(r), text)
     return EXIT_OK
 
 
 async def runs_recover(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    reports = await rt.service.recover(run_id=a.run_id)
+    if a.force:
+        if a.run_id is None:
+            raise UsageError("--force takes over one run: name it with --run RUN")
+        await _check_force(rt, a.run_id)
+    reports = await rt.service.recover(run_id=a.run_id, force=a.force)
     data = [
         {
             "run_id": r.run_id,

@@ -168,9 +168,21 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
     common(rlist)
     cancel = rsub.add_parser("cancel", help="ask a run (in any process) to stop")
     cancel.add_argument("run_id", metavar="RUN")
+    cancel.add_argument(
+        "--force",
+        action="store_true",
+        help="end a running run now although its lease has not expired (its process is "
+        "gone; checked by PID when it ran on this host)",
+    )
     common(cancel)
     recover = rsub.add_parser("recover", help="take over runs whose process died and continue them")
     recover.add_argument("--run", dest="run_id", help="only this run (default: every stale run)")
+    recover.add_argument(
+        "--force",
+        action="store_true",
+        help="with --run: take the run over although its lease has not expired (its process "
+        "is gone; checked by PID when it ran on this host)",
+    )
     model_opt(recover)
     policy_opt(recover)
     common(recover)

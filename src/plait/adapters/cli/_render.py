@@ -26,11 +26,12 @@ def session_line(s: Session) -> str:
     return f"{s.id}{title}  v{s.version}  {s.workspace or '-'}{active}"
 
 
-def lease_hint(lease: LeaseInfo) -> str:
+def lease_hint(lease: LeaseInfo, *, command: str = "recover --run") -> str:
     return (
         f"run {lease.run.id} is held by {lease.owner} until {iso(lease.expires_at)} "
-        f"(in {lease.seconds_left:.0f} s); if that process is gone, 'plait runs recover' "
-        "takes the run over once the lease has expired"
+        f"(in {lease.seconds_left:.0f} s); 'plait runs recover' takes the run over once the "
+        f"lease has expired; if that process is gone, 'plait runs {command} "
+        f"{lease.run.id} --force' does it now"
     )
 
 

@@ -1,0 +1,103 @@
+"""A run whose process died but whose lease has not expired: ``runs recover`` and ``runs
+cancel`` say when the lease expires and take ``--force``, refused while the holder is a
+live process on this host."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from plait.adapters.system import owner_alive, process_owner
+from plait.testing import FixedClock
+from tests.cli.conftest import Plait, snapshot, write_script
+from tests.cli.test_recovery_flow import READ_SCRIPT, crash
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _held(plait: Plait, workspace: Path, tmp_path: Path, owner: str) -> tuple[str, str]:
+    model = write_script(tmp_path, "read", READ_SCRIPT)
+    c = crash(
+        plait.db,
+        workspace,
+        model,
+        "user_saved",
+        clock=FixedClock(time.time()),
+        lease_seconds=3600,
+        owner=owner,
+    )
+    return c.run_id, model
+
+
+def test_owner_names_carry_host_and_pid() -> None:
+    me = process_owner()
+    assert me.startswith(f"worker@{socket.gethostname()}:")
+    assert owner_alive(me) is True
+    assert owner_alive(f"worker@{socket.gethostname()}:{_dead_pid()}:x") is False
+    assert owner_alive("worker@elsewhere.example:1:x") is None
+    assert owner_alive("dead-worker") is None
+
+
+def test_recover_says_when_the_lease_expires_and_force_takes_over(
+    plait: Plait, workspace: Path, tmp_path: Path
+) -> None:
+    owner = f"worker@{socket.gethostname()}:{_dead_pid()}:gone"
+    run_id, model = _held(plait, workspace, tmp_path, owner)
+    waiting = plait.ok("runs", "recover", "--model", model).out.splitlines()
+    assert waiting[0] == "no run needs recovery"
+    assert waiting[1].startswith(f"run {run_id} is held by {owner} until ")
+    assert waiting[1].endswith(f"'plait runs recover --run {run_id} --force' does it now")
+
+    forced = plait("runs", "recover", "--run", run_id, "--force", "--model", model, "--json")
+    assert forced.code == 0, forced.err
+    (report,) = forced.json
+    assert report["outcome"] == "resumed"
+    assert report["run"]["status"] == "completed"
+
+
+def test_force_needs_a_run(plait: Plait, workspace: Path, tmp_path: Path) -> None:
+    _held(plait, workspace, tmp_path, "dead-worker")
+    r = plait("runs", "recover", "--force", "--model", write_script(tmp_path, "x", READ_SCRIPT))
+    assert r.code == 2
+    assert r.err.splitlines()[0] == (
+        "plait: error: --force takes over one run: name it with --run RUN"
+    )
+
+
+@pytest.mark.parametrize("command", ["recover", "cancel"])
+def test_force_is_refused_while_the_holder_runs_here(
+    plait: Plait, workspace: Path, tmp_path: Path, command: str
+) -> None:
+    alive = f"worker@{socket.gethostname()}:{os.getpid()}:me"
+    run_id, model = _held(plait, workspace, tmp_path, alive)
+    before = snapshot(plait.db)
+    argv = ["runs", "recover", "--run", run_id, "--model", model]
+    if command == "cancel":
+        argv = ["runs", "cancel", run_id]
+    r = plait(*argv, "--force", "--json")
+    assert r.code == 2
+    assert r.json["error"]["code"] == "run_state"
+    assert "a process that is still running on this host" in r.json["error"]["message"]
+    assert snapshot(plait.db) == before
+
+
+def test_cancel_force_ends_a_dead_process_run(
+    plait: Plait, workspace: Path, tmp_path: Path
+) -> None:
+    run_id, _ = _held(plait, workspace, tmp_path, "dead-worker")
+    asked = plait.ok("runs", "cancel", run_id).out.splitlines()
+    assert asked[1].endswith(f"'plait runs cancel {run_id} --force' does it now")
+    forced = plait.json("runs", "cancel", run_id, "--force")
+    assert forced["status"] == "cancelled"
+    (session,) = plait.json("sessions", "list")
+    assert session["active_run_id"] is None
