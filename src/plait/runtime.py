@@ -253,6 +253,10 @@ class Runtime:
 
                 specs.append(RECALL_SPEC)
             model_client = open_model(spec, tools=specs) if spec else None
+            if spec and not spec.startswith("scripted:"):
+                from plait.adapters.tokens import meter_for
+
+                options.setdefault("meter_for", meter_for)
         else:
             model_client = model
         store = open_store(url, create=create)

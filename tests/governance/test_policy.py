@@ -272,3 +272,12 @@ def test_bad_toml_syntax() -> None:
 
     with pytest.raises(PolicyError, match=r"bad.toml: not valid TOML: .*line 2"):
         parse_policy("version = 1\n[[rules]\n", "bad.toml")
+
+
+def test_the_reason_names_every_subcommand_that_decided() -> None:
+    call = ToolCall.create(
+        id="c", name="run_command", arguments={"command": "cd src && rm -rf x; make"}
+    )
+    v = ALLOW_CD.evaluate(call_facts(ALLOW_CD, call, read_only=False, workspace="/ws"))
+    assert v.action is Action.APPROVE
+    assert v.reason == "`rm -rf x` matches no command rule; `make` matches no command rule"

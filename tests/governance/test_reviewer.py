@@ -171,7 +171,7 @@ def test_the_run_model_caller_path() -> None:
 
     seen: list[Context[Any]] = []
 
-    async def ask(context: Context[Any]) -> ModelResponse:
+    async def ask(context: Context[Any], *, time_limit: float | None = None) -> ModelResponse:
         seen.append(context)
         return ModelResponse(structured={"decision": "allow", "reason": "ok"}, model="judge-1")
 
@@ -179,13 +179,13 @@ def test_the_run_model_caller_path() -> None:
     out = asyncio.run(reviewer.review(CALL, None, history(), why="w", calls_left=None, ask=ask))
     assert out.decision.by_name == "judge-1" and len(seen) == 1
 
-    async def stop(context: Context[Any]) -> ModelResponse:
+    async def stop(context: Context[Any], *, time_limit: float | None = None) -> ModelResponse:
         raise _Stop("budget exhausted")
 
     with pytest.raises(_Stop):
         asyncio.run(reviewer.review(CALL, None, history(), why="w", calls_left=None, ask=stop))
 
-    async def fail(context: Context[Any]) -> ModelResponse:
+    async def fail(context: Context[Any], *, time_limit: float | None = None) -> ModelResponse:
         raise ModelError("upstream 503", model_code="TRANSIENT")
 
     out = asyncio.run(reviewer.review(CALL, None, history(), why="w", calls_left=None, ask=fail))

@@ -15,6 +15,7 @@ from plait.application.governance.gate import GovernedGate
 from plait.application.governance.governor import Governor
 from plait.application.governance.reviewer import Reviewer
 from plait.application.model_caller import RetryPolicy
+from plait.application.ports import ModelClient
 from plait.application.service import AgentService
 from plait.domain.messages import ToolStatus
 from plait.domain.policy import Action, Policy, ToolRule
@@ -65,7 +66,7 @@ class Rig:
     def __init__(
         self,
         policy: Policy,
-        model: ScriptedModel,
+        model: ModelClient,
         *,
         store: Any = None,
         read_output: str = "ok",

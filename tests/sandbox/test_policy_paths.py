@@ -143,7 +143,7 @@ DEPLOY_RULES = Policy(
 
 def test_policy_paths_from_a_policy() -> None:
     read_only, hidden = policy_paths(DEPLOY_RULES)
-    assert read_only == (".git/**", ".plait/**", ".env", ".env.*", "deploy/**", "**/*.pem")
+    assert read_only == (".git/**", ".env", ".env.*", "deploy/**", "**/*.pem")
     assert hidden == ("**/*.pem",)
     assert policy_paths(Policy(protected_action=Action.APPROVE)) == ((), ())
 

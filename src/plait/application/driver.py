@@ -329,16 +329,26 @@ class RunDriver:
         role: ModelRole,
         context: Context[Any],
         attempts: _Attempts | None = None,
+        *,
+        time_limit: float | None = None,
     ) -> ModelResponse:
         """One model call for the run through the ModelCaller; its failures end the run
         (StopRun). The response's usage is added to the run's."""
         attempts = attempts or _Attempts(self, a, a.usage.steps)
         a.interruptible = True
         try:
-            response = await self.caller.call(
-                role, context, attempts, on_text=a.on_text if role == "assistant" else None,
-                on_overflow=self.compaction.hook_for(a, role),
-            )  # fmt: skip
+            # Inside the try: the timeout's own cancellation leaves as TimeoutError, never
+            # as a cancel of the run.
+            async with asyncio.timeout(time_limit):
+                response = await self.caller.call(
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None,
+                    on_overflow=self.compaction.hook_for(a, role),
+                )  # fmt: skip
+        except TimeoutError as e:
+            within = "" if time_limit is None else f" within {time_limit:g} s"
+            raise StopRun(
+                RunStatus.FAILED, "model_timeout", f"the {role} model did not answer{within}"
+            ) from e
         except BudgetExhaustedError as e:
             raise StopRun.budget(str(e.details.get("limit", "budget")), e.message) from None
         except asyncio.CancelledError:
@@ -444,8 +454,10 @@ class RunDriver:
     async def _review(
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> GateDecision:
-        async def reviewer(context: Context[Any]) -> ModelResponse:
-            return await self.ask(a, "reviewer", context)
+        async def reviewer(
+            context: Context[Any], *, time_limit: float | None = None
+        ) -> ModelResponse:
+            return await self.ask(a, "reviewer", context, time_limit=time_limit)
 
         request = GateRequest(
             call=call,

@@ -18,7 +18,7 @@ default: everything that validated runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -64,10 +64,15 @@ class GateDecision:
         return cls(verdict=Verdict.NEEDS_APPROVAL, reason=reason, decided_by=by)
 
 
-ReviewerCall = Callable[[Context[Any]], Awaitable[ModelResponse]]
-"""Ask the model in the ``reviewer`` role. Goes through the run's ModelCaller: the call is
-retried by the error policy and every attempt counts against the run's model-call budget
-and deadline. Raises what ModelCaller raises (the driver ends the run on those)."""
+class ReviewerCall(Protocol):
+    """Ask the model in the ``reviewer`` role. Goes through the run's ModelCaller: the call is
+    retried by the error policy and every attempt counts against the run's model-call budget
+    and deadline. ``time_limit`` (seconds) bounds the call (a late answer is a failure). Raises what
+    ModelCaller raises (the driver ends the run on those)."""
+
+    def __call__(
+        self, context: Context[Any], *, time_limit: float | None = None
+    ) -> Awaitable[ModelResponse]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -240,7 +240,10 @@ class Policy:
                 reason=f"{facts.outside[0]!r} is outside the workspace",
             )
         verdicts = list(self._subjects(facts))
-        return max(verdicts, key=lambda v: v.action.strictness)
+        top = max(v.action.strictness for v in verdicts)
+        worst = [v for v in verdicts if v.action.strictness == top]
+        reasons = "; ".join(dict.fromkeys(v.reason for v in worst))
+        return PolicyVerdict(action=worst[0].action, rule=worst[0].rule, reason=reasons)
 
     def _limits(self, facts: CallFacts) -> PolicyVerdict | None:
         lim = self.limits

@@ -15,7 +15,6 @@ from plait.application.events import (
     MessageSaved,
     ModelCallStarted,
     RunEvent,
-    RunObserver,
     ToolStarted,
 )
 from plait.domain.session import StoredMessage
@@ -54,22 +53,41 @@ def print_message(console: Any, sm: StoredMessage) -> None:
         )
 
 
+class _Progress:
+    """Prints each message the run saves (not the user's own) and keeps a spinner saying
+    what the run waits for; while the model streams, the spinner shows the text so far
+    (display only: the saved message is printed whole when it is stored)."""
+
+    def __init__(self, console: Any, status: Any) -> None:
+        self._console = console
+        self._status = status
+        self._streamed = ""
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, MessageSaved) and event.stored.message.kind != "user":
+            self._streamed = ""
+            print_message(self._console, event.stored)
+            self._status.update("thinking…")
+        elif isinstance(event, ModelCallStarted):
+            self._streamed = ""
+            self._status.update("thinking…" if event.attempt == 1 else "correcting…")
+        elif isinstance(event, ToolStarted):
+            self._status.update(f"running {event.call.name}…")
+
+    def on_text(self, delta: str) -> None:
+        from rich.markup import escape
+
+        self._streamed += delta
+        tail = " ".join(self._streamed.split())[-100:]
+        self._status.update(f"[dim]{escape(tail)}[/]")
+
+
 @contextmanager
-def terminal_progress(console: Any) -> Iterator[RunObserver]:
-    """An observer that prints each message the run saves (not the user's own) and keeps
-    a spinner saying what the run waits for."""
+def terminal_progress(console: Any) -> Iterator[_Progress]:
+    """An observer for a run on a terminal; pass its ``on_text`` to stream the model's
+    text into the spinner line."""
     with console.status("thinking…", spinner="dots") as status:
-
-        def observe(event: RunEvent) -> None:
-            if isinstance(event, MessageSaved) and event.stored.message.kind != "user":
-                print_message(console, event.stored)
-                status.update("thinking…")
-            elif isinstance(event, ModelCallStarted):
-                status.update("thinking…" if event.attempt == 1 else "correcting…")
-            elif isinstance(event, ToolStarted):
-                status.update(f"running {event.call.name}…")
-
-        yield observe
+        yield _Progress(console, status)
 
 
 def json_lines(event: RunEvent) -> None:

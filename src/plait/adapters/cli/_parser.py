@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.adapters.cli.governance import register as register_governance
 
     register_governance(sub, common)
+    from plait.adapters.cli.models import register as register_models
+
+    register_models(sub, common)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")
@@ -242,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the built-in example end to end (no network)")
     demo.add_argument(
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"
+    )
+    demo.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="run the same scenario with this model instead of the scripted one "
+        "(e.g. anthropic:claude-haiku-4-5; needs its API key)",
     )
     common(demo)
     return parser

@@ -37,5 +37,7 @@ async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
     console = Console()
     with terminal_progress(console) as observe:
-        result = await rt.service.send(a.session_id, a.message, budget=a.budget, observer=observe)
+        result = await rt.service.send(
+            a.session_id, a.message, budget=a.budget, observer=observe, on_text=observe.on_text
+        )
     return print_result(out, result, shown=True)

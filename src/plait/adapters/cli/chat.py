@@ -65,7 +65,9 @@ def _interactive(service: AgentService, session_id: str, budget: Budget) -> int:
         try:
             with terminal_progress(console) as observe:
                 result = asyncio.run(
-                    service.send(session_id, text, budget=budget, observer=observe)
+                    service.send(
+                        session_id, text, budget=budget, observer=observe, on_text=observe.on_text
+                    )
                 )
         except KeyboardInterrupt:
             console.print("[yellow]run cancelled[/]")

@@ -80,7 +80,8 @@ def _invocation() -> str:
     return f"{shlex.quote(sys.executable)} -m plait"
 
 
-def run_demo(*, db: str | None, clean: bool, as_json: bool) -> int:
+def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = None) -> int:
+    """The demo scenario; ``model`` (a spec) replaces the scripted model with a real one."""
     from plait.runtime import Runtime
     from plait.testing.scripted import ScriptedModel
 
@@ -95,9 +96,11 @@ def run_demo(*, db: str | None, clean: bool, as_json: bool) -> int:
         before = _run_tests(workspace)
         say(f"workspace: {workspace}")
         say(f"tests before: {'pass' if before[0] else 'FAIL'} ({before[1]})\n")
-        with resources.as_file(script) as script_path:
-            model = ScriptedModel.from_file(script_path)
-        runtime = Runtime.open(db=db_url, model=model)
+        if model is None:
+            with resources.as_file(script) as script_path:
+                runtime = Runtime.open(db=db_url, model=ScriptedModel.from_file(script_path))
+        else:
+            runtime = Runtime.open(db=db_url, model=model)
 
         async def go() -> tuple[object, ...]:
             try:

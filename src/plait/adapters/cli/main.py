@@ -95,7 +95,9 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     if args.command == "demo":
         from plait.adapters.cli.demo import run_demo
 
-        return run_demo(db=getattr(args, "db", None), clean=args.clean, as_json=out.json)
+        return run_demo(
+            db=getattr(args, "db", None), clean=args.clean, as_json=out.json, model=args.model
+        )
     if args.command == "send" and getattr(args, "server", None):
         from plait.adapters.cli.remote import send_remote
 
@@ -108,6 +110,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return COMPACTION_COMMANDS[key](args, out)
     if key in GOVERNANCE_COMMANDS:
         return GOVERNANCE_COMMANDS[key](args, out)
+    if args.command == "models":
+        from plait.adapters.cli.models import COMMANDS as MODEL_COMMANDS
+
+        return MODEL_COMMANDS[key](args, out)
     command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)

@@ -5,6 +5,7 @@ SDK, which is imported only when a call is made.
 Use :func:`open_model` with a spec such as ``openai:gpt-4o`` (see
 :data:`MODEL_SPEC_FORMS`)."""
 
+from plait.adapters.models._check import check_model
 from plait.adapters.models._spec import MODEL_SPEC_FORMS, ModelSpec, open_model, parse_spec, resolve
 
-__all__ = ["MODEL_SPEC_FORMS", "ModelSpec", "open_model", "parse_spec", "resolve"]
+__all__ = ["MODEL_SPEC_FORMS", "ModelSpec", "check_model", "open_model", "parse_spec", "resolve"]

@@ -37,9 +37,9 @@ class GovernedGate:
     async def decide(self, request: GateRequest) -> GateDecision:
         ask_run = request.reviewer
 
-        async def ask(context: Context[Any]) -> ModelResponse:
+        async def ask(context: Context[Any], *, time_limit: float | None = None) -> ModelResponse:
             try:
-                return await ask_run(context)
+                return await ask_run(context, time_limit=time_limit)
             except StopRun as stop:
                 if stop.status is RunStatus.FAILED:
                     raise _ReviewerFailed(stop.error.message) from None

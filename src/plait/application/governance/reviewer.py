@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from plait.application.ports import ModelClient, ModelRequest, ModelResponse
 from plait.domain.context import Context, Correction
@@ -27,9 +27,16 @@ from plait.domain.tools import ToolSpec
 
 __all__ = ["REVIEWER_INSTRUCTIONS", "Ask", "ReviewOutcome", "Reviewer", "parse_decision"]
 
-Ask = Callable[[Context[Any]], Awaitable[ModelResponse]]
-"""How the reviewer reaches its model: one call in the ``reviewer`` role (in a run, through
-the run's ModelCaller, so it counts against the run's budget)."""
+
+class Ask(Protocol):
+    """How the reviewer reaches its model: one call in the ``reviewer`` role (in a run,
+    through the run's ModelCaller, so it counts against the run's budget), bounded by
+    ``time_limit`` seconds (a late answer raises)."""
+
+    def __call__(
+        self, context: Context[Any], *, time_limit: float | None = None
+    ) -> Awaitable[ModelResponse]: ...
+
 
 log = logging.getLogger("plait.reviewer")
 
@@ -205,9 +212,13 @@ class Reviewer:
         self, context: Context[Decision], out: ReviewOutcome, ask: Ask | None
     ) -> ModelResponse | None:
         out.model_calls += 1
+        timeout = self.config.timeout_seconds
         try:
-            async with asyncio.timeout(self.config.timeout_seconds):
-                response = await (ask or self._complete)(context)
+            if ask is not None:  # the run applies the timeout where it can tell it apart
+                response = await ask(context, time_limit=timeout)
+            else:
+                async with asyncio.timeout(timeout):
+                    response = await self._complete(context)
         except TimeoutError:
             out.decision = self._ask_user(
                 f"the reviewer did not answer within {self.config.timeout_seconds:g} s"

@@ -1,0 +1,89 @@
+"""``plait models list`` (known models and their capabilities) and ``plait models check
+SPEC`` (one minimal call: auth, tool calling, streaming, one line each)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, Protocol
+
+__all__ = ["COMMANDS", "register"]
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+class _Output(Protocol):
+    json: bool
+
+    def emit(self, data: Any, text: str | Callable[[], str]) -> None: ...
+
+
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    models = sub.add_parser("models", help="known models, and a live check of one")
+    msub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    lst = msub.add_parser(
+        "list", help="built-in models and those in plait.toml, with their capabilities"
+    )
+    common(lst)
+    check = msub.add_parser(
+        "check", help="make one minimal call to SPEC: auth, tool calling, streaming"
+    )
+    check.add_argument("spec", metavar="SPEC", help="e.g. openai:gpt-4o or a plait.toml name")
+    common(check)
+
+
+def _row(spec: str, source: str, caps: Any) -> dict[str, Any]:
+    return {"spec": spec, "source": source, "capabilities": asdict(caps)}
+
+
+def _price(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def _line(row: dict[str, Any]) -> str:
+    c = row["capabilities"]
+    window = f"{c['context_window']:,}" if c["context_window"] else "?"
+    flags = [k for k in ("tool_calls", "parallel_tool_calls", "streaming", "reasoning") if c[k]]
+    prices = "/".join(
+        _price(c[k])
+        for k in ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok")
+    )
+    return f"{row['spec']:<58} {window:>10}  ${prices:<16} {' '.join(flags)}  [{row['source']}]"
+
+
+def models_list(a: argparse.Namespace, out: _Output) -> int:
+    from plait.adapters.models import resolve
+    from plait.adapters.models._catalog import builtin_models
+    from plait.config import load_config
+
+    config = load_config()
+    rows = [_row(spec, "built-in", caps) for spec, caps in builtin_models()]
+    for name, entry in sorted(config.models.items()):
+        r = resolve(name, config)
+        label = name if str(r.spec) == name else f"{name} = {r.spec}"
+        rows.append(_row(label, entry.source, r.capabilities))
+    header = f"{'SPEC':<58} {'WINDOW':>10}  {'$/MTOK in/out/cached':<17} CAPABILITIES"
+    out.emit({"models": rows}, lambda: "\n".join([header, *(_line(r) for r in rows)]))
+    return EXIT_OK
+
+
+def models_check(a: argparse.Namespace, out: _Output) -> int:
+    from plait.adapters.models import check_model
+
+    name, checks = asyncio.run(check_model(a.spec))
+    ok = all(c["ok"] for c in checks)
+    out.emit(
+        {"model": name, "ok": ok, "checks": checks},
+        lambda: "\n".join(
+            f"{c['check']:<13} {'ok' if c['ok'] else 'FAILED':<7} {c['detail']}" for c in checks
+        ),
+    )
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
+    ("models", "list"): models_list,
+    ("models", "check"): models_check,
+}

@@ -1,0 +1,55 @@
+"""Token meters (DESIGN §8): exact offline counts for OpenAI's encodings, a calibrated
+conservative estimate for every other model, and a clear
+``TOKEN_METER_MODEL_UNCONFIGURED`` error for a model plait knows nothing about."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from plait.adapters.tokens._estimate import DEFAULT_SAFETY, EstimatingMeter
+from plait.adapters.tokens._openai import OpenAIMeter, encoding_for
+from plait.domain.errors import ConfigError, TokenMeterModelUnconfiguredError
+
+if TYPE_CHECKING:
+    from plait.application.ports import ModelClient, TokenMeter
+    from plait.config import Config
+
+__all__ = [
+    "DEFAULT_SAFETY",
+    "EstimatingMeter",
+    "OpenAIMeter",
+    "encoding_for",
+    "meter_for",
+    "open_meter",
+]
+
+_OPENAI_KINDS = ("openai", "openai-responses")
+
+
+def open_meter(spec: str, config: Config | None = None) -> TokenMeter:
+    """The meter for a model spec (or a plait.toml name). Exact for OpenAI's models; an
+    estimate for the others; a model that is neither built in nor declared with a
+    context window in plait.toml raises :class:`TokenMeterModelUnconfiguredError`."""
+    from plait.adapters.models import resolve
+    from plait.config import load_config
+
+    r = resolve(spec, load_config() if config is None else config)
+    if not r.known or r.capabilities.context_window is None:
+        raise TokenMeterModelUnconfiguredError(
+            f"TOKEN_METER_MODEL_UNCONFIGURED: plait has no token meter and context window "
+            f"for model {spec!r}; declare context_window under [models.NAME] in plait.toml",
+            model=spec,
+        )
+    if r.spec.kind in _OPENAI_KINDS:
+        return OpenAIMeter(encoding_for(r.spec.model))
+    return EstimatingMeter(str(r.spec))
+
+
+def meter_for(client: ModelClient) -> TokenMeter:
+    """The meter a runtime uses for ``client``'s context building: exact for OpenAI's
+    models, otherwise an estimate (compaction separately refuses a model whose window is
+    unknown)."""
+    try:
+        return open_meter(client.name)
+    except ConfigError:  # a scripted model, an undeclared local model: estimate
+        return EstimatingMeter(client.name)

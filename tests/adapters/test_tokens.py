@@ -1,0 +1,69 @@
+"""Token meters: exact offline for OpenAI's encodings, calibrated estimates elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from plait.adapters.tokens import EstimatingMeter, OpenAIMeter, encoding_for, meter_for, open_meter
+from plait.config import Config, ModelEntry
+from plait.domain.errors import TokenMeterModelUnconfiguredError
+from plait.domain.messages import AssistantMessage, ToolCall, UserMessage
+from plait.testing.fake_providers import FakeProvider
+from tests.adapters._cassettes import tool
+from tests.adapters._clients import client_for
+
+
+def test_openai_encodings_count_exactly_offline() -> None:
+    o200k, cl100k = OpenAIMeter("o200k_base"), OpenAIMeter("cl100k_base")
+    # token ids as tiktoken gives them: o200k "hello world" = [24912, 2375]
+    assert o200k.count_text("hello world") == 2
+    assert cl100k.count_text("hello world") == 2
+    assert o200k.count_text("") == 0
+    assert o200k.count_text("<|endoftext|>") > 1  # special tokens count as plain text
+    assert o200k.exact and o200k.name == "openai/o200k_base"
+    assert encoding_for("gpt-4o") == encoding_for("gpt-5-mini") == "o200k_base"
+    assert encoding_for("gpt-4-turbo") == encoding_for("gpt-3.5-turbo") == "cl100k_base"
+
+
+def test_message_and_tool_counts_include_their_parts() -> None:
+    m = OpenAIMeter()
+    user = UserMessage(id="u", text="hello world", created_at=0.0)
+    call = ToolCall.create(id="c1", name="read_file", arguments={"path": "a.txt"})
+    assistant = AssistantMessage(id="a", text="", created_at=0.0, tool_calls=(call,))
+    assert m.count_message(user) == 2 + 1 + 3
+    assert m.count_message(assistant) > m.count_text(call.arguments_json)
+    read = tool("read_file", {"type": "object", "properties": {"path": {"type": "string"}}})
+    assert m.count_tools((read,)) > m.count_tools(())
+
+
+def test_estimate_is_conservative_and_calibrates_upwards() -> None:
+    e = EstimatingMeter("anthropic:claude-haiku-4-5")
+    assert not e.exact
+    text = "x" * 400
+    assert e.count_text(text) == 120  # 100 raw tokens x 1.2 safety
+    e.calibrate(estimated=100, reported=150)  # the provider counted more: follow it
+    assert e.count_text(text) == 180
+    e.calibrate(estimated=100, reported=50)  # fewer: keep the larger ratio seen
+    assert e.count_text(text) == 180
+    assert EstimatingMeter("x").count_text("你好") == 3  # non-ASCII: a token per character
+
+
+def test_meters_per_model_and_unknown_models() -> None:
+    assert isinstance(open_meter("openai:gpt-4o", Config()), OpenAIMeter)
+    assert isinstance(open_meter("anthropic:claude-haiku-4-5", Config()), EstimatingMeter)
+    with pytest.raises(TokenMeterModelUnconfiguredError) as info:
+        open_meter("openai-compatible:http://127.0.0.1:9/v1#mystery", Config())
+    assert info.value.code == "token_meter_model_unconfigured"
+    assert "TOKEN_METER_MODEL_UNCONFIGURED" in info.value.message
+    assert "context_window" in info.value.message
+    spec = "openai-compatible:http://127.0.0.1:9/v1#qwen"
+    declared = Config(
+        models={spec: ModelEntry(name=spec, source="t", settings={"context_window": 32768})}
+    )
+    assert isinstance(open_meter(spec, declared), EstimatingMeter)
+
+
+def test_meter_for_a_client() -> None:
+    with FakeProvider("openai", []) as fake:
+        assert isinstance(meter_for(client_for("openai", fake.base_url)), OpenAIMeter)
+        assert isinstance(meter_for(client_for("anthropic", fake.base_url)), EstimatingMeter)
