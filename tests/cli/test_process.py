@@ -173,6 +173,9 @@ def test_the_help_covers_every_documented_command() -> None:
             "keys create",
             "serve",
             "worker",
+            "models",
+            "models list",
+            "models check",
         ]
     )
 
