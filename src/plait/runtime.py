@@ -91,6 +91,13 @@ def _compaction(
     )
 
 
+def _policy(policy: Policy | str | None) -> Policy:
+    from plait.adapters.policy_file import policy_from
+    from plait.domain.policy import Policy
+
+    return policy if isinstance(policy, Policy) else policy_from(policy)
+
+
 def governed_gate(
     policy: Policy | str | None,
     approvals: ApprovalStore,
@@ -100,14 +107,12 @@ def governed_gate(
 ) -> ToolGate:
     """The policy → reviewer → approval gate (DESIGN §5) over ``approvals``; ``policy``
     is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default."""
-    from plait.adapters.policy_file import policy_from
     from plait.adapters.tools.probe import FileProbe
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
     from plait.application.governance.reviewer import Reviewer
-    from plait.domain.policy import Policy
 
-    chosen = policy if isinstance(policy, Policy) else policy_from(policy)
+    chosen = _policy(policy)
     reviewer = Reviewer(config=chosen.reviewer, name=model.name if model else "reviewer")
     governor = Governor(
         policy=chosen, approvals=approvals, clock=clock, ids=ids, reviewer=reviewer,
@@ -236,12 +241,15 @@ class Runtime:
 
         url = db or default_db_url()
         builtin = tools is None and not store_only
+        governed = not store_only and "gate" not in options
+        chosen = _policy(policy) if governed else None
         if store_only:
             tools, create = (), False
         elif tools is None:
             from plait.adapters.tools import session_tools
 
-            tools = session_tools(protected=protected_paths(url))
+            # The sandbox enforces the policy's denied paths too (read-only / hidden).
+            tools = session_tools(protected=protected_paths(url), policy=chosen)
         model_client: ModelClient | None
         if store_only:
             model_client = None
@@ -265,8 +273,8 @@ class Runtime:
 
             tools = [*tools, recall_tool(store)]  # read-only: summarized originals
         clock, ids = SystemClock(), RandomIds()
-        if "gate" not in options and not store_only:
-            options["gate"] = governed_gate(policy, store, clock, ids, model_client)
+        if governed:
+            options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
         if "snapshots" not in options:
             from plait.adapters.snapshots import GitSnapshots
 
