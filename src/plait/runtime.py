@@ -91,6 +91,28 @@ def _compaction(
     )
 
 
+def _stages(
+    tools: Sequence[Tool],
+    instructions: str,
+    model: ModelClient | None,
+    clock: Clock,
+    artifacts: ArtifactStore,
+    meter: TokenMeter | None,
+    retry: RetryPolicy | None,
+    on_overflow: OverflowHook | None,
+) -> dict[str, Any]:
+    """The loop's stages other than the gate (DESIGN §1), as AgentService keywords."""
+    return {
+        "context": ContextBuilder(
+            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
+        ),
+        "caller": ModelCaller(
+            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
+        ),
+        "runner": ToolRunner(artifacts),
+    }
+
+
 def _policy(policy: Policy | str | None) -> Policy:
     from plait.adapters.policy_file import policy_from
     from plait.domain.policy import Policy
@@ -135,6 +157,27 @@ def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) ->
     return ForkService(store=store, clock=clock, snapshots=snapshots)  # type: ignore[arg-type]
 
 
+def _chosen_model(
+    model: str | ModelClient | None,
+    store_only: bool,
+    tools: Sequence[Tool],
+    options: dict[str, Any],
+) -> tuple[ModelClient | None, str | None]:
+    """The model client and its spec (``None`` when given as a client or not at all)."""
+    if store_only:
+        return None, None
+    if model is not None and not isinstance(model, str):
+        return model, None
+    spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
+    if not spec:
+        return None, None
+    if not spec.startswith("scripted:"):
+        from plait.adapters.tokens import meter_for
+
+        options.setdefault("meter_for", meter_for)
+    return open_model(spec, tools=[t.spec for t in tools]), spec
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools, the
     :class:`~plait.application.service.AgentService` over them (the write side) and
@@ -161,16 +204,13 @@ class Runtime:
         on_overflow: OverflowHook | None = None,
         gate: ToolGate | None = None,
         snapshots: WorkspaceSnapshots | None = None,
+        model_spec: str | None = None,
     ) -> None:
-        """Compose the loop's stages (DESIGN §1) and the service over them.
-
-        ``meter`` counts tokens for the ContextBuilder (default: ``meter_for(model)``
-        when given, else a conservative estimate);
-        ``retry`` and ``on_overflow`` set the ModelCaller's error policy (default: 5
-        attempts with exponential backoff; no overflow handling); ``gate`` decides about
-        each tool call (default: allow every valid call); ``snapshots`` takes workspace
-        snapshots for forks (:attr:`forks`).
-        """
+        """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
+        the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
+        ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
+        (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
+        ``model_spec`` is recorded on runs so recovery and resume reopen that model."""
         self.store = store
         self.artifacts = artifacts
         self.model = model
@@ -183,20 +223,10 @@ class Runtime:
         self.tools = tuple(tools)
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
-        """Compaction over this store and model (``None`` for a store without summary
-        support); ``meter_for`` picks each model's token meter (default: a conservative
-        estimate)."""
-        self.forks = _forks(store, clock, snapshots)
-        """Forks over this store (``None`` for a store that cannot fork); ``snapshots``
-        takes workspace snapshots for ``--snapshot`` forks."""
+        """Compaction over this store and model (``None``: the store keeps no summaries)."""
+        self.forks = _forks(store, clock, snapshots)  # None: the store cannot fork
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
-        context = ContextBuilder(
-            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
-        )
-        caller = ModelCaller(
-            model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
-        )
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -208,11 +238,12 @@ class Runtime:
             budget=budget,
             owner=owner,
             lease_seconds=lease_seconds,
-            context=context,
-            caller=caller,
+            **_stages(tools, instructions, model, clock, artifacts, meter, retry, on_overflow),
             gate=gate or AllowAll(),
             runner=ToolRunner(artifacts),
             compaction=self.compaction,
+            model_spec=model_spec,
+            model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
         )
 
     @classmethod
@@ -229,11 +260,9 @@ class Runtime:
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
         named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools`` defaults to the built-in session
-        tools (file tools and ``run_command``), which may not touch or see the store's own
-        files. ``create=False`` (for commands that only read) refuses a store that does not
-        exist instead of creating it; ``store_only=True`` implies it and opens neither a
-        model nor tools. Unless a ``gate`` is given, tool calls are governed by ``policy``
+        cancel and resolve but not run). ``tools``: default the session tools. ``create=
+        False`` refuses a missing store; ``store_only=True`` implies it (no model, no tools).
+        Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
         from plait.adapters.stores import open_store, protected_paths
@@ -250,28 +279,16 @@ class Runtime:
 
             # The sandbox enforces the policy's denied paths too (read-only / hidden).
             tools = session_tools(protected=protected_paths(url), policy=chosen)
-        model_client: ModelClient | None
-        if store_only:
-            model_client = None
-        elif model is None or isinstance(model, str):
-            spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
-            specs = [t.spec for t in tools]
-            if builtin:
-                from plait.application.compaction import RECALL_SPEC
-
-                specs.append(RECALL_SPEC)
-            model_client = open_model(spec, tools=specs) if spec else None
-            if spec and not spec.startswith("scripted:"):
-                from plait.adapters.tokens import meter_for
-
-                options.setdefault("meter_for", meter_for)
-        else:
-            model_client = model
+        model_client, spec = _chosen_model(model, store_only, tools, options)
         store = open_store(url, create=create)
         if builtin and hasattr(store, "search_history"):
             from plait.application.compaction import recall_tool
 
             tools = [*tools, recall_tool(store)]  # read-only: summarized originals
+        if options.pop("offload_store", False) and url.startswith("sqlite:"):
+            from plait.adapters.stores.offload import Offloaded
+
+            store = Offloaded(store)  # servers: SQLite calls off the event loop
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
@@ -287,6 +304,7 @@ class Runtime:
             clock=clock,
             ids=ids,
             location=url,
+            model_spec=spec,
             **({"owner": process_owner()} | options),
         )
 

@@ -65,8 +65,7 @@ def test_429_with_retry_after_is_classified_and_not_retried_by_the_sdk(dialect: 
     assert error.model_code == ModelErrorCode.RATE_LIMITED
     assert error.details["status"] == 429
     assert error.details["body"]
-    if dialect != "gemini":  # google-genai does not expose the response headers
-        assert error.retry_after == 0.05
+    assert error.retry_after == 0.05
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -93,3 +93,12 @@ def test_errors_pickle_with_their_original_body() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert isinstance(copy, ModelError)
     assert copy.details == error.details and copy.model_code == ModelErrorCode.RATE_LIMITED
+
+
+def test_gemini_retry_info_gives_the_wait() -> None:
+    from plait.adapters.models._gemini_client import _retry_delay
+
+    body = {"error": {"code": 429, "details": [{"@type": "RetryInfo", "retryDelay": "3s"}]}}
+    assert _retry_delay(body) == 3.0
+    assert _retry_delay({"error": {"code": 429}}) is None
+    assert _retry_delay("not a dict") is None

@@ -19,6 +19,7 @@ from plait.adapters.stores import open_store
 from plait.adapters.system import RandomIds
 from plait.adapters.tools import workspace_tools
 from plait.application.service import AgentService
+from plait.domain.runs import Budget
 from plait.testing import FixedClock, ScriptedModel
 from tests.cli.conftest import Plait, Result, call, check_run, snapshot, write_script
 
@@ -87,6 +88,9 @@ def crash(
                 owner=owner,
                 lease_seconds=lease_seconds,
                 checkpoint=hook,
+                # the deadline is absolute and survives the crash: a run that died "in
+                # 2023" would be past it when recovered now
+                budget=Budget(deadline_seconds=None),
             )
             session = await service.create_session(workspace=str(workspace))
             with pytest.raises(Died):

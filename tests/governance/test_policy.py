@@ -281,3 +281,11 @@ def test_the_reason_names_every_subcommand_that_decided() -> None:
     v = ALLOW_CD.evaluate(call_facts(ALLOW_CD, call, read_only=False, workspace="/ws"))
     assert v.action is Action.APPROVE
     assert v.reason == "`rm -rf x` matches no command rule; `make` matches no command rule"
+
+
+def test_a_command_that_is_not_a_string_is_never_allowed() -> None:
+    allow_all = Policy(rules=(ToolRule(name="all", action=Action.ALLOW, tools=("run_command",)),))
+    assert decide(allow_all, "run_command", {"command": ["rm", "-rf", "/"]}) == (
+        Action.APPROVE,
+        "command.unparsable",
+    )

@@ -18,6 +18,7 @@ import uvicorn
 from plait.adapters.http.app import create_app
 from plait.adapters.http.auth import create_key
 from plait.adapters.http.server import Settings, context_for
+from plait.adapters.stores.offload import Offloaded
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
@@ -90,7 +91,7 @@ def start_server(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
 def live(tmp_path: Path) -> Iterator[Live]:
     path = tmp_path / "plait.db"
     keys = _keys(path)
-    store = SqliteStore.open(path)
+    store: Any = Offloaded(SqliteStore.open(path))  # as `plait serve` has it
     rt = Runtime(
         store=store,
         artifacts=store,

@@ -195,6 +195,24 @@ def test_round_trips() -> None:
     assert _codec.execution_from_dict(_codec.execution_to_dict(_settled())) == _settled()
 
 
+def test_fields_added_after_v1_round_trip_and_default_on_old_records() -> None:
+    """Issue 6: the run's model spec, absolute deadline and cost ceiling; the gate's
+    decision on an execution record. v1 records (above) load with their defaults."""
+    run = replace(
+        new_run(budget=Budget(max_cost_usd=2.5)),
+        model_spec="openai:gpt-x",
+        deadline_at=1600.0,
+    )
+    assert _codec.run_from_dict(json.loads(_codec.dumps(_codec.run_to_dict(run)))) == run
+    decided = replace(_settled(), decision="deny", decided_by="policy:no-net")
+    assert _codec.execution_from_dict(_codec.execution_to_dict(decided)) == decided
+    (old_running, _) = [_codec.run_from_dict(d) for d in _fixture("v1_run.json")]
+    assert (old_running.model_spec, old_running.deadline_at) == (None, None)
+    assert old_running.budget.max_cost_usd is None
+    (old_exec, _) = [_codec.execution_from_dict(d) for d in _fixture("v1_execution.json")]
+    assert (old_exec.decision, old_exec.decided_by) == (None, None)
+
+
 @pytest.mark.parametrize(
     ("version", "match"),
     [

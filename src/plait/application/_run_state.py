@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from plait.application.events import RunObserver
+from plait.application.model_caller import ModelCaller
 from plait.application.ports import ModelResponse, TextSink
 from plait.domain.messages import Message, ToolCall
 from plait.domain.runs import Run, RunError, RunStatus, RunUsage
@@ -94,6 +95,9 @@ class ActiveRun:
     """The heartbeat could not renew the lease: the next commit stops the run."""
     on_text: TextSink | None = None
     """Streaming sink for the assistant's text (display only)."""
+    caller: ModelCaller | None = None
+    """The ModelCaller of the model this run was started with, when it is not the
+    service's own (recovery and resume open it by the run's model spec)."""
 
 
 class StopRun(Exception):

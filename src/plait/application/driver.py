@@ -29,7 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from plait.application._budget import check_budget, check_time_left
 from plait.application._journal import RunJournal
+from plait.application._lease import LeaseKeeper
 from plait.application._run_state import (
     ActiveRun,
     RunResult,
@@ -58,6 +60,7 @@ from plait.application.validation import check_output
 from plait.domain.context import Context, Correction, Prefix
 from plait.domain.errors import (
     BudgetExhaustedError,
+    InvalidModelOutputError,
     LeaseLostError,
     ModelError,
     PlaitError,
@@ -120,6 +123,7 @@ class RunDriver:
         self.tools = tools
         self.specs = {name: t.spec for name, t in tools.items()}
         self.lease_seconds = lease_seconds
+        self.leases = LeaseKeeper(store, journal, lease_seconds)
         self.active: dict[str, ActiveRun] = {}
 
     @property
@@ -141,7 +145,12 @@ class RunDriver:
         observer: RunObserver | None,
         on_text: TextSink | None = None,
     ) -> ActiveRun:
-        deadline_s = run.budget.deadline_seconds
+        if run.deadline_at is not None:  # absolute: a recovered run keeps it
+            deadline = self.clock.monotonic() + (run.deadline_at - self.clock.now())
+        elif run.budget.deadline_seconds is not None:  # a run stored before deadline_at
+            deadline = self.clock.monotonic() + run.budget.deadline_seconds
+        else:
+            deadline = None
         return ActiveRun(
             run=run,
             usage=UsageCounters.of(run.usage),
@@ -149,7 +158,7 @@ class RunDriver:
             version=version,
             history=history,
             used_call_ids=call_ids(history),
-            deadline=None if deadline_s is None else self.clock.monotonic() + deadline_s,
+            deadline=deadline,
             observer=observer,
             task=asyncio.current_task(),
             cancel_requested=run.cancel_requested,
@@ -163,12 +172,13 @@ class RunDriver:
         observer: RunObserver | None,
         status: RunStatus | None = None,
         on_text: TextSink | None = None,
+        caller: ModelCaller | None = None,
         force: bool = False,
     ) -> ActiveRun:
-        """Claim a run's lease and rebuild its in-process state from the store. A resumed
-        run's deadline window starts anew; its step and model-call usage carry on.
-        ``force``: claim it even though the lease ``run`` shows has not expired (an operator
-        knows its process is gone); a lease renewed since ``run`` was read still wins."""
+        """Claim a run's lease and rebuild its in-process state from the store. The run's
+        absolute deadline, step and model-call usage carry on. ``force``: claim it even
+        though the lease ``run`` shows has not expired (an operator knows its process is
+        gone); a lease renewed since ``run`` was read still wins."""
         now = self.clock.now()
         at = max(now, run.lease.expires_at) if force and run.lease is not None else now
         claimed = await self.store.claim_run(
@@ -179,13 +189,15 @@ class RunDriver:
         session = await self.store.get_session(claimed.session_id)
         stored = await self.store.read_messages(claimed.session_id)
         history = [s.message for s in stored]
-        return self.activate(claimed, session, session.version, history, observer, on_text)
+        a = self.activate(claimed, session, session.version, history, observer, on_text)
+        a.caller = caller
+        return a
 
     async def drive(self, a: ActiveRun, *, pending: bool) -> RunResult:
         """Run the loop until the run ends or waits; ``pending``: first settle the calls
         of the last assistant message that have no result (recovery, resume)."""
         self.active[a.run.id] = a
-        heartbeat = asyncio.create_task(self._heartbeat(a))
+        heartbeat = asyncio.create_task(self.leases.keep(a))
         try:
             await self._loop(a, pending=pending)
         finally:
@@ -199,22 +211,6 @@ class RunDriver:
     async def close_pending(self, a: ActiveRun, *, why: str) -> None:
         """Pair every open call of the run (unknown ones as ``unknown``)."""
         await self.journal.settle_unstarted(a, await self._pending_work(a), why)
-
-    async def _heartbeat(self, a: ActiveRun) -> None:
-        """Renew the lease while the run works, so a long model or tool call does not let
-        a recovering process take it over."""
-        period = self.lease_seconds / 3
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.store.renew_lease(
-                    a.run.id, owner=self.owner, expires_at=self.clock.now() + self.lease_seconds
-                )
-            except LeaseLostError:
-                a.lease_lost = True
-                if a.task is not None and a.interruptible:
-                    a.task.cancel()
-                return
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -249,24 +245,8 @@ class RunDriver:
 
     def check_budget(self, a: ActiveRun, *, before_model_call: bool) -> None:
         """Raise StopRun when the run was cancelled or a budget is spent."""
-        if a.cancel_requested:
-            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
-        b, u = a.run.budget, a.usage
-        if a.deadline is not None and self.clock.monotonic() >= a.deadline:
-            raise StopRun.budget(
-                "deadline", f"the run reached its deadline of {b.deadline_seconds:g} s"
-            )
-        if not before_model_call:
-            return
-        if b.max_model_calls is not None and u.model_calls >= b.max_model_calls:
-            raise StopRun.budget(
-                "max_model_calls", f"the run used its {b.max_model_calls} model calls"
-            )
-        if b.max_total_tokens is not None and u.total_tokens >= b.max_total_tokens:
-            raise StopRun.budget(
-                "max_total_tokens",
-                f"the run used {u.total_tokens} of its {b.max_total_tokens} tokens",
-            )
+        caps = (a.caller or self.caller).model.capabilities if before_model_call else None
+        check_budget(a, self.clock.monotonic(), caps)
 
     async def _step(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
@@ -284,12 +264,12 @@ class RunDriver:
             if checked.ok:
                 break
             if len(corrections) >= b.max_corrections:
-                raise StopRun(
-                    RunStatus.FAILED,
-                    "invalid_model_output",
+                e = InvalidModelOutputError(
                     f"the model's output was still invalid after {len(corrections)} "
                     f"correction(s): " + "; ".join(checked.problems),
+                    problems=list(checked.problems),
                 )
+                raise StopRun(RunStatus.FAILED, e.code, e.message)
             corrections.append(
                 Correction(rejected_text=render_rejected(response), problems=checked.problems)
             )
@@ -307,7 +287,7 @@ class RunDriver:
             tool_calls=calls,
             run_id=a.run.id,
             step=step,
-            model=response.model or self.caller.model.name,
+            model=response.model or (a.caller or self.caller).model.name,
             usage=response.usage,
             vendor_state=response.vendor_state,
         )
@@ -340,7 +320,7 @@ class RunDriver:
             # Inside the try: the timeout's own cancellation leaves as TimeoutError, never
             # as a cancel of the run.
             async with asyncio.timeout(time_limit):
-                response = await self.caller.call(
+                response = await (a.caller or self.caller).call(
                     role, context, attempts, on_text=a.on_text if role == "assistant" else None,
                     on_overflow=self.compaction.hook_for(a, role),
                 )  # fmt: skip
@@ -363,7 +343,7 @@ class RunDriver:
         except StopRun:
             raise
         except Exception as e:
-            log.exception("model %s raised", self.caller.model.name)
+            log.exception("model %s raised", (a.caller or self.caller).model.name)
             raise StopRun(
                 RunStatus.FAILED,
                 "model_internal_error",
@@ -411,6 +391,7 @@ class RunDriver:
                 )
             try:
                 self.check_budget(a, before_model_call=False)
+                check_time_left(a, self.clock.monotonic(), call, record)
             except StopRun as stop:
                 await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
                 raise
@@ -465,7 +446,7 @@ class RunDriver:
             effect=record.effect,
             record=record,
             session=a.session,
-            run=replace(a.run, usage=a.usage.freeze()),
+            run=a.run,
             reviewer=reviewer,
             history=Prefix(a.history),
         )
@@ -489,7 +470,7 @@ class RunDriver:
             output_cap_bytes=b.tool_output_cap_bytes,
         )
         limit = b.tool_timeout_seconds
-        if a.deadline is not None:
+        if a.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
             left = max(a.deadline - self.clock.monotonic(), 0.0)
             limit = left if limit is None else min(limit, left)
         a.interruptible = tool.stoppable

@@ -89,7 +89,7 @@ class GateRequest:
     session: Session
     """Id, owner and workspace of the session the call runs in."""
     run: Run
-    """The run as last committed (id, budget, usage so far)."""
+    """The run as last committed (id, budget; usage as of the last commit)."""
     reviewer: ReviewerCall
     history: Sequence[Message] = ()
     """The session's history up to and including the call's assistant message (read
@@ -104,4 +104,7 @@ class AllowAll:
     """The default gate: every validated call runs."""
 
     async def decide(self, request: GateRequest) -> GateDecision:
-        return GateDecision.allow("no policy configured; every valid call is allowed", by="default")
+        return _ALLOWED
+
+
+_ALLOWED = GateDecision.allow("no policy configured; every valid call is allowed", by="default")

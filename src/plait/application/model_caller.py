@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from plait.application.ports import (
     Clock,
+    ModelCapabilities,
     ModelClient,
     ModelRequest,
     ModelResponse,
@@ -34,7 +35,15 @@ from plait.application.ports import (
 from plait.domain.context import Context
 from plait.domain.errors import BudgetExhaustedError, ConfigError, ModelError, ModelErrorCode
 
-__all__ = ["AttemptBudget", "ModelCaller", "OverflowHook", "RetryPolicy", "no_overflow"]
+__all__ = [
+    "AttemptBudget",
+    "ModelCaller",
+    "OverflowHook",
+    "RetryPolicy",
+    "check_cost_ceiling",
+    "cost_usd",
+    "no_overflow",
+]
 
 RETRYABLE = frozenset({ModelErrorCode.RATE_LIMITED, ModelErrorCode.TRANSIENT})
 
@@ -90,6 +99,29 @@ async def no_overflow(
     return None
 
 
+def cost_usd(caps: ModelCapabilities, input_tokens: int, output_tokens: int) -> float | None:
+    """What the tokens cost at the model's declared prices (input tokens at the full input
+    price, so cached input is over- rather than under-counted); None without prices."""
+    if caps.price_input_per_mtok is None or caps.price_output_per_mtok is None:
+        return None
+    return (
+        input_tokens * caps.price_input_per_mtok + output_tokens * caps.price_output_per_mtok
+    ) / 1_000_000
+
+
+def check_cost_ceiling(model: ModelClient, max_cost_usd: float | None) -> None:
+    """A cost ceiling needs the model's prices: ConfigError naming the fix otherwise."""
+    if max_cost_usd is None:
+        return
+    if cost_usd(model.capabilities, 0, 0) is None:
+        raise ConfigError(
+            f"a cost ceiling (max_cost_usd={max_cost_usd:g}) needs the model's prices, but "
+            f"model {model.name!r} declares none; set its input and output prices in its "
+            "configuration or drop the ceiling",
+            model=model.name,
+        )
+
+
 class ModelCaller:
     """Calls the model for a role. ``model`` may be None for a service that only reads;
     :attr:`model` then raises a ConfigError naming the fix."""
@@ -122,6 +154,17 @@ class ModelCaller:
     @property
     def has_model(self) -> bool:
         return self._model is not None
+
+    def with_model(self, model: ModelClient) -> ModelCaller:
+        """The same policy, hooks and clock over another model."""
+        return ModelCaller(
+            model,
+            clock=self.clock,
+            policy=self.policy,
+            on_overflow=self.on_overflow,
+            sleep=self._sleep,
+            jitter=self._jitter,
+        )
 
     async def call(
         self,

@@ -17,14 +17,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from plait.application._journal import RunJournal
+from plait.application._models import ModelFactory, RunModels
 from plait.application._run_state import RunResult, idempotency_key
+from plait.application._waiting import resumable, unknown_call
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
 from plait.application.gate import AllowAll, ToolGate
-from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
+from plait.application.model_caller import (
+    ModelCaller,
+    OverflowHook,
+    RetryPolicy,
+    check_cost_ceiling,
+    no_overflow,
+)
 from plait.application.ports import (
     ArtifactStore,
     Clock,
@@ -40,7 +48,6 @@ from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
-    RunStateError,
     ValidationError,
 )
 from plait.domain.messages import (
@@ -55,6 +62,7 @@ from plait.domain.session import ExecutionState, Session, StoredMessage
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "AgentService",
+    "ModelFactory",
     "RecoveryReport",
     "RunResult",
     "idempotency_key",
@@ -121,6 +129,8 @@ class AgentService:
         gate: ToolGate | None = None,
         runner: ToolRunner | None = None,
         compaction: CompactionService | None = None,
+        model_spec: str | None = None,
+        model_factory: ModelFactory | None = None,
     ) -> None:
         """``compaction``: summaries, constraints and recall in the assistant's context,
         with the post-step and overflow triggers (DESIGN §8); ``None``: whole history."""
@@ -143,15 +153,11 @@ class AgentService:
             owner=owner or ids.new("worker"),
             checkpoint=checkpoint,
         )
+        specs = tuple(t.spec for t in tools)
         self.driver = RunDriver(
             store=store,
             journal=self.journal,
-            context=context
-            or ContextBuilder(
-                instructions=instructions,
-                tools=tuple(t.spec for t in tools),
-                meter=meter,
-            ),
+            context=context or ContextBuilder(instructions=instructions, tools=specs, meter=meter),
             caller=self.caller,
             gate=gate or AllowAll(),
             runner=runner or ToolRunner(artifacts),
@@ -164,6 +170,8 @@ class AgentService:
             ),
         )
         self._active = self.driver.active
+        self.models = RunModels(self.caller, model_spec, model_factory)
+        """Which model a run taken over continues with (its recorded spec)."""
 
     @property
     def owner(self) -> str:
@@ -227,6 +235,7 @@ class AgentService:
                 f"model {self.model.name!r} cannot call tools, but this agent has "
                 f"{len(self._tools)} tools; choose a model with tool calling"
             )
+        check_cost_ceiling(self.model, budget.max_cost_usd)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()
@@ -238,7 +247,9 @@ class AgentService:
             budget=budget,
             started_at=now,
             model=self.model.name,
+            model_spec=self.models.spec,
             lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds),
+            deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
         )
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run_id)
         result = await self.store.start_run(
@@ -297,7 +308,13 @@ class AgentService:
         a = await self.driver.take_over(
             run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
         )
-        a.run = replace(a.run, model=model.name)
+        window = a.run.budget.deadline_seconds  # counted from when a worker starts it
+        deadline_at = None if window is None else self.clock.now() + window
+        a.run = replace(
+            a.run, model=model.name, model_spec=self.models.spec, deadline_at=deadline_at
+        )
+        if window is not None:
+            a.deadline = self.clock.monotonic() + window
         # Persist "running" first: from here on a dead worker's run is recovered.
         await self.journal.commit(a, (), run=a.run)
         self.journal.emit(a, RunStarted(a.run))
@@ -379,7 +396,7 @@ class AgentService:
         """
         if force and run_id is None:
             raise ConfigError("a forced recovery names its run: pass run_id (--run RUN)")
-        self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
+        self.models.check_can_run()
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
         else:
@@ -391,19 +408,14 @@ class AgentService:
                     RecoveryReport(run.id, "skipped", f"run is {run.status.value}, not running")
                 )
                 continue
-            if run.model and run.model != self.model.name:
-                reports.append(
-                    RecoveryReport(
-                        run.id,
-                        "skipped",
-                        f"run was started with model {run.model!r}; this process has "
-                        f"{self.model.name!r}",
-                    )
-                )
+            try:
+                caller = self.models.caller_for(run)
+            except ConfigError as e:
+                reports.append(RecoveryReport(run.id, "skipped", e.message))
                 continue
             try:
                 a = await self.driver.take_over(
-                    run, observer=observer, on_text=on_text, force=force
+                    run, observer=observer, on_text=on_text, caller=caller, force=force
                 )
             except LeaseLostError as e:
                 now_run = await self.store.get_run(run.id)
@@ -430,24 +442,7 @@ class AgentService:
             raise ValidationError("a resolution is 'succeeded' or 'failed'")
         if not note.strip():
             raise ValidationError("a resolution needs a note saying what was verified")
-        run = await self.store.get_run(run_id)
-        if run.status is not RunStatus.AWAITING_RESOLUTION:
-            raise RunStateError(
-                f"run {run_id} is {run.status.value}; only a run awaiting resolution can be "
-                "resolved",
-                run_id=run_id,
-                status=run.status.value,
-            )
-        records = {r.call_id: r for r in await self.store.get_executions(run_id)}
-        record = records.get(call_id)
-        if record is None or record.result_status is not ToolStatus.UNKNOWN:
-            unknown = sorted(c for c, r in records.items() if r.result_status is ToolStatus.UNKNOWN)
-            raise RunStateError(
-                f"call {call_id!r} of run {run_id} has no unknown outcome to resolve; "
-                f"unresolved calls: {', '.join(unknown) or 'none'}",
-                run_id=run_id,
-                call_id=call_id,
-            )
+        run, record = await unknown_call(self.store, run_id, call_id)
         a = await self.driver.take_over(run, observer=None)
         now = self.clock.now()
         text = f"{note.strip()} (outcome verified by {by})"
@@ -478,33 +473,19 @@ class AgentService:
         """Continue a run that waits for a person: one awaiting resolution once every
         unknown call is resolved; one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
-        self.model  # noqa: B018 - fails (ConfigError) before anything is claimed or written
-        run = await self.store.get_run(run_id)
-        if run.status not in WAITING:
-            raise RunStateError(
-                f"run {run_id} is {run.status.value}; only a run awaiting resolution or "
-                "approval can be resumed (use `plait runs recover` for an interrupted "
-                "running run)",
-                run_id=run_id,
-                status=run.status.value,
-            )
-        unknown = [
-            r.call_id
-            for r in await self.store.get_executions(run_id)
-            if r.result_status is ToolStatus.UNKNOWN
-        ]
-        if unknown:
-            raise RunStateError(
-                f"run {run_id} still has calls with unknown outcome: {', '.join(unknown)}; "
-                "resolve them first",
-                run_id=run_id,
-                calls=unknown,
-            )
+        self.models.check_can_run()
+        run = await resumable(self.store, run_id)
+        caller = self.models.caller_for(run)
         a = await self.driver.take_over(
-            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
+            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text, caller=caller
         )
-        # Persist "running" before any work, so a crash from here on leaves a run that
-        # recovery picks up (it skips runs that wait for a person).
+        # A person took their time: the deadline window starts anew (recovery, by
+        # contrast, keeps the run's absolute deadline). Persist "running" before any work,
+        # so a crash from here on leaves a run that recovery picks up.
+        window = a.run.budget.deadline_seconds
+        if window is not None:
+            a.run = replace(a.run, deadline_at=self.clock.now() + window)
+            a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True)
 

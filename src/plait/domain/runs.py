@@ -47,13 +47,16 @@ class Budget:
     max_corrections: int = 2
     tool_timeout_seconds: float | None = 60.0
     tool_output_cap_bytes: int = 32_000
+    max_cost_usd: float | None = None
+    """Ceiling on the run's model spend, from the model's declared prices (a model without
+    prices cannot take a ceiling)."""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_model_calls", "max_total_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValidationError(f"budget {name} must be a positive integer or None")
-        for name in ("deadline_seconds", "tool_timeout_seconds"):
+        for name in ("deadline_seconds", "tool_timeout_seconds", "max_cost_usd"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int | float) or value <= 0):
                 raise ValidationError(f"budget {name} must be a positive number or None")
@@ -104,6 +107,12 @@ class Run:
     error: RunError | None = None
     lease: Lease | None = None
     cancel_requested: bool = False
+    model_spec: str | None = None
+    """How to open the model again (``plait.runtime.open_model``), when known: recovery and
+    resume continue the run with the model it was started with."""
+    deadline_at: float | None = None
+    """The deadline as an absolute wall-clock time (epoch seconds): set when the run
+    starts, kept through a crash and recovery; set anew when a person resumes it."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))

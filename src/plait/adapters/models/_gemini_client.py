@@ -112,7 +112,8 @@ class GeminiModel:
             wire = response.model_dump(mode="json", by_alias=True, exclude_none=True)
             return gemini.parse_response(self.target, wire)
         except errors.APIError as e:
-            error = classify("gemini", e.code or None, e.details)
+            headers = getattr(getattr(e, "response", None), "headers", None)
+            error = classify("gemini", e.code or None, e.details, headers=dict(headers or {}))
             if error.model_code == ModelErrorCode.RATE_LIMITED and error.retry_after is None:
                 error.details["retry_after"] = _retry_delay(e.details)
             raise error from e

@@ -358,7 +358,10 @@ _BUDGET_FIELDS = (
     "max_corrections",
     "tool_timeout_seconds",
     "tool_output_cap_bytes",
+    "max_cost_usd",
 )
+_NEW_BUDGET = frozenset({"max_cost_usd"})
+"""Budget fields added after schema 1: absent from older records (their default then)."""
 _USAGE_FIELDS = (
     "steps",
     "model_calls",
@@ -385,6 +388,8 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         if r.lease is None
         else {"owner": r.lease.owner, "expires_at": r.lease.expires_at},
         "cancel_requested": r.cancel_requested,
+        "model_spec": r.model_spec,
+        "deadline_at": r.deadline_at,
     }
 
 
@@ -397,7 +402,9 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         id=d["id"],
         session_id=d["session_id"],
         status=RunStatus(d["status"]),
-        budget=Budget(**{f: budget[f] for f in _BUDGET_FIELDS}),
+        budget=Budget(
+            **{f: budget[f] for f in _BUDGET_FIELDS if f in budget or f not in _NEW_BUDGET}
+        ),
         started_at=d["started_at"],
         model=d["model"],
         usage=RunUsage(**{f: usage[f] for f in _USAGE_FIELDS}),
@@ -407,6 +414,8 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         if lease is None
         else Lease(owner=lease["owner"], expires_at=lease["expires_at"]),
         cancel_requested=bool(d["cancel_requested"]),
+        model_spec=d.get("model_spec"),
+        deadline_at=d.get("deadline_at"),
     )
 
 

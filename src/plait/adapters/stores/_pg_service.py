@@ -49,7 +49,11 @@ async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) ->
 async def append_events(
     conn: Conn, run_id: str, events: Sequence[NewRunEvent]
 ) -> list[RunEventRecord]:
-    """Inside a write transaction."""
+    """Inside a write transaction. Committed without waiting for the WAL flush: events
+    report progress whose durable truth is the run's messages and state (a crash may
+    lose the last few events, never a message; the stream then ends from the run's
+    state)."""
+    await conn.execute("SET LOCAL synchronous_commit = off")
     await conn.execute(_EVENTS_LOCK, (run_id,))
     last = (await (await conn.execute(_LAST, (run_id,))).fetchone())[0]
     rows = [event_row(run_id, last + i, e) for i, e in enumerate(events, 1)]

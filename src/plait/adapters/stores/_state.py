@@ -10,6 +10,7 @@ exactly the same rules. The SQLite store enforces them in SQL but builds its err
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -38,15 +39,18 @@ __all__ = [
     "can_claim",
     "check_execution",
     "check_new_session",
+    "claimed",
     "closed_error",
     "duplicate_message",
     "duplicate_run",
     "duplicate_session",
     "lease_lost",
+    "renewed",
     "resolve_lease",
     "run_not_found",
     "session_busy",
     "session_not_found",
+    "stale_runs",
     "validate_commit",
     "version_conflict",
 ]
@@ -278,6 +282,38 @@ def can_claim(run: Run, owner: str, now: float) -> bool:
         return False
     lease = run.lease
     return lease is None or lease.expires_at <= now or lease.owner == owner
+
+
+def claimed(run: Run, *, owner: str, now: float, expires_at: float) -> Run:
+    """The run with its lease taken by ``owner`` (stores that keep whole runs: memory,
+    JSONL); LeaseLostError if someone else holds a live lease or the run has ended."""
+    if not can_claim(run, owner, now):
+        raise _lost(run, owner)
+    return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+
+
+def renewed(run: Run, *, owner: str, expires_at: float) -> Run:
+    """The run with ``owner``'s lease extended; LeaseLostError if it is not theirs."""
+    if run.lease is None or run.lease.owner != owner:
+        raise _lost(run, owner)
+    return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+
+
+def stale_runs(runs: Iterable[Run], now: float) -> list[Run]:
+    """Non-terminal runs whose lease has expired (or that hold none)."""
+    return [
+        r for r in runs if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
+    ]
+
+
+def _lost(run: Run, owner: str) -> LeaseLostError:
+    lease = run.lease
+    return lease_lost(
+        run.id,
+        None if lease is None else lease.owner,
+        None if lease is None else lease.expires_at,
+        wanted=owner,
+    )
 
 
 # --- the shared in-memory model of one session ----------------------------------------------

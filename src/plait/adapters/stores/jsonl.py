@@ -39,6 +39,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -67,14 +68,15 @@ from plait.adapters.stores._state import (
     artifact_not_found,
     artifact_ref,
     artifact_ref_of_file,
-    can_claim,
     check_new_session,
+    claimed,
     closed_error,
     duplicate_run,
     duplicate_session,
-    lease_lost,
+    renewed,
     run_not_found,
     session_not_found,
+    stale_runs,
     validate_commit,
 )
 from plait.adapters.stores._summary_state import SummaryBook, duplicate_summary, new_constraints
@@ -90,7 +92,7 @@ from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
 from plait.domain.messages import ArtifactRef
 from plait.domain.recall import matches, search_terms
-from plait.domain.runs import Lease, Run
+from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 
@@ -590,42 +592,18 @@ class JsonlStore:
             return self._read_session(sid).execution_list(run_id)
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
-        def claim(run: Run) -> Run:
-            if not can_claim(run, owner, now):
-                lease = run.lease
-                raise lease_lost(
-                    run_id,
-                    None if lease is None else lease.owner,
-                    None if lease is None else lease.expires_at,
-                    wanted=owner,
-                )
-            return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
-
         with self._op():
-            return self._run_write(run_id, "lease", claim)
+            return self._run_write(
+                run_id, "lease", partial(claimed, owner=owner, now=now, expires_at=expires_at)
+            )
 
     async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
-        def renew(run: Run) -> Run:
-            lease = run.lease
-            if lease is None or lease.owner != owner:
-                raise lease_lost(
-                    run_id,
-                    None if lease is None else lease.owner,
-                    None if lease is None else lease.expires_at,
-                    wanted=owner,
-                )
-            return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
-
         with self._op():
-            self._run_write(run_id, "lease", renew)
+            self._run_write(run_id, "lease", partial(renewed, owner=owner, expires_at=expires_at))
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         with self._op():
-            return [
-                r
-                for r in self._all_runs()
-                if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
-            ]
+            return stale_runs(self._all_runs(), now)
 
     # --- artifacts ------------------------------------------------------------------------
 

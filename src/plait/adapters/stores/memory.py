@@ -27,14 +27,15 @@ from plait.adapters.stores._state import (
     artifact_not_found,
     artifact_ref,
     artifact_ref_of_file,
-    can_claim,
     check_new_session,
+    claimed,
     closed_error,
     duplicate_run,
     duplicate_session,
-    lease_lost,
+    renewed,
     run_not_found,
     session_not_found,
+    stale_runs,
     validate_commit,
 )
 from plait.adapters.stores._summary_state import (
@@ -208,15 +209,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             state, run = self._run_state(run_id)
-            if not can_claim(run, owner, now):
-                lease = run.lease
-                raise lease_lost(
-                    run_id,
-                    None if lease is None else lease.owner,
-                    None if lease is None else lease.expires_at,
-                    wanted=owner,
-                )
-            run = replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+            run = claimed(run, owner=owner, now=now, expires_at=expires_at)
             state.runs[run_id] = run
             return run
 
@@ -224,24 +217,12 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             state, run = self._run_state(run_id)
-            lease = run.lease
-            if lease is None or lease.owner != owner:
-                raise lease_lost(
-                    run_id,
-                    None if lease is None else lease.owner,
-                    None if lease is None else lease.expires_at,
-                    wanted=owner,
-                )
-            state.runs[run_id] = replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+            state.runs[run_id] = renewed(run, owner=owner, expires_at=expires_at)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         with self._lock:
             self._check_open()
-            return [
-                r
-                for r in self._all_runs()
-                if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
-            ]
+            return stale_runs(self._all_runs(), now)
 
     # --- service mode: queue, events, keys ------------------------------------------------
 

@@ -9,17 +9,25 @@ fsync, rename) and ``write_file`` can be made a compare-and-write that is safe t
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import hashlib
 import os
 import re
 import stat
 from collections.abc import Callable, Sequence
 from contextlib import closing
-from dataclasses import dataclass
 from typing import IO, Any
 
 from plait.adapters.tools._guard import Guard
+from plait.adapters.tools._limits import (
+    ABSENT,
+    CHUNK,
+    WorkspaceLimits,
+    arg,
+    bool_arg,
+    int_arg,
+    plural,
+    str_arg,
+)
 from plait.adapters.tools._paths import (
     SNIFF_BYTES,
     Entry,
@@ -30,80 +38,16 @@ from plait.adapters.tools._paths import (
     file_state,
     hash_fd,
     is_binary,
-    open_child_file,
     replace_file,
     walk_tree,
 )
+from plait.adapters.tools._search import search_text
 from plait.adapters.tools._specs import SPECS
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["WorkspaceLimits", "workspace_tools"]
-
-_MiB = 1024 * 1024
-_CHUNK = 64 * 1024  # longest piece of a line read at once
-_SHOWN_LINE = 300  # characters of a matching line shown by search_text
-_ABSENT = "absent"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkspaceLimits:
-    """Bounds on what one call may read or produce."""
-
-    max_read_bytes: int = 2 * _MiB
-    """read_file returns at most this many bytes of content."""
-    max_edit_bytes: int = 8 * _MiB
-    """edit_file refuses larger files (it holds the whole file in memory)."""
-    max_list_entries: int = 1000
-    max_search_matches: int = 1000
-    """Upper bound of search_text's ``max_results``."""
-    max_scan_bytes: int = 256 * _MiB
-    """Bytes read to skip lines (read_file), hash a file, or search (search_text)."""
-    max_walk_entries: int = 100_000
-    max_dir_entries: int = 50_000
-    """Names read from one directory (they are sorted in memory)."""
-    max_depth: int = 64
-
-    def __post_init__(self) -> None:
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"WorkspaceLimits.{name} must be a positive int")
-
-
-# --- arguments ------------------------------------------------------------------------------
-
-
-def _arg(args: dict[str, Any], key: str, kind: type, default: Any) -> Any:
-    value = args.get(key, default)
-    if value is None and default is None:
-        return None
-    # bool is an int subclass: an int argument must not accept true/false
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ToolError(f"argument {key!r} must be of type {kind.__name__}", argument=key)
-    return value
-
-
-def _str(args: dict[str, Any], key: str, default: str | None = None) -> str:
-    value = _arg(args, key, str, default)
-    if value is None:
-        raise ToolError(f"argument {key!r} is required", argument=key)
-    assert isinstance(value, str)
-    return value
-
-
-def _int(args: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
-    value = _arg(args, key, int, default)
-    if value is not None and not lo <= value <= hi:
-        raise ToolError(f"argument {key!r} must be between {lo} and {hi}", argument=key)
-    assert value is None or isinstance(value, int)
-    return value
-
-
-def _bool(args: dict[str, Any], key: str) -> bool:
-    return bool(_arg(args, key, bool, False))
-
 
 # --- helpers --------------------------------------------------------------------------------
 
@@ -159,22 +103,18 @@ def _storable(text: str) -> str:
     return text
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 # --- read_file ------------------------------------------------------------------------------
 
 
 def _read_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
-    path = _str(args, "path")
-    first = _int(args, "offset_line", 1, 1, 10**12) or 1
-    max_lines = _int(args, "max_lines", None, 1, 10**12)
+    path = str_arg(args, "path")
+    first = int_arg(args, "offset_line", 1, 1, 10**12) or 1
+    max_lines = int_arg(args, "max_lines", None, 1, 10**12)
     with ws.open(path) as entry:
         fd = _require_file(entry)
         if is_binary(fd):
             raise ToolError(f"{path!r} is a binary file", path=path)
-        with open(fd, "rb", buffering=_CHUNK, closefd=False) as f:
+        with open(fd, "rb", buffering=CHUNK, closefd=False) as f:
             return _read_lines(f, path, first, max_lines, limits)
 
 
@@ -188,7 +128,7 @@ def _read_lines(
     at_start = True  # the next piece starts a new line
     skipped = 0
     stop: str | None = None
-    while piece := f.readline(_CHUNK):
+    while piece := f.readline(CHUNK):
         digest.update(piece)
         starts_line = at_start
         line += starts_line
@@ -221,13 +161,13 @@ def _read_lines(
         out += piece
     if stop is None and first > max(line, 1):
         raise ToolError(
-            f"offset_line {first} is past the end of {path!r} ({_plural(line, 'line')})",
+            f"offset_line {first} is past the end of {path!r} ({plural(line, 'line')})",
             path=path,
         )
     text, replaced = _decode(bytes(out))
     notes: list[str] = []
     if stop is None:
-        shown = f"lines {first}-{line} of {line}" if first > 1 else _plural(line, "line")
+        shown = f"lines {first}-{line} of {line}" if first > 1 else plural(line, "line")
         notes.append(f"end of file; {shown}" if line else "empty file")
         if out and not out.endswith(b"\n"):
             notes.append("no newline at end of file")
@@ -247,8 +187,8 @@ _SUFFIX = {"dir": "/", "link": "@", "file": "", "other": ""}
 
 
 def _list_dir(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
-    path = _str(args, "path", ".")
-    recursive = _bool(args, "recursive")
+    path = str_arg(args, "path", ".")
+    recursive = bool_arg(args, "recursive")
     with ws.open(path) as entry:
         if entry.fd is None:
             raise ToolError(f"{path!r} does not exist", path=path)
@@ -296,137 +236,6 @@ def _list_dir(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> s
     return "\n".join(lines) + "".join(f"\n[{t}]" for t in tail)
 
 
-# --- search_text ----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Search:
-    matches: Callable[[str], bool]
-    max_results: int
-    max_scan: int
-    found: list[str]
-    scanned: int = 0
-    binary: int = 0
-    full: bool = False
-    scan_exhausted: bool = False
-
-    def file(self, fd: int, rel: str) -> None:
-        if is_binary(fd):
-            self.binary += 1
-            return
-        with open(fd, "rb", buffering=_CHUNK, closefd=False) as f:
-            line = 0
-            at_start = True
-            reported = 0
-            while piece := f.readline(_CHUNK):
-                self.scanned += len(piece)
-                if self.scanned > self.max_scan:
-                    self.scan_exhausted = True
-                    return
-                line += at_start
-                at_start = piece.endswith(b"\n")
-                if line == reported:
-                    continue
-                text = piece.decode("utf-8", "replace").rstrip("\r\n")
-                if self.matches(text):
-                    reported = line
-                    if len(text) > _SHOWN_LINE:
-                        text = text[:_SHOWN_LINE] + "…"
-                    self.found.append(f"{rel}:{line}: {text}")
-                    if len(self.found) >= self.max_results:
-                        self.full = True
-                        return
-
-    @property
-    def done(self) -> bool:
-        return self.full or self.scan_exhausted
-
-
-def _matcher(pattern: str, regex: bool, ignore_case: bool) -> Callable[[str], bool]:
-    if regex:
-        try:
-            compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-        except re.error as e:
-            raise ToolError(f"invalid regular expression: {e}", pattern=pattern) from e
-        return lambda text: compiled.search(text) is not None
-    if ignore_case:
-        folded = pattern.casefold()
-        return lambda text: folded in text.casefold()
-    return lambda text: pattern in text
-
-
-def _glob_matches(glob: str | None, e: TreeEntry) -> bool:
-    if glob is None:
-        return True
-    return fnmatch.fnmatchcase(e.rel if "/" in glob else e.name, glob)
-
-
-def _search_text(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
-    pattern = _str(args, "pattern")
-    if not pattern:
-        raise ToolError("pattern must not be empty")
-    path = _str(args, "path", ".")
-    glob = _arg(args, "glob", str, None)
-    max_results = _int(args, "max_results", 100, 1, limits.max_search_matches) or 100
-    search = _Search(
-        matches=_matcher(pattern, _bool(args, "regex"), _bool(args, "ignore_case")),
-        max_results=max_results,
-        max_scan=limits.max_scan_bytes,
-        found=[],
-    )
-    notes = WalkNotes()
-    walked_all = True
-    hidden: set[str] = set()
-    with ws.open(path) as entry:
-        if entry.fd is None:
-            raise ToolError(f"{path!r} does not exist", path=path)
-        rel = ws.relative(path)
-        if not entry.is_dir:
-            search.file(entry.fd, rel)
-        else:
-            walk = walk_tree(
-                entry.fd,
-                rel + "/" if rel else "",
-                descend=lambda e: e.name != ".git" and e.rel not in hidden,
-                notes=notes,
-                max_depth=limits.max_depth,
-                max_dir_entries=limits.max_dir_entries,
-            )
-            with closing(walk):
-                for count, e in enumerate(walk):
-                    if count >= limits.max_walk_entries:
-                        walked_all = False
-                        break
-                    if ws.guard.hides(e.parent_fd, e.name):
-                        hidden.add(e.rel)
-                        continue
-                    if e.kind != "file" or e.name == ".git" or not _glob_matches(glob, e):
-                        continue
-                    opened = open_child_file(e.parent_fd, e.name)
-                    if opened is None:
-                        continue
-                    try:
-                        search.file(opened[0], e.rel)
-                    finally:
-                        os.close(opened[0])
-                    if search.done:
-                        break
-    tail: list[str] = []
-    if search.full:
-        tail.append(f"stopped after {max_results} matches; narrow the search for more")
-    if search.scan_exhausted:
-        tail.append(f"stopped after searching {limits.max_scan_bytes} bytes")
-    if not walked_all:
-        tail.append(f"stopped after {limits.max_walk_entries} directory entries")
-    if search.binary:
-        tail.append(f"skipped {_plural(search.binary, 'binary file')}")
-    tail += notes.describe()
-    if hidden:
-        tail.append(Guard.note(len(hidden)))
-    body = "\n".join(search.found) if search.found else f"no matches for {pattern!r}"
-    return body + "".join(f"\n[{t}]" for t in tail)
-
-
 # --- write_file and edit_file ---------------------------------------------------------------
 
 
@@ -437,12 +246,12 @@ def _write_target(entry: Entry) -> tuple[int, str]:
 
 
 def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
-    path = _str(args, "path")
-    data = _encode(_str(args, "content"), "content")
-    expected = _arg(args, "expected_sha256", str, None)
+    path = str_arg(args, "path")
+    data = _encode(str_arg(args, "content"), "content")
+    expected = arg(args, "expected_sha256", str, None)
     if expected is not None:
         expected = expected.lower().removeprefix("sha256:")
-        if expected != _ABSENT and not re.fullmatch(r"[0-9a-f]{64}", expected):
+        if expected != ABSENT and not re.fullmatch(r"[0-9a-f]{64}", expected):
             raise ToolError(
                 "expected_sha256 must be 64 hex digits or 'absent'", argument="expected_sha256"
             )
@@ -450,7 +259,7 @@ def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) ->
     try:
         entry = ws.open(path)
     except MissingParentError:
-        if expected not in (None, _ABSENT):
+        if expected not in (None, ABSENT):
             raise ToolError(
                 f"{path!r} does not exist (expected sha256 {expected})", path=path
             ) from None
@@ -461,13 +270,13 @@ def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) ->
             current = None if entry.fd is None else hash_fd(entry.fd, limits.max_scan_bytes, path)
             if current == new_sha:
                 return f"already written: {path!r} holds this content; sha256 {new_sha}"
-            if current != (None if expected == _ABSENT else expected):
+            if current != (None if expected == ABSENT else expected):
                 found = "it does not exist" if current is None else f"its sha256 is {current}"
-                wanted = "not to exist" if expected == _ABSENT else f"sha256 {expected}"
+                wanted = "not to exist" if expected == ABSENT else f"sha256 {expected}"
                 raise ToolError(
                     f"{path!r} was expected {wanted}, but {found}; nothing was written",
                     path=path,
-                    current_sha256=current or _ABSENT,
+                    current_sha256=current or ABSENT,
                 )
         mode = None if entry.st is None else stat.S_IMODE(entry.st.st_mode)
         replace_file(
@@ -479,14 +288,14 @@ def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) ->
             expect="any" if expected is None else file_state(entry.st),
         )
         verb = "created" if entry.fd is None else "overwrote"
-    return f"{verb} {path!r}: {_plural(len(data), 'byte')} written; sha256 {new_sha}"
+    return f"{verb} {path!r}: {plural(len(data), 'byte')} written; sha256 {new_sha}"
 
 
 def _edit_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
-    path = _str(args, "path")
-    old = _str(args, "old_string")
-    new = _str(args, "new_string")
-    replace_all = _bool(args, "replace_all")
+    path = str_arg(args, "path")
+    old = str_arg(args, "old_string")
+    new = str_arg(args, "new_string")
+    replace_all = bool_arg(args, "replace_all")
     if not old:
         raise ToolError("old_string must not be empty", argument="old_string")
     if old == new:
@@ -534,7 +343,7 @@ def _edit_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> 
             expect=file_state(entry.st),
         )
     done = count if replace_all else 1
-    return f"edited {path!r}: {_plural(done, 'replacement')}; sha256 {_sha256(result)}"
+    return f"edited {path!r}: {plural(done, 'replacement')}; sha256 {_sha256(result)}"
 
 
 # --- wiring ---------------------------------------------------------------------------------
@@ -543,7 +352,7 @@ _Run = Callable[[Workspace, dict[str, Any], WorkspaceLimits], str]
 _RUNS: dict[str, _Run] = {
     "read_file": _read_file,
     "list_dir": _list_dir,
-    "search_text": _search_text,
+    "search_text": search_text,
     "write_file": _write_file,
     "edit_file": _edit_file,
 }

@@ -10,6 +10,7 @@ which the policy never allows.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import bashlex  # type: ignore[import-untyped]
@@ -22,6 +23,7 @@ _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&"})
 _MAX_COMMAND_CHARS = 100_000
 
 
+@lru_cache(maxsize=512)  # bashlex takes milliseconds; a recovery or resume asks again
 def parse_command(command: str) -> ParsedCommand:
     """The simple commands (as word tuples, assignments first) and write targets of
     ``command``; ``ok=False`` with the parser's complaint when it cannot be parsed."""

@@ -85,7 +85,12 @@ def call_facts(
             place(raw)
     command: ParsedCommand | None = None
     if policy.is_command_tool(call.name):
-        command = parse_command(args.get("command", ""))
+        raw = args.get("command", "")
+        command = (
+            parse_command(raw)
+            if isinstance(raw, str)
+            else ParsedCommand(ok=False, problem="the command is not a string")
+        )
         if command.ok:
             base = paths[0] if paths else "."
             command = _placed_writes(command, base, workspace, probe, outside)

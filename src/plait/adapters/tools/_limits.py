@@ -1,0 +1,86 @@
+"""What every file tool shares: the limits of one call and argument checking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from plait.domain.errors import ToolError
+
+__all__ = [
+    "ABSENT",
+    "CHUNK",
+    "MiB",
+    "WorkspaceLimits",
+    "arg",
+    "bool_arg",
+    "int_arg",
+    "plural",
+    "str_arg",
+]
+
+MiB = 1024 * 1024
+CHUNK = 64 * 1024  # longest piece of a line read at once
+ABSENT = "absent"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkspaceLimits:
+    """Bounds on what one call may read or produce."""
+
+    max_read_bytes: int = 2 * MiB
+    """read_file returns at most this many bytes of content."""
+    max_edit_bytes: int = 8 * MiB
+    """edit_file refuses larger files (it holds the whole file in memory)."""
+    max_list_entries: int = 1000
+    max_search_matches: int = 1000
+    """Upper bound of search_text's ``max_results``."""
+    max_scan_bytes: int = 256 * MiB
+    """Bytes read to skip lines (read_file), hash a file, or search (search_text)."""
+    max_walk_entries: int = 100_000
+    max_dir_entries: int = 50_000
+    """Names read from one directory (they are sorted in memory)."""
+    max_depth: int = 64
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"WorkspaceLimits.{name} must be a positive int")
+
+
+# --- arguments ------------------------------------------------------------------------------
+
+
+def arg(args: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = args.get(key, default)
+    if value is None and default is None:
+        return None
+    # bool is an int subclass: an int argument must not accept true/false
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ToolError(f"argument {key!r} must be of type {kind.__name__}", argument=key)
+    return value
+
+
+def str_arg(args: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = arg(args, key, str, default)
+    if value is None:
+        raise ToolError(f"argument {key!r} is required", argument=key)
+    assert isinstance(value, str)
+    return value
+
+
+def int_arg(args: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
+    value = arg(args, key, int, default)
+    if value is not None and not lo <= value <= hi:
+        raise ToolError(f"argument {key!r} must be between {lo} and {hi}", argument=key)
+    assert value is None or isinstance(value, int)
+    return value
+
+
+def bool_arg(args: dict[str, Any], key: str) -> bool:
+    return bool(arg(args, key, bool, False))
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -1,0 +1,57 @@
+"""The lease heartbeat of a run being driven (DESIGN §4, issue 6 item 3).
+
+A run holds a lease of ``lease_seconds`` (configurable: ``AgentService(lease_seconds=...)``
+/ ``Runtime(lease_seconds=...)``, default 60 s). While the run is driven, a separate task
+renews it every third of that, whatever the model or a tool is doing: the store's I/O runs
+off the event loop and tools run in threads or subprocesses, so the heartbeat is never
+starved by them. Recovery by another process can take a run over only after its lease
+has expired, i.e. after its process stopped renewing for a whole lease.
+
+If a renewal finds the lease taken (another process recovered the run), the run is marked
+``lease_lost``: a running model call or stoppable tool is interrupted, and the run's next
+commit stops it with a clear :class:`~plait.domain.errors.LeaseLostError` before writing
+anything. A renewal that fails for another reason (a busy store) is retried at the next
+beat; the lease stays valid meanwhile as long as one beat in three succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from plait.application._journal import RunJournal
+from plait.application._run_state import ActiveRun
+from plait.application.ports import SessionStore
+from plait.domain.errors import LeaseLostError, PlaitError
+
+__all__ = ["LeaseKeeper"]
+
+log = logging.getLogger("plait.agent")
+
+
+class LeaseKeeper:
+    def __init__(self, store: SessionStore, journal: RunJournal, lease_seconds: float) -> None:
+        self.store = store
+        self.journal = journal
+        self.lease_seconds = lease_seconds
+
+    async def keep(self, a: ActiveRun) -> None:
+        """Renew ``a``'s lease until cancelled (the driver cancels it when the run stops)."""
+        period = self.lease_seconds / 3
+        clock = self.journal.clock
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.store.renew_lease(
+                    a.run.id,
+                    owner=self.journal.owner,
+                    expires_at=clock.now() + self.lease_seconds,
+                )
+            except LeaseLostError:
+                log.warning("run %s: lease lost; the run stops at its next commit", a.run.id)
+                a.lease_lost = True
+                if a.task is not None and a.interruptible:
+                    a.task.cancel()
+                return
+            except PlaitError as e:
+                log.warning("run %s: lease renewal failed (%s); retrying", a.run.id, e.message)

@@ -1,0 +1,77 @@
+"""Liveness: the heartbeat renews the lease on its own; a process that lost its lease
+stops at its next commit with a clear message and writes nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from plait.adapters.stores.memory import MemoryStore
+from plait.application.ports import ToolInvocation, ToolOutput
+from plait.domain.errors import LeaseLostError, StoreError
+from plait.domain.tools import EffectClass
+from plait.testing import FixedClock, RecordingTool
+from tests.application.conftest import call, make_rig, reply, run, shape, spec
+
+
+def test_a_process_that_lost_its_lease_stops_at_its_next_commit() -> None:
+    store, clock = MemoryStore(), FixedClock()
+    stolen = asyncio.Event()
+
+    async def steal_then_work(inv: ToolInvocation) -> ToolOutput:
+        # another process recovers the run (as if this one had stopped renewing)
+        await store.claim_run(
+            inv.run_id, owner="thief", now=clock.now() + 3600, expires_at=clock.now() + 7200
+        )
+        stolen.set()
+        await asyncio.sleep(30)  # interrupted by the heartbeat that finds the lease gone
+        return ToolOutput(content="never")
+
+    tool = RecordingTool(spec("slow", EffectClass.READ_ONLY), fn=steal_then_work)
+    rig = make_rig(
+        [reply("", call("slow", {"text": "a"}, "c1")), reply("never")],
+        [tool],
+        store=store,
+        clock=clock,
+        lease_seconds=0.03,
+    )
+    s = run(rig.service.create_session())
+    with pytest.raises(LeaseLostError, match="lost the run's lease"):
+        run(rig.service.send(s.id, "go"))
+    assert stolen.is_set()
+    rows = shape(rig.history(s.id))
+    assert [r[1] for r in rows] == ["user", "assistant"]  # nothing written after the loss
+    (stored,) = run(store.list_runs())
+    assert stored.lease is not None and stored.lease.owner == "thief"
+
+
+def test_the_heartbeat_survives_a_failed_renewal() -> None:
+    class Flaky(MemoryStore):
+        failures = 0
+
+        async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+            if self.failures < 2:
+                self.failures += 1
+                raise StoreError("database is busy")
+            await super().renew_lease(run_id, owner=owner, expires_at=expires_at)
+            renewed.set()
+
+    store = Flaky()
+    renewed = asyncio.Event()
+
+    async def wait_for_renewal(inv: ToolInvocation) -> str:
+        await renewed.wait()
+        return "renewed"
+
+    tool = RecordingTool(spec("wait"), fn=wait_for_renewal)
+    rig = make_rig(
+        [reply("", call("wait", {"text": "a"}, "c1")), reply("done")],
+        [tool],
+        store=store,
+        lease_seconds=0.03,
+    )
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status.value == "completed"
+    assert store.failures == 2 and renewed.is_set()
