@@ -240,7 +240,6 @@ class Runtime:
             lease_seconds=lease_seconds,
             **_stages(tools, instructions, model, clock, artifacts, meter, retry, on_overflow),
             gate=gate or AllowAll(),
-            runner=ToolRunner(artifacts),
             compaction=self.compaction,
             model_spec=model_spec,
             model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
