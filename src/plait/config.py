@@ -18,6 +18,10 @@ Format::
     base_url = "https://proxy.example/v1"
     price_input_per_mtok = 2.0
 
+    [sandbox]                                   # run_command's sandbox (README: run_command
+    read_only = ["deploy/**"]                   # and the sandbox); merged key by key,
+    test_command = "uv run pytest -q"           # project over user
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -38,7 +42,7 @@ _BOOL = ("tool_calls", "structured_output", "streaming", "parallel_tool_calls", 
 _INT = ("context_window", "max_output_tokens", "thinking_budget")
 _FLOAT = ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok")
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models")
+_TOP = ("model", "models", "sandbox")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +64,8 @@ class Config:
     model: str | None = None
     models: Mapping[str, ModelEntry] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
+    """The merged ``[sandbox]`` tables, checked by ``SandboxSettings.from_mapping``."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -122,6 +128,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     model: str | None = None
     models: dict[str, ModelEntry] = {}
     sources: list[str] = []
+    sandbox: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -134,7 +141,8 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         for key in data:
             if key not in _TOP:
                 raise ConfigError(
-                    f"{source}: unknown top-level key {key!r}; known: model, [models.NAME]",
+                    f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
+                    "[sandbox]",
                     file=source,
                     key=key,
                 )
@@ -147,4 +155,12 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             raise ConfigError(f"{source}: models must be a table", file=source, key="models")
         for name, table in tables.items():
             models[name] = _entry(source, name, table, models.get(name))
-    return Config(model=env.get("PLAIT_MODEL") or model, models=models, sources=tuple(sources))
+        if not isinstance(data.get("sandbox", {}), dict):
+            raise ConfigError(f"{source}: sandbox must be a table", file=source, key="sandbox")
+        sandbox.update(data.get("sandbox", {}))
+    return Config(
+        model=env.get("PLAIT_MODEL") or model,
+        models=models,
+        sources=tuple(sources),
+        sandbox=sandbox,
+    )

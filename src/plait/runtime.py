@@ -17,11 +17,13 @@ from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolic
 from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.application.tool_runner import ToolRunner
+from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from plait.adapters.tools import SandboxSettings
     from plait.application.compaction import CompactionService
     from plait.application.fork import ForkService
     from plait.application.ports import (
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
         ArtifactStore,
         Clock,
         IdGenerator,
+        LeftoverSweeper,
         ModelClient,
         SessionStore,
         TokenMeter,
@@ -101,7 +104,8 @@ def _stages(
     retry: RetryPolicy | None,
     on_overflow: OverflowHook | None,
 ) -> dict[str, Any]:
-    """The loop's stages other than the gate (DESIGN §1), as AgentService keywords."""
+    """The loop's stages other than the gate (DESIGN §1), and the recovery sweeper of
+    interrupted writes, as AgentService keywords."""
     return {
         "context": ContextBuilder(
             instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
@@ -110,6 +114,7 @@ def _stages(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         ),
         "runner": ToolRunner(artifacts),
+        "sweeper": _sweeper(),
     }
 
 
@@ -141,6 +146,19 @@ def governed_gate(
         probe=FileProbe(),
     )  # fmt: skip
     return GovernedGate(governor)
+
+
+def _configured_sandbox() -> SandboxSettings:
+    """The ``[sandbox]`` settings of the config files (defaults without any)."""
+    from plait.adapters.tools import SandboxSettings
+    from plait.config import load_config
+
+    config = load_config()
+    try:
+        return SandboxSettings.from_mapping(config.sandbox)
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
 
 
 def _configured_model() -> str | None:
@@ -176,6 +194,12 @@ def _chosen_model(
 
         options.setdefault("meter_for", meter_for)
     return open_model(spec, tools=[t.spec for t in tools]), spec
+
+
+def _sweeper() -> LeftoverSweeper:
+    from plait.adapters.tools.leftovers import WorkspaceLeftovers
+
+    return WorkspaceLeftovers()
 
 
 class Runtime:
@@ -277,7 +301,9 @@ class Runtime:
             from plait.adapters.tools import session_tools
 
             # The sandbox enforces the policy's denied paths too (read-only / hidden).
-            tools = session_tools(protected=protected_paths(url), policy=chosen)
+            tools = session_tools(
+                protected=protected_paths(url), policy=chosen, sandbox=_configured_sandbox()
+            )
         model_client, spec = _chosen_model(model, store_only, tools, options)
         store = open_store(url, create=create)
         if builtin and hasattr(store, "search_history"):

@@ -1,15 +1,21 @@
-"""Checks before a person's answer is applied to a run that waits (resolve, resume)."""
+"""Checks before a person's answer is applied to a run that waits (resolve, resume), and
+the chores of taking over a run whose process died."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from plait.application.driver import WAITING
-from plait.application.ports import SessionStore
+from plait.application.ports import LeftoverSweeper, SessionStore
 from plait.domain.errors import RunStateError
 from plait.domain.messages import ToolStatus
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord
 
-__all__ = ["resumable", "unknown_call"]
+__all__ = ["resumable", "sweep_leftovers", "unknown_call"]
+
+log = logging.getLogger("plait.agent")
 
 
 async def unknown_call(
@@ -62,3 +68,17 @@ async def resumable(store: SessionStore, run_id: str) -> Run:
             calls=unknown,
         )
     return run
+
+
+async def sweep_leftovers(
+    sweeper: LeftoverSweeper | None, workspace: str | None, run: Run, now: float
+) -> None:
+    """Remove temporary files the dead process's interrupted writes left behind (only
+    those older than its lease's end: a live writer's are newer)."""
+    if sweeper is None or workspace is None:
+        return
+    older_than = run.lease.expires_at if run.lease is not None else now
+    try:
+        await asyncio.to_thread(sweeper.sweep, workspace, older_than=older_than)
+    except OSError as e:
+        log.warning("run %s: could not sweep %s: %s", run.id, workspace, e)

@@ -31,6 +31,7 @@ __all__ = [
     "ForkableStore",
     "IdGenerator",
     "KeyStore",
+    "LeftoverSweeper",
     "ModelCapabilities",
     "ModelClient",
     "ModelRequest",
@@ -466,3 +467,13 @@ class KeyStore(Protocol):
     async def add_api_key(self, key: ApiKey) -> None: ...
 
     async def find_api_key(self, key_hash: str) -> ApiKey | None: ...
+
+
+class LeftoverSweeper(Protocol):
+    """Removes what interrupted atomic writes left in a workspace (``.plait-*.tmp`` files
+    that a killed process wrote but never renamed into place)."""
+
+    def sweep(self, workspace: str, *, older_than: float) -> list[str]:
+        """Remove such files last modified before ``older_than`` (epoch seconds; a live
+        writer's fresh temporary file is left alone); return their paths."""
+        ...

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
 from plait.application._run_state import RunResult, idempotency_key
-from plait.application._waiting import resumable, unknown_call
+from plait.application._waiting import resumable, sweep_leftovers, unknown_call
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
@@ -38,6 +38,7 @@ from plait.application.ports import (
     Clock,
     Commit,
     IdGenerator,
+    LeftoverSweeper,
     ModelClient,
     SessionStore,
     TextSink,
@@ -67,6 +68,7 @@ __all__ = [
     "RunResult",
     "idempotency_key",
 ]
+
 
 DEFAULT_INSTRUCTIONS = (
     "You are a careful coding assistant working in the user's workspace. Use the tools to "
@@ -131,6 +133,7 @@ class AgentService:
         compaction: CompactionService | None = None,
         model_spec: str | None = None,
         model_factory: ModelFactory | None = None,
+        sweeper: LeftoverSweeper | None = None,
     ) -> None:
         """``compaction``: summaries, constraints and recall in the assistant's context,
         with the post-step and overflow triggers (DESIGN §8); ``None``: whole history."""
@@ -170,6 +173,7 @@ class AgentService:
             ),
         )
         self._active = self.driver.active
+        self.sweeper = sweeper
         self.models = RunModels(self.caller, model_spec, model_factory)
         """Which model a run taken over continues with (its recorded spec)."""
 
@@ -426,6 +430,7 @@ class AgentService:
                 )
                 reports.append(RecoveryReport(run.id, "skipped", detail))
                 continue
+            await sweep_leftovers(self.sweeper, a.session.workspace, run, self.clock.now())
             result = await self.driver.drive(a, pending=True)
             reports.append(
                 RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)

@@ -41,8 +41,8 @@ class Offloaded:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
-        if not asyncio.iscoroutinefunction(attr) or getattr(attr, "offloaded", False):
-            return attr  # a store that runs its I/O on its own thread already (SQLite)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
 
         @functools.wraps(attr)
         async def call(*args: Any, **kwargs: Any) -> Any:

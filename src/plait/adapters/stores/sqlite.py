@@ -1,10 +1,13 @@
 """The embedded default store: one SQLite file in WAL mode with ``synchronous=FULL``.
 
 Every port write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction (durable when the
-call returns); reads run without an explicit transaction. The blocking calls run on the store's own
-I/O thread (:mod:`._offload`: every public ``async`` method is handed to it whole), so a
-slow fsync never stalls the event loop and the other sessions it serves. No transaction
-is ever held open across an ``await``.
+call returns); reads run without an explicit transaction. The blocking calls happen
+directly inside the ``async def`` methods (none of them suspends): for one caller (the
+CLI, a benchmark) a commit costs less than a hand-off to a thread. A server serving many
+sessions from one event loop wraps the store in
+:class:`~plait.adapters.stores.offload.Offloaded` (``Runtime.open(offload_store=True)``, as
+``plait serve`` does): every call then runs on a worker thread, so one slow fsync never
+stalls the other sessions. No transaction is ever held open across an ``await``.
 
 Several processes may share the file: ``PRAGMA busy_timeout`` makes a writer wait for the
 write lock instead of failing; the version compare-and-set inside the transaction turns a
@@ -31,7 +34,6 @@ from typing import Any, TypeVar
 from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_fork
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
-from plait.adapters.stores._offload import IoThread, offload
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     execution_row,
@@ -221,7 +223,6 @@ _EXEC_STATE = {s.value: s for s in ExecutionState}
 # --- the store ------------------------------------------------------------------------------
 
 
-@offload
 class SqliteStore:
     """:class:`~plait.application.ports.SessionStore` and
     :class:`~plait.application.ports.ArtifactStore` on one SQLite file."""
@@ -230,7 +231,6 @@ class SqliteStore:
         self._path = Path(path)
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
-        self._io = IoThread("plait-sqlite")
         self._conn: sqlite3.Connection | None = self._connect()
 
     @classmethod
