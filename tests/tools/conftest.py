@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.tools import WorkspaceLimits, _paths, workspace_tools
+from plait.adapters.tools import WorkspaceLimits, _paths, _tree, workspace_tools
 from plait.application.ports import Tool, ToolInvocation
 from plait.domain.errors import ToolError
 from plait.domain.messages import ToolCall
@@ -23,7 +23,7 @@ Fails = Callable[..., ToolError]
 
 
 class _OsProxy:
-    """The ``os`` module with some functions replaced, seen only by ``_paths``."""
+    """The ``os`` module with some functions replaced, seen only by ``_paths`` and ``_tree``."""
 
     def __init__(self, overrides: dict[str, Any]) -> None:
         self._overrides = overrides
@@ -34,7 +34,9 @@ class _OsProxy:
 
 def patch_os(monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> None:
     """Replace ``os`` functions as used by the path layer (e.g. to interleave a race)."""
-    monkeypatch.setattr(_paths, "os", _OsProxy(overrides))
+    proxy = _OsProxy(overrides)
+    monkeypatch.setattr(_paths, "os", proxy)
+    monkeypatch.setattr(_tree, "os", proxy)
 
 
 def tools_by_name(limits: WorkspaceLimits | None = None) -> dict[str, Tool]:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from plait.adapters.cli._render import message_text, run_text
 from plait.adapters.shapes import message_json, run_json
@@ -119,37 +120,65 @@ def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = 
         ) == DEMO_PROJECT["deploy/production.yaml"]
         run = result.run  # type: ignore[attr-defined]
         messages = result.messages  # type: ignore[attr-defined]
-        if as_json:
-            print(
-                json.dumps(
-                    {
-                        "session_id": session_id,
-                        "workspace": str(workspace),
-                        "store": db_url,
-                        "tests_before": {"passed": before[0], "summary": before[1]},
-                        "tests_after": {"passed": after[0], "summary": after[1]},
-                        "deploy_config_untouched": deploy_untouched,
-                        "run": run_json(run),
-                        "messages": [message_json(m) for m in messages],
-                    },
-                    ensure_ascii=False,
-                    indent=2,
-                )
-            )
-        else:
-            for m in messages:
-                print(message_text(m))
-            print()
-            print(run_text(run))
-            print(f"\ntests after: {'pass' if after[0] else 'FAIL'} ({after[1]})")
-            print(f"deploy config untouched: {deploy_untouched}")
-            print(f"\nstored in {db_url}, session {session_id}")
-            if clean:
-                print("(--clean: the workspace and its store were removed)")
-            else:
-                print(f"see it again with: {_invocation()} history {session_id} --db {db_url}")
+        _report(
+            as_json=as_json,
+            clean=clean,
+            session_id=session_id,
+            workspace=workspace,
+            db_url=db_url,
+            before=before,
+            after=after,
+            deploy_untouched=deploy_untouched,
+            run=run,
+            messages=messages,
+        )
         ok = run.status is RunStatus.COMPLETED and after[0] and not before[0]
         return 0 if ok else 1
     finally:
         if clean:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _report(
+    *,
+    as_json: bool,
+    clean: bool,
+    session_id: object,
+    workspace: Path,
+    db_url: str,
+    before: tuple[bool, str],
+    after: tuple[bool, str],
+    deploy_untouched: bool,
+    run: Any,
+    messages: Any,
+) -> None:
+    """Print what the demo did, as JSON or as text."""
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "session_id": session_id,
+                    "workspace": str(workspace),
+                    "store": db_url,
+                    "tests_before": {"passed": before[0], "summary": before[1]},
+                    "tests_after": {"passed": after[0], "summary": after[1]},
+                    "deploy_config_untouched": deploy_untouched,
+                    "run": run_json(run),
+                    "messages": [message_json(m) for m in messages],
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
+    else:
+        for m in messages:
+            print(message_text(m))
+        print()
+        print(run_text(run))
+        print(f"\ntests after: {'pass' if after[0] else 'FAIL'} ({after[1]})")
+        print(f"deploy config untouched: {deploy_untouched}")
+        print(f"\nstored in {db_url}, session {session_id}")
+        if clean:
+            print("(--clean: the workspace and its store were removed)")
+        else:
+            print(f"see it again with: {_invocation()} history {session_id} --db {db_url}")

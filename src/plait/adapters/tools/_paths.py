@@ -23,8 +23,7 @@ import posixpath
 import secrets
 import stat
 from collections import deque
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
@@ -37,8 +36,6 @@ __all__ = [
     "Entry",
     "FileState",
     "MissingParentError",
-    "TreeEntry",
-    "WalkNotes",
     "Workspace",
     "file_state",
     "hash_fd",
@@ -46,7 +43,6 @@ __all__ = [
     "open_child_file",
     "os_error",
     "replace_file",
-    "walk_tree",
 ]
 
 SNIFF_BYTES = 8192
@@ -201,40 +197,29 @@ class Workspace:
         A missing final component gives an Entry with ``fd=None``; missing directories
         before it raise MissingParentError, or are created when ``create_parents``.
         """
-        display = path
-        pending = deque(self._components(path))
-        stack: list[int] = []  # fds of the directories walked below the root
-        hops = 0
-        via_link = False
+        return _Resolution(self, path, create_parents).run()
 
-        def spend() -> None:
-            nonlocal hops
-            hops += 1
-            if hops > MAX_SYMLINK_HOPS:
-                raise ToolError(f"too many levels of symbolic links in {display!r}", path=display)
+    @staticmethod
+    def _escape(display: str, *, via_link: bool) -> ToolError:
+        how = " through a symbolic link" if via_link else ""
+        return ToolError(f"path {display!r} leads outside the workspace{how}", path=display)
 
-        def follow(target: str) -> None:
-            nonlocal via_link
-            spend()
-            via_link = True
-            if target.startswith("/"):
-                inside = self._inside(target)
-                if inside is None:
-                    raise self._escape(display, via_link=True)
-                while stack:
-                    os.close(stack.pop())
-                pending.extendleft(reversed(inside))
-            else:
-                pending.extendleft(reversed(target.split("/")))
 
-        def take(fd: int | None, st: os.stat_result | None, name: str | None) -> Entry:
-            parent = stack.pop() if stack else os.dup(self._fd)
-            entry = Entry(display=display, parent_fd=parent, name=name, fd=fd, st=st)
-            if self.guard.blocks(parent, name, st):
-                entry.close()
-                raise self.guard.denied(display)
-            return entry
+class _Resolution:
+    """One walk of a path by :meth:`Workspace.open`: the components still to walk, the fds
+    of the directories walked below the root, and the links followed so far."""
 
+    def __init__(self, ws: Workspace, path: str, create_parents: bool) -> None:
+        self.ws = ws
+        self.display = path
+        self.create_parents = create_parents
+        self.pending = deque(ws._components(path))
+        self.stack: list[int] = []  # fds of the directories walked below the root
+        self.hops = 0
+        self.via_link = False
+
+    def run(self) -> Entry:
+        pending, stack = self.pending, self.stack
         try:
             while pending:
                 name = pending.popleft()
@@ -242,86 +227,121 @@ class Workspace:
                     continue
                 if name == "..":
                     if not stack:
-                        raise self._escape(display, via_link=via_link)
+                        raise self.ws._escape(self.display, via_link=self.via_link)
                     os.close(stack.pop())
                     continue
-                parent = stack[-1] if stack else self._fd
+                parent = stack[-1] if stack else self.ws._fd
                 if pending:  # a directory on the way
-                    try:
-                        stack.append(os.open(name, _DIR_FLAGS, dir_fd=parent))
-                        if self.guard.blocks(parent, name, os.fstat(stack[-1])):
-                            raise self.guard.denied(display)
-                    except FileNotFoundError:
-                        if not create_parents:
-                            raise MissingParentError(
-                                f"{display!r} does not exist: no directory {name!r}",
-                                path=display,
-                            ) from None
-                        spend()
-                        # If it was created meanwhile, open that (again with O_NOFOLLOW).
-                        with contextlib.suppress(FileExistsError):
-                            os.mkdir(name, 0o777, dir_fd=parent)
-                        pending.appendleft(name)
-                    except OSError as e:
-                        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                            raise os_error(e, display) from e
-                        target = _readlink(name, parent)
-                        if target is None:
-                            raise ToolError(
-                                f"{display!r}: {name!r} is not a directory", path=display
-                            ) from None
-                        follow(target)
+                    self._enter(name, parent)
                     continue
-                # the final component
-                try:
-                    lst = os.stat(name, dir_fd=parent, follow_symlinks=False)
-                except FileNotFoundError:
-                    return take(None, None, name)
-                if stat.S_ISLNK(lst.st_mode):
-                    target = _readlink(name, parent)
-                    if target is None:  # replaced meanwhile: look again
-                        spend()
-                        pending.appendleft(name)
-                    else:
-                        follow(target)
-                    continue
-                # Checked before opening so a device is never opened at all; the fstat
-                # below is the check that counts.
-                _check_kind(lst.st_mode, display)
-                try:
-                    fd = os.open(name, _OPEN_FLAGS, dir_fd=parent)
-                except FileNotFoundError:
-                    return take(None, None, name)
-                except OSError as e:
-                    if e.errno != errno.ELOOP:
-                        raise os_error(e, display) from e
-                    spend()  # swapped for a link after the stat: look again
-                    pending.appendleft(name)
-                    continue
-                try:
-                    st = os.fstat(fd)
-                    _check_kind(st.st_mode, display)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                return take(fd, st, name)
-            # The path ended on a directory reached by the walk (or the root itself).
-            fd = os.dup(stack[-1] if stack else self._fd)
-            entry = Entry(display=display, parent_fd=None, name=None, fd=fd, st=os.fstat(fd))
-            if self.guard.blocks(None, None, entry.st):
-                entry.close()
-                raise self.guard.denied(display)
-            return entry
+                entry = self._final(name, parent)
+                if entry is not None:
+                    return entry
+            return self._ended_on_dir()
         except OSError as e:
-            raise os_error(e, display) from e
+            raise os_error(e, self.display) from e
         finally:
             for fd in stack:
                 os.close(fd)
 
-    @staticmethod
-    def _escape(display: str, *, via_link: bool) -> ToolError:
-        how = " through a symbolic link" if via_link else ""
-        return ToolError(f"path {display!r} leads outside the workspace{how}", path=display)
+    def _spend(self) -> None:
+        self.hops += 1
+        if self.hops > MAX_SYMLINK_HOPS:
+            raise ToolError(
+                f"too many levels of symbolic links in {self.display!r}", path=self.display
+            )
+
+    def _follow(self, target: str) -> None:
+        self._spend()
+        self.via_link = True
+        if target.startswith("/"):
+            inside = self.ws._inside(target)
+            if inside is None:
+                raise self.ws._escape(self.display, via_link=True)
+            while self.stack:
+                os.close(self.stack.pop())
+            self.pending.extendleft(reversed(inside))
+        else:
+            self.pending.extendleft(reversed(target.split("/")))
+
+    def _take(self, fd: int | None, st: os.stat_result | None, name: str | None) -> Entry:
+        parent = self.stack.pop() if self.stack else os.dup(self.ws._fd)
+        entry = Entry(display=self.display, parent_fd=parent, name=name, fd=fd, st=st)
+        if self.ws.guard.blocks(parent, name, st):
+            entry.close()
+            raise self.ws.guard.denied(self.display)
+        return entry
+
+    def _enter(self, name: str, parent: int) -> None:
+        """Step into the directory ``name`` on the way (creating or following it)."""
+        display, guard = self.display, self.ws.guard
+        try:
+            self.stack.append(os.open(name, _DIR_FLAGS, dir_fd=parent))
+            if guard.blocks(parent, name, os.fstat(self.stack[-1])):
+                raise guard.denied(display)
+        except FileNotFoundError:
+            if not self.create_parents:
+                raise MissingParentError(
+                    f"{display!r} does not exist: no directory {name!r}", path=display
+                ) from None
+            self._spend()
+            # If it was created meanwhile, open that (again with O_NOFOLLOW).
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=parent)
+            self.pending.appendleft(name)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise os_error(e, display) from e
+            target = _readlink(name, parent)
+            if target is None:
+                raise ToolError(f"{display!r}: {name!r} is not a directory", path=display) from None
+            self._follow(target)
+
+    def _final(self, name: str, parent: int) -> Entry | None:
+        """Open the final component; None when it is to be looked at again (a link was
+        followed, or the entry was swapped meanwhile)."""
+        display = self.display
+        try:
+            lst = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return self._take(None, None, name)
+        if stat.S_ISLNK(lst.st_mode):
+            target = _readlink(name, parent)
+            if target is None:  # replaced meanwhile: look again
+                self._spend()
+                self.pending.appendleft(name)
+            else:
+                self._follow(target)
+            return None
+        # Checked before opening so a device is never opened at all; the fstat
+        # below is the check that counts.
+        _check_kind(lst.st_mode, display)
+        try:
+            fd = os.open(name, _OPEN_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            return self._take(None, None, name)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise os_error(e, display) from e
+            self._spend()  # swapped for a link after the stat: look again
+            self.pending.appendleft(name)
+            return None
+        try:
+            st = os.fstat(fd)
+            _check_kind(st.st_mode, display)
+        except BaseException:
+            os.close(fd)
+            raise
+        return self._take(fd, st, name)
+
+    def _ended_on_dir(self) -> Entry:
+        """The path ended on a directory reached by the walk (or the root itself)."""
+        fd = os.dup(self.stack[-1] if self.stack else self.ws._fd)
+        entry = Entry(display=self.display, parent_fd=None, name=None, fd=fd, st=os.fstat(fd))
+        if self.ws.guard.blocks(None, None, entry.st):
+            entry.close()
+            raise self.ws.guard.denied(self.display)
+        return entry
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -394,116 +414,7 @@ def _link_new(tmp: str, name: str, parent_fd: int, changed: ToolError) -> bool:
     return True
 
 
-# --- reading and walking --------------------------------------------------------------------------
-
-EntryKind = Literal["dir", "file", "link", "other"]
-
-
-@dataclass(frozen=True, slots=True)
-class TreeEntry:
-    """One directory entry met by :func:`walk_tree`; ``parent_fd`` stays open (and valid)
-    until the walk moves on."""
-
-    rel: str
-    name: str
-    kind: EntryKind
-    parent_fd: int
-
-
-@dataclass(slots=True)
-class WalkNotes:
-    """Where a walk could not see everything."""
-
-    truncated_dirs: list[str] = field(default_factory=list)
-    too_deep: list[str] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)
-
-    def describe(self) -> list[str]:
-        out: list[str] = []
-        if self.truncated_dirs:
-            out.append(f"too many entries, only some read in: {', '.join(self.truncated_dirs)}")
-        if self.too_deep:
-            out.append(f"nested too deep, not entered: {', '.join(self.too_deep[:10])}")
-        if self.unreadable:
-            out.append(f"could not be read: {', '.join(self.unreadable[:10])}")
-        return out
-
-
-def _kind(entry: os.DirEntry[str]) -> EntryKind:
-    try:
-        if entry.is_symlink():
-            return "link"
-        if entry.is_dir(follow_symlinks=False):
-            return "dir"
-        if entry.is_file(follow_symlinks=False):
-            return "file"
-    except OSError:
-        pass
-    return "other"
-
-
-def _read_dir(fd: int, cap: int) -> tuple[list[tuple[str, EntryKind]], bool]:
-    entries: list[tuple[str, EntryKind]] = []
-    with os.scandir(fd) as it:
-        for entry in it:
-            if len(entries) >= cap:
-                return sorted(entries), True
-            entries.append((entry.name, _kind(entry)))
-    return sorted(entries), False
-
-
-def walk_tree(
-    fd: int,
-    prefix: str,
-    *,
-    descend: Callable[[TreeEntry], bool],
-    notes: WalkNotes,
-    max_depth: int,
-    max_dir_entries: int,
-    _depth: int = 0,
-) -> Generator[TreeEntry, None, None]:
-    """Entries under the directory ``fd`` in sorted depth-first order.
-
-    Descends into real directories for which ``descend`` is true, never into links. At
-    most ``max_depth`` levels deep (bounding the open fds) and ``max_dir_entries`` names
-    read per directory; what was cut is recorded in ``notes``. Close the iterator (e.g.
-    with :func:`contextlib.closing`) when stopping early so its fds are released.
-    """
-    try:
-        entries, truncated = _read_dir(fd, max_dir_entries)
-    except OSError:
-        if _depth == 0:
-            raise
-        notes.unreadable.append(prefix.rstrip("/"))
-        return
-    if truncated:
-        notes.truncated_dirs.append(prefix or ".")
-    for name, kind in entries:
-        entry = TreeEntry(rel=prefix + name, name=name, kind=kind, parent_fd=fd)
-        yield entry
-        if kind != "dir" or not descend(entry):
-            continue
-        if _depth + 1 >= max_depth:
-            notes.too_deep.append(entry.rel)
-            continue
-        try:
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError as e:
-            if e.errno in (errno.EACCES, errno.EPERM):
-                notes.unreadable.append(entry.rel)
-            continue  # else vanished, or replaced by a link since it was listed: skip it
-        try:
-            yield from walk_tree(
-                child,
-                entry.rel + "/",
-                descend=descend,
-                notes=notes,
-                max_depth=max_depth,
-                max_dir_entries=max_dir_entries,
-                _depth=_depth + 1,
-            )
-        finally:
-            os.close(child)
+# --- reading -------------------------------------------------------------------------------
 
 
 def is_binary(fd: int) -> bool:

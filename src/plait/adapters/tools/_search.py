@@ -21,13 +21,11 @@ from plait.adapters.tools._limits import (
     str_arg,
 )
 from plait.adapters.tools._paths import (
-    TreeEntry,
-    WalkNotes,
     Workspace,
     is_binary,
     open_child_file,
-    walk_tree,
 )
+from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.domain.errors import ToolError
 
 __all__ = ["search_text"]

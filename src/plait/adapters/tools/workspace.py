@@ -32,17 +32,15 @@ from plait.adapters.tools._paths import (
     SNIFF_BYTES,
     Entry,
     MissingParentError,
-    TreeEntry,
-    WalkNotes,
     Workspace,
     file_state,
     hash_fd,
     is_binary,
     replace_file,
-    walk_tree,
 )
 from plait.adapters.tools._search import search_text
 from plait.adapters.tools._specs import SPECS
+from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
 from plait.domain.tools import EffectClass, ToolSpec
