@@ -264,6 +264,7 @@ class Runtime:
             lease_seconds=lease_seconds,
             **_stages(tools, instructions, model, clock, artifacts, meter, retry, on_overflow),
             gate=gate or AllowAll(),
+            compaction=self.compaction,
             model_spec=model_spec,
             model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
         )
@@ -291,6 +292,7 @@ class Runtime:
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
+        builtin = tools is None and not store_only
         governed = not store_only and "gate" not in options
         chosen = _policy(policy) if governed else None
         if store_only:
@@ -304,6 +306,10 @@ class Runtime:
             )
         model_client, spec = _chosen_model(model, store_only, tools, options)
         store = open_store(url, create=create)
+        if builtin and hasattr(store, "search_history"):
+            from plait.application.compaction import recall_tool
+
+            tools = [*tools, recall_tool(store)]  # read-only: summarized originals
         if options.pop("offload_store", False) and url.startswith("sqlite:"):
             from plait.adapters.stores.offload import Offloaded
 

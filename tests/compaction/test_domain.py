@@ -232,3 +232,32 @@ def test_facts_are_harvested_exactly_with_sources() -> None:
     assert facts.constraints == (Constraint(text="不要修改部署配置", source_message_id="m1"),)
     merged = merge_facts(facts, harvest_facts([user("m7", "不要修改部署配置")]))
     assert [c.source_message_id for c in merged.constraints] == ["m1", "m7"]
+
+
+def test_the_scripted_position_counts_the_turns_a_summary_replaced() -> None:
+    import asyncio
+
+    from plait.application.ports import ModelRequest
+    from plait.domain.context import CompactedRange, Context
+    from plait.domain.messages import AssistantMessage
+    from plait.testing import ScriptedModel
+
+    model = ScriptedModel(
+        {"version": 1, "assistant": [{"text": "a"}, {"text": "b"}, {"text": "c"}]}
+    )
+    compacted = CompactedRange(
+        summary_id="s",
+        generation=1,
+        covered_through_seq=4,
+        omitted_messages=4,
+        omitted_assistant_messages=2,
+    )
+    context: Context[AssistantMessage] = Context(
+        instructions="",
+        tools=(),
+        items=[user("ctx_preamble_x", "summary")],
+        output_type=AssistantMessage,
+        compacted=compacted,
+    )
+    response = asyncio.run(model.complete(ModelRequest(role="assistant", context=context)))
+    assert response.text == "c"

@@ -258,3 +258,34 @@ def test_a_second_compaction_reads_only_new_raw_messages() -> None:
 def test_settings_are_validated_with_clear_errors() -> None:
     with pytest.raises(Exception, match="threshold"):
         CompactionSettings(threshold=2)
+
+
+def test_a_configured_model_without_a_window_is_left_alone_but_never_guessed() -> None:
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.application.ports import ModelCapabilities
+    from plait.testing import FixedClock, FunctionModel, SequentialIds
+
+    async def answer(request: Any) -> Any:
+        raise AssertionError("no summarizer call expected")
+
+    async def go() -> None:
+        bench = Bench(scripted([]))
+        model = FunctionModel(answer, name="local", capabilities=ModelCapabilities())
+        bench.service = CompactionService(
+            store=bench.store,
+            profiles=ModelProfiles.of_clients([model], lambda c: CharMeter()),
+            summarizer=model,
+            clock=FixedClock(),
+            ids=SequentialIds(),
+            settings=SETTINGS,
+        )
+        history = [
+            replace(m, model="local") if isinstance(m, AssistantMessage) else m
+            for m in coding_history(24)
+        ]
+        await bench.seed(history)
+        assert await after_step(bench) is None  # no automatic compaction, no failure
+        with pytest.raises(TokenMeterModelUnconfiguredError, match="declares no context window"):
+            await bench.service.compact("s1", model="local")
+
+    run(go())

@@ -41,6 +41,7 @@ from plait.application._run_state import (
     pending_calls,
     render_rejected,
 )
+from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
 from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
 from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict
@@ -110,8 +111,10 @@ class RunDriver:
         runner: ToolRunner,
         tools: Mapping[str, Tool],
         lease_seconds: float,
+        compaction: CompactionStage | None = None,
     ) -> None:
         self.store = store
+        self.compaction = compaction or NoCompaction(context)
         self.journal = journal
         self.context = context
         self.caller = caller
@@ -220,6 +223,7 @@ class RunDriver:
                 if not calls:
                     return
                 await self._run_calls(a, calls)
+                await self.compaction.post_step(a)
         except StopRun as stop:
             await self.journal.finish(a, stop.status, stop.error, stop.executions)
         except LeaseLostError:
@@ -254,7 +258,7 @@ class RunDriver:
         attempts = _Attempts(self, a, step)
         while True:
             self.check_budget(a, before_model_call=True)
-            context = self.context.assistant(a.history, corrections)
+            context = await self.compaction.context_for(a, corrections)
             response = await self.ask(a, "assistant", context, attempts)
             checked = check_output(response, self.specs, a.used_call_ids)
             if checked.ok:
@@ -317,8 +321,9 @@ class RunDriver:
             # as a cancel of the run.
             async with asyncio.timeout(time_limit):
                 response = await (a.caller or self.caller).call(
-                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
-                )
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None,
+                    on_overflow=self.compaction.hook_for(a, role),
+                )  # fmt: skip
         except TimeoutError as e:
             within = "" if time_limit is None else f" within {time_limit:g} s"
             raise StopRun(

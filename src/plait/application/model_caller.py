@@ -174,7 +174,10 @@ class ModelCaller:
         *,
         on_text: TextSink | None = None,
         max_output_tokens: int | None = None,
+        on_overflow: OverflowHook | None = None,
     ) -> ModelResponse:
+        """One call; ``on_overflow`` replaces the caller's overflow hook for this call
+        (compaction passes one bound to the run)."""
         model = self.model
         retry = 0
         overflowed = False
@@ -190,7 +193,7 @@ class ModelCaller:
             except ModelError as e:
                 code = e.model_code
                 if code == ModelErrorCode.CONTEXT_WINDOW_EXCEEDED and not overflowed:
-                    smaller = await self.on_overflow(role, context, e)
+                    smaller = await (on_overflow or self.on_overflow)(role, context, e)
                     if smaller is None:
                         raise
                     context, overflowed = smaller, True

@@ -20,6 +20,8 @@ from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resumable, sweep_leftovers, unknown_call
+from plait.application.compaction import CompactionService
+from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
@@ -128,10 +130,13 @@ class AgentService:
         on_overflow: OverflowHook | None = None,
         gate: ToolGate | None = None,
         runner: ToolRunner | None = None,
+        compaction: CompactionService | None = None,
         model_spec: str | None = None,
         model_factory: ModelFactory | None = None,
         sweeper: LeftoverSweeper | None = None,
     ) -> None:
+        """``compaction``: summaries, constraints and recall in the assistant's context,
+        with the post-step and overflow triggers (DESIGN §8); ``None``: whole history."""
         _check_config(tools, lease_seconds)
         self.store = store
         self.artifacts = artifacts
@@ -161,6 +166,11 @@ class AgentService:
             runner=runner or ToolRunner(artifacts),
             tools=self._tools,
             lease_seconds=lease_seconds,
+            compaction=None
+            if compaction is None
+            else CompactionStage(
+                compaction, instructions=instructions, tools=tuple(t.spec for t in tools)
+            ),
         )
         self._active = self.driver.active
         self.sweeper = sweeper

@@ -24,19 +24,26 @@ class ModelProfiles:
     models; asking for any other model raises
     :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`."""
 
-    def __init__(self, profiles: Iterable[ModelProfile] = ()) -> None:
+    def __init__(
+        self, profiles: Iterable[ModelProfile] = (), *, without_window: Iterable[str] = ()
+    ) -> None:
         self._profiles = {p.model: p for p in profiles}
+        self._without_window = set(without_window) - set(self._profiles)
 
     @classmethod
     def of_clients(
         cls, clients: Iterable[ModelClient], meter_for: Callable[[ModelClient], TokenMeter]
     ) -> ModelProfiles:
-        """Profiles of clients whose capabilities declare a context window (the others
-        stay unconfigured: measuring them raises)."""
+        """Profiles of clients whose capabilities declare a context window. A client
+        without one is known but cannot be measured: automatic compaction leaves it alone
+        (:meth:`measurable` is False) and asking for its profile raises."""
         profiles = []
+        unknown_window = []
         for c in clients:
             window = c.capabilities.context_window
-            if window is not None:
+            if window is None:
+                unknown_window.append(c.name)
+            else:
                 profiles.append(
                     ModelProfile(
                         model=c.name,
@@ -45,13 +52,24 @@ class ModelProfiles:
                         max_output_tokens=c.capabilities.max_output_tokens,
                     )
                 )
-        return cls(profiles)
+        return cls(profiles, without_window=unknown_window)
+
+    def declared_without_window(self, model: str) -> bool:
+        """A configured model whose context window nobody declared (not an unknown one)."""
+        return model in self._without_window
 
     def add(self, profile: ModelProfile) -> None:
         self._profiles[profile.model] = profile
 
     def get(self, model: str) -> ModelProfile:
         profile = self._profiles.get(model)
+        if profile is None and model in self._without_window:
+            raise TokenMeterModelUnconfiguredError(
+                f"TOKEN_METER_MODEL_UNCONFIGURED: model {model!r} declares no context window, "
+                "so its context cannot be budgeted; declare context_window in its "
+                "capabilities or configuration",
+                model=model,
+            )
         if profile is None:
             known = ", ".join(sorted(self._profiles)) or "none"
             raise TokenMeterModelUnconfiguredError(

@@ -184,6 +184,11 @@ class CompactionService:
         model = model or self.routed_model(history)
         if model is None:
             return None
+        if self.profiles.declared_without_window(model):
+            if "no_window" not in run.warned:
+                run.warned.add("no_window")
+                log.warning("model %r declares no context window: no automatic compaction", model)
+            return None
         view = await self.view(
             session_id, history, model=model, instructions=instructions, tools=tools
         )
