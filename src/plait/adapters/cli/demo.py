@@ -73,11 +73,13 @@ def _run_tests(workspace: Path) -> tuple[bool, str]:
 def _invocation() -> str:
     """How to call plait again, the way this process was started: ``plait`` when that is
     on PATH, ``uv run plait`` under ``uv run``, else ``python -m plait``."""
+    # ``uv run`` puts the project's venv on PATH only for its child, so check it first:
+    # a bare ``plait`` found there would not run in the user's own shell.
+    if os.environ.get("UV"):
+        return "uv run plait"
     on_path = shutil.which("plait")
     if on_path and Path(on_path).resolve() == Path(sys.argv[0]).resolve():
         return "plait"
-    if os.environ.get("UV"):
-        return "uv run plait"
     return f"{shlex.quote(sys.executable)} -m plait"
 
 
