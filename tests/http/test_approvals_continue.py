@@ -102,3 +102,25 @@ def test_the_sse_stream_of_a_continued_run_resumes_after_the_wait(gated: Live) -
         assert after[-1].event == "run_finished"
         assert after[-1].data["run"]["status"] == "completed"
         assert "tool_result" in [f.event for f in after]
+        decisions = [
+            (f.data["verdict"], f.data["decided_by"]) for f in before + after
+            if f.event == "decision"
+        ]  # fmt: skip
+        assert decisions == [("needs_approval", "policy:rules.ask-echo"), ("allow", "user:alice")]
+
+
+def test_a_denial_is_streamed_as_the_gates_decision(gated: Live) -> None:
+    from tests.http.sse import read_events
+
+    with gated.client("alice") as c:
+        _, run_id, approval = _waiting(c, "tool no")
+        c.post(f"/v1/approvals/{approval['approval_id']}/deny", json={"reason": "no way"})
+        _settled(c, run_id)
+        waited = read_events(c, run_id)  # ends at the wait
+        frames = waited + read_events(c, run_id, last_event_id=waited[-1].id)
+        (denied,) = [
+            f.data for f in frames if f.event == "decision" and f.data["verdict"] == "deny"
+        ]
+        assert denied["decided_by"] == "user:alice" and "no way" in denied["reason"]
+        results = [f.data["status"] for f in frames if f.event == "tool_result"]
+        assert results == ["denied"]

@@ -43,7 +43,13 @@ from plait.application._run_state import (
 )
 from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
-from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
+from plait.application.events import (
+    ModelCallStarted,
+    RunEnded,
+    RunObserver,
+    ToolDecided,
+    ToolStarted,
+)
 from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
@@ -415,6 +421,8 @@ class RunDriver:
             decided_by=decision.decided_by,
             decision_reason=decision.reason,
         )
+        verdict = (decision.verdict.value, decision.decided_by, decision.reason)
+        self.journal.emit(a, ToolDecided(a.run.id, call, *verdict))
         if decision.verdict is Verdict.DENY:
             reason = f"denied by {decision.decided_by}: {decision.reason}"
             result = ToolResult(

@@ -20,6 +20,7 @@ __all__ = [
     "RunEvent",
     "RunObserver",
     "RunStarted",
+    "ToolDecided",
     "ToolStarted",
 ]
 
@@ -43,6 +44,19 @@ class MessageSaved:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolDecided:
+    """The ToolGate's decision about a call, as recorded on its execution record
+    (``verdict``: allow, deny or needs_approval; ``decided_by``: ``policy:<rule>``,
+    ``reviewer:<model>``, ``user:<name>``, ...)."""
+
+    run_id: str
+    call: ToolCall
+    verdict: str
+    decided_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolStarted:
     run_id: str
     call: ToolCall
@@ -53,7 +67,7 @@ class RunEnded:
     run: Run
 
 
-RunEvent = RunStarted | ModelCallStarted | MessageSaved | ToolStarted | RunEnded
+RunEvent = RunStarted | ModelCallStarted | MessageSaved | ToolDecided | ToolStarted | RunEnded
 
 
 class RunObserver(Protocol):
