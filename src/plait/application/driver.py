@@ -43,13 +43,7 @@ from plait.application._run_state import (
 )
 from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
-from plait.application.events import (
-    ModelCallStarted,
-    RunEnded,
-    RunObserver,
-    ToolDecided,
-    ToolStarted,
-)
+from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
 from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
@@ -265,7 +259,12 @@ class RunDriver:
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections)
-            response = await self.ask(a, "assistant", context, attempts)
+            try:
+                response = await self.ask(a, "assistant", context, attempts)
+            except StopRun as stop:  # an overflow compacted away: retry as a new step
+                if not await self.compaction.recover(a, stop, step):
+                    raise
+                return await self._step(a)
             checked = check_output(response, self.specs, a.used_call_ids)
             if checked.ok:
                 break
@@ -327,8 +326,7 @@ class RunDriver:
             # as a cancel of the run.
             async with asyncio.timeout(time_limit):
                 response = await (a.caller or self.caller).call(
-                    role, context, attempts, on_text=a.on_text if role == "assistant" else None,
-                    on_overflow=self.compaction.hook_for(a, role),
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
                 )  # fmt: skip
         except TimeoutError as e:
             within = "" if time_limit is None else f" within {time_limit:g} s"
@@ -421,8 +419,6 @@ class RunDriver:
             decided_by=decision.decided_by,
             decision_reason=decision.reason,
         )
-        verdict = (decision.verdict.value, decision.decided_by, decision.reason)
-        self.journal.emit(a, ToolDecided(a.run.id, call, *verdict))
         if decision.verdict is Verdict.DENY:
             reason = f"denied by {decision.decided_by}: {decision.reason}"
             result = ToolResult(
@@ -458,7 +454,7 @@ class RunDriver:
             reviewer=reviewer,
             history=Prefix(a.history),
         )
-        return await self.gate.decide(request)
+        return self.journal.decided(a, call, await self.gate.decide(request))
 
     async def _execute(
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
