@@ -5,6 +5,7 @@ before anything later is saved or executed, events keep their order, and the
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from plait.adapters.stores.memory import MemoryStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.application.events import MessageSaved, ModelCallStarted, RunEvent, ToolStarted
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import Commit, CommitResult, ModelRequest, ModelResponse
 from plait.domain.errors import StoreError
 from plait.domain.runs import RunStatus
 from plait.testing import RecordingTool
@@ -110,4 +111,34 @@ def test_result_saved_is_hit_only_once_the_result_is_durable(tmp_path: Path) -> 
     s = run(rig.service.create_session())
     assert run(rig.service.send(s.id, "go")).run.status is RunStatus.COMPLETED
     assert seen == [1, 2]
+    run(store.close())
+
+
+def test_events_held_behind_a_commit_are_told_when_it_lands(tmp_path: Path) -> None:
+    """The next model call's start is reported while that call still runs (once the
+    result's commit has landed), not only after it returned."""
+    tool = RecordingTool(spec("t"), fn=lambda inv: "ok")
+    store = SqliteStore.open(tmp_path / "plait.db")
+    started_2 = asyncio.Event()
+    seen_during_call: list[list[str]] = []
+    kinds: list[str] = []
+
+    def observer(e: RunEvent) -> None:
+        if isinstance(e, MessageSaved):
+            kinds.append(e.stored.message.kind)
+        elif isinstance(e, ModelCallStarted):
+            kinds.append(f"model#{e.step}")
+            if e.step == 2:
+                started_2.set()
+
+    async def second(request: ModelRequest) -> ModelResponse:
+        await asyncio.wait_for(started_2.wait(), 5)
+        seen_during_call.append(list(kinds))
+        return reply("done")
+
+    rig = make_rig([reply("", call("t", {"text": "1"}, "c1")), second], [tool], store=store)  # type: ignore[arg-type]
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go", observer=observer))
+    assert result.run.status is RunStatus.COMPLETED
+    assert seen_during_call == [["user", "model#1", "assistant", "tool_result", "model#2"]]
     run(store.close())

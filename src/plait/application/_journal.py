@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from plait.application._run_state import ActiveRun, idempotency_key
@@ -38,11 +38,13 @@ log = logging.getLogger("plait.agent")
 class _Pending:
     """A run's commit in flight (:meth:`RunJournal.commit_behind`)."""
 
-    future: Awaitable[CommitResult]
+    future: asyncio.Future[CommitResult]
     first: int
     messages: tuple[Message, ...]
     point: str
     events: list[RunEvent] = field(default_factory=list)
+    landed: bool = False
+    """Durable, and its events told."""
 
 
 class RunJournal:
@@ -69,8 +71,8 @@ class RunJournal:
 
     def emit(self, a: ActiveRun, event: RunEvent) -> None:
         pending = self._pending.get(a.run.id)
-        if pending is not None:  # keep the order: events after a commit follow its own
-            pending.events.append(event)
+        if pending is not None and not pending.landed:
+            pending.events.append(event)  # keep the order: after the commit's own events
             return
         self._deliver(a, event)
 
@@ -161,26 +163,39 @@ class RunJournal:
         self._check_lease(a)
         commit = self._commit_of(a, messages, None, executions)
         soon = getattr(self.store, "commit_soon", None)
-        future: Awaitable[CommitResult] = (
+        future: asyncio.Future[CommitResult] = (
             soon(commit) if soon is not None else asyncio.ensure_future(self.store.commit(commit))
         )
-        self._pending[a.run.id] = _Pending(future, a.version + 1, messages, point)
+        pending = _Pending(future, a.version + 1, messages, point)
+        self._pending[a.run.id] = pending
         a.version += len(messages)
         a.history.extend(messages)
+        # Its events are told as soon as it lands (a model call may still be running).
+        future.add_done_callback(lambda _: self._landed(a, pending))
+
+    def _landed(self, a: ActiveRun, pending: _Pending) -> None:
+        """The commit in flight is durable: its events, then those held back behind it.
+        (A failure is left for :meth:`durable` to raise.)"""
+        f = pending.future
+        if pending.landed or not f.done() or f.cancelled() or f.exception() is not None:
+            return
+        pending.landed = True
+        self._saved(a, pending.first, pending.messages, f.result())
+        for event in pending.events:
+            self._deliver(a, event)
+        pending.events.clear()
 
     async def durable(self, a: ActiveRun) -> None:
-        """Wait until the run's commit in flight (if any) is durable; raises its error."""
+        """Wait until the run's commit in flight (if any) is durable; raises its error.
+        Its checkpoint is hit here, before anything else is written."""
         pending = self._pending.get(a.run.id)
         if pending is None:
             return
         try:
-            result = await pending.future
+            await pending.future
+            self._landed(a, pending)
         finally:
             del self._pending[a.run.id]
-        a.version = result.version
-        self._saved(a, pending.first, pending.messages, result)
-        for event in pending.events:
-            self.emit(a, event)
         self.hit(pending.point)
 
     async def abandon(self, a: ActiveRun) -> None:
