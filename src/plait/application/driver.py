@@ -259,7 +259,12 @@ class RunDriver:
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections)
-            response = await self.ask(a, "assistant", context, attempts)
+            try:
+                response = await self.ask(a, "assistant", context, attempts)
+            except StopRun as stop:  # an overflow compacted away: retry as a new step
+                if not await self.compaction.recover(a, stop, step):
+                    raise
+                return await self._step(a)
             checked = check_output(response, self.specs, a.used_call_ids)
             if checked.ok:
                 break
@@ -321,8 +326,7 @@ class RunDriver:
             # as a cancel of the run.
             async with asyncio.timeout(time_limit):
                 response = await (a.caller or self.caller).call(
-                    role, context, attempts, on_text=a.on_text if role == "assistant" else None,
-                    on_overflow=self.compaction.hook_for(a, role),
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
                 )  # fmt: skip
         except TimeoutError as e:
             within = "" if time_limit is None else f" within {time_limit:g} s"
