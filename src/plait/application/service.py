@@ -21,6 +21,7 @@ from plait.application._models import ModelFactory, RunModels
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
+from plait.application.approvals import Approvals
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
@@ -153,6 +154,8 @@ class AgentService:
         )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
+        self.approvals = Approvals(store, clock)
+        """A person's answers to calls that wait (approve, deny)."""
         self.models = RunModels(self.caller, model_spec, model_factory)
         """Which model a run taken over continues with (its recorded spec)."""
 
