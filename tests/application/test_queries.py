@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from plait.adapters.stores.memory import MemoryStore
-from plait.application.approvals import Approvals
+from plait.application.governance.approvals import Approvals
 from plait.application.ports import Commit
 from plait.application.queries import Queries
 from plait.domain.errors import ApprovalNotFoundError, ConfigError, RunStateError

@@ -1,37 +1,65 @@
-"""A person's answers to calls that wait for one (DESIGN §5): the write side of approvals.
-Reading them is :meth:`plait.application.queries.Queries.list_approvals`."""
+"""Deciding approvals in service mode: the decision is recorded, and a run that waited
+only for it goes back to the queue, where a worker continues it exactly as ``plait runs
+resume`` would (the gate is asked again about the waiting call: an approval lets it run,
+a denial settles it as ``denied`` and the model reads why)."""
 
 from __future__ import annotations
 
-from plait.application.ports import ApprovalStore, Clock
-from plait.domain.errors import ConfigError
-from plait.domain.governance import Approval
+from dataclasses import replace
 
-__all__ = ["Approvals"]
+from plait.application.ports import ApprovalStore
+from plait.application.service import AgentService
+from plait.domain.errors import LeaseLostError
+from plait.domain.governance import Approval, ApprovalStatus
+from plait.domain.runs import RunStatus
+
+__all__ = ["ApprovalDesk"]
 
 
-class Approvals:
-    """Approve or deny a pending request; the waiting run continues with
-    :meth:`~plait.application.service.AgentService.resume`."""
+class ApprovalDesk:
+    """Records a person's decision and requeues the run once nothing else is pending.
 
-    def __init__(self, store: object, clock: Clock) -> None:
-        self._store = store
-        self._clock = clock
+    Needs no model: a worker (any process) picks the requeued run up."""
 
-    def _approvals(self) -> ApprovalStore:
-        if not hasattr(self._store, "decide_approval"):
-            raise ConfigError(f"the store {self._store!r} keeps no approvals")
-        return self._store  # type: ignore[return-value]
+    def __init__(self, *, approvals: ApprovalStore, service: AgentService) -> None:
+        self.approvals = approvals
+        self.service = service
 
-    async def approve(self, approval_id: str, *, grantor: str, ttl_seconds: float) -> Approval:
-        """Allow exactly the call the request names, for ``ttl_seconds`` from now."""
-        return await self._approvals().decide_approval(
-            approval_id, approve=True, grantor=grantor, at=self._clock.now(),
-            ttl_seconds=ttl_seconds,
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        decided = await self.approvals.decide_approval(
+            approval_id, approve=approve, grantor=grantor, at=self.service.clock.now(),
+            ttl_seconds=ttl_seconds, reason=reason,
         )  # fmt: skip
+        await self.requeue_if_ready(decided.run_id)
+        return decided
 
-    async def deny(self, approval_id: str, *, grantor: str, reason: str) -> Approval:
-        """Refuse the call; ``reason`` is what the model is told."""
-        return await self._approvals().decide_approval(
-            approval_id, approve=False, grantor=grantor, at=self._clock.now(), reason=reason
-        )
+    async def requeue_if_ready(self, run_id: str) -> bool:
+        """Put a run ``awaiting_approval`` back in the queue when none of its approval
+        requests is pending any more. Returns whether it did. Another process that
+        resumed or requeued the run first wins (its lease fences this one out)."""
+        store = self.service.store
+        run = await store.get_run(run_id)
+        if run.status is not RunStatus.AWAITING_APPROVAL:
+            return False
+        waiting = await self.approvals.list_approvals(session_id=run.session_id, run_id=run_id)
+        if any(a.status is ApprovalStatus.PENDING for a in waiting):
+            return False
+        driver = self.service.driver
+        try:
+            a = await driver.take_over(run, observer=None)
+        except LeaseLostError:
+            return False  # someone else holds it now
+        if a.run.status is RunStatus.AWAITING_APPROVAL:
+            queued = replace(a.run, status=RunStatus.QUEUED, error=None, lease=None)
+        else:  # it moved on between our read and our claim: just let go of it
+            queued = replace(a.run, lease=None)
+        await driver.journal.commit(a, (), run=queued)
+        return queued.status is RunStatus.QUEUED

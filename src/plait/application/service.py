@@ -21,13 +21,13 @@ from plait.application._models import ModelFactory, RunModels
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
-from plait.application.approvals import Approvals
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
 from plait.application.gate import AllowAll, ToolGate
+from plait.application.governance.approvals import Approvals
 from plait.application.model_caller import (
     ModelCaller,
     OverflowHook,
