@@ -197,8 +197,7 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
 
     async def go() -> int:
         try:
-            await runtime.store.get_session(a.session_id)
-            stored = await runtime.store.read_messages(a.session_id)
+            stored = await runtime.queries.history(a.session_id)
             view = await compaction.view(
                 a.session_id,
                 [sm.message for sm in stored],
