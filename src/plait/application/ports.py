@@ -6,7 +6,7 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -38,6 +38,7 @@ __all__ = [
     "ModelResponse",
     "ModelRole",
     "RawToolCall",
+    "RunEventFeed",
     "RunQueue",
     "SessionStore",
     "SummaryStore",
@@ -459,6 +460,29 @@ class RunQueue(Protocol):
     ) -> list[RunEventRecord]:
         """Events with ``seq > after`` in order (an unknown run has none)."""
         ...
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        """:meth:`append_run_events` for several runs in one durable write (a worker
+        flushes the events of every run it drives at once)."""
+        ...
+
+
+class RunEventFeed(Protocol):
+    """Wakes the streams of a run when its events are persisted (in this process, or
+    by any process sharing the store where the store can tell). A hint to read the
+    store by sequence: a missed wake-up costs a poll interval, never an event."""
+
+    def notify(self, run_id: str, seq: int) -> None:
+        """Events up to ``seq`` of ``run_id`` were committed by this process."""
+        ...
+
+    async def wait(self, run_id: str, *, after: int, timeout: float) -> bool:
+        """Until ``run_id`` may have events after ``after`` (True) or ``timeout``."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class KeyStore(Protocol):
