@@ -49,17 +49,17 @@ class LocalEventFeed:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def wait(self, run_id: str, *, after: int, timeout: float) -> bool:
-        """Until ``run_id`` has events after ``after`` (True) or the timeout (False;
-        at most :attr:`poll_seconds` while the feed is not :attr:`live`)."""
+    async def wait(self, run_id: str, *, after: int, at_most: float) -> bool:
+        """Until ``run_id`` has events after ``after`` (True) or ``at_most`` seconds
+        passed (False; at most :attr:`poll_seconds` while the feed is not :attr:`live`)."""
         if self._latest.get(run_id, 0) > after:
             return True
         if not self.live:
-            timeout = min(timeout, self.poll_seconds)
+            at_most = min(at_most, self.poll_seconds)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(run_id, set()).add(waiter)
         try:
-            await asyncio.wait_for(waiter, timeout)
+            await asyncio.wait_for(waiter, at_most)
         except TimeoutError:
             return False
         finally:

@@ -478,8 +478,8 @@ class RunEventFeed(Protocol):
         """Events up to ``seq`` of ``run_id`` were committed by this process."""
         ...
 
-    async def wait(self, run_id: str, *, after: int, timeout: float) -> bool:
-        """Until ``run_id`` may have events after ``after`` (True) or ``timeout``."""
+    async def wait(self, run_id: str, *, after: int, at_most: float) -> bool:
+        """Until ``run_id`` may have events after ``after`` (True) or ``at_most`` seconds passed (False)."""
         ...
 
     async def close(self) -> None: ...

@@ -39,6 +39,7 @@ __all__ = [
     "build_context",
     "configure_logging",
     "context_for",
+    "event_feed",
     "run_worker",
     "serve",
 ]
@@ -182,6 +183,7 @@ def context_for(rt: Any, settings: Settings) -> Any:
     from plait.application.fork import ForkService
 
     _check_service_store(rt.store, settings.db)
+    feed = event_feed(getattr(rt.store, "url", settings.db))
     ctx = ApiContext(
         store=rt.store,
         queue=rt.store,
@@ -190,14 +192,28 @@ def context_for(rt: Any, settings: Settings) -> Any:
         forks=ForkService(store=rt.store, clock=rt.service.clock),
         workspace_root=settings.workspace_root,
         max_body_bytes=settings.max_body_bytes,
+        feed=feed,
     )
     if settings.serve_workers > 0:
-        ctx.lifespan_hooks.append(_worker_hook(rt, settings, settings.serve_workers))
+        ctx.lifespan_hooks.append(_worker_hook(rt, settings, settings.serve_workers, feed))
+    ctx.on_close.append(feed.close)
     ctx.on_close.append(rt.close)
     return ctx
 
 
-def _make_worker(rt: Any, settings: Settings, concurrency: int) -> Any:
+def event_feed(url: str) -> Any:
+    """Live events for the SSE streams of this process: PostgreSQL ``LISTEN`` (events
+    of workers anywhere), else in-process (the embedded worker tells it directly)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from plait.adapters.stores._pg_feed import PgEventFeed
+
+        return PgEventFeed(url)
+    from plait.application.event_feed import LocalEventFeed
+
+    return LocalEventFeed()
+
+
+def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None) -> Any:
     from plait.adapters.http.events import encode_event
     from plait.application.worker import Worker
 
@@ -207,12 +223,13 @@ def _make_worker(rt: Any, settings: Settings, concurrency: int) -> Any:
         encode=encode_event,
         concurrency=concurrency,
         grace_seconds=settings.grace_seconds,
+        feed=feed,
     )
 
 
-def _worker_hook(rt: Any, settings: Settings, concurrency: int) -> Any:
+def _worker_hook(rt: Any, settings: Settings, concurrency: int, feed: Any) -> Any:
     async def hook() -> AsyncIterator[None]:
-        worker = _make_worker(rt, settings, concurrency)
+        worker = _make_worker(rt, settings, concurrency, feed)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
         try:
