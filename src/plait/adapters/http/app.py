@@ -92,6 +92,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
     app.include_router(_ops_routes(ctx), prefix="/v1")
     app.include_router(_session_routes(ctx), prefix="/v1", responses=ERRORS)
+    app.include_router(_message_routes(ctx), prefix="/v1", responses=ERRORS)
+    if ctx.forks is not None:
+        app.include_router(_fork_routes(ctx, ctx.forks), prefix="/v1", responses=ERRORS)
     app.include_router(_run_routes(ctx), prefix="/v1", responses=ERRORS)
     if hasattr(ctx.store, "decide_approval"):
         who = _principal_dependency(ctx)
@@ -220,6 +223,18 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
     async def show_session(session_id: str, who: Who) -> dict[str, Any]:
         return session_json(await _own_session(ctx, who, session_id))
 
+    @r.get("/sessions/{session_id}/runs", response_model=m.RunsOut)
+    async def list_runs(session_id: str, who: Who) -> dict[str, Any]:
+        await _own_session(ctx, who, session_id)
+        return {"runs": [run_json(x) for x in await ctx.store.list_runs(session_id=session_id)]}
+
+    return r
+
+
+def _message_routes(ctx: ApiContext) -> APIRouter:
+    r = APIRouter(tags=["sessions"])
+    Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
+
     @r.post("/sessions/{session_id}/messages", status_code=202, response_model=m.RunOut)
     async def post_message(session_id: str, body: m.MessageIn, who: Who) -> dict[str, Any]:
         """Store the message and a queued run in one commit; a worker runs it. Follow it
@@ -247,25 +262,24 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
             "next_after": page[-1].seq if more else None,
         }
 
-    @r.get("/sessions/{session_id}/runs", response_model=m.RunsOut)
-    async def list_runs(session_id: str, who: Who) -> dict[str, Any]:
-        await _own_session(ctx, who, session_id)
-        return {"runs": [run_json(x) for x in await ctx.store.list_runs(session_id=session_id)]}
+    return r
 
-    if ctx.forks is not None:
-        forks = ctx.forks
 
-        @r.post("/sessions/{session_id}/fork", status_code=201, response_model=m.SessionOut)
-        async def fork(session_id: str, body: m.ForkIn, who: Who) -> dict[str, Any]:
-            """A new session holding this one's history through a message that ends a
-            complete unit (else ``invalid_cut_point``); the same request id returns the
-            same branch."""
-            source = await _own_session(ctx, who, session_id)
-            caller = source.owner if who.admin else who.name
-            result = await forks.fork_session(
-                session_id, body.through_message_id, body.request_id, caller
-            )
-            return session_json(result.branch)
+def _fork_routes(ctx: ApiContext, forks: ForkService) -> APIRouter:
+    r = APIRouter(tags=["sessions"])
+    Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
+
+    @r.post("/sessions/{session_id}/fork", status_code=201, response_model=m.SessionOut)
+    async def fork(session_id: str, body: m.ForkIn, who: Who) -> dict[str, Any]:
+        """A new session holding this one's history through a message that ends a
+        complete unit (else ``invalid_cut_point``); the same request id returns the
+        same branch."""
+        source = await _own_session(ctx, who, session_id)
+        caller = source.owner if who.admin else who.name
+        result = await forks.fork_session(
+            session_id, body.through_message_id, body.request_id, caller
+        )
+        return session_json(result.branch)
 
     return r
 

@@ -20,11 +20,16 @@ __all__ = [
     "APPROVAL_SCHEMA_VERSION",
     "approval_from_dict",
     "approval_to_dict",
+    "consume_in",
+    "decide_in",
     "duplicate_approval",
+    "get_in",
     "not_found",
     "plan_consume",
     "plan_decision",
     "plan_request",
+    "request_in",
+    "select",
 ]
 
 APPROVAL_SCHEMA_VERSION = 1
@@ -110,3 +115,72 @@ def plan_consume(current: Approval, use: ApprovalUse) -> Approval | None:
     if current.consumed_by is not None:
         return None
     return current.consumed(call_id=use.call_id, at=use.now)
+
+
+# --- the same rules over a mapping of every record (memory and JSONL stores) ----------------
+# Each returns the record to hand back and whether the store must write it.
+
+
+def get_in(records: dict[str, Approval], approval_id: str) -> Approval:
+    found = records.get(approval_id)
+    if found is None:
+        raise not_found(approval_id)
+    return found
+
+
+def request_in(records: dict[str, Approval], approval: Approval) -> tuple[Approval, bool]:
+    key = (approval.session_id, approval.run_id, approval.call_id)
+    pending = next(
+        (
+            a
+            for a in reversed(records.values())
+            if (a.session_id, a.run_id, a.call_id) == key and a.status is ApprovalStatus.PENDING
+        ),
+        None,
+    )
+    new = plan_request(pending, approval)
+    if new is None:
+        assert pending is not None
+        return pending, False
+    if new.id in records:
+        raise duplicate_approval(new.id)
+    return new, True
+
+
+def decide_in(
+    records: dict[str, Approval],
+    approval_id: str,
+    *,
+    approve: bool,
+    grantor: str,
+    at: float,
+    ttl_seconds: float | None,
+    reason: str | None,
+) -> tuple[Approval, bool]:
+    new = plan_decision(
+        get_in(records, approval_id), approve=approve, grantor=grantor, at=at,
+        ttl_seconds=ttl_seconds, reason=reason,
+    )  # fmt: skip
+    return new, True
+
+
+def consume_in(
+    records: dict[str, Approval], approval_id: str, use: ApprovalUse
+) -> tuple[Approval, bool]:
+    current = get_in(records, approval_id)
+    new = plan_consume(current, use)
+    return (current, False) if new is None else (new, True)
+
+
+def select(
+    records: dict[str, Approval], *, session_id: str | None, run_id: str | None
+) -> list[Approval]:
+    """Newest request first; among equal times, the later-stored first."""
+    found = [
+        a
+        for a in reversed(records.values())
+        if (session_id is None or a.session_id == session_id)
+        and (run_id is None or a.run_id == run_id)
+    ]
+    found.sort(key=lambda a: a.requested_at, reverse=True)
+    return found

@@ -6,15 +6,22 @@ JSONL write; a torn last line is ignored and cut off the same way."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from plait.adapters.stores import _codec
 from plait.adapters.stores._approvals import approval_from_dict, approval_to_dict
+from plait.adapters.stores._jsonl_files import (
+    Checkpoint,
+    Tracked,
+    append_line,
+    discard_tail,
+    fsync_dir,
+    locked,
+    read_new,
+)
 from plait.domain.errors import CorruptStoreError
 from plait.domain.governance import Approval
-
-if TYPE_CHECKING:
-    from plait.adapters.stores.jsonl import JsonlStore, _Tracked
 
 __all__ = ["ApprovalFile"]
 
@@ -23,15 +30,15 @@ Plan = Callable[[dict[str, Approval]], tuple[Approval, bool]]
 
 
 class ApprovalFile:
-    def __init__(self, store: JsonlStore) -> None:
-        self._store = store
-        self._path = store.directory / "approvals.jsonl"
-        self._tracked: _Tracked | None = None
+    def __init__(self, directory: Path, checkpoint: Checkpoint | None) -> None:
+        self._dir = directory
+        self._checkpoint = checkpoint
+        self._path = directory / "approvals.jsonl"
+        self._tracked: Tracked | None = None
         self._records: dict[str, Approval] = {}
 
     def _sync(self, fd: int, *, write: bool) -> None:
-        s = self._store
-        tracked, lines, end, torn = s._read_new(fd, self._path, self._tracked)
+        tracked, lines, end, torn = read_new(fd, self._path, self._tracked)
         if tracked is not self._tracked:
             self._records = {}
         try:
@@ -44,7 +51,7 @@ class ApprovalFile:
         tracked.offset = end
         tracked.lines += len(lines)
         if torn:
-            s._discard_tail(fd, self._path, tracked, torn, write=write)
+            discard_tail(fd, self._path, tracked, torn, write=write)
 
     def _apply(self, obj: dict[str, Any], line_no: int) -> None:
         try:
@@ -59,15 +66,14 @@ class ApprovalFile:
 
     def read(self) -> dict[str, Approval]:
         try:
-            with self._store._locked(self._path, write=False) as fd:
+            with locked(self._path, write=False) as fd:
                 self._sync(fd, write=False)
         except FileNotFoundError:
             return {}
         return dict(self._records)
 
     def write(self, plan: Plan) -> Approval:
-        s = self._store
-        with s._locked(self._path, write=True, create=True) as fd:
+        with locked(self._path, write=True, create=True) as fd:
             self._sync(fd, write=True)
             result, changed = plan(dict(self._records))
             if changed:
@@ -77,8 +83,8 @@ class ApprovalFile:
                     "schema_version": _codec.SCHEMA_VERSION,
                     "approval": approval_to_dict(result),
                 }
-                s._append(fd, self._path, self._tracked, line)
+                append_line(fd, self._path, self._tracked, line, self._checkpoint)
                 if first:
-                    s._fsync_dir(s.directory)
+                    fsync_dir(self._dir)
                 self._records[result.id] = result
             return result

@@ -13,13 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from plait.adapters.stores._approvals import (
-    duplicate_approval,
-    not_found,
-    plan_consume,
-    plan_decision,
-    plan_request,
-)
+from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores._service_rows import ServiceBook
 from plait.adapters.stores._state import (
@@ -45,7 +39,7 @@ from plait.adapters.stores._summary_state import (
 )
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
-from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
+from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef
 from plait.domain.recall import matches, search_terms
 from plait.domain.runs import Lease, Run, RunStatus
@@ -296,50 +290,29 @@ class MemoryStore:
 
     # --- approvals ------------------------------------------------------------------------
 
+    def _keep(self, planned: tuple[Approval, bool]) -> Approval:
+        approval, changed = planned
+        if changed:
+            self._approvals[approval.id] = approval
+        return approval
+
     async def request_approval(self, approval: Approval) -> Approval:
         with self._lock:
             self._check_open()
             self._state(approval.session_id)
-            pending = next(
-                (
-                    a
-                    for a in self._approvals.values()
-                    if (a.session_id, a.run_id, a.call_id)
-                    == (approval.session_id, approval.run_id, approval.call_id)
-                    and a.status is ApprovalStatus.PENDING
-                ),
-                None,
-            )
-            new = plan_request(pending, approval)
-            if new is None:
-                assert pending is not None
-                return pending
-            if new.id in self._approvals:
-                raise duplicate_approval(new.id)
-            self._approvals[new.id] = new
-            return new
+            return self._keep(request_in(self._approvals, approval))
 
     async def get_approval(self, approval_id: str) -> Approval:
         with self._lock:
             self._check_open()
-            found = self._approvals.get(approval_id)
-            if found is None:
-                raise not_found(approval_id)
-            return found
+            return get_in(self._approvals, approval_id)
 
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
         with self._lock:
             self._check_open()
-            found = [
-                a
-                for a in reversed(self._approvals.values())
-                if (session_id is None or a.session_id == session_id)
-                and (run_id is None or a.run_id == run_id)
-            ]
-        found.sort(key=lambda a: a.requested_at, reverse=True)
-        return found
+            return select(self._approvals, session_id=session_id, run_id=run_id)
 
     async def decide_approval(
         self,
@@ -353,27 +326,16 @@ class MemoryStore:
     ) -> Approval:
         with self._lock:
             self._check_open()
-            current = self._approvals.get(approval_id)
-            if current is None:
-                raise not_found(approval_id)
-            new = plan_decision(
-                current, approve=approve, grantor=grantor, at=at, ttl_seconds=ttl_seconds,
-                reason=reason,
+            planned = decide_in(
+                self._approvals, approval_id, approve=approve, grantor=grantor, at=at,
+                ttl_seconds=ttl_seconds, reason=reason,
             )  # fmt: skip
-            self._approvals[approval_id] = new
-            return new
+            return self._keep(planned)
 
     async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
         with self._lock:
             self._check_open()
-            current = self._approvals.get(approval_id)
-            if current is None:
-                raise not_found(approval_id)
-            new = plan_consume(current, use)
-            if new is None:
-                return current
-            self._approvals[approval_id] = new
-            return new
+            return self._keep(consume_in(self._approvals, approval_id, use))
 
     # --- summaries, constraints, search ---------------------------------------------------
 

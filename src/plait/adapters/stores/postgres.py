@@ -26,12 +26,10 @@ from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
 from plait.adapters.stores._pg_schema import prepare, redact, translate, upgrade
+from plait.adapters.stores._postgres_commit import apply
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
-    execution_row,
     json_value,
-    message_row,
-    run_data,
     run_from_row,
     session_from_row,
     session_row,
@@ -40,24 +38,18 @@ from plait.adapters.stores._state import (
     artifact_not_found,
     artifact_ref,
     artifact_ref_of_file,
-    check_execution,
     check_new_session,
     closed_error,
-    duplicate_message,
-    duplicate_run,
     duplicate_session,
     lease_lost,
-    resolve_lease,
     run_not_found,
-    session_busy,
     session_not_found,
     validate_commit,
-    version_conflict,
 )
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef, Message
+from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
@@ -202,104 +194,11 @@ class PostgresStore:
 
     async def start_run(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=True)
-        return await self._write(lambda conn: self._apply(conn, commit, start=True))
+        return await self._write(lambda conn: apply(conn, commit, start=True))
 
     async def commit(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=False)
-        return await self._write(lambda conn: self._apply(conn, commit, start=False))
-
-    async def _apply(self, conn: Conn, c: Commit, *, start: bool) -> CommitResult:
-        sid = c.session_id
-        expected = c.expected_version
-        # The row lock serializes writers of this session until the transaction ends.
-        row = await (await conn.execute(q.LOCK_SESSION, (sid,))).fetchone()
-        if row is None:
-            raise session_not_found(sid)
-        active = row[0]
-        version = await (await conn.execute(q.SESSION_VERSION, (sid,))).fetchone()
-        current = 0 if version is None else int(version[0])
-        if start:
-            if active is not None:
-                raise session_busy(sid, active)
-            if current != expected:
-                raise version_conflict(sid, expected, current)
-            await self._insert_run(conn, c)
-            cancel = False
-        else:
-            if current != expected:
-                raise version_conflict(sid, expected, current)
-            cancel = await self._update_run(conn, c, active)
-        if c.executions:
-            await self._put_executions(conn, c)
-        if c.messages:
-            await self._put_messages(conn, sid, expected, c.messages)
-        return CommitResult(expected + len(c.messages), cancel)
-
-    async def _insert_run(self, conn: Conn, c: Commit) -> None:
-        run = c.run
-        assert run is not None
-        lease = run.lease
-        cur = await conn.execute(
-            q.INSERT_RUN,
-            (
-                run.id, c.session_id, run.status.value, run.started_at,
-                None if lease is None else lease.owner,
-                None if lease is None else lease.expires_at, run_data(run),
-            ),
-        )  # fmt: skip
-        if cur.rowcount != 1:
-            raise duplicate_run(run.id)
-        if not run.status.terminal:
-            await conn.execute(q.CLAIM_SESSION, (run.id, c.session_id))
-
-    async def _update_run(self, conn: Conn, c: Commit, active: str | None) -> bool:
-        run = c.run
-        sid = c.session_id
-        if run is None:
-            if active is None:
-                return False
-            flag = await (await conn.execute(q.RUN_CANCEL_FLAG, (active,))).fetchone()
-            return flag is not None and bool(flag[0])
-        fence = await (await conn.execute(q.RUN_FENCE, (run.id,))).fetchone()
-        if fence is None or fence[0] != sid:
-            raise run_not_found(run.id)
-        lease = resolve_lease(run.id, fence[1], fence[2], run, c.lease_owner)
-        await conn.execute(
-            q.UPDATE_RUN,
-            (
-                run.status.value, run.started_at,
-                None if lease is None else lease.owner,
-                None if lease is None else lease.expires_at, run_data(run), run.id,
-            ),
-        )  # fmt: skip
-        if run.status.terminal and active == run.id:
-            await conn.execute(q.RELEASE_SESSION, (sid, run.id))
-        return bool(fence[3])
-
-    async def _put_executions(self, conn: Conn, c: Commit) -> None:
-        sid = c.session_id
-        run = c.run
-        for rec in c.executions:
-            cur = await conn.execute(q.GET_EXECUTION, (sid, rec.run_id, rec.call_id))
-            row = await cur.fetchone()
-            if row is not None:
-                check_execution(row[0], _EXEC_STATE[row[1]], rec)
-            elif run is None or run.id != rec.run_id:
-                owned = await (await conn.execute(q.RUN_IN_SESSION, (rec.run_id, sid))).fetchone()
-                if owned is None:
-                    raise run_not_found(rec.run_id)
-        async with conn.cursor() as cur:
-            await cur.executemany(q.UPSERT_EXECUTION, [execution_row(e) for e in c.executions])
-
-    async def _put_messages(
-        self, conn: Conn, sid: str, expected: int, messages: tuple[Message, ...]
-    ) -> None:
-        for seq, m in enumerate(messages, expected + 1):
-            row = message_row(m)
-            params = (*row[:2], row[2].encode(), *row[3:], sid, seq, m.id)
-            cur = await conn.execute(q.INSERT_MESSAGE, params)
-            if await cur.fetchone() is None:
-                raise duplicate_message(sid, m.id)
+        return await self._write(lambda conn: apply(conn, commit, start=False))
 
     # --- runs -----------------------------------------------------------------------------
 
