@@ -70,5 +70,8 @@ class LocalEventFeed:
                     del self._waiters[run_id]
         return self._latest.get(run_id, 0) > after
 
+    def start(self) -> None:
+        """Nothing to listen to: writers in this process call :meth:`notify`."""
+
     async def close(self) -> None:
         self.wake_all()

@@ -479,7 +479,12 @@ class RunEventFeed(Protocol):
         ...
 
     async def wait(self, run_id: str, *, after: int, at_most: float) -> bool:
-        """Until ``run_id`` may have events after ``after`` (True) or ``at_most`` seconds passed (False)."""
+        """Until ``run_id`` may have events after ``after`` (True) or ``at_most``
+        seconds passed (False)."""
+        ...
+
+    def start(self) -> None:
+        """Begin listening (on the running event loop), if the feed listens to anything."""
         ...
 
     async def close(self) -> None: ...

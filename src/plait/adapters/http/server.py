@@ -12,6 +12,9 @@ override them; logs are JSON lines on stderr carrying run and session ids.
 ``PLAIT_WORKER_CONCURRENCY``  runs one ``plait worker`` drives at once (default 4)
 ``PLAIT_LEASE_SECONDS``    run lease (default 60); a dead worker's run is recovered after
 ``PLAIT_GRACE_SECONDS``    on SIGTERM, how long in-flight runs may finish (default 30)
+``PLAIT_EVENT_POLL_SECONDS``  how often event streams poll the store while live
+                           notifications are unavailable (PostgreSQL listener down;
+                           default 0.5)
 ``PLAIT_MAX_BODY_BYTES``   largest request body (default 1000000)
 ``PLAIT_WORKSPACE_ROOT``   directory under which sessions may name a workspace
 ``PLAIT_LOG_LEVEL``        ``debug``, ``info`` (default), ``warning``, ``error``
@@ -110,6 +113,7 @@ class Settings:
     worker_concurrency: int = 4
     lease_seconds: float = 60.0
     grace_seconds: float = 30.0
+    event_poll_seconds: float = 0.5
     max_body_bytes: int = 1_000_000
     workspace_root: Path | None = None
     log_level: str = "info"
@@ -136,6 +140,7 @@ class Settings:
             worker_concurrency=_int(e, "PLAIT_WORKER_CONCURRENCY", 4, low=1),
             lease_seconds=_float(e, "PLAIT_LEASE_SECONDS", 60.0),
             grace_seconds=_float(e, "PLAIT_GRACE_SECONDS", 30.0),
+            event_poll_seconds=_float(e, "PLAIT_EVENT_POLL_SECONDS", 0.5),
             max_body_bytes=_int(e, "PLAIT_MAX_BODY_BYTES", 1_000_000, low=1024),
             workspace_root=Path(root) if root else None,
             log_level=level,
@@ -183,7 +188,7 @@ def context_for(rt: Any, settings: Settings) -> Any:
     from plait.application.fork import ForkService
 
     _check_service_store(rt.store, settings.db)
-    feed = event_feed(getattr(rt.store, "url", settings.db))
+    feed = event_feed(getattr(rt.store, "url", settings.db), settings.event_poll_seconds)
     ctx = ApiContext(
         store=rt.store,
         queue=rt.store,
@@ -196,21 +201,35 @@ def context_for(rt: Any, settings: Settings) -> Any:
     )
     if settings.serve_workers > 0:
         ctx.lifespan_hooks.append(_worker_hook(rt, settings, settings.serve_workers, feed))
-    ctx.on_close.append(feed.close)
+    ctx.lifespan_hooks.append(_feed_hook(ctx))
+    ctx.on_close.append(lambda: ctx.feed.close() if ctx.feed is not None else _nothing())
     ctx.on_close.append(rt.close)
     return ctx
 
 
-def event_feed(url: str) -> Any:
+def _feed_hook(ctx: Any) -> Any:
+    async def hook() -> AsyncIterator[None]:
+        if ctx.feed is not None:
+            ctx.feed.start()  # listen from start-up, not from the first stream on
+        yield
+
+    return hook
+
+
+async def _nothing() -> None:
+    return None
+
+
+def event_feed(url: str, poll_seconds: float = 0.5) -> Any:
     """Live events for the SSE streams of this process: PostgreSQL ``LISTEN`` (events
     of workers anywhere), else in-process (the embedded worker tells it directly)."""
     if url.startswith(("postgresql://", "postgres://")):
         from plait.adapters.stores._pg_feed import PgEventFeed
 
-        return PgEventFeed(url)
+        return PgEventFeed(url, poll_seconds=poll_seconds)
     from plait.application.event_feed import LocalEventFeed
 
-    return LocalEventFeed()
+    return LocalEventFeed(poll_seconds=poll_seconds)
 
 
 def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None) -> Any:

@@ -65,7 +65,7 @@ _FIND_KEY = "SELECT id, principal, role, key_hash, created_at FROM api_keys WHER
 
 
 async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) -> Any:
-    """Inside a write transaction."""
+    """One statement: atomic in autocommit or inside a transaction."""
     return await (await conn.execute(_CLAIM, (owner, expires_at, now))).fetchone()
 
 
@@ -83,7 +83,8 @@ async def append_batch(
     params = tuple([r[i] for r in rows] for i in (0, 2, 3, 4))
     for attempt in range(_RETRIES):
         try:
-            last = dict(await (await conn.execute(_APPEND, params)).fetchall())
+            rows = await (await conn.execute(_APPEND, params)).fetchall()
+            last = {r[0]: r[1] for r in rows}
             break
         except pg_errors.UniqueViolation:
             if attempt == _RETRIES - 1:

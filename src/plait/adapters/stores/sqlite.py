@@ -336,10 +336,11 @@ class SqliteStore:
     async def append_run_events_batch(
         self, batch: Mapping[str, Sequence[NewRunEvent]]
     ) -> dict[str, list[RunEventRecord]]:
+        out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
         todo = {run_id: events for run_id, events in batch.items() if events}
-        if not todo:
-            return {run_id: [] for run_id in batch}
-        return self._db.write(lambda conn: _service.append_batch(conn, todo))
+        if todo:
+            out.update(self._db.write(lambda conn: _service.append_batch(conn, todo)))
+        return out
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
