@@ -202,6 +202,31 @@ def _sweeper() -> LeftoverSweeper:
     return WorkspaceLeftovers()
 
 
+def _session_tools(url: str, policy: Policy | None) -> Sequence[Tool]:
+    from plait.adapters.stores import protected_paths
+    from plait.adapters.tools import session_tools
+
+    # The sandbox enforces the policy's denied paths too (read-only / hidden).
+    return session_tools(
+        protected=protected_paths(url), policy=policy, sandbox=_configured_sandbox()
+    )
+
+
+def _open_store(url: str, *, create: bool) -> Any:
+    """The store named by ``url``, its blocking I/O off the event loop thread whoever uses
+    it (issue 6 item 7): the SQLite store runs every call on its own I/O thread, a JSONL
+    store is wrapped in :class:`~plait.adapters.stores.offload.Offloaded`; PostgreSQL is
+    asynchronous and the memory store does no I/O."""
+    from plait.adapters.stores import open_store
+
+    store = open_store(url, create=create)
+    if url.startswith("jsonl:"):
+        from plait.adapters.stores.offload import Offloaded
+
+        return Offloaded(store)
+    return store
+
+
 class Runtime:
     """Everything a process needs to run agents: the store, the model, the tools, the
     :class:`~plait.application.service.AgentService` over them (the write side) and
@@ -238,12 +263,8 @@ class Runtime:
         self.store = store
         self.artifacts = artifacts
         self.model = model
-        self.queries = Queries(
-            store=store,
-            artifacts=artifacts,
-            clock=clock,
-            location=location or f"(a {type(store).__name__})",
-        )
+        where = location or f"(a {type(store).__name__})"
+        self.queries = Queries(store=store, artifacts=artifacts, clock=clock, location=where)
         self.tools = tuple(tools)
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
@@ -288,32 +309,19 @@ class Runtime:
         Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
-        from plait.adapters.stores import open_store, protected_paths
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
-        builtin = tools is None and not store_only
         governed = not store_only and "gate" not in options
         chosen = _policy(policy) if governed else None
-        if store_only:
-            tools, create = (), False
-        elif tools is None:
-            from plait.adapters.tools import session_tools
-
-            # The sandbox enforces the policy's denied paths too (read-only / hidden).
-            tools = session_tools(
-                protected=protected_paths(url), policy=chosen, sandbox=_configured_sandbox()
-            )
+        builtin = tools is None and not store_only
+        tools = () if store_only else _session_tools(url, chosen) if tools is None else tools
         model_client, spec = _chosen_model(model, store_only, tools, options)
-        store = open_store(url, create=create)
+        store = _open_store(url, create=create and not store_only)
         if builtin and hasattr(store, "search_history"):
             from plait.application.compaction import recall_tool
 
             tools = [*tools, recall_tool(store)]  # read-only: summarized originals
-        if options.pop("offload_store", False) and url.startswith("sqlite:"):
-            from plait.adapters.stores.offload import Offloaded
-
-            store = Offloaded(store)  # servers: SQLite calls off the event loop
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)

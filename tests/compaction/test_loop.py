@@ -227,6 +227,8 @@ def test_unknown_model_fails_the_run_with_the_rfc_error() -> None:
         assert result.run.error is not None
         assert result.run.error.code == "token_meter_model_unconfigured"
         assert "TOKEN_METER_MODEL_UNCONFIGURED" in result.run.error.message
+        assert repr(model.name) in result.run.error.message  # names the model ...
+        assert "declare the model's context_window" in result.run.error.message  # ... and the fix
 
     run(go())
 

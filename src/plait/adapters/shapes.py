@@ -6,28 +6,39 @@ ISO 8601 in UTC."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.domain.errors import PlaitError
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message, ToolResultMessage, UserMessage
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+
+if TYPE_CHECKING:
+    from plait.application.compaction import CompactionOutcome, ContextView
+    from plait.application.events import CompactionEvent
+    from plait.domain.summary import Constraint, Summary
 
 __all__ = [
     "NOT_ROLLED_BACK",
     "approval_json",
     "artifact_json",
+    "compaction_event_json",
+    "constraint_json",
+    "context_item_source",
     "error_json",
     "event_json",
     "execution_json",
     "fork_json",
     "iso",
     "message_json",
+    "outcome_json",
     "run_json",
     "session_json",
     "snapshot_json",
+    "summary_json",
+    "view_json",
     "workspace_json",
 ]
 
@@ -240,4 +251,148 @@ def workspace_json(session: Session, record: ForkRecord | None) -> dict[str, Any
         "rolled_back": False,
         "snapshot": snapshot_json(snap),
         "note": note,
+    }
+
+
+# --- compaction -----------------------------------------------------------------------------
+
+
+def constraint_json(c: Constraint) -> dict[str, Any]:
+    return {"text": c.text, "source_message_id": c.source_message_id}
+
+
+def summary_json(s: Summary) -> dict[str, Any]:
+    """An activated summary: what it covers, what it kept, who made it."""
+    b, f = s.body, s.facts
+    return {
+        "id": s.id,
+        "generation": s.generation,
+        "covers": {
+            "from_seq": 1,
+            "through_seq": s.covered_through_seq,
+            "through_message_id": s.covered_through_message_id,
+            "source_digest": s.source_digest,
+        },
+        "replaces_in_context": f"messages 1..{s.covered_through_seq}",
+        "goal": b.goal,
+        "constraints": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.constraints],
+        "decisions": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.decisions],
+        "open_questions": [
+            {"text": q.text, "uncertainty": q.uncertainty, "source_ids": list(q.source_ids)}
+            for q in b.open_questions
+        ],
+        "evidence": [
+            {"message_id": e.message_id, "artifact_id": e.artifact_id, "note": e.note}
+            for e in b.evidence
+        ],
+        "facts": {
+            "files": [
+                {"path": x.path, "action": x.action, "content_hash": x.content_hash,
+                 "source_message_id": x.source_message_id}
+                for x in f.files
+            ],
+            "commands": [
+                {"command": x.command, "exit_status": x.exit_status,
+                 "tool_status": x.tool_status, "source_message_id": x.source_message_id}
+                for x in f.commands
+            ],
+            "failing_tests": [
+                {"name": x.name, "source_message_id": x.source_message_id}
+                for x in f.failing_tests
+            ],
+            "constraints": [constraint_json(c) for c in f.constraints],
+        },
+        "model": s.model,
+        "template_version": s.template_version,
+        "trigger": s.trigger,
+        "created_at": iso(s.created_at),
+        "source_tokens": s.source_tokens,
+        "summary_tokens": s.summary_tokens,
+        "meter": s.meter,
+        "schema_version": s.schema_version,
+    }  # fmt: skip
+
+
+def outcome_json(o: CompactionOutcome) -> dict[str, Any]:
+    return {
+        "status": o.status,
+        "detail": o.detail,
+        "trigger": o.trigger,
+        "generation_before": o.generation_before,
+        "generation_after": o.generation_after,
+        "tokens_before": o.measured_tokens,
+        "tokens_after": o.tokens_after,
+        "threshold_tokens": o.threshold_tokens,
+        "insufficient": o.insufficient,
+        "summarizer": {
+            "calls": o.summarizer_calls,
+            "input_tokens": o.summarizer_input_tokens,
+            "output_tokens": o.summarizer_output_tokens,
+        },
+        "summary": None if o.summary is None else summary_json(o.summary),
+    }
+
+
+def context_item_source(m: Message) -> tuple[str, str]:
+    """(source, trust) of a context item."""
+    if m.id.startswith("ctx_preamble_"):
+        return "plait: constraints and summary", "derived"
+    if isinstance(m, UserMessage):
+        return "user", "user"
+    if isinstance(m, ToolResultMessage):
+        return f"tool {m.tool_name}", "data"
+    return "assistant", "model"
+
+
+def view_json(v: ContextView, *, items: bool) -> dict[str, Any]:
+    t = v.tokens
+    data: dict[str, Any] = {
+        "model": v.model,
+        "meter": {"name": v.meter, "exact": v.exact},
+        "budget": {
+            "context_window": v.budget.window,
+            "reserved_output": v.budget.reserved_output,
+            "safety_margin": v.budget.safety_margin,
+            "input_budget": v.budget.input_budget,
+            "compaction_threshold": v.threshold_tokens,
+        },
+        "tokens": {
+            "instructions": t.instructions,
+            "tools": t.tools,
+            "constraints_and_summary": t.preamble,
+            "pinned_request": t.pinned,
+            "recent_history": t.tail,
+            "total": t.total,
+            "raw_history_alone": v.full_history_tokens,
+        },
+        "over_threshold": v.over_threshold,
+        "over_budget": v.over_budget,
+        "history_messages": v.history_messages,
+        "raw_tail_from_seq": v.tail_from_seq,
+        "pinned_message_id": v.pinned_message_id,
+        "summary": None if v.summary is None else summary_json(v.summary),
+        "constraints": [constraint_json(c) for c in v.constraints],
+    }
+    if items:
+        data["items"] = [
+            {"id": m.id, "kind": m.kind, "source": s, "trust": trust}
+            for m in v.context.items
+            for s, trust in [context_item_source(m)]
+        ]
+    return data
+
+
+def compaction_event_json(e: CompactionEvent) -> dict[str, Any]:
+    """A compaction in a run (run events, ``send --events``): ``phase`` is ``started``,
+    ``activated``, ``failed`` (``detail`` says why) or ``skipped``."""
+    return {
+        "phase": e.phase,
+        "trigger": e.trigger,
+        "step": e.step,
+        "detail": e.detail,
+        "generation": e.generation,
+        "covered_through_seq": e.covered_through_seq,
+        "tokens_before": e.tokens_before,
+        "tokens_after": e.tokens_after,
+        "insufficient": e.insufficient,
     }

@@ -7,13 +7,14 @@ one :class:`~plait.application.ports.Commit` per persistence point, the in-proce
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
 
 from plait.application._run_state import ActiveRun, idempotency_key
 from plait.application.events import MessageSaved, RunEvent
-from plait.application.ports import Clock, Commit, IdGenerator, SessionStore, Tool
+from plait.application.ports import Clock, Commit, CommitResult, IdGenerator, SessionStore, Tool
 from plait.domain.errors import LeaseLostError
 from plait.domain.messages import (
     Message,
@@ -32,6 +33,17 @@ __all__ = ["RunJournal"]
 log = logging.getLogger("plait.agent")
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A run's commit in flight (:meth:`RunJournal.commit_behind`)."""
+
+    future: Awaitable[CommitResult]
+    first: int
+    messages: tuple[Message, ...]
+    point: str
+    events: list[RunEvent] = field(default_factory=list)
+
+
 class RunJournal:
     def __init__(
         self,
@@ -47,6 +59,7 @@ class RunJournal:
         self.ids = ids
         self.owner = owner
         self._checkpoint = checkpoint
+        self._pending: dict[str, _Pending] = {}
 
     def hit(self, point: str) -> None:
         """A persistence point was reached (the test-only crash hook)."""
@@ -54,12 +67,45 @@ class RunJournal:
             self._checkpoint(point)
 
     def emit(self, a: ActiveRun, event: RunEvent) -> None:
+        pending = self._pending.get(a.run.id)
+        if pending is not None:  # keep the order: events after a commit follow its own
+            pending.events.append(event)
+            return
+        self._deliver(a, event)
+
+    def _deliver(self, a: ActiveRun, event: RunEvent) -> None:
         if a.observer is None:
             return
         try:
             a.observer(event)
         except Exception:
             log.exception("run observer raised; ignoring")
+
+    def _check_lease(self, a: ActiveRun) -> None:
+        if a.lease_lost:
+            raise LeaseLostError(
+                f"run {a.run.id}: this process ({self.owner}) lost the run's lease (its "
+                "heartbeat could not renew it); it stops here without writing, and the "
+                "process that holds the lease now carries the run on",
+                run_id=a.run.id,
+                owner=self.owner,
+            )
+
+    def _commit_of(
+        self,
+        a: ActiveRun,
+        messages: tuple[Message, ...],
+        run: Run | None,
+        executions: tuple[ExecutionRecord, ...],
+    ) -> Commit:
+        return Commit(
+            session_id=a.session.id,
+            expected_version=a.version,
+            messages=messages,
+            run=run,
+            executions=executions,
+            lease_owner=self.owner,
+        )
 
     async def commit(
         self,
@@ -69,37 +115,75 @@ class RunJournal:
         run: Run | None = None,
         executions: tuple[ExecutionRecord, ...] = (),
     ) -> None:
-        """Write one commit for the run. A process whose heartbeat found the lease lost
-        stops here, before writing, with a clear message."""
-        if a.lease_lost:
-            raise LeaseLostError(
-                f"run {a.run.id}: this process ({self.owner}) lost the run's lease (its "
-                "heartbeat could not renew it); it stops here without writing, and the "
-                "process that holds the lease now carries the run on",
-                run_id=a.run.id,
-                owner=self.owner,
-            )
-        result = await self.store.commit(
-            Commit(
-                session_id=a.session.id,
-                expected_version=a.version,
-                messages=messages,
-                run=run,
-                executions=executions,
-                lease_owner=self.owner,
-            )
-        )
+        """Write one commit for the run, after the one still in flight (if any) is
+        durable. A process whose heartbeat found the lease lost stops here, before
+        writing, with a clear message."""
+        await self.durable(a)
+        self._check_lease(a)
+        result = await self.store.commit(self._commit_of(a, messages, run, executions))
         if run is not None:
             a.run = run
-        if result.cancel_requested:
-            a.cancel_requested = True
         first = a.version + 1
         a.version = result.version
+        a.history.extend(messages)
+        self._saved(a, first, messages, result)
+
+    def _saved(
+        self, a: ActiveRun, first: int, messages: tuple[Message, ...], result: CommitResult
+    ) -> None:
+        if result.cancel_requested:
+            a.cancel_requested = True
         for n, message in enumerate(messages):
-            a.history.append(message)
             stored = StoredMessage(first + n, message)
             a.added.append(stored)
             self.emit(a, MessageSaved(a.run.id, stored))
+
+    def commit_behind(
+        self,
+        a: ActiveRun,
+        messages: tuple[Message, ...],
+        executions: tuple[ExecutionRecord, ...],
+        point: str,
+    ) -> None:
+        """Start a commit the run need not wait for yet (a tool result: the next model
+        call is no side effect). The history takes the messages at once; the commit is
+        durable, its events are told and checkpoint ``point`` is hit when :meth:`durable`
+        sees it done, which every later commit and every tool execution awaits first (its
+        failure stops the run there, as if it had been awaited at once)."""
+        if a.run.id in self._pending:
+            raise RuntimeError(f"run {a.run.id}: a commit is already in flight")
+        self._check_lease(a)
+        commit = self._commit_of(a, messages, None, executions)
+        soon = getattr(self.store, "commit_soon", None)
+        future: Awaitable[CommitResult] = (
+            soon(commit) if soon is not None else asyncio.ensure_future(self.store.commit(commit))
+        )
+        self._pending[a.run.id] = _Pending(future, a.version + 1, messages, point)
+        a.version += len(messages)
+        a.history.extend(messages)
+
+    async def durable(self, a: ActiveRun) -> None:
+        """Wait until the run's commit in flight (if any) is durable; raises its error."""
+        pending = self._pending.get(a.run.id)
+        if pending is None:
+            return
+        try:
+            result = await pending.future
+        finally:
+            del self._pending[a.run.id]
+        a.version = result.version
+        self._saved(a, pending.first, pending.messages, result)
+        for event in pending.events:
+            self.emit(a, event)
+        self.hit(pending.point)
+
+    async def abandon(self, a: ActiveRun) -> None:
+        """The run stops on another error: let its commit in flight land, and only log
+        that commit's own failure."""
+        try:
+            await self.durable(a)
+        except Exception as e:
+            log.warning("run %s: the commit in flight failed as well: %s", a.run.id, e)
 
     async def finish(
         self,
@@ -163,6 +247,20 @@ class RunJournal:
             result_status=result.status,
         )
         await self.commit(a, (message,), executions=(settled,))
+
+    def settle_behind(
+        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, result: ToolResult
+    ) -> None:
+        """:meth:`settle` as a commit in flight (see :meth:`commit_behind`): checkpoint
+        ``result_saved`` is hit once it is durable."""
+        message = self.result_message(a, call, result)
+        settled = replace(
+            record,
+            state=ExecutionState.SETTLED,
+            settled_at=message.created_at,
+            result_status=result.status,
+        )
+        self.commit_behind(a, (message,), (settled,), "result_saved")
 
     async def settle_unstarted(
         self,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from plait.application.events import RunObserver
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import ModelResponse, TextSink
+from plait.domain.errors import BudgetExhaustedError, ModelError, PlaitError
 from plait.domain.messages import Message, ToolCall
 from plait.domain.runs import Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -21,6 +22,7 @@ __all__ = [
     "UsageCounters",
     "call_ids",
     "idempotency_key",
+    "model_failure",
     "pending_calls",
     "render_rejected",
 ]
@@ -151,3 +153,22 @@ def render_rejected(response: ModelResponse) -> str:
         args = c.arguments if isinstance(c.arguments, str) else repr(c.arguments)
         parts.append(f"[tool call id={c.id!r} name={c.name!r} arguments={args}]")
     return "\n".join(parts)
+
+
+def model_failure(e: Exception, role: str, time_limit: float | None) -> StopRun:
+    """How a failed model call ends the run: the call's timeout, a spent budget, the
+    provider's error code (DESIGN §6), or an internal error of the client."""
+    if isinstance(e, TimeoutError):
+        within = "" if time_limit is None else f" within {time_limit:g} s"
+        return StopRun(
+            RunStatus.FAILED, "model_timeout", f"the {role} model did not answer{within}"
+        )
+    if isinstance(e, BudgetExhaustedError):
+        return StopRun.budget(str(e.details.get("limit", "budget")), e.message)
+    if isinstance(e, ModelError):
+        return StopRun(RunStatus.FAILED, e.model_code.lower(), f"model call failed: {e.message}")
+    if isinstance(e, PlaitError):
+        return StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}")
+    return StopRun(
+        RunStatus.FAILED, "model_internal_error", f"model call failed: {type(e).__name__}: {e}"
+    )

@@ -10,6 +10,8 @@ Persistence order of one run::
          ToolGate decides (allow / deny / needs_approval), recorded on the record
          deny: save a ``denied`` result                    needs_approval: run waits
          allow: [save "started" for side effects] -> ToolRunner executes -> save result
+         (in flight while the next model call is made; awaited, and its failure raised,
+         before anything else is saved or executed)
     -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
 
 Every arrow after a save is a restart point. Nothing runs that was not first persisted as
@@ -38,6 +40,7 @@ from plait.application._run_state import (
     StopRun,
     UsageCounters,
     call_ids,
+    model_failure,
     pending_calls,
     render_rejected,
 )
@@ -62,7 +65,6 @@ from plait.domain.errors import (
     BudgetExhaustedError,
     InvalidModelOutputError,
     LeaseLostError,
-    ModelError,
     PlaitError,
 )
 from plait.domain.messages import AssistantMessage, Message, ToolCall, ToolResult, ToolStatus
@@ -200,6 +202,10 @@ class RunDriver:
         heartbeat = asyncio.create_task(self.leases.keep(a))
         try:
             await self._loop(a, pending=pending)
+            await self.journal.durable(a)
+        except BaseException:
+            await self.journal.abandon(a)
+            raise
         finally:
             heartbeat.cancel()
             self.active.pop(a.run.id, None)
@@ -223,6 +229,8 @@ class RunDriver:
                 if not calls:
                     return
                 await self._run_calls(a, calls)
+                if isinstance(self.compaction, CompactionStage) and self.compaction.auto:
+                    await self.journal.durable(a)  # it reads, and may compact, the history
                 await self.compaction.post_step(a)
         except StopRun as stop:
             await self.journal.finish(a, stop.status, stop.error, stop.executions)
@@ -259,7 +267,12 @@ class RunDriver:
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections)
-            response = await self.ask(a, "assistant", context, attempts)
+            try:
+                response = await self.ask(a, "assistant", context, attempts)
+            except StopRun as stop:  # an overflow compacted away: retry as a new step
+                if not await self.compaction.recover(a, stop, step):
+                    raise
+                return await self._step(a)
             checked = check_output(response, self.specs, a.used_call_ids)
             if checked.ok:
                 break
@@ -291,6 +304,11 @@ class RunDriver:
             usage=response.usage,
             vendor_state=response.vendor_state,
         )
+        # The last result's commit was in flight during the model call: as if it had been
+        # awaited before it, its failure or a cancel it reports stops the run here.
+        await self.journal.durable(a)
+        if a.cancel_requested:
+            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
         a.usage.steps = step
         run = replace(a.run, usage=a.usage.freeze())
         if calls:
@@ -321,34 +339,18 @@ class RunDriver:
             # as a cancel of the run.
             async with asyncio.timeout(time_limit):
                 response = await (a.caller or self.caller).call(
-                    role, context, attempts, on_text=a.on_text if role == "assistant" else None,
-                    on_overflow=self.compaction.hook_for(a, role),
+                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
                 )  # fmt: skip
-        except TimeoutError as e:
-            within = "" if time_limit is None else f" within {time_limit:g} s"
-            raise StopRun(
-                RunStatus.FAILED, "model_timeout", f"the {role} model did not answer{within}"
-            ) from e
-        except BudgetExhaustedError as e:
-            raise StopRun.budget(str(e.details.get("limit", "budget")), e.message) from None
         except asyncio.CancelledError:
             self._note_cancel(a)
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
-        except ModelError as e:
-            raise StopRun(
-                RunStatus.FAILED, e.model_code.lower(), f"model call failed: {e.message}"
-            ) from e
-        except PlaitError as e:
-            raise StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}") from e
         except StopRun:
             raise
         except Exception as e:
-            log.exception("model %s raised", (a.caller or self.caller).model.name)
-            raise StopRun(
-                RunStatus.FAILED,
-                "model_internal_error",
-                f"model call failed: {type(e).__name__}: {e}",
-            ) from e
+            stop = model_failure(e, role, time_limit)
+            if not isinstance(e, TimeoutError | PlaitError):
+                log.exception("model %s raised", (a.caller or self.caller).model.name)
+            raise stop from (None if isinstance(e, BudgetExhaustedError) else e)
         finally:
             a.interruptible = False
         a.usage.input_tokens += response.usage.input_tokens
@@ -389,6 +391,9 @@ class RunDriver:
                     f"call {call.id} ({call.name}): {note}; a person must resolve it",
                     (replace(record, result_status=ToolStatus.UNKNOWN, note=note),),
                 )
+            # The previous call's result is durable (and its cancel flag seen) before
+            # anything of this call happens.
+            await self.journal.durable(a)
             try:
                 self.check_budget(a, before_model_call=False)
                 check_time_left(a, self.clock.monotonic(), call, record)
@@ -492,5 +497,6 @@ class RunDriver:
                 f"call {call.id} ({call.name}): {result.reason}; a person must resolve it",
                 (replace(record, result_status=ToolStatus.UNKNOWN, note=result.reason),),
             )
-        await self.journal.settle(a, call, record, result)
-        self.journal.hit("result_saved")
+        # In flight while the run goes on to its next model call (no side effect); the
+        # next commit, or the next call, waits for it first and stops on its failure.
+        self.journal.settle_behind(a, call, record, result)

@@ -7,13 +7,14 @@ raises does not stop the run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from plait.domain.messages import ToolCall
 from plait.domain.runs import Run
 from plait.domain.session import StoredMessage
 
 __all__ = [
+    "CompactionEvent",
     "MessageSaved",
     "ModelCallStarted",
     "RunEnded",
@@ -53,7 +54,30 @@ class RunEnded:
     run: Run
 
 
-RunEvent = RunStarted | ModelCallStarted | MessageSaved | ToolStarted | RunEnded
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionEvent:
+    """An automatic compaction in a run (DESIGN §8): ``started`` before the summarizer is
+    asked; then ``activated`` (a new summary is in the context; ``insufficient``: the
+    context is still over the threshold), ``failed`` (``detail`` says why; the previous
+    summary stays) or ``skipped`` (nothing could be compacted, or the run's cap is
+    reached; said once per run)."""
+
+    run_id: str
+    phase: Literal["started", "activated", "failed", "skipped"]
+    trigger: str
+    """``pressure`` (post-step checkpoint) or ``overflow`` (the provider's
+    ``CONTEXT_WINDOW_EXCEEDED``)."""
+    step: int
+    detail: str = ""
+    generation: int = 0
+    """The session's summary generation after the event."""
+    covered_through_seq: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    insufficient: bool = False
+
+
+RunEvent = RunStarted | ModelCallStarted | MessageSaved | ToolStarted | RunEnded | CompactionEvent
 
 
 class RunObserver(Protocol):

@@ -24,6 +24,8 @@ class EventType(StrEnum):
     TOOL_STARTED = "tool_started"
     TOOL_RESULT = "tool_result"
     RUN_FINISHED = "run_finished"
+    COMPACTION = "compaction"
+    """An automatic compaction: started, activated, failed (with the reason) or skipped."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

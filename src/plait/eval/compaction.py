@@ -235,30 +235,26 @@ def _mean(values: list[int]) -> int:
     return int(statistics.fmean(values)) if values else 0
 
 
-async def run_eval(
-    *, rounds: int = 120, model: ModelClient | None = None, window: int = WINDOW
-) -> EvalReport:
-    """Grow the session round by round with the post-step trigger on, then score."""
-    store = MemoryStore()
+def _service(store: MemoryStore, model: ModelClient | None, window: int) -> CompactionService:
+    """Compaction over ``store``: the session's model measured by an estimate, and the
+    summarizer (``model``, or a deterministic extractive stand-in)."""
     meter = EstimateMeter()
     summarizer = model or FunctionModel(
         extractive_summary,
         name="extractive",
         capabilities=ModelCapabilities(context_window=64_000, structured_output=True),
     )
+    caps = summarizer.capabilities
     profiles = [
-        ModelProfile(model=MODEL, meter=meter, context_window=window, max_output_tokens=1_000)
-    ]
-    sw = summarizer.capabilities.context_window or 64_000
-    profiles.append(
+        ModelProfile(model=MODEL, meter=meter, context_window=window, max_output_tokens=1_000),
         ModelProfile(
             model=summarizer.name,
             meter=meter,
-            context_window=sw,
-            max_output_tokens=summarizer.capabilities.max_output_tokens,
-        )
-    )
-    service = CompactionService(
+            context_window=caps.context_window or 64_000,
+            max_output_tokens=caps.max_output_tokens,
+        ),
+    ]
+    return CompactionService(
         store=store,
         profiles=ModelProfiles(profiles),
         summarizer=summarizer,
@@ -266,11 +262,15 @@ async def run_eval(
         ids=SequentialIds(),
         settings=CompactionSettings(summary_max_tokens=2_000, max_compactions_per_run=1_000),
     )
+
+
+async def _grow(service: CompactionService, rounds: int, report: EvalReport) -> list[Message]:
+    """The session round by round, with the post-step trigger after each round."""
+    store = service.store
     await store.create_session(Session(id="eval", created_at=0.0))
     first = UserMessage(id="m1", text="Fix the failing shop tests.", created_at=0.0)
     history: list[Message] = [first]
     await store.commit(Commit(session_id="eval", expected_version=0, messages=(first,)))
-    report = EvalReport(rounds, 0, 0, 0, 0, 0)
     state = RunCompaction()
     for r in range(rounds):
         new = _round(r, len(history) + 1)
@@ -288,6 +288,17 @@ async def run_eval(
         report.tokens_per_step_compacted.append(view.tokens.total)
         report.tokens_per_step_full.append(view.full_history_tokens)
     report.messages = len(history)
+    return history
+
+
+async def run_eval(
+    *, rounds: int = 120, model: ModelClient | None = None, window: int = WINDOW
+) -> EvalReport:
+    """Grow the session round by round with the post-step trigger on, then score."""
+    store = MemoryStore()
+    service = _service(store, model, window)
+    report = EvalReport(rounds, 0, 0, 0, 0, 0)
+    history = await _grow(service, rounds, report)
     view = await service.view("eval", history, model=MODEL, instructions="", tools=())
     visible = view.preamble + "\n" + "\n".join(_text(m) for m in view.context.items)
     tool = recall_tool(store)

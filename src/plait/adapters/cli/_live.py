@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from plait.adapters.cli._io import Out
-from plait.adapters.shapes import event_json, message_json
+from plait.adapters.shapes import compaction_event_json, event_json, message_json
 from plait.application.events import (
+    CompactionEvent,
     MessageSaved,
     ModelCallStarted,
     RunEvent,
@@ -19,7 +20,7 @@ from plait.application.events import (
 )
 from plait.domain.session import StoredMessage
 
-__all__ = ["json_lines", "print_message", "short_args", "terminal_progress"]
+__all__ = ["json_lines", "print_compaction", "print_message", "short_args", "terminal_progress"]
 
 _ARGS_SHOWN = 160
 
@@ -73,6 +74,11 @@ class _Progress:
             self._status.update("thinking…" if event.attempt == 1 else "correcting…")
         elif isinstance(event, ToolStarted):
             self._status.update(f"running {event.call.name}…")
+        elif isinstance(event, CompactionEvent):
+            if event.phase == "started":
+                self._status.update(f"compacting the context ({event.trigger})…")
+            else:
+                print_compaction(self._console, compaction_event_json(event))
 
     def on_text(self, delta: str) -> None:
         from rich.markup import escape
@@ -90,7 +96,23 @@ def terminal_progress(console: Any) -> Iterator[_Progress]:
         yield _Progress(console, status)
 
 
+def print_compaction(console: Any, data: dict[str, Any]) -> None:
+    """One line for a compaction that ended (the shape of ``compaction_event_json``)."""
+    from rich.markup import escape
+
+    colour = "green" if data["phase"] == "activated" else "yellow"
+    detail = escape(str(data.get("detail") or ""))
+    console.print(
+        f"  [{colour}]⇣ compaction {data['phase']}[/] [dim]({data['trigger']}, step "
+        f"{data['step']}) {detail}[/]",
+        highlight=False,
+    )
+
+
 def json_lines(event: RunEvent) -> None:
-    """Observer printing ``{"event": "message", ...}`` for each saved message."""
+    """Observer printing ``{"event": "message", ...}`` for each saved message and
+    ``{"event": "compaction", ...}`` for each automatic compaction."""
     if isinstance(event, MessageSaved):
         Out.line(event_json("message", message_json(event.stored)))
+    elif isinstance(event, CompactionEvent):
+        Out.line(event_json("compaction", compaction_event_json(event)))

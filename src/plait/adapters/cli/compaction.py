@@ -7,16 +7,22 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.adapters.shapes import iso
+from plait.adapters.shapes import (
+    constraint_json,
+    context_item_source,
+    iso,
+    outcome_json,
+    summary_json,
+    view_json,
+)
 from plait.domain.errors import ConfigError
-from plait.domain.messages import Message, ToolResultMessage, UserMessage
 
 if TYPE_CHECKING:
-    from plait.application.compaction import CompactionOutcome, CompactionService, ContextView
-    from plait.domain.summary import Constraint, Summary
+    from plait.application.compaction import CompactionService, ContextView
+    from plait.domain.summary import Summary
     from plait.runtime import Runtime
 
-__all__ = ["COMMANDS", "history_summaries", "register", "summary_json"]
+__all__ = ["COMMANDS", "history_summaries", "register", "summary_json"]  # summary_json: shapes
 
 EXIT_OK, EXIT_NOT_DONE = 0, 1
 
@@ -65,63 +71,7 @@ def register(
     common(comp)
 
 
-# --- shapes ---------------------------------------------------------------------------------
-
-
-def constraint_json(c: Constraint) -> dict[str, Any]:
-    return {"text": c.text, "source_message_id": c.source_message_id}
-
-
-def summary_json(s: Summary) -> dict[str, Any]:
-    """An activated summary: what it covers, what it kept, who made it."""
-    b, f = s.body, s.facts
-    return {
-        "id": s.id,
-        "generation": s.generation,
-        "covers": {
-            "from_seq": 1,
-            "through_seq": s.covered_through_seq,
-            "through_message_id": s.covered_through_message_id,
-            "source_digest": s.source_digest,
-        },
-        "replaces_in_context": f"messages 1..{s.covered_through_seq}",
-        "goal": b.goal,
-        "constraints": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.constraints],
-        "decisions": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.decisions],
-        "open_questions": [
-            {"text": q.text, "uncertainty": q.uncertainty, "source_ids": list(q.source_ids)}
-            for q in b.open_questions
-        ],
-        "evidence": [
-            {"message_id": e.message_id, "artifact_id": e.artifact_id, "note": e.note}
-            for e in b.evidence
-        ],
-        "facts": {
-            "files": [
-                {"path": x.path, "action": x.action, "content_hash": x.content_hash,
-                 "source_message_id": x.source_message_id}
-                for x in f.files
-            ],
-            "commands": [
-                {"command": x.command, "exit_status": x.exit_status,
-                 "tool_status": x.tool_status, "source_message_id": x.source_message_id}
-                for x in f.commands
-            ],
-            "failing_tests": [
-                {"name": x.name, "source_message_id": x.source_message_id}
-                for x in f.failing_tests
-            ],
-            "constraints": [constraint_json(c) for c in f.constraints],
-        },
-        "model": s.model,
-        "template_version": s.template_version,
-        "trigger": s.trigger,
-        "created_at": iso(s.created_at),
-        "source_tokens": s.source_tokens,
-        "summary_tokens": s.summary_tokens,
-        "meter": s.meter,
-        "schema_version": s.schema_version,
-    }  # fmt: skip
+# --- text -----------------------------------------------------------------------------------
 
 
 def summary_text(s: Summary) -> str:
@@ -166,75 +116,6 @@ async def history_summaries(store: Any, session_id: str) -> tuple[dict[str, Any]
     return data, lines
 
 
-def outcome_json(o: CompactionOutcome) -> dict[str, Any]:
-    return {
-        "status": o.status,
-        "detail": o.detail,
-        "trigger": o.trigger,
-        "generation_before": o.generation_before,
-        "generation_after": o.generation_after,
-        "tokens_before": o.measured_tokens,
-        "tokens_after": o.tokens_after,
-        "threshold_tokens": o.threshold_tokens,
-        "insufficient": o.insufficient,
-        "summarizer": {
-            "calls": o.summarizer_calls,
-            "input_tokens": o.summarizer_input_tokens,
-            "output_tokens": o.summarizer_output_tokens,
-        },
-        "summary": None if o.summary is None else summary_json(o.summary),
-    }
-
-
-def _source(m: Message) -> tuple[str, str]:
-    """(source, trust) of a context item."""
-    if m.id.startswith("ctx_preamble_"):
-        return "plait: constraints and summary", "derived"
-    if isinstance(m, UserMessage):
-        return "user", "user"
-    if isinstance(m, ToolResultMessage):
-        return f"tool {m.tool_name}", "data"
-    return "assistant", "model"
-
-
-def view_json(v: ContextView, *, items: bool) -> dict[str, Any]:
-    t = v.tokens
-    data: dict[str, Any] = {
-        "model": v.model,
-        "meter": {"name": v.meter, "exact": v.exact},
-        "budget": {
-            "context_window": v.budget.window,
-            "reserved_output": v.budget.reserved_output,
-            "safety_margin": v.budget.safety_margin,
-            "input_budget": v.budget.input_budget,
-            "compaction_threshold": v.threshold_tokens,
-        },
-        "tokens": {
-            "instructions": t.instructions,
-            "tools": t.tools,
-            "constraints_and_summary": t.preamble,
-            "pinned_request": t.pinned,
-            "recent_history": t.tail,
-            "total": t.total,
-            "raw_history_alone": v.full_history_tokens,
-        },
-        "over_threshold": v.over_threshold,
-        "over_budget": v.over_budget,
-        "history_messages": v.history_messages,
-        "raw_tail_from_seq": v.tail_from_seq,
-        "pinned_message_id": v.pinned_message_id,
-        "summary": None if v.summary is None else summary_json(v.summary),
-        "constraints": [constraint_json(c) for c in v.constraints],
-    }
-    if items:
-        data["items"] = [
-            {"id": m.id, "kind": m.kind, "source": s, "trust": trust}
-            for m in v.context.items
-            for s, trust in [_source(m)]
-        ]
-    return data
-
-
 def view_text(v: ContextView, *, items: bool) -> str:
     t, b = v.tokens, v.budget
     meter = f"{v.meter}, {'exact' if v.exact else 'estimate'}"
@@ -259,7 +140,7 @@ def view_text(v: ContextView, *, items: bool) -> str:
     lines += [f"constraint: {c.text} [{c.source_message_id}]" for c in v.constraints]
     if items:
         for m in v.context.items:
-            source, trust = _source(m)
+            source, trust = context_item_source(m)
             lines.append(f"  item {m.id}: {m.kind}, from {source}, trust {trust}")
     return "\n".join(lines)
 

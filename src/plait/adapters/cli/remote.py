@@ -88,6 +88,8 @@ def _follow(client: _Client, run_id: str, out: Out) -> dict[str, Any]:
                         if event == "message" and not out.json:
                             m = data["message"]
                             print(f"[{m['kind']}] {m.get('text') or m.get('content') or ''}")
+                        if event == "compaction" and not out.json and data["phase"] != "started":
+                            print(f"[compaction {data['phase']}] {data.get('detail') or ''}")
         except (OSError, RemoteError):
             tries += 1
             if tries > 5:

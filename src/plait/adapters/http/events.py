@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
-from plait.adapters.shapes import message_json, run_json
+from plait.adapters.shapes import compaction_event_json, message_json, run_json
 from plait.application.events import (
+    CompactionEvent,
     MessageSaved,
     ModelCallStarted,
     RunEnded,
@@ -39,6 +40,8 @@ def encode_event(event: RunEvent, at: float) -> list[NewRunEvent]:
         return [NewRunEvent(type=EventType.RUN_FINISHED, at=at, data={"run": run_json(event.run)})]
     if isinstance(event, MessageSaved):
         return _message_events(event, at)
+    if isinstance(event, CompactionEvent):
+        return [NewRunEvent(type=EventType.COMPACTION, at=at, data=compaction_event_json(event))]
     return []  # pragma: no cover - a new event kind is simply not streamed yet
 
 

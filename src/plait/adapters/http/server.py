@@ -160,7 +160,6 @@ def _runtime(settings: Settings, *, need_model: bool) -> Any:
         db=settings.db,
         model=settings.model if need_model else None,
         lease_seconds=settings.lease_seconds,
-        offload_store=True,
     )
 
 

@@ -4,11 +4,15 @@ exception at this edge (locked → ConflictError, corrupt or not a database →
 CorruptStoreError naming the file, anything else → StoreError).
 
 Every write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction; reads run without an
-explicit transaction. A lock serializes the callers.
+explicit transaction. Both run on the store's own I/O thread
+(:class:`~plait.adapters.stores.offload.IoThread`), never on the event loop's: a commit's
+fsync blocks nobody but the next call to this store. A lock serializes the callers (the
+thread is the only one, but the connection must stay safe whoever calls).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import threading
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from plait.adapters.stores._state import closed_error
+from plait.adapters.stores.offload import IoThread
 from plait.domain.errors import ConflictError, CorruptStoreError, PlaitError, StoreError
 from plait.domain.runs import RunStatus
 
@@ -79,6 +84,7 @@ class SqliteConnection:
         self._path = path
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
+        self._io = IoThread(f"plait-sqlite-{path.name}")
         self._conn: sqlite3.Connection | None = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -169,7 +175,26 @@ class SqliteConnection:
             return ConflictError(f"{where}: {e}", path=where)
         return StoreError(f"{where}: sqlite error: {e}", path=where, sqlite_error=name)
 
-    def write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+    def submit(self, op: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue a write transaction on the I/O thread now; its future resolves once it
+        is committed (durable) or has failed."""
+        return self._io.submit(lambda: self._write(op))
+
+    async def write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``op`` in one write transaction on the I/O thread."""
+        return await self._io.submit(lambda: self._write(op))
+
+    async def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``op`` (no explicit transaction) on the I/O thread."""
+        return await self._io.submit(lambda: self._read(op))
+
+    async def close(self) -> None:
+        try:
+            await self._io.run(self._close)
+        finally:
+            self._io.stop()
+
+    def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
             conn = self._conn
             if conn is None:
@@ -188,7 +213,7 @@ class SqliteConnection:
             except sqlite3.Error as e:
                 raise self.translate(e) from e
 
-    def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+    def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
             conn = self._conn
             if conn is None:
@@ -198,7 +223,7 @@ class SqliteConnection:
             except sqlite3.Error as e:
                 raise self.translate(e) from e
 
-    def close(self) -> None:
+    def _close(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None:

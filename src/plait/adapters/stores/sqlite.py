@@ -2,13 +2,13 @@
 
 Every port write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction (durable when the
 call returns; see :mod:`._sqlite_conn`, and :mod:`._sqlite_commit` for a commit's checks);
-reads run without an explicit transaction. The blocking calls happen
-directly inside the ``async def`` methods (none of them suspends): for one caller (the
-CLI, a benchmark) a commit costs less than a hand-off to a thread. A server serving many
-sessions from one event loop wraps the store in
-:class:`~plait.adapters.stores.offload.Offloaded` (``Runtime.open(offload_store=True)``, as
-``plait serve`` does): every call then runs on a worker thread, so one slow fsync never
-stalls the other sessions. No transaction is ever held open across an ``await``.
+reads run without an explicit transaction. Every call runs on the store's own I/O thread,
+never on the event loop thread, whoever uses the store (CLI, ``plait serve``, a library
+caller): one slow fsync never stalls the other sessions or the lease heartbeats of the
+process. Calls run one at a time in the order they were made; :meth:`SqliteStore.
+commit_soon` queues a commit at once and returns its future, for a caller that has other
+work to do while the commit becomes durable. No transaction is ever held open across an
+``await``.
 
 Several processes may share the file: ``PRAGMA busy_timeout`` makes a writer wait for the
 write lock instead of failing; the version compare-and-set inside the transaction turns a
@@ -25,6 +25,7 @@ so forks can share them.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -151,6 +152,9 @@ class SqliteStore:
             raise StoreError(f"cannot create the directory of {path}: {e}", path=str(path)) from e
         return cls(path, busy_timeout_s=busy_timeout_s)
 
+    io_off_loop = True
+    """Every call runs on the store's own I/O thread, never on the event loop's."""
+
     def __repr__(self) -> str:
         return f"SqliteStore({str(self._path)!r})"
 
@@ -169,17 +173,17 @@ class SqliteStore:
             except sqlite3.IntegrityError:
                 raise duplicate_session(session.id) from None
 
-        self._db.write(op)
+        await self._db.write(op)
 
     async def get_session(self, session_id: str) -> Session:
-        row = self._db.read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
+        row = await self._db.read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
         if row is None:
             raise session_not_found(session_id)
         return session_from_row(row)
 
     async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
         lim = -1 if limit is None else max(limit, 0)
-        rows = self._db.read(lambda conn: conn.execute(_LIST_SESSIONS, (lim,)).fetchall())
+        rows = await self._db.read(lambda conn: conn.execute(_LIST_SESSIONS, (lim,)).fetchall())
         return [session_from_row(r) for r in rows]
 
     async def read_messages(
@@ -191,43 +195,48 @@ class SqliteStore:
             rows = conn.execute(_READ_MESSAGES, (session_id, after, lim)).fetchall()
             if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
                 raise session_not_found(session_id)
-            return decode_messages(rows)
+            # Decoding allocates a few objects per message and keeps them all: the cyclic GC
+            # would rescan the growing heap several times for nothing (~25% of the load).
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                return decode_messages(rows)
+            finally:
+                if paused:
+                    gc.enable()
 
-        # Loading history allocates a few objects per message and keeps them all: the cyclic
-        # GC would rescan the growing heap several times for nothing (~25% of the load).
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            return self._db.read(op)
-        finally:
-            if paused:
-                gc.enable()
+        return await self._db.read(op)
 
     # --- writes ---------------------------------------------------------------------------
 
     async def start_run(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=True)
-        return self._db.write(lambda conn: _sqlite_commit.apply(conn, commit, start=True))
+        return await self._db.write(lambda conn: _sqlite_commit.apply(conn, commit, start=True))
 
     async def commit(self, commit: Commit) -> CommitResult:
+        return await self.commit_soon(commit)
+
+    def commit_soon(self, commit: Commit) -> asyncio.Future[CommitResult]:
+        """:meth:`commit`, queued on the I/O thread at once: the future resolves when the
+        commit is durable (or fails). Calls made after it are applied after it."""
         validate_commit(commit, start=False)
-        return self._db.write(lambda conn: _sqlite_commit.apply(conn, commit, start=False))
+        return self._db.submit(lambda conn: _sqlite_commit.apply(conn, commit, start=False))
 
     # --- forks (see _sqlite_fork) ---------------------------------------------------------
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
-        return self._db.read(lambda conn: _sqlite_fork.message_seq(conn, session_id, message_id))
+        return await self._db.read(lambda c: _sqlite_fork.message_seq(c, session_id, message_id))
 
     async def fork_session(self, commit: ForkCommit) -> ForkRecord:
-        return self._db.write(lambda conn: _sqlite_fork.fork(conn, commit))
+        return await self._db.write(lambda conn: _sqlite_fork.fork(conn, commit))
 
     async def get_fork_record(self, session_id: str) -> ForkRecord | None:
-        return self._db.read(lambda conn: _sqlite_fork.get_record(conn, session_id))
+        return await self._db.read(lambda conn: _sqlite_fork.get_record(conn, session_id))
 
     # --- runs -----------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> Run:
-        row = self._db.read(lambda conn: conn.execute(_GET_RUN, (run_id,)).fetchone())
+        row = await self._db.read(lambda conn: conn.execute(_GET_RUN, (run_id,)).fetchone())
         if row is None:
             raise run_not_found(run_id)
         return run_from_row(row)
@@ -241,10 +250,10 @@ class SqliteStore:
                 raise session_not_found(session_id)
             return rows
 
-        return [run_from_row(r) for r in self._db.read(op)]
+        return [run_from_row(r) for r in await self._db.read(op)]
 
     async def request_cancel(self, run_id: str) -> Run:
-        rows = self._db.write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
+        rows = await self._db.write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
         if not rows:
             raise run_not_found(run_id)
         return run_from_row(rows[0])
@@ -256,7 +265,7 @@ class SqliteStore:
                 raise run_not_found(run_id)
             return rows
 
-        rows = self._db.read(op)
+        rows = await self._db.read(op)
         return [_codec.execution_from_dict(json_value(r[0], "execution record")) for r in rows]
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
@@ -267,14 +276,14 @@ class SqliteStore:
             self._lease_failure(conn, run_id, owner)
             raise AssertionError("unreachable")
 
-        return run_from_row(self._db.write(op))
+        return run_from_row(await self._db.write(op))
 
     async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(_RENEW, (expires_at, run_id, owner)).rowcount != 1:
                 self._lease_failure(conn, run_id, owner)
 
-        self._db.write(op)
+        await self._db.write(op)
 
     def _lease_failure(self, conn: sqlite3.Connection, run_id: str, owner: str) -> None:
         row = conn.execute(_LEASE, (run_id,)).fetchone()
@@ -285,7 +294,7 @@ class SqliteStore:
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         return [
             run_from_row(r)
-            for r in self._db.read(lambda conn: conn.execute(_STALE, (now,)).fetchall())
+            for r in await self._db.read(lambda conn: conn.execute(_STALE, (now,)).fetchall())
         ]
 
     # --- artifacts ------------------------------------------------------------------------
@@ -293,7 +302,7 @@ class SqliteStore:
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
         ref = artifact_ref(data, media_type)
         row = (ref.id, ref.sha256, ref.size, ref.media_type, bytes(data))
-        self._db.write(lambda conn: conn.execute(_PUT_ARTIFACT, row))
+        await self._db.write(lambda conn: conn.execute(_PUT_ARTIFACT, row))
         return ref
 
     async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
@@ -310,11 +319,11 @@ class SqliteStore:
                 while chunk := src.read(ARTIFACT_CHUNK):
                     blob.write(chunk)
 
-        self._db.write(put)
+        await self._db.write(put)
         return ref
 
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
-        row = self._db.read(lambda conn: conn.execute(_GET_ARTIFACT, (artifact_id,)).fetchone())
+        row = await self._db.read(lambda c: c.execute(_GET_ARTIFACT, (artifact_id,)).fetchone())
         if row is None:
             raise artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
@@ -323,7 +332,8 @@ class SqliteStore:
     # --- service mode: queue, events, keys (see _sqlite_service) --------------------------
 
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
-        row = self._db.write(lambda c: _service.claim_queued(c, RUN_COLS, owner, now, expires_at))
+        claim = _service.claim_queued
+        row = await self._db.write(lambda c: claim(c, RUN_COLS, owner, now, expires_at))
         return None if row is None else run_from_row(row)
 
     async def append_run_events(
@@ -331,7 +341,7 @@ class SqliteStore:
     ) -> list[RunEventRecord]:
         if not events:
             return []
-        return self._db.write(lambda conn: _service.append_events(conn, run_id, events))
+        return await self._db.write(lambda conn: _service.append_events(conn, run_id, events))
 
     async def append_run_events_batch(
         self, batch: Mapping[str, Sequence[NewRunEvent]]
@@ -345,13 +355,13 @@ class SqliteStore:
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[RunEventRecord]:
-        return self._db.read(lambda conn: _service.read_events(conn, run_id, after, limit))
+        return await self._db.read(lambda conn: _service.read_events(conn, run_id, after, limit))
 
     async def add_api_key(self, key: ApiKey) -> None:
-        self._db.write(lambda conn: _service.add_key(conn, key))
+        await self._db.write(lambda conn: _service.add_key(conn, key))
 
     async def find_api_key(self, key_hash: str) -> ApiKey | None:
-        return self._db.read(lambda conn: _service.find_key(conn, key_hash))
+        return await self._db.read(lambda conn: _service.find_key(conn, key_hash))
 
     # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
 
@@ -361,15 +371,15 @@ class SqliteStore:
                 raise session_not_found(approval.session_id)
             return _approvals_sqlite.request(conn, approval)
 
-        return self._db.write(op)
+        return await self._db.write(op)
 
     async def get_approval(self, approval_id: str) -> Approval:
-        return self._db.read(lambda conn: _approvals_sqlite.get(conn, approval_id))
+        return await self._db.read(lambda conn: _approvals_sqlite.get(conn, approval_id))
 
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
-        return self._db.read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
+        return await self._db.read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
 
     async def decide_approval(
         self,
@@ -381,7 +391,7 @@ class SqliteStore:
         ttl_seconds: float | None = None,
         reason: str | None = None,
     ) -> Approval:
-        return self._db.write(
+        return await self._db.write(
             lambda conn: _approvals_sqlite.decide(
                 conn, approval_id, approve=approve, grantor=grantor, at=at,
                 ttl_seconds=ttl_seconds, reason=reason,
@@ -389,36 +399,36 @@ class SqliteStore:
         )  # fmt: skip
 
     async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
-        return self._db.write(lambda conn: _approvals_sqlite.consume(conn, approval_id, use))
+        return await self._db.write(lambda conn: _approvals_sqlite.consume(conn, approval_id, use))
 
     # --- summaries, constraints, search (see _sqlite_summaries) ----------------------------
 
     async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
-        self._db.write(lambda conn: _summaries.activate(conn, summary, expected_generation))
+        await self._db.write(lambda conn: _summaries.activate(conn, summary, expected_generation))
 
     async def get_summary(self, session_id: str) -> Summary | None:
-        return self._db.read(lambda conn: _summaries.get_active(conn, session_id))
+        return await self._db.read(lambda conn: _summaries.get_active(conn, session_id))
 
     async def list_summaries(self, session_id: str) -> list[Summary]:
-        return self._db.read(lambda conn: _summaries.list_summaries(conn, session_id))
+        return await self._db.read(lambda conn: _summaries.list_summaries(conn, session_id))
 
     async def add_constraints(
         self, session_id: str, constraints: Sequence[Constraint]
     ) -> list[Constraint]:
         items = list(constraints)
-        return self._db.write(lambda conn: _summaries.add_constraints(conn, session_id, items))
+        return await self._db.write(lambda c: _summaries.add_constraints(c, session_id, items))
 
     async def list_constraints(self, session_id: str) -> list[Constraint]:
-        return self._db.read(lambda conn: _summaries.list_constraints(conn, session_id))
+        return await self._db.read(lambda conn: _summaries.list_constraints(conn, session_id))
 
     async def search_history(
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
     ) -> list[StoredMessage]:
         search_terms(query)  # a bad query fails before anything is written
-        self._db.write(_summaries.catch_up_index)
-        return self._db.read(
+        await self._db.write(_summaries.catch_up_index)
+        return await self._db.read(
             lambda conn: _summaries.search(conn, session_id, query, through_seq, max(limit, 0))
         )
 
     async def close(self) -> None:
-        self._db.close()
+        await self._db.close()

@@ -152,22 +152,16 @@ class ContextAssembler:
         assert pinned is None or isinstance(pinned, UserMessage)
         items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
         context: Context[Any] = Context(
-            instructions=instructions,
-            tools=tools,
-            items=items,
-            output_type=output_type,
-            corrections=corrections,
-            compacted=compacted,
-        )
+            instructions=instructions, tools=tools, items=items, output_type=output_type,
+            corrections=corrections, compacted=compacted,
+        )  # fmt: skip
         tokens = TokenBreakdown(
             instructions=self.cache.text(meter, instructions),
             tools=self.cache.tools(meter, tools),
             preamble=preamble_tokens,
             pinned=0 if pinned is None else self.cache.message(meter, pinned),
             tail=ledger.tokens(start),
-            corrections=sum(
-                meter.count_text(c.rejected_text + " ".join(c.problems)) for c in corrections
-            ),
+            corrections=_corrections(meter, corrections),
         )
         budget = self.settings.budget_for(profile.context_window, profile.max_output_tokens)
         return ContextView(
@@ -186,6 +180,10 @@ class ContextAssembler:
             preamble=preamble,
             full_history_tokens=ledger.tokens(0),
         )
+
+
+def _corrections(meter: TokenMeter, corrections: tuple[Correction, ...]) -> int:
+    return sum(meter.count_text(c.rejected_text + " ".join(c.problems)) for c in corrections)
 
 
 def _items(

@@ -21,12 +21,17 @@ activated; the previous one stays and the raw history is untouched.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
 
 from plait.application.compaction._context import ContextAssembler, ContextView, summary_applies
 from plait.application.compaction._ledger import CountCache
+from plait.application.compaction._outcome import (
+    CompactionOutcome,
+    RunCompaction,
+)
+from plait.application.compaction._outcome import outcome as _outcome
 from plait.application.compaction._profiles import ModelProfile, ModelProfiles
 from plait.application.compaction._render import TEMPLATE_VERSION, render_preamble
 from plait.application.compaction._summarizer import (
@@ -52,6 +57,7 @@ from plait.domain.errors import (
     ModelError,
     ModelErrorCode,
     SummaryConflictError,
+    TokenMeterModelUnconfiguredError,
 )
 from plait.domain.facts import cap_facts, constraints_of, harvest_facts, merge_facts
 from plait.domain.messages import AssistantMessage, Message
@@ -68,45 +74,9 @@ __all__ = [
 
 log = logging.getLogger("plait.compaction")
 
-Status = Literal["compacted", "not_needed", "nothing_to_compact", "failed", "superseded", "skipped"]
-
 
 class CompactionStore(SessionStore, SummaryStore, Protocol):
     """What compaction needs of a store."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompactionOutcome:
-    status: Status
-    detail: str
-    trigger: Trigger
-    generation_before: int
-    generation_after: int
-    summary: Summary | None = None
-    """The summary activated by this compaction (``compacted``), else ``None``."""
-    measured_tokens: int | None = None
-    """The context's tokens before compacting (pressure and manual)."""
-    tokens_after: int | None = None
-    threshold_tokens: int | None = None
-    insufficient: bool = False
-    """Compacted, but the context is still at or over the threshold (an indivisible unit
-    is too large): said once, never retried in a loop."""
-    summarizer_calls: int = 0
-    summarizer_input_tokens: int = 0
-    summarizer_output_tokens: int = 0
-
-    @property
-    def surface_changed(self) -> bool:
-        return self.generation_after > self.generation_before
-
-
-@dataclass(slots=True)
-class RunCompaction:
-    """Per-run counters: compactions done, overflow recoveries tried, what was said."""
-
-    compactions: int = 0
-    overflow_attempts: int = 0
-    warned: set[str] = field(default_factory=set)
 
 
 class CompactionService:
@@ -172,6 +142,7 @@ class CompactionService:
         instructions: str,
         tools: tuple[ToolSpec, ...],
         model: str | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> CompactionOutcome | None:
         """The post-step checkpoint. ``model`` is the model the step's request was routed
         to (the run's model, as recorded); default: the model named by the latest
@@ -197,7 +168,12 @@ class CompactionService:
         if run.compactions >= self.settings.max_compactions_per_run:
             return self._once(run, "cap", session_id, view, "pressure")
         outcome = await self.compact(
-            session_id, trigger="pressure", model=model, instructions=instructions, tools=tools
+            session_id,
+            trigger="pressure",
+            model=model,
+            instructions=instructions,
+            tools=tools,
+            on_start=on_start,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -215,6 +191,7 @@ class CompactionService:
         model: str,
         instructions: str,
         tools: tuple[ToolSpec, ...],
+        on_start: Callable[[], None] | None = None,
     ) -> CompactionOutcome | None:
         """The overflow hook. Returns the outcome of a shrinking compaction, or ``None``
         when recovery does not apply (auto off, not an overflow, attempts used up). The
@@ -228,7 +205,12 @@ class CompactionService:
             return None
         run.overflow_attempts += 1
         outcome = await self.compact(
-            session_id, trigger="overflow", model=model, instructions=instructions, tools=tools
+            session_id,
+            trigger="overflow",
+            model=model,
+            instructions=instructions,
+            tools=tools,
+            on_start=on_start,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -272,19 +254,19 @@ class CompactionService:
         model: str | None = None,
         instructions: str = "",
         tools: tuple[ToolSpec, ...] = (),
+        on_start: Callable[[], None] | None = None,
     ) -> CompactionOutcome:
         """Compact the session's history as it is now (see the module docstring).
         ``model`` is the model whose window and meter decide; default: the routed model of
-        the history, else the summarizer's."""
+        the history, else the summarizer's. ``on_start`` is called once the prefix is
+        chosen, just before the summarizer is asked."""
         stored = await self.store.read_messages(session_id)
         history = [sm.message for sm in stored]
         active = await self.store.get_summary(session_id)
         gen = 0 if active is None else active.generation
         name = model or self.routed_model(history) or (self.summarizer and self.summarizer.name)
         if not name:
-            return self._outcome(
-                "nothing_to_compact", "the session has no model turn yet", trigger, gen
-            )
+            return _outcome("nothing_to_compact", "the session has no model turn yet", trigger, gen)
         profile = self.profiles.get(name)
         view = await self.assembler.build(
             session_id,
@@ -297,7 +279,7 @@ class CompactionService:
         usable = active if active is not None and summary_applies(active, history) else None
         plan = self._plan(session_id, profile, history, usable, trigger)
         if plan is None:
-            return self._outcome(
+            return _outcome(
                 "nothing_to_compact",
                 "no complete unit beyond the active summary can be summarized (the newest "
                 "unit and any unsettled calls always stay raw)",
@@ -306,21 +288,40 @@ class CompactionService:
                 view,
             )
         if self.summarizer is None:
-            return self._outcome("failed", "no summarizer model is configured", trigger, gen, view)
+            return _outcome("failed", "no summarizer model is configured", trigger, gen, view)
+        if on_start is not None:
+            on_start()
+        return await self._summarize_and_activate(
+            session_id, stored, plan, usable, profile, view, trigger, gen
+        )
+
+    async def _summarize_and_activate(
+        self,
+        session_id: str,
+        stored: list[StoredMessage],
+        plan: CompactionPlan,
+        usable: Summary | None,
+        profile: ModelProfile,
+        view: ContextView,
+        trigger: Trigger,
+        gen: int,
+    ) -> CompactionOutcome:
+        """Summarize ``plan``'s prefix, validate, activate by compare-and-set on ``gen``."""
         k = plan.covered_through
         try:
             summary, result = await self._summarize(session_id, stored, k, usable, profile, gen)
         except CompactionError as e:
-            failed = self._outcome("failed", e.message, trigger, gen, view)
+            failed = _outcome("failed", e.message, trigger, gen, view)
             return replace(failed, summarizer_calls=int(e.details.get("calls", 0)))
         summary = replace(summary, source_tokens=plan.source_tokens, trigger=trigger)
         problems = summary_problems(summary, [sm.message.id for sm in stored[:k]])
         if problems:
             detail = "summary not activated: " + "; ".join(problems)
-            return self._outcome("failed", detail, trigger, gen, view, result)
+            return _outcome("failed", detail, trigger, gen, view, result)
         activated = await self._activate(summary, gen)
         if isinstance(activated, str):
-            return self._outcome("superseded", activated, trigger, gen, view, result)
+            return _outcome("superseded", activated, trigger, gen, view, result)
+        history = [sm.message for sm in stored]
         return await self._compacted(activated, gen, trigger, view, history, result)
 
     def _plan(
@@ -360,9 +361,13 @@ class CompactionService:
             # The previous summary's items keep their raw source ids; only the raw
             # messages after it are read by the model.
             start, carried, facts = previous.covered_through_seq, previous.body, previous.facts
+        try:
+            own = self.profiles.get(self.summarizer.name)
+        except TokenMeterModelUnconfiguredError as e:
+            raise CompactionError(f"the summarizer cannot be budgeted: {e.message}") from e
         summarizer = Summarizer(
             model=self.summarizer,
-            profile=self.profiles.get(self.summarizer.name),
+            profile=own,
             settings=self.settings,
             cache=self.cache,
         )
@@ -450,26 +455,4 @@ class CompactionService:
             summarizer_calls=result.calls,
             summarizer_input_tokens=result.input_tokens,
             summarizer_output_tokens=result.output_tokens,
-        )
-
-    @staticmethod
-    def _outcome(
-        status: Status,
-        detail: str,
-        trigger: Trigger,
-        gen: int,
-        view: ContextView | None = None,
-        result: SummarizeResult | None = None,
-    ) -> CompactionOutcome:
-        return CompactionOutcome(
-            status=status,
-            detail=detail,
-            trigger=trigger,
-            generation_before=gen,
-            generation_after=gen,
-            measured_tokens=None if view is None else view.tokens.total,
-            threshold_tokens=None if view is None else view.threshold_tokens,
-            summarizer_calls=0 if result is None else result.calls,
-            summarizer_input_tokens=0 if result is None else result.input_tokens,
-            summarizer_output_tokens=0 if result is None else result.output_tokens,
         )

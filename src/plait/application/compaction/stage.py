@@ -2,24 +2,28 @@
 
 :class:`CompactionStage` gives the driver three things, each bound to the run it drives:
 
-- :meth:`assistant_context`: the assistant's context with the constraint records, the
-  active summary and the raw tail (``None``: nothing to add, build the plain one);
-- :meth:`after_step`: the post-step checkpoint, called once the step's assistant message
+- :meth:`context_for`: the assistant's context with the constraint records, the active
+  summary and the raw tail;
+- :meth:`post_step`: the post-step checkpoint, called once the step's assistant message
   and all its tool results are persisted;
-- :meth:`overflow_hook`: the ModelCaller's ``CONTEXT_WINDOW_EXCEEDED`` hook. It returns a
-  rebuilt context only if a shrinking compaction raised the surface generation; otherwise
-  ``None``, and the caller reports the provider's error unchanged.
+- :meth:`recover`: called after a step failed. For the provider's
+  ``CONTEXT_WINDOW_EXCEEDED`` it tries one shrinking compaction and says "retry" only if
+  the model-visible surface generation increased; the driver then closes the failed
+  step and retries as a new step, rebuilding the context from the stored history.
+  Otherwise the provider's error ends the run unchanged.
 
-Summarizer calls are charged to the run (model calls and tokens). ``auto=False`` makes
-the stage register nothing automatic: no pressure check, no overflow recovery.
+Each compaction is reported to the run's observer as :class:`~plait.application.events.
+CompactionEvent` (started, then activated / failed / skipped). Summarizer calls are
+charged to the run (model calls and tokens). ``auto=False`` makes the stage register
+nothing automatic: no pressure check, no overflow recovery.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol
 
 from plait.application._run_state import StopRun
 from plait.application.compaction._context import ContextView
@@ -30,8 +34,9 @@ from plait.application.compaction.service import (
     CompactionService,
     RunCompaction,
 )
+from plait.application.events import CompactionEvent, RunObserver
 from plait.domain.context import Context, Correction
-from plait.domain.errors import ModelError, TokenMeterModelUnconfiguredError
+from plait.domain.errors import ModelError, ModelErrorCode, TokenMeterModelUnconfiguredError
 from plait.domain.messages import AssistantMessage, Message
 from plait.domain.runs import RunStatus
 from plait.domain.tools import ToolSpec
@@ -42,8 +47,17 @@ log = logging.getLogger("plait.compaction")
 
 _FALLBACK = EstimateMeter("estimate (model unconfigured)")
 
+_PHASES: dict[str, Literal["activated", "failed", "skipped"]] = {
+    "compacted": "activated",
+    "failed": "failed",
+    "superseded": "skipped",
+    "skipped": "skipped",
+    "nothing_to_compact": "skipped",
+}
+
 
 class _Usage(Protocol):
+    steps: int
     model_calls: int
     input_tokens: int
     output_tokens: int
@@ -72,6 +86,8 @@ class RunView(Protocol):
     def session(self) -> _Ids: ...
     @property
     def run(self) -> _Run: ...
+    @property
+    def observer(self) -> RunObserver | None: ...
 
 
 class _Builder(Protocol):
@@ -92,14 +108,11 @@ class NoCompaction:
     ) -> Context[AssistantMessage]:
         return self.builder.assistant(a.history, corrections)
 
-    def hook_for(self, a: RunView, role: str) -> OverflowHook | None:
-        return None
-
     async def post_step(self, a: RunView) -> None:
         return None
 
-
-OverflowHook = Callable[[Any, Context[Any], ModelError], Awaitable[Context[Any] | None]]
+    async def recover(self, a: RunView, stop: StopRun, step: int) -> bool:
+        return False
 
 
 class CompactionStage:
@@ -177,54 +190,6 @@ class CompactionStage:
         if outcome.status in ("failed", "skipped"):
             log.warning("compaction (%s) %s: %s", outcome.trigger, outcome.status, outcome.detail)
 
-    async def after_step(
-        self, session_id: str, run_id: str, run: RunView, model: str
-    ) -> CompactionOutcome | None:
-        """The post-step checkpoint. Raises
-        :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError` for a routed model
-        without a meter and window (the run fails with it); a failed summary only logs."""
-        if not self.auto:
-            return None
-        outcome = await self.service.after_step(
-            session_id,
-            run.history,
-            run=self.state(run_id),
-            instructions=self.instructions,
-            tools=self.tools,
-            model=model,
-        )
-        self._charge(run, outcome)
-        return outcome
-
-    def overflow_hook(
-        self, session_id: str, run_id: str, run: RunView, model: str
-    ) -> OverflowHook | None:
-        """The overflow hook for one run's assistant calls (``None`` when auto is off)."""
-        if not self.auto or self.service.settings.max_overflow_retries == 0:
-            return None
-
-        async def hook(role: Any, context: Context[Any], error: ModelError) -> Context[Any] | None:
-            if role != "assistant":
-                return None
-            state = self.state(run_id)
-            try:
-                outcome = await self.service.on_overflow(
-                    session_id,
-                    error,
-                    run=state,
-                    model=model,
-                    instructions=self.instructions,
-                    tools=self.tools,
-                )
-            except TokenMeterModelUnconfiguredError:
-                return None  # no window to shrink to: the provider's error stands
-            self._charge(run, outcome)
-            if outcome is None or not outcome.surface_changed:
-                return None
-            return await self.assistant_context(session_id, run.history, model, context.corrections)
-
-        return hook
-
     # --- the driver's side ------------------------------------------------------------------
 
     def _routed(self, a: RunView) -> str:
@@ -235,19 +200,112 @@ class CompactionStage:
     ) -> Context[AssistantMessage]:
         return await self.assistant_context(a.session.id, a.history, self._routed(a), corrections)
 
-    def hook_for(self, a: RunView, role: str) -> OverflowHook | None:
-        if role != "assistant":
-            return None
-        return self.overflow_hook(a.session.id, a.run.id, a, self._routed(a))
-
     async def post_step(self, a: RunView) -> None:
         """After the step's assistant message and all its results are persisted. An
         unknown routed model ends the run (``token_meter_model_unconfigured``)."""
         self.succeeded(a.run.id)
+        if not self.auto:
+            return
+        step = a.usage.steps
         try:
-            await self.after_step(a.session.id, a.run.id, a, self._routed(a))
+            outcome = await self.service.after_step(
+                a.session.id,
+                a.history,
+                run=self.state(a.run.id),
+                instructions=self.instructions,
+                tools=self.tools,
+                model=self._routed(a),
+                on_start=self._announce(a, "pressure", step),
+            )
         except TokenMeterModelUnconfiguredError as e:
             raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+        self._charge(a, outcome)
+        if outcome is not None:
+            self._report(a, outcome, step)
+
+    async def recover(self, a: RunView, stop: StopRun, step: int) -> bool:
+        """The RFC's overflow recovery, between the failed step and the next one. ``stop``
+        ended step ``step``; if its cause is the provider's ``CONTEXT_WINDOW_EXCEEDED``,
+        try at most ``max_overflow_retries`` consecutive shrinking compactions keeping the
+        newest unit. True only when the session's summary generation (the model-visible
+        surface) increased: step ``step`` is then closed (counted in the run's steps) and
+        the driver retries as a new step. False in every other
+        case (auto off, another error, attempts used up, unknown routed model, nothing to
+        compact, the compaction failed or raised): the original error stands unchanged."""
+        error = stop.__cause__
+        if not self.auto or not isinstance(error, ModelError):
+            return False
+        if error.model_code != ModelErrorCode.CONTEXT_WINDOW_EXCEEDED:
+            return False
+        sid = a.session.id
+        try:
+            before = await self._generation(sid)
+            outcome = await self.service.on_overflow(
+                sid,
+                error,
+                run=self.state(a.run.id),
+                model=self._routed(a),
+                instructions=self.instructions,
+                tools=self.tools,
+                on_start=self._announce(a, "overflow", step),
+            )
+            after = await self._generation(sid)
+        except TokenMeterModelUnconfiguredError:
+            return False  # no window to shrink to: the provider's error stands
+        except Exception as e:
+            log.exception("overflow recovery of run %s raised; the error stands", a.run.id)
+            self._emit(a, CompactionEvent(
+                run_id=a.run.id, phase="failed", trigger="overflow", step=step,
+                detail=f"{type(e).__name__}: {e}",
+            ))  # fmt: skip
+            return False
+        self._charge(a, outcome)
+        if outcome is None:
+            return False
+        self._report(a, outcome, step)
+        if after <= before:
+            return False
+        a.usage.steps = step  # the failed step is closed: the retry is the next one
+        return True
+
+    async def _generation(self, session_id: str) -> int:
+        active = await self.service.store.get_summary(session_id)
+        return 0 if active is None else active.generation
+
+    # --- events -----------------------------------------------------------------------------
+
+    def _emit(self, a: RunView, event: CompactionEvent) -> None:
+        if a.observer is None:
+            return
+        try:
+            a.observer(event)
+        except Exception:
+            log.exception("run observer raised; ignoring")
+
+    def _announce(self, a: RunView, trigger: str, step: int) -> Callable[[], None]:
+        def started() -> None:
+            self._emit(a, CompactionEvent(
+                run_id=a.run.id, phase="started", trigger=trigger, step=step
+            ))  # fmt: skip
+
+        return started
+
+    def _report(self, a: RunView, outcome: CompactionOutcome, step: int) -> None:
+        """One event per outcome that matters to a reader; "cannot shrink" once a run."""
+        phase = _PHASES.get(outcome.status)
+        if outcome.status == "nothing_to_compact":
+            if outcome.trigger == "pressure" and "cannot_shrink" in self.state(a.run.id).warned:
+                return
+            self.state(a.run.id).warned.add("cannot_shrink")
+        if phase is None:
+            return
+        covered = None if outcome.summary is None else outcome.summary.covered_through_seq
+        self._emit(a, CompactionEvent(
+            run_id=a.run.id, phase=phase, trigger=outcome.trigger, step=step,
+            detail=outcome.detail, generation=outcome.generation_after,
+            covered_through_seq=covered, tokens_before=outcome.measured_tokens,
+            tokens_after=outcome.tokens_after, insufficient=outcome.insufficient,
+        ))  # fmt: skip
 
     def succeeded(self, run_id: str) -> None:
         """A model request went through: consecutive overflow recoveries start over."""
