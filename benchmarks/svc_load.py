@@ -9,10 +9,9 @@ on: every acknowledged write is durable), an API process (no in-process worker) 
 ``--workers`` worker processes driving ``--concurrency`` runs each; submits ``--runs``
 runs concurrently (one session each, through a pool of 64 keep-alive connections) and
 SIGKILLs worker 0 once half of the runs have ended. SQLite: one process serving the API
-with an in-process worker (the store offloaded to threads, as ``plait serve`` has it);
-nothing is killed. The driver shares the machine's cores with the service: it uses a
-minimal HTTP client and learns progress from one session listing per 0.1 s, not from
-polling every run.
+with an in-process worker (SQLite does its I/O on its own thread); nothing is killed.
+The driver shares the machine's cores with the service: it uses a minimal HTTP client
+and learns progress from one session listing per 0.1 s, not from polling every run.
 
 Each run is three steps with a deterministic function model (no network): two calls of an
 idempotent tool, then an answer. The tool itself keeps the ledger the checks use (not the
@@ -103,11 +102,7 @@ def _runtime(db: str, ledger: Path, *, with_model: bool, lease: float) -> Any:
         parameters={"type": "object", "properties": {"n": {"type": "integer"}}},
         effect=EffectClass.IDEMPOTENT,
     )
-    store: Any = open_store(db)
-    if db.startswith("sqlite:"):
-        from plait.adapters.stores.offload import Offloaded
-
-        store = Offloaded(store)  # as `plait serve` does: SQLite calls off the event loop
+    store: Any = open_store(db)  # SQLite: its calls run on its own I/O thread
     return Runtime(
         store=store,
         artifacts=store,

@@ -11,12 +11,29 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from typing import Protocol
 
-__all__ = ["LocalEventFeed"]
+__all__ = ["LocalEventFeed", "RunEventFeed"]
+
+
+class RunEventFeed(Protocol):
+    """Wakes a run's event streams when its events are committed (here, or anywhere the
+    store can tell): a hint to read by sequence; a missed one costs a poll interval.
+    ``notify``: this process committed events up to ``seq``; ``wait``: until the run may
+    have events after ``after`` (True) or ``at_most`` seconds passed (False); ``start``
+    listening on the running loop (if the feed listens to anything)."""
+
+    def notify(self, run_id: str, seq: int) -> None: ...
+
+    async def wait(self, run_id: str, *, after: int, at_most: float) -> bool: ...
+
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class LocalEventFeed:
-    """:class:`~plait.application.ports.RunEventFeed` within one process (and the fan-out
+    """:class:`RunEventFeed` within one process (and the fan-out
     that cross-process feeds build on)."""
 
     def __init__(self, *, poll_seconds: float = 0.5, remember: int = 50_000) -> None:

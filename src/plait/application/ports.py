@@ -38,7 +38,6 @@ __all__ = [
     "ModelResponse",
     "ModelRole",
     "RawToolCall",
-    "RunEventFeed",
     "RunQueue",
     "SessionStore",
     "SummaryStore",
@@ -467,27 +466,6 @@ class RunQueue(Protocol):
         """:meth:`append_run_events` for several runs in one durable write (a worker
         flushes the events of every run it drives at once)."""
         ...
-
-
-class RunEventFeed(Protocol):
-    """Wakes the streams of a run when its events are persisted (in this process, or
-    by any process sharing the store where the store can tell). A hint to read the
-    store by sequence: a missed wake-up costs a poll interval, never an event."""
-
-    def notify(self, run_id: str, seq: int) -> None:
-        """Events up to ``seq`` of ``run_id`` were committed by this process."""
-        ...
-
-    async def wait(self, run_id: str, *, after: int, at_most: float) -> bool:
-        """Until ``run_id`` may have events after ``after`` (True) or ``at_most``
-        seconds passed (False)."""
-        ...
-
-    def start(self) -> None:
-        """Begin listening (on the running event loop), if the feed listens to anything."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class KeyStore(Protocol):

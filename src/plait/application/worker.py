@@ -20,8 +20,9 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
-from plait.application.ports import RunEventFeed, RunQueue, TextSink
+from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import PlaitError
 from plait.domain.runs import Run, RunStatus

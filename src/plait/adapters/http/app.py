@@ -27,8 +27,9 @@ from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
 from plait.adapters.shapes import message_json, run_json, session_json
+from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
-from plait.application.ports import RunEventFeed, RunQueue, SessionStore
+from plait.application.ports import RunQueue, SessionStore
 from plait.application.service import AgentService
 from plait.domain.errors import PlaitError, SessionNotFoundError, ValidationError
 from plait.domain.runs import Budget, Run

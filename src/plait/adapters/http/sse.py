@@ -1,7 +1,7 @@
 """The run event stream: persisted events after the client's last one, then live ones
 as any worker persists them, ending after ``run_finished``. New events are always read
 from the store by sequence (so resuming and crossing processes and machines need nothing
-more); a :class:`~plait.application.ports.RunEventFeed` only says when to read."""
+more); a :class:`~plait.application.event_feed.RunEventFeed` only says when to read."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 
 from plait.adapters.http.events import sse_frame
 from plait.adapters.shapes import run_json
-from plait.application.ports import RunEventFeed, RunQueue, SessionStore
+from plait.application.event_feed import RunEventFeed
+from plait.application.ports import RunQueue, SessionStore
 from plait.domain.service import EventType
 
 __all__ = ["event_stream"]

@@ -27,7 +27,7 @@ log = logging.getLogger("plait.events")
 
 
 class PgEventFeed:
-    """:class:`~plait.application.ports.RunEventFeed` over PostgreSQL ``LISTEN``."""
+    """:class:`~plait.application.event_feed.RunEventFeed` over PostgreSQL ``LISTEN``."""
 
     def __init__(self, url: str, *, poll_seconds: float = 0.5, retry_seconds: float = 1.0) -> None:
         self._url = url

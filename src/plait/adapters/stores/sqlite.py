@@ -349,7 +349,7 @@ class SqliteStore:
         out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
         todo = {run_id: events for run_id, events in batch.items() if events}
         if todo:
-            out.update(self._db.write(lambda conn: _service.append_batch(conn, todo)))
+            out.update(await self._db.write(lambda conn: _service.append_batch(conn, todo)))
         return out
 
     async def read_run_events(
