@@ -21,8 +21,11 @@ from plait.adapters.http.server import Settings, context_for
 from plait.adapters.stores.offload import Offloaded
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
+from plait.application.governance.gate import GovernedGate
+from plait.application.governance.governor import Governor
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
-from plait.domain.messages import ToolResultMessage, UserMessage
+from plait.domain.messages import ToolResultMessage, ToolStatus, UserMessage
+from plait.domain.policy import Action, Policy, ToolRule
 from plait.domain.service import Role
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, echo_tool
@@ -30,7 +33,8 @@ from plait.testing import FunctionModel, echo_tool
 
 async def behaviour(request: ModelRequest) -> ModelResponse:
     """``tool ...``: one echo call, then an answer; ``slow``: waits (until cancelled);
-    ``stream``: streams three text deltas; anything else: answered at once."""
+    ``stream``: streams three text deltas; anything else: answered at once (a denied
+    call is answered by quoting its reason)."""
     items = request.context.items
     last_user = next(m for m in reversed(items) if isinstance(m, UserMessage))
     text = last_user.text
@@ -43,6 +47,9 @@ async def behaviour(request: ModelRequest) -> ModelResponse:
     if text.startswith("tool") and not answered_tool:
         call = RawToolCall(id=f"call_{len(items)}", name="echo", arguments={"text": text})
         return ModelResponse(text="calling echo", tool_calls=(call,))
+    last = items[-1]
+    if isinstance(last, ToolResultMessage) and last.result.status is ToolStatus.DENIED:
+        return ModelResponse(text=f"understood, not doing it: {last.result.reason}")
     return ModelResponse(text=f"answer to {text}")
 
 
@@ -89,17 +96,36 @@ def start_server(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[Live]:
+    yield from serve_live(tmp_path)
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[Live]:
+    """Like ``live``, but every ``echo`` call needs a person's approval."""
+    yield from serve_live(tmp_path, policy=ASK_ECHO)
+
+
+ASK_ECHO = Policy(rules=(ToolRule(name="ask-echo", action=Action.APPROVE, tools=("echo",)),))
+
+
+def serve_live(tmp_path: Path, *, policy: Policy | None = None) -> Iterator[Live]:
     path = tmp_path / "plait.db"
     keys = _keys(path)
     store: Any = Offloaded(SqliteStore.open(path))  # as `plait serve` has it
+    clock, ids = SystemClock(), RandomIds()
+    gate = None
+    if policy is not None:
+        governor = Governor(policy=policy, approvals=store, clock=clock, ids=ids)
+        gate = GovernedGate(governor)
     rt = Runtime(
         store=store,
         artifacts=store,
         model=FunctionModel(behaviour, name="behaviour"),
         tools=[echo_tool().tool],
-        clock=SystemClock(),
-        ids=RandomIds(),
+        clock=clock,
+        ids=ids,
         lease_seconds=5.0,
+        gate=gate,
     )
     settings = Settings(db=f"sqlite:///{path}", serve_workers=2, max_body_bytes=4096)
     app = create_app(context_for(rt, settings))

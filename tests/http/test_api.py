@@ -110,6 +110,14 @@ def test_sse_streams_every_event_and_resumes_from_last_event_id(live: Live) -> N
         assert frames[-1].data["run"]["status"] == "completed"
         call = next(f for f in frames if f.event == "tool_call_requested").data
         assert call["name"] == "echo" and call["arguments"] == {"text": "tool go"}
+        # The gate's own decision, as recorded on the call's execution record.
+        (decision,) = [f.data for f in frames if f.event == "decision"]
+        assert {k: decision[k] for k in ("call_id", "name", "verdict", "decided_by")} == {
+            "call_id": call["call_id"], "name": "echo", "verdict": "allow",
+            "decided_by": "default",
+        }  # fmt: skip
+        order = [f.event for f in frames if f.event in ("decision", "tool_started")]
+        assert order == ["decision", "tool_started"]
         # Resume after the third event: exactly the rest, same ids and payloads.
         rest = read_events(c, run["run_id"], last_event_id="3")
         assert [(f.id, f.event, f.data) for f in rest] == [

@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from plait.application._run_state import ActiveRun, idempotency_key
-from plait.application.events import MessageSaved, RunEvent
+from plait.application.events import MessageSaved, RunEvent, ToolDecided
+from plait.application.gate import GateDecision
 from plait.application.ports import Clock, Commit, CommitResult, IdGenerator, SessionStore, Tool
 from plait.domain.errors import LeaseLostError
 from plait.domain.messages import (
@@ -80,6 +81,11 @@ class RunJournal:
             a.observer(event)
         except Exception:
             log.exception("run observer raised; ignoring")
+
+    def decided(self, a: ActiveRun, call: ToolCall, d: GateDecision) -> GateDecision:
+        """Report the gate's decision (the one recorded on the call's execution record)."""
+        self.emit(a, ToolDecided(a.run.id, call, d.verdict.value, d.decided_by, d.reason))
+        return d
 
     def _check_lease(self, a: ActiveRun) -> None:
         if a.lease_lost:

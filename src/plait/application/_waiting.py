@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from plait.application.driver import WAITING
 from plait.application.ports import LeftoverSweeper, SessionStore
 from plait.domain.errors import RunStateError
-from plait.domain.messages import ToolStatus
+from plait.domain.messages import ToolResult, ToolResultMessage, ToolStatus
 from plait.domain.runs import Run, RunStatus
-from plait.domain.session import ExecutionRecord
+from plait.domain.session import ExecutionRecord, ExecutionState
 
-__all__ = ["resumable", "sweep_leftovers", "unknown_call"]
+__all__ = ["resolution", "resumable", "sweep_leftovers", "unknown_call"]
 
 log = logging.getLogger("plait.agent")
 
@@ -41,6 +42,31 @@ async def unknown_call(
             call_id=call_id,
         )
     return run, record
+
+
+def resolution(
+    record: ExecutionRecord,
+    status: ToolStatus,
+    text: str,
+    *,
+    message_id: str,
+    now: float,
+    step: int,
+) -> tuple[ToolResultMessage, ExecutionRecord]:
+    """The result message a person's resolution gives the model, and the call's record
+    settled with it."""
+    message = ToolResultMessage(
+        id=message_id,
+        tool_name=record.tool_name,
+        result=ToolResult(call_id=record.call_id, status=status, content=text, reason=text),
+        created_at=now,
+        run_id=record.run_id,
+        step=step,
+    )
+    settled = replace(
+        record, state=ExecutionState.SETTLED, settled_at=now, result_status=status, note=text
+    )
+    return message, settled
 
 
 async def resumable(store: SessionStore, run_id: str) -> Run:

@@ -455,7 +455,7 @@ class RunDriver:
             reviewer=reviewer,
             history=Prefix(a.history),
         )
-        return await self.gate.decide(request)
+        return self.journal.decided(a, call, await self.gate.decide(request))
 
     async def _execute(
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool

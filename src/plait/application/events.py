@@ -21,6 +21,7 @@ __all__ = [
     "RunEvent",
     "RunObserver",
     "RunStarted",
+    "ToolDecided",
     "ToolStarted",
 ]
 
@@ -41,6 +42,19 @@ class ModelCallStarted:
 class MessageSaved:
     run_id: str
     stored: StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDecided:
+    """The ToolGate's decision about a call, as recorded on its execution record
+    (``verdict``: allow, deny or needs_approval; ``decided_by``: ``policy:<rule>``,
+    ``reviewer:<model>``, ``user:<name>``, ...)."""
+
+    run_id: str
+    call: ToolCall
+    verdict: str
+    decided_by: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +91,15 @@ class CompactionEvent:
     insufficient: bool = False
 
 
-RunEvent = RunStarted | ModelCallStarted | MessageSaved | ToolStarted | RunEnded | CompactionEvent
+RunEvent = (
+    RunStarted
+    | ModelCallStarted
+    | MessageSaved
+    | ToolDecided
+    | ToolStarted
+    | RunEnded
+    | CompactionEvent
+)
 
 
 class RunObserver(Protocol):

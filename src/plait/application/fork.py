@@ -70,6 +70,30 @@ def can_read(session: Session, caller: str | None) -> bool:
     return session.owner is None or session.owner == caller
 
 
+def _check_ids(source_session_id: str, through_message_id: str, request_id: str) -> None:
+    for name, value in (
+        ("source session id", source_session_id),
+        ("through message id", through_message_id),
+        ("request id", request_id),
+    ):
+        if not isinstance(value, str) or not value.strip():
+            raise ValidationError(f"the {name} must be a non-empty string", field=name)
+
+
+def _branch(source: Session, record: ForkRecord, taken: WorkspaceSnapshot | None) -> Session:
+    """The branch as created (the store gives it the prefix; its version follows)."""
+    return Session(
+        id=record.branch_session_id,
+        created_at=record.created_at,
+        owner=record.caller,
+        workspace=source.workspace if taken is None else taken.worktree,
+        fork_origin=ForkOrigin(
+            parent_session_id=source.id, fork_point_message_id=record.through_message_id
+        ),
+        title=source.title,
+    )
+
+
 class ForkService:
     """Forks sessions over a :class:`~plait.application.ports.ForkableStore`."""
 
@@ -96,27 +120,13 @@ class ForkService:
     ) -> ForkResult:
         """Make a branch holding ``source_session_id``'s history up to and including
         ``through_message_id``. See the module docstring for the rules."""
-        for name, value in (
-            ("source session id", source_session_id),
-            ("through message id", through_message_id),
-            ("request id", request_id),
-        ):
-            if not isinstance(value, str) or not value.strip():
-                raise ValidationError(f"the {name} must be a non-empty string", field=name)
+        _check_ids(source_session_id, through_message_id, request_id)
         branch_id = branch_id_for(caller, request_id)
         earlier = await self.store.get_fork_record(branch_id)
         if earlier is not None:
             return await self._repeat(earlier, source_session_id, through_message_id, snapshot)
         source = await self.readable(source_session_id, caller)
-        seq = await self.store.message_seq(source.id, through_message_id)
-        if seq is None:
-            raise MessageNotFoundError(
-                f"message {through_message_id!r} is not in session {source.id!r}; "
-                f"list its messages with: plait history {source.id}",
-                session_id=source.id,
-                message_id=through_message_id,
-            )
-        await self._check_cut(source.id, through_message_id, seq, source.version)
+        seq = await self._fork_point(source, through_message_id)
         inherited = await self.summaries.choose(source.id, seq)
         taken = self._snapshot(source, branch_id) if snapshot else None
         record = ForkRecord(
@@ -131,16 +141,7 @@ class ForkService:
             snapshot_requested=snapshot,
             snapshot=taken,
         )
-        branch = Session(
-            id=branch_id,
-            created_at=record.created_at,
-            owner=caller,
-            workspace=source.workspace if taken is None else taken.worktree,
-            fork_origin=ForkOrigin(
-                parent_session_id=source.id, fork_point_message_id=through_message_id
-            ),
-            title=source.title,
-        )
+        branch = _branch(source, record, taken)
         try:
             stored = await self.store.fork_session(ForkCommit(branch=branch, record=record))
         except BaseException:
@@ -151,6 +152,19 @@ class ForkService:
             return await self._repeat(stored, source.id, through_message_id, snapshot)
         await self.summaries.install(branch_id, inherited)
         return ForkResult(replace(branch, version=seq), record, created=True)
+
+    async def _fork_point(self, source: Session, through_message_id: str) -> int:
+        """The seq of ``through_message_id`` once it is known to end a complete unit."""
+        seq = await self.store.message_seq(source.id, through_message_id)
+        if seq is None:
+            raise MessageNotFoundError(
+                f"message {through_message_id!r} is not in session {source.id!r}; "
+                f"list its messages with: plait history {source.id}",
+                session_id=source.id,
+                message_id=through_message_id,
+            )
+        await self._check_cut(source.id, through_message_id, seq, source.version)
+        return seq
 
     async def readable(self, session_id: str, caller: str | None) -> Session:
         """The session if ``caller`` may read it; otherwise the same error as for an

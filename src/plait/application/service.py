@@ -14,12 +14,13 @@ both alone, :meth:`resume` continues either once nothing blocks it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
+from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
-from plait.application._waiting import resumable, sweep_leftovers, unknown_call
+from plait.application._waiting import resolution, resumable, unknown_call
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
@@ -52,13 +53,11 @@ from plait.domain.errors import (
     ValidationError,
 )
 from plait.domain.messages import (
-    ToolResult,
-    ToolResultMessage,
     ToolStatus,
     UserMessage,
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
-from plait.domain.session import ExecutionState, Session, StoredMessage
+from plait.domain.session import Session, StoredMessage
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -75,15 +74,6 @@ DEFAULT_INSTRUCTIONS = (
     "read before you change anything, keep to the user's constraints, and answer plainly "
     "when the task is done."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    run_id: str
-    outcome: str
-    """``resumed`` (this process took the run over and drove it on), or ``skipped``."""
-    detail: str
-    result: RunResult | None = None
 
 
 class AgentService:
@@ -156,22 +146,11 @@ class AgentService:
             owner=owner or ids.new("worker"),
             checkpoint=checkpoint,
         )
-        specs = tuple(t.spec for t in tools)
-        self.driver = RunDriver(
-            store=store,
-            journal=self.journal,
-            context=context or ContextBuilder(instructions=instructions, tools=specs, meter=meter),
-            caller=self.caller,
-            gate=gate or AllowAll(),
-            runner=runner or ToolRunner(artifacts),
-            tools=self._tools,
-            lease_seconds=lease_seconds,
-            compaction=None
-            if compaction is None
-            else CompactionStage(
-                compaction, instructions=instructions, tools=tuple(t.spec for t in tools)
-            ),
-        )
+        self.driver = _compose_driver(
+            store, self.journal, self.caller, tools, lease_seconds=lease_seconds,
+            instructions=instructions, artifacts=artifacts, context=context, meter=meter,
+            gate=gate, runner=runner, compaction=compaction,
+        )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
         self.models = RunModels(self.caller, model_spec, model_factory)
@@ -405,35 +384,14 @@ class AgentService:
             candidates = [await self.store.get_run(run_id)]
         else:
             candidates = await self.store.list_stale_runs(now=self.clock.now())
+        recoverer = Recoverer(
+            store=self.store, driver=self.driver, models=self.models, clock=self.clock,
+            sweeper=self.sweeper,
+        )  # fmt: skip
         reports: list[RecoveryReport] = []
         for run in candidates:
-            if run.status is not RunStatus.RUNNING:
-                reports.append(
-                    RecoveryReport(run.id, "skipped", f"run is {run.status.value}, not running")
-                )
-                continue
-            try:
-                caller = self.models.caller_for(run)
-            except ConfigError as e:
-                reports.append(RecoveryReport(run.id, "skipped", e.message))
-                continue
-            try:
-                a = await self.driver.take_over(
-                    run, observer=observer, on_text=on_text, caller=caller, force=force
-                )
-            except LeaseLostError as e:
-                now_run = await self.store.get_run(run.id)
-                detail = (
-                    e.message
-                    if now_run.status is RunStatus.RUNNING
-                    else f"run is {now_run.status.value}, not running"
-                )
-                reports.append(RecoveryReport(run.id, "skipped", detail))
-                continue
-            await sweep_leftovers(self.sweeper, a.session.workspace, run, self.clock.now())
-            result = await self.driver.drive(a, pending=True)
             reports.append(
-                RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)
+                await recoverer.recover(run, observer=observer, on_text=on_text, force=force)
             )
         return reports
 
@@ -449,19 +407,11 @@ class AgentService:
             raise ValidationError("a resolution needs a note saying what was verified")
         run, record = await unknown_call(self.store, run_id, call_id)
         a = await self.driver.take_over(run, observer=None)
-        now = self.clock.now()
         text = f"{note.strip()} (outcome verified by {by})"
-        message = ToolResultMessage(
-            id=self.ids.new("msg"),
-            tool_name=record.tool_name,
-            result=ToolResult(call_id=call_id, status=status, content=text, reason=text),
-            created_at=now,
-            run_id=run_id,
+        message, settled = resolution(
+            record, status, text, message_id=self.ids.new("msg"), now=self.clock.now(),
             step=a.usage.steps,
-        )
-        settled = replace(
-            record, state=ExecutionState.SETTLED, settled_at=now, result_status=status, note=text
-        )
+        )  # fmt: skip
         # The call did run (in the process that died): it counts as one of the run's calls.
         usage = replace(a.run.usage, tool_calls=a.run.usage.tool_calls + 1)
         released = replace(a.run, lease=None, usage=usage)
@@ -493,6 +443,38 @@ class AgentService:
             a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True)
+
+
+def _compose_driver(
+    store: SessionStore,
+    journal: RunJournal,
+    caller: ModelCaller,
+    tools: Sequence[Tool],
+    *,
+    lease_seconds: float,
+    instructions: str,
+    artifacts: ArtifactStore,
+    context: ContextBuilder | None,
+    meter: TokenMeter | None,
+    gate: ToolGate | None,
+    runner: ToolRunner | None,
+    compaction: CompactionService | None,
+) -> RunDriver:
+    """The loop over the given stages, each defaulted when not given."""
+    specs = tuple(t.spec for t in tools)
+    return RunDriver(
+        store=store,
+        journal=journal,
+        context=context or ContextBuilder(instructions=instructions, tools=specs, meter=meter),
+        caller=caller,
+        gate=gate or AllowAll(),
+        runner=runner or ToolRunner(artifacts),
+        tools={t.spec.name: t for t in tools},
+        lease_seconds=lease_seconds,
+        compaction=None
+        if compaction is None
+        else CompactionStage(compaction, instructions=instructions, tools=specs),
+    )
 
 
 def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:

@@ -8,17 +8,23 @@ this module.
 
 from __future__ import annotations
 
-import difflib
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 from plait.application.ports import ModelCapabilities, ModelRole
 from plait.domain.errors import ModelErrorCode, ScriptError
+from plait.testing._script_where import (
+    Where,
+    check_json,
+    check_keys,
+    expect,
+    suggest,
+    type_name,
+)
 
 __all__ = [
     "DEFAULT_CAPABILITIES",
@@ -199,108 +205,12 @@ def _parse_yaml(text: str, source: str) -> object:
         ) from e
 
 
-# --- validation -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Where:
-    """Where a value sits in the script, for messages and error details."""
-
-    source: str
-    role: str | None = None
-    turn: int | None = None
-    call: int | None = None
-    section: str | None = None
-    """A sub-mapping: "capabilities", "usage", "error"."""
-
-    def __str__(self) -> str:
-        parts = []
-        if self.section is not None:
-            parts.append(f"the {self.section} of" if self.role else f"{self.section!r} of")
-        if self.call is not None:
-            parts.append(f"tool call {self.call} of")
-        if self.role is not None:
-            parts.append(f"{self.role} turn {self.turn} of")
-        parts.append(self.source)
-        return " ".join(parts)
-
-    def inside(self, section: str) -> _Where:
-        return _Where(self.source, self.role, self.turn, self.call, section)
-
-    def fail(self, message: str, **details: Any) -> NoReturn:
-        context = {
-            "file": self.source,
-            "role": self.role,
-            "turn": self.turn,
-            "call": self.call,
-            "section": self.section,
-        }
-        context.update(details)
-        raise ScriptError(message, **{k: v for k, v in context.items() if v is not None})
-
-
-def _suggest(word: str, choices: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    if not close and len(word) >= 3:  # a truncated key: 'input' for 'input_tokens'
-        close = [c for c in choices if c.startswith(word)][:1]
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def _check_keys(value: Mapping[Any, Any], allowed: tuple[str, ...], where: _Where) -> None:
-    for key in value:
-        if key not in allowed:
-            where.fail(f"unknown key {key!r} in {where}{_suggest(str(key), allowed)}", key=str(key))
-
-
-_TYPE_WORDS: Final[Mapping[type, str]] = {
-    str: "a string",
-    int: "an integer",
-    bool: "a boolean",
-    list: "a list",
-    dict: "a mapping",
-}
-
-
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _expect(value: object, kind: type, key: str, where: _Where) -> None:
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok:
-        where.fail(
-            f"{key!r} in {where} must be {_TYPE_WORDS[kind]}, got {_type_name(value)}", key=key
-        )
-
-
-def _check_json(value: object, key: str, where: _Where) -> None:
-    """YAML can produce values JSON cannot carry (dates, sets, non-string keys, NaN)."""
-    if value is None or isinstance(value, str | bool | int):
-        return
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return
-    elif isinstance(value, list):
-        for item in value:
-            _check_json(item, key, where)
-        return
-    elif isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                where.fail(f"{key!r} in {where} has a non-string key {k!r}", key=key)
-            _check_json(item, key, where)
-        return
-    where.fail(f"{key!r} in {where} is not a JSON value: {value!r} ({_type_name(value)})", key=key)
-
-
 def parse_script(data: object, *, source: str = "<script>") -> Script:
     """Validate already decoded script data (the shape of a script file) into a Script."""
-    where = _Where(source)
+    where = Where(source)
     if not isinstance(data, dict):
-        where.fail(
-            f"script {source} must be a mapping with a 'version' key, got {_type_name(data)}"
-        )
-    _check_keys(data, _TOP_KEYS, where)
+        where.fail(f"script {source} must be a mapping with a 'version' key, got {type_name(data)}")
+    check_keys(data, _TOP_KEYS, where)
     if "version" not in data:
         where.fail(f"missing required key 'version' in {source}", key="version")
     version = data["version"]
@@ -311,13 +221,13 @@ def parse_script(data: object, *, source: str = "<script>") -> Script:
         )
     model = data.get("model")
     if model is not None:
-        _expect(model, str, "model", where)
+        expect(model, str, "model", where)
     roles: dict[str, tuple[Turn, ...]] = {}
     for role in ROLES:
         turns = data.get(role, [])
-        _expect(turns, list, role, where)
+        expect(turns, list, role, where)
         roles[role] = tuple(
-            _parse_turn(turn, _Where(source, role, n)) for n, turn in enumerate(turns, 1)
+            _parse_turn(turn, Where(source, role, n)) for n, turn in enumerate(turns, 1)
         )
     return Script(
         source=source,
@@ -329,12 +239,12 @@ def parse_script(data: object, *, source: str = "<script>") -> Script:
     )
 
 
-def _parse_capabilities(value: object, where: _Where) -> ModelCapabilities:
-    _expect(value, dict, "capabilities", where)
+def _parse_capabilities(value: object, where: Where) -> ModelCapabilities:
+    expect(value, dict, "capabilities", where)
     assert isinstance(value, dict)
     names = tuple(f.name for f in fields(ModelCapabilities))
     inner = where.inside("capabilities")
-    _check_keys(value, names, inner)
+    check_keys(value, names, inner)
     for key, item in value.items():
         if key in ("context_window", "max_output_tokens"):
             if item is not None and (
@@ -345,15 +255,15 @@ def _parse_capabilities(value: object, where: _Where) -> ModelCapabilities:
                     key=key,
                 )
         else:
-            _expect(item, bool, key, inner)
+            expect(item, bool, key, inner)
     merged = {f: getattr(DEFAULT_CAPABILITIES, f) for f in names} | value
     return ModelCapabilities(**merged)
 
 
-def _parse_turn(value: object, where: _Where) -> Turn:
+def _parse_turn(value: object, where: Where) -> Turn:
     if not isinstance(value, dict):
-        where.fail(f"{where} must be a mapping, got {_type_name(value)}")
-    _check_keys(value, _TURN_KEYS, where)
+        where.fail(f"{where} must be a mapping, got {type_name(value)}")
+    check_keys(value, _TURN_KEYS, where)
     forms = [key for key in _FORM_KEYS if key in value]
     if not forms:
         where.fail(f"{where} has none of the turn forms: {', '.join(_FORM_KEYS)}")
@@ -370,25 +280,25 @@ def _parse_turn(value: object, where: _Where) -> Turn:
 
     text = value.get("text")
     if text is not None:
-        _expect(text, str, "text", where)
+        expect(text, str, "text", where)
     if "structured" in value:
-        _check_json(value["structured"], "structured", where)
+        check_json(value["structured"], "structured", where)
     calls: tuple[ScriptedCall, ...] = ()
     if "tool_calls" in value:
-        _expect(value["tool_calls"], list, "tool_calls", where)
+        expect(value["tool_calls"], list, "tool_calls", where)
         calls = tuple(
-            _parse_call(call, _Where(where.source, where.role, where.turn, k))
+            _parse_call(call, Where(where.source, where.role, where.turn, k))
             for k, call in enumerate(value["tool_calls"], 1)
         )
     error = _parse_error(value["error"], where) if "error" in value else None
     malformed = None
     if "malformed" in value:
         malformed = value["malformed"]
-        _expect(malformed, str, "malformed", where)
+        expect(malformed, str, "malformed", where)
         if malformed not in MALFORMED_KINDS:
             where.fail(
                 f"unknown malformed kind {malformed!r} in {where}"
-                f"{_suggest(malformed, MALFORMED_KINDS)} (kinds: {', '.join(MALFORMED_KINDS)})",
+                f"{suggest(malformed, MALFORMED_KINDS)} (kinds: {', '.join(MALFORMED_KINDS)})",
                 key="malformed",
             )
     input_tokens, output_tokens = _parse_usage(value.get("usage"), where)
@@ -396,7 +306,7 @@ def _parse_turn(value: object, where: _Where) -> Turn:
     if rejected is None:
         rejected = error is not None or malformed is not None or _invalid_calls(calls)
     else:
-        _expect(rejected, bool, "rejected", where)
+        expect(rejected, bool, "rejected", where)
     return Turn(
         text=text,
         tool_calls=calls,
@@ -410,27 +320,27 @@ def _parse_turn(value: object, where: _Where) -> Turn:
     )
 
 
-def _parse_call(value: object, where: _Where) -> ScriptedCall:
+def _parse_call(value: object, where: Where) -> ScriptedCall:
     if not isinstance(value, dict):
-        where.fail(f"{where} must be a mapping, got {_type_name(value)}")
-    _check_keys(value, _CALL_KEYS, where)
+        where.fail(f"{where} must be a mapping, got {type_name(value)}")
+    check_keys(value, _CALL_KEYS, where)
     if "name" not in value:
         where.fail(f"missing required key 'name' in {where}", key="name")
     name = value["name"]
-    _expect(name, str, "name", where)
+    expect(name, str, "name", where)
     if not name:
         where.fail(f"'name' in {where} must not be empty", key="name")
     if "arguments" in value and "raw_arguments" in value:
         where.fail(f"'arguments' cannot be combined with 'raw_arguments' in {where}")
     arguments = value.get("arguments", {})
-    _expect(arguments, dict, "arguments", where)
-    _check_json(arguments, "arguments", where)
+    expect(arguments, dict, "arguments", where)
+    check_json(arguments, "arguments", where)
     raw = value.get("raw_arguments")
     if "raw_arguments" in value:
-        _expect(raw, str, "raw_arguments", where)
+        expect(raw, str, "raw_arguments", where)
     call_id = value.get("id")
     if call_id is not None:
-        _expect(call_id, str, "id", where)
+        expect(call_id, str, "id", where)
     return ScriptedCall(
         name=name, arguments=arguments, raw_arguments=raw, id=call_id, auto_id="id" not in value
     )
@@ -453,31 +363,31 @@ def _invalid_calls(calls: tuple[ScriptedCall, ...]) -> bool:
     return False
 
 
-def _parse_error(value: object, where: _Where) -> ScriptedError:
+def _parse_error(value: object, where: Where) -> ScriptedError:
     spec: dict[str, Any] = {"code": value} if isinstance(value, str) else {}
     if not spec:
         if not isinstance(value, dict):
             where.fail(
-                f"'error' in {where} must be a code name or a mapping, got {_type_name(value)}",
+                f"'error' in {where} must be a code name or a mapping, got {type_name(value)}",
                 key="error",
             )
         inner = where.inside("error")
-        _check_keys(value, _ERROR_KEYS, inner)
+        check_keys(value, _ERROR_KEYS, inner)
         if "code" not in value:
             inner.fail(f"missing required key 'code' in {inner}", key="code")
         spec = value
-        _expect(spec["code"], str, "code", inner)
+        expect(spec["code"], str, "code", inner)
         if spec.get("message") is not None:
-            _expect(spec["message"], str, "message", inner)
+            expect(spec["message"], str, "message", inner)
         if spec.get("status") is not None:
-            _expect(spec["status"], int, "status", inner)
-        _check_json(spec.get("body"), "body", inner)
+            expect(spec["status"], int, "status", inner)
+        check_json(spec.get("body"), "body", inner)
     code = str(spec["code"]).upper()
     if code not in ModelErrorCode.ALL:
         names = tuple(sorted(c.lower() for c in ModelErrorCode.ALL))
         where.fail(
             f"unknown error code {spec['code']!r} in {where}"
-            f"{_suggest(code.lower(), names)} (codes: {', '.join(names)})",
+            f"{suggest(code.lower(), names)} (codes: {', '.join(names)})",
             key="error",
         )
     return ScriptedError(
@@ -485,18 +395,18 @@ def _parse_error(value: object, where: _Where) -> ScriptedError:
     )
 
 
-def _parse_usage(value: object, where: _Where) -> tuple[int | None, int | None]:
+def _parse_usage(value: object, where: Where) -> tuple[int | None, int | None]:
     if value is None:
         return None, None
-    _expect(value, dict, "usage", where)
+    expect(value, dict, "usage", where)
     assert isinstance(value, dict)
     inner = where.inside("usage")
-    _check_keys(value, _USAGE_KEYS, inner)
+    check_keys(value, _USAGE_KEYS, inner)
     counts: list[int | None] = []
     for key in _USAGE_KEYS:
         count = value.get(key)
         if count is not None:
-            _expect(count, int, key, inner)
+            expect(count, int, key, inner)
             if count < 0:
                 inner.fail(f"{key!r} in {inner} must not be negative, got {count}", key=key)
         counts.append(count)

@@ -1,6 +1,7 @@
 """Approval routes: list a session's approval requests, approve or deny one. The grantor
-is the calling principal; after a decision the run continues with ``plait runs resume``
-(the loop's approval wait is not wired yet, so the API only records decisions)."""
+is the calling principal. Once a run has no pending request left it goes back to the
+queue and a worker continues it (:class:`~plait.application.approvals.ApprovalDesk`):
+an approved call runs, a denied one is settled as ``denied`` and the model reads why."""
 
 # No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
 import time
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from plait.adapters.cli.governance import approval_json
 from plait.adapters.http.auth import Principal
+from plait.application.approvals import ApprovalDesk
 from plait.domain.errors import ApprovalNotFoundError, SessionNotFoundError
 
 __all__ = ["approval_routes"]
@@ -35,6 +37,7 @@ def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> A
     r = APIRouter(tags=["approvals"])
     Who = Annotated[Principal, Depends(who_dep)]
     store: Any = ctx.store
+    desk = ApprovalDesk(approvals=store, service=ctx.service)
 
     async def own(who: Principal, approval_id: str) -> Any:
         approval = await store.get_approval(approval_id)
@@ -60,21 +63,20 @@ def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> A
 
     @r.post("/approvals/{approval_id}/approve", response_model=dict[str, Any])
     async def approve(approval_id: str, body: ApproveIn, who: Who) -> dict[str, Any]:
-        """Approve a pending request for ``ttl_seconds``; anything else is ``run_state``."""
+        """Approve a pending request for ``ttl_seconds`` (anything else is ``run_state``);
+        the run continues once none of its requests is pending."""
         await own(who, approval_id)
-        x = await store.decide_approval(
-            approval_id, approve=True, grantor=who.name, at=time.time(),
-            ttl_seconds=body.ttl_seconds,
-        )  # fmt: skip
+        x = await desk.decide(
+            approval_id, approve=True, grantor=who.name, ttl_seconds=body.ttl_seconds
+        )
         return approval_json(x, time.time())
 
     @r.post("/approvals/{approval_id}/deny", response_model=dict[str, Any])
     async def deny(approval_id: str, body: DenyIn, who: Who) -> dict[str, Any]:
-        """Deny a pending request with a reason (the model reads it)."""
+        """Deny a pending request with a reason; the run continues and the model reads
+        the denial."""
         await own(who, approval_id)
-        x = await store.decide_approval(
-            approval_id, approve=False, grantor=who.name, at=time.time(), reason=body.reason
-        )
+        x = await desk.decide(approval_id, approve=False, grantor=who.name, reason=body.reason)
         return approval_json(x, time.time())
 
     return r

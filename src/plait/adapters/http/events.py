@@ -14,9 +14,10 @@ from plait.application.events import (
     RunEnded,
     RunEvent,
     RunStarted,
+    ToolDecided,
     ToolStarted,
 )
-from plait.domain.messages import AssistantMessage, ToolResultMessage, ToolStatus
+from plait.domain.messages import AssistantMessage, ToolResultMessage
 from plait.domain.service import EventType, NewRunEvent, RunEventRecord
 
 __all__ = ["encode_event", "sse_frame", "sse_payload"]
@@ -24,18 +25,21 @@ __all__ = ["encode_event", "sse_frame", "sse_payload"]
 
 def encode_event(event: RunEvent, at: float) -> list[NewRunEvent]:
     """The events one loop event becomes (a saved assistant message with calls also
-    yields one ``tool_call_requested`` per call; a denied result a ``decision``)."""
+    yields one ``tool_call_requested`` per call)."""
     if isinstance(event, RunStarted):
         return [NewRunEvent(type=EventType.RUN_STARTED, at=at, data={"run": run_json(event.run)})]
     if isinstance(event, ModelCallStarted):
         data = {"step": event.step, "attempt": event.attempt}
         return [NewRunEvent(type=EventType.STEP_STARTED, at=at, data=data)]
+    if isinstance(event, ToolDecided):
+        decided = {
+            "call_id": event.call.id, "name": event.call.name, "verdict": event.verdict,
+            "decided_by": event.decided_by, "reason": event.reason,
+        }  # fmt: skip
+        return [NewRunEvent(type=EventType.DECISION, at=at, data=decided)]
     if isinstance(event, ToolStarted):
         call = {"call_id": event.call.id, "name": event.call.name}
-        return [
-            NewRunEvent(type=EventType.DECISION, at=at, data={**call, "decision": "allow"}),
-            NewRunEvent(type=EventType.TOOL_STARTED, at=at, data=call),
-        ]
+        return [NewRunEvent(type=EventType.TOOL_STARTED, at=at, data=call)]
     if isinstance(event, RunEnded):
         return [NewRunEvent(type=EventType.RUN_FINISHED, at=at, data={"run": run_json(event.run)})]
     if isinstance(event, MessageSaved):
@@ -55,9 +59,6 @@ def _message_events(event: MessageSaved, at: float) -> list[NewRunEvent]:
             out.append(NewRunEvent(type=EventType.TOOL_CALL_REQUESTED, at=at, data=data))
     elif isinstance(m, ToolResultMessage):
         r = m.result
-        if r.status is ToolStatus.DENIED:
-            denied = {"call_id": r.call_id, "decision": "deny", "reason": r.reason}
-            out.append(NewRunEvent(type=EventType.DECISION, at=at, data=denied))
         result = {
             "call_id": r.call_id,
             "tool_name": m.tool_name,

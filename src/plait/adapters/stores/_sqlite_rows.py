@@ -333,13 +333,49 @@ _STATUS = {s.value: s for s in ToolStatus}
 _raw_decode = json.JSONDecoder().raw_decode
 
 
+def _assistant_with_extra(
+    mid: str, text: str, at: float, run_id: str | None, step: int, name: Any, extra: str
+) -> AssistantMessage:
+    """An assistant row whose ``extra`` JSON holds tool calls, usage or vendor state."""
+    x, end = _raw_decode(extra)
+    if end != len(extra):
+        raise ValueError("trailing data after the extra JSON")
+    calls = x.get("tool_calls")
+    u = x.get("usage")
+    vs = x.get("vendor_state")
+    call = _call
+    if not calls:
+        tool_calls: tuple[ToolCall, ...] = ()
+    elif len(calls) == 1:
+        c = calls[0]
+        tool_calls = (call(c[0], c[1], c[2]),)
+    else:
+        tool_calls = tuple([call(c[0], c[1], c[2]) for c in calls])
+    usage = (
+        None
+        if u is None
+        else _usage(
+            u["input_tokens"],
+            u["output_tokens"],
+            u.get("cached_input_tokens", 0),
+            u.get("reasoning_tokens", 0),
+        )
+    )
+    vendor = (
+        None
+        if vs is None
+        else VendorState(vendor=vs["vendor"], version=vs["version"], data=vs["data"])
+    )
+    return _assistant(mid, text, at, tool_calls, run_id, step, name, usage, vendor)
+
+
 def decode_messages(rows: list[Any]) -> list[StoredMessage]:
     """Rows of ``(seq, kind, id, text, created_at, run_id, step, call_id, name, status,
     extra, schema_version)`` to stored messages, in one pass."""
     out: list[StoredMessage] = []
     append = out.append
-    user, assistant, tool_message, result, call, usage_of, stored = (
-        _user, _assistant, _tool_message, _result, _call, _usage, _stored,
+    user, assistant, tool_message, result, stored = (
+        _user, _assistant, _tool_message, _result, _stored,
     )  # fmt: skip
     status_of, raw, artifact_of, current = _STATUS, _raw_decode, artifact_from_dict, SCHEMA_VERSION
     mid: Any = None
@@ -369,41 +405,7 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
                 if extra is None:
                     msg = assistant(mid, text, at, (), run_id, step, name, None, None)
                 else:
-                    x, end = raw(extra)
-                    if end != len(extra):
-                        raise ValueError("trailing data after the extra JSON")
-                    calls = x.get("tool_calls")
-                    u = x.get("usage")
-                    vs = x.get("vendor_state")
-                    if not calls:
-                        tool_calls: tuple[ToolCall, ...] = ()
-                    elif len(calls) == 1:
-                        c = calls[0]
-                        tool_calls = (call(c[0], c[1], c[2]),)
-                    else:
-                        tool_calls = tuple([call(c[0], c[1], c[2]) for c in calls])
-                    msg = assistant(
-                        mid,
-                        text,
-                        at,
-                        tool_calls,
-                        run_id,
-                        step,
-                        name,
-                        None
-                        if u is None
-                        else usage_of(
-                            u["input_tokens"],
-                            u["output_tokens"],
-                            u.get("cached_input_tokens", 0),
-                            u.get("reasoning_tokens", 0),
-                        ),
-                        None
-                        if vs is None
-                        else VendorState(
-                            vendor=vs["vendor"], version=vs["version"], data=vs["data"]
-                        ),
-                    )
+                    msg = _assistant_with_extra(mid, text, at, run_id, step, name, extra)
             elif kind == "user":
                 msg = user(mid, text, at, run_id)
             else:

@@ -124,13 +124,48 @@ class Governor:
                 decision=policy,
                 trail=(policy,),
             )
+        use = self._use(session_id, call, facts, workspace, now)
+        person = await self._person(run_id, use)
+        if person is not None:
+            return GateOutcome(
+                outcome=person[0], decision=person[1], trail=(policy, person[1]), approval=person[2]
+            )
+        trail: list[Decision] = [policy]
+        why = policy.reason
+        review = _Review(policy, 0, Usage())
+        if pv.action is Action.REVIEW:
+            review = await self._review(run_id, call, spec, history, why, model_calls_left, ask)
+            trail.append(review.decision)
+            if review.decision.verdict is not Verdict.ASK_USER:
+                return GateOutcome(
+                    outcome="allow" if review.decision.verdict is Verdict.ALLOW else "deny",
+                    decision=review.decision,
+                    trail=tuple(trail),
+                    reviewer_calls=review.model_calls,
+                    reviewer_usage=review.usage,
+                )
+            why = f"the reviewer asks a person: {review.decision.reason}"
+        return GateOutcome(
+            outcome="wait",
+            decision=trail[-1],
+            trail=tuple(trail),
+            approval=await self._request(run_id, use, why),
+            reviewer_calls=review.model_calls,
+            reviewer_usage=review.usage,
+        )
+
+    def _use(
+        self, session_id: str, call: ToolCall, facts: CallFacts, workspace: str | None, now: float
+    ) -> ApprovalUse:
+        """The call as an approval must match it: its arguments, the paths it touches and
+        (where a probe can tell) the state of those paths now."""
         scope = tuple(sorted({*facts.paths, *(facts.command.writes if facts.command else ())}))
         state = (
             self.probe.state(workspace, scope)
             if self.probe is not None and workspace is not None and scope
             else None
         )
-        use = ApprovalUse(
+        return ApprovalUse(
             session_id=session_id,
             call_id=call.id,
             tool_name=call.name,
@@ -139,48 +174,22 @@ class Governor:
             workspace_state=state,
             now=now,
         )
-        person = await self._person(run_id, use)
-        if person is not None:
-            return GateOutcome(
-                outcome=person[0], decision=person[1], trail=(policy, person[1]), approval=person[2]
-            )
-        trail: list[Decision] = [policy]
-        why = policy.reason
-        calls, usage = 0, Usage()
-        if pv.action is Action.REVIEW:
-            review = await self._review(run_id, call, spec, history, why, model_calls_left, ask)
-            calls, usage = review.model_calls, review.usage
-            trail.append(review.decision)
-            if review.decision.verdict is not Verdict.ASK_USER:
-                return GateOutcome(
-                    outcome="allow" if review.decision.verdict is Verdict.ALLOW else "deny",
-                    decision=review.decision,
-                    trail=tuple(trail),
-                    reviewer_calls=calls,
-                    reviewer_usage=usage,
-                )
-            why = f"the reviewer asks a person: {review.decision.reason}"
-        approval = await self.approvals.request_approval(
+
+    async def _request(self, run_id: str, use: ApprovalUse, reason: str) -> Approval:
+        """Ask a person about the call (the pending request stored for it, if any)."""
+        return await self.approvals.request_approval(
             Approval(
                 id=self.ids.new("apr"),
-                session_id=session_id,
+                session_id=use.session_id,
                 run_id=run_id,
-                call_id=call.id,
-                tool_name=call.name,
+                call_id=use.call_id,
+                tool_name=use.tool_name,
                 args_digest=use.args_digest,
-                scope=scope,
-                workspace_state=state,
-                requested_at=now,
-                reason=why,
+                scope=use.scope,
+                workspace_state=use.workspace_state,
+                requested_at=use.now,
+                reason=reason,
             )
-        )
-        return GateOutcome(
-            outcome="wait",
-            decision=trail[-1],
-            trail=tuple(trail),
-            approval=approval,
-            reviewer_calls=calls,
-            reviewer_usage=usage,
         )
 
     async def _person(

@@ -1,0 +1,68 @@
+"""Recovery of one run whose lease expired (DESIGN §4): which model it continues with,
+who wins the lease, the dead process's leftovers, and what the operator is told."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plait.application._models import RunModels
+from plait.application._run_state import RunResult
+from plait.application._waiting import sweep_leftovers
+from plait.application.driver import RunDriver
+from plait.application.events import RunObserver
+from plait.application.ports import Clock, LeftoverSweeper, SessionStore, TextSink
+from plait.domain.errors import ConfigError, LeaseLostError
+from plait.domain.runs import Run, RunStatus
+
+__all__ = ["Recoverer", "RecoveryReport"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    run_id: str
+    outcome: str
+    """``resumed`` (this process took the run over and drove it on), or ``skipped``."""
+    detail: str
+    result: RunResult | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recoverer:
+    """What recovering a run needs from the service (its collaborators, not the service)."""
+
+    store: SessionStore
+    driver: RunDriver
+    models: RunModels
+    clock: Clock
+    sweeper: LeftoverSweeper | None
+
+    async def recover(
+        self,
+        run: Run,
+        *,
+        observer: RunObserver | None,
+        on_text: TextSink | None,
+        force: bool,
+    ) -> RecoveryReport:
+        """Take ``run`` over and drive it on, or say why it was skipped."""
+        if run.status is not RunStatus.RUNNING:
+            return RecoveryReport(run.id, "skipped", f"run is {run.status.value}, not running")
+        try:
+            caller = self.models.caller_for(run)
+        except ConfigError as e:
+            return RecoveryReport(run.id, "skipped", e.message)
+        try:
+            a = await self.driver.take_over(
+                run, observer=observer, on_text=on_text, caller=caller, force=force
+            )
+        except LeaseLostError as e:
+            now_run = await self.store.get_run(run.id)
+            detail = (
+                e.message
+                if now_run.status is RunStatus.RUNNING
+                else f"run is {now_run.status.value}, not running"
+            )
+            return RecoveryReport(run.id, "skipped", detail)
+        await sweep_leftovers(self.sweeper, a.session.workspace, run, self.clock.now())
+        result = await self.driver.drive(a, pending=True)
+        return RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)
