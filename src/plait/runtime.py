@@ -94,6 +94,18 @@ def _compaction(
     )
 
 
+def _with_recall(tools: Sequence[Tool], store: object, compacting: bool) -> Sequence[Tool]:
+    """With compaction on, the model also gets the built-in read-only ``recall`` tool
+    (the originals a summary left out), unless a tool of that name is already there."""
+    if not compacting or not hasattr(store, "search_history"):
+        return tools
+    if any(t.spec.name == "recall" for t in tools):
+        return tools
+    from plait.application.compaction import recall_tool
+
+    return [*tools, recall_tool(store)]
+
+
 def _stages(
     tools: Sequence[Tool],
     instructions: str,
@@ -193,7 +205,9 @@ def _chosen_model(
         from plait.adapters.tokens import meter_for
 
         options.setdefault("meter_for", meter_for)
-    return open_model(spec, tools=[t.spec for t in tools]), spec
+    from plait.application.compaction import RECALL_SPEC  # added with compaction on
+
+    return open_model(spec, tools=[*(t.spec for t in tools), RECALL_SPEC]), spec
 
 
 def _sweeper() -> LeftoverSweeper:
@@ -265,10 +279,10 @@ class Runtime:
         self.model = model
         where = location or f"(a {type(store).__name__})"
         self.queries = Queries(store=store, artifacts=artifacts, clock=clock, location=where)
-        self.tools = tuple(tools)
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
         """Compaction over this store and model (``None``: the store keeps no summaries)."""
+        self.tools = tuple(tools := _with_recall(tools, store, self.compaction is not None))
         self.forks = _forks(store, clock, snapshots)  # None: the store cannot fork
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
@@ -314,14 +328,9 @@ class Runtime:
         url = db or default_db_url()
         governed = not store_only and "gate" not in options
         chosen = _policy(policy) if governed else None
-        builtin = tools is None and not store_only
         tools = () if store_only else _session_tools(url, chosen) if tools is None else tools
         model_client, spec = _chosen_model(model, store_only, tools, options)
         store = _open_store(url, create=create and not store_only)
-        if builtin and hasattr(store, "search_history"):
-            from plait.application.compaction import recall_tool
-
-            tools = [*tools, recall_tool(store)]  # read-only: summarized originals
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)

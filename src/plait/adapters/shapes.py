@@ -365,6 +365,7 @@ def view_json(v: ContextView, *, items: bool) -> dict[str, Any]:
             "total": t.total,
             "raw_history_alone": v.full_history_tokens,
         },
+        "calibration": {"factor": v.calibration, "corrected_total": v.corrected_total},
         "over_threshold": v.over_threshold,
         "over_budget": v.over_budget,
         "history_messages": v.history_messages,

@@ -18,6 +18,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "CorruptStoreError",
+    "EvidenceMissingError",
     "InvalidCutPointError",
     "InvalidModelOutputError",
     "LeaseLostError",
@@ -128,6 +129,13 @@ class MessageNotFoundError(NotFoundError):
 
 class ArtifactNotFoundError(NotFoundError):
     code = "artifact_not_found"
+
+
+class EvidenceMissingError(NotFoundError):
+    """A recalled source (message, artifact) is not in the session's branch, or its
+    content is no longer stored: reported as missing, never re-invented."""
+
+    code = "evidence_missing"
 
 
 class StoreNotFoundError(NotFoundError):

@@ -131,6 +131,11 @@ def view_text(v: ContextView, *, items: bool) -> str:
         f"{v.history_messages})",
         f"  total                   {t.total:>8}  (raw history alone: {v.full_history_tokens})",
     ]
+    if v.calibration != 1.0:
+        lines.append(
+            f"  corrected by usage      {v.corrected_total:>8}  (x{v.calibration:.2f}: the "
+            "provider reported more input tokens than the meter counted)"
+        )
     if v.over_budget:
         lines.append("  over the input budget: the next call would not fit")
     elif v.over_threshold:

@@ -24,6 +24,7 @@ from plait.adapters.http import models as m
 from plait.adapters.http._errors import ApiError, error_body, status_and_body
 from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
+from plait.adapters.http.compaction import compaction_routes, compaction_stage
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
 from plait.adapters.shapes import message_json, run_json, session_json
@@ -100,6 +101,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     if hasattr(ctx.store, "decide_approval"):
         who = _principal_dependency(ctx)
         app.include_router(approval_routes(ctx, who), prefix="/v1", responses=ERRORS)
+    if (stage := compaction_stage(ctx)) is not None:
+        routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
+        app.include_router(routes, prefix="/v1", responses=ERRORS)
     return app
 
 

@@ -1,12 +1,12 @@
-"""A conservative token estimate for models whose tokenizer is not available offline,
-calibrated against the usage providers report: it may over-count, never knowingly
-under-count."""
+"""A conservative token estimate for models whose tokenizer is not available offline: it
+may over-count, never knowingly under-count. Compaction corrects its totals upwards by the
+usage providers report (:mod:`plait.application.compaction._calibration`), so cached
+per-message counts stay valid."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections import deque
 
 from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
 from plait.domain.tools import ToolSpec
@@ -14,20 +14,18 @@ from plait.domain.tools import ToolSpec
 __all__ = ["DEFAULT_SAFETY", "EstimatingMeter"]
 
 DEFAULT_SAFETY = 1.2
-"""Head room over the calibrated estimate."""
+"""Head room over the raw estimate."""
 _CHARS_PER_TOKEN = 4.0
 _FRAME = 4
 
 
 class EstimatingMeter:
     """Characters / 4 (ASCII; any other character counts as a token of its own), times
-    the largest ratio of reported to estimated tokens seen in the last ``window``
-    calibrations (at least 1), times ``safety``."""
+    ``safety``."""
 
-    def __init__(self, name: str, *, safety: float = DEFAULT_SAFETY, window: int = 20) -> None:
+    def __init__(self, name: str, *, safety: float = DEFAULT_SAFETY) -> None:
         self._name = name
         self._safety = safety
-        self._ratios: deque[float] = deque(maxlen=window)
 
     @property
     def name(self) -> str:
@@ -39,13 +37,7 @@ class EstimatingMeter:
 
     @property
     def factor(self) -> float:
-        return max([1.0, *self._ratios]) * self._safety
-
-    def calibrate(self, estimated: int, reported: int) -> None:
-        """Feed one call: what this meter counted for the request (without the safety
-        factor: :meth:`raw_count`) and the input tokens the provider reported."""
-        if estimated > 0 and reported > 0:
-            self._ratios.append(reported / estimated)
+        return self._safety
 
     def raw_count(self, text: str) -> int:
         if text.isascii():

@@ -10,6 +10,7 @@ pinned verbatim right after the preamble.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,14 +71,24 @@ class ContextView:
     preamble: str
     full_history_tokens: int
     """What the raw history alone would cost, for comparison."""
+    calibration: float = 1.0
+    """The meter's correction factor from reported usage (1.0 until a provider reported
+    more input tokens than the meter counted)."""
+
+    @property
+    def corrected_total(self) -> int:
+        """``tokens.total`` corrected by :attr:`calibration`: what the threshold and the
+        budget are checked against."""
+        t = self.tokens.total
+        return t if self.calibration == 1.0 else math.ceil(t * self.calibration)
 
     @property
     def over_threshold(self) -> bool:
-        return self.tokens.total >= self.threshold_tokens
+        return self.corrected_total >= self.threshold_tokens
 
     @property
     def over_budget(self) -> bool:
-        return self.tokens.total > self.budget.input_budget
+        return self.corrected_total > self.budget.input_budget
 
 
 def summary_applies(summary: Summary, history: Sequence[Message]) -> bool:
@@ -179,6 +190,7 @@ class ContextAssembler:
             pinned_message_id=None if pinned is None else pinned.id,
             preamble=preamble,
             full_history_tokens=ledger.tokens(0),
+            calibration=profile.calibration.factor,
         )
 
 

@@ -27,7 +27,8 @@ class CompactionOutcome:
     summary: Summary | None = None
     """The summary activated by this compaction (``compacted``), else ``None``."""
     measured_tokens: int | None = None
-    """The context's tokens before compacting (pressure and manual)."""
+    """The context's tokens before compacting (pressure and manual), corrected by the
+    meter's calibration."""
     tokens_after: int | None = None
     threshold_tokens: int | None = None
     insufficient: bool = False
@@ -49,6 +50,8 @@ class RunCompaction:
     compactions: int = 0
     overflow_attempts: int = 0
     warned: set[str] = field(default_factory=set)
+    last_measured: int = 0
+    """The meter's count of the run's latest assistant request (for calibration)."""
 
 
 def outcome(
@@ -65,7 +68,7 @@ def outcome(
         trigger=trigger,
         generation_before=gen,
         generation_after=gen,
-        measured_tokens=None if view is None else view.tokens.total,
+        measured_tokens=None if view is None else view.corrected_total,
         threshold_tokens=None if view is None else view.threshold_tokens,
         summarizer_calls=0 if result is None else result.calls,
         summarizer_input_tokens=0 if result is None else result.input_tokens,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from plait.application.compaction._calibration import Calibration
 from plait.application.ports import ModelClient, TokenMeter
 from plait.domain.errors import TokenMeterModelUnconfiguredError
 
@@ -17,6 +18,8 @@ class ModelProfile:
     meter: TokenMeter
     context_window: int
     max_output_tokens: int | None = None
+    calibration: Calibration = field(default_factory=Calibration, compare=False)
+    """The meter's correction by reported usage (shared by every context of the model)."""
 
 
 class ModelProfiles:

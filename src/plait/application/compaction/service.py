@@ -229,7 +229,7 @@ class CompactionService:
         run.warned.add(what)
         gen = 0 if view.summary is None else view.summary.generation
         detail = (
-            f"the context is at {view.tokens.total} of {view.threshold_tokens} threshold "
+            f"the context is at {view.corrected_total} of {view.threshold_tokens} threshold "
             f"tokens, but this run already compacted {run.compactions} time(s), the cap; "
             "going on without compacting"
         )
@@ -240,7 +240,7 @@ class CompactionService:
             trigger=trigger,
             generation_before=gen,
             generation_after=gen,
-            measured_tokens=view.tokens.total,
+            measured_tokens=view.corrected_total,
             threshold_tokens=view.threshold_tokens,
         )
 
@@ -434,7 +434,7 @@ class CompactionService:
         detail = (
             f"summarized messages 1..{summary.covered_through_seq} "
             f"({summary.source_tokens} tokens) into {summary.summary_tokens} tokens; "
-            f"context {view.tokens.total} -> {after.tokens.total} tokens"
+            f"context {view.corrected_total} -> {after.corrected_total} tokens"
         )
         if insufficient:
             detail += (
@@ -448,8 +448,8 @@ class CompactionService:
             generation_before=gen,
             generation_after=summary.generation,
             summary=summary,
-            measured_tokens=view.tokens.total,
-            tokens_after=after.tokens.total,
+            measured_tokens=view.corrected_total,
+            tokens_after=after.corrected_total,
             threshold_tokens=view.threshold_tokens,
             insufficient=insufficient,
             summarizer_calls=result.calls,

@@ -198,12 +198,30 @@ class CompactionStage:
     async def context_for(
         self, a: RunView, corrections: Sequence[Correction]
     ) -> Context[AssistantMessage]:
-        return await self.assistant_context(a.session.id, a.history, self._routed(a), corrections)
+        view = await self.view(a.session.id, a.history, self._routed(a), corrections)
+        self.state(a.run.id).last_measured = view.tokens.total
+        context: Context[AssistantMessage] = view.context
+        return context
+
+    def _calibrate(self, a: RunView) -> None:
+        """Teach the routed model's calibration what the provider reported for the step's
+        request against what its meter counted."""
+        state = self._runs.get(a.run.id)
+        last = next((m for m in reversed(a.history) if isinstance(m, AssistantMessage)), None)
+        if state is None or not state.last_measured or last is None or last.usage is None:
+            return
+        try:
+            profile = self.service.profiles.get(self._routed(a))
+        except TokenMeterModelUnconfiguredError:
+            return
+        profile.calibration.observe(state.last_measured, last.usage.input_tokens)
+        state.last_measured = 0
 
     async def post_step(self, a: RunView) -> None:
         """After the step's assistant message and all its results are persisted. An
         unknown routed model ends the run (``token_meter_model_unconfigured``)."""
         self.succeeded(a.run.id)
+        self._calibrate(a)
         if not self.auto:
             return
         step = a.usage.steps

@@ -1,0 +1,138 @@
+"""Compaction routes (DESIGN §8 over HTTP): compact a session now, show what the next
+model call would see with its token breakdown, and read evidence a summary left out.
+
+- ``POST /v1/sessions/{id}/compact``: the outcome (``status`` ``compacted``,
+  ``nothing_to_compact``, ``failed`` with the reason, ...) and the activated summary.
+- ``GET /v1/sessions/{id}/context?items=``: budget, token breakdown, active summary and
+  constraint records of the next call (``items``: every item with its source and trust).
+- ``GET /v1/sessions/{id}/evidence?message_id=|artifact_id=&offset=&length=|query=&limit=``:
+  a raw message, an artifact slice, or search hits, only from the session's own branch; a
+  source that is not there answers ``404 not_found`` (``details.missing``).
+
+Someone else's session answers ``not_found`` like one that does not exist. The routes
+use the compaction stage the runs use (same instructions, tools and model profiles).
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from plait.adapters.http._errors import ApiError
+from plait.adapters.http.auth import Principal
+from plait.adapters.shapes import message_json, outcome_json, view_json
+from plait.application.compaction.recall import (
+    MAX_SLICE,
+    find_artifact,
+    find_message,
+    search,
+)
+from plait.application.compaction.stage import CompactionStage
+from plait.domain.errors import (
+    EvidenceMissingError,
+    SessionNotFoundError,
+    TokenMeterModelUnconfiguredError,
+)
+
+__all__ = ["compaction_routes", "compaction_stage"]
+
+
+def compaction_stage(ctx: Any) -> CompactionStage | None:
+    """The compaction stage of the API's agent service (``None``: compaction is off)."""
+    stage = getattr(getattr(ctx.service, "driver", None), "compaction", None)
+    return stage if isinstance(stage, CompactionStage) else None
+
+
+def compaction_routes(
+    ctx: Any, stage: CompactionStage, who_dep: Callable[..., Awaitable[Principal]]
+) -> APIRouter:
+    r = APIRouter(tags=["compaction"])
+    Who = Annotated[Principal, Depends(who_dep)]
+    store: Any = ctx.store
+    service = stage.service
+
+    async def own(who: Principal, session_id: str) -> None:
+        session = await store.get_session(session_id)
+        if not who.may_see(session):
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+
+    @r.post("/sessions/{session_id}/compact", response_model=dict[str, Any])
+    async def compact(session_id: str, who: Who) -> dict[str, Any]:
+        """Summarize the session's older complete units now (raw history is kept)."""
+        await own(who, session_id)
+        outcome = await service.compact(
+            session_id, trigger="manual", instructions=stage.instructions, tools=stage.tools
+        )
+        return outcome_json(outcome)
+
+    @r.get("/sessions/{session_id}/context", response_model=dict[str, Any])
+    async def context(session_id: str, who: Who, items: bool = False) -> dict[str, Any]:
+        """What the next model call would see, with its token breakdown."""
+        await own(who, session_id)
+        history = [sm.message for sm in await store.read_messages(session_id)]
+        caller = ctx.service.caller
+        model = caller.model.name if caller.has_model else service.routed_model(history)
+        if not model:
+            raise TokenMeterModelUnconfiguredError(
+                "TOKEN_METER_MODEL_UNCONFIGURED: this API process has no model and the "
+                "session has no model turn yet, so no context window decides the budget; "
+                "start the API with PLAIT_MODEL set",
+            )
+        view = await stage.view(session_id, history, model)
+        return view_json(view, items=items)
+
+    @r.get("/sessions/{session_id}/evidence", response_model=dict[str, Any])
+    async def evidence(
+        session_id: str,
+        who: Who,
+        message_id: Annotated[str | None, Query(min_length=1)] = None,
+        artifact_id: Annotated[str | None, Query(min_length=1)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        length: Annotated[int, Query(ge=1, le=MAX_SLICE)] = 8_000,
+        query: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+        limit: Annotated[int, Query(ge=1, le=50)] = 10,
+    ) -> dict[str, Any]:
+        """Originals a summary left out, from this session's branch only."""
+        await own(who, session_id)
+        asked = (message_id, artifact_id, query)
+        return await _lookup(store, session_id, asked, (offset, length), limit)
+
+    return r
+
+
+async def _lookup(
+    store: Any,
+    session_id: str,
+    asked: tuple[str | None, str | None, str | None],
+    window: tuple[int, int],
+    limit: int,
+) -> dict[str, Any]:
+    message_id, artifact_id, query = asked
+    names = ("message_id", "artifact_id", "query")
+    given = [k for k, v in zip(names, asked, strict=True) if v is not None]
+    if len(given) != 1:
+        raise ApiError(
+            "give exactly one of message_id, artifact_id or query",
+            status=422, code="invalid_request", given=given,
+        )  # fmt: skip
+    if message_id is not None:
+        sm = await find_message(store, session_id, message_id)
+        if sm is None:
+            raise _missing(f"message {message_id!r} is not in this session's history")
+        return {"message": message_json(sm)}
+    if artifact_id is not None:
+        got = await find_artifact(store, session_id, artifact_id, *window)
+        if isinstance(got, str):
+            raise _missing(got)
+        return {
+            "artifact_id": got.artifact_id, "from_message_id": got.owner.message.id,
+            "offset": got.offset, "end": got.end, "size": got.size, "content": got.text,
+        }  # fmt: skip
+    assert query is not None
+    facts, hits = await search(store, session_id, query, limit)
+    return {"facts": facts, "messages": [message_json(sm) for sm in hits]}
+
+
+def _missing(what: str) -> EvidenceMissingError:
+    return EvidenceMissingError(f"missing: {what}; do not assume what it said", missing=True)
