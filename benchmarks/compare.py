@@ -2,10 +2,14 @@
 
     uv run python benchmarks/compare.py --reps 3            # plait + peers (if their venv exists)
     uv run python benchmarks/compare.py --reps 5 --no-peers  # plait only
+    uv run python benchmarks/compare.py --reps 7 --no-peers --floor  # plait + the bare loops
 
 The peers' venv is made by ``bash ../shared/peer-bench/setup_venv.sh`` (outside the repo).
 Each peer x workload runs in its own process, as in peer-bench's run_all.sh; W2 gets a
-pristine copy of the built session each time. Raw JSONL and the table land in
+pristine copy of the built session each time. ``--floor`` runs the bare SQLite loops
+(``baseline``, ``baseline-full``: standard library only) with this Python even without the
+peers' venv, interleaved with plait, so W1 can be read as a ratio to the FULL floor measured
+under the same load (DESIGN §11's target is that ratio). Raw JSONL and the table land in
 ``benchmarks/results/<UTC timestamp>/``.
 """
 
@@ -64,6 +68,7 @@ def main() -> None:
         default=Path(os.environ.get("PEERVENV", Path(tempfile.gettempdir()) / "peervenv")),
     )
     p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--floor", action="store_true", help="run the bare loops (stdlib only)")
     a = p.parse_args()
 
     env = dict(os.environ)
@@ -85,6 +90,12 @@ def main() -> None:
 
     configs = [("plait", sys.executable, HERE / "drv_plait.py", "", "w1,build,w2,w3")]
     peer_py = a.peervenv / "bin" / "python"
+    if a.floor and (a.no_peers or not peer_py.exists()):
+        configs += [
+            (lbl, sys.executable, a.peer_bench / drv, var, wls)
+            for lbl, drv, var, wls in PEERS
+            if lbl.startswith("baseline")
+        ]
     if not a.no_peers:
         if peer_py.exists() and a.peer_bench.is_dir():
             configs += [

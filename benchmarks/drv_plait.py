@@ -7,7 +7,9 @@ prints one JSON object on its last stdout line, with the same keys, so
 - w1    200 tool-call steps (echo tool, 1 KB result) then an answer, through AgentService
         on SQLite (WAL, synchronous=FULL), timed from just before ``send`` to its return.
         Also reports the cost of single steps early in the run and at its end, to show
-        whether per-step cost grows with history (run with ``--steps 1000``).
+        whether per-step cost grows with history (run with ``--steps 1000``). With
+        ``--model-ms N`` every model call takes N ms (the loop is free meanwhile): the step
+        then costs N ms plus what is not overlapped with the model's time.
 - build a 5,000-message session (user / assistant tool call / tool result / assistant text,
         ~500 B each), not timed for the table.
 - w2    fresh process: open the store, build the agent, append one user message and run
@@ -21,6 +23,7 @@ import time
 T_PROCESS_START = time.perf_counter()
 
 import argparse  # noqa: E402
+import asyncio  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
@@ -148,11 +151,25 @@ class FakeModel:
         return ModelResponse(text=f"done after {n} tool calls", usage=usage)
 
 
+class SlowModel(FakeModel):
+    """:class:`FakeModel` that answers after ``latency_s`` (the event loop is free meanwhile,
+    as with a real provider): shows what the step costs beyond the model's own time."""
+
+    def __init__(self, steps: int, latency_s: float) -> None:
+        super().__init__(steps)
+        self.latency_s = latency_s
+
+    async def answer(self, request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(self.latency_s)
+        return self(request)
+
+
 def build_agent(store: SqliteStore, model: FakeModel, tool_bytes: int) -> AgentService:
+    fn = model.answer if isinstance(model, SlowModel) else model
     return AgentService(
         store=store,
         artifacts=store,
-        model=FunctionModel(model, name="fake"),
+        model=FunctionModel(fn, name="fake"),
         tools=[echo_tool(tool_bytes)],
         clock=SystemClock(),
         ids=RandomIds(),
@@ -167,7 +184,7 @@ async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
     fresh_db(a.db)
     t_setup = time.perf_counter()
     store = SqliteStore(a.db)
-    model = FakeModel(a.steps)
+    model = SlowModel(a.steps, a.model_ms / 1e3) if a.model_ms else FakeModel(a.steps)
     agent = build_agent(store, model, a.tool_bytes)
     session = await agent.create_session()
     t0 = time.perf_counter()
@@ -187,6 +204,7 @@ async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
         w1_us_per_step=round((t1 - t0) / a.steps * 1e6, 1),
         step_us_early=round(statistics.median(early), 1),
         step_us_late=round(statistics.median(late), 1),
+        model_ms=a.model_ms,
         persisted_messages=len(history),
         commits=2 * a.steps + 2,
         db_bytes=db_bytes(a.db),
@@ -243,8 +261,6 @@ async def w2(a: argparse.Namespace, res: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    import asyncio
-
     p = argparse.ArgumentParser()
     p.add_argument("workload", choices=["w1", "build", "w2"])
     p.add_argument("--db", required=True)
@@ -253,6 +269,9 @@ def main() -> None:
     p.add_argument("--msg-bytes", type=int, default=int(os.environ.get("BENCH_MSG_BYTES", 500)))
     p.add_argument("--tool-bytes", type=int, default=int(os.environ.get("BENCH_TOOL_BYTES", 1024)))
     p.add_argument("--variant", default="")
+    p.add_argument(
+        "--model-ms", type=float, default=0.0, help="w1: each model call takes this long"
+    )
     a = p.parse_args()
     res: dict[str, Any] = {
         "peer": "plait",

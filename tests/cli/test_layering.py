@@ -67,6 +67,31 @@ def test_the_cli_imports_no_store_and_builds_no_domain_object() -> None:
                 assert name not in CONSTRUCTORS, (path.name, node.lineno, name)
 
 
+RUNTIME_INTERNALS = {"store", "artifacts"}
+"""The ports a Runtime holds: a command reads through ``runtime.queries`` and writes
+through ``runtime.service`` (or ``runtime.forks``), never through these."""
+
+
+def _touched_internals(source: str) -> list[tuple[int, str]]:
+    return [
+        (node.lineno, ast.unparse(node))
+        for node in _runtime_nodes(ast.parse(source))
+        if isinstance(node, ast.Attribute) and node.attr in RUNTIME_INTERNALS
+    ]
+
+
+def test_no_command_reads_the_runtime_store() -> None:
+    for path in sorted(CLI.glob("*.py")):
+        assert _touched_internals(path.read_text(encoding="utf-8")) == [], path.name
+
+
+def test_the_store_check_catches_a_command_that_reads_the_store() -> None:
+    offending = "async def go(rt):\n    return await rt.store.read_messages('s')\n"
+    assert _touched_internals(offending) == [(2, "rt.store")]
+    through_queries = "async def go(rt):\n    return await rt.queries.history('s')\n"
+    assert _touched_internals(through_queries) == []
+
+
 def test_json_comes_from_the_one_serializer() -> None:
     for path in sorted(CLI.glob("*.py")):
         for module, name in _imports(path):

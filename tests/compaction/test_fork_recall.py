@@ -11,6 +11,7 @@ import pytest
 from plait.adapters.stores import Store
 from plait.adapters.stores.jsonl import JsonlStore
 from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.application.compaction import recall_tool
 from plait.application.fork import ForkService
@@ -19,20 +20,30 @@ from plait.domain.messages import ToolCall, UserMessage
 from plait.domain.session import Session
 from plait.testing import FixedClock
 from tests.compaction.conftest import coding_history, run
+from tests.pg import empty_database
 
 
-def stores(tmp_path: Path) -> dict[str, Any]:
+def stores(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    def postgres() -> Store:
+        url: str = request.getfixturevalue("pg_url")
+        empty_database(url)
+        return PostgresStore(url)
+
     return {
         "memory": MemoryStore,
         "sqlite": lambda: SqliteStore.open(tmp_path / "db" / "plait.db"),
         "jsonl": lambda: JsonlStore(tmp_path / "jsonl"),
+        "postgres": postgres,
     }
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl"])
-def test_a_branch_cannot_recall_what_came_after_its_fork_point(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl", "postgres"])
+def test_a_branch_cannot_recall_what_came_after_its_fork_point(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store: Store = stores(tmp_path, request)[kind]()
+
     async def go() -> None:
-        store: Store = stores(tmp_path)[kind]()
         await store.create_session(Session(id="src", created_at=0.0))
         history = coding_history(20)  # 61 messages
         later = UserMessage(id="m62", text="secret plan: rotate the zebra keys", created_at=9)

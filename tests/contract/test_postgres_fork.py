@@ -1,7 +1,7 @@
 """Forks on PostgreSQL: the seed's example (section 七) through the fork service, with
 shared bodies, appends staying on their own side, bad cut points creating nothing and
-repeated requests returning the same branch. (The fork suite's store fixture spans event
-loops, which a pooled async store does not; these scenarios run in one loop.)"""
+repeated requests returning the same branch, all in one event loop. (The whole fork
+suite, tests/fork, runs on PostgreSQL too.)"""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import pytest
 
 from plait.adapters.stores.jsonl import JsonlStore
 from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.application.fork import ForkService
 from plait.application.ports import Commit, ForkableStore
@@ -25,10 +26,11 @@ from plait.domain.messages import (
 )
 from plait.domain.session import Session, StoredMessage
 from plait.testing import FixedClock
+from tests.pg import empty_database
 
 T = TypeVar("T")
 
-STORES = ["memory", "sqlite", "jsonl"]
+STORES = ["memory", "sqlite", "jsonl", "postgres"]
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -76,9 +78,10 @@ def seed_messages() -> list[Message]:
 class Stores:
     """Opens the same store again (a fresh handle, as another process would)."""
 
-    def __init__(self, kind: str, tmp: Path) -> None:
+    def __init__(self, kind: str, tmp: Path, pg_url: str | None = None) -> None:
         self.kind = kind
         self.tmp = tmp
+        self.pg_url = pg_url
         self._memory: MemoryStore | None = None
 
     def open(self) -> ForkableStore:
@@ -88,12 +91,19 @@ class Stores:
             return self._memory
         if self.kind == "sqlite":
             return SqliteStore.open(self.tmp / "plait.db")
+        if self.kind == "postgres":
+            assert self.pg_url is not None
+            return PostgresStore(self.pg_url)
         return JsonlStore(self.tmp / "store")
 
 
 @pytest.fixture(params=STORES)
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Stores:
-    return Stores(request.param, tmp_path)
+    if request.param != "postgres":
+        return Stores(request.param, tmp_path)
+    url: str = request.getfixturevalue("pg_url")
+    empty_database(url)
+    return Stores("postgres", tmp_path, url)
 
 
 @pytest.fixture

@@ -13,16 +13,18 @@ import pytest
 from plait.adapters.cli.main import main
 from plait.adapters.stores import open_store
 from tests.fork.conftest import run, seed
+from tests.pg import empty_database
 
 
-@pytest.fixture(params=["sqlite", "jsonl"])
+@pytest.fixture(params=["sqlite", "jsonl", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    url = (
-        f"sqlite:///{tmp_path / 'plait.db'}"
-        if request.param == "sqlite"
-        else f"jsonl:///{tmp_path / 'store'}"
-    )
-    return url
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        empty_database(url)
+        return url
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'plait.db'}"
+    return f"jsonl:///{tmp_path / 'store'}"
 
 
 def _seed(db: str, workspace: Path | None = None) -> None:

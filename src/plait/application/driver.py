@@ -310,11 +310,11 @@ class RunDriver:
         if a.cancel_requested:
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
         a.usage.steps = step
-        run = replace(a.run, usage=a.usage.freeze())
         if calls:
-            run = replace(run, lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds))
+            lease = Lease(owner=self.owner, expires_at=now + self.lease_seconds)
+            run = replace(a.run, usage=a.usage.freeze(), lease=lease)
         else:
-            run = run.ended(RunStatus.COMPLETED, now)
+            run = replace(a.run, usage=a.usage.freeze()).ended(RunStatus.COMPLETED, now)
         records = tuple(self.journal.record(a, c, self.tools.get(c.name), now) for c in calls)
         await self.journal.commit(a, (message,), run=run, executions=records)
         a.used_call_ids.update(c.id for c in calls)
@@ -420,6 +420,10 @@ class RunDriver:
             decided_by=decision.decided_by,
             decision_reason=decision.reason,
         )
+        if decision.verdict is Verdict.ALLOW:
+            started = replace(reviewed, state=ExecutionState.STARTED, started_at=now)
+            await self._execute(a, call, started, tool)
+            return
         if decision.verdict is Verdict.DENY:
             reason = f"denied by {decision.decided_by}: {decision.reason}"
             result = ToolResult(
@@ -427,15 +431,12 @@ class RunDriver:
             )
             await self.journal.settle(a, call, reviewed, result)
             return
-        if decision.verdict is Verdict.NEEDS_APPROVAL:
-            raise StopRun(
-                RunStatus.AWAITING_APPROVAL,
-                "approval_required",
-                f"call {call.id} ({call.name}) needs approval: {decision.reason}",
-                (reviewed,),
-            )
-        started = replace(reviewed, state=ExecutionState.STARTED, started_at=now)
-        await self._execute(a, call, started, tool)
+        raise StopRun(
+            RunStatus.AWAITING_APPROVAL,
+            "approval_required",
+            f"call {call.id} ({call.name}) needs approval: {decision.reason}",
+            (reviewed,),
+        )
 
     async def _review(
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
 from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
 
 __all__ = ["LeaseInfo", "Queries", "RunDetail", "StoreInfo"]
 
@@ -74,6 +76,46 @@ class Queries:
         """The session's messages in order (an unknown id raises SessionNotFoundError)."""
         await self._store.get_session(session_id)
         return await self._store.read_messages(session_id)
+
+    async def message_numbered(self, session_id: str, number: int) -> StoredMessage | None:
+        """The message with that number (its seq, 1-based, as ``plait history`` prints
+        it), if the session has one."""
+        if number < 1:
+            return None
+        found = await self._store.read_messages(session_id, after=number - 1, limit=1)
+        return found[0] if found else None
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        """The seq of a message of the session (None: not there, or a store that cannot
+        fork and so does not index messages by id)."""
+        seq_of = getattr(self._store, "message_seq", None)
+        if seq_of is None:
+            return None
+        seq: int | None = await seq_of(session_id, message_id)
+        return seq
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        """Every activated summary of the session, oldest first (none: a store without
+        compaction support)."""
+        lister = getattr(self._store, "list_summaries", None)
+        found: list[Summary] = [] if lister is None else await lister(session_id)
+        return found
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        """The session's constraint records (none: a store without compaction support)."""
+        lister = getattr(self._store, "list_constraints", None)
+        found: list[Constraint] = [] if lister is None else await lister(session_id)
+        return found
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        """Approval requests, newest first (none: a store that keeps no approvals)."""
+        lister = getattr(self._store, "list_approvals", None)
+        if lister is None:
+            return []
+        found: list[Approval] = await lister(session_id=session_id, run_id=run_id)
+        return found
 
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         """Newest first; an unknown session raises SessionNotFoundError."""

@@ -27,6 +27,7 @@ from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunObserver, RunStarted
 from plait.application.gate import AllowAll, ToolGate
+from plait.application.governance.approvals import Approvals
 from plait.application.model_caller import (
     ModelCaller,
     OverflowHook,
@@ -153,6 +154,8 @@ class AgentService:
         )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
+        self.approvals = Approvals(store, clock)
+        """A person's answers to calls that wait (approve, deny)."""
         self.models = RunModels(self.caller, model_spec, model_factory)
         """Which model a run taken over continues with (its recorded spec)."""
 

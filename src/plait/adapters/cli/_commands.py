@@ -78,7 +78,7 @@ async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     data: dict[str, Any] = {"session_id": a.session_id}
     if session.fork_origin is not None:  # a branch says what it is bound to
         data["workspace"] = workspace_json(session, fork)
-    extra, tail = await history_summaries(rt.store, session.id)
+    extra, tail = await history_summaries(rt.queries, session.id)
     out.emit(
         data | {"messages": [message_json(m) for m in messages]} | extra,
         lambda: (
@@ -94,8 +94,7 @@ async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
     detail = await rt.queries.run_detail(a.run_id)
     r, executions = detail.run, detail.executions
-    lister = getattr(rt.store, "list_approvals", None)  # stores without approvals show none
-    approvals = [] if lister is None else await lister(run_id=r.id)
+    approvals = await rt.queries.list_approvals(run_id=r.id)
     now = SystemClock().now()
     data = run_json(r) | {
         "executions": [execution_json(e) for e in executions],

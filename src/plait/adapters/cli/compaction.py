@@ -197,8 +197,7 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
 
     async def go() -> int:
         try:
-            await runtime.store.get_session(a.session_id)
-            stored = await runtime.store.read_messages(a.session_id)
+            stored = await runtime.queries.history(a.session_id)
             view = await compaction.view(
                 a.session_id,
                 [sm.message for sm in stored],
@@ -241,7 +240,8 @@ def _eval(a: argparse.Namespace, out: _Output) -> int:
         c = report["summary_cost"]
         lines.append(
             f"summary cost: {c['calls']} call(s), {c['input_tokens']} input and "
-            f"{c['output_tokens']} output tokens (as reported by the summarizer)"
+            f"{c['output_tokens']} output tokens (as the summarizer reported them; the stand-in "
+            "reports characters / 4)"
         )
         return "\n".join(lines)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from plait.adapters.shapes import fork_json, iso, session_json, workspace_json
 from plait.domain.errors import ConfigError, MessageNotFoundError
@@ -13,8 +13,8 @@ from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
 
 if TYPE_CHECKING:
-    from plait.adapters.stores import Store
     from plait.application.fork import ForkService
+    from plait.application.queries import Queries
 
 __all__ = ["COMMANDS", "branch_lines", "register", "workspace_json"]
 
@@ -59,7 +59,7 @@ def register(ssub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
     common(tree)
 
 
-def _run(a: argparse.Namespace, fn: Callable[[Store, ForkService], Awaitable[int]]) -> int:
+def _run(a: argparse.Namespace, fn: Callable[[Queries, ForkService], Awaitable[int]]) -> int:
     from plait.runtime import Runtime
 
     async def go() -> int:
@@ -67,8 +67,9 @@ def _run(a: argparse.Namespace, fn: Callable[[Store, ForkService], Awaitable[int
         runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
         try:
             if runtime.forks is None:
-                raise ConfigError(f"the store {runtime.store!r} cannot fork sessions")
-            return await fn(cast("Store", runtime.store), runtime.forks)
+                where = runtime.queries.store_info().location
+                raise ConfigError(f"the store {where} cannot fork sessions")
+            return await fn(runtime.queries, runtime.forks)
         finally:
             await runtime.close()
 
@@ -101,8 +102,8 @@ def _fork(a: argparse.Namespace, out: _Output) -> int:
 
     request_id = a.request_id or RandomIds().new("req")
 
-    async def go(store: Store, forks: ForkService) -> int:
-        through = await _message_id(store, a.session_id, a.through)
+    async def go(queries: Queries, forks: ForkService) -> int:
+        through = await _message_id(queries, a.session_id, a.through)
         result = await forks.fork_session(a.session_id, through, request_id, snapshot=a.snapshot)
         b, r = result.branch, result.record
 
@@ -131,28 +132,28 @@ def _fork(a: argparse.Namespace, out: _Output) -> int:
     return _run(a, go)
 
 
-async def _message_id(store: Store, session_id: str, given: str) -> str:
+async def _message_id(queries: Queries, session_id: str, given: str) -> str:
     """``--through`` takes a message id or a message number (seq) as history prints it."""
-    if not given.isdigit() or await store.message_seq(session_id, given) is not None:
+    if not given.isdigit() or await queries.message_seq(session_id, given) is not None:
         return given
     n = int(given)
-    found = await store.read_messages(session_id, after=n - 1, limit=1) if n > 0 else []
-    if not found:
+    found = await queries.message_numbered(session_id, n)
+    if found is None:
         raise MessageNotFoundError(
             f"session {session_id!r} has no message number {n}; see: plait history {session_id}",
             session_id=session_id,
             message_id=given,
         )
-    return found[0].message.id
+    return found.message.id
 
 
 def _show(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store, forks: ForkService) -> int:
+    async def go(queries: Queries, forks: ForkService) -> int:
         s = await forks.readable(a.session_id, None)
-        record = await store.get_fork_record(s.id)
+        record = await queries.fork_record(s.id)
         children = [
             c
-            for c in await store.list_sessions()
+            for c in await queries.list_sessions()
             if c.fork_origin is not None and c.fork_origin.parent_session_id == s.id
         ]
         children.sort(key=lambda c: c.created_at)
@@ -198,7 +199,7 @@ def _show(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _tree(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store, forks: ForkService) -> int:
+    async def go(_queries: Queries, forks: ForkService) -> int:
         family = await forks.family(a.session_id)
         ids = {s.id for s in family}
         kids: dict[str | None, list[Session]] = {}

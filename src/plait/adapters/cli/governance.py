@@ -8,16 +8,16 @@ import getpass
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from plait.adapters.shapes import approval_json, iso
 from plait.domain.errors import ConfigError
 from plait.domain.policy import Policy, ToolRule
 
 if TYPE_CHECKING:
-    from plait.adapters.stores import Store
     from plait.domain.governance import Approval
     from plait.domain.session import ExecutionRecord
+    from plait.runtime import Runtime
 
 __all__ = [
     "COMMANDS",
@@ -180,19 +180,16 @@ def _policy_text(p: Policy) -> str:
 # --- commands -------------------------------------------------------------------------------
 
 
-def _store(a: argparse.Namespace) -> Store:
+def _run(a: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> int:
+    """Run ``fn`` over a runtime of the existing store (no model, no tools)."""
     from plait.runtime import Runtime
 
-    return cast("Store", Runtime.open(db=getattr(a, "db", None), store_only=True).store)
-
-
-def _run(a: argparse.Namespace, fn: Callable[[Store], Awaitable[int]]) -> int:
     async def go() -> int:
-        store = _store(a)
+        rt = Runtime.open(db=getattr(a, "db", None), store_only=True)
         try:
-            return await fn(store)
+            return await fn(rt)
         finally:
-            await store.close()
+            await rt.close()
 
     return asyncio.run(go())
 
@@ -204,9 +201,9 @@ def _now() -> float:
 
 
 def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
-    async def go(store: Store) -> int:
+    async def go(rt: Runtime) -> int:
         now = _now()
-        found = await store.list_approvals(session_id=a.session_id, run_id=a.run_id)
+        found = await rt.queries.list_approvals(session_id=a.session_id, run_id=a.run_id)
         if a.pending:
             found = [x for x in found if x.state(now) == "pending"]
 
@@ -232,11 +229,13 @@ def _decide(a: argparse.Namespace, out: _Output, *, approve: bool) -> int:
         raise ConfigError("--reason must say why (the model reads it)")
     grantor = a.by or getpass.getuser()
 
-    async def go(store: Store) -> int:
-        x = await store.decide_approval(
-            a.approval_id, approve=approve, grantor=grantor, at=_now(), ttl_seconds=ttl,
-            reason=reason,
-        )  # fmt: skip
+    async def go(rt: Runtime) -> int:
+        desk = rt.service.approvals
+        x = await (
+            desk.approve(a.approval_id, grantor=grantor, ttl_seconds=ttl)
+            if ttl is not None
+            else desk.deny(a.approval_id, grantor=grantor, reason=reason or "")
+        )
         verb = "approved" if approve else "denied"
         until = f" until {iso(x.expires_at)}" if approve else ""
         out.emit(
@@ -279,8 +278,8 @@ def _explain(a: argparse.Namespace, out: _Output) -> int:
         raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
     call = ToolCall.create(id="explain", name=a.tool, arguments=args)
 
-    async def go(store: Store) -> int:
-        session = await store.get_session(a.session_id)
+    async def go(rt: Runtime) -> int:
+        session = await rt.queries.get_session(a.session_id)
         effect = _effect(a.tool, args)
         from plait.adapters.tools.probe import FileProbe
         from plait.domain.tools import EffectClass

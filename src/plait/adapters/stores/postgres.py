@@ -8,7 +8,9 @@ interleaving; the ``(session_id, seq)`` key backs that up. Leases are fenced in 
 statements as the SQLite store's. Every psycopg exception is translated at this edge.
 
 The pool opens lazily on first use (``open_store`` is synchronous) and applies missing
-schema migrations then (see :mod:`._pg_schema`; ``plait db upgrade`` does the same).
+schema migrations then (see :mod:`._pg_schema`; ``plait db upgrade`` does the same). The
+pool belongs to the event loop that opened it; a later loop gets its own once that one
+is closed (:mod:`._postgres_pool`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
-from plait.adapters.stores._pg_schema import prepare, redact, translate, upgrade
+from plait.adapters.stores._pg_schema import redact, translate, upgrade
 from plait.adapters.stores._postgres_commit import apply
+from plait.adapters.stores._postgres_pool import LoopPool
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     json_value,
@@ -71,12 +74,9 @@ class PostgresStore:
     ) -> None:
         self._url = url
         self._where = redact(url)
-        self._min_size = min_size
-        self._max_size = max_size
-        self._migrate = migrate
-        self._pool: AsyncConnectionPool[Conn] | None = None
-        self._opening: asyncio.Lock | None = None
-        self._closed = False
+        self._pools = LoopPool(
+            url, self._where, min_size=min_size, max_size=max_size, migrate=migrate
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -88,29 +88,7 @@ class PostgresStore:
     # --- connections ----------------------------------------------------------------------
 
     async def _ready(self) -> AsyncConnectionPool[Conn]:
-        if self._closed:
-            raise closed_error("postgresql")
-        if self._pool is not None:
-            return self._pool
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._pool is None:
-                self._pool = await self._open()
-        return self._pool
-
-    async def _open(self) -> AsyncConnectionPool[Conn]:
-        await prepare(self._url, self._where, migrate=self._migrate)
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self._url,
-            min_size=self._min_size,
-            max_size=self._max_size,
-            kwargs={"autocommit": True},
-            open=False,
-            timeout=30,
-        )
-        await pool.open(wait=True, timeout=30)
-        return pool
+        return await self._pools.get()
 
     async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._ready()
@@ -142,7 +120,7 @@ class PostgresStore:
 
     async def upgrade(self) -> tuple[int, int]:
         """Apply missing migrations now; returns (version before, version after)."""
-        if self._closed:
+        if self._pools.closed:
             raise closed_error("postgresql")
         try:
             async with await psycopg.AsyncConnection.connect(
@@ -299,10 +277,7 @@ class PostgresStore:
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
 
     async def close(self) -> None:
-        self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        await self._pools.close()
 
     # --- service mode: queue, events, keys (see _pg_service) ------------------------------
 

@@ -1,0 +1,115 @@
+"""The PostgreSQL store's connection pool, bound to the event loop that uses it.
+
+psycopg's async pool (its connections, workers and conditions) belongs to the loop it
+was opened in. A store handle outlives loops, though: each ``asyncio.run`` of a CLI
+command or a test is a new loop. So the pool is opened lazily in the loop that first
+needs it; once that loop is closed the next loop gets a fresh pool (the old one's
+connections are dropped without awaiting anything of the dead loop). A loop that is
+still open elsewhere keeps its pool, and any other loop is refused with a clear error
+rather than left to hang on a pool it cannot drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from plait.adapters.stores._pg_schema import prepare
+from plait.adapters.stores._state import closed_error
+from plait.domain.errors import ConfigError
+
+__all__ = ["LoopPool"]
+
+log = logging.getLogger("plait.store")
+
+Conn = psycopg.AsyncConnection[Any]
+Pool = AsyncConnectionPool[Conn]
+
+
+class LoopPool:
+    """One pool at a time, for the event loop that opened it."""
+
+    def __init__(
+        self, url: str, where: str, *, min_size: int, max_size: int, migrate: bool
+    ) -> None:
+        self._url = url
+        self._where = where
+        self._min_size = min_size
+        self._max_size = max_size
+        self._migrate = migrate
+        self._pool: Pool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.closed = False
+
+    async def get(self) -> Pool:
+        if self.closed:
+            raise closed_error("postgresql")
+        loop = asyncio.get_running_loop()
+        if self._pool is not None and self._loop is loop:
+            return self._pool
+        self._check_loop(loop)
+        if self._opening is None or self._opening[0] is not loop:
+            self._opening = (loop, asyncio.Lock())
+        async with self._opening[1]:
+            if self._pool is None or self._loop is not loop:
+                self._check_loop(loop)
+                self._pool, self._loop = await self._open(), loop
+        return self._pool
+
+    def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Drop a pool whose loop is gone; refuse to share one whose loop lives on."""
+        old = self._loop
+        if self._pool is None or old is None or old is loop:
+            return
+        if not old.is_closed():
+            raise ConfigError(
+                f"this PostgreSQL store ({self._where}) is in use by another event loop "
+                "that is still open; use one store per event loop (or thread), or close "
+                "the store in its loop first",
+                store="postgresql",
+            )
+        self._abandon()
+
+    async def _open(self) -> Pool:
+        await prepare(self._url, self._where, migrate=self._migrate)
+        pool: Pool = AsyncConnectionPool(
+            self._url,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            kwargs={"autocommit": True},
+            open=False,
+            timeout=30,
+        )
+        await pool.open(wait=True, timeout=30)
+        return pool
+
+    def _abandon(self) -> None:
+        """Forget the pool of a loop that can no longer run it, closing its idle
+        connections' sockets directly (nothing of that loop can be awaited now)."""
+        pool, self._pool, self._loop = self._pool, None, None
+        if pool is None:
+            return
+        idle: Any = getattr(pool, "_pool", ())  # psycopg_pool's idle connections
+        for conn in list(idle):
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+        pool._closed = True  # its workers died with their loop
+        log.debug("dropped the pool of a closed event loop (%s)", self._where)
+
+    async def close(self) -> None:
+        self.closed = True
+        pool, loop = self._pool, self._loop
+        if pool is None:
+            return
+        current = asyncio.get_running_loop()
+        if loop is current:
+            self._pool = self._loop = None
+            await pool.close()
+        else:
+            self._abandon()
