@@ -28,9 +28,9 @@ def sha(data: str | bytes) -> str:
 def test_five_tools_with_compiled_schemas_and_effects() -> None:
     tools = workspace_tools()
     assert [(t.spec.name, t.spec.effect, t.stoppable) for t in tools] == [
-        ("read_file", EffectClass.READ_ONLY, False),
-        ("list_dir", EffectClass.READ_ONLY, False),
-        ("search_text", EffectClass.READ_ONLY, False),
+        ("read_file", EffectClass.READ_ONLY, True),
+        ("list_dir", EffectClass.READ_ONLY, True),
+        ("search_text", EffectClass.READ_ONLY, True),
         ("write_file", EffectClass.SIDE_EFFECT, False),
         ("edit_file", EffectClass.SIDE_EFFECT, False),
     ]

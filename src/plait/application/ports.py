@@ -153,6 +153,10 @@ class ToolInvocation:
     output_cap_bytes: int = 32_000
     """How much output the model will see; a tool producing more should spool the whole
     output to a file (:attr:`ToolOutput.spool_path`) rather than hold it in memory."""
+    time_limit_seconds: float | None = None
+    """The time limit the runner enforces on this call (None: none). At the limit the
+    executor's task is cancelled; work it handed to a thread cannot be cancelled and must
+    stop by this limit on its own (see "Writing tools" in the README)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

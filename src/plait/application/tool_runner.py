@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import PlaitError, PolicyError
@@ -44,6 +45,8 @@ class ToolRunner:
         """Run the call. ``on_cancel`` is called when the call was cancelled (the
         driver's cancel, or the caller's task) before the result is returned."""
         call = invocation.call
+        # The tool learns its limit: work it does in a thread must stop there by itself.
+        invocation = replace(invocation, time_limit_seconds=time_limit)
         unsure = ToolStatus.UNKNOWN if effect is EffectClass.SIDE_EFFECT else ToolStatus.FAILED
         try:
             async with asyncio.timeout(time_limit):

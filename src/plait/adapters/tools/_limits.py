@@ -41,6 +41,9 @@ class WorkspaceLimits:
     max_dir_entries: int = 50_000
     """Names read from one directory (they are sorted in memory)."""
     max_depth: int = 64
+    max_call_seconds: int = 600
+    """A call stops (failing, or search_text with what it found) after this long even when
+    the run sets no tool timeout; with a timeout it stops at that timeout."""
 
     def __post_init__(self) -> None:
         for name in self.__slots__:

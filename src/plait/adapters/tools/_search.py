@@ -1,15 +1,22 @@
-"""``search_text``: a bounded search through the workspace's text files."""
+"""``search_text``: a bounded search through the workspace's text files.
+
+Bounded in bytes, entries and matches, and in time: the search asks its
+:class:`~plait.adapters.tools._deadline.Deadline` before every block of lines and every
+file, and stops (with what it found so far) once its time limit passed or its caller gave
+up. Lines are matched by :mod:`plait.adapters.tools._match` (regular expressions on RE2,
+which cannot backtrack), a block of lines at once, line by line only where a block may
+hold a match.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import re
-from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._limits import (
     CHUNK,
@@ -20,73 +27,155 @@ from plait.adapters.tools._limits import (
     plural,
     str_arg,
 )
-from plait.adapters.tools._paths import (
-    Workspace,
-    is_binary,
-    open_child_file,
-)
+from plait.adapters.tools._match import Matcher, matcher
+from plait.adapters.tools._paths import Workspace, is_binary, open_child_file
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.domain.errors import ToolError
 
 __all__ = ["search_text"]
 
 _SHOWN_LINE = 300  # characters of a matching line shown
+_BATCH = 32 * 1024
+"""Bytes of lines matched as one block (plus at most one more read of CHUNK bytes): small
+enough that one block takes RE2 a few seconds at worst, big enough that the per-call cost
+vanishes."""
+
+
+@dataclass(slots=True)
+class _Lines:
+    """Where a file's search is: the number of the line the last piece belongs to."""
+
+    rel: str
+    number: int = 0
+    at_start: bool = True  # the next piece starts a new line
+    reported: int = 0  # the last line reported (a long line is read in several pieces)
 
 
 @dataclass(slots=True)
 class _Search:
-    matches: Callable[[str], bool]
+    matcher: Matcher
     max_results: int
-    max_scan: int
-    found: list[str]
+    limits: WorkspaceLimits
+    deadline: Deadline
+    found: list[str] = field(default_factory=list)
+    notes: WalkNotes = field(default_factory=WalkNotes)
+    hidden: set[str] = field(default_factory=set)
     scanned: int = 0
     binary: int = 0
     full: bool = False
     scan_exhausted: bool = False
+    out_of_time: bool = False
+    walked_all: bool = True
 
     def file(self, fd: int, rel: str) -> None:
         if is_binary(fd):
             self.binary += 1
             return
+        lines = _Lines(rel)
+        batch: list[bytes] = []
+        size = 0
         with open(fd, "rb", buffering=CHUNK, closefd=False) as f:
-            line = 0
-            at_start = True
-            reported = 0
             while piece := f.readline(CHUNK):
                 self.scanned += len(piece)
-                if self.scanned > self.max_scan:
+                if self.scanned > self.limits.max_scan_bytes:
                     self.scan_exhausted = True
-                    return
-                line += at_start
-                at_start = piece.endswith(b"\n")
-                if line == reported:
-                    continue
-                text = piece.decode("utf-8", "replace").rstrip("\r\n")
-                if self.matches(text):
-                    reported = line
-                    if len(text) > _SHOWN_LINE:
-                        text = text[:_SHOWN_LINE] + "…"
-                    self.found.append(f"{rel}:{line}: {text}")
-                    if len(self.found) >= self.max_results:
-                        self.full = True
+                    break
+                batch.append(piece)
+                size += len(piece)
+                if size >= _BATCH:
+                    self.block(lines, batch)
+                    if self.done:
                         return
+                    batch, size = [], 0
+        if batch:
+            self.block(lines, batch)
+
+    def block(self, lines: _Lines, batch: list[bytes]) -> None:
+        """Match the next pieces of the file: the block at once, then, only if it may
+        hold a match, line by line."""
+        if self.deadline.passed():
+            self.out_of_time = True
+            return
+        data = b"".join(batch)
+        breaks = data.count(b"\n")
+        whole = breaks == len(batch) or (breaks == len(batch) - 1 and not batch[-1].endswith(b"\n"))
+        if not self.matcher.block(data, whole and lines.at_start):
+            lines.number += lines.at_start + breaks - data.endswith(b"\n")
+            lines.at_start = data.endswith(b"\n")
+            return
+        for piece in batch:
+            lines.number += lines.at_start
+            lines.at_start = piece.endswith(b"\n")
+            if lines.number == lines.reported:
+                continue
+            if self.deadline.passed():
+                self.out_of_time = True
+                return
+            if not self.matcher.line(piece):
+                continue
+            lines.reported = lines.number
+            text = piece.decode("utf-8", "replace").rstrip("\r\n")
+            if len(text) > _SHOWN_LINE:
+                text = text[:_SHOWN_LINE] + "…"
+            self.found.append(f"{lines.rel}:{lines.number}: {text}")
+            if len(self.found) >= self.max_results:
+                self.full = True
+                return
 
     @property
     def done(self) -> bool:
-        return self.full or self.scan_exhausted
+        return self.full or self.scan_exhausted or self.out_of_time
 
+    def tree(self, ws: Workspace, fd: int, prefix: str, glob: str | None) -> None:
+        lim = self.limits
+        walk = walk_tree(
+            fd,
+            prefix,
+            descend=lambda e: e.name != ".git" and e.rel not in self.hidden,
+            notes=self.notes,
+            max_depth=lim.max_depth,
+            max_dir_entries=lim.max_dir_entries,
+        )
+        with closing(walk):
+            for count, e in enumerate(walk):
+                if count >= lim.max_walk_entries:
+                    self.walked_all = False
+                    return
+                if self.deadline.passed():
+                    self.out_of_time = True
+                    return
+                if ws.guard.hides(e.parent_fd, e.name):
+                    self.hidden.add(e.rel)
+                    continue
+                if e.kind != "file" or e.name == ".git" or not _glob_matches(glob, e):
+                    continue
+                opened = open_child_file(e.parent_fd, e.name)
+                if opened is None:
+                    continue
+                try:
+                    self.file(opened[0], e.rel)
+                finally:
+                    os.close(opened[0])
+                if self.done:
+                    return
 
-def _matcher(pattern: str, regex: bool, ignore_case: bool) -> Callable[[str], bool]:
-    if regex:
-        try:
-            compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-        except re.error as e:
-            raise ToolError(f"invalid regular expression: {e}", pattern=pattern) from e
-        return lambda text: compiled.search(text) is not None
-    if ignore_case:
-        folded = pattern.casefold()
-        return lambda text: folded in text.casefold()
-    return lambda text: pattern in text
+    def tail(self) -> list[str]:
+        lim = self.limits
+        tail: list[str] = []
+        if self.full:
+            tail.append(f"stopped after {self.max_results} matches; narrow the search for more")
+        if self.scan_exhausted:
+            tail.append(f"stopped after searching {lim.max_scan_bytes} bytes")
+        if self.out_of_time:
+            tail.append(self.deadline.reason("search_text") + "; narrow the search")
+        if not self.walked_all:
+            tail.append(f"stopped after {lim.max_walk_entries} directory entries")
+        if self.binary:
+            tail.append(f"skipped {plural(self.binary, 'binary file')}")
+        tail += self.notes.describe()
+        if self.hidden:
+            tail.append(Guard.note(len(self.hidden)))
+        return tail
 
 
 def _glob_matches(glob: str | None, e: TreeEntry) -> bool:
@@ -95,67 +184,29 @@ def _glob_matches(glob: str | None, e: TreeEntry) -> bool:
     return fnmatch.fnmatchcase(e.rel if "/" in glob else e.name, glob)
 
 
-def search_text(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
+def search_text(
+    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
+) -> str:
     pattern = str_arg(args, "pattern")
     if not pattern:
         raise ToolError("pattern must not be empty")
     path = str_arg(args, "path", ".")
     glob = arg(args, "glob", str, None)
-    max_results = int_arg(args, "max_results", 100, 1, limits.max_search_matches) or 100
     search = _Search(
-        matches=_matcher(pattern, bool_arg(args, "regex"), bool_arg(args, "ignore_case")),
-        max_results=max_results,
-        max_scan=limits.max_scan_bytes,
-        found=[],
+        matcher=matcher(
+            pattern, regex=bool_arg(args, "regex"), ignore_case=bool_arg(args, "ignore_case")
+        ),
+        max_results=int_arg(args, "max_results", 100, 1, limits.max_search_matches) or 100,
+        limits=limits,
+        deadline=deadline,
     )
-    notes = WalkNotes()
-    walked_all = True
-    hidden: set[str] = set()
     with ws.open(path) as entry:
         if entry.fd is None:
             raise ToolError(f"{path!r} does not exist", path=path)
         rel = ws.relative(path)
-        if not entry.is_dir:
-            search.file(entry.fd, rel)
+        if entry.is_dir:
+            search.tree(ws, entry.fd, rel + "/" if rel else "", glob)
         else:
-            walk = walk_tree(
-                entry.fd,
-                rel + "/" if rel else "",
-                descend=lambda e: e.name != ".git" and e.rel not in hidden,
-                notes=notes,
-                max_depth=limits.max_depth,
-                max_dir_entries=limits.max_dir_entries,
-            )
-            with closing(walk):
-                for count, e in enumerate(walk):
-                    if count >= limits.max_walk_entries:
-                        walked_all = False
-                        break
-                    if ws.guard.hides(e.parent_fd, e.name):
-                        hidden.add(e.rel)
-                        continue
-                    if e.kind != "file" or e.name == ".git" or not _glob_matches(glob, e):
-                        continue
-                    opened = open_child_file(e.parent_fd, e.name)
-                    if opened is None:
-                        continue
-                    try:
-                        search.file(opened[0], e.rel)
-                    finally:
-                        os.close(opened[0])
-                    if search.done:
-                        break
-    tail: list[str] = []
-    if search.full:
-        tail.append(f"stopped after {max_results} matches; narrow the search for more")
-    if search.scan_exhausted:
-        tail.append(f"stopped after searching {limits.max_scan_bytes} bytes")
-    if not walked_all:
-        tail.append(f"stopped after {limits.max_walk_entries} directory entries")
-    if search.binary:
-        tail.append(f"skipped {plural(search.binary, 'binary file')}")
-    tail += notes.describe()
-    if hidden:
-        tail.append(Guard.note(len(hidden)))
+            search.file(entry.fd, rel)
     body = "\n".join(search.found) if search.found else f"no matches for {pattern!r}"
-    return body + "".join(f"\n[{t}]" for t in tail)
+    return body + "".join(f"\n[{t}]" for t in search.tail())

@@ -65,7 +65,8 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
     ),
     (
         "search_text",
-        "Find lines containing a string (or matching a Python regular expression) in the "
+        "Find lines containing a string (or matching a regular expression, RE2 syntax: "
+        "Python's without lookaround and backreferences) in the "
         "workspace's text files. Returns 'path:line: text' per matching line, paths relative "
         "to the workspace root. Skips binary files, .git and symbolic links; stops after "
         "max_results matches and says so.",
@@ -77,7 +78,11 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
                 minLength=1,
             ),
             path=_p("path", "File or directory to search (default: the root).", default="."),
-            regex=_p("boolean", "Treat pattern as a Python regular expression.", default=False),
+            regex=_p(
+                "boolean",
+                "Treat pattern as a regular expression (RE2: no lookaround, no backreferences).",
+                default=False,
+            ),
             ignore_case=_p("boolean", "Match regardless of case.", default=False),
             glob=_p(
                 "string",

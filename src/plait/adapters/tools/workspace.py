@@ -15,8 +15,10 @@ import re
 import stat
 from collections.abc import Callable, Sequence
 from contextlib import closing
+from dataclasses import dataclass, field
 from typing import IO, Any
 
+from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._limits import (
     ABSENT,
@@ -104,7 +106,9 @@ def _storable(text: str) -> str:
 # --- read_file ------------------------------------------------------------------------------
 
 
-def _read_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
+def _read_file(
+    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
+) -> str:
     path = str_arg(args, "path")
     first = int_arg(args, "offset_line", 1, 1, 10**12) or 1
     max_lines = int_arg(args, "max_lines", None, 1, 10**12)
@@ -113,66 +117,85 @@ def _read_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> 
         if is_binary(fd):
             raise ToolError(f"{path!r} is a binary file", path=path)
         with open(fd, "rb", buffering=CHUNK, closefd=False) as f:
-            return _read_lines(f, path, first, max_lines, limits)
+            return _read_lines(_Lines(path, first, max_lines, limits, deadline), f)
 
 
-def _read_lines(
-    f: IO[bytes], path: str, first: int, max_lines: int | None, limits: WorkspaceLimits
-) -> str:
-    budget = limits.max_read_bytes
-    digest = hashlib.sha256()
-    out = bytearray()
-    line = 0  # number of the line the last piece belongs to
+@dataclass(slots=True)
+class _Lines:
+    """What one read_file call asked for, and what it read."""
+
+    path: str
+    first: int
+    max_lines: int | None
+    limits: WorkspaceLimits
+    deadline: Deadline
+    out: bytearray = field(default_factory=bytearray)
+    digest: Any = field(default_factory=hashlib.sha256)
+    line: int = 0  # number of the line the last piece belongs to
+    stop: str | None = None  # why reading stopped before the end of the file
+
+    def skip(self, skipped: int) -> None:
+        if skipped > self.limits.max_scan_bytes:
+            raise ToolError(
+                f"offset_line {self.first} is too far into {self.path!r}: more than "
+                f"{self.limits.max_scan_bytes} bytes precede it",
+                path=self.path,
+            )
+        self.deadline.check("read_file")
+
+    def take(self, piece: bytes, starts_line: bool) -> bool:
+        """Keep ``piece`` (the next piece of line :attr:`line`); False: stop here."""
+        first, budget = self.first, self.limits.max_read_bytes
+        if self.max_lines is not None and self.line >= first + self.max_lines:
+            self.stop = f"more follows; continue with offset_line={self.line}"
+            self.line -= 1
+            return False
+        room = budget - len(self.out)
+        if len(piece) <= room:
+            self.out += piece
+            return True
+        if starts_line and self.line > first:
+            self.stop = f"stopped at the {budget}-byte limit; continue with offset_line={self.line}"
+            self.line -= 1
+        else:
+            self.out += _trim_partial_utf8(piece[:room])
+            self.stop = (
+                f"stopped at the {budget}-byte limit inside line {self.line}, which is "
+                f"cut short; continue with offset_line={self.line + 1}"
+            )
+        return False
+
+
+def _read_lines(r: _Lines, f: IO[bytes]) -> str:
     at_start = True  # the next piece starts a new line
     skipped = 0
-    stop: str | None = None
     while piece := f.readline(CHUNK):
-        digest.update(piece)
+        r.digest.update(piece)
         starts_line = at_start
-        line += starts_line
+        r.line += starts_line
         at_start = piece.endswith(b"\n")
-        if line < first:
+        if r.line < r.first:
             skipped += len(piece)
-            if skipped > limits.max_scan_bytes:
-                raise ToolError(
-                    f"offset_line {first} is too far into {path!r}: more than "
-                    f"{limits.max_scan_bytes} bytes precede it",
-                    path=path,
-                )
-            continue
-        if max_lines is not None and line >= first + max_lines:
-            stop = f"more follows; continue with offset_line={line}"
-            line -= 1
+            r.skip(skipped)
+        elif not r.take(piece, starts_line):
             break
-        room = budget - len(out)
-        if len(piece) > room:
-            if starts_line and line > first:
-                stop = f"stopped at the {budget}-byte limit; continue with offset_line={line}"
-                line -= 1
-            else:
-                out += _trim_partial_utf8(piece[:room])
-                stop = (
-                    f"stopped at the {budget}-byte limit inside line {line}, which is "
-                    f"cut short; continue with offset_line={line + 1}"
-                )
-            break
-        out += piece
-    if stop is None and first > max(line, 1):
+    first, line, out = r.first, r.line, r.out
+    if r.stop is None and first > max(line, 1):
         raise ToolError(
-            f"offset_line {first} is past the end of {path!r} ({plural(line, 'line')})",
-            path=path,
+            f"offset_line {first} is past the end of {r.path!r} ({plural(line, 'line')})",
+            path=r.path,
         )
     text, replaced = _decode(bytes(out))
     notes: list[str] = []
-    if stop is None:
+    if r.stop is None:
         shown = f"lines {first}-{line} of {line}" if first > 1 else plural(line, "line")
         notes.append(f"end of file; {shown}" if line else "empty file")
         if out and not out.endswith(b"\n"):
             notes.append("no newline at end of file")
-        notes.append(f"sha256 {digest.hexdigest()}")
+        notes.append(f"sha256 {r.digest.hexdigest()}")
     else:
         notes.append(f"lines {first}-{line}" if line >= first else "no complete line")
-        notes.append(stop)
+        notes.append(r.stop)
     if replaced:
         notes.append("undecodable bytes are shown as U+FFFD")
     sep = "\n" if text and not text.endswith("\n") else ""
@@ -184,7 +207,9 @@ def _read_lines(
 _SUFFIX = {"dir": "/", "link": "@", "file": "", "other": ""}
 
 
-def _list_dir(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
+def _list_dir(
+    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
+) -> str:
     path = str_arg(args, "path", ".")
     recursive = bool_arg(args, "recursive")
     with ws.open(path) as entry:
@@ -213,6 +238,7 @@ def _list_dir(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> s
                 if len(lines) >= limits.max_list_entries:
                     stopped = True
                     break
+                deadline.check("list_dir")
                 if ws.guard.hides(e.parent_fd, e.name):
                     hidden.add(e.rel)
                     continue
@@ -243,7 +269,9 @@ def _write_target(entry: Entry) -> tuple[int, str]:
     return entry.parent_fd, entry.name
 
 
-def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
+def _write_file(
+    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
+) -> str:
     path = str_arg(args, "path")
     data = _encode(str_arg(args, "content"), "content")
     expected = arg(args, "expected_sha256", str, None)
@@ -277,6 +305,7 @@ def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) ->
                     current_sha256=current or ABSENT,
                 )
         mode = None if entry.st is None else stat.S_IMODE(entry.st.st_mode)
+        deadline.check("write_file")  # a caller that gave up gets no late write
         replace_file(
             parent_fd,
             name,
@@ -289,7 +318,9 @@ def _write_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) ->
     return f"{verb} {path!r}: {plural(len(data), 'byte')} written; sha256 {new_sha}"
 
 
-def _edit_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> str:
+def _edit_file(
+    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
+) -> str:
     path = str_arg(args, "path")
     old = str_arg(args, "old_string")
     new = str_arg(args, "new_string")
@@ -332,6 +363,7 @@ def _edit_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> 
                 occurrences=count,
             )
         result = _encode(text.replace(old, new, -1 if replace_all else 1), "new_string")
+        deadline.check("edit_file")  # a caller that gave up gets no late edit
         replace_file(
             parent_fd,
             name,
@@ -346,7 +378,7 @@ def _edit_file(ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits) -> 
 
 # --- wiring ---------------------------------------------------------------------------------
 
-_Run = Callable[[Workspace, dict[str, Any], WorkspaceLimits], str]
+_Run = Callable[[Workspace, dict[str, Any], WorkspaceLimits, Deadline], str]
 _RUNS: dict[str, _Run] = {
     "read_file": _read_file,
     "list_dir": _list_dir,
@@ -357,10 +389,10 @@ _RUNS: dict[str, _Run] = {
 
 
 def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, protected: tuple[str, ...]) -> Tool:
-    def blocking(root: str, args: dict[str, Any]) -> str:
+    def blocking(root: str, args: dict[str, Any], deadline: Deadline) -> str:
         with Workspace(root, guard=Guard(protected)) as ws:
             try:
-                return run(ws, args, limits)
+                return run(ws, args, limits, deadline)
             except OSError as e:  # the host path must not reach the model: strerror only
                 raise ToolError(f"{spec.name} failed: {e.strerror or type(e).__name__}") from e
 
@@ -368,12 +400,21 @@ def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, protected: tuple[s
         if invocation.workspace is None:
             raise ToolError("this session has no workspace")
         args = invocation.call.arguments()
-        content = await asyncio.to_thread(blocking, invocation.workspace, args)
+        # The thread cannot be killed: it checks this deadline between lines, files and
+        # entries, and stops there once the runner's time limit passed or we stop waiting.
+        deadline = Deadline(invocation.time_limit_seconds, cap=limits.max_call_seconds)
+        try:
+            content = await asyncio.to_thread(blocking, invocation.workspace, args, deadline)
+        except asyncio.CancelledError:  # a timeout or a cancellation of the run
+            deadline.stop()
+            raise
         return ToolOutput(content=_storable(content))
 
-    # A thread cannot be stopped: a cancelled run waits for the call to finish.
+    # Reading tools stop at their next check when cancelled. A write is short and bounded
+    # by its size; a cancelled run waits for it and records what really happened.
+    read_only = spec.effect is EffectClass.READ_ONLY
     effect_of = _write_effect if spec.name == "write_file" else None
-    return Tool(spec=spec, execute=execute, stoppable=False, effect_of=effect_of)
+    return Tool(spec=spec, execute=execute, stoppable=read_only, effect_of=effect_of)
 
 
 def _write_effect(args: dict[str, Any]) -> EffectClass:
