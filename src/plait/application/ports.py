@@ -250,7 +250,14 @@ class SessionStore(Protocol):
 
     async def get_session(self, session_id: str) -> Session: ...
 
-    async def list_sessions(self, *, limit: int | None = None) -> list[Session]: ...
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
+        """Newest first, at most ``limit``. ``owner``: only that owner's sessions (an
+        index lookup, not a scan); ``before``: the page after the session with that id
+        (the previous page's last; :class:`~plait.domain.errors.SessionNotFoundError` if
+        it does not exist)."""
+        ...
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None

@@ -148,9 +148,21 @@ class PostgresStore:
             raise session_not_found(session_id)
         return session_from_row(row)
 
-    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
         lim = None if limit is None else max(limit, 0)
-        return [session_from_row(r) for r in await self._all(q.LIST_SESSIONS, (lim,))]
+        sql, args = q.session_page(owner=owner, before=before, limit=lim)
+
+        async def op(conn: Conn) -> list[tuple[Any, ...]]:
+            found = (
+                before is None or await (await conn.execute(q.SESSION_EXISTS, (before,))).fetchone()
+            )
+            if not found:
+                raise session_not_found(str(before))
+            return await (await conn.execute(sql, args)).fetchall()
+
+        return [session_from_row(r) for r in await self._read(op)]
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
