@@ -22,6 +22,10 @@ Format::
     read_only = ["deploy/**"]                   # and the sandbox); merged key by key,
     test_command = "uv run pytest -q"           # project over user
 
+    [compaction]                                # README: Compaction; merged key by key
+    threshold = 0.8
+    summarizer_model = "openai:gpt-4o-mini"     # default "": the session's model
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -42,7 +46,7 @@ _BOOL = ("tool_calls", "structured_output", "streaming", "parallel_tool_calls", 
 _INT = ("context_window", "max_output_tokens", "thinking_budget")
 _FLOAT = ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok")
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox")
+_TOP = ("model", "models", "sandbox", "compaction")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +70,8 @@ class Config:
     sources: tuple[str, ...] = ()
     sandbox: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[sandbox]`` tables, checked by ``SandboxSettings.from_mapping``."""
+    compaction: Mapping[str, Any] = field(default_factory=dict)
+    """The merged ``[compaction]`` tables, checked by ``CompactionSettings.from_mapping``."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -129,6 +135,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     models: dict[str, ModelEntry] = {}
     sources: list[str] = []
     sandbox: dict[str, Any] = {}
+    compaction: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -142,7 +149,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox]",
+                    "[sandbox], [compaction]",
                     file=source,
                     key=key,
                 )
@@ -158,9 +165,15 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         if not isinstance(data.get("sandbox", {}), dict):
             raise ConfigError(f"{source}: sandbox must be a table", file=source, key="sandbox")
         sandbox.update(data.get("sandbox", {}))
+        if not isinstance(data.get("compaction", {}), dict):
+            raise ConfigError(
+                f"{source}: compaction must be a table", file=source, key="compaction"
+            )
+        compaction.update(data.get("compaction", {}))
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
         sources=tuple(sources),
         sandbox=sandbox,
+        compaction=compaction,
     )

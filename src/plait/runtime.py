@@ -83,11 +83,15 @@ def _compaction(
     def estimate(client: ModelClient) -> TokenMeter:
         return EstimateMeter()
 
-    profiles = ModelProfiles.of_clients([model] if model else [], meter_for or estimate)
+    summarizer = model  # the RFC's default: the session's model
+    if settings is not None and settings.summarizer_model and model is not None:
+        summarizer = open_model(settings.summarizer_model)
+    clients = [c for c in (model, summarizer) if c is not None]
+    profiles = ModelProfiles.of_clients(clients, meter_for or estimate)
     return CompactionService(
         store=store,  # type: ignore[arg-type]
         profiles=profiles,
-        summarizer=model,
+        summarizer=summarizer,
         clock=clock,
         ids=ids,
         settings=settings,
@@ -173,6 +177,19 @@ def _configured_sandbox() -> SandboxSettings:
         raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
 
 
+def _configured_compaction() -> CompactionSettings:
+    """The ``[compaction]`` settings of the config files (defaults without any)."""
+    from plait.config import load_config
+    from plait.domain.compaction import CompactionSettings
+
+    config = load_config()
+    try:
+        return CompactionSettings.from_mapping(config.compaction)
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: [compaction]: {e.message}", **e.details) from e
+
+
 def _configured_model() -> str | None:
     from plait.config import load_config
 
@@ -196,6 +213,7 @@ def _chosen_model(
     """The model client and its spec (``None`` when given as a client or not at all)."""
     if store_only:
         return None, None
+    options.setdefault("compaction", _configured_compaction())
     if model is not None and not isinstance(model, str):
         return model, None
     spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()

@@ -289,3 +289,55 @@ def test_a_configured_model_without_a_window_is_left_alone_but_never_guessed() -
             await bench.service.compact("s1", model="local")
 
     run(go())
+
+
+def test_a_run_continuing_with_another_configured_model_is_measured_by_it() -> None:
+    from dataclasses import dataclass, field
+
+    from plait.application._run_state import UsageCounters
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.application.compaction.stage import CompactionStage
+    from plait.application.model_caller import ModelCaller
+    from plait.testing import FixedClock, SequentialIds
+
+    service_model = scripted([], name="service-model")
+    other = scripted([], window=100_000, name="other-model")
+
+    @dataclass
+    class View:
+        history: list[Message]
+        caller: ModelCaller
+        usage: UsageCounters = field(default_factory=UsageCounters)
+        observer: Any = None
+
+        @property
+        def session(self) -> Any:
+            return type("S", (), {"id": "s1"})()
+
+        @property
+        def run(self) -> Any:
+            return type("R", (), {"id": "r1", "model": "other-model"})()
+
+    async def go() -> None:
+        bench = Bench(scripted([]))
+        history = [
+            replace(m, model="other-model") if isinstance(m, AssistantMessage) else m
+            for m in coding_history(3)
+        ]
+        await bench.seed(history)
+        service = CompactionService(
+            store=bench.store,
+            profiles=ModelProfiles.of_clients([service_model], lambda c: CharMeter()),
+            summarizer=service_model,
+            clock=FixedClock(),
+            ids=SequentialIds(),
+            settings=SETTINGS,
+        )
+        stage = CompactionStage(service, instructions="", tools=())
+        view = View(history, ModelCaller(other, clock=FixedClock()))
+        await stage.post_step(view)  # no token_meter_model_unconfigured: it knows the model
+        assert service.profiles.get("other-model").context_window == 100_000
+        with pytest.raises(TokenMeterModelUnconfiguredError, match="'mystery'"):
+            service.profiles.get("mystery")  # still never guessed
+
+    run(go())

@@ -10,9 +10,9 @@ a result always stay in the raw tail.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from plait.domain.errors import ValidationError
 from plait.domain.messages import Message
@@ -83,6 +83,27 @@ class CompactionSettings:
     """Output reserved in the budget; ``None``: the model's max output, capped at 1/8 of
     the window."""
     safety_margin_ratio: float = 0.02
+    summarizer_model: str = ""
+    """Model spec (or plait.toml name) of the summarizer role; ``""``: the session's model
+    (the RFC's default)."""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> CompactionSettings:
+        """Settings from a ``[compaction]`` table; unknown keys and wrong types are errors
+        naming the key and what it takes."""
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            kind = _KINDS.get(key)
+            if kind is None:
+                known = ", ".join(sorted(_KINDS))
+                raise ValidationError(f"unknown key {key!r}; known: {known}", key=key)
+            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+            if not ok and kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value, ok = float(value), True
+            if not ok:
+                raise ValidationError(f"{key} must be {_KIND_NAMES[kind]}, got {value!r}", key=key)
+            values[key] = value
+        return cls(**values)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:
@@ -111,6 +132,22 @@ class CompactionSettings:
             reserved = cap if max_output_tokens is None else min(max_output_tokens, cap)
         margin = math.ceil(window * self.safety_margin_ratio)
         return ContextBudget(window=window, reserved_output=reserved, safety_margin=margin)
+
+
+_KINDS: dict[str, type] = {
+    "auto": bool,
+    "threshold": float,
+    "retained_tokens": int,
+    "summary_max_tokens": int,
+    "summary_retries": int,
+    "summary_timeout_seconds": float,
+    "max_overflow_retries": int,
+    "max_compactions_per_run": int,
+    "reserved_output": int,
+    "safety_margin_ratio": float,
+    "summarizer_model": str,
+}
+_KIND_NAMES = {bool: "true or false", float: "a number", int: "an integer", str: "a string"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,7 @@ summaries cost. Without ``--model`` the summarizer is a deterministic extractive
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from plait.domain.messages import (
     ToolResult,
     ToolResultMessage,
     ToolStatus,
+    Usage,
     UserMessage,
 )
 from plait.domain.session import Session
@@ -188,7 +190,13 @@ def extractive_summary(request: ModelRequest) -> ModelResponse:
             if role == "tool" and "Error:" in b
         ][-5:],
     }
-    return ModelResponse(structured=value, text=json.dumps(value), model="extractive")
+    out = json.dumps(value)
+    sent = len(request.context.instructions) + sum(
+        len(getattr(m, "text", "")) for m in request.context.items
+    )
+    # what a provider would report, estimated at four characters per token
+    usage = Usage(input_tokens=math.ceil(sent / 4), output_tokens=math.ceil(len(out) / 4))
+    return ModelResponse(structured=value, text=out, model="extractive", usage=usage)
 
 
 @dataclass

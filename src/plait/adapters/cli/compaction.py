@@ -240,7 +240,8 @@ def _eval(a: argparse.Namespace, out: _Output) -> int:
         c = report["summary_cost"]
         lines.append(
             f"summary cost: {c['calls']} call(s), {c['input_tokens']} input and "
-            f"{c['output_tokens']} output tokens (as reported by the summarizer)"
+            f"{c['output_tokens']} output tokens (as the summarizer reported them; the stand-in "
+            "reports characters / 4)"
         )
         return "\n".join(lines)
 

@@ -28,10 +28,15 @@ class ModelProfiles:
     :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`."""
 
     def __init__(
-        self, profiles: Iterable[ModelProfile] = (), *, without_window: Iterable[str] = ()
+        self,
+        profiles: Iterable[ModelProfile] = (),
+        *,
+        without_window: Iterable[str] = (),
+        meter_for: Callable[[ModelClient], TokenMeter] | None = None,
     ) -> None:
         self._profiles = {p.model: p for p in profiles}
         self._without_window = set(without_window) - set(self._profiles)
+        self._meter_for = meter_for
 
     @classmethod
     def of_clients(
@@ -40,22 +45,27 @@ class ModelProfiles:
         """Profiles of clients whose capabilities declare a context window. A client
         without one is known but cannot be measured: automatic compaction leaves it alone
         (:meth:`measurable` is False) and asking for its profile raises."""
-        profiles = []
-        unknown_window = []
+        profiles = cls(meter_for=meter_for)
         for c in clients:
-            window = c.capabilities.context_window
-            if window is None:
-                unknown_window.append(c.name)
-            else:
-                profiles.append(
-                    ModelProfile(
-                        model=c.name,
-                        meter=meter_for(c),
-                        context_window=window,
-                        max_output_tokens=c.capabilities.max_output_tokens,
-                    )
-                )
-        return cls(profiles, without_window=unknown_window)
+            profiles.learn(c)
+        return profiles
+
+    def learn(self, client: ModelClient) -> None:
+        """Know ``client`` too (a run that continues with another model than the
+        service's), by its declared window and the meter the profiles were built with."""
+        if self._meter_for is None or client.name in self._profiles:
+            return
+        window = client.capabilities.context_window
+        if window is None:
+            self._without_window.add(client.name)
+            return
+        self._without_window.discard(client.name)
+        self._profiles[client.name] = ModelProfile(
+            model=client.name,
+            meter=self._meter_for(client),
+            context_window=window,
+            max_output_tokens=client.capabilities.max_output_tokens,
+        )
 
     def declared_without_window(self, model: str) -> bool:
         """A configured model whose context window nobody declared (not an unknown one)."""

@@ -193,6 +193,9 @@ class CompactionStage:
     # --- the driver's side ------------------------------------------------------------------
 
     def _routed(self, a: RunView) -> str:
+        caller = getattr(a, "caller", None)  # a run continuing with its own recorded model
+        if caller is not None and caller.has_model:
+            self.service.profiles.learn(caller.model)
         return a.run.model or self.service.routed_model(a.history) or ""
 
     async def context_for(
