@@ -25,7 +25,7 @@ from plait.domain.errors import (
     SessionNotFoundError,
 )
 from plait.domain.runs import RunStatus
-from plait.domain.session import ForkOrigin
+from plait.domain.session import ForkOrigin, Session
 from tests.contract.approval_contract import ApprovalContract
 from tests.contract.base import started, stored
 from tests.contract.builders import (
@@ -107,6 +107,34 @@ class StoreContract(RunContract, ApprovalContract):
             ids = [s.id for s in await store.list_sessions()]
             assert ids == ["s1", "s3", "s0", "s2"]
             assert [s.id for s in await store.list_sessions(limit=2)] == ["s1", "s3"]
+
+        self.run(go)
+
+    def test_list_sessions_of_one_owner_page_by_page(self) -> None:
+        async def go(store: Store) -> None:
+            made: list[Session] = []
+            for i in range(55):  # interleaved owners; equal times in threes
+                who = "alice" if i % 11 < 6 else "bob"
+                s = new_session(f"s{i:03d}", created_at=1_000.0 + i // 3, owner=who)
+                await store.create_session(s)
+                made.append(s)
+            newest_first = made[::-1]
+            for who in ("alice", "bob"):
+                want = [s.id for s in newest_first if s.owner == who]
+                got: list[str] = []
+                before = None
+                while True:
+                    page = await store.list_sessions(owner=who, before=before, limit=7)
+                    got += [s.id for s in page]
+                    if len(page) < 7:
+                        break
+                    before = page[-1].id
+                assert got == want
+            everyone = await store.list_sessions(before="s040", limit=3)
+            assert [s.id for s in everyone] == ["s039", "s038", "s037"]
+            assert await store.list_sessions(owner="carol") == []
+            with pytest.raises(SessionNotFoundError):
+                await store.list_sessions(owner="alice", before="s-missing")
 
         self.run(go)
 

@@ -6,7 +6,7 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -250,7 +250,14 @@ class SessionStore(Protocol):
 
     async def get_session(self, session_id: str) -> Session: ...
 
-    async def list_sessions(self, *, limit: int | None = None) -> list[Session]: ...
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
+        """Newest first, at most ``limit``. ``owner``: only that owner's sessions (an
+        index lookup, not a scan); ``before``: the page after the session with that id
+        (the previous page's last; :class:`~plait.domain.errors.SessionNotFoundError` if
+        it does not exist)."""
+        ...
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -462,6 +469,13 @@ class RunQueue(Protocol):
         self, run_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[RunEventRecord]:
         """Events with ``seq > after`` in order (an unknown run has none)."""
+        ...
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        """:meth:`append_run_events` for several runs in one durable write (a worker
+        flushes the events of every run it drives at once)."""
         ...
 
 

@@ -28,6 +28,7 @@ from plait.adapters.http.compaction import compaction_routes, compaction_stage
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
 from plait.adapters.shapes import message_json, run_json, session_json
+from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
 from plait.application.ports import RunQueue, SessionStore
 from plait.application.service import AgentService
@@ -61,6 +62,7 @@ class ApiContext:
     forks: ForkService | None = None
     workspace_root: Path | None = None
     max_body_bytes: int = 1_000_000
+    feed: RunEventFeed | None = None
     lifespan_hooks: list[Callable[[], AsyncIterator[None]]] = field(default_factory=list)
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -166,6 +168,16 @@ async def _own_session(ctx: ApiContext, who: Principal, session_id: str) -> Sess
     return session
 
 
+async def _page_cursor(ctx: ApiContext, who: Principal, before: str) -> None:
+    try:
+        await _own_session(ctx, who, before)
+    except SessionNotFoundError:
+        raise ValidationError(
+            f"unknown page cursor before={before!r}: pass the next_before of a previous page",
+            before=before,
+        ) from None
+
+
 async def _own_run(ctx: ApiContext, who: Principal, run_id: str) -> Run:
     run = await ctx.store.get_run(run_id)
     await _own_session(ctx, who, run.session_id)
@@ -211,16 +223,22 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
 
     @r.get("/sessions", response_model=m.SessionsOut)
     async def list_sessions(
-        who: Who, limit: Annotated[int, Query(ge=1, le=500)] = 50
+        who: Who,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     ) -> dict[str, Any]:
-        """Your sessions, newest first (an admin sees everyone's)."""
-        found: list[Session] = []
-        for s in await ctx.store.list_sessions(limit=None if not who.admin else limit):
-            if who.may_see(s):
-                found.append(s)
-                if len(found) >= limit:
-                    break
-        return {"sessions": [session_json(s) for s in found]}
+        """Your sessions, newest first (an admin sees everyone's); the next page is
+        ``?before=<next_before>``."""
+        if before is not None:
+            await _page_cursor(ctx, who, before)
+        owner = None if who.admin else who.name
+        found = await ctx.store.list_sessions(limit=limit + 1, owner=owner, before=before)
+        more = len(found) > limit
+        found = found[:limit]
+        return {
+            "sessions": [session_json(s) for s in found],
+            "next_before": found[-1].id if more else None,
+        }
 
     @r.get("/sessions/{session_id}", response_model=m.SessionOut)
     async def show_session(session_id: str, who: Who) -> dict[str, Any]:
@@ -320,7 +338,7 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         ``run_finished``."""
         await _own_run(ctx, who, run_id)
         start = after if after is not None else _last_event_id(last_event_id)
-        stream = event_stream(ctx.queue, ctx.store, run_id, start)
+        stream = event_stream(ctx.queue, ctx.store, run_id, start, feed=ctx.feed)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 

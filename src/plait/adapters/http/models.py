@@ -74,6 +74,8 @@ class SessionOut(BaseModel):
 
 class SessionsOut(BaseModel):
     sessions: list[SessionOut]
+    next_before: str | None = None
+    """Pass it as ``before`` for the next page (``null``: this was the last)."""
 
 
 class MessagesOut(BaseModel):

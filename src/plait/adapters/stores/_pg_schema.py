@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.domain.errors import (
     ConfigError,
     ConflictError,
@@ -123,6 +124,8 @@ MIGRATIONS += (
             id TEXT PRIMARY KEY, principal TEXT NOT NULL, role TEXT NOT NULL,
             key_hash TEXT NOT NULL UNIQUE, created_at DOUBLE PRECISION NOT NULL)""",
     ),
+    # 5: a principal's sessions, newest first, without scanning everyone's.
+    (OWNER_INDEX_PG,),
 )
 
 LATEST = len(MIGRATIONS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from plait.adapters.stores._session_pages import session_page_sql
 from plait.domain.runs import RunStatus
 
 _LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
@@ -33,9 +34,14 @@ GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = %s"
 # statement sees everything committed while it waited for the lock.
 LOCK_SESSION = "SELECT active_run_id FROM sessions WHERE id = %s FOR UPDATE"
 SESSION_VERSION = "SELECT coalesce(max(seq), 0) FROM session_messages WHERE session_id = %s"
-LIST_SESSIONS = (
-    f"SELECT {_SESSION_COLS} FROM sessions AS s ORDER BY s.created_at DESC, s.ord DESC LIMIT %s"
-)
+
+
+def session_page(
+    *, owner: str | None, before: str | None, limit: int | None
+) -> tuple[str, tuple[object, ...]]:
+    return session_page_sql(_SESSION_COLS, "ord", "%s", owner=owner, before=before, limit=limit)
+
+
 CLAIM_SESSION = "UPDATE sessions SET active_run_id = %s WHERE id = %s AND active_run_id IS NULL"
 RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s"
 SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = %s"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from plait.adapters.stores._session_pages import OWNER_INDEX_SQLITE
 from plait.adapters.stores._state import closed_error
 from plait.adapters.stores.offload import IoThread
 from plait.domain.errors import ConflictError, CorruptStoreError, PlaitError, StoreError
@@ -43,6 +44,7 @@ _DDL = (
         id TEXT PRIMARY KEY, created_at REAL NOT NULL, owner TEXT, workspace TEXT,
         active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT)""",
     "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
+    OWNER_INDEX_SQLITE,
     # Immutable bodies under an integer key: appended at the end of one b-tree, and the
     # history read joins on integers. Ids are unique per session (session_messages_by_id).
     """CREATE TABLE IF NOT EXISTS messages (
@@ -113,6 +115,8 @@ class SqliteConnection:
             conn.execute("PRAGMA synchronous = FULL")
             if "meta" not in tables:
                 self._create_schema(conn)
+            else:  # added after schema 1 shipped; a no-op once it exists
+                conn.execute(OWNER_INDEX_SQLITE)
         except BaseException as e:
             conn.close()
             if isinstance(e, sqlite3.Error):

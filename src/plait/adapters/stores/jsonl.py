@@ -64,6 +64,7 @@ from plait.adapters.stores._jsonl_index import RunIndex
 from plait.adapters.stores._jsonl_lines import change_line, create_line
 from plait.adapters.stores._jsonl_sessions import SessionFiles
 from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
+from plait.adapters.stores._session_pages import page
 from plait.adapters.stores._state import (
     ARTIFACT_CHUNK,
     Change,
@@ -199,7 +200,9 @@ class JsonlStore:
         with self._op():
             return self._files.read(session_id).session
 
-    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
         with self._op():
             sessions = []
             for name in sorted(os.listdir(self._sessions_dir), reverse=True):
@@ -211,7 +214,7 @@ class JsonlStore:
                     except CorruptStoreError as e:
                         left_out(e, "it")
         sessions.sort(key=lambda s: s.created_at, reverse=True)
-        return sessions if limit is None else sessions[: max(limit, 0)]
+        return page(sessions, owner=owner, before=before, limit=limit)
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None

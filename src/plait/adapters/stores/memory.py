@@ -9,13 +9,14 @@ see each write as atomic; a lock makes it safe across threads too.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores._service_rows import ServiceBook
+from plait.adapters.stores._session_pages import page
 from plait.adapters.stores._state import (
     SessionState,
     artifact_not_found,
@@ -105,12 +106,14 @@ class MemoryStore:
             self._check_open()
             return self._state(session_id).session
 
-    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
         with self._lock:
             self._check_open()
             sessions = [s.session for s in reversed(self._sessions.values())]
         sessions.sort(key=lambda s: s.created_at, reverse=True)
-        return sessions if limit is None else sessions[: max(limit, 0)]
+        return page(sessions, owner=owner, before=before, limit=limit)
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -238,6 +241,13 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             return self._service.append(run_id, events)
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        with self._lock:
+            self._check_open()
+            return {run_id: self._service.append(run_id, ev) for run_id, ev in batch.items()}
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None

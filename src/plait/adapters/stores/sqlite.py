@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_commit, _sqlite_fork
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
+from plait.adapters.stores._session_pages import session_page_sql
 from plait.adapters.stores._sqlite_conn import (
     LIVE,
     RUN_COLS,
@@ -84,9 +85,6 @@ _INSERT_SESSION = (
     "parent_session_id, fork_point_message_id, title) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
-_LIST_SESSIONS = (
-    f"SELECT {_SESSION_COLS} FROM sessions AS s ORDER BY s.created_at DESC, s.rowid DESC LIMIT ?"
-)
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
     "m.extra, m.schema_version"
@@ -181,10 +179,20 @@ class SqliteStore:
             raise session_not_found(session_id)
         return session_from_row(row)
 
-    async def list_sessions(self, *, limit: int | None = None) -> list[Session]:
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
         lim = -1 if limit is None else max(limit, 0)
-        rows = await self._db.read(lambda conn: conn.execute(_LIST_SESSIONS, (lim,)).fetchall())
-        return [session_from_row(r) for r in rows]
+        sql, args = session_page_sql(
+            _SESSION_COLS, "rowid", "?", owner=owner, before=before, limit=lim
+        )
+
+        def op(conn: sqlite3.Connection) -> list[Any]:
+            if before is not None and conn.execute(_SESSION_EXISTS, (before,)).fetchone() is None:
+                raise session_not_found(before)
+            return conn.execute(sql, args).fetchall()
+
+        return [session_from_row(r) for r in await self._db.read(op)]
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -342,6 +350,15 @@ class SqliteStore:
         if not events:
             return []
         return await self._db.write(lambda conn: _service.append_events(conn, run_id, events))
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
+        todo = {run_id: events for run_id, events in batch.items() if events}
+        if todo:
+            out.update(await self._db.write(lambda conn: _service.append_batch(conn, todo)))
+        return out
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
