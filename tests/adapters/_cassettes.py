@@ -59,6 +59,11 @@ def tool(name: str, schema: dict[str, Any], description: str = "") -> ToolSpec:
     return ToolSpec(name=name, description=description, parameters=schema)
 
 
+def no_args_tool(name: str) -> ToolSpec:
+    """A tool that takes no arguments, declared the way the recordings declare one."""
+    return tool(name, {"type": "object", "properties": {}, "additionalProperties": False})
+
+
 def user(text: str, n: int = 0) -> UserMessage:
     return UserMessage(id=f"msg_u{n}", text=text, created_at=T0 + n)
 

@@ -13,6 +13,7 @@ from tests.adapters._cassettes import (
     assistant,
     cassette,
     context,
+    no_args_tool,
     request_body,
     response_body,
     response_events,
@@ -22,9 +23,7 @@ from tests.adapters._cassettes import (
 )
 
 SONNET = Target(vendor="anthropic", adapter="anthropic", model="claude-sonnet-4-0")
-COUNTRY = tool(
-    "get_user_country", {"type": "object", "properties": {}, "additionalProperties": False}
-)
+COUNTRY = no_args_tool("get_user_country")
 
 
 def test_thinking_and_tool_use_round_trip() -> None:

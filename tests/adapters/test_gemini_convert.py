@@ -15,18 +15,16 @@ from tests.adapters._cassettes import (
     assistant,
     cassette,
     context,
+    no_args_tool,
     request_body,
     response_body,
     response_events,
     results,
-    tool,
     user,
 )
 
 PRO = Target(vendor="google", adapter="gemini", model="gemini-2.5-pro")
-COUNTRY = tool(
-    "get_user_country", {"type": "object", "properties": {}, "additionalProperties": False}
-)
+COUNTRY = no_args_tool("get_user_country")
 
 
 def _signature(part: dict[str, Any]) -> bytes:
@@ -79,9 +77,7 @@ def test_function_call_round_trip_carries_the_thought_signature() -> None:
 def test_stream_with_signed_call_then_text() -> None:
     first, second = cassette("gemini/stream_tool_call_thought_signature.yaml")
     target = Target(vendor="google", adapter="gemini", model="gemini-3-pro-preview")
-    country = tool(
-        "get_country", {"type": "object", "properties": {}, "additionalProperties": False}
-    )
+    country = no_args_tool("get_country")
     stream = GenerateStream(target)
     for e in response_events(first):
         stream.feed(e)

@@ -13,19 +13,17 @@ from tests.adapters._cassettes import (
     assistant,
     cassette,
     context,
+    no_args_tool,
     request_body,
     response_body,
     response_events,
     results,
-    tool,
     user,
     without_none,
 )
 
 GPT5 = Target(vendor="openai", adapter="openai-responses", model="gpt-5")
-MEANING = tool(
-    "get_meaning_of_life", {"type": "object", "properties": {}, "additionalProperties": False}
-)
+MEANING = no_args_tool("get_meaning_of_life")
 
 
 def test_reasoning_items_are_handed_back_in_order_with_their_encrypted_content() -> None:

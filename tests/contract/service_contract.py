@@ -91,6 +91,45 @@ class ServiceContract(ContractBase):
 
         self.run(go)
 
+    def test_a_batch_numbers_each_run_after_its_last_event(self) -> None:
+        async def go(store: Any) -> None:
+            await store.append_run_events("r1", [ev(EventType.RUN_STARTED)])
+            written = await store.append_run_events_batch(
+                {
+                    "r1": [ev(EventType.STEP_STARTED, step=1), ev(EventType.RUN_FINISHED)],
+                    "r2": [ev(EventType.RUN_STARTED, n=1)],
+                    "r3": [],
+                }
+            )
+            assert {k: [(e.seq, e.type) for e in v] for k, v in written.items()} == {
+                "r1": [(2, EventType.STEP_STARTED), (3, EventType.RUN_FINISHED)],
+                "r2": [(1, EventType.RUN_STARTED)],
+                "r3": [],
+            }
+            assert await store.read_run_events("r1", after=1) == written["r1"]
+            assert await store.read_run_events("r2") == written["r2"]
+            assert await store.append_run_events_batch({}) == {}
+
+        self.run(go)
+
+    def test_concurrent_appenders_of_one_run_never_collide(self) -> None:
+        async def go(store: Any, other: Any) -> None:
+            writes = [
+                (store if i % 2 else other).append_run_events_batch(
+                    {"r1": [ev(EventType.MESSAGE, i=i, part=0), ev(EventType.MESSAGE, i=i, part=1)]}
+                )
+                for i in range(8)
+            ]
+            await asyncio.gather(*writes)
+            events = await store.read_run_events("r1")
+            assert [e.seq for e in events] == list(range(1, 17))
+            pairs = [(e.data["i"], e.data["part"]) for e in events]
+            assert sorted(pairs) == [(i, p) for i in range(8) for p in (0, 1)]
+            for n in range(0, 16, 2):  # each write's events stay together and in order
+                assert pairs[n][0] == pairs[n + 1][0] and pairs[n][1] == 0
+
+        self.run2(go)
+
     def test_api_keys_are_found_by_hash_only(self) -> None:
         async def go(store: Any) -> None:
             key = ApiKey(

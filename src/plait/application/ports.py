@@ -6,7 +6,7 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -469,6 +469,13 @@ class RunQueue(Protocol):
         self, run_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[RunEventRecord]:
         """Events with ``seq > after`` in order (an unknown run has none)."""
+        ...
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        """:meth:`append_run_events` for several runs in one durable write (a worker
+        flushes the events of every run it drives at once)."""
         ...
 
 

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
@@ -44,12 +45,21 @@ class WorkerStats:
 
 
 class _EventSink:
-    """Batches events from the (synchronous) run observers into store writes."""
+    """Batches events from the (synchronous) run observers into store writes: whatever
+    accumulated while the previous write was in flight goes out as one write, for all
+    the runs this worker drives (one commit, not one per run or per event)."""
 
-    def __init__(self, queue: RunQueue, encode: EventEncoder, now: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        queue: RunQueue,
+        encode: EventEncoder,
+        now: Callable[[], float],
+        feed: RunEventFeed | None,
+    ) -> None:
         self._store = queue
         self._encode = encode
         self._now = now
+        self._feed = feed
         self._items: asyncio.Queue[tuple[str, NewRunEvent]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
@@ -89,13 +99,22 @@ class _EventSink:
             by_run: dict[str, list[NewRunEvent]] = {}
             for run_id, e in batch:
                 by_run.setdefault(run_id, []).append(e)
-            for run_id, events in by_run.items():
-                try:
-                    await self._store.append_run_events(run_id, events)
-                except PlaitError as e:
-                    log.error("cannot persist run events: %s", e.message, extra={"run_id": run_id})
-            for _ in batch:
-                self._items.task_done()
+            try:
+                await self._write(by_run)
+            finally:
+                for _ in batch:
+                    self._items.task_done()
+
+    async def _write(self, by_run: dict[str, list[NewRunEvent]]) -> None:
+        try:
+            written = await self._store.append_run_events_batch(by_run)
+        except PlaitError as e:
+            log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
+            return
+        if self._feed is not None:
+            for run_id, records in written.items():
+                if records:
+                    self._feed.notify(run_id, records[-1].seq)
 
 
 class Worker:
@@ -110,6 +129,7 @@ class Worker:
         concurrency: int = 4,
         poll_seconds: float = 0.2,
         grace_seconds: float = 30.0,
+        feed: RunEventFeed | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -119,7 +139,7 @@ class Worker:
         self.poll_seconds = poll_seconds
         self.grace_seconds = grace_seconds
         self.stats = WorkerStats()
-        self._sink = _EventSink(queue, encode, service.clock.now)
+        self._sink = _EventSink(queue, encode, service.clock.now, feed)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
 

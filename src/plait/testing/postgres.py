@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 __all__ = ["PostgresUnavailable", "find_bin_dir", "temporary_cluster"]
@@ -65,10 +65,14 @@ def _chown(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def temporary_cluster(*, fsync: bool = False, max_connections: int = 100) -> Iterator[str]:
+def temporary_cluster(
+    *, fsync: bool = False, max_connections: int = 100, settings: Sequence[str] = ()
+) -> Iterator[str]:
     """Start a fresh cluster; yields its URL (``postgresql://plait@127.0.0.1:PORT/plait``).
 
     ``fsync=False`` is for tests (the data is thrown away); benchmarks pass True.
+    ``settings``: more server settings, ``name=value`` each (e.g.
+    ``shared_preload_libraries=pg_stat_statements``).
     """
     bin_dir = find_bin_dir()
     root = Path(tempfile.mkdtemp(prefix="plait-pg-"))
@@ -87,6 +91,7 @@ def temporary_cluster(*, fsync: bool = False, max_connections: int = 100) -> Ite
             f"-c synchronous_commit={'on' if fsync else 'off'} "
             f"-c full_page_writes={'on' if fsync else 'off'}"
         )
+        opts += "".join(f" -c {setting}" for setting in settings)
         _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts,
               "-w", "-t", "60", "start"])  # fmt: skip
         try:

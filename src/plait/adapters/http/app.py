@@ -28,6 +28,7 @@ from plait.adapters.http.compaction import compaction_routes, compaction_stage
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
 from plait.adapters.shapes import message_json, run_json, session_json
+from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
 from plait.application.ports import RunQueue, SessionStore
 from plait.application.service import AgentService
@@ -62,6 +63,7 @@ class ApiContext:
     forks: ForkService | None = None
     workspace_root: Path | None = None
     max_body_bytes: int = 1_000_000
+    feed: RunEventFeed | None = None
     lifespan_hooks: list[Callable[[], AsyncIterator[None]]] = field(default_factory=list)
     on_close: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -346,7 +348,7 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         ``run_finished``."""
         await _own_run(ctx, who, run_id)
         start = after if after is not None else _last_event_id(last_event_id)
-        stream = event_stream(ctx.queue, ctx.store, run_id, start)
+        stream = event_stream(ctx.queue, ctx.store, run_id, start, feed=ctx.feed)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 

@@ -12,6 +12,9 @@ override them; logs are JSON lines on stderr carrying run and session ids.
 ``PLAIT_WORKER_CONCURRENCY``  runs one ``plait worker`` drives at once (default 4)
 ``PLAIT_LEASE_SECONDS``    run lease (default 60); a dead worker's run is recovered after
 ``PLAIT_GRACE_SECONDS``    on SIGTERM, how long in-flight runs may finish (default 30)
+``PLAIT_EVENT_POLL_SECONDS``  how often event streams poll the store while live
+                           notifications are unavailable (PostgreSQL listener down;
+                           default 0.5)
 ``PLAIT_MAX_BODY_BYTES``   largest request body (default 1000000)
 ``PLAIT_WORKSPACE_ROOT``   directory under which sessions may name a workspace
 ``PLAIT_LOG_LEVEL``        ``debug``, ``info`` (default), ``warning``, ``error``
@@ -39,6 +42,7 @@ __all__ = [
     "build_context",
     "configure_logging",
     "context_for",
+    "event_feed",
     "run_worker",
     "serve",
 ]
@@ -109,6 +113,7 @@ class Settings:
     worker_concurrency: int = 4
     lease_seconds: float = 60.0
     grace_seconds: float = 30.0
+    event_poll_seconds: float = 0.5
     max_body_bytes: int = 1_000_000
     workspace_root: Path | None = None
     log_level: str = "info"
@@ -135,6 +140,7 @@ class Settings:
             worker_concurrency=_int(e, "PLAIT_WORKER_CONCURRENCY", 4, low=1),
             lease_seconds=_float(e, "PLAIT_LEASE_SECONDS", 60.0),
             grace_seconds=_float(e, "PLAIT_GRACE_SECONDS", 30.0),
+            event_poll_seconds=_float(e, "PLAIT_EVENT_POLL_SECONDS", 0.5),
             max_body_bytes=_int(e, "PLAIT_MAX_BODY_BYTES", 1_000_000, low=1024),
             workspace_root=Path(root) if root else None,
             log_level=level,
@@ -181,6 +187,7 @@ def context_for(rt: Any, settings: Settings) -> Any:
     from plait.application.fork import ForkService
 
     _check_service_store(rt.store, settings.db)
+    feed = event_feed(getattr(rt.store, "url", settings.db), settings.event_poll_seconds)
     ctx = ApiContext(
         store=rt.store,
         queue=rt.store,
@@ -189,14 +196,42 @@ def context_for(rt: Any, settings: Settings) -> Any:
         forks=ForkService(store=rt.store, clock=rt.service.clock),
         workspace_root=settings.workspace_root,
         max_body_bytes=settings.max_body_bytes,
+        feed=feed,
     )
     if settings.serve_workers > 0:
-        ctx.lifespan_hooks.append(_worker_hook(rt, settings, settings.serve_workers))
+        ctx.lifespan_hooks.append(_worker_hook(rt, settings, settings.serve_workers, feed))
+    ctx.lifespan_hooks.append(_feed_hook(ctx))
+    ctx.on_close.append(lambda: ctx.feed.close() if ctx.feed is not None else _nothing())
     ctx.on_close.append(rt.close)
     return ctx
 
 
-def _make_worker(rt: Any, settings: Settings, concurrency: int) -> Any:
+def _feed_hook(ctx: Any) -> Any:
+    async def hook() -> AsyncIterator[None]:
+        if ctx.feed is not None:
+            ctx.feed.start()  # listen from start-up, not from the first stream on
+        yield
+
+    return hook
+
+
+async def _nothing() -> None:
+    return None
+
+
+def event_feed(url: str, poll_seconds: float = 0.5) -> Any:
+    """Live events for the SSE streams of this process: PostgreSQL ``LISTEN`` (events
+    of workers anywhere), else in-process (the embedded worker tells it directly)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from plait.adapters.stores._pg_feed import PgEventFeed
+
+        return PgEventFeed(url, poll_seconds=poll_seconds)
+    from plait.application.event_feed import LocalEventFeed
+
+    return LocalEventFeed(poll_seconds=poll_seconds)
+
+
+def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None) -> Any:
     from plait.adapters.http.events import encode_event
     from plait.application.worker import Worker
 
@@ -206,12 +241,13 @@ def _make_worker(rt: Any, settings: Settings, concurrency: int) -> Any:
         encode=encode_event,
         concurrency=concurrency,
         grace_seconds=settings.grace_seconds,
+        feed=feed,
     )
 
 
-def _worker_hook(rt: Any, settings: Settings, concurrency: int) -> Any:
+def _worker_hook(rt: Any, settings: Settings, concurrency: int, feed: Any) -> Any:
     async def hook() -> AsyncIterator[None]:
-        worker = _make_worker(rt, settings, concurrency)
+        worker = _make_worker(rt, settings, concurrency, feed)
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
         try:

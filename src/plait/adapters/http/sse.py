@@ -1,15 +1,18 @@
 """The run event stream: persisted events after the client's last one, then live ones
-as any worker persists them (polling by sequence, so it works across processes and
-machines), ending after ``run_finished``."""
+as any worker persists them, ending after ``run_finished``. New events are always read
+from the store by sequence (so resuming and crossing processes and machines need nothing
+more); a :class:`~plait.application.event_feed.RunEventFeed` only says when to read."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 
 from plait.adapters.http.events import sse_frame
 from plait.adapters.shapes import run_json
+from plait.application.event_feed import RunEventFeed
 from plait.application.ports import RunQueue, SessionStore
 from plait.domain.service import EventType
 
@@ -26,13 +29,18 @@ async def event_stream(
     run_id: str,
     after: int,
     *,
+    feed: RunEventFeed | None = None,
     poll_min_s: float = 0.02,
     poll_max_s: float = 0.25,
 ) -> AsyncIterator[str]:
+    """With a ``feed`` the stream sleeps until it says the run has new events (a poll
+    interval at most while the feed is not live); without one it polls, backing off
+    from ``poll_min_s`` to ``poll_max_s``."""
     last = after
     delay = poll_min_s
     idle = 0.0
     terminal_for = 0.0
+    notified = False
     yield ": stream of run events; reconnect with Last-Event-ID to resume\n\n"
     while True:
         events = await queue.read_run_events(run_id, after=last, limit=500)
@@ -44,6 +52,9 @@ async def event_stream(
         if events:
             delay, idle, terminal_for = poll_min_s, 0.0, 0.0
             continue
+        # A wake-up with nothing new (cannot happen unless the feed lags the store):
+        # poll this round, so a stale hint never spins.
+        stale, notified = notified, False
         run = await store.get_run(run_id)
         if run.status.terminal:
             if terminal_for >= SETTLE_S:
@@ -52,8 +63,12 @@ async def event_stream(
                 yield f"event: run_finished\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
                 return
             terminal_for += delay
-        await asyncio.sleep(delay)
-        idle += delay
+        started = time.monotonic()
+        if feed is None or stale or run.status.terminal:
+            await asyncio.sleep(delay)
+        else:
+            notified = await feed.wait(run_id, after=last, at_most=KEEPALIVE_S - idle)
+        idle += time.monotonic() - started
         if idle >= KEEPALIVE_S:
             idle = 0.0
             yield ": keepalive\n\n"

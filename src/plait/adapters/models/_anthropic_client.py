@@ -4,13 +4,13 @@ retries off)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from plait.adapters.models import _anthropic as messages
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import is_transport_error, run_stream, transport_error
-from plait.adapters.models._errors import classify
-from plait.adapters.models._sse import aiter_events
+from plait.adapters.models._driver import mapped_errors
+from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
 __all__ = ["AnthropicModel"]
@@ -69,23 +69,16 @@ class AnthropicModel:
             stream=streaming,
             thinking_budget=self._thinking_budget,
         )
-        resource = sdk.messages
-        try:
-            if streaming:
-                acc = messages.MessagesStream(self.target)
-                async with resource.with_streaming_response.create(**body) as raw:
-                    return await run_stream(aiter_events(raw.iter_lines()), acc, request.on_text)
-            raw = await resource.with_raw_response.create(**body)
-            return messages.parse_response(self.target, json.loads(await raw.text()))
-        except anthropic.APIStatusError as e:
-            payload = e.body if e.body is not None else e.message
-            headers = dict(e.response.headers)
-            raise classify("anthropic", e.status_code, payload, headers=headers) from e
-        except anthropic.APIConnectionError as e:
-            raise transport_error("anthropic", e) from e
-        except anthropic.APIError as e:
-            raise classify("anthropic", None, e.body if e.body is not None else e.message) from e
-        except Exception as e:
-            if is_transport_error(e):
-                raise transport_error("anthropic", e) from e
-            raise
+
+        async def read(raw: Any) -> dict[str, Any]:
+            return cast("dict[str, Any]", json.loads(await raw.text()))
+
+        async with mapped_errors("anthropic", sdk_errors(anthropic, "anthropic")):
+            return await create(
+                sdk.messages,
+                body,
+                stream=messages.MessagesStream(self.target) if streaming else None,
+                on_text=request.on_text,
+                read=read,
+                parse=partial(messages.parse_response, self.target),
+            )

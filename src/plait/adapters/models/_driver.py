@@ -1,15 +1,25 @@
-"""What every thin client shares: running a stream through its accumulator, and turning
-transport failures (connection reset, cut-off body, timeout) into retryable errors."""
+r"""What every thin client shares: running a stream through its accumulator, and the one
+shell that turns its SDK's failures into :class:`ModelError`\ s (transport failures such
+as a connection reset, a cut-off body or a timeout into retryable ones)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from plait.application.ports import ModelResponse, TextSink
 from plait.domain.errors import ConfigError, ModelError, ModelErrorCode
 
-__all__ = ["Accumulator", "is_transport_error", "missing_key", "run_stream", "transport_error"]
+__all__ = [
+    "Accumulator",
+    "Translate",
+    "is_transport_error",
+    "mapped_errors",
+    "missing_key",
+    "run_stream",
+    "transport_error",
+]
 
 _TRANSPORT_MODULES = frozenset({"httpx", "httpx2", "httpcore", "aiohttp", "h11", "anyio"})
 
@@ -43,6 +53,26 @@ def transport_error(provider: str, e: BaseException) -> ModelError:
         body=None,
         provider=provider,
     )
+
+
+Translate = Callable[[Exception], ModelError | None]
+"""A client's own SDK exceptions as ModelErrors (None: not one of them)."""
+
+
+@asynccontextmanager
+async def mapped_errors(provider: str, translate: Translate) -> AsyncIterator[None]:
+    """Around one model call: an SDK exception leaves as the ModelError ``translate``
+    makes of it, one from the transport layer as a retryable ``TRANSIENT``, each
+    ``from`` the original; anything else passes through unchanged."""
+    try:
+        yield
+    except Exception as e:
+        error = translate(e)
+        if error is None and is_transport_error(e):
+            error = transport_error(provider, e)
+        if error is None:
+            raise
+        raise error from e
 
 
 def missing_key(model: str, variable: str) -> ConfigError:

@@ -11,10 +11,10 @@ from typing import Any
 
 from plait.adapters.models import _gemini as gemini
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import is_transport_error, run_stream, transport_error
+from plait.adapters.models._driver import mapped_errors, run_stream
 from plait.adapters.models._errors import classify
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
-from plait.domain.errors import ModelErrorCode
+from plait.domain.errors import ModelError, ModelErrorCode
 
 __all__ = ["GeminiModel"]
 
@@ -97,27 +97,28 @@ class GeminiModel:
             return await self._send(sdk, request)
 
     async def _send(self, sdk: Any, request: ModelRequest) -> ModelResponse:
-        from google.genai import errors
-
         streaming = request.on_text is not None and self._capabilities.streaming
         body = gemini.build_request(
             self.target, request.context, max_output_tokens=request.max_output_tokens
         )
         args = self._sdk_args(body)
-        try:
+        async with mapped_errors("gemini", _sdk_error):
             if streaming:
                 acc = gemini.GenerateStream(self.target)
                 return await run_stream(self._chunks(sdk, args), acc, request.on_text)
             response = await sdk.models.generate_content(**args)
             wire = response.model_dump(mode="json", by_alias=True, exclude_none=True)
             return gemini.parse_response(self.target, wire)
-        except errors.APIError as e:
-            headers = getattr(getattr(e, "response", None), "headers", None)
-            error = classify("gemini", e.code or None, e.details, headers=dict(headers or {}))
-            if error.model_code == ModelErrorCode.RATE_LIMITED and error.retry_after is None:
-                error.details["retry_after"] = _retry_delay(e.details)
-            raise error from e
-        except Exception as e:
-            if is_transport_error(e):
-                raise transport_error("gemini", e) from e
-            raise
+
+
+def _sdk_error(e: Exception) -> ModelError | None:
+    """``google.genai``'s APIError as a ModelError, with the retry delay of a 429."""
+    from google.genai import errors
+
+    if not isinstance(e, errors.APIError):
+        return None
+    headers = getattr(getattr(e, "response", None), "headers", None)
+    error = classify("gemini", e.code or None, e.details, headers=dict(headers or {}))
+    if error.model_code == ModelErrorCode.RATE_LIMITED and error.retry_after is None:
+        error.details["retry_after"] = _retry_delay(e.details)
+    return error

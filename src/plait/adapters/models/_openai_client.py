@@ -8,19 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from plait.adapters.models import _openai_chat as chat
 from plait.adapters.models import _openai_responses as responses
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import (
-    Accumulator,
-    is_transport_error,
-    run_stream,
-    transport_error,
-)
-from plait.adapters.models._errors import classify
-from plait.adapters.models._sse import aiter_events
+from plait.adapters.models._driver import Accumulator, mapped_errors
+from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
 __all__ = ["CHAT", "RESPONSES", "OpenAIModel", "WireProtocol"]
@@ -121,22 +115,16 @@ class OpenAIModel:
         import openai
 
         p = self._protocol
-        try:
-            if streaming:
-                acc = p.stream(self.target, self._provider)
-                async with resource.with_streaming_response.create(**body) as raw:
-                    return await run_stream(aiter_events(raw.iter_lines()), acc, request.on_text)
-            raw = await resource.with_raw_response.create(**body)
-            return p.parse(self.target, json.loads(raw.text), self._provider)
-        except openai.APIStatusError as e:
-            body_or_text = e.body if e.body is not None else e.message
-            headers = dict(e.response.headers)
-            raise classify(self._provider, e.status_code, body_or_text, headers=headers) from e
-        except openai.APIConnectionError as e:
-            raise transport_error(self._provider, e) from e
-        except openai.APIError as e:  # an error event inside a stream
-            raise classify(self._provider, None, e.body if e.body is not None else e.message) from e
-        except Exception as e:
-            if is_transport_error(e):
-                raise transport_error(self._provider, e) from e
-            raise
+
+        async def read(raw: Any) -> dict[str, Any]:
+            return cast("dict[str, Any]", json.loads(raw.text))
+
+        async with mapped_errors(self._provider, sdk_errors(openai, self._provider)):
+            return await create(
+                resource,
+                body,
+                stream=p.stream(self.target, self._provider) if streaming else None,
+                on_text=request.on_text,
+                read=read,
+                parse=lambda wire: p.parse(self.target, wire, self._provider),
+            )

@@ -73,8 +73,14 @@ _INSERT_SUMMARY = (
     "INSERT INTO summaries (session_id, generation, id, covered_through_seq, data) "
     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
 )
-_CONSTRAINTS = (
-    "SELECT source_message_id, text FROM constraint_records WHERE session_id = %s ORDER BY ord"
+# The reads a run makes every step, one statement each: no row means no such session.
+_SESSION_ACTIVE = (
+    "SELECT (SELECT data FROM summaries WHERE session_id = s.id ORDER BY generation DESC "
+    "LIMIT 1) FROM sessions AS s WHERE s.id = %s"
+)
+_SESSION_CONSTRAINTS = (
+    "SELECT c.source_message_id, c.text FROM sessions AS s LEFT JOIN constraint_records AS c "
+    "ON c.session_id = s.id WHERE s.id = %s ORDER BY c.ord"
 )
 _ADD_CONSTRAINT = (
     "INSERT INTO constraint_records (session_id, source_message_id, text) VALUES (%s, %s, %s)"
@@ -164,8 +170,10 @@ async def activate(conn: Conn, summary: Summary, expected_generation: int) -> No
 
 
 async def get_active(conn: Conn, session_id: str) -> Summary | None:
-    await _session(conn, session_id)
-    return await _active(conn, session_id)
+    row = await _fetchone(conn, _SESSION_ACTIVE, (session_id,))
+    if row is None:
+        raise session_not_found(session_id)
+    return None if row[0] is None else summary_from_dict(json_value(row[0], "summary"))
 
 
 async def list_summaries(conn: Conn, session_id: str) -> list[Summary]:
@@ -175,9 +183,10 @@ async def list_summaries(conn: Conn, session_id: str) -> list[Summary]:
 
 
 async def list_constraints(conn: Conn, session_id: str) -> list[Constraint]:
-    await _session(conn, session_id)
-    rows = await (await conn.execute(_CONSTRAINTS, (session_id,))).fetchall()
-    return [Constraint(source_message_id=r[0], text=r[1]) for r in rows]
+    rows = await (await conn.execute(_SESSION_CONSTRAINTS, (session_id,))).fetchall()
+    if not rows:
+        raise session_not_found(session_id)
+    return [Constraint(source_message_id=r[0], text=r[1]) for r in rows if r[0] is not None]
 
 
 async def add_constraints(

@@ -1,11 +1,14 @@
 """Service mode on PostgreSQL: the run queue (``FOR UPDATE SKIP LOCKED``: concurrent
-workers each take a different run without waiting on each other), run events numbered
-under a per-run advisory lock, and API keys."""
+workers each take a different run without waiting on each other), run events (numbered
+per run, written for many runs in one statement that also notifies listeners, see
+:mod:`._pg_feed`), and API keys."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from psycopg import errors as pg_errors
 
 from plait.adapters.stores._pg_sql import RUN_COLS
 from plait.adapters.stores._service_rows import (
@@ -17,7 +20,7 @@ from plait.adapters.stores._service_rows import (
 )
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 
-__all__ = ["add_key", "append_events", "claim_queued", "find_key", "read_events"]
+__all__ = ["CHANNEL", "add_key", "append_batch", "claim_queued", "find_key", "read_events"]
 
 Conn = Any
 
@@ -27,9 +30,29 @@ _CLAIM = (
     "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord LIMIT 1 "
     f"FOR UPDATE SKIP LOCKED) RETURNING {RUN_COLS}"
 )
-_EVENTS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('plait.run_events'), hashtext(%s))"
-_LAST = "SELECT coalesce(max(seq), 0) FROM run_events WHERE run_id = %s"
-_INSERT = "INSERT INTO run_events (run_id, seq, type, at, data) VALUES (%s, %s, %s, %s, %s)"
+CHANNEL = "plait_run_events"
+"""``NOTIFY`` channel: one ``"<run_id> <last seq>"`` payload per run and committing write."""
+# One statement, so one implicit transaction: number each run's new events after its last
+# one (two writers of one run pick the same numbers; the primary key turns that into a
+# unique violation and the loser retries), insert them, and notify listeners at commit.
+_APPEND = f"""
+WITH new AS (
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[])
+        WITH ORDINALITY AS n(run_id, type, at, data, ord)
+), base AS (
+    SELECT r.run_id, coalesce(max(e.seq), 0) AS last
+    FROM (SELECT DISTINCT run_id FROM new) r LEFT JOIN run_events e ON e.run_id = r.run_id
+    GROUP BY r.run_id
+), ins AS (
+    INSERT INTO run_events (run_id, seq, type, at, data)
+    SELECT n.run_id, b.last + row_number() OVER (PARTITION BY n.run_id ORDER BY n.ord),
+        n.type, n.at, n.data
+    FROM new n JOIN base b ON b.run_id = n.run_id
+    RETURNING run_id, seq
+)
+SELECT run_id, max(seq), pg_notify('{CHANNEL}', run_id || ' ' || max(seq))
+FROM ins GROUP BY run_id"""
+_RETRIES = 5
 _READ = (
     "SELECT run_id, seq, type, at, data FROM run_events WHERE run_id = %s AND seq > %s "
     "ORDER BY seq LIMIT %s"
@@ -42,24 +65,37 @@ _FIND_KEY = "SELECT id, principal, role, key_hash, created_at FROM api_keys WHER
 
 
 async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) -> Any:
-    """Inside a write transaction."""
+    """One statement: atomic in autocommit or inside a transaction."""
     return await (await conn.execute(_CLAIM, (owner, expires_at, now))).fetchone()
 
 
-async def append_events(
-    conn: Conn, run_id: str, events: Sequence[NewRunEvent]
-) -> list[RunEventRecord]:
-    """Inside a write transaction. Committed without waiting for the WAL flush: events
-    report progress whose durable truth is the run's messages and state (a crash may
-    lose the last few events, never a message; the stream then ends from the run's
-    state)."""
-    await conn.execute("SET LOCAL synchronous_commit = off")
-    await conn.execute(_EVENTS_LOCK, (run_id,))
-    last = (await (await conn.execute(_LAST, (run_id,))).fetchone())[0]
-    rows = [event_row(run_id, last + i, e) for i, e in enumerate(events, 1)]
-    async with conn.cursor() as cur:
-        await cur.executemany(_INSERT, rows)
-    return [event_from_row(r) for r in rows]
+async def append_batch(
+    conn: Conn, batch: Mapping[str, Sequence[NewRunEvent]]
+) -> dict[str, list[RunEventRecord]]:
+    """In autocommit (the statement is its own transaction, committed durably like any
+    other write: a client may already have streamed an event, so a crash must not lose
+    it and renumber the run's later events)."""
+    todo = {run_id: list(events) for run_id, events in batch.items() if events}
+    out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
+    if not todo:
+        return out
+    rows = [event_row(run_id, 0, e) for run_id, events in todo.items() for e in events]
+    params = tuple([r[i] for r in rows] for i in (0, 2, 3, 4))
+    for attempt in range(_RETRIES):
+        try:
+            rows = await (await conn.execute(_APPEND, params)).fetchall()
+            last = {r[0]: r[1] for r in rows}
+            break
+        except pg_errors.UniqueViolation:
+            if attempt == _RETRIES - 1:
+                raise  # translated into a ConflictError by the store
+    for run_id, events in todo.items():
+        first = int(last[run_id]) - len(events) + 1
+        out[run_id] = [
+            RunEventRecord(run_id=run_id, seq=first + i, type=e.type, at=e.at, data=e.data)
+            for i, e in enumerate(events)
+        ]
+    return out
 
 
 async def read_events(

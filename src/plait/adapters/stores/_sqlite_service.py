@@ -9,7 +9,7 @@ processes) never get the same run.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from plait.adapters.stores._service_rows import (
@@ -21,7 +21,7 @@ from plait.adapters.stores._service_rows import (
 )
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 
-__all__ = ["add_key", "append_events", "claim_queued", "find_key", "read_events"]
+__all__ = ["add_key", "append_batch", "append_events", "claim_queued", "find_key", "read_events"]
 
 _DDL = (
     """CREATE TABLE IF NOT EXISTS run_events (
@@ -72,6 +72,13 @@ def append_events(
     rows = [event_row(run_id, last + i, e) for i, e in enumerate(events, 1)]
     conn.executemany("INSERT INTO run_events VALUES (?, ?, ?, ?, ?)", rows)
     return [event_from_row(r) for r in rows]
+
+
+def append_batch(
+    conn: sqlite3.Connection, batch: Mapping[str, Sequence[NewRunEvent]]
+) -> dict[str, list[RunEventRecord]]:
+    """Inside a write transaction: one commit for the events of several runs."""
+    return {run_id: append_events(conn, run_id, events) for run_id, events in batch.items()}
 
 
 def read_events(

@@ -9,7 +9,7 @@ see each write as atomic; a lock makes it safe across threads too.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -241,6 +241,13 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             return self._service.append(run_id, events)
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        with self._lock:
+            self._check_open()
+            return {run_id: self._service.append(run_id, ev) for run_id, ev in batch.items()}
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None

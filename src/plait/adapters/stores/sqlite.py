@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +350,15 @@ class SqliteStore:
         if not events:
             return []
         return await self._db.write(lambda conn: _service.append_events(conn, run_id, events))
+
+    async def append_run_events_batch(
+        self, batch: Mapping[str, Sequence[NewRunEvent]]
+    ) -> dict[str, list[RunEventRecord]]:
+        out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
+        todo = {run_id: events for run_id, events in batch.items() if events}
+        if todo:
+            out.update(await self._db.write(lambda conn: _service.append_batch(conn, todo)))
+        return out
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
