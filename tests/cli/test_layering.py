@@ -48,6 +48,15 @@ def _imports(path: Path) -> list[tuple[str, str]]:
     return found
 
 
+def _factory_call(func: ast.expr) -> bool:
+    """``ToolCall.create(...)`` and the like: a domain object built by its factory."""
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in CONSTRUCTORS
+    )
+
+
 # `plait db upgrade` administers the store itself (PostgreSQL migrations).
 STORE_ADMIN = {"service_cmds.py"}
 
@@ -65,6 +74,7 @@ def test_the_cli_imports_no_store_and_builds_no_domain_object() -> None:
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
                 assert name not in CONSTRUCTORS, (path.name, node.lineno, name)
+                assert not _factory_call(func), (path.name, node.lineno, ast.unparse(func))
 
 
 RUNTIME_INTERNALS = {"store", "artifacts"}

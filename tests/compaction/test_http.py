@@ -33,10 +33,20 @@ async def model(request: ModelRequest) -> ModelResponse:
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[Live]:
+    yield from _serve(tmp_path, 100_000)
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[Live]:
+    """A model with a 3,000-token window: a long message compacts after its first step."""
+    yield from _serve(tmp_path, 3_000)
+
+
+def _serve(tmp_path: Path, window: int) -> Iterator[Live]:
     path = tmp_path / "plait.db"
     keys = _keys(path)
     store: Any = Offloaded(SqliteStore.open(path))
-    caps = ModelCapabilities(context_window=100_000, max_output_tokens=500, structured_output=True)
+    caps = ModelCapabilities(context_window=window, max_output_tokens=300, structured_output=True)
     rt = Runtime(
         store=store,
         artifacts=store,
@@ -130,3 +140,20 @@ def test_someone_elses_session_is_not_found(live: Live) -> None:
         for r in attempts:
             assert "secret" not in error(r, 404, "not_found")["message"]
         assert bob.get(f"/v1/sessions/{sid}/context").json()["summary"] is None  # untouched
+
+
+def test_plait_send_through_the_server_shows_compactions(
+    small: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from plait.adapters.cli.main import main
+
+    with small.client() as c:
+        sid = new_session(c)["session_id"]
+    key = small.keys["alice"]
+    code = main(["send", sid, "tool " + "y" * 4_000, "--server", small.url, "--api-key", key])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "[compaction activated] summarized messages 1..1" in out
+    with small.client() as c:
+        runs = c.get(f"/v1/sessions/{sid}/runs").json()["runs"]
+        assert runs[0]["status"] == "completed"

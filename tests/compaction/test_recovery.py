@@ -350,3 +350,25 @@ def test_pressure_after_a_step_reports_started_then_activated() -> None:
         assert isinstance(following, ModelCallStarted) and following.step == first.step + 1
 
     run(go())
+
+
+def test_a_post_step_compaction_that_raises_is_reported_and_the_run_goes_on() -> None:
+    model = scripted(echo_turns(10), [summary()] * 4)
+    rec = Recorder()
+
+    async def go() -> None:
+        agent, store, _ = agent_for(model, window=3_000)
+
+        async def broken(*a: Any, **kw: Any) -> None:
+            raise RuntimeError("disk on fire")
+
+        store.activate_summary = broken  # type: ignore[method-assign]
+        sid, result = await send(agent, rec)
+        assert result.run.status is RunStatus.COMPLETED, result.run.error
+        failed = [e for e in rec.events if isinstance(e, CompactionEvent) and e.phase == "failed"]
+        assert failed and "disk on fire" in failed[0].detail
+        assert failed[0].trigger == "pressure"
+        assert await store.list_summaries(sid) == []
+        assert len(await store.read_messages(sid)) == 1 + 10 * 2 + 1  # nothing lost
+
+    run(go())

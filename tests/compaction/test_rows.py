@@ -278,6 +278,14 @@ def test_model_change_rebudgets_and_unknown_model_is_an_error() -> None:
         assert small.over_threshold and not large.over_threshold
         with pytest.raises(TokenMeterModelUnconfiguredError, match="'mystery'"):
             await bench.service.view("s1", msgs, model="mystery", instructions="", tools=())
+        # new tool definitions are counted again, not carried over from the last build
+        from plait.domain.tools import ToolSpec
+
+        wide = ToolSpec(name="wide", description="d" * 8_000, parameters={"type": "object"})
+        more = await bench.service.view("s1", msgs, model="big", instructions="", tools=(wide,))
+        fewer = await bench.service.view("s1", msgs, model="big", instructions="", tools=())
+        assert more.tokens.tools >= 2_000 and fewer.tokens.tools < 50
+        assert more.tokens.total - fewer.tokens.total == more.tokens.tools - fewer.tokens.tools
 
     run(go())
 

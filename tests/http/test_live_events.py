@@ -10,6 +10,7 @@ wait at most 5 s while the stream itself would poll only every 60 s (keep-alives
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import time
@@ -157,3 +158,21 @@ def test_streams_fall_back_to_polling_while_the_listener_is_down(pg_live: PgLive
         sid2, run2 = _start_run(c)
         (pg_live.gates / sid2).touch()
         assert read_events(c, run2)[-1].data["run"]["status"] == "completed"
+
+
+def test_without_a_reachable_server_streams_poll() -> None:
+    async def go() -> None:
+        with socket.socket() as s:  # a loopback port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        feed = PgEventFeed(f"postgresql://plait@127.0.0.1:{port}/none", poll_seconds=0.01)
+        try:
+            for _ in range(3):  # each wait ends after the poll interval, not the hour
+                assert await asyncio.wait_for(feed.wait("r1", after=0, at_most=3600), 30) is False
+            assert not feed.live
+            feed.notify("r1", 2)  # this process's own writes still wake its streams
+            assert await feed.wait("r1", after=1, at_most=3600) is True
+        finally:
+            await feed.close()
+
+    asyncio.run(go())

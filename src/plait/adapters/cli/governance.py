@@ -266,8 +266,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
 
 def _explain(a: argparse.Namespace, out: _Output) -> int:
     from plait.adapters.policy_file import policy_from
-    from plait.application.governance.facts import call_facts
-    from plait.domain.messages import ToolCall
+    from plait.application.governance.facts import explain_call
 
     policy = policy_from(a.policy)
     try:
@@ -276,7 +275,6 @@ def _explain(a: argparse.Namespace, out: _Output) -> int:
         raise ConfigError(f'ARGS_JSON is not JSON ({e}); e.g. \'{{"path": "a.txt"}}\'') from e
     if not isinstance(args, dict):
         raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
-    call = ToolCall.create(id="explain", name=a.tool, arguments=args)
 
     async def go(rt: Runtime) -> int:
         session = await rt.queries.get_session(a.session_id)
@@ -284,11 +282,11 @@ def _explain(a: argparse.Namespace, out: _Output) -> int:
         from plait.adapters.tools.probe import FileProbe
         from plait.domain.tools import EffectClass
 
-        facts = call_facts(
-            policy, call, read_only=effect is EffectClass.READ_ONLY, workspace=session.workspace,
-            calls_so_far=a.calls_so_far, probe=FileProbe() if session.workspace else None,
+        facts, v = explain_call(
+            policy, a.tool, args, read_only=effect is EffectClass.READ_ONLY,
+            workspace=session.workspace, calls_so_far=a.calls_so_far,
+            probe=FileProbe() if session.workspace else None,
         )  # fmt: skip
-        v = policy.evaluate(facts)
         data = {
             "session_id": session.id,
             "tool": a.tool,

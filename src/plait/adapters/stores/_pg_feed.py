@@ -66,15 +66,18 @@ class PgEventFeed:
         await self._local.close()
 
     async def _listen_forever(self) -> None:
+        delay = self._retry
         while not self._closed:
             try:
                 await self._listen()
             except (psycopg.Error, OSError) as e:
                 log.warning("event listener on %s lost: %s; polling meanwhile", self._where, e)
+            # It was up: try again soon; the server is unreachable: back off.
+            delay = self._retry if self.connected.is_set() else min(delay * 2, 30.0)
             self._local.live = False
             self.connected.clear()
             self._local.wake_all()
-            await asyncio.sleep(self._retry)
+            await asyncio.sleep(delay)
 
     async def _listen(self) -> None:
         async with await psycopg.AsyncConnection.connect(

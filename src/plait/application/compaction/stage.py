@@ -222,7 +222,9 @@ class CompactionStage:
 
     async def post_step(self, a: RunView) -> None:
         """After the step's assistant message and all its results are persisted. An
-        unknown routed model ends the run (``token_meter_model_unconfigured``)."""
+        unknown routed model ends the run (``token_meter_model_unconfigured``); any other
+        failure of the compaction is reported (a ``failed`` event) and the run goes on
+        with the full history."""
         self.succeeded(a.run.id)
         self._calibrate(a)
         if not self.auto:
@@ -240,6 +242,13 @@ class CompactionStage:
             )
         except TokenMeterModelUnconfiguredError as e:
             raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+        except Exception as e:  # operational: say so and go on with the full history
+            log.exception("post-step compaction of run %s raised; going on", a.run.id)
+            self._emit(a, CompactionEvent(
+                run_id=a.run.id, phase="failed", trigger="pressure", step=step,
+                detail=f"{type(e).__name__}: {e}",
+            ))  # fmt: skip
+            return
         self._charge(a, outcome)
         if outcome is not None:
             self._report(a, outcome, step)

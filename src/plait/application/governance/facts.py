@@ -8,9 +8,9 @@ from typing import Any, Protocol
 
 from plait.application.governance.commands import parse_command
 from plait.domain.messages import ToolCall
-from plait.domain.policy import CallFacts, ParsedCommand, Policy
+from plait.domain.policy import CallFacts, ParsedCommand, Policy, PolicyVerdict
 
-__all__ = ["WorkspaceProbe", "call_facts", "relative_path"]
+__all__ = ["WorkspaceProbe", "call_facts", "explain_call", "relative_path"]
 
 _HARMLESS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _DIR_CHANGERS = frozenset({"cd", "pushd", "popd"})
@@ -103,6 +103,26 @@ def call_facts(
         argument_bytes=len(call.arguments_json.encode()),
         calls_so_far=calls_so_far,
     )
+
+
+def explain_call(
+    policy: Policy,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    read_only: bool,
+    workspace: str | None,
+    calls_so_far: int = 0,
+    probe: WorkspaceProbe | None = None,
+) -> tuple[CallFacts, PolicyVerdict]:
+    """What the policy would see of a call of ``tool`` with ``arguments`` and what it
+    would decide (``plait policy explain``): nothing runs, nothing is stored."""
+    call = ToolCall.create(id="explain", name=tool, arguments=arguments)
+    facts = call_facts(
+        policy, call, read_only=read_only, workspace=workspace, calls_so_far=calls_so_far,
+        probe=probe,
+    )  # fmt: skip
+    return facts, policy.evaluate(facts)
 
 
 def _placed_writes(
