@@ -47,3 +47,10 @@ def test_each_principal_pages_through_exactly_its_own_sessions(live: Live) -> No
         error(alice.get("/v1/sessions", params={"before": "ses_nope"}), 400, "invalid_value")
         error(alice.get("/v1/sessions", params={"before": ""}), 422, "invalid_request")
         assert root.get("/v1/sessions", params={"before": bobs}).status_code == 200
+        # An admin may narrow the listing to one principal; nobody else may name another.
+        only_bob = root.get("/v1/sessions", params={"owner": "bob", "limit": 500}).json()
+        assert [s["session_id"] for s in only_bob["sessions"]] == made["bob"][::-1]
+        denied = alice.get("/v1/sessions", params={"owner": "bob"})
+        assert "admin" in error(denied, 403, "forbidden")["message"]
+        own = alice.get("/v1/sessions", params={"owner": "alice", "limit": 500}).json()
+        assert [s["session_id"] for s in own["sessions"]] == made["alice"][::-1]

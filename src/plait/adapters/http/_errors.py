@@ -16,6 +16,7 @@ from plait.domain.errors import (
     ConflictError,
     NotFoundError,
     PlaitError,
+    PolicyError,
     RunStateError,
 )
 
@@ -53,5 +54,7 @@ def status_and_body(e: PlaitError) -> tuple[int, dict[str, Any]]:
         return 409, error_body(e.code, e.message, e.details)
     if isinstance(e, ConfigError):
         return 400, error_body(e.code, e.message, e.details)
+    if isinstance(e, PolicyError):
+        return 403, error_body("forbidden", e.message, {"reason": e.code, **e.details})
     log.error("internal error: %s", e.message, extra={"code": e.code})
     return 500, error_body("internal", "the server could not complete the request")

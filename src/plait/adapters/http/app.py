@@ -45,6 +45,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code, text in (
         (400, "invalid value"),
         (401, "missing or unknown API key"),
+        (403, "not allowed for this principal"),
         (404, "not found (or not yours)"),
         (409, "session busy or conflict"),
         (413, "request body too large"),
@@ -226,12 +227,21 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
         who: Who,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        owner: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     ) -> dict[str, Any]:
-        """Your sessions, newest first (an admin sees everyone's); the next page is
-        ``?before=<next_before>``."""
+        """Your sessions, newest first; the next page is ``?before=<next_before>``. An
+        admin sees everyone's, or one principal's with ``?owner=NAME`` (anyone else
+        naming another owner is ``forbidden``)."""
+        if owner is not None and owner != who.name and not who.admin:
+            raise ApiError(
+                "only an admin may list another principal's sessions; leave out ?owner= "
+                "to list your own",
+                status=403,
+                code="forbidden",
+            )
         if before is not None:
             await _page_cursor(ctx, who, before)
-        owner = None if who.admin else who.name
+        owner = owner if who.admin else who.name
         found = await ctx.store.list_sessions(limit=limit + 1, owner=owner, before=before)
         more = len(found) > limit
         found = found[:limit]
