@@ -143,6 +143,36 @@ CASES = [
         usage=True,
     ),
     Case(
+        "--max-cost 0",
+        ["send", "SID", "hi", "--model", "MODEL", "--max-cost", "0"],
+        "usage",
+        "argument --max-cost: must be more than 0 dollars, got 0",
+        usage=True,
+    ),
+    Case(
+        "--max-cost not a number",
+        ["send", "SID", "hi", "--model", "MODEL", "--max-cost", "ten"],
+        "usage",
+        "argument --max-cost: must be an amount of US dollars, got 'ten'",
+        usage=True,
+    ),
+    Case(
+        "--max-cost, model without prices",
+        ["send", "SID", "hi", "--model", "MODEL", "--max-cost", "1"],
+        "config_error",
+        "a cost ceiling of $1 (--max-cost, Budget.max_cost_usd) needs the model's prices, but "
+        "model 'scripted:bad-inputs' (MODEL) declares none; declare price_input_per_mtok and "
+        "price_output_per_mtok for it (a [models.NAME] table in plait.toml, or a scripted "
+        "model's capabilities) or drop the ceiling",
+    ),
+    Case(
+        "chat --max-cost, model without prices",
+        ["chat", "--workspace", "TMP", "--model", "MODEL", "--max-cost", "0.5"],
+        "config_error",
+        "a cost ceiling of $0.5 (--max-cost, Budget.max_cost_usd) needs the model's prices",
+        stdin=b"hello\n",
+    ),
+    Case(
         "--output-cap too small",
         ["send", "SID", "hi", "--model", "MODEL", "--output-cap", "10"],
         "invalid_value",

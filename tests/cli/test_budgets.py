@@ -156,3 +156,30 @@ def test_unknown_artifact_is_a_clear_error(plait: Plait) -> None:
     assert failed.code == 2
     assert failed.json["error"]["code"] == "artifact_not_found"
     assert "art_nope" in failed.err
+
+
+def test_max_cost_ends_the_run_before_the_call_past_the_ceiling(
+    plait: Plait, workspace: Path, tmp_path: Path
+) -> None:
+    script = _loop_script(3)
+    script["capabilities"] = {"price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0}
+    for turn in script["assistant"]:
+        turn["usage"] = {"input_tokens": 10_000, "output_tokens": 1_000}  # $0.045 a call
+    model = write_script(tmp_path, "priced", script)
+    sid = plait.new_session(workspace)
+    r = plait("send", sid, "loop", "--model", model, "--max-cost", "0.08", "--json")
+    assert r.code == 1, r.err
+    run = r.json
+    assert run["status"] == "budget_exhausted"
+    assert run["error"] == {
+        "code": "max_cost",
+        "message": "the run spent $0.0900 of its $0.08 ceiling",
+    }
+    assert run["usage"]["model_calls"] == 2  # $0.045 then $0.09: no third call
+    assert run["budget"]["max_cost_usd"] == 0.08
+    assert plait.json("runs", "show", run["run_id"])["budget"]["max_cost_usd"] == 0.08
+    # a ceiling is per run: the next run has room again and finishes the script
+    final = plait.json("send", sid, "go on", "--model", model, "--max-cost", "1")
+    assert final["status"] == "completed"
+    assert final["messages"][-1]["text"] == "finally done"
+    assert final["budget"]["max_cost_usd"] == 1.0

@@ -373,6 +373,7 @@ def test_send_budget_flags_are_recorded(plait: Plait, workspace: Path, model: st
         "deadline_seconds": 30.0,
         "max_model_calls": 9,
         "max_total_tokens": 100_000,
+        "max_cost_usd": None,
         "max_corrections": 2,
         "tool_timeout_seconds": 5.0,
         "tool_output_cap_bytes": 4096,

@@ -301,7 +301,30 @@ INVALID = [
         "capabilities: {context_window: 0}\n",
         "'context_window' in 'capabilities' of {file} must be a positive integer or null, got 0",
     ),
+    (
+        "capabilities: {price_input_per_mtok: -1}\n",
+        "'price_input_per_mtok' in 'capabilities' of {file} must be a number of dollars (0 or "
+        "more) or null, got -1",
+    ),
+    (
+        "capabilities: {price_output_per_mtok: 'cheap'}\n",
+        "'price_output_per_mtok' in 'capabilities' of {file} must be a number of dollars (0 or "
+        "more) or null, got 'cheap'",
+    ),
 ]
+
+
+def test_a_script_can_declare_prices() -> None:
+    script = parse_script(
+        {
+            "version": 1,
+            "capabilities": {"price_input_per_mtok": 3, "price_output_per_mtok": 15.5},
+        }
+    )
+    caps = script.capabilities
+    assert (caps.price_input_per_mtok, caps.price_output_per_mtok) == (3, 15.5)
+    assert caps.price_cached_input_per_mtok is None
+    assert parse_script({"version": 1}).capabilities.price_input_per_mtok is None
 
 
 @pytest.mark.parametrize(("body", "expected"), INVALID)

@@ -5,6 +5,8 @@ regular expressions cannot backtrack."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import random
 import re
 import threading
@@ -14,11 +16,13 @@ from typing import Any
 import pytest
 
 from plait.adapters.tools import WorkspaceLimits
+from plait.adapters.tools import probe as probe_module
 from plait.adapters.tools._deadline import CallStopped, Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._match import MAX_PROGRAM_SIZE
 from plait.adapters.tools._paths import Workspace
 from plait.adapters.tools._search import search_text
+from plait.adapters.tools.probe import FileProbe
 from plait.adapters.tools.workspace import _edit_file, _list_dir, _read_file, _write_file
 from plait.application.ports import ToolInvocation
 from plait.domain.messages import ToolCall
@@ -198,3 +202,24 @@ def test_a_long_line_is_reported_once_wherever_it_matches(ws: Path, call: Call) 
     assert call("search_text", pattern="NEEDLE", ignore_case=True) == (
         "long.txt:1: " + "x" * 300 + "…\nlong.txt:2: needle"
     )
+
+
+def test_the_approval_probe_returns_promptly_on_fifos_and_huge_files(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate digests the files a call touches before it runs, on the event loop: a FIFO
+    must not wait for a writer, a huge file must not be read whole."""
+    os.mkfifo(ws / "pipe")
+    (ws / "a.txt").write_text("abc")
+    probe = FileProbe()
+    fifo = probe.state(str(ws), ("pipe",))  # would block forever if opened for reading
+    assert fifo is not None and fifo != probe.state(str(ws), ("a.txt",))
+    plain = probe.state(str(ws), ("a.txt",))
+    h = hashlib.sha256(b"a.txt\0abc\0file\0")
+    assert plain == "sha256:" + h.hexdigest()  # unchanged for files within the bound
+    monkeypatch.setattr(probe_module, "MAX_HASHED_BYTES", 2)
+    (ws / "big.txt").write_text("abcdef")
+    first = probe.state(str(ws), ("big.txt",))
+    (ws / "big.txt").write_text("abXXXX")  # beyond the hashed head: size and mtime decide
+    os.utime(ws / "big.txt", ns=(1, 1))
+    assert probe.state(str(ws), ("big.txt",)) != first

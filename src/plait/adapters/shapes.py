@@ -131,6 +131,7 @@ def run_json(r: Run) -> dict[str, Any]:
             "deadline_seconds": b.deadline_seconds,
             "max_model_calls": b.max_model_calls,
             "max_total_tokens": b.max_total_tokens,
+            "max_cost_usd": b.max_cost_usd,
             "max_corrections": b.max_corrections,
             "tool_timeout_seconds": b.tool_timeout_seconds,
             "tool_output_cap_bytes": b.tool_output_cap_bytes,

@@ -1,16 +1,20 @@
 """ContextBuilder: the model-visible Context for a role (DESIGN §1, §8).
 
 Today the assistant sees the instructions, every tool spec and the whole history (a
-:class:`~plait.domain.context.Prefix` view, O(1) to build). Token counts come from a
-:class:`~plait.application.ports.TokenMeter` and are cached per message id, so a long
-session is not re-counted at each step; compaction uses :meth:`ContextBuilder.count`
-to measure pressure and will fill in summaries, constraints and evidence here.
+:class:`~plait.domain.context.Prefix` view, O(1) to build). :meth:`ContextBuilder.count`
+measures a context with a :class:`~plait.application.ports.TokenMeter`: each message is
+counted once per meter (counts are cached by meter and message id; messages are
+immutable), and a history that grew since it was last counted costs only its new
+messages (a running sum per history), so a long session is neither re-metered nor
+re-summed at each step. (With compaction on, its stage builds the context and keeps the
+same kind of ledger; see :mod:`plait.application.compaction`.)
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from plait.application.ports import ModelRole, TokenMeter
@@ -50,9 +54,20 @@ class ApproxMeter:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Sum:
+    """The tokens of a history's first ``length`` messages, ending with ``last_id``."""
+
+    meter: str
+    length: int
+    last_id: str
+    tokens: int
+
+
 class ContextBuilder:
     """Builds the Context of one model call. ``cache_size`` bounds the per-message count
-    cache (least recently used counts are dropped first)."""
+    cache (least recently used counts are dropped first); ``histories`` bounds the
+    running sums kept (one per history, keyed by its first message)."""
 
     def __init__(
         self,
@@ -61,12 +76,15 @@ class ContextBuilder:
         tools: tuple[ToolSpec, ...],
         meter: TokenMeter | None = None,
         cache_size: int = 200_000,
+        histories: int = 1_024,
     ) -> None:
         self.instructions = instructions
         self.tools = tools
         self.meter: TokenMeter = meter or ApproxMeter()
-        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._cache_size = cache_size
+        self._sums: OrderedDict[str, _Sum] = OrderedDict()
+        self._histories = histories
         self._tools_tokens: int | None = None
 
     def assistant(
@@ -105,20 +123,47 @@ class ContextBuilder:
                 total += self._tools_tokens
             else:
                 total += self.meter.count_tools(context.tools)
-        for message in context.items:
-            total += self.count_message(message)
+        total += self.count_items(context.items)
         for c in context.corrections:
             total += self.meter.count_text(c.rejected_text)
             total += sum(self.meter.count_text(p) for p in c.problems)
         return total
 
+    def count_items(self, items: Sequence[Message]) -> int:
+        """Tokens of a history (or a prefix of one): what was summed for it before is
+        reused when ``items`` extends it, so only the new messages are looked at."""
+        n = len(items)
+        if n == 0:
+            return 0
+        key, meter = items[0].id, self.meter.name
+        known = self._sums.get(key)
+        start, total = 0, 0
+        if (
+            known is not None
+            and known.meter == meter
+            and known.length <= n
+            and items[known.length - 1].id == known.last_id
+        ):
+            start, total = known.length, known.tokens
+        last = items[n - 1] if start == n else None
+        for k in range(start, n):
+            last = items[k]
+            total += self.count_message(last)
+        assert last is not None
+        self._sums[key] = _Sum(meter, n, last.id, total)
+        self._sums.move_to_end(key)
+        if len(self._sums) > self._histories:
+            self._sums.popitem(last=False)
+        return total
+
     def count_message(self, message: Message) -> int:
-        cached = self._cache.get(message.id)
+        key = (self.meter.name, message.id)
+        cached = self._cache.get(key)
         if cached is not None:
-            self._cache.move_to_end(message.id)
+            self._cache.move_to_end(key)
             return cached
         n = self.meter.count_message(message)
-        self._cache[message.id] = n
+        self._cache[key] = n
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return n

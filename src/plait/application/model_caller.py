@@ -109,16 +109,22 @@ def cost_usd(caps: ModelCapabilities, input_tokens: int, output_tokens: int) -> 
     ) / 1_000_000
 
 
-def check_cost_ceiling(model: ModelClient, max_cost_usd: float | None) -> None:
-    """A cost ceiling needs the model's prices: ConfigError naming the fix otherwise."""
+def check_cost_ceiling(
+    model: ModelClient, max_cost_usd: float | None, spec: str | None = None
+) -> None:
+    """A cost ceiling needs the model's prices: ConfigError naming the model (its ``spec``
+    too, when known) and the fix otherwise."""
     if max_cost_usd is None:
         return
     if cost_usd(model.capabilities, 0, 0) is None:
+        named = repr(model.name) + ("" if spec in (None, model.name) else f" ({spec})")
         raise ConfigError(
-            f"a cost ceiling (max_cost_usd={max_cost_usd:g}) needs the model's prices, but "
-            f"model {model.name!r} declares none; set its input and output prices in its "
-            "configuration or drop the ceiling",
+            f"a cost ceiling of ${max_cost_usd:g} (--max-cost, Budget.max_cost_usd) needs the "
+            f"model's prices, but model {named} declares none; declare "
+            "price_input_per_mtok and price_output_per_mtok for it (a [models.NAME] table in "
+            "plait.toml, or a scripted model's capabilities) or drop the ceiling",
             model=model.name,
+            max_cost_usd=max_cost_usd,
         )
 
 

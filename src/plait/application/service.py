@@ -198,6 +198,17 @@ class AgentService:
 
     # --- running ----------------------------------------------------------------------------
 
+    def check_can_run(self, budget: Budget | None = None) -> None:
+        """Raise the ConfigError :meth:`send` would raise before writing anything: no model,
+        a model that cannot call this agent's tools, a cost ceiling without prices."""
+        budget, model = budget or self.budget, self.model
+        if self._tools and not model.capabilities.tool_calls:
+            raise ConfigError(
+                f"model {model.name!r} cannot call tools, but this agent has "
+                f"{len(self._tools)} tools; choose a model with tool calling"
+            )
+        check_cost_ceiling(model, budget.max_cost_usd, self.models.spec)
+
     async def send(
         self,
         session_id: str,
@@ -216,12 +227,7 @@ class AgentService:
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
         budget = budget or self.budget
-        if self._tools and not self.model.capabilities.tool_calls:
-            raise ConfigError(
-                f"model {self.model.name!r} cannot call tools, but this agent has "
-                f"{len(self._tools)} tools; choose a model with tool calling"
-            )
-        check_cost_ceiling(self.model, budget.max_cost_usd)
+        self.check_can_run(budget)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()

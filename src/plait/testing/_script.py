@@ -246,7 +246,16 @@ def _parse_capabilities(value: object, where: Where) -> ModelCapabilities:
     inner = where.inside("capabilities")
     check_keys(value, names, inner)
     for key, item in value.items():
-        if key in ("context_window", "max_output_tokens"):
+        if key.startswith("price_"):
+            if item is not None and (
+                not isinstance(item, int | float) or isinstance(item, bool) or item < 0
+            ):
+                inner.fail(
+                    f"{key!r} in {inner} must be a number of dollars (0 or more) or null, "
+                    f"got {item!r}",
+                    key=key,
+                )
+        elif key in ("context_window", "max_output_tokens"):
             if item is not None and (
                 not isinstance(item, int) or isinstance(item, bool) or item < 1
             ):

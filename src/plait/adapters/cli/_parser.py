@@ -51,6 +51,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _dollars(text: str) -> float:
+    try:
+        value = float(text.removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an amount of US dollars, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 dollars, got {text}")
+    return value
+
+
 def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     # Sub-commands SUPPRESS their defaults so `plait --json history S` keeps --json.
     p.add_argument(
@@ -82,6 +92,13 @@ def budget_opts(p: argparse.ArgumentParser) -> None:
     g.add_argument("--deadline", type=_seconds, default=d.deadline_seconds, help="seconds")
     g.add_argument("--max-model-calls", type=positive_int, default=d.max_model_calls)
     g.add_argument("--max-tokens", type=positive_int, default=d.max_total_tokens)
+    g.add_argument(
+        "--max-cost",
+        type=_dollars,
+        default=d.max_cost_usd,
+        metavar="USD",
+        help="cost ceiling in US dollars, from the model's declared prices",
+    )
     g.add_argument("--tool-timeout", type=_seconds, default=d.tool_timeout_seconds, help="seconds")
     g.add_argument("--output-cap", type=positive_int, default=d.tool_output_cap_bytes)
 
@@ -91,6 +108,7 @@ _BUDGET_FLAGS = {
     "deadline_seconds": "--deadline",
     "max_model_calls": "--max-model-calls",
     "max_total_tokens": "--max-tokens",
+    "max_cost_usd": "--max-cost",
     "tool_timeout_seconds": "--tool-timeout",
     "tool_output_cap_bytes": "--output-cap",
 }
@@ -105,6 +123,7 @@ def budget(a: argparse.Namespace) -> Budget:
             deadline_seconds=a.deadline,
             max_model_calls=a.max_model_calls,
             max_total_tokens=a.max_tokens,
+            max_cost_usd=a.max_cost,
             tool_timeout_seconds=a.tool_timeout,
             tool_output_cap_bytes=a.output_cap,
         )

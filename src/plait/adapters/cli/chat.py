@@ -93,7 +93,7 @@ def run_chat(a: argparse.Namespace, budget: Budget) -> int:
         return (await service.create_session(workspace=a.workspace)).id
 
     try:
-        service.model  # noqa: B018 - no model: fail before creating a session
+        service.check_can_run(budget)  # no model, no prices for --max-cost: fail first
         session_id = asyncio.run(start())
         if getattr(a, "json", False):
             return _json_chat(service, session_id, budget)

@@ -1,13 +1,24 @@
 """The gate's view of the workspace: symlink-resolved paths for the policy, and a digest
-of the files a call touches, to which an approval is bound."""
+of the files a call touches, to which an approval is bound.
+
+The digest is taken before the call runs, so it must return promptly whatever the
+workspace holds: a FIFO is opened without waiting for a writer and, like other special
+files, digested by its type only; a regular file is hashed up to :data:`MAX_HASHED_BYTES`,
+beyond which its size and modification time stand for the rest.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
+from typing import Any
 
-__all__ = ["FileProbe"]
+__all__ = ["MAX_HASHED_BYTES", "FileProbe"]
+
+MAX_HASHED_BYTES = 64 * 1024 * 1024
+_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class FileProbe:
@@ -32,12 +43,27 @@ class FileProbe:
                 if target.is_dir():
                     h.update(b"dir\0")
                     continue
-                with target.open("rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 16), b""):
-                        h.update(chunk)
-                h.update(b"\0file\0")
+                _digest_file(h, target)
             except FileNotFoundError:
                 h.update(b"absent\0")
             except OSError as e:
                 h.update(f"unreadable:{e.errno}\0".encode())
         return "sha256:" + h.hexdigest()
+
+
+def _digest_file(h: Any, target: Path) -> None:
+    fd = os.open(target, _OPEN)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            h.update(f"special:{stat.S_IFMT(st.st_mode):o}\0".encode())
+            return
+        left = MAX_HASHED_BYTES
+        while left > 0 and (chunk := os.read(fd, min(1 << 16, left))):
+            h.update(chunk)
+            left -= len(chunk)
+        if st.st_size > MAX_HASHED_BYTES:
+            h.update(f"\0size:{st.st_size}:mtime:{st.st_mtime_ns}".encode())
+        h.update(b"\0file\0")
+    finally:
+        os.close(fd)
