@@ -556,7 +556,9 @@ def main() -> None:
     p.add_argument("--store", choices=["postgresql", "sqlite"], default="postgresql")
     p.add_argument("--runs", type=int, default=500, choices=range(2, 501), metavar="2..500")
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--concurrency", type=int, default=16, help="runs per worker at once")
+    p.add_argument(
+        "--concurrency", type=int, default=4, help="runs per worker at once (as plait serve/worker)"
+    )
     p.add_argument("--lease", type=float, default=3.0)
     p.add_argument("--watch", type=int, default=20, help="runs followed live over SSE")
     p.add_argument("--pg-stats", action="store_true", help="count statements per run")

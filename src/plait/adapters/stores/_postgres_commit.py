@@ -116,8 +116,12 @@ async def _put_executions(conn: Conn, c: Commit) -> None:
             owned = await (await conn.execute(q.RUN_IN_SESSION, (rec.run_id, sid))).fetchone()
             if owned is None:
                 raise run_not_found(rec.run_id)
+    rows = [execution_row(e) for e in c.executions]
+    if len(rows) == 1:  # the usual case: executemany would enter pipeline mode for one row
+        await conn.execute(q.UPSERT_EXECUTION, rows[0])
+        return
     async with conn.cursor() as cur:
-        await cur.executemany(q.UPSERT_EXECUTION, [execution_row(e) for e in c.executions])
+        await cur.executemany(q.UPSERT_EXECUTION, rows)
 
 
 async def _put_messages(conn: Conn, sid: str, expected: int, messages: tuple[Message, ...]) -> None:
