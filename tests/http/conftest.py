@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from plait.adapters.http.app import create_app
 from plait.adapters.http.auth import create_key
 from plait.adapters.http.server import Settings, context_for
 from plait.adapters.stores.offload import Offloaded
+from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.governance.gate import GovernedGate
@@ -29,6 +30,7 @@ from plait.domain.policy import Action, Policy, ToolRule
 from plait.domain.service import Role
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, echo_tool
+from tests.pg import empty_database
 
 
 async def behaviour(request: ModelRequest) -> ModelResponse:
@@ -65,8 +67,13 @@ class Live:
 
 
 def _keys(path: Path) -> dict[str, str]:
+    """Keys for alice, bob and root (admin) in the SQLite store at ``path``."""
+    return _keys_in(lambda: SqliteStore.open(path))
+
+
+def _keys_in(open_store: Callable[[], Any]) -> dict[str, str]:
     async def go() -> dict[str, str]:
-        store = SqliteStore.open(path)
+        store = open_store()
         out = {}
         try:
             for name, role in (("alice", Role.USER), ("bob", Role.USER), ("root", Role.ADMIN)):
@@ -108,10 +115,30 @@ def gated(tmp_path: Path) -> Iterator[Live]:
 ASK_ECHO = Policy(rules=(ToolRule(name="ask-echo", action=Action.APPROVE, tools=("echo",)),))
 
 
-def serve_live(tmp_path: Path, *, policy: Policy | None = None) -> Iterator[Live]:
+@pytest.fixture
+def gated_pg(tmp_path: Path, pg_url: str) -> Iterator[Live]:
+    """``gated`` on PostgreSQL (the API process runs its own worker here too)."""
+    empty_database(pg_url)
+    yield from serve_live(tmp_path, policy=ASK_ECHO, pg_url=pg_url)
+
+
+@pytest.fixture
+def live_pg(tmp_path: Path, pg_url: str) -> Iterator[Live]:
+    empty_database(pg_url)
+    yield from serve_live(tmp_path, pg_url=pg_url)
+
+
+def serve_live(
+    tmp_path: Path, *, policy: Policy | None = None, pg_url: str | None = None
+) -> Iterator[Live]:
     path = tmp_path / "plait.db"
-    keys = _keys(path)
-    store: Any = Offloaded(SqliteStore.open(path))  # as `plait serve` has it
+    store: Any
+    if pg_url is None:
+        keys = _keys(path)
+        store = Offloaded(SqliteStore.open(path))  # as `plait serve` has it
+    else:
+        keys = _keys_in(lambda: PostgresStore(pg_url))
+        store = PostgresStore(pg_url)
     clock, ids = SystemClock(), RandomIds()
     gate = None
     if policy is not None:
@@ -127,7 +154,8 @@ def serve_live(tmp_path: Path, *, policy: Policy | None = None) -> Iterator[Live
         lease_seconds=5.0,
         gate=gate,
     )
-    settings = Settings(db=f"sqlite:///{path}", serve_workers=2, max_body_bytes=4096)
+    db = pg_url or f"sqlite:///{path}"
+    settings = Settings(db=db, serve_workers=2, max_body_bytes=4096)
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)
     try:

@@ -221,3 +221,7 @@ def test_fork_through_the_api(live: Live) -> None:
         assert b["fork_origin"]["parent_session_id"] == sid
         same = c.post(f"/v1/sessions/{sid}/fork", json=body).json()
         assert same["session_id"] == b["session_id"]
+        # The same request id for a different fork point is a conflict, not a new branch.
+        other = {"through_message_id": messages[3]["message_id"], "request_id": "f1"}
+        err = error(c.post(f"/v1/sessions/{sid}/fork", json=other), 409, "conflict")
+        assert "new request id" in err["message"]

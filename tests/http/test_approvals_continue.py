@@ -124,3 +124,20 @@ def test_a_denial_is_streamed_as_the_gates_decision(gated: Live) -> None:
         assert denied["decided_by"] == "user:alice" and "no way" in denied["reason"]
         results = [f.data["status"] for f in frames if f.event == "tool_result"]
         assert results == ["denied"]
+
+
+def test_approve_and_deny_continue_runs_on_postgresql(gated_pg: Live) -> None:
+    with gated_pg.client("alice") as c, gated_pg.client("bob") as bob:
+        sid, run_id, approval = _waiting(c, "tool on pg")
+        error(
+            bob.post(f"/v1/approvals/{approval['approval_id']}/approve", json={}), 404, "not_found"
+        )
+        assert (
+            c.post(f"/v1/approvals/{approval['approval_id']}/approve", json={}).status_code == 200
+        )
+        assert _settled(c, run_id)["status"] == "completed"
+        assert [k[2] for k in _messages(c, sid)] == [None, None, "succeeded", None]
+        sid2, run2, approval2 = _waiting(c, "tool deny on pg")
+        c.post(f"/v1/approvals/{approval2['approval_id']}/deny", json={"reason": "no"})
+        assert _settled(c, run2)["status"] == "completed"
+        assert [k[2] for k in _messages(c, sid2)] == [None, None, "denied", None]

@@ -54,3 +54,14 @@ def test_each_principal_pages_through_exactly_its_own_sessions(live: Live) -> No
         assert "admin" in error(denied, 403, "forbidden")["message"]
         own = alice.get("/v1/sessions", params={"owner": "alice", "limit": 500}).json()
         assert [s["session_id"] for s in own["sessions"]] == made["alice"][::-1]
+
+
+def test_paging_by_owner_on_postgresql(live_pg: Live) -> None:
+    with live_pg.client("alice") as alice, live_pg.client("bob") as bob:
+        made: dict[str, list[str]] = {"alice": [], "bob": []}
+        for i in range(20):
+            who, c = ("alice", alice) if i % 2 else ("bob", bob)
+            made[who].append(new_session(c)["session_id"])
+        assert _all_pages(alice, limit=3) == made["alice"][::-1]
+        assert _all_pages(bob, limit=4) == made["bob"][::-1]
+        error(alice.get("/v1/sessions", params={"before": made["bob"][0]}), 400, "invalid_value")
