@@ -72,7 +72,8 @@ def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     p.add_argument(
         "--db",
         default=argparse.SUPPRESS,
-        help="store URL: sqlite:///PATH, jsonl:///DIR or memory:// (default: $PLAIT_DB, "
+        help="store URL: sqlite:///PATH, postgresql://..., jsonl:///DIR or memory:// "
+        "(default: $PLAIT_DB, "
         "else plait.db in $XDG_DATA_HOME/plait or ~/.local/share/plait)",
     )
 
