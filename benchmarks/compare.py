@@ -90,6 +90,8 @@ def main() -> None:
 
     configs = [("plait", sys.executable, HERE / "drv_plait.py", "", "w1,build,w2,w3")]
     peer_py = a.peervenv / "bin" / "python"
+    if a.floor and not a.peer_bench.is_dir():
+        raise SystemExit(f"--floor needs the peer benchmark at {a.peer_bench} (--peer-bench)")
     if a.floor and (a.no_peers or not peer_py.exists()):
         configs += [
             (lbl, sys.executable, a.peer_bench / drv, var, wls)

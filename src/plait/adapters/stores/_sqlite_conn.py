@@ -87,7 +87,12 @@ class SqliteConnection:
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self._io = IoThread(f"plait-sqlite-{path.name}")
-        self._conn: sqlite3.Connection | None = self._connect()
+        self._io.start()  # it gets going while the file is opened
+        try:
+            self._conn: sqlite3.Connection | None = self._connect()
+        except BaseException:
+            self._io.stop()
+            raise
 
     def _connect(self) -> sqlite3.Connection:
         try:

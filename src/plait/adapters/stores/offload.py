@@ -14,6 +14,7 @@ store whose ``async`` methods block without ever suspending (the JSONL store) th
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import functools
@@ -55,7 +56,10 @@ class IoThread:
         self._name = name
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._running = False
+
+    def __repr__(self) -> str:
+        return f"IoThread({self._name!r}, running={self._running})"
 
     def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         """Queue ``fn`` at once (before the caller next yields) and return the future of
@@ -64,10 +68,20 @@ class IoThread:
         fut: asyncio.Future[T] = loop.create_future()
         with self._lock:
             self._queue.put((fn, fut, loop))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-                self._thread.start()
+            self._start()
         return fut
+
+    def start(self) -> None:
+        """Start the thread now (else the first call does), e.g. while opening the store."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        if not self._running:
+            # Not threading.Thread: its start() waits until the new thread runs; this one
+            # picks the queued calls up when it does.
+            _thread.start_new_thread(self._work, ())
+            self._running = True
 
     async def run(self, fn: Callable[[], T]) -> T:
         return await self.submit(fn)
@@ -75,9 +89,9 @@ class IoThread:
     def stop(self) -> None:
         """End the thread once the calls queued so far have run."""
         with self._lock:
-            if self._thread is not None:
+            if self._running:
                 self._queue.put(None)
-                self._thread = None
+                self._running = False
 
     def _work(self) -> None:
         ident = threading.get_ident()
@@ -95,7 +109,7 @@ class IoThread:
             with self._lock:
                 if not self._queue.empty():
                     return True
-                self._thread = None
+                self._running = False
                 return False
         if item is None:
             return False
