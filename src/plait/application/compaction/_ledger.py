@@ -22,16 +22,25 @@ class CountCache:
     """Per (meter, message id) token counts, and per (meter, tool tuple) counts."""
 
     def __init__(self) -> None:
-        self._messages: dict[tuple[str, str], int] = {}
+        self._messages: dict[str, dict[str, int]] = {}
+        """Per meter name: message id -> count."""
         self._tools: dict[tuple[str, int], tuple[tuple[ToolSpec, ...], int]] = {}
         self._texts: dict[tuple[str, str], int] = {}
 
     def message(self, meter: TokenMeter, message: Message) -> int:
-        key = (meter.name, message.id)
-        n = self._messages.get(key)
+        counts = self.of(meter)
+        n = counts.get(message.id)
         if n is None:
-            n = self._messages[key] = meter.count_message(message)
+            n = counts[message.id] = meter.count_message(message)
         return n
+
+    def of(self, meter: TokenMeter) -> dict[str, int]:
+        """The meter's counts by message id (a loop over many messages looks them up
+        here directly)."""
+        counts = self._messages.get(meter.name)
+        if counts is None:
+            counts = self._messages[meter.name] = {}
+        return counts
 
     def tools(self, meter: TokenMeter, tools: tuple[ToolSpec, ...]) -> int:
         key = (meter.name, id(tools))
@@ -90,26 +99,33 @@ class Ledger:
             n = 0
         if len(history) == n:
             return
-        count, prefix, cuts, open_calls = self._cache.message, self.prefix, self.cuts, self._open
+        counts, count = self._cache.of(self.meter), self.meter.count_message
+        prefix, cuts, open_calls = self.prefix, self.cuts, self._open
         total, turns, assistants = prefix[-1], self.assistants[-1], self.assistants
         for k in range(n, len(history)):
             m = history[k]
-            total += count(self.meter, m)
+            c = counts.get(m.id)
+            if c is None:
+                c = counts[m.id] = count(m)
+            total += c
             prefix.append(total)
-            if m.kind == "assistant":
-                turns += 1
-            elif m.kind == "user":
-                self.last_user = k
-            assistants.append(turns)
             if isinstance(m, ToolResultMessage):
+                assistants.append(turns)
                 if m.call_id not in open_calls:
                     continue  # an orphaned result never ends a complete unit
                 open_calls.discard(m.call_id)
-            elif open_calls:
-                # a unit broken off before all its results: it stays incomplete
-                open_calls.clear()
-            if isinstance(m, AssistantMessage) and m.tool_calls:
-                open_calls.update(c.id for c in m.tool_calls)
+            else:
+                if isinstance(m, AssistantMessage):
+                    turns += 1
+                    if open_calls:  # a unit broken off before all its results: incomplete
+                        open_calls.clear()
+                    if m.tool_calls:
+                        open_calls.update(call.id for call in m.tool_calls)
+                else:
+                    if m.kind == "user":
+                        self.last_user = k
+                    open_calls.clear()
+                assistants.append(turns)
             if not open_calls:
                 cuts.append(k + 1)
         self._last_id = history[-1].id

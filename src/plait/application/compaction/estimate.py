@@ -38,14 +38,23 @@ class EstimateMeter:
         return math.ceil(len(text) / 3) + wide
 
     def count_message(self, message: Message) -> int:
-        if isinstance(message, AssistantMessage):
-            text = message.text + "".join(c.name + c.arguments_json for c in message.tool_calls)
-        elif isinstance(message, ToolResultMessage):
+        # The count of the parts' concatenation, without building it (the hot path of a
+        # long session's first context build).
+        if isinstance(message, ToolResultMessage):
             r = message.result
-            text = message.tool_name + r.content + (r.reason or "")
+            parts: tuple[str, ...] = (message.tool_name, r.content, r.reason or "")
+        elif isinstance(message, AssistantMessage):
+            parts = (message.text,)
+            for c in message.tool_calls:
+                parts += (c.name, c.arguments_json)
         else:
-            text = message.text
-        return self.count_text(text) + _FRAME
+            parts = (message.text,)
+        length = wide = 0
+        for part in parts:
+            length += len(part)
+            if not part.isascii():
+                wide += sum(1 for ch in part if ord(ch) > 127)
+        return math.ceil(length / 3) + wide + _FRAME
 
     def count_tools(self, tools: tuple[ToolSpec, ...]) -> int:
         shape = [
