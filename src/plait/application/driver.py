@@ -10,8 +10,7 @@ Persistence order of one run::
          ToolGate decides (allow / deny / needs_approval), recorded on the record
          deny: save a ``denied`` result                    needs_approval: run waits
          allow: [save "started" for side effects] -> ToolRunner executes -> save result
-         (in flight while the next model call is made; awaited, and its failure raised,
-         before anything else is saved or executed)
+         (in flight during the next model call; awaited before anything later)
     -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
 
 Every arrow after a save is a restart point. Nothing runs that was not first persisted as
@@ -304,8 +303,7 @@ class RunDriver:
             usage=response.usage,
             vendor_state=response.vendor_state,
         )
-        # The last result's commit was in flight during the model call: as if it had been
-        # awaited before it, its failure or a cancel it reports stops the run here.
+        # The last result's commit was in flight: its failure, or a cancel, stops us here.
         await self.journal.durable(a)
         if a.cancel_requested:
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
@@ -391,8 +389,7 @@ class RunDriver:
                     f"call {call.id} ({call.name}): {note}; a person must resolve it",
                     (replace(record, result_status=ToolStatus.UNKNOWN, note=note),),
                 )
-            # The previous call's result is durable (and its cancel flag seen) before
-            # anything of this call happens.
+            # The previous call's result is durable (its cancel flag seen) before this call.
             await self.journal.durable(a)
             try:
                 self.check_budget(a, before_model_call=False)
