@@ -260,13 +260,7 @@ class RunJournal:
         self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, result: ToolResult
     ) -> None:
         """Save a call's result and its settled record in one commit."""
-        message = self.result_message(a, call, result)
-        settled = replace(
-            record,
-            state=ExecutionState.SETTLED,
-            settled_at=message.created_at,
-            result_status=result.status,
-        )
+        message, settled = self._settled(a, call, record, result)
         await self.commit(a, (message,), executions=(settled,))
 
     def settle_behind(
@@ -274,6 +268,13 @@ class RunJournal:
     ) -> None:
         """:meth:`settle` as a commit in flight (see :meth:`commit_behind`): checkpoint
         ``result_saved`` is hit once it is durable."""
+        message, settled = self._settled(a, call, record, result)
+        self.commit_behind(a, (message,), (settled,), "result_saved")
+
+    def _settled(
+        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, result: ToolResult
+    ) -> tuple[ToolResultMessage, ExecutionRecord]:
+        """A call's result message and its record, settled with that result."""
         message = self.result_message(a, call, result)
         settled = replace(
             record,
@@ -281,7 +282,7 @@ class RunJournal:
             settled_at=message.created_at,
             result_status=result.status,
         )
-        self.commit_behind(a, (message,), (settled,), "result_saved")
+        return message, settled
 
     async def settle_unstarted(
         self,

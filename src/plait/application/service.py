@@ -482,7 +482,7 @@ def _compose_driver(
         lease_seconds=lease_seconds,
         compaction=None
         if compaction is None
-        else CompactionStage(compaction, instructions=instructions, tools=specs),
+        else CompactionStage(compaction, instructions=instructions, tools=specs, emit=journal.emit),
     )
 
 

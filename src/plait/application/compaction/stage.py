@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from plait.application._run_state import StopRun
 from plait.application.compaction._context import ContextView
@@ -122,9 +122,13 @@ class CompactionStage:
         *,
         instructions: str,
         tools: tuple[ToolSpec, ...],
+        emit: Callable[[Any, CompactionEvent], None] | None = None,
         max_runs_tracked: int = 1_024,
     ) -> None:
         self.service = service
+        self._deliver = emit
+        """The run's event path (the journal's: events stay in order behind a commit in
+        flight); without one, straight to the run's observer."""
         self.instructions = instructions
         self.tools = tools
         self._runs: OrderedDict[str, RunCompaction] = OrderedDict()
@@ -305,6 +309,9 @@ class CompactionStage:
     # --- events -----------------------------------------------------------------------------
 
     def _emit(self, a: RunView, event: CompactionEvent) -> None:
+        if self._deliver is not None:
+            self._deliver(a, event)
+            return
         if a.observer is None:
             return
         try:
