@@ -41,7 +41,6 @@ def decide(a: argparse.Namespace, out: Out, *, approve: bool, ttl: float | None)
     kwargs |= {"ttl_seconds": ttl} if approve else {"reason": reason}
 
     async def go() -> int:
-        from plait.application.approvals import ApprovalDesk
         from plait.runtime import Runtime
 
         db = getattr(a, "db", None)
@@ -50,8 +49,7 @@ def decide(a: argparse.Namespace, out: Out, *, approve: bool, ttl: float | None)
         else:
             rt = Runtime.open(db=db, model=a.model, create=False, policy=a.policy)
         try:
-            store: Any = rt.store  # a store without approvals: a ConfigError names it
-            desk = ApprovalDesk(approvals=store, service=rt.service)
+            desk = rt.approval_desk()
             if a.queue:
                 return await _queue(rt, desk, a.approval_id, kwargs, out)
             return await _continue(desk, a.approval_id, kwargs, out)
