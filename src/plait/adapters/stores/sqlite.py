@@ -26,7 +26,6 @@ so forks can share them.
 from __future__ import annotations
 
 import asyncio
-import gc
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_commit, _sqlite_fork
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
+from plait.adapters.stores._long_lived import long_lived
 from plait.adapters.stores._session_pages import session_page_sql
 from plait.adapters.stores._sqlite_conn import (
     LIVE,
@@ -200,18 +200,11 @@ class SqliteStore:
         lim = -1 if limit is None else max(limit, 0)
 
         def op(conn: sqlite3.Connection) -> list[StoredMessage]:
-            # Loading history allocates a few objects per message and keeps them all: the
-            # cyclic GC would rescan the growing heap several times for nothing (~25%).
-            paused = gc.isenabled()
-            gc.disable()
-            try:
+            with long_lived():  # a few objects per message, all kept
                 rows = conn.execute(_READ_MESSAGES, (session_id, after, lim)).fetchall()
                 if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
                     raise session_not_found(session_id)
                 return decode_messages(rows)
-            finally:
-                if paused:
-                    gc.enable()
 
         return await self._db.read(op)
 
