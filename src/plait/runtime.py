@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from plait.adapters.tools import SandboxSettings
+    from plait.application.approvals import ApprovalDesk
     from plait.application.compaction import CompactionService
     from plait.application.fork import ForkService
     from plait.application.ports import (
@@ -321,6 +322,15 @@ class Runtime:
             model_spec=model_spec,
             model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
         )
+
+    def approval_desk(self) -> ApprovalDesk:
+        """Decisions about waiting calls and what then happens to their run (the CLI's
+        ``approvals approve|deny``); a ConfigError when the store keeps no approvals."""
+        from plait.application.approvals import ApprovalDesk
+
+        if not hasattr(self.store, "decide_approval"):
+            raise ConfigError(f"the store {self.queries.store_info().location} keeps no approvals")
+        return ApprovalDesk(approvals=self.store, service=self.service)  # type: ignore[arg-type]
 
     @classmethod
     def open(

@@ -77,9 +77,9 @@ def test_a_waiting_run_survives_its_process_and_continues_after_approval(tmp_pat
     # a new process resuming before anyone decided: still waiting, nothing written
     assert plait("runs", "resume", sent["run_id"], code=1)["status"] == "awaiting_approval"
     assert not (ws / "notes" / "a.txt").exists()
-    plait("approvals", "approve", pending["approval_id"], "--by", "ana", "--ttl", "5m")
-    done = plait("runs", "resume", sent["run_id"])
-    assert done["status"] == "completed"
+    # approving continues the run in the same command
+    done = plait("approvals", "approve", pending["approval_id"], "--by", "ana", "--ttl", "5m")
+    assert (done["continued"], done["run"]["status"]) == (True, "completed")
     assert (ws / "notes" / "a.txt").read_text() == "hi\n"
     shown = plait("runs", "show", sent["run_id"])
     (execution,) = shown["executions"]

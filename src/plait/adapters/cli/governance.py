@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -70,18 +69,29 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     lst.add_argument("--run", dest="run_id", metavar="RUN")
     lst.add_argument("--pending", action="store_true", help="only those still waiting")
     common(lst)
-    ok = asub.add_parser("approve", help="approve one waiting call (exactly that call)")
+    ok = asub.add_parser(
+        "approve",
+        help="approve one waiting call (exactly that call) and continue its run",
+        description="Approve one waiting call (exactly that call). Once none of its run's "
+        "requests is pending, the run continues here to its end or its next wait, printed "
+        "as `plait send` prints a run (exit status as for send); --queue leaves it to a "
+        "worker instead.",
+    )
     ok.add_argument("approval_id", metavar="ID")
     ok.add_argument(
         "--ttl", default=DEFAULT_TTL, help=f"how long it stays valid (default {DEFAULT_TTL})"
     )
-    ok.add_argument("--by", default=None, help="who approves (default: your user name)")
-    common(ok)
-    no = asub.add_parser("deny", help="deny one waiting call; the model is told the reason")
+    _decision_opts(ok, common, who="approves")
+    no = asub.add_parser(
+        "deny",
+        help="deny one waiting call and continue its run; the model is told the reason",
+        description="Deny one waiting call: it gets a `denied` result with your reason. "
+        "Once none of its run's requests is pending, the run continues here (the model "
+        "reads the denial) to its end or its next wait; --queue leaves it to a worker.",
+    )
     no.add_argument("approval_id", metavar="ID")
     no.add_argument("--reason", required=True, help="why (the model reads it)")
-    no.add_argument("--by", default=None, help="who denies (default: your user name)")
-    common(no)
+    _decision_opts(no, common, who="denies")
 
     policy = sub.add_parser("policy", help="check and explain the tool policy")
     psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
@@ -99,6 +109,26 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "--calls-so-far", type=int, default=0, help="tool calls the run already made (limits)"
     )
     common(explain)
+
+
+def _decision_opts(
+    p: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None], *, who: str
+) -> None:
+    p.add_argument("--by", default=None, help=f"who {who} (default: your user name)")
+    p.add_argument(
+        "--queue",
+        action="store_true",
+        help="put the run back in the queue for a worker (`plait worker`, `plait serve`) "
+        "instead of continuing it here",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model to continue with when the run recorded none (default: the run's own "
+        "model, else $PLAIT_MODEL)",
+    )
+    policy_opt(p)
+    common(p)
 
 
 # --- shapes ---------------------------------------------------------------------------------
@@ -222,30 +252,10 @@ def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
     return _run(a, go)
 
 
-def _decide(a: argparse.Namespace, out: _Output, *, approve: bool) -> int:
-    ttl = parse_ttl(a.ttl) if approve else None
-    reason = None if approve else a.reason
-    if not approve and not (reason or "").strip():
-        raise ConfigError("--reason must say why (the model reads it)")
-    grantor = a.by or getpass.getuser()
+def _decide(a: argparse.Namespace, out: Any, *, approve: bool) -> int:
+    from plait.adapters.cli._decide import decide
 
-    async def go(rt: Runtime) -> int:
-        desk = rt.service.approvals
-        x = await (
-            desk.approve(a.approval_id, grantor=grantor, ttl_seconds=ttl)
-            if ttl is not None
-            else desk.deny(a.approval_id, grantor=grantor, reason=reason or "")
-        )
-        verb = "approved" if approve else "denied"
-        until = f" until {iso(x.expires_at)}" if approve else ""
-        out.emit(
-            approval_json(x, _now()),
-            f"{verb} {x.id} ({x.tool_name}, call {x.call_id}){until}; "
-            f"continue with: plait runs resume {x.run_id}",
-        )
-        return 0
-
-    return _run(a, go)
+    return decide(a, out, approve=approve, ttl=parse_ttl(a.ttl) if approve else None)
 
 
 def _policy_check(a: argparse.Namespace, out: _Output) -> int:

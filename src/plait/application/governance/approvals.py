@@ -1,7 +1,7 @@
-"""A person's answers to calls that wait for one (DESIGN §5): the write side of approvals
-for a run that a person resumes (``plait approvals approve``, then ``plait runs resume``).
-Reading them is :meth:`plait.application.queries.Queries.list_approvals`; in service mode
-:class:`plait.application.approvals.ApprovalDesk` also puts the run back in the queue."""
+"""A person's answers to calls that wait for one (DESIGN §5): recording the decision.
+Reading them is :meth:`plait.application.queries.Queries.list_approvals`; what happens to
+the waiting run afterwards (it continues here, or goes back to a worker's queue) is
+:class:`plait.application.approvals.ApprovalDesk`, which every surface goes through."""
 
 from __future__ import annotations
 
@@ -13,27 +13,40 @@ __all__ = ["Approvals"]
 
 
 class Approvals:
-    """Approve or deny a pending request; the waiting run continues with
-    :meth:`~plait.application.service.AgentService.resume`."""
+    """Approve or deny a pending request, at the clock's time."""
 
     def __init__(self, store: object, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 
-    def _approvals(self) -> ApprovalStore:
+    def store(self) -> ApprovalStore:
+        """The store's approvals; a ConfigError when the store keeps none."""
         if not hasattr(self._store, "decide_approval"):
             raise ConfigError(f"the store {self._store!r} keeps no approvals")
         return self._store  # type: ignore[return-value]
 
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Approve (for ``ttl_seconds`` from now) or deny (``reason`` is what the model
+        is told) a pending request; anything else is a RunStateError."""
+        return await self.store().decide_approval(
+            approval_id, approve=approve, grantor=grantor, at=self._clock.now(),
+            ttl_seconds=ttl_seconds, reason=reason,
+        )  # fmt: skip
+
     async def approve(self, approval_id: str, *, grantor: str, ttl_seconds: float) -> Approval:
         """Allow exactly the call the request names, for ``ttl_seconds`` from now."""
-        return await self._approvals().decide_approval(
-            approval_id, approve=True, grantor=grantor, at=self._clock.now(),
-            ttl_seconds=ttl_seconds,
-        )  # fmt: skip
+        return await self.decide(
+            approval_id, approve=True, grantor=grantor, ttl_seconds=ttl_seconds
+        )
 
     async def deny(self, approval_id: str, *, grantor: str, reason: str) -> Approval:
         """Refuse the call; ``reason`` is what the model is told."""
-        return await self._approvals().decide_approval(
-            approval_id, approve=False, grantor=grantor, at=self._clock.now(), reason=reason
-        )
+        return await self.decide(approval_id, approve=False, grantor=grantor, reason=reason)
