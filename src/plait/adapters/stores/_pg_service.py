@@ -81,7 +81,8 @@ async def append_batch(
     if not todo:
         return out
     rows = [event_row(run_id, 0, e) for run_id, events in todo.items() for e in events]
-    params = tuple([r[i] for r in rows] for i in (0, 2, 3, 4))
+    run_ids, types, ats, data = ([r[i] for r in rows] for i in (0, 2, 3, 4))
+    params = (run_ids, types, [float(at) for at in ats], data)  # a binary array has one type
     for attempt in range(_RETRIES):
         try:
             rows = await (await conn.execute(_APPEND, params)).fetchall()

@@ -62,6 +62,7 @@ def _params(c: Commit, start: bool) -> tuple[Any, ...]:
     executions = tuple([r[i] for r in ex] for i in (1, 2, 3, 4, 5))
     messages = tuple([r[i] for r in ms] for i in range(11))
     messages[2][:] = [text.encode() for text in messages[2]]
+    messages[3][:] = [float(at) for at in messages[3]]  # a binary array has one type
     head = (c.session_id, c.expected_version, start, c.lease_owner)
     return (*head, *run_part, *executions, *messages)
 
