@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 
@@ -41,7 +42,17 @@ class SystemClock:
 
 class RandomIds:
     """Ids that sort by creation time and are unique across processes:
-    ``prefix_`` + 12 hex digits of milliseconds + 10 random hex digits."""
+    ``prefix_`` + 12 hex digits of milliseconds + 10 random hex digits.
+
+    The random digits come from a generator seeded from ``os.urandom`` (again in a forked
+    child, so parent and child never share a sequence), not from a system call per id: a
+    call that releases the GIL hands it to the store's I/O thread and waits to get it back.
+    """
 
     def new(self, prefix: str) -> str:
-        return f"{prefix}_{time.time_ns() // 1_000_000:012x}{os.urandom(5).hex()}"
+        return f"{prefix}_{time.time_ns() // 1_000_000:012x}{_bits(40):010x}"
+
+
+_random = random.Random(os.urandom(32))
+_bits = _random.getrandbits
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))

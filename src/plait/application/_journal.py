@@ -8,14 +8,24 @@ one :class:`~plait.application.ports.Commit` per persistence point, the in-proce
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from plait.application._run_state import ActiveRun, idempotency_key
 from plait.application.events import MessageSaved, RunEvent, ToolDecided
 from plait.application.gate import GateDecision
-from plait.application.ports import Clock, Commit, CommitResult, IdGenerator, SessionStore, Tool
+from plait.application.ports import (
+    Clock,
+    Commit,
+    CommitResult,
+    IdGenerator,
+    QueuedCommits,
+    SessionStore,
+    Tool,
+)
 from plait.domain.errors import LeaseLostError
 from plait.domain.messages import (
     Message,
@@ -42,9 +52,18 @@ class _Pending:
     first: int
     messages: tuple[Message, ...]
     point: str
+    queued: bool
+    """On a :class:`QueuedCommits` store: later commits may be queued behind it, and its
+    checkpoint is hit by the store as soon as it is durable."""
     events: list[RunEvent] = field(default_factory=list)
     landed: bool = False
     """Durable, and its events told."""
+
+
+def _seen(future: asyncio.Future[CommitResult]) -> None:
+    """Mark a commit's failure as retrieved (it was raised, or another one's was)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class RunJournal:
@@ -63,6 +82,8 @@ class RunJournal:
         self.owner = owner
         self._checkpoint = checkpoint
         self._pending: dict[str, _Pending] = {}
+        queued = getattr(store, "commit_soon", None) is not None
+        self._queue = cast(QueuedCommits, store) if queued else None
 
     def hit(self, point: str) -> None:
         """A persistence point was reached (the test-only crash hook)."""
@@ -123,12 +144,24 @@ class RunJournal:
         run: Run | None = None,
         executions: tuple[ExecutionRecord, ...] = (),
     ) -> None:
-        """Write one commit for the run, after the one still in flight (if any) is
-        durable. A process whose heartbeat found the lease lost stops here, before
+        """Write one commit for the run, applied after the one still in flight (if any):
+        queued behind it at once on a :class:`QueuedCommits` store (which applies writes
+        in order), else once it is durable. Either way that one's failure is raised
+        first, and this one cannot land without it (it expects the version that one
+        makes). A process whose heartbeat found the lease lost stops here, before
         writing, with a clear message."""
-        await self.durable(a)
-        self._check_lease(a)
-        result = await self.store.commit(self._commit_of(a, messages, run, executions))
+        pending = self._pending.get(a.run.id)
+        if pending is not None and pending.queued:
+            self._check_lease(a)
+            assert self._queue is not None
+            behind = self._queue.commit_soon(self._commit_of(a, messages, run, executions))
+            behind.add_done_callback(_seen)  # raised below, unless the first one failed
+            await self.durable(a)
+            result = await behind
+        else:
+            await self.durable(a)
+            self._check_lease(a)
+            result = await self.store.commit(self._commit_of(a, messages, run, executions))
         if run is not None:
             a.run = run
         first = a.version + 1
@@ -162,11 +195,13 @@ class RunJournal:
             raise RuntimeError(f"run {a.run.id}: a commit is already in flight")
         self._check_lease(a)
         commit = self._commit_of(a, messages, None, executions)
-        soon = getattr(self.store, "commit_soon", None)
-        future: asyncio.Future[CommitResult] = (
-            soon(commit) if soon is not None else asyncio.ensure_future(self.store.commit(commit))
-        )
-        pending = _Pending(future, a.version + 1, messages, point)
+        future: asyncio.Future[CommitResult]
+        if self._queue is not None:
+            hook = None if self._checkpoint is None else functools.partial(self.hit, point)
+            future = self._queue.commit_soon(commit, after=hook, hold=True)
+        else:
+            future = asyncio.ensure_future(self.store.commit(commit))
+        pending = _Pending(future, a.version + 1, messages, point, self._queue is not None)
         self._pending[a.run.id] = pending
         a.version += len(messages)
         a.history.extend(messages)
@@ -187,7 +222,8 @@ class RunJournal:
 
     async def durable(self, a: ActiveRun) -> None:
         """Wait until the run's commit in flight (if any) is durable; raises its error.
-        Its checkpoint is hit here, before anything else is written."""
+        Its checkpoint is hit before anything later is written: by the store, right after
+        it (a queued commit), or here."""
         pending = self._pending.get(a.run.id)
         if pending is None:
             return
@@ -196,7 +232,8 @@ class RunJournal:
             self._landed(a, pending)
         finally:
             del self._pending[a.run.id]
-        self.hit(pending.point)
+        if not pending.queued:
+            self.hit(pending.point)
 
     async def abandon(self, a: ActiveRun) -> None:
         """The run stops on another error: let its commit in flight land, and only log

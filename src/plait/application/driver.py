@@ -303,8 +303,7 @@ class RunDriver:
             usage=response.usage,
             vendor_state=response.vendor_state,
         )
-        # The last result's commit was in flight: its failure, or a cancel, stops us here.
-        await self.journal.durable(a)
+        # The last result's commit may be in flight: this one is queued behind it (see commit)
         if a.cancel_requested:
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
         a.usage.steps = step
@@ -409,17 +408,18 @@ class RunDriver:
             return
         decision = await self._review(a, call, record, tool)
         now = self.clock.now()
+        allowed = decision.verdict is Verdict.ALLOW
         reviewed = replace(
             record,
-            state=ExecutionState.REVIEWED,
+            state=ExecutionState.STARTED if allowed else ExecutionState.REVIEWED,
             reviewed_at=now,
+            started_at=now if allowed else None,
             decision=decision.verdict.value,
             decided_by=decision.decided_by,
             decision_reason=decision.reason,
         )
-        if decision.verdict is Verdict.ALLOW:
-            started = replace(reviewed, state=ExecutionState.STARTED, started_at=now)
-            await self._execute(a, call, started, tool)
+        if allowed:  # reviewed and started at once
+            await self._execute(a, call, reviewed, tool)
             return
         if decision.verdict is Verdict.DENY:
             reason = f"denied by {decision.decided_by}: {decision.reason}"

@@ -6,6 +6,7 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -37,6 +38,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelRole",
+    "QueuedCommits",
     "RawToolCall",
     "RunQueue",
     "SessionStore",
@@ -293,6 +295,21 @@ class SessionStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class QueuedCommits(Protocol):
+    """A store that applies its writes in the order they were submitted (one I/O thread
+    per store): a commit can be queued behind another before that one is durable."""
+
+    def commit_soon(
+        self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
+    ) -> asyncio.Future[CommitResult]:
+        """Queue ``commit`` now (before the caller next yields); every write submitted
+        later is applied after it. The future resolves once it is durable (or failed).
+        ``after`` runs once it is durable, before anything submitted later is applied (a
+        test's crash hook). ``hold``: its result may be handed back together with the next
+        write's, when that one is already queued (one wake-up for both)."""
+        ...
 
 
 class ArtifactStore(Protocol):

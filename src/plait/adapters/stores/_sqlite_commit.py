@@ -30,7 +30,12 @@ from plait.domain.session import ExecutionState
 
 __all__ = ["apply"]
 
-_SESSION_VERSION = f"SELECT {VERSION_OF}, s.active_run_id FROM sessions AS s WHERE s.id = ?"
+_SESSION_AND_RUN = (
+    f"SELECT {VERSION_OF}, s.active_run_id, r.session_id, r.lease_owner, r.lease_expires_at, "
+    "r.cancel_requested FROM sessions AS s "
+    "LEFT JOIN runs AS r ON r.id = coalesce(?, s.active_run_id) WHERE s.id = ?"
+)
+"""The session's version and active run, with the commit's run (else the active one)."""
 _CLAIM_SESSION = "UPDATE sessions SET active_run_id = ? WHERE id = ? AND active_run_id IS NULL"
 _RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?"
 _INSERT_MESSAGE = (
@@ -44,14 +49,10 @@ _IS_MEMBER = "SELECT 1 FROM session_messages WHERE session_id = ? AND message_id
 _INSERT_RUN = (
     f"INSERT INTO runs ({RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING"
 )
-_RUN_FENCE = (
-    "SELECT session_id, lease_owner, lease_expires_at, cancel_requested FROM runs WHERE id = ?"
-)
 _UPDATE_RUN = (
     "UPDATE runs SET status = ?, started_at = ?, lease_owner = ?, lease_expires_at = ?, "
     "data = ? WHERE id = ?"
 )
-_RUN_CANCEL_FLAG = "SELECT cancel_requested FROM runs WHERE id = ?"
 _RUN_IN_SESSION = "SELECT 1 FROM runs WHERE id = ? AND session_id = ?"
 _GET_EXECUTION = (
     "SELECT args_digest, state FROM executions WHERE session_id = ? AND run_id = ? AND call_id = ?"
@@ -67,12 +68,12 @@ _EXEC_STATE = {s.value: s for s in ExecutionState}
 def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
     sid = c.session_id
     expected = c.expected_version
+    run = c.run
     # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
-    row = conn.execute(_SESSION_VERSION, (sid,)).fetchone()
+    row = conn.execute(_SESSION_AND_RUN, (None if run is None else run.id, sid)).fetchone()
     if row is None:
         raise session_not_found(sid)
-    current, active = row
-    run = c.run
+    current, active, run_session, owner, expires_at, cancel_flag = row
     cancel = False
     if start:
         assert run is not None
@@ -97,11 +98,10 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
         if current != expected:
             raise version_conflict(sid, expected, current)
         if run is not None:
-            fence = conn.execute(_RUN_FENCE, (run.id,)).fetchone()
-            if fence is None or fence[0] != sid:
+            if run_session != sid:  # no such run, or another session's
                 raise run_not_found(run.id)
-            lease = resolve_lease(run.id, fence[1], fence[2], run, c.lease_owner)
-            cancel = bool(fence[3])
+            lease = resolve_lease(run.id, owner, expires_at, run, c.lease_owner)
+            cancel = bool(cancel_flag)
             conn.execute(
                 _UPDATE_RUN,
                 (
@@ -113,8 +113,7 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
             if run.status.terminal and active == run.id:
                 conn.execute(_RELEASE_SESSION, (sid, run.id))
         elif active is not None:
-            flag = conn.execute(_RUN_CANCEL_FLAG, (active,)).fetchone()
-            cancel = flag is not None and bool(flag[0])
+            cancel = bool(cancel_flag)  # the active run's
     if c.executions:
         _put_executions(conn, c, run)
     if c.messages:

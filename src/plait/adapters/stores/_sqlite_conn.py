@@ -184,10 +184,25 @@ class SqliteConnection:
             return ConflictError(f"{where}: {e}", path=where)
         return StoreError(f"{where}: sqlite error: {e}", path=where, sqlite_error=name)
 
-    def submit(self, op: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+    def submit(
+        self,
+        op: Callable[[sqlite3.Connection], T],
+        *,
+        after: Callable[[], None] | None = None,
+        hold: bool = False,
+    ) -> asyncio.Future[T]:
         """Queue a write transaction on the I/O thread now; its future resolves once it
-        is committed (durable) or has failed."""
-        return self._io.submit(lambda: self._write(op))
+        is committed (durable) or has failed. ``after`` runs on the I/O thread once it is
+        committed; ``hold``: see :meth:`IoThread.submit`."""
+        if after is None:
+            return self._io.submit(lambda: self._write(op), hold=hold)
+
+        def write_then() -> T:
+            result = self._write(op)
+            after()
+            return result
+
+        return self._io.submit(write_then, hold=hold)
 
     async def write(self, op: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``op`` in one write transaction on the I/O thread."""

@@ -8,6 +8,10 @@ concurrent future) and, being FIFO, a commit submitted before another is applied
 it. The thread starts on the first call and stops when its store is closed (or after a
 while without work, so a store that is never closed leaves no thread behind for long).
 
+A call submitted with ``hold=True`` (a commit nobody waits for yet) hands its result back
+together with the next call's when that one is already queued: a caller that queued a
+commit behind it is woken once for both, not twice.
+
 The SQLite store runs every call on its own :class:`IoThread`; :class:`Offloaded` gives a
 store whose ``async`` methods block without ever suspending (the JSONL store) the same.
 """
@@ -30,7 +34,8 @@ T = TypeVar("T")
 IDLE_SECONDS = 30.0
 """A worker thread with nothing to do for this long ends (the next call starts another)."""
 
-_Item = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop]
+_Item = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop, bool]
+_Done = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
 _io_threads: set[int] = set()
 
@@ -40,13 +45,14 @@ def on_io_thread() -> bool:
     return threading.get_ident() in _io_threads
 
 
-def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if fut.done():  # the caller stopped waiting (cancelled)
-        return
-    if error is None:
-        fut.set_result(result)
-    else:
-        fut.set_exception(error)
+def _settle(done: list[_Done]) -> None:
+    for fut, result, error in done:
+        if fut.done():  # the caller stopped waiting (cancelled)
+            continue
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
 
 
 class IoThread:
@@ -61,13 +67,14 @@ class IoThread:
     def __repr__(self) -> str:
         return f"IoThread({self._name!r}, running={self._running})"
 
-    def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+    def submit(self, fn: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
         """Queue ``fn`` at once (before the caller next yields) and return the future of
-        its result, resolved on the running loop."""
+        its result, resolved on the running loop. ``hold``: its result may wait for the
+        next call's, if one is queued by the time it finishes (see above)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._queue.put((fn, fut, loop))
+            self._queue.put((fn, fut, loop, hold))
             self._start()
         return fut
 
@@ -96,13 +103,17 @@ class IoThread:
     def _work(self) -> None:
         ident = threading.get_ident()
         _io_threads.add(ident)
+        held: list[tuple[asyncio.AbstractEventLoop, _Done]] = []
         try:
-            while self._next():
+            while self._next(held):
                 pass
         finally:
+            _hand_back(held)
             _io_threads.discard(ident)
 
-    def _next(self) -> bool:
+    def _next(self, held: list[tuple[asyncio.AbstractEventLoop, _Done]]) -> bool:
+        """Run the next call and hand its result back (with those held), or hold it.
+        False: the thread ends."""
         try:
             item = self._queue.get(timeout=IDLE_SECONDS)
         except queue.Empty:
@@ -113,16 +124,28 @@ class IoThread:
                 return False
         if item is None:
             return False
-        fn, fut, loop = item
+        fn, fut, loop, hold = item
         result: Any = None
         error: BaseException | None = None
         try:
             result = fn()
         except BaseException as e:  # handed to the caller, whatever it is
             error = e
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            loop.call_soon_threadsafe(_settle, fut, result, error)
+        held.append((loop, (fut, result, error)))
+        if not (hold and not self._queue.empty()):
+            _hand_back(held)
         return True
+
+
+def _hand_back(held: list[tuple[asyncio.AbstractEventLoop, _Done]]) -> None:
+    """Resolve the held results' futures, in order, one wake-up per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Done]] = {}
+    for loop, done in held:
+        by_loop.setdefault(loop, []).append(done)
+    held.clear()
+    for loop, batch in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_settle, batch)
 
 
 def _complete(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -149,6 +172,24 @@ class Offloaded:
     @property
     def inner(self) -> Any:
         return self._inner
+
+    def commit_soon(
+        self, commit: Any, *, after: Callable[[], None] | None = None, hold: bool = False
+    ) -> asyncio.Future[Any]:
+        """``commit`` queued on the I/O thread at once (see
+        :class:`~plait.application.ports.QueuedCommits`)."""
+        inner = self._inner
+        if getattr(inner, "io_off_loop", False):
+            return inner.commit_soon(commit, after=after, hold=hold)  # type: ignore[no-any-return]
+        coro = inner.commit(commit)
+
+        def job() -> Any:
+            result = _complete(coro)
+            if after is not None:
+                after()
+            return result
+
+        return self._io.submit(job, hold=hold)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,11 +224,16 @@ class SqliteStore:
     async def commit(self, commit: Commit) -> CommitResult:
         return await self.commit_soon(commit)
 
-    def commit_soon(self, commit: Commit) -> asyncio.Future[CommitResult]:
+    def commit_soon(
+        self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
+    ) -> asyncio.Future[CommitResult]:
         """:meth:`commit`, queued on the I/O thread at once: the future resolves when the
-        commit is durable (or fails). Calls made after it are applied after it."""
+        commit is durable (or fails). Calls made after it are applied after it. See
+        :class:`~plait.application.ports.QueuedCommits` for ``after`` and ``hold``."""
         validate_commit(commit, start=False)
-        return self._db.submit(lambda conn: _sqlite_commit.apply(conn, commit, start=False))
+        return self._db.submit(
+            lambda conn: _sqlite_commit.apply(conn, commit, start=False), after=after, hold=hold
+        )
 
     # --- forks (see _sqlite_fork) ---------------------------------------------------------
 
