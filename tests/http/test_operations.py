@@ -14,7 +14,6 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -175,36 +174,3 @@ def test_every_error_kind_maps_to_one_status_and_code() -> None:
         assert (got, body["error"]["code"]) == (status, code), e
         if status == 500:
             assert "provider down" not in body["error"]["message"]  # nothing internal leaks
-
-
-class _Broken(MemoryStore):
-    async def get_session(self, session_id: str) -> Any:
-        raise RuntimeError("disk on fire at /secret/path")
-
-
-def test_an_unexpected_failure_is_a_500_that_leaks_nothing(tmp_path: Path) -> None:
-    import httpx
-
-    from plait.adapters.http.auth import create_key
-    from plait.domain.service import Role
-
-    store = _Broken()
-    rt = Runtime(
-        store=store, artifacts=store, model=None, tools=[], clock=FixedClock(),
-        ids=SequentialIds(),
-    )  # fmt: skip
-    _, key = asyncio.run(
-        create_key(store, principal="ana", role=Role.USER, clock=FixedClock(), ids=SequentialIds())
-    )
-    app = create_app(context_for(rt, Settings(db="memory://", serve_workers=0)))
-    server, thread, url = start_server(app)
-    try:
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=url, timeout=10, headers=headers) as c:
-            err = error(c.get("/v1/sessions/ses_1"), 500, "internal")
-            assert "secret" not in err["message"] and err["details"] == {}
-        with httpx.Client(base_url=url, timeout=10) as fresh:  # that connection was closed
-            assert fresh.get("/v1/health").status_code == 200  # the server lives on
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)

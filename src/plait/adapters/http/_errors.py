@@ -4,11 +4,11 @@ Codes are stable: ``unauthorized``, ``forbidden``, ``not_found`` (also for anoth
 principal's session: it answers as if it did not exist), ``session_busy``, ``conflict``
 (and its kinds such as ``lease_lost``), ``invalid_request`` (body or parameters),
 ``invalid_value``, ``invalid_cut_point``, ``run_state``, ``payload_too_large``,
-``method_not_allowed``, ``not_ready``, ``internal``."""
+``method_not_allowed``, ``not_ready``, ``internal`` (logged with the request's ids by the
+app, see :mod:`plait.adapters.http._internal`)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from plait.domain.errors import (
@@ -21,8 +21,6 @@ from plait.domain.errors import (
 )
 
 __all__ = ["ApiError", "error_body", "status_and_body"]
-
-log = logging.getLogger("plait.http")
 
 
 class ApiError(PlaitError):
@@ -56,5 +54,4 @@ def status_and_body(e: PlaitError) -> tuple[int, dict[str, Any]]:
         return 400, error_body(e.code, e.message, e.details)
     if isinstance(e, PolicyError):
         return 403, error_body("forbidden", e.message, {"reason": e.code, **e.details})
-    log.error("internal error: %s", e.message, extra={"code": e.code})
     return 500, error_body("internal", "the server could not complete the request")

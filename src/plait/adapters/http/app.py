@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from plait.adapters.http import models as m
 from plait.adapters.http._errors import ApiError, error_body, status_and_body
+from plait.adapters.http._internal import InternalErrors, log_internal
 from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.compaction import compaction_routes, compaction_stage
@@ -93,6 +94,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     _install_errors(app)
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
+    app.add_middleware(InternalErrors)  # outside BodyLimit: see _internal.py for why
     app.include_router(_ops_routes(ctx), prefix="/v1")
     app.include_router(_session_routes(ctx), prefix="/v1", responses=ERRORS)
     app.include_router(_message_routes(ctx), prefix="/v1", responses=ERRORS)
@@ -110,8 +112,10 @@ def create_app(ctx: ApiContext) -> FastAPI:
 
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(PlaitError)
-    async def plait_error(_: Request, e: PlaitError) -> JSONResponse:
+    async def plait_error(request: Request, e: PlaitError) -> JSONResponse:
         status, body = status_and_body(e)
+        if status == 500:
+            log_internal(request.scope, e)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return JSONResponse(body, status_code=status, headers=headers)
 
@@ -131,12 +135,6 @@ def _install_errors(app: FastAPI) -> None:
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
         return JSONResponse(error_body(code, str(e.detail)), status_code=e.status_code)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, e: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        body = error_body("internal", "the server could not complete the request")
-        return JSONResponse(body, status_code=500)
 
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -270,8 +268,9 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
     async def post_message(session_id: str, body: m.MessageIn, who: Who) -> dict[str, Any]:
         """Store the message and a queued run in one commit; a worker runs it. Follow it
         with GET /v1/runs/{run_id}/events."""
-        await _own_session(ctx, who, session_id)
-        run = await ctx.service.submit(session_id, body.text, budget=_budget(ctx, body.budget))
+        read = await _own_session(ctx, who, session_id)
+        budget = _budget(ctx, body.budget)
+        run = await ctx.service.submit(session_id, body.text, budget=budget, read=read)
         log.info("run queued", extra={"run_id": run.id, "session_id": session_id})
         return run_json(run)
 

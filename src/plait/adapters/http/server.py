@@ -50,6 +50,7 @@ __all__ = [
 ENV_HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
 _EXTRAS = ("run_id", "session_id", "worker", "principal", "status", "code")
+_EXTRAS_HTTP = ("approval_id", "method", "path")  # of an HTTP request that failed
 
 
 class JsonLogs(logging.Formatter):
@@ -60,7 +61,7 @@ class JsonLogs(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key in _EXTRAS:
+        for key in (*_EXTRAS, *_EXTRAS_HTTP):
             value = getattr(record, key, None)
             if value is not None:
                 out[key] = value
