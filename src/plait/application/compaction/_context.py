@@ -151,7 +151,12 @@ class ContextAssembler:
         """The context for ``history`` (the session's whole history, in order). The active
         summary and constraints are read from the store unless given."""
         meter = profile.meter
-        summary = summary or await self.store.get_summary(session_id)
+        both = getattr(self.store, "summary_and_constraints", None)  # one read (PostgreSQL)
+        if summary is None and constraints is None and both is not None:
+            summary, listed = await both(session_id)
+            constraints = tuple(listed)
+        elif summary is None:
+            summary = await self.store.get_summary(session_id)
         summary = summary if summary and summary_applies(summary, history) else None
         if constraints is None:
             constraints = tuple(await self.store.list_constraints(session_id))
