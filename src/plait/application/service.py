@@ -25,7 +25,7 @@ from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
-from plait.application.events import MessageSaved, RunObserver, RunStarted
+from plait.application.events import MessageSaved, RunEnded, RunObserver, RunStarted
 from plait.application.gate import AllowAll, ToolGate
 from plait.application.governance.approvals import Approvals
 from plait.application.model_caller import (
@@ -270,13 +270,16 @@ class AgentService:
         :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
+        budget = budget or self.budget
+        if self.caller.has_model:  # else the worker checks it against its model
+            check_cost_ceiling(self.model, budget.max_cost_usd, self.models.spec)
         session = await self.store.get_session(session_id)
         now = self.clock.now()
         run = Run(
             id=self.ids.new("run"),
             session_id=session_id,
             status=RunStatus.QUEUED,
-            budget=budget or self.budget,
+            budget=budget,
             started_at=now,
         )
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run.id)
@@ -310,6 +313,12 @@ class AgentService:
         # Persist "running" first: from here on a dead worker's run is recovered.
         await self.journal.commit(a, (), run=a.run)
         self.journal.emit(a, RunStarted(a.run))
+        try:  # the API process may have had no model (or another one) to check it with
+            check_cost_ceiling(model, a.run.budget.max_cost_usd, self.models.spec)
+        except ConfigError as e:
+            await self.journal.finish(a, RunStatus.FAILED, RunError(code=e.code, message=e.message))
+            self.journal.emit(a, RunEnded(a.run))
+            return RunResult(a.run, tuple(a.added))
         return await self.driver.drive(a, pending=True)
 
     async def cancel(self, run_id: str, *, force: bool = False) -> Run:
