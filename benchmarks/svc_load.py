@@ -11,7 +11,8 @@ runs concurrently (one session each, through a pool of 64 keep-alive connections
 SIGKILLs worker 0 once half of the runs have ended. SQLite: one process serving the API
 with an in-process worker (SQLite does its I/O on its own thread); nothing is killed.
 The driver shares the machine's cores with the service: it uses a minimal HTTP client
-and learns progress from one session listing per 0.1 s, not from polling every run.
+and learns progress from one session listing per 0.25 s, not from polling every run (the
+figures come from the server's timestamps, not from when the driver noticed).
 
 Each run is three steps with a deterministic function model (no network): two calls of an
 idempotent tool, then an answer. The tool itself keeps the ledger the checks use (not the
@@ -287,6 +288,40 @@ async def _pg_stats_reset(db: str) -> None:
         await conn.execute("SELECT pg_stat_statements_reset()")
 
 
+async def _pg_data_dir(db: str) -> Path:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        row = await (await conn.execute("SHOW data_directory")).fetchone()
+    assert row is not None
+    return Path(row[0])
+
+
+def _cluster_pids(data_dir: Path) -> list[int]:
+    """The cluster's processes: the postmaster and its children (backends included)."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                children.append(int(stat.parent.name))
+    return [postmaster, *children]
+
+
+async def _pg_xacts(db: str) -> int:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                "WHERE datname = current_database()"
+            )
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def _pg_stats(db: str, runs: int) -> dict[str, Any]:
     """Statements executed per run since the reset (all processes), the top ones."""
     import psycopg
@@ -298,9 +333,6 @@ async def _pg_stats(db: str, runs: int) -> dict[str, Any]:
                 "WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC"
             )
         ).fetchall()
-        pids = [
-            r[0] for r in await (await conn.execute("SELECT pid FROM pg_stat_activity")).fetchall()
-        ]
     total = sum(r[0] for r in rows)
     top = [
         {"per_run": round(c / runs, 2), "ms": round(t, 1), "sql": " ".join(q.split())[:110]}
@@ -308,9 +340,39 @@ async def _pg_stats(db: str, runs: int) -> dict[str, Any]:
     ]
     return {
         "statements_per_run": round(total / runs, 1),
-        "server_cpu_s": round(sum(_cpu_seconds(p) for p in pids), 2),
         "top": top,
     }
+
+
+class _CpuMeter:
+    """CPU seconds each group of processes spent since :meth:`start`; sampled as the
+    run goes (a killed process keeps what it had spent when last seen). The PostgreSQL
+    group is found again at each sample: pools open backends while the load runs."""
+
+    def __init__(self, groups: dict[str, list[int]], pg_dir: Path | None) -> None:
+        self._groups = groups
+        self._pg_dir = pg_dir
+        if pg_dir is not None:
+            groups["postgresql"] = _cluster_pids(pg_dir)
+        self._base = {p: _cpu_seconds(p) for ps in groups.values() for p in ps}
+        self._last = dict(self._base)
+
+    def sample(self) -> None:
+        if self._pg_dir is not None:
+            pids = self._groups["postgresql"]
+            for pid in _cluster_pids(self._pg_dir):
+                if pid not in self._base:
+                    pids.append(pid)
+                    self._base[pid] = self._last[pid] = 0.0
+        for pid in self._last:
+            self._last[pid] = max(self._last[pid], _cpu_seconds(pid))
+
+    def spent(self) -> dict[str, float]:
+        self.sample()
+        return {
+            name: sum(self._last[p] - self._base[p] for p in pids)
+            for name, pids in self._groups.items()
+        }
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -344,7 +406,12 @@ async def _watch(http: _Http, run_ids: list[str], lags: list[float]) -> None:
 
 
 async def _wait_all(
-    http: _Http, sids: set[str], runs: int, kill: subprocess.Popen[bytes] | None, t0: float
+    http: _Http,
+    sids: set[str],
+    runs: int,
+    kill: subprocess.Popen[bytes] | None,
+    t0: float,
+    meter: _CpuMeter,
 ) -> int | None:
     """Until every session's run has ended (one listing per sweep: a session whose run
     ended has no active run and all its 6 messages); SIGKILL ``kill`` at half."""
@@ -356,6 +423,7 @@ async def _wait_all(
             for s in page["sessions"]
             if s["session_id"] in sids and s["active_run_id"] is None and s["version"] >= 6
         )
+        meter.sample()
         if kill is not None and killed_at is None and done >= runs // 2:
             kill.send_signal(signal.SIGKILL)
             killed_at = done
@@ -363,7 +431,7 @@ async def _wait_all(
             return killed_at
         if time.time() - t0 > 900:
             raise SystemExit(f"timed out with {runs - done} runs unfinished")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.25)
 
 
 async def _drive(
@@ -375,6 +443,7 @@ async def _drive(
     after: Callable[[], Awaitable[dict[str, Any]]] | None,
     watch: int,
     pids: dict[str, int],
+    db: str | None,
 ) -> dict[str, Any]:
     http = _Http(port, key, 64)
     try:
@@ -385,6 +454,12 @@ async def _drive(
         sids = [body["session_id"] for _, body in made]
         if before is not None:
             await before()
+        groups = {"driver": [os.getpid()], **{k: [p] for k, p in pids.items()}}
+        pg_dir = None
+        if db is not None:
+            pg_dir = await _pg_data_dir(db)
+            xacts = await _pg_xacts(db)
+        meter = _CpuMeter(groups, pg_dir)
         t0 = time.time()
         posted = await asyncio.gather(
             *[http.request("POST", f"/v1/sessions/{s}/messages", {"text": "go"}) for s in sids]
@@ -395,9 +470,11 @@ async def _drive(
         run_ids = [body["run_id"] for _, body in posted]
         lags: list[float] = []
         watching = asyncio.ensure_future(_watch(http, run_ids[-watch:] if watch else [], lags))
-        killed_at = await _wait_all(http, set(sids), runs, kill, t0)
+        killed_at = await _wait_all(http, set(sids), runs, kill, t0, meter)
+        cpu = meter.spent()
+        if db is not None:
+            cpu["transactions"] = await _pg_xacts(db) - xacts - 1
         stats = await after() if after is not None else None
-        cpu = {"driver": _cpu_seconds(os.getpid()), **{k: _cpu_seconds(p) for k, p in pids.items()}}
         await asyncio.wait_for(watching, 60)
         done = [(await http.request("GET", f"/v1/runs/{r}"))[1] for r in run_ids]
         histories = [
@@ -511,9 +588,26 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "sse_delivery_ms_p50": _ms(result["lags"], 0.5),
         "sse_delivery_ms_p99": _ms(result["lags"], 0.99),
         "load_avg_1m": round(os.getloadavg()[0], 2),
-        "cpu_s": {k: round(v, 2) for k, v in result["cpu"].items()},
+        **_cpu_report(result["cpu"], len(runs)),
         **_verify(result, ledger),
     }
+
+
+def _cpu_report(cpu: dict[str, float], runs: int) -> dict[str, Any]:
+    """CPU ms per run by process (workers summed) and in all, from the first submission
+    to the last run's end (the driver's own client included); transactions per run."""
+    xacts = cpu.pop("transactions", None)
+    per: dict[str, float] = {}
+    for name, seconds in cpu.items():
+        key = "workers" if name.startswith("worker") else name
+        per[key] = per.get(key, 0.0) + 1000 * seconds / runs
+    out: dict[str, Any] = {
+        "cpu_ms_per_run": {k: round(v, 1) for k, v in per.items()},
+        "cpu_ms_per_run_total": round(sum(per.values()), 1),
+    }
+    if xacts is not None:
+        out["transactions_per_run"] = round(xacts / runs, 2)
+    return out
 
 
 def _run(a: argparse.Namespace, tmp: Path, db: str) -> dict[str, Any]:
@@ -531,11 +625,13 @@ def _run(a: argparse.Namespace, tmp: Path, db: str) -> dict[str, Any]:
     ]
     stats = a.pg_stats and shared
     try:
-        kill = workers[0] if workers else None
+        kill = workers[0] if workers and a.kill else None
         reset = (lambda: _pg_stats_reset(db)) if stats else None
         snapshot = (lambda: _pg_stats(db, a.runs)) if stats else None
         pids = {"api": api.pid, **{f"worker{i}": w.pid for i, w in enumerate(workers)}}
-        result = asyncio.run(_drive(port, key, a.runs, kill, reset, snapshot, a.watch, pids))
+        result = asyncio.run(
+            _drive(port, key, a.runs, kill, reset, snapshot, a.watch, pids, db if shared else None)
+        )
         run_ids = [r["run_id"] for r in result["runs"]]
         result["events"] = asyncio.run(_all_events(port, key, run_ids))
     finally:
@@ -551,6 +647,24 @@ def _run(a: argparse.Namespace, tmp: Path, db: str) -> dict[str, Any]:
     return report
 
 
+def _profiled(role: str, work: Callable[[], None]) -> None:
+    """``SVC_LOAD_PROFILE=DIR``: profile the process's CPU time (cProfile with a CPU
+    clock: waits and preemption are not counted) into ``DIR/<role>-<pid>.prof``."""
+    out = os.environ.get("SVC_LOAD_PROFILE")
+    if not out:
+        work()
+        return
+    import cProfile
+
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    try:
+        work()
+    finally:
+        profile.disable()
+        profile.dump_stats(Path(out) / f"{role}-{os.getpid()}.prof")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--store", choices=["postgresql", "sqlite"], default="postgresql")
@@ -562,6 +676,12 @@ def main() -> None:
     p.add_argument("--lease", type=float, default=3.0)
     p.add_argument("--watch", type=int, default=20, help="runs followed live over SSE")
     p.add_argument("--pg-stats", action="store_true", help="count statements per run")
+    p.add_argument(
+        "--kill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="SIGKILL worker 0 halfway (its runs wait for their leases to expire)",
+    )
     p.add_argument("--role", choices=["driver", "api", "worker"], default="driver")
     p.add_argument("--db")
     p.add_argument("--port", type=int)
@@ -569,10 +689,10 @@ def main() -> None:
     p.add_argument("--in-process", type=int, default=0)
     a = p.parse_args()
     if a.role == "api":
-        serve_main(a.db, a.port, Path(a.ledger), a.in_process, a.lease)
+        _profiled("api", lambda: serve_main(a.db, a.port, Path(a.ledger), a.in_process, a.lease))
         return
     if a.role == "worker":
-        worker_main(a.db, Path(a.ledger), a.concurrency, a.lease)
+        _profiled("worker", lambda: worker_main(a.db, Path(a.ledger), a.concurrency, a.lease))
         return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # still clean up
     with (

@@ -10,6 +10,8 @@ from plait.adapters.stores import Store
 from plait.adapters.stores.postgres import PostgresStore
 from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import ConflictError, StoreError
+from plait.domain.messages import UserMessage
+from plait.domain.service import EventType, NewRunEvent
 from tests.contract.builders import new_session, user
 from tests.contract.store_contract import StoreContract
 from tests.contract.summary_contract import SummaryContract
@@ -109,3 +111,37 @@ class TestPostgresSummaries(SummaryContract):
 
     def second_handle(self) -> Store | None:
         return PostgresStore(self.pg_url)
+
+
+def test_whole_number_times_and_nul_text_round_trip(pg_url: str) -> None:
+    """Commits and events go to the server as binary arrays (one element type each):
+    times given as ints, text with NUL characters and JSON quotes come back unchanged."""
+    empty_database(pg_url)
+
+    async def go() -> None:
+        store = PostgresStore(pg_url)
+        try:
+            await store.create_session(new_session())
+            texts = ['say "hi"\\n', "nul \x00 inside"]
+            messages = (
+                UserMessage(id="m1", text=texts[0], created_at=5),
+                UserMessage(id="m2", text=texts[1], created_at=5.5),
+            )
+            result = await store.commit(
+                Commit(session_id="s1", expected_version=0, messages=messages)
+            )
+            assert result.version == 2
+            stored = await store.read_messages("s1")
+            assert [m.message for m in stored] == list(messages)
+            events = [
+                NewRunEvent(type=EventType.STEP_STARTED, at=7, data={"q": '"x"'}),
+                NewRunEvent(type=EventType.STEP_STARTED, at=7.25, data={}),
+            ]
+            written = await store.append_run_events("r1", events)
+            assert [e.seq for e in written] == [1, 2]
+            back = await store.read_run_events("r1")
+            assert [(e.at, e.data) for e in back] == [(7, {"q": '"x"'}), (7.25, {})]
+        finally:
+            await store.close()
+
+    asyncio.run(go())

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
+from plait.application._queued import queued, take_claimed
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
@@ -264,30 +265,23 @@ class AgentService:
 
     # --- service mode: queued runs (a worker drives them) ---------------------------------
 
-    async def submit(self, session_id: str, text: str, *, budget: Budget | None = None) -> Run:
+    async def submit(
+        self, session_id: str, text: str, *, budget: Budget | None = None,
+        read: Session | None = None,
+    ) -> Run:  # fmt: skip
         """Store a user message and a ``queued`` run for it in one commit and return at
         once; a worker (:class:`plait.application.worker.Worker`) runs it. Raises
-        :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`."""
+        :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`. ``read``: the
+        session as the caller just read it (the commit's version check still applies)."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
         budget = budget or self.budget
         if self.caller.has_model:  # else the worker checks it against its model
             check_cost_ceiling(self.model, budget.max_cost_usd, self.models.spec)
-        session = await self.store.get_session(session_id)
-        now = self.clock.now()
-        run = Run(
-            id=self.ids.new("run"),
-            session_id=session_id,
-            status=RunStatus.QUEUED,
-            budget=budget,
-            started_at=now,
-        )
-        user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run.id)
-        await self.store.start_run(
-            Commit(
-                session_id=session_id, expected_version=session.version, messages=(user,), run=run
-            )
-        )
+        session = read if read is not None and read.id == session_id else None
+        session = session or await self.store.get_session(session_id)
+        run, commit = queued(session, text, budget, self.ids, self.clock.now())
+        await self.store.start_run(commit)
         return run
 
     async def execute(
@@ -300,9 +294,7 @@ class AgentService:
         """Drive a queued run this process claimed (its lease owner is :attr:`owner`)
         from its user message on, as recovery would."""
         model = self.model
-        a = await self.driver.take_over(
-            run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
-        )
+        a = await take_claimed(self.driver, run, observer=observer, on_text=on_text)
         window = a.run.budget.deadline_seconds  # counted from when a worker starts it
         deadline_at = None if window is None else self.clock.now() + window
         a.run = replace(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._pg_functions import COMMIT_FUNCTION
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.domain.errors import (
     ConfigError,
@@ -126,6 +127,8 @@ MIGRATIONS += (
     ),
     # 5: a principal's sessions, newest first, without scanning everyone's.
     (OWNER_INDEX_PG,),
+    # 6: a commit in one statement (one round trip, see _pg_functions).
+    (COMMIT_FUNCTION,),
 )
 
 LATEST = len(MIGRATIONS)

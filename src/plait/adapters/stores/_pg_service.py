@@ -33,16 +33,17 @@ _CLAIM = (
 CHANNEL = "plait_run_events"
 """``NOTIFY`` channel: one ``"<run_id> <last seq>"`` payload per run and committing write."""
 # One statement, so one implicit transaction: number each run's new events after its last
-# one (two writers of one run pick the same numbers; the primary key turns that into a
-# unique violation and the loser retries), insert them, and notify listeners at commit.
+# one (read per run from the primary key's index: a join would scan every run's events on
+# each write; two writers of one run pick the same numbers, the primary key turns that
+# into a unique violation and the loser retries), insert them, notify listeners at commit.
 _APPEND = f"""
 WITH new AS (
-    SELECT * FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[])
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[])
         WITH ORDINALITY AS n(run_id, type, at, data, ord)
 ), base AS (
-    SELECT r.run_id, coalesce(max(e.seq), 0) AS last
-    FROM (SELECT DISTINCT run_id FROM new) r LEFT JOIN run_events e ON e.run_id = r.run_id
-    GROUP BY r.run_id
+    SELECT r.run_id, coalesce(
+        (SELECT max(e.seq) FROM run_events e WHERE e.run_id = r.run_id), 0) AS last
+    FROM (SELECT DISTINCT run_id FROM new) r
 ), ins AS (
     INSERT INTO run_events (run_id, seq, type, at, data)
     SELECT n.run_id, b.last + row_number() OVER (PARTITION BY n.run_id ORDER BY n.ord),
@@ -80,7 +81,8 @@ async def append_batch(
     if not todo:
         return out
     rows = [event_row(run_id, 0, e) for run_id, events in todo.items() for e in events]
-    params = tuple([r[i] for r in rows] for i in (0, 2, 3, 4))
+    run_ids, types, ats, data = ([r[i] for r in rows] for i in (0, 2, 3, 4))
+    params = (run_ids, types, [float(at) for at in ats], data)  # a binary array has one type
     for attempt in range(_RETRIES):
         try:
             rows = await (await conn.execute(_APPEND, params)).fetchall()

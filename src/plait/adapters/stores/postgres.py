@@ -182,13 +182,15 @@ class PostgresStore:
 
     # --- writes ---------------------------------------------------------------------------
 
+    # One statement in autocommit: its own durable transaction, one round trip.
+
     async def start_run(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=True)
-        return await self._write(lambda conn: apply(conn, commit, start=True))
+        return await self._read(lambda conn: apply(conn, commit, start=True))
 
     async def commit(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=False)
-        return await self._write(lambda conn: apply(conn, commit, start=False))
+        return await self._read(lambda conn: apply(conn, commit, start=False))
 
     # --- runs -----------------------------------------------------------------------------
 

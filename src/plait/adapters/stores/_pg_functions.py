@@ -1,0 +1,139 @@
+"""Server-side functions of the PostgreSQL store (created by migration 6).
+
+``plait_commit`` is the commit ports (``start_run``/``commit``) as one statement: one
+round trip, and in autocommit its own transaction (no ``BEGIN``/``COMMIT`` round trips).
+It does what the statements it replaced did, in the same order and under the same locks:
+lock the session row, read the version in a new statement (under READ COMMITTED each
+statement of a volatile function sees everything committed while it waited for the lock),
+check it, insert or fence and update the run (``FOR UPDATE``; the lease rule of
+:func:`._state.resolve_lease`), check and upsert the execution records, insert the
+messages with their sequence numbers. A rule it finds broken raises ``P0001`` with
+message ``plait:<what>`` and the stored values as a JSON array in the detail, which
+:mod:`._postgres_commit` turns into the store's usual error (built by :mod:`._state`);
+the raise rolls the whole statement back, so nothing of a refused commit is written.
+"""
+
+from __future__ import annotations
+
+__all__ = ["COMMIT_FUNCTION"]
+
+COMMIT_FUNCTION = """
+CREATE FUNCTION plait_commit(
+    p_session text, p_expected integer, p_start boolean, p_lease_owner text,
+    r_id text, r_status text, r_started_at float8, r_owner text, r_expires float8,
+    r_data text, r_terminal boolean,
+    e_run text[], e_call text[], e_state text[], e_digest text[], e_data text[],
+    m_id text[], m_kind text[], m_text bytea[], m_at float8[], m_run text[],
+    m_step integer[], m_call text[], m_name text[], m_status text[], m_extra text[],
+    m_schema integer[],
+    OUT o_version integer, OUT o_cancel boolean
+) LANGUAGE plpgsql AS $$
+DECLARE
+    v_active text;
+    v_current integer;
+    v_owner text;
+    v_expires float8;
+    v_pk bigint;
+    f record;
+    x record;
+    ranks constant text[] := ARRAY['requested', 'reviewed', 'started', 'settled'];
+BEGIN
+    SELECT s.active_run_id INTO v_active FROM sessions AS s WHERE s.id = p_session FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING MESSAGE = 'plait:session_not_found', DETAIL = '[]';
+    END IF;
+    v_current := (SELECT coalesce(max(sm.seq), 0) FROM session_messages AS sm
+                  WHERE sm.session_id = p_session);
+    IF p_start AND v_active IS NOT NULL THEN
+        RAISE EXCEPTION USING MESSAGE = 'plait:session_busy',
+            DETAIL = json_build_array(v_active)::text;
+    END IF;
+    IF v_current <> p_expected THEN
+        RAISE EXCEPTION USING MESSAGE = 'plait:version_conflict',
+            DETAIL = json_build_array(v_current)::text;
+    END IF;
+    o_cancel := FALSE;
+    IF p_start THEN
+        INSERT INTO runs (id, session_id, status, started_at, lease_owner, lease_expires_at,
+                          cancel_requested, data)
+        VALUES (r_id, p_session, r_status, r_started_at, r_owner, r_expires, FALSE, r_data)
+        ON CONFLICT (id) DO NOTHING;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:duplicate_run', DETAIL = '[]';
+        END IF;
+        IF NOT r_terminal THEN
+            UPDATE sessions SET active_run_id = r_id
+            WHERE id = p_session AND active_run_id IS NULL;
+        END IF;
+    ELSIF r_id IS NULL THEN
+        IF v_active IS NOT NULL THEN
+            o_cancel := coalesce(
+                (SELECT r.cancel_requested FROM runs AS r WHERE r.id = v_active), FALSE);
+        END IF;
+    ELSE
+        SELECT r.session_id, r.lease_owner, r.lease_expires_at, r.cancel_requested INTO f
+        FROM runs AS r WHERE r.id = r_id FOR UPDATE;
+        IF NOT FOUND OR f.session_id <> p_session THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:run_not_found',
+                DETAIL = json_build_array(r_id)::text;
+        END IF;
+        IF f.lease_owner IS NOT NULL AND f.lease_owner IS DISTINCT FROM p_lease_owner THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:lease_lost',
+                DETAIL = json_build_array(f.lease_owner, f.lease_expires_at)::text;
+        END IF;
+        v_owner := r_owner;
+        v_expires := r_expires;
+        IF r_terminal THEN
+            v_owner := NULL;
+            v_expires := NULL;
+        ELSIF r_owner IS NOT NULL AND f.lease_owner = r_owner
+              AND f.lease_expires_at IS NOT NULL AND r_expires < f.lease_expires_at THEN
+            v_expires := f.lease_expires_at;
+        END IF;
+        UPDATE runs SET status = r_status, started_at = r_started_at, lease_owner = v_owner,
+            lease_expires_at = v_expires, data = r_data
+        WHERE id = r_id;
+        IF r_terminal AND v_active = r_id THEN
+            UPDATE sessions SET active_run_id = NULL
+            WHERE id = p_session AND active_run_id = r_id;
+        END IF;
+        o_cancel := f.cancel_requested;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(e_call, 1), 0) LOOP
+        SELECT ex.args_digest, ex.state INTO x FROM executions AS ex
+        WHERE ex.session_id = p_session AND ex.run_id = e_run[i] AND ex.call_id = e_call[i];
+        IF FOUND THEN
+            IF x.args_digest <> e_digest[i]
+               OR array_position(ranks, e_state[i]) < array_position(ranks, x.state) THEN
+                RAISE EXCEPTION USING MESSAGE = 'plait:execution',
+                    DETAIL = json_build_array(i - 1, x.args_digest, x.state)::text;
+            END IF;
+        ELSIF r_id IS DISTINCT FROM e_run[i] THEN
+            PERFORM 1 FROM runs AS r WHERE r.id = e_run[i] AND r.session_id = p_session;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING MESSAGE = 'plait:run_not_found',
+                    DETAIL = json_build_array(e_run[i])::text;
+            END IF;
+        END IF;
+        INSERT INTO executions (session_id, run_id, call_id, state, args_digest, data)
+        VALUES (p_session, e_run[i], e_call[i], e_state[i], e_digest[i], e_data[i])
+        ON CONFLICT (session_id, run_id, call_id)
+        DO UPDATE SET state = excluded.state, data = excluded.data;
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(m_id, 1), 0) LOOP
+        INSERT INTO messages (id, kind, text, created_at, run_id, step, call_id, name,
+                              status, extra, schema_version)
+        VALUES (m_id[i], m_kind[i], m_text[i], m_at[i], m_run[i], m_step[i], m_call[i],
+                m_name[i], m_status[i], m_extra[i], m_schema[i])
+        RETURNING pk INTO v_pk;
+        INSERT INTO session_messages (session_id, seq, message_id, message_pk)
+        VALUES (p_session, p_expected + i, m_id[i], v_pk)
+        ON CONFLICT (session_id, message_id) DO NOTHING;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:duplicate_message',
+                DETAIL = json_build_array(m_id[i])::text;
+        END IF;
+    END LOOP;
+    o_version := p_expected + coalesce(array_length(m_id, 1), 0);
+END
+$$"""
