@@ -199,9 +199,13 @@ class SummaryContract(ContractBase):
             assert await both("s1") == (None, [a, b])
             s = summary(4)
             await store.activate_summary(s, expected_generation=0)
-            assert await both("s1") == (s, [a, b]) == (
-                await store.get_summary("s1"),
-                await store.list_constraints("s1"),
+            assert (
+                await both("s1")
+                == (s, [a, b])
+                == (
+                    await store.get_summary("s1"),
+                    await store.list_constraints("s1"),
+                )
             )
             with pytest.raises(SessionNotFoundError):
                 await both("nope")
