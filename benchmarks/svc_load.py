@@ -37,6 +37,13 @@ Figures:
   included) - with 500 runs submitted at once this mostly measures the backlog.
 - ``sse_delivery_ms`` p50/p99: for ``--watch`` runs followed live over SSE from the API
   process, receive time minus the event's ``at`` (written by another process).
+- ``cpu_ms_per_run``: CPU (user + system) each process spent from the first submission to
+  the last run's end, per run: the driver, the API process, the workers summed and every
+  PostgreSQL process (backends opened meanwhile included; a killed worker counts what it
+  had spent when last sampled). ``transactions_per_run``: ``pg_stat_database`` commits
+  and rollbacks over the same window (each autocommit statement counts as one).
+- ``--no-kill``: nothing is killed (the figure without the killed worker's lease tail).
+- ``SVC_LOAD_PROFILE=DIR``: each worker writes a CPU-time cProfile to ``DIR``.
 """
 
 from __future__ import annotations

@@ -37,10 +37,11 @@ from tests.contract.builders import (
     new_session,
     user,
 )
+from tests.contract.owner_contract import OwnerPagesContract
 from tests.contract.run_contract import RunContract
 
 
-class StoreContract(RunContract, ApprovalContract):
+class StoreContract(RunContract, ApprovalContract, OwnerPagesContract):
     """Everything a store must do; subclass it once per adapter."""
 
     # --- sessions -------------------------------------------------------------------------

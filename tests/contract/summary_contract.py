@@ -186,6 +186,32 @@ class SummaryContract(ContractBase):
 
         self.run(go)
 
+    def test_summary_and_constraints_read_together_agree_with_each_read(self) -> None:
+        async def go(store: Store) -> None:
+            both = getattr(store, "summary_and_constraints", None)
+            if both is None:
+                pytest.skip("this store reads them one at a time")
+            await self._seed(store)
+            assert await both("s1") == (None, [])
+            a = Constraint(text="不要修改部署配置", source_message_id="m1")
+            b = Constraint(text="never push to main", source_message_id="m5")
+            await store.add_constraints("s1", [a, b])
+            assert await both("s1") == (None, [a, b])
+            s = summary(4)
+            await store.activate_summary(s, expected_generation=0)
+            assert (
+                await both("s1")
+                == (s, [a, b])
+                == (
+                    await store.get_summary("s1"),
+                    await store.list_constraints("s1"),
+                )
+            )
+            with pytest.raises(SessionNotFoundError):
+                await both("nope")
+
+        self.run(go)
+
     def test_search_matches_every_term_ignoring_case_newest_first(self) -> None:
         async def go(store: Store) -> None:
             await self._seed(store)

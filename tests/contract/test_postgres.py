@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from plait.adapters.stores import Store
+from plait.adapters.stores._pg_arrays import Bytes, Floats, Ints, Texts
 from plait.adapters.stores.postgres import PostgresStore
 from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import ConflictError, StoreError
@@ -145,3 +146,22 @@ def test_whole_number_times_and_nul_text_round_trip(pg_url: str) -> None:
             await store.close()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("value", "sql_type"),
+    [
+        (Texts(["a", None, 'q"uote\\', "中文", ""]), "text[]"),
+        (Texts([]), "text[]"),
+        (Texts([None]), "text[]"),
+        (Bytes([b"x\x00y", None, b""]), "bytea[]"),
+        (Floats([1, 2.5, None, -0.125, 1e300]), "double precision[]"),
+        (Ints([1, None, -(2**31), 2**31 - 1]), "integer[]"),
+        (Ints([]), "integer[]"),
+    ],
+)
+def test_typed_arrays_round_trip_in_binary(pg_url: str, value: list[object], sql_type: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute(f"SELECT %b::{sql_type}, pg_typeof(%b)::text", (value, value)).fetchone()
+    assert row is not None
+    assert row[0] == list(value) and row[1] == sql_type

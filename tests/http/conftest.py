@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -24,7 +24,7 @@ from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.governance.gate import GovernedGate
 from plait.application.governance.governor import Governor
-from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.application.ports import ModelClient, ModelRequest, ModelResponse, RawToolCall
 from plait.domain.messages import ToolResultMessage, ToolStatus, UserMessage
 from plait.domain.policy import Action, Policy, ToolRule
 from plait.domain.service import Role
@@ -129,8 +129,15 @@ def live_pg(tmp_path: Path, pg_url: str) -> Iterator[Live]:
 
 
 def serve_live(
-    tmp_path: Path, *, policy: Policy | None = None, pg_url: str | None = None
+    tmp_path: Path,
+    *,
+    policy: Policy | None = None,
+    pg_url: str | None = None,
+    model: ModelClient | Literal["behaviour"] | None = "behaviour",
+    serve_workers: int = 2,
 ) -> Iterator[Live]:
+    """A live server; ``model`` (default: :func:`behaviour`) drives the in-process
+    worker's runs (``None`` and ``serve_workers=0``: an API process without a model)."""
     path = tmp_path / "plait.db"
     store: Any
     if pg_url is None:
@@ -147,7 +154,7 @@ def serve_live(
     rt = Runtime(
         store=store,
         artifacts=store,
-        model=FunctionModel(behaviour, name="behaviour"),
+        model=FunctionModel(behaviour, name="behaviour") if model == "behaviour" else model,
         tools=[echo_tool().tool],
         clock=clock,
         ids=ids,
@@ -155,7 +162,7 @@ def serve_live(
         gate=gate,
     )
     db = pg_url or f"sqlite:///{path}"
-    settings = Settings(db=db, serve_workers=2, max_body_bytes=4096)
+    settings = Settings(db=db, serve_workers=serve_workers, max_body_bytes=4096)
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)
     try:

@@ -56,3 +56,42 @@ def test_a_decision_about_a_run_that_no_longer_waits_only_records_it() -> None:
     decided = asyncio.run(desk.decide(pending.id, approve=True, grantor="ana", ttl_seconds=60))
     assert decided.grantor == "ana"
     assert asyncio.run(rig.store.get_run(run.id)).status is RunStatus.CANCELLED
+
+
+def test_a_run_another_process_continued_first_is_left_to_it() -> None:
+    rig = Rig(APPROVE_EDITS, script(edit("c1", DEPLOY_EDIT), {"text": "done"}))
+    rig.session()
+    run = rig.send("edit").run
+    (pending,) = asyncio.run(rig.store.list_approvals())
+    desk = ApprovalDesk(approvals=rig.store, service=rig.service)
+    real_resume = rig.service.resume
+
+    async def raced(run_id: str, **kw: object) -> object:
+        # another desk requeued the run between this one's decision and its resume
+        await desk.requeue_if_ready(run_id)
+        return await real_resume(run_id)
+
+    rig.service.resume = raced  # type: ignore[method-assign,assignment]
+    done = asyncio.run(
+        desk.decide_and_continue(pending.id, approve=True, grantor="ana", ttl_seconds=60)
+    )
+    assert (done.result, done.run.status, done.waiting_for) == (None, RunStatus.QUEUED, ())
+    assert done.approval.grantor == "ana" and rig.editor.calls == []
+    assert done.run.id == run.id
+
+
+def test_a_refused_resume_that_was_no_race_is_raised() -> None:
+    rig = Rig(APPROVE_EDITS, script(edit("c1", DEPLOY_EDIT), {"text": "done"}))
+    rig.session()
+    rig.send("edit")
+    (pending,) = asyncio.run(rig.store.list_approvals())
+    desk = ApprovalDesk(approvals=rig.store, service=rig.service)
+
+    async def refused(run_id: str, **kw: object) -> object:
+        raise RunStateError("refused for another reason", run_id=run_id)
+
+    rig.service.resume = refused  # type: ignore[method-assign,assignment]
+    with pytest.raises(RunStateError, match="another reason"):
+        asyncio.run(
+            desk.decide_and_continue(pending.id, approve=True, grantor="ana", ttl_seconds=60)
+        )

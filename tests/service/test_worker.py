@@ -166,3 +166,31 @@ def test_a_dead_workers_run_is_recovered_after_its_lease_expires() -> None:
         assert kinds == ["user", "assistant", "tool_result", "assistant"]
 
     asyncio.run(go())
+
+
+def test_events_of_several_runs_within_the_linger_share_one_write() -> None:
+    from plait.application.events import ModelCallStarted
+    from plait.application.worker import _EventSink
+
+    class Counting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[dict[str, int]] = []
+
+        async def append_run_events_batch(self, batch: Any) -> Any:
+            self.writes.append({r: len(es) for r, es in batch.items()})
+            return await super().append_run_events_batch(batch)
+
+    async def go(linger: float) -> list[dict[str, int]]:
+        store = Counting()
+        sink = _EventSink(store, encode_event, SystemClock().now, None, linger)
+        sink.start()
+        sink.observer("r1")(ModelCallStarted("r1", 1, 1))
+        await asyncio.sleep(0)  # the sink takes the first event: r2's comes a moment later
+        sink.observer("r2")(ModelCallStarted("r2", 1, 1))
+        await sink.close()
+        assert [e.seq for e in await store.read_run_events("r2")] == [1]
+        return store.writes
+
+    assert asyncio.run(go(0.05)) == [{"r1": 1, "r2": 1}]
+    assert asyncio.run(go(0.0)) == [{"r1": 1}, {"r2": 1}]

@@ -99,9 +99,11 @@ class ApprovalDesk:
             return Decided(decided, now, None, pending)
         try:
             result = await self.service.resume(ready.id, observer=observer, on_text=on_text)
-        except (LeaseLostError, RunStateError):  # another process continued it first
+        except (LeaseLostError, RunStateError):
             now = await self.service.store.get_run(ready.id)
-            return Decided(decided, now, None, ())
+            if now.status is RunStatus.AWAITING_APPROVAL:
+                raise  # not a race: nobody else moved it
+            return Decided(decided, now, None, ())  # another process continued it first
         _, after = await self._ready(ready.id)
         return Decided(decided, result.run, result, after)
 

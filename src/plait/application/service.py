@@ -26,7 +26,7 @@ from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
-from plait.application.events import MessageSaved, RunObserver, RunStarted
+from plait.application.events import MessageSaved, RunEnded, RunObserver, RunStarted
 from plait.application.gate import AllowAll, ToolGate
 from plait.application.governance.approvals import Approvals
 from plait.application.model_caller import (
@@ -275,9 +275,12 @@ class AgentService:
         session as the caller just read it (the commit's version check still applies)."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
+        budget = budget or self.budget
+        if self.caller.has_model:  # else the worker checks it against its model
+            check_cost_ceiling(self.model, budget.max_cost_usd, self.models.spec)
         session = read if read is not None and read.id == session_id else None
         session = session or await self.store.get_session(session_id)
-        run, commit = queued(session, text, budget or self.budget, self.ids, self.clock.now())
+        run, commit = queued(session, text, budget, self.ids, self.clock.now())
         await self.store.start_run(commit)
         return run
 
@@ -302,6 +305,12 @@ class AgentService:
         # Persist "running" first: from here on a dead worker's run is recovered.
         await self.journal.commit(a, (), run=a.run)
         self.journal.emit(a, RunStarted(a.run))
+        try:  # the API process may have had no model (or another one) to check it with
+            check_cost_ceiling(model, a.run.budget.max_cost_usd, self.models.spec)
+        except ConfigError as e:
+            await self.journal.finish(a, RunStatus.FAILED, RunError(code=e.code, message=e.message))
+            self.journal.emit(a, RunEnded(a.run))
+            return RunResult(a.run, tuple(a.added))
         return await self.driver.drive(a, pending=True)
 
     async def cancel(self, run_id: str, *, force: bool = False) -> Run:

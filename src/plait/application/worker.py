@@ -46,8 +46,10 @@ class WorkerStats:
 
 class _EventSink:
     """Batches events from the (synchronous) run observers into store writes: whatever
-    accumulated while the previous write was in flight goes out as one write, for all
-    the runs this worker drives (one commit, not one per run or per event)."""
+    accumulated while the previous write was in flight, or within ``linger`` seconds of
+    the first event, goes out as one write for all the runs this worker drives (one
+    durable commit, not one per run or per event: the store's cost per write, not the
+    few milliseconds of delay, is what limits a busy worker)."""
 
     def __init__(
         self,
@@ -55,6 +57,7 @@ class _EventSink:
         encode: EventEncoder,
         now: Callable[[], float],
         feed: RunEventFeed | None,
+        linger: float = 0.0,
     ) -> None:
         self._store = queue
         self._encode = encode
@@ -62,6 +65,7 @@ class _EventSink:
         self._feed = feed
         self._items: asyncio.Queue[tuple[str, NewRunEvent]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self.linger = linger
 
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
@@ -94,6 +98,8 @@ class _EventSink:
     async def _flush_forever(self) -> None:
         while True:
             batch = [await self._items.get()]
+            if self.linger > 0:  # let the other runs' events of this moment join the write
+                await asyncio.sleep(self.linger)
             while not self._items.empty():
                 batch.append(self._items.get_nowait())
             by_run: dict[str, list[NewRunEvent]] = {}
@@ -118,7 +124,9 @@ class _EventSink:
 
 
 class Worker:
-    """Drives queued runs of one store; run as many as you like, on any machines."""
+    """Drives queued runs of one store; run as many as you like, on any machines.
+    ``event_linger_seconds``: how long a run event may wait for others to share its
+    write (see :class:`_EventSink`)."""
 
     def __init__(
         self,
@@ -130,6 +138,7 @@ class Worker:
         poll_seconds: float = 0.2,
         grace_seconds: float = 30.0,
         feed: RunEventFeed | None = None,
+        event_linger_seconds: float = 0.005,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -139,7 +148,7 @@ class Worker:
         self.poll_seconds = poll_seconds
         self.grace_seconds = grace_seconds
         self.stats = WorkerStats()
-        self._sink = _EventSink(queue, encode, service.clock.now, feed)
+        self._sink = _EventSink(queue, encode, service.clock.now, feed, event_linger_seconds)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
 

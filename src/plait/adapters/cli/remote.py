@@ -97,13 +97,30 @@ def _follow(client: _Client, run_id: str, out: Out) -> dict[str, Any]:
             time.sleep(min(0.2 * 2**tries, 5.0))
 
 
+_BUDGET_FIELDS = (
+    "max_steps", "deadline_seconds", "max_model_calls", "max_total_tokens", "max_cost_usd",
+    "tool_timeout_seconds", "tool_output_cap_bytes",
+)  # fmt: skip
+"""The budget fields of the API's message body (``BudgetIn``)."""
+
+
+def _budget_body(a: argparse.Namespace) -> dict[str, Any]:
+    """The budget flags as the API takes them (the limits send would set; none is left
+    out, so the run has exactly the budget it would have had without --server)."""
+    from plait.adapters.cli._parser import budget
+
+    b = budget(a)
+    return {f: getattr(b, f) for f in _BUDGET_FIELDS if getattr(b, f) is not None}
+
+
 def send_remote(a: argparse.Namespace, out: Out) -> int:
     key = getattr(a, "api_key", None) or os.environ.get("PLAIT_API_KEY")
     if not key:
         raise ConfigError("--server needs an API key: --api-key KEY or PLAIT_API_KEY")
     client = _Client(a.server, key)
     text = read_message(a.text, a.file)
-    run = client.json("POST", f"/v1/sessions/{a.session_id}/messages", {"text": text})
+    body = {"text": text, "budget": _budget_body(a)}
+    run = client.json("POST", f"/v1/sessions/{a.session_id}/messages", body)
     finished = _follow(client, run["run_id"], out)
     page = client.json("GET", f"/v1/sessions/{a.session_id}/messages?limit=1000")
     added = [m for m in page["messages"] if m["run_id"] == run["run_id"]]

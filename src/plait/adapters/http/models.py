@@ -23,12 +23,25 @@ _Strict = ConfigDict(extra="forbid")
 
 
 class BudgetIn(BaseModel):
+    """The run's limits (those left out: the server's defaults), as ``plait send``'s
+    budget flags."""
+
     model_config = _Strict
     max_steps: int | None = Field(default=None, ge=1, le=10_000)
-    deadline_seconds: float | None = Field(default=None, gt=0, le=86_400)
+    deadline_seconds: float | None = Field(
+        default=None, gt=0, le=86_400, description="counted from when a worker starts the run"
+    )
     max_model_calls: int | None = Field(default=None, ge=1, le=100_000)
-    max_total_tokens: int | None = Field(default=None, ge=1)
+    max_total_tokens: int | None = Field(default=None, ge=1, le=2**53)
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="ceiling on the run's model spend in US dollars, from the model's "
+        "declared prices; a model without prices cannot take one (400 config_error)",
+    )
     tool_timeout_seconds: float | None = Field(default=None, gt=0, le=3_600)
+    tool_output_cap_bytes: int | None = Field(default=None, ge=256, le=100_000_000)
 
 
 class SessionIn(BaseModel):

@@ -39,6 +39,7 @@ from plait.domain.summary import Constraint, Summary
 
 __all__ = [
     "activate",
+    "active_and_constraints",
     "add_constraints",
     "fork",
     "get_active",
@@ -81,6 +82,13 @@ _SESSION_ACTIVE = (
 _SESSION_CONSTRAINTS = (
     "SELECT c.source_message_id, c.text FROM sessions AS s LEFT JOIN constraint_records AS c "
     "ON c.session_id = s.id WHERE s.id = %s ORDER BY c.ord"
+)
+# Both in one statement (the context of every step reads them): the active summary on
+# every row, one row per constraint (one with NULLs when there is none).
+_SESSION_STATE = (
+    "SELECT (SELECT data FROM summaries WHERE session_id = s.id ORDER BY generation DESC "
+    "LIMIT 1), c.source_message_id, c.text FROM sessions AS s "
+    "LEFT JOIN constraint_records AS c ON c.session_id = s.id WHERE s.id = %s ORDER BY c.ord"
 )
 _ADD_CONSTRAINT = (
     "INSERT INTO constraint_records (session_id, source_message_id, text) VALUES (%s, %s, %s)"
@@ -174,6 +182,18 @@ async def get_active(conn: Conn, session_id: str) -> Summary | None:
     if row is None:
         raise session_not_found(session_id)
     return None if row[0] is None else summary_from_dict(json_value(row[0], "summary"))
+
+
+async def active_and_constraints(
+    conn: Conn, session_id: str
+) -> tuple[Summary | None, list[Constraint]]:
+    rows = await (await conn.execute(_SESSION_STATE, (session_id,))).fetchall()
+    if not rows:
+        raise session_not_found(session_id)
+    data = rows[0][0]
+    summary = None if data is None else summary_from_dict(json_value(data, "summary"))
+    listed = [Constraint(source_message_id=r[1], text=r[2]) for r in rows if r[1] is not None]
+    return summary, listed
 
 
 async def list_summaries(conn: Conn, session_id: str) -> list[Summary]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from plait.adapters.stores._pg_arrays import Floats, Texts
 from plait.adapters.stores._pg_sql import RUN_COLS
 from plait.adapters.stores._service_rows import (
     duplicate_key,
@@ -81,8 +82,10 @@ async def append_batch(
     if not todo:
         return out
     rows = [event_row(run_id, 0, e) for run_id, events in todo.items() for e in events]
-    run_ids, types, ats, data = ([r[i] for r in rows] for i in (0, 2, 3, 4))
-    params = (run_ids, types, [float(at) for at in ats], data)  # a binary array has one type
+    params = (
+        Texts([r[0] for r in rows]), Texts([r[2] for r in rows]),
+        Floats([r[3] for r in rows]), Texts([r[4] for r in rows]),
+    )  # fmt: skip
     for attempt in range(_RETRIES):
         try:
             rows = await (await conn.execute(_APPEND, params)).fetchall()

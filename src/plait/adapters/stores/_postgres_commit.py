@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from plait.adapters.stores._pg_arrays import Bytes, Floats, Ints, Texts
 from plait.adapters.stores._sqlite_rows import execution_row, message_row, run_data
 from plait.adapters.stores._state import (
     check_execution,
@@ -35,7 +36,8 @@ __all__ = ["apply"]
 
 Conn = psycopg.AsyncConnection[Any]
 
-# Parameters in binary: text arrays of JSON would otherwise be escaped element by element.
+# Parameters in binary (text arrays of JSON would be escaped element by element), the
+# arrays with their types given (see _pg_arrays).
 _CALL = (
     "SELECT o_version, o_cancel FROM plait_commit(%b::text, %b::integer, %b::boolean, "
     "%b::text, %b::text, %b::text, %b::float8, %b::text, %b::float8, %b::text, %b::boolean, "
@@ -59,10 +61,14 @@ def _params(c: Commit, start: bool) -> tuple[Any, ...]:
         )  # fmt: skip
     ex = [execution_row(e) for e in c.executions]
     ms = [message_row(m) for m in c.messages]
-    executions = tuple([r[i] for r in ex] for i in (1, 2, 3, 4, 5))
-    messages = tuple([r[i] for r in ms] for i in range(11))
-    messages[2][:] = [text.encode() for text in messages[2]]
-    messages[3][:] = [float(at) for at in messages[3]]  # a binary array has one type
+    executions = tuple(Texts([r[i] for r in ex]) for i in (1, 2, 3, 4, 5))
+    messages = (
+        Texts([r[0] for r in ms]), Texts([r[1] for r in ms]),
+        Bytes([r[2].encode() for r in ms]), Floats([r[3] for r in ms]),
+        Texts([r[4] for r in ms]), Ints([r[5] for r in ms]), Texts([r[6] for r in ms]),
+        Texts([r[7] for r in ms]), Texts([r[8] for r in ms]), Texts([r[9] for r in ms]),
+        Ints([r[10] for r in ms]),
+    )  # fmt: skip
     head = (c.session_id, c.expected_version, start, c.lease_owner)
     return (*head, *run_part, *executions, *messages)
 

@@ -62,6 +62,7 @@ from plait.adapters.stores._jsonl_files import (
 from plait.adapters.stores._jsonl_fork import fork_record, link_branch
 from plait.adapters.stores._jsonl_index import RunIndex
 from plait.adapters.stores._jsonl_lines import change_line, create_line
+from plait.adapters.stores._jsonl_owners import SessionIndex
 from plait.adapters.stores._jsonl_sessions import SessionFiles
 from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._session_pages import page
@@ -120,6 +121,7 @@ class JsonlStore:
         self._closed = False
         self._files = SessionFiles(self._sessions_dir, checkpoint)
         self._index = RunIndex(self._dir / "runs.jsonl", checkpoint)
+        self._owners = SessionIndex(self._dir / "sessions.jsonl", checkpoint)
         self._artifacts = ArtifactFiles(self._dir / "artifacts")
         self._approvals = ApprovalFile(self._dir, checkpoint)
         self._summaries = SummaryFiles(self._dir / "summaries")
@@ -194,7 +196,16 @@ class JsonlStore:
             return create_line(session), session, None
 
         with self._op():
+            if self._files.path(session.id) is not None and not self._exists(session.id):
+                self._owners.add(session, self._scan)  # before the file: never missed
             self._files.write(session.id, plan, create=True)
+
+    def _exists(self, session_id: str) -> bool:
+        try:
+            self._files.read(session_id)
+        except SessionNotFoundError:
+            return False
+        return True
 
     async def get_session(self, session_id: str) -> Session:
         with self._op():
@@ -203,18 +214,38 @@ class JsonlStore:
     async def list_sessions(
         self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
     ) -> list[Session]:
+        """From the session index: only the page's session files are read."""
         with self._op():
-            sessions = []
-            for name in sorted(os.listdir(self._sessions_dir), reverse=True):
-                if name.endswith(".jsonl"):
-                    try:
-                        sessions.append(self._files.read(name[: -len(".jsonl")]).session)
-                    except SessionNotFoundError:
-                        continue  # an empty file left by a create that never completed
-                    except CorruptStoreError as e:
-                        left_out(e, "it")
-        sessions.sort(key=lambda s: s.created_at, reverse=True)
-        return page(sessions, owner=owner, before=before, limit=limit)
+            if not self._owners.refresh():  # a store from before the index, not written yet
+                newest = sorted(self._scan(), key=lambda s: s.created_at, reverse=True)
+                return page(newest, owner=owner, before=before, limit=limit)
+            found: list[Session] = []
+            for sid in self._owners.newest_first(owner=owner, before=before):
+                if limit is not None and len(found) >= limit:
+                    break
+                try:
+                    session = self._files.read(sid).session
+                except SessionNotFoundError:
+                    continue  # indexed, but its create never completed
+                except CorruptStoreError as e:
+                    left_out(e, "it")
+                    continue
+                if owner is None or session.owner == owner:
+                    found.append(session)
+            return found
+
+    def _scan(self) -> list[Session]:
+        """Every session, by reading every file (newest id first)."""
+        sessions = []
+        for name in sorted(os.listdir(self._sessions_dir), reverse=True):
+            if name.endswith(".jsonl"):
+                try:
+                    sessions.append(self._files.read(name[: -len(".jsonl")]).session)
+                except SessionNotFoundError:
+                    continue  # an empty file left by a create that never completed
+                except CorruptStoreError as e:
+                    left_out(e, "it")
+        return sessions
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -290,6 +321,7 @@ class JsonlStore:
             if path.exists():
                 return fork_record(path) or reject_plain_session(branch_id)
             state = fork_state(self._files.read(commit.record.source_session_id), commit)
+            self._owners.add(commit.branch, self._scan)
             if not link_branch(path, commit, state):
                 return fork_record(path) or reject_plain_session(branch_id)
             return commit.record

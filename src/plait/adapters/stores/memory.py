@@ -8,6 +8,7 @@ see each write as atomic; a lock makes it safe across threads too.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -16,7 +17,7 @@ from pathlib import Path
 from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores._service_rows import ServiceBook
-from plait.adapters.stores._session_pages import page
+from plait.adapters.stores._session_pages import OwnerIndex
 from plait.adapters.stores._state import (
     SessionState,
     artifact_not_found,
@@ -59,6 +60,8 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._closed = False
         self._sessions: dict[str, SessionState] = {}
+        self._owners = OwnerIndex()
+        """Listing order per owner: a page never looks at other sessions."""
         self._run_sessions: dict[str, str] = {}
         """run id -> session id, in insertion order (ties in ``list_runs``)."""
         self._artifacts: dict[str, tuple[ArtifactRef, bytes]] = {}
@@ -100,6 +103,7 @@ class MemoryStore:
             if session.id in self._sessions:
                 raise duplicate_session(session.id)
             self._sessions[session.id] = SessionState(session)
+            self._owners.add(session.id, session.owner, session.created_at)
 
     async def get_session(self, session_id: str) -> Session:
         with self._lock:
@@ -111,9 +115,9 @@ class MemoryStore:
     ) -> list[Session]:
         with self._lock:
             self._check_open()
-            sessions = [s.session for s in reversed(self._sessions.values())]
-        sessions.sort(key=lambda s: s.created_at, reverse=True)
-        return page(sessions, owner=owner, before=before, limit=limit)
+            ids = self._owners.newest_first(owner=owner, before=before)
+            chosen = ids if limit is None else itertools.islice(ids, max(limit, 0))
+            return [self._sessions[sid].session for sid in chosen]
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -163,6 +167,8 @@ class MemoryStore:
                 self._state(commit.record.source_session_id), commit
             )
             self._forks[branch_id] = commit.record
+            branch = self._sessions[branch_id].session
+            self._owners.add(branch_id, branch.owner, branch.created_at)
             return commit.record
 
     async def get_fork_record(self, session_id: str) -> ForkRecord | None:

@@ -387,6 +387,13 @@ class PostgresStore:
     async def list_constraints(self, session_id: str) -> list[Constraint]:
         return await self._read(lambda conn: more.list_constraints(conn, session_id))
 
+    async def summary_and_constraints(
+        self, session_id: str
+    ) -> tuple[Summary | None, list[Constraint]]:
+        """:meth:`get_summary` and :meth:`list_constraints` in one statement (one
+        snapshot, one round trip): what every step's context reads."""
+        return await self._read(lambda conn: more.active_and_constraints(conn, session_id))
+
     async def search_history(
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
     ) -> list[StoredMessage]:

@@ -135,6 +135,21 @@ class ContextAssembler:
         self._preambles[key] = (stamp, text, tokens)
         return text, tokens
 
+    async def _read(
+        self, session_id: str, summary: Summary | None, constraints: tuple[Constraint, ...] | None
+    ) -> tuple[Summary | None, tuple[Constraint, ...]]:
+        """The active summary and the constraints, unless given; in one read when the
+        store offers it (PostgreSQL: one round trip)."""
+        both = getattr(self.store, "summary_and_constraints", None)
+        if summary is None and constraints is None and both is not None:
+            found, listed = await both(session_id)
+            return found, tuple(listed)
+        if summary is None:
+            summary = await self.store.get_summary(session_id)
+        if constraints is None:
+            constraints = tuple(await self.store.list_constraints(session_id))
+        return summary, constraints
+
     async def build(
         self,
         session_id: str,
@@ -151,10 +166,8 @@ class ContextAssembler:
         """The context for ``history`` (the session's whole history, in order). The active
         summary and constraints are read from the store unless given."""
         meter = profile.meter
-        summary = summary or await self.store.get_summary(session_id)
+        summary, constraints = await self._read(session_id, summary, constraints)
         summary = summary if summary and summary_applies(summary, history) else None
-        if constraints is None:
-            constraints = tuple(await self.store.list_constraints(session_id))
         ledger = self.ledger(session_id, meter, history)
         start = 0 if summary is None else summary.covered_through_seq
         preamble, preamble_tokens = self._preamble(session_id, meter, constraints, summary)
