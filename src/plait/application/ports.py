@@ -52,8 +52,6 @@ __all__ = [
     "WorkspaceSnapshots",
 ]
 
-# --- models ---------------------------------------------------------------------------------
-
 ModelRole = Literal["assistant", "reviewer", "summarizer"]
 
 
@@ -139,9 +137,6 @@ class TokenMeter(Protocol):
     def count_tools(self, tools: tuple[ToolSpec, ...]) -> int: ...
 
 
-# --- tools ----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolInvocation:
     """One execution of a validated, recorded call."""
@@ -193,9 +188,6 @@ class Tool:
     idempotent. Recorded with the call when it is requested, so recovery uses it."""
 
 
-# --- time and ids ---------------------------------------------------------------------------
-
-
 class Clock(Protocol):
     def now(self) -> float:
         """Wall-clock time, seconds since the epoch (UTC)."""
@@ -210,9 +202,6 @@ class IdGenerator(Protocol):
     def new(self, prefix: str) -> str:
         """A fresh id like ``msg_01J...``; unique across processes."""
         ...
-
-
-# --- storage --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,17 +287,14 @@ class SessionStore(Protocol):
 
 
 class QueuedCommits(Protocol):
-    """A store that applies its writes in the order they were submitted (one I/O thread
-    per store): a commit can be queued behind another before that one is durable."""
+    """A store applying writes in submission order: a commit may queue behind another."""
 
     def commit_soon(
         self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
     ) -> asyncio.Future[CommitResult]:
-        """Queue ``commit`` now (before the caller next yields); every write submitted
-        later is applied after it. The future resolves once it is durable (or failed).
-        ``after`` runs once it is durable, before anything submitted later is applied (a
-        test's crash hook). ``hold``: its result may be handed back together with the next
-        write's, when that one is already queued (one wake-up for both)."""
+        """Queue ``commit`` now; later writes apply after it. ``after`` runs once it is
+        durable, before them (a test's crash hook); ``hold``: its result may come back
+        with the next write's (one wake-up for both)."""
         ...
 
 
@@ -405,9 +391,6 @@ class SummaryStore(Protocol):
         ...
 
 
-# --- forks ----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForkCommit:
     """One atomic fork: create ``branch`` (empty, idle, with its fork origin), give it the
@@ -458,9 +441,6 @@ class WorkspaceSnapshots(Protocol):
     def discard(self, snapshot: WorkspaceSnapshot) -> None:
         """Remove the worktree and the ref of a snapshot no branch uses."""
         ...
-
-
-# --- service mode ---------------------------------------------------------------------------
 
 
 class RunQueue(Protocol):
