@@ -46,18 +46,36 @@ log = logging.getLogger("plait.agent")
 
 @dataclass(slots=True)
 class _Pending:
-    """A run's commit in flight (:meth:`RunJournal.commit_behind`)."""
+    """A run's commit in flight (:meth:`RunJournal.commit_behind`): sent to the store at
+    the run's next suspension, unless the run's next commit comes first and takes it in."""
 
-    future: asyncio.Future[CommitResult]
-    first: int
+    expected: int
+    """The session version it expects."""
     messages: tuple[Message, ...]
+    executions: tuple[ExecutionRecord, ...]
     point: str
     queued: bool
     """On a :class:`QueuedCommits` store: later commits may be queued behind it, and its
     checkpoint is hit by the store as soon as it is durable."""
+    future: asyncio.Future[CommitResult] | None = None
+    """None until sent."""
+    send: asyncio.Handle | None = None
+    """The scheduled send (while not sent)."""
     events: list[RunEvent] = field(default_factory=list)
     landed: bool = False
     """Durable, and its events told."""
+
+    @property
+    def first(self) -> int:
+        return self.expected + 1
+
+    def takes(self, executions: tuple[ExecutionRecord, ...]) -> bool:
+        """Whether a commit with ``executions`` may carry this one along: not sent yet,
+        and no execution record of both (a record is checked against its stored state)."""
+        if self.future is not None:
+            return False
+        mine = {e.key for e in self.executions}
+        return not any(e.key in mine for e in executions)
 
 
 def _seen(future: asyncio.Future[CommitResult]) -> None:
@@ -144,14 +162,20 @@ class RunJournal:
         run: Run | None = None,
         executions: tuple[ExecutionRecord, ...] = (),
     ) -> None:
-        """Write one commit for the run, applied after the one still in flight (if any):
-        queued behind it at once on a :class:`QueuedCommits` store (which applies writes
-        in order), else once it is durable. Either way that one's failure is raised
-        first, and this one cannot land without it (it expects the version that one
-        makes). A process whose heartbeat found the lease lost stops here, before
-        writing, with a clear message."""
+        """Write one commit for the run, applied after the one in flight (if any). If that
+        one is not sent yet (the run has not suspended since: the model answered at once),
+        both go as one commit, one transaction: the first is then durable exactly when
+        this one is, and nothing ran in between. Else this one is queued behind it at once
+        on a :class:`QueuedCommits` store (which applies writes in order), or sent once it
+        is durable. Either way that one's failure is raised first, and this one cannot
+        land without it (it expects the version that one makes). A process whose
+        heartbeat found the lease lost stops here, before writing, with a clear message."""
         pending = self._pending.get(a.run.id)
+        if pending is not None and not a.lease_lost and pending.takes(executions):
+            await self._commit_with(a, pending, messages, run, executions)
+            return
         if pending is not None and pending.queued:
+            self._send_now(a, pending)  # it was fenced when it was made
             self._check_lease(a)
             assert self._queue is not None
             behind = self._queue.commit_soon(self._commit_of(a, messages, run, executions))
@@ -164,6 +188,38 @@ class RunJournal:
             result = await self.store.commit(self._commit_of(a, messages, run, executions))
         if run is not None:
             a.run = run
+        first = a.version + 1
+        a.version = result.version
+        a.history.extend(messages)
+        self._saved(a, first, messages, result)
+
+    async def _commit_with(
+        self,
+        a: ActiveRun,
+        pending: _Pending,
+        messages: tuple[Message, ...],
+        run: Run | None,
+        executions: tuple[ExecutionRecord, ...],
+    ) -> None:
+        """:meth:`commit`, carrying the commit in flight that was not sent yet."""
+        if pending.send is not None:
+            pending.send.cancel()
+        del self._pending[a.run.id]
+        commit = Commit(
+            session_id=a.session.id,
+            expected_version=pending.expected,
+            messages=pending.messages + messages,
+            run=run,
+            executions=pending.executions + executions,
+            lease_owner=self.owner,
+        )
+        result = await self.store.commit(commit)
+        pending.landed = True
+        if run is not None:
+            a.run = run
+        self._saved(a, pending.first, pending.messages, result)
+        for event in pending.events:
+            self._deliver(a, event)
         first = a.version + 1
         a.version = result.version
         a.history.extend(messages)
@@ -187,24 +243,55 @@ class RunJournal:
         point: str,
     ) -> None:
         """Start a commit the run need not wait for yet (a tool result: the next model
-        call is no side effect). The history takes the messages at once; the commit is
+        call is no side effect). The history takes the messages at once. The commit is
+        sent as soon as the run suspends (so it is written while the model works), unless
+        the run's next commit comes first and carries it (see :meth:`commit`). It is
         durable, its events are told and checkpoint ``point`` is hit when :meth:`durable`
         sees it done, which every later commit and every tool execution awaits first (its
-        failure stops the run there, as if it had been awaited at once)."""
+        failure stops the run there, as if it had been awaited at once).
+
+        With a crash hook (tests), it is sent at once and never carried: every persistence
+        point of the crash matrix then exists. Carrying only removes the state between
+        two commits (both land in one transaction), it never makes a new one."""
         if a.run.id in self._pending:
             raise RuntimeError(f"run {a.run.id}: a commit is already in flight")
         self._check_lease(a)
-        commit = self._commit_of(a, messages, None, executions)
-        future: asyncio.Future[CommitResult]
-        if self._queue is not None:
-            hook = None if self._checkpoint is None else functools.partial(self.hit, point)
-            future = self._queue.commit_soon(commit, after=hook, hold=True)
-        else:
-            future = asyncio.ensure_future(self.store.commit(commit))
-        pending = _Pending(future, a.version + 1, messages, point, self._queue is not None)
+        pending = _Pending(a.version, messages, executions, point, self._queue is not None)
         self._pending[a.run.id] = pending
         a.version += len(messages)
         a.history.extend(messages)
+        if self._checkpoint is None:
+            pending.send = asyncio.get_running_loop().call_soon(self._send_now, a, pending)
+        else:
+            self._send_now(a, pending)
+
+    def _send_now(self, a: ActiveRun, pending: _Pending) -> None:
+        """Send the commit in flight to the store (if not sent yet)."""
+        if pending.future is not None:
+            return
+        if pending.send is not None:
+            pending.send.cancel()
+            pending.send = None
+        commit = Commit(
+            session_id=a.session.id,
+            expected_version=pending.expected,
+            messages=pending.messages,
+            executions=pending.executions,
+            lease_owner=self.owner,
+        )
+        future: asyncio.Future[CommitResult]
+        try:
+            if self._queue is not None:
+                hook = None
+                if self._checkpoint is not None:
+                    hook = functools.partial(self.hit, pending.point)
+                future = self._queue.commit_soon(commit, after=hook, hold=True)
+            else:
+                future = asyncio.ensure_future(self.store.commit(commit))
+        except Exception as e:  # raised by durable(), like any failure of this commit
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(e)
+        pending.future = future
         # Its events are told as soon as it lands (a model call may still be running).
         future.add_done_callback(lambda _: self._landed(a, pending))
 
@@ -212,7 +299,13 @@ class RunJournal:
         """The commit in flight is durable: its events, then those held back behind it.
         (A failure is left for :meth:`durable` to raise.)"""
         f = pending.future
-        if pending.landed or not f.done() or f.cancelled() or f.exception() is not None:
+        if (
+            f is None
+            or pending.landed
+            or not f.done()
+            or f.cancelled()
+            or f.exception() is not None
+        ):
             return
         pending.landed = True
         self._saved(a, pending.first, pending.messages, f.result())
@@ -227,6 +320,8 @@ class RunJournal:
         pending = self._pending.get(a.run.id)
         if pending is None:
             return
+        self._send_now(a, pending)
+        assert pending.future is not None
         try:
             await pending.future
             self._landed(a, pending)
