@@ -145,7 +145,7 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
     from plait.adapters.http.events import encode_event
-    from plait.adapters.http.server import configure_logging
+    from plait.adapters.http.server import configure_logging, run_async
     from plait.application.worker import Worker
 
     configure_logging("warning")
@@ -162,7 +162,7 @@ def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
         await worker.run(stop)
         await rt.close()
 
-    asyncio.run(go())
+    run_async(go())  # as `plait worker` runs
 
 
 # --- a light HTTP client ----------------------------------------------------------------------

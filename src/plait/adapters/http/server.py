@@ -29,12 +29,14 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from plait.domain.errors import ConfigError
+
+T = TypeVar("T")
 
 __all__ = [
     "ENV_HELP",
@@ -277,6 +279,17 @@ def serve(settings: Settings) -> None:
         timeout_graceful_shutdown=int(settings.grace_seconds),
     )
     uvicorn.Server(config).run()
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on uvloop where it is installed (less CPU per await and per socket
+    event: a worker's cost is mostly its event loop and its store I/O), else on the
+    standard loop. ``plait serve`` gets the same through uvicorn's ``loop="auto"``."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 async def run_worker(settings: Settings) -> dict[str, Any]:
