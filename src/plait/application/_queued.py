@@ -2,6 +2,9 @@
 
 :func:`queued` builds the commit that stores a user message with a ``queued`` run.
 
+:func:`begin_claimed`: a run a worker claimed, in hand and persisted as ``running``
+(already so when the queue started it, :class:`~plait.application.claiming.ClaimedRun`).
+
 :func:`take_claimed`: the queue's claim (``RunQueue.claim_queued_run``) already gave the
 run's lease to this process, so claiming it again (as :meth:`RunDriver.take_over` does for
 a run found some other way) would only cost a round trip. The run's next commit is fenced
@@ -13,15 +16,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from plait.application._journal import RunJournal
 from plait.application._run_state import ActiveRun
+from plait.application.claiming import ClaimedRun
 from plait.application.driver import RunDriver
 from plait.application.events import RunObserver
-from plait.application.ports import Commit, IdGenerator, TextSink
+from plait.application.ports import Clock, Commit, IdGenerator, TextSink
 from plait.domain.messages import UserMessage
 from plait.domain.runs import Budget, Run, RunStatus
 from plait.domain.session import Session
 
-__all__ = ["queued", "take_claimed"]
+__all__ = ["begin_claimed", "queued", "take_claimed"]
 
 
 def queued(
@@ -53,3 +58,30 @@ async def take_claimed(
     running = replace(run, status=RunStatus.RUNNING, error=None)
     history = [s.message for s in stored]
     return driver.activate(running, session, session.version, history, observer, on_text)
+
+
+async def begin_claimed(
+    driver: RunDriver,
+    journal: RunJournal,
+    clock: Clock,
+    run: Run | ClaimedRun,
+    *,
+    model: tuple[str, str | None],
+    observer: RunObserver | None,
+    on_text: TextSink | None,
+) -> ActiveRun:
+    """The claimed run in hand, persisted as ``running`` with ``model`` (name, spec) and
+    its deadline: from here on a dead worker's run is recovered. A
+    :class:`ClaimedRun` was persisted so by its claim (nothing is written here)."""
+    if isinstance(run, ClaimedRun):
+        history = [s.message for s in run.history]
+        a = driver.activate(run.run, run.session, run.session.version, history, observer, on_text)
+        return a
+    a = await take_claimed(driver, run, observer=observer, on_text=on_text)
+    window = a.run.budget.deadline_seconds  # counted from when a worker starts it
+    deadline_at = None if window is None else clock.now() + window
+    a.run = replace(a.run, model=model[0], model_spec=model[1], deadline_at=deadline_at)
+    if window is not None:
+        a.deadline = clock.monotonic() + window
+    await journal.commit(a, (), run=a.run)
+    return a

@@ -18,10 +18,11 @@ from dataclasses import replace
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
-from plait.application._queued import queued, take_claimed
+from plait.application._queued import begin_claimed, queued
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
+from plait.application.claiming import ClaimedRun
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
@@ -286,24 +287,19 @@ class AgentService:
 
     async def execute(
         self,
-        run: Run,
+        run: Run | ClaimedRun,
         *,
         observer: RunObserver | None = None,
         on_text: TextSink | None = None,
     ) -> RunResult:
         """Drive a queued run this process claimed (its lease owner is :attr:`owner`)
-        from its user message on, as recovery would."""
+        from its user message on, as recovery would; a :class:`ClaimedRun` was already
+        persisted as ``running`` by its claim."""
         model = self.model
-        a = await take_claimed(self.driver, run, observer=observer, on_text=on_text)
-        window = a.run.budget.deadline_seconds  # counted from when a worker starts it
-        deadline_at = None if window is None else self.clock.now() + window
-        a.run = replace(
-            a.run, model=model.name, model_spec=self.models.spec, deadline_at=deadline_at
-        )
-        if window is not None:
-            a.deadline = self.clock.monotonic() + window
-        # Persist "running" first: from here on a dead worker's run is recovered.
-        await self.journal.commit(a, (), run=a.run)
+        a = await begin_claimed(
+            self.driver, self.journal, self.clock, run, model=(model.name, self.models.spec),
+            observer=observer, on_text=on_text,
+        )  # fmt: skip
         self.journal.emit(a, RunStarted(a.run))
         try:  # the API process may have had no model (or another one) to check it with
             check_cost_ceiling(model, a.run.budget.max_cost_usd, self.models.spec)

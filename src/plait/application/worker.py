@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from plait.application.claiming import ClaimedRun, StartingQueue
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
@@ -175,14 +176,24 @@ class Worker:
 
     async def _claim_while_free(self, stop: asyncio.Event) -> None:
         while len(self._tasks) < self.concurrency and not stop.is_set():
-            now = self.service.clock.now()
-            run = await self.queue.claim_queued_run(
-                owner=self.owner, now=now, expires_at=now + self.service.lease_seconds
-            )
+            run = await self._claim()
             if run is None:
                 return
             self.stats.claimed += 1
             self._spawn(run, recover=False)
+
+    async def _claim(self) -> Run | ClaimedRun | None:
+        """The next queued run; started in the same write when the queue can do that
+        (:class:`StartingQueue`) and this worker has a model to record on it."""
+        now = self.service.clock.now()
+        expires_at = now + self.service.lease_seconds
+        if isinstance(self.queue, StartingQueue) and self.service.caller.has_model:
+            model = self.service.model
+            return await self.queue.claim_and_start_run(
+                owner=self.owner, now=now, expires_at=expires_at, model=model.name,
+                model_spec=self.service.models.spec,
+            )  # fmt: skip
+        return await self.queue.claim_queued_run(owner=self.owner, now=now, expires_at=expires_at)
 
     async def _recover_stale(self) -> None:
         try:
@@ -207,17 +218,19 @@ class Worker:
             for w in waiters:
                 w.cancel()
 
-    def _spawn(self, run: Run, *, recover: bool) -> None:
-        task = asyncio.create_task(self._drive(run, recover=recover))
-        self._tasks[run.id] = task
+    def _spawn(self, claimed: Run | ClaimedRun, *, recover: bool) -> None:
+        task = asyncio.create_task(self._drive(claimed, recover=recover))
+        run_id = claimed.run.id if isinstance(claimed, ClaimedRun) else claimed.id
+        self._tasks[run_id] = task
 
         def done(_: asyncio.Task[None]) -> None:
-            self._tasks.pop(run.id, None)
+            self._tasks.pop(run_id, None)
             self._wake.set()
 
         task.add_done_callback(done)
 
-    async def _drive(self, run: Run, *, recover: bool) -> None:
+    async def _drive(self, claimed: Run | ClaimedRun, *, recover: bool) -> None:
+        run = claimed.run if isinstance(claimed, ClaimedRun) else claimed
         ids = {"run_id": run.id, "session_id": run.session_id, "worker": self.owner}
         observer = self._sink.observer(run.id)
         on_text = self._sink.text_sink(run.id)
@@ -234,7 +247,7 @@ class Worker:
                 status = result.run.status.value
             else:
                 log.info("run claimed", extra=ids)
-                result = await self.service.execute(run, observer=observer, on_text=on_text)
+                result = await self.service.execute(claimed, observer=observer, on_text=on_text)
                 status = result.run.status.value
         except PlaitError as e:
             log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})

@@ -10,9 +10,10 @@ the routing's ``ExceptionMiddleware``), answers the request and returns normally
 nothing escapes. The exception is logged once, as a structured record with the run,
 session and approval ids the request named (path parameters, or the error's details).
 
-A failure after the response started (a broken event stream) cannot be answered any
-more: it is logged the same way and re-raised, and the server ends that connection,
-which is the only honest end of a half-sent body.
+A failure after the response started cannot be answered any more: it is logged the same
+way and re-raised, and the server ends that connection, which is the only honest end of a
+half-sent body. (The run event stream does better: it ends itself with an ``error`` event,
+see :mod:`plait.adapters.http.sse`.)
 """
 
 from __future__ import annotations

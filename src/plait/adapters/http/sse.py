@@ -1,19 +1,27 @@
 """The run event stream: persisted events after the client's last one, then live ones
 as any worker persists them, ending after ``run_finished``. New events are always read
 from the store by sequence (so resuming and crossing processes and machines need nothing
-more); a :class:`~plait.application.event_feed.RunEventFeed` only says when to read."""
+more); a :class:`~plait.application.event_feed.RunEventFeed` only says when to read.
+
+A failure once the stream has started (the response's status is sent) cannot become an
+error response any more: the stream ends with an ``error`` event carrying the one error
+shape (no ``id``: a client resumes with the last event it got) and a properly ended body,
+and the failure is logged with the run's id."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 
+from plait.adapters.http._errors import error_body, status_and_body
 from plait.adapters.http.events import sse_frame
 from plait.adapters.shapes import run_json
 from plait.application.event_feed import RunEventFeed
 from plait.application.ports import RunQueue, SessionStore
+from plait.domain.errors import PlaitError
 from plait.domain.service import EventType
 
 __all__ = ["event_stream"]
@@ -22,8 +30,45 @@ KEEPALIVE_S = 15.0
 SETTLE_S = 2.0
 """After the run is terminal, how long to wait for its worker's last events."""
 
+log = logging.getLogger("plait.http")
+
 
 async def event_stream(
+    queue: RunQueue,
+    store: SessionStore,
+    run_id: str,
+    after: int,
+    *,
+    feed: RunEventFeed | None = None,
+    poll_min_s: float = 0.02,
+    poll_max_s: float = 0.25,
+) -> AsyncIterator[str]:
+    """The stream of :func:`_events`, ended by an ``error`` event if it fails."""
+    try:
+        async for frame in _events(
+            queue, store, run_id, after, feed=feed, poll_min_s=poll_min_s, poll_max_s=poll_max_s
+        ):
+            yield frame
+    except Exception as e:
+        yield _failed(run_id, e)
+
+
+def _failed(run_id: str, e: Exception) -> str:
+    """Log the failure; the ``error`` frame that ends the stream."""
+    status, body = status_and_body(e) if isinstance(e, PlaitError) else (500, None)
+    extra = {"run_id": run_id, "code": getattr(e, "code", "internal")}
+    if status >= 500:
+        trace = (type(e), e, e.__traceback__)
+        log.error("run event stream failed: %s: %s", type(e).__name__, e, exc_info=trace,
+                  extra=extra)  # fmt: skip
+        message = "the server could not continue the stream; reconnect with Last-Event-ID"
+        body = error_body("internal", message)
+    else:
+        log.warning("run event stream ended: %s", e, extra=extra)
+    return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+async def _events(
     queue: RunQueue,
     store: SessionStore,
     run_id: str,

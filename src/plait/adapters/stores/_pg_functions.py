@@ -15,7 +15,7 @@ the raise rolls the whole statement back, so nothing of a refused commit is writ
 
 from __future__ import annotations
 
-__all__ = ["COMMIT_FUNCTION"]
+__all__ = ["CLAIM_FUNCTION", "COMMIT_FUNCTION"]
 
 COMMIT_FUNCTION = """
 CREATE FUNCTION plait_commit(
@@ -135,5 +135,55 @@ BEGIN
         END IF;
     END LOOP;
     o_version := p_expected + coalesce(array_length(m_id, 1), 0);
+END
+$$"""
+
+# ``plait_claim`` (migration 7): a worker's claim of a queued run, the run's "running"
+# write and the read of its session and history in one statement (see
+# plait.application.claiming). The oldest free queued run is locked with SKIP LOCKED (two
+# workers never wait on or share one), set running with the worker's lease, model and
+# deadline (``data`` is the run's JSON: the model fields are set in it), then the session
+# and its messages are read in a new statement (under READ COMMITTED it sees everything
+# committed before). One row per message, the run and session columns repeated on each.
+CLAIM_FUNCTION = """
+CREATE FUNCTION plait_claim(
+    p_owner text, p_now float8, p_expires float8, p_model text, p_spec text
+) RETURNS TABLE (
+    o_id text, o_session text, o_status text, o_started float8, o_lease_owner text,
+    o_lease_expires float8, o_cancel boolean, o_data text,
+    o_created float8, o_owner text, o_workspace text, o_active text, o_parent text,
+    o_point text, o_title text,
+    o_seq integer, o_kind text, o_mid text, o_text bytea, o_at float8, o_run text,
+    o_step integer, o_call text, o_name text, o_mstatus text, o_extra text, o_schema integer
+) LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    UPDATE runs AS u SET status = 'running', lease_owner = p_owner,
+        lease_expires_at = p_expires,
+        data = (u.data::jsonb || jsonb_build_object(
+            'model', p_model, 'model_spec', p_spec,
+            'deadline_at', p_now + (u.data::jsonb #>> '{budget,deadline_seconds}')::float8
+        ))::text
+    WHERE u.id = (SELECT q.id FROM runs AS q WHERE q.status = 'queued'
+                  AND (q.lease_owner IS NULL OR q.lease_expires_at <= p_now)
+                  ORDER BY q.started_at, q.ord LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING u.id, u.session_id, u.status, u.started_at, u.lease_owner,
+        u.lease_expires_at, u.cancel_requested, u.data INTO r;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.session_id, r.status, r.started_at, r.lease_owner, r.lease_expires_at,
+        r.cancel_requested, r.data,
+        s.created_at, s.owner, s.workspace, s.active_run_id, s.parent_session_id,
+        s.fork_point_message_id, s.title,
+        sm.seq, m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name,
+        m.status, m.extra, m.schema_version
+    FROM sessions AS s
+    LEFT JOIN session_messages AS sm ON sm.session_id = s.id
+    LEFT JOIN messages AS m ON m.pk = sm.message_pk
+    WHERE s.id = r.session_id
+    ORDER BY sm.seq;
 END
 $$"""

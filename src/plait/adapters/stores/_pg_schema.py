@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait.adapters.stores import _pg_sql as q
-from plait.adapters.stores._pg_functions import COMMIT_FUNCTION
+from plait.adapters.stores._pg_functions import CLAIM_FUNCTION, COMMIT_FUNCTION
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.domain.errors import (
     ConfigError,
@@ -129,6 +129,8 @@ MIGRATIONS += (
     (OWNER_INDEX_PG,),
     # 6: a commit in one statement (one round trip, see _pg_functions).
     (COMMIT_FUNCTION,),
+    # 7: a worker's claim, its run's "running" write and history read in one statement.
+    (CLAIM_FUNCTION,),
 )
 
 LATEST = len(MIGRATIONS)

@@ -19,9 +19,19 @@ from plait.adapters.stores._service_rows import (
     key_from_row,
     key_row,
 )
+from plait.adapters.stores._sqlite_rows import decode_messages, run_from_row, session_from_row
+from plait.application.claiming import ClaimedRun
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 
-__all__ = ["CHANNEL", "add_key", "append_batch", "claim_queued", "find_key", "read_events"]
+__all__ = [
+    "CHANNEL",
+    "add_key",
+    "append_batch",
+    "claim_queued",
+    "claim_started",
+    "find_key",
+    "read_events",
+]
 
 Conn = Any
 
@@ -31,6 +41,7 @@ _CLAIM = (
     "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord LIMIT 1 "
     f"FOR UPDATE SKIP LOCKED) RETURNING {RUN_COLS}"
 )
+_CLAIM_STARTED = "SELECT * FROM plait_claim(%s, %s, %s, %s, %s)"
 CHANNEL = "plait_run_events"
 """``NOTIFY`` channel: one ``"<run_id> <last seq>"`` payload per run and committing write."""
 # One statement, so one implicit transaction: number each run's new events after its last
@@ -69,6 +80,23 @@ _FIND_KEY = "SELECT id, principal, role, key_hash, created_at FROM api_keys WHER
 async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) -> Any:
     """One statement: atomic in autocommit or inside a transaction."""
     return await (await conn.execute(_CLAIM, (owner, expires_at, now))).fetchone()
+
+
+async def claim_started(
+    conn: Conn, owner: str, now: float, expires_at: float, model: str, spec: str | None
+) -> ClaimedRun | None:
+    """One statement (``plait_claim``, see :mod:`._pg_functions`): in autocommit its own
+    durable transaction."""
+    params = (owner, now, expires_at, model, spec)
+    rows = await (await conn.execute(_CLAIM_STARTED, params)).fetchall()
+    if not rows:
+        return None
+    first = rows[0]
+    stored = [(*r[15:18], r[18].decode(), *r[19:]) for r in rows if r[15] is not None]
+    version = stored[-1][0] if stored else 0
+    session = session_from_row((first[1], *first[8:11], version, *first[11:15]))
+    history = tuple(decode_messages(stored))
+    return ClaimedRun(run=run_from_row(first[:8]), session=session, history=history)
 
 
 async def append_batch(

@@ -49,6 +49,7 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
+from plait.application.claiming import ClaimedRun
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
@@ -300,6 +301,15 @@ class PostgresStore:
         # round trips for the claim the workers make most often.
         row = await self._read(lambda conn: service.claim_queued(conn, owner, now, expires_at))
         return None if row is None else run_from_row(row)
+
+    async def claim_and_start_run(
+        self, *, owner: str, now: float, expires_at: float, model: str, model_spec: str | None
+    ) -> ClaimedRun | None:
+        # The claim, the run's "running" write and the history read in one statement (its
+        # own durable transaction in autocommit): see plait.application.claiming.
+        return await self._read(
+            lambda conn: service.claim_started(conn, owner, now, expires_at, model, model_spec)
+        )
 
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent]

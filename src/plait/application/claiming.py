@@ -1,0 +1,42 @@
+"""Port of a run queue that starts the runs it hands out (service mode, DESIGN §9).
+
+:class:`~plait.application.ports.RunQueue.claim_queued_run` only leases a queued run; the
+worker then reads the session and its history and persists the run as ``running`` (three
+more round trips, one of them a durable write). A store that offers
+:class:`StartingQueue` does all of it in one durable write: the run it returns is already
+``running`` in the store, with the worker's lease, model and deadline recorded, so a
+worker that dies right after the claim leaves a run that recovery picks up, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from plait.domain.runs import Run
+from plait.domain.session import Session, StoredMessage
+
+__all__ = ["ClaimedRun", "StartingQueue"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """A queued run taken and persisted as ``running``, with its session and history as
+    they were right after the claim (the session's version is its last message's seq)."""
+
+    run: Run
+    session: Session
+    history: tuple[StoredMessage, ...]
+
+
+@runtime_checkable
+class StartingQueue(Protocol):
+    async def claim_and_start_run(
+        self, *, owner: str, now: float, expires_at: float, model: str, model_spec: str | None
+    ) -> ClaimedRun | None:
+        """Atomically, in one durable write: take the oldest free ``queued`` run (as
+        ``claim_queued_run``), set its status to ``running``, its lease to ``owner`` until
+        ``expires_at``, its ``model`` and ``model_spec``, and its ``deadline_at`` to
+        ``now`` plus its budget's ``deadline_seconds`` (none without one). ``None`` if no
+        run is free."""
+        ...
