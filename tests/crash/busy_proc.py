@@ -21,8 +21,9 @@ from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.service import AgentService
 from plait.domain.runs import Budget
-from plait.domain.tools import EffectClass, ToolSpec
+from plait.domain.tools import EffectClass
 from plait.testing import ScriptedModel
+from tests.crash.agent_proc import spec
 
 LEASE_SECONDS = 30.0
 """Long: recovery takes the run over with ``force`` once the process is known dead."""
@@ -53,22 +54,11 @@ def tools(case_dir: Path) -> list[Tool]:
             f.write(line + "\n")
         return ToolOutput(content=f"appended {line!r}")
 
-    def spec(name: str, arg: str, effect: EffectClass) -> ToolSpec:
-        return ToolSpec(
-            name=name,
-            description=name,
-            parameters={
-                "type": "object",
-                "properties": {arg: {"type": "string"}},
-                "required": [arg],
-                "additionalProperties": False,
-            },
-            effect=effect,
-        )
-
     return [
-        Tool(spec=spec("read_config", "name", EffectClass.READ_ONLY), execute=read_config),
-        Tool(spec=spec("append_line", "line", EffectClass.SIDE_EFFECT), execute=append_line),
+        Tool(spec=spec("read_config", "name", EffectClass.READ_ONLY, "read"), execute=read_config),
+        Tool(
+            spec=spec("append_line", "line", EffectClass.SIDE_EFFECT, "append"), execute=append_line
+        ),
     ]
 
 
