@@ -106,6 +106,21 @@ def prepare(case_dir: Path) -> None:
 # --- tools and model ------------------------------------------------------------------------
 
 
+def spec(name: str, arg: str, effect: EffectClass, what: str) -> ToolSpec:
+    """A tool taking one string argument ``arg``."""
+    return ToolSpec(
+        name=name,
+        description=what,
+        parameters={
+            "type": "object",
+            "properties": {arg: {"type": "string"}},
+            "required": [arg],
+            "additionalProperties": False,
+        },
+        effect=effect,
+    )
+
+
 def _tools(case_dir: Path, role: str) -> list[Tool]:
     reads_log = case_dir / "reads.log"
 
@@ -122,19 +137,6 @@ def _tools(case_dir: Path, role: str) -> list[Tool]:
         with (Path(invocation.workspace) / "effects.txt").open("a") as f:
             f.write(line + "\n")
         return ToolOutput(content=f"appended {line!r} to effects.txt")
-
-    def spec(name: str, arg: str, effect: EffectClass, what: str) -> ToolSpec:
-        return ToolSpec(
-            name=name,
-            description=what,
-            parameters={
-                "type": "object",
-                "properties": {arg: {"type": "string"}},
-                "required": [arg],
-                "additionalProperties": False,
-            },
-            effect=effect,
-        )
 
     return [
         Tool(
