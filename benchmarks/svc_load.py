@@ -138,9 +138,15 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
     rt = _runtime(db, ledger, with_model=in_process > 0, lease=lease)
     app = create_app(context_for(rt, _settings(db, serve_workers=in_process)))
     uvicorn.run(
-        app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-        timeout_keep_alive=120, backlog=4096,
-    )  # fmt: skip
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=120,
+        backlog=4096,
+        loop="asyncio",
+    )  # fmt: skip  (as `plait serve` runs)
 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:

@@ -277,6 +277,7 @@ def serve(settings: Settings) -> None:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=int(settings.grace_seconds),
+        loop="asyncio",  # not uvloop (see run_async): the API's streams are tested on this
     )
     uvicorn.Server(config).run()
 
@@ -284,7 +285,8 @@ def serve(settings: Settings) -> None:
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on uvloop where it is installed (less CPU per await and per socket
     event: a worker's cost is mostly its event loop and its store I/O), else on the
-    standard loop. ``plait serve`` gets the same through uvicorn's ``loop="auto"``."""
+    standard loop. Workers only: ``plait serve`` stays on the standard loop (its event
+    streams' fallback to polling stalled on uvloop under load)."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
