@@ -4,7 +4,7 @@ resolution bring it to its end with the history whole and no side effect repeate
 
 The crash matrix (``test_crash_recovery``) kills at every persistence point with commits
 kept apart; this kills wherever the run happens to be once it has applied some side
-effects, several times over a long run."""
+effects, several times over a long run, on SQLite, JSONL and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from plait.domain.messages import AssistantMessage, ToolResultMessage, ToolStatu
 from plait.domain.runs import RunStatus
 from plait.domain.session import StoredMessage
 from tests.crash import busy_proc
+from tests.pg import empty_database
 
 STEPS = 300
 """150 side effects and 150 reads, then the answer."""
@@ -83,15 +84,25 @@ async def _recover_to_the_end(case: Path, url: str) -> tuple[RunStatus, list[Sto
     return status, history, unknown
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def _url(kind: str, case: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{case / 'store.db'}"
+    if kind == "jsonl":
+        return f"jsonl:///{case / 'store'}"
+    url: str = request.getfixturevalue("pg_url")
+    empty_database(url)
+    return url
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgres"])
 @pytest.mark.parametrize("effects", [1, 40, 110])
 def test_a_run_killed_anywhere_ends_whole_with_no_effect_repeated(
-    kind: str, effects: int, tmp_path: Path
+    kind: str, effects: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     case = tmp_path
     (case / "workspace").mkdir()
     (case / "workspace" / "config.toml").write_text("version = 2\n")
-    url = f"sqlite:///{case / 'store.db'}" if kind == "sqlite" else f"jsonl:///{case / 'store'}"
+    url = _url(kind, case, request)
     _kill_after(case, url, effects, random.Random(effects).uniform(0, 0.003))
     at_kill = len(_lines(case / "workspace" / "effects.txt"))
     assert at_kill < STEPS // 2, "killed too late: the run had finished its effects"

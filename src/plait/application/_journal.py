@@ -201,10 +201,12 @@ class RunJournal:
         run: Run | None,
         executions: tuple[ExecutionRecord, ...],
     ) -> None:
-        """:meth:`commit`, carrying the commit in flight that was not sent yet."""
+        """:meth:`commit`, carrying the commit in flight that was not sent yet. That one
+        stays registered until both landed: events emitted meanwhile keep their place
+        after its messages, and :meth:`durable` waits for the carrying commit."""
         if pending.send is not None:
             pending.send.cancel()
-        del self._pending[a.run.id]
+            pending.send = None
         commit = Commit(
             session_id=a.session.id,
             expected_version=pending.expected,
@@ -213,13 +215,19 @@ class RunJournal:
             executions=pending.executions + executions,
             lease_owner=self.owner,
         )
-        result = await self.store.commit(commit)
-        pending.landed = True
+        if self._queue is not None:
+            future = self._queue.commit_soon(commit)
+        else:
+            future = asyncio.ensure_future(self.store.commit(commit))
+        pending.future = future
+        try:
+            result = await future
+        finally:
+            if self._pending.get(a.run.id) is pending:
+                del self._pending[a.run.id]
         if run is not None:
             a.run = run
-        self._saved(a, pending.first, pending.messages, result)
-        for event in pending.events:
-            self._deliver(a, event)
+        self._landed(a, pending)  # unless durable() saw it land first
         first = a.version + 1
         a.version = result.version
         a.history.extend(messages)
