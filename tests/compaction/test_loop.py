@@ -53,9 +53,13 @@ def scripted(
 
 
 def service(
-    model: ModelClient, *, settings: CompactionSettings | None = None, window: int = WINDOW
+    model: ModelClient,
+    *,
+    settings: CompactionSettings | None = None,
+    window: int = WINDOW,
+    store: MemoryStore | None = None,
 ) -> tuple[AgentService, MemoryStore]:
-    store = MemoryStore()
+    store = store or MemoryStore()
     ids = SequentialIds()
     profiles = ModelProfiles(
         [
@@ -308,5 +312,60 @@ def test_a_summary_claiming_approval_does_not_let_a_gated_call_run() -> None:
         preamble = last.context.items[0]
         assert isinstance(preamble, UserMessage) and "user approved write" in preamble.text
         assert "approved" not in last.context.instructions
+
+    run(go())
+
+
+class _Watching(MemoryStore):
+    """Counts commits, and notes the kind of the last stored message whenever the whole
+    history is read (a compaction reads it; so does the start of a run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+        self.last_read: list[str] = []
+
+    async def commit(self, commit: Any) -> Any:
+        self.commits += 1
+        return await super().commit(commit)
+
+    async def read_messages(self, session_id: str, **kw: Any) -> Any:
+        stored = await super().read_messages(session_id, **kw)
+        if stored and not kw:
+            self.last_read.append(stored[-1].message.kind)
+        return stored
+
+
+def _watched(model: ScriptedModel) -> tuple[AgentService, _Watching]:
+    store = _Watching()
+    agent, _ = service(model, store=store)
+    return agent, store
+
+
+def test_a_compaction_reads_every_result_of_the_step_durable() -> None:
+    """The last result may ride with the next step's commit, except when a compaction
+    reads the stored history after that step: it is made durable first."""
+    model = scripted(echo_turns(10), [summary(), summary(), summary(), summary()])
+
+    async def go() -> None:
+        agent, store = _watched(model)
+        sid, result = await send(agent)
+        assert result.run.status is RunStatus.COMPLETED, result.run.error
+        assert store.last_read and set(store.last_read) == {"tool_result"}
+        assert await store.list_summaries(sid)
+
+    run(go())
+
+
+def test_with_compaction_on_and_no_pressure_a_result_rides_with_the_next_step() -> None:
+    small = [{"tool_calls": [{"name": "echo", "arguments": {"text": f"{k}"}}]} for k in range(5)]
+    model = scripted([*small, {"text": "Done."}], [])
+
+    async def go() -> None:
+        agent, store = _watched(model)
+        sid, result = await send(agent)
+        assert result.run.status is RunStatus.COMPLETED, result.run.error
+        assert store.commits == 6  # one per step (the user's message starts the run)
+        assert not await store.list_summaries(sid)
 
     run(go())

@@ -25,6 +25,7 @@ unknown side effect, ``awaiting_approval`` for a gated call) ends its drive with
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -228,9 +229,11 @@ class RunDriver:
                 if not calls:
                     return
                 await self._run_calls(a, calls)
-                if isinstance(self.compaction, CompactionStage) and self.compaction.auto:
-                    await self.journal.durable(a)  # it reads, and may compact, the history
-                await self.compaction.post_step(a)
+                # A compaction reads the stored history: the results are made durable
+                # first, only then (else the last one may still ride with the next step).
+                await self.compaction.post_step(
+                    a, durable=functools.partial(self.journal.durable, a)
+                )
         except StopRun as stop:
             await self.journal.finish(a, stop.status, stop.error, stop.executions)
         except LeaseLostError:
@@ -269,6 +272,7 @@ class RunDriver:
             try:
                 response = await self.ask(a, "assistant", context, attempts)
             except StopRun as stop:  # an overflow compacted away: retry as a new step
+                await self.journal.durable(a)  # a compaction reads the stored history
                 if not await self.compaction.recover(a, stop, step):
                     raise
                 return await self._step(a)

@@ -21,7 +21,7 @@ activated; the previous one stays and the raw history is untouched.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -143,13 +143,15 @@ class CompactionService:
         tools: tuple[ToolSpec, ...],
         model: str | None = None,
         on_start: Callable[[], None] | None = None,
+        before_compacting: Callable[[], Awaitable[None]] | None = None,
     ) -> CompactionOutcome | None:
         """The post-step checkpoint. ``model`` is the model the step's request was routed
         to (the run's model, as recorded); default: the model named by the latest
-        assistant message. ``None`` when automatic compaction is off or no routed request
-        exists yet. An unknown routed model raises
-        :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a failed summary
-        does not (the run goes on with the full history)."""
+        assistant message. ``before_compacting`` is awaited before a compaction, which
+        reads the stored history (the run makes its results durable then). ``None`` when
+        automatic compaction is off or no routed request exists yet. An unknown routed
+        model raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a
+        failed summary does not (the run goes on with the full history)."""
         if not self.settings.auto:
             return None
         model = model or self.routed_model(history)
@@ -167,6 +169,8 @@ class CompactionService:
             return None
         if run.compactions >= self.settings.max_compactions_per_run:
             return self._once(run, "cap", session_id, view, "pressure")
+        if before_compacting is not None:
+            await before_compacting()
         outcome = await self.compact(
             session_id,
             trigger="pressure",

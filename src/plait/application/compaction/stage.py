@@ -4,8 +4,10 @@
 
 - :meth:`context_for`: the assistant's context with the constraint records, the active
   summary and the raw tail;
-- :meth:`post_step`: the post-step checkpoint, called once the step's assistant message
-  and all its tool results are persisted;
+- :meth:`post_step`: the post-step checkpoint, called once the step's tool results are
+  in the run's history; its ``durable`` makes them durable, and is awaited before a
+  compaction reads the stored history (so without one the last result may still ride
+  with the next step's commit);
 - :meth:`recover`: called after a step failed. For the provider's
   ``CONTEXT_WINDOW_EXCEEDED`` it tries one shrinking compaction and says "retry" only if
   the model-visible surface generation increased; the driver then closes the failed
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from plait.application._run_state import StopRun
@@ -46,6 +48,9 @@ __all__ = ["CompactionStage", "NoCompaction", "RunView"]
 log = logging.getLogger("plait.compaction")
 
 _FALLBACK = EstimateMeter("estimate (model unconfigured)")
+
+Durable = Callable[[], Awaitable[None]]
+"""Makes the run's saved results durable (the journal's ``durable`` for the run)."""
 
 _PHASES: dict[str, Literal["activated", "failed", "skipped"]] = {
     "compacted": "activated",
@@ -108,7 +113,7 @@ class NoCompaction:
     ) -> Context[AssistantMessage]:
         return self.builder.assistant(a.history, corrections)
 
-    async def post_step(self, a: RunView) -> None:
+    async def post_step(self, a: RunView, durable: Durable | None = None) -> None:
         return None
 
     async def recover(self, a: RunView, stop: StopRun, step: int) -> bool:
@@ -224,11 +229,11 @@ class CompactionStage:
         profile.calibration.observe(state.last_measured, last.usage.input_tokens)
         state.last_measured = 0
 
-    async def post_step(self, a: RunView) -> None:
-        """After the step's assistant message and all its results are persisted. An
-        unknown routed model ends the run (``token_meter_model_unconfigured``); any other
-        failure of the compaction is reported (a ``failed`` event) and the run goes on
-        with the full history."""
+    async def post_step(self, a: RunView, durable: Durable | None = None) -> None:
+        """After the step's assistant message and all its results (``durable`` makes
+        them durable; awaited before compacting). An unknown routed model ends the run
+        (``token_meter_model_unconfigured``); any other failure of the compaction is
+        reported (a ``failed`` event) and the run goes on with the full history."""
         self.succeeded(a.run.id)
         self._calibrate(a)
         if not self.auto:
@@ -243,6 +248,7 @@ class CompactionStage:
                 tools=self.tools,
                 model=self._routed(a),
                 on_start=self._announce(a, "pressure", step),
+                before_compacting=durable,
             )
         except TokenMeterModelUnconfiguredError as e:
             raise StopRun(RunStatus.FAILED, e.code, e.message) from e
