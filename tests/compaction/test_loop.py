@@ -5,9 +5,11 @@ scripted assistant position across a compacted context."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.sqlite import SqliteStore
 from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
 from plait.application.ports import ModelCapabilities, ModelClient, ModelRequest, ModelResponse
 from plait.application.service import AgentService
@@ -57,8 +59,8 @@ def service(
     *,
     settings: CompactionSettings | None = None,
     window: int = WINDOW,
-    store: MemoryStore | None = None,
-) -> tuple[AgentService, MemoryStore]:
+    store: Any = None,
+) -> tuple[AgentService, Any]:
     store = store or MemoryStore()
     ids = SequentialIds()
     profiles = ModelProfiles(
@@ -367,5 +369,31 @@ def test_with_compaction_on_and_no_pressure_a_result_rides_with_the_next_step() 
         assert result.run.status is RunStatus.COMPLETED, result.run.error
         assert store.commits == 6  # one per step (the user's message starts the run)
         assert not await store.list_summaries(sid)
+
+    run(go())
+
+
+class _CountingSqlite(SqliteStore):
+    commits = 0
+
+    def commit_soon(self, commit: Any, **kw: Any) -> Any:
+        self.commits += 1
+        return super().commit_soon(commit, **kw)
+
+
+def test_on_sqlite_with_compaction_on_a_result_rides_with_the_next_step(tmp_path: Path) -> None:
+    """The step's context reads the summary and constraints without a hand-off to the I/O
+    thread once read, so nothing suspends the run between a result and the next step."""
+    small = [{"tool_calls": [{"name": "echo", "arguments": {"text": f"{k}"}}]} for k in range(5)]
+    model = scripted([*small, {"text": "Done."}], [])
+
+    async def go() -> None:
+        store = _CountingSqlite(tmp_path / "s.db")
+        agent, _ = service(model, store=store)
+        sid, result = await send(agent)
+        assert result.run.status is RunStatus.COMPLETED, result.run.error
+        assert store.commits == 6  # one per step
+        assert len(await store.read_messages(sid)) == 12
+        await store.close()
 
     run(go())

@@ -43,6 +43,7 @@ from plait.adapters.stores._sqlite_conn import (
     VERSION_OF,
     SqliteConnection,
 )
+from plait.adapters.stores._sqlite_context import ContextCache, data_version, read_context
 from plait.adapters.stores._sqlite_rows import (
     decode_messages,
     json_value,
@@ -139,6 +140,7 @@ class SqliteStore:
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
         self._path = Path(path)
         self._db = SqliteConnection(self._path, busy_timeout_s)
+        self._contexts = ContextCache()
 
     @classmethod
     def open(cls, path: str | Path, *, busy_timeout_s: float = 10.0) -> SqliteStore:
@@ -224,9 +226,13 @@ class SqliteStore:
         commit is durable (or fails). Calls made after it are applied after it. See
         :class:`~plait.application.ports.QueuedCommits` for ``after`` and ``hold``."""
         validate_commit(commit, start=False)
-        return self._db.submit(
-            lambda conn: _sqlite_commit.apply(conn, commit, start=False), after=after, hold=hold
-        )
+        return self._db.submit(lambda conn: self._apply(conn, commit), after=after, hold=hold)
+
+    def _apply(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult:
+        """On the I/O thread, in the commit's transaction (which holds the write lock)."""
+        result = _sqlite_commit.apply(conn, commit, start=False)
+        self._contexts.version = data_version(conn)
+        return result
 
     # --- forks (see _sqlite_fork) ---------------------------------------------------------
 
@@ -410,7 +416,13 @@ class SqliteStore:
     # --- summaries, constraints, search (see _sqlite_summaries) ----------------------------
 
     async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
-        await self._db.write(lambda conn: _summaries.activate(conn, summary, expected_generation))
+        self._contexts.forget(summary.session_id)
+        try:
+            await self._db.write(
+                lambda conn: _summaries.activate(conn, summary, expected_generation)
+            )
+        finally:
+            self._contexts.forget(summary.session_id)
 
     async def get_summary(self, session_id: str) -> Summary | None:
         return await self._db.read(lambda conn: _summaries.get_active(conn, session_id))
@@ -422,10 +434,30 @@ class SqliteStore:
         self, session_id: str, constraints: Sequence[Constraint]
     ) -> list[Constraint]:
         items = list(constraints)
-        return await self._db.write(lambda c: _summaries.add_constraints(c, session_id, items))
+        self._contexts.forget(session_id)
+        try:
+            return await self._db.write(lambda c: _summaries.add_constraints(c, session_id, items))
+        finally:
+            self._contexts.forget(session_id)
 
     async def list_constraints(self, session_id: str) -> list[Constraint]:
         return await self._db.read(lambda conn: _summaries.list_constraints(conn, session_id))
+
+    async def summary_and_constraints(
+        self, session_id: str
+    ) -> tuple[Summary | None, list[Constraint]]:
+        """:meth:`get_summary` and :meth:`list_constraints` from one snapshot: what every
+        step's context reads. Answered without I/O while no other connection committed
+        since this store last read them (see :mod:`._sqlite_context`)."""
+        known = self._contexts.get(session_id)
+        if known is not None:
+            return known
+        summary, constraints, version = await self._db.read(
+            lambda conn: read_context(conn, session_id)
+        )
+        self._contexts.version = version
+        self._contexts.put(session_id, summary, constraints, version)
+        return summary, constraints
 
     async def search_history(
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
