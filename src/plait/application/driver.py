@@ -10,7 +10,7 @@ Persistence order of one run::
          ToolGate decides (allow / deny / needs_approval), recorded on the record
          deny: save a ``denied`` result                    needs_approval: run waits
          allow: [save "started" for side effects] -> ToolRunner executes -> save result
-         (in flight during the next model call; awaited before anything later)
+         (written during the next model call, or with the next step's commit)
     -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
 
 Every arrow after a save is a restart point. Nothing runs that was not first persisted as
@@ -229,8 +229,7 @@ class RunDriver:
                 if not calls:
                     return
                 await self._run_calls(a, calls)
-                # A compaction reads the stored history: the results are made durable
-                # first, only then (else the last one may still ride with the next step).
+                # The last result is made durable only if a compaction reads the history
                 await self.compaction.post_step(
                     a, durable=functools.partial(self.journal.durable, a)
                 )
@@ -448,15 +447,9 @@ class RunDriver:
             return await self.ask(a, "reviewer", context, time_limit=time_limit)
 
         request = GateRequest(
-            call=call,
-            spec=tool.spec,
-            effect=record.effect,
-            record=record,
-            session=a.session,
-            run=a.run,
-            reviewer=reviewer,
-            history=Prefix(a.history),
-        )
+            call=call, spec=tool.spec, effect=record.effect, record=record, session=a.session,
+            run=a.run, reviewer=reviewer, history=Prefix(a.history),
+        )  # fmt: skip
         return self.journal.decided(a, call, await self.gate.decide(request))
 
     async def _execute(
@@ -499,6 +492,5 @@ class RunDriver:
                 f"call {call.id} ({call.name}): {result.reason}; a person must resolve it",
                 (replace(record, result_status=ToolStatus.UNKNOWN, note=result.reason),),
             )
-        # In flight while the run goes on to its next model call (no side effect); the
-        # next commit, or the next call, waits for it first and stops on its failure.
+        # Not awaited (the next model call is no side effect): see RunJournal.commit_behind
         self.journal.settle_behind(a, call, record, result)
