@@ -5,6 +5,8 @@ connection's change is seen from this store's next commit on, its own writes at 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,5 +82,40 @@ def test_another_connections_change_is_seen_from_the_next_commit_on(tmp_path: Pa
         assert len(reads) == 1  # the commit saw another connection's change: read again
         await mine.close()
         await other.close()
+
+    asyncio.run(go())
+
+
+def test_a_change_between_a_read_and_a_commit_queued_behind_it_is_seen(tmp_path: Path) -> None:
+    """The read, another connection's write and this store's commit run in that order on
+    the I/O thread before the loop sees the read's answer: that answer is not reused."""
+
+    async def go() -> None:
+        path = tmp_path / "s.db"
+        mine = SqliteStore(path)
+        await started(mine, *history())
+        version = (await mine.get_session("s1")).version
+
+        def other_writes(_: Any) -> None:
+            with sqlite3.connect(path) as conn:
+                conn.execute(
+                    "INSERT INTO constraint_records (session_id, source_message_id, text) "
+                    "VALUES ('s1', 'm1', 'never push to main')"
+                )
+
+        await mine.add_constraints("s1", [])  # creates the tables
+        read = asyncio.ensure_future(mine.summary_and_constraints("s1"))
+        await asyncio.sleep(0)  # the read is queued
+        written = asyncio.ensure_future(mine._db.read(other_writes))
+        await asyncio.sleep(0)  # queued behind the read
+        committed = mine.commit_soon(
+            Commit(session_id="s1", expected_version=version, messages=(user("later"),))
+        )
+        time.sleep(0.3)  # noqa: ASYNC251 (the loop waits: all three ran on the I/O thread)
+        assert await read == (None, [])
+        await written
+        await committed
+        assert await mine.summary_and_constraints("s1") == (None, [RULE])
+        await mine.close()
 
     asyncio.run(go())

@@ -452,10 +452,13 @@ class SqliteStore:
         known = self._contexts.get(session_id)
         if known is not None:
             return known
-        summary, constraints, version = await self._db.read(
-            lambda conn: read_context(conn, session_id)
-        )
-        self._contexts.version = version
+
+        def op(conn: sqlite3.Connection) -> tuple[Summary | None, list[Constraint], int]:
+            found = read_context(conn, session_id)
+            self._contexts.version = found[2]  # here: in the order of the I/O thread's calls
+            return found
+
+        summary, constraints, version = await self._db.read(op)
         self._contexts.put(session_id, summary, constraints, version)
         return summary, constraints
 
