@@ -222,3 +222,27 @@ def test_a_worker_on_postgres_starts_runs_in_its_claim(url: str) -> None:
         assert events[0] == "run_started" and events[-1] == "run_finished"
 
     run_with(url, go)
+
+
+def test_after_a_claim_an_empty_summary_state_is_known_without_a_read(url: str) -> None:
+    from tests.contract.summary_contract import summary
+    from tests.contract.test_postgres_context_cache import at_once
+
+    async def go(store: PostgresStore) -> None:
+        await queue(store, "s1", "r1", 1.0)
+        await queue(store, "s2", "r2", 2.0)
+        await store.activate_summary(summary(1, session_id="s2"), expected_generation=0)
+        first = await store.claim_and_start_run(
+            owner="w", now=3.0, expires_at=9.0, model="m", model_spec=None
+        )
+        assert first is not None and first.run.id == "r1"
+        assert at_once(store.summary_and_constraints("s1")) == (None, [])
+        second = await store.claim_and_start_run(
+            owner="w", now=3.0, expires_at=9.0, model="m", model_spec=None
+        )
+        assert second is not None and second.run.id == "r2"
+        assert at_once(store.summary_and_constraints("s2")) is None  # it has a summary
+        found, _ = await store.summary_and_constraints("s2")
+        assert found is not None and found.generation == 1
+
+    run_with(url, go)

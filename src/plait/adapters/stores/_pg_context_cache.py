@@ -12,7 +12,9 @@ read, the next commit of that session whose stamp equals the read's makes the re
 exactly what a read would have seen then; a change committed after it by another
 process is seen from the next commit on, as it would be by a read made a moment
 earlier). One answer per commit: without a commit in between, the database is read.
-This store's own summary and constraint writes drop the session's entry.
+This store's own summary and constraint writes drop the session's entry. A worker's
+claim (``plait_claim``) returns the stamp too: a session with neither summaries nor
+constraints then needs no read before its first step.
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ class ContextCache:
             e.fresh = True
         else:
             del self._entries[session_id]
+
+    def claimed(self, session_id: str, stamp: Stamp) -> None:
+        """A claim read the session's stamp: with neither summaries nor constraints the
+        state is known (and fresh) without reading it."""
+        if stamp == (0, 0):
+            self._entries.pop(session_id, None)
+            self.read(session_id, None, [])
+            self.committed(session_id, stamp)
+        else:
+            self.forget(session_id)
 
     def forget(self, session_id: str) -> None:
         self._entries.pop(session_id, None)

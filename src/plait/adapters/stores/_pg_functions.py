@@ -15,7 +15,7 @@ the raise rolls the whole statement back, so nothing of a refused commit is writ
 
 from __future__ import annotations
 
-__all__ = ["CLAIM_FUNCTION", "COMMIT_FUNCTION", "COMMIT_FUNCTION_V8"]
+__all__ = ["CLAIM_FUNCTION", "CLAIM_FUNCTION_V9", "COMMIT_FUNCTION", "COMMIT_FUNCTION_V8"]
 
 COMMIT_FUNCTION = """
 CREATE FUNCTION plait_commit(
@@ -207,4 +207,22 @@ COMMIT_FUNCTION_V8 = COMMIT_FUNCTION.replace(
                       WHERE cr.session_id = p_session);
 END
 $$""",
+)
+
+# Migration 9: ``plait_claim`` also returns the session's stamp (as ``plait_commit`` of
+# migration 8), so a session without summaries and constraints needs no read of them
+# before its first step. Made from the function of migration 7 (frozen).
+_OUT_V7 = "o_mstatus text, o_extra text, o_schema integer"
+_COLS_V7 = "m.status, m.extra, m.schema_version"
+assert CLAIM_FUNCTION.count(_OUT_V7) == 1
+assert CLAIM_FUNCTION.count(_COLS_V7) == 1
+CLAIM_FUNCTION_V9 = CLAIM_FUNCTION.replace(
+    _OUT_V7, _OUT_V7 + ",\n    o_summaries integer, o_constraints bigint"
+).replace(
+    _COLS_V7,
+    _COLS_V7
+    + """,
+        (SELECT coalesce(max(su.generation), 0) FROM summaries AS su
+         WHERE su.session_id = r.session_id),
+        (SELECT count(*) FROM constraint_records AS cr WHERE cr.session_id = r.session_id)""",
 )

@@ -20,6 +20,7 @@ from typing import Any
 from plait.adapters.stores import _pg_sql as q
 from plait.adapters.stores._pg_functions import (
     CLAIM_FUNCTION,
+    CLAIM_FUNCTION_V9,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
 )
@@ -137,6 +138,8 @@ MIGRATIONS += (
     (CLAIM_FUNCTION,),
     # 8: a commit also returns the session's summary/constraint stamp (context cache).
     ("DROP FUNCTION plait_commit", COMMIT_FUNCTION_V8),
+    # 9: the claim also returns the session's stamp (no first read of an empty state).
+    ("DROP FUNCTION plait_claim", CLAIM_FUNCTION_V9),
 )
 
 LATEST = len(MIGRATIONS)

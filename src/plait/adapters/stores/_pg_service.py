@@ -11,6 +11,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from plait.adapters.stores._pg_arrays import Floats, Texts
+from plait.adapters.stores._pg_context_cache import Stamp
 from plait.adapters.stores._pg_sql import RUN_COLS
 from plait.adapters.stores._service_rows import (
     duplicate_key,
@@ -84,19 +85,20 @@ async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) ->
 
 async def claim_started(
     conn: Conn, owner: str, now: float, expires_at: float, model: str, spec: str | None
-) -> ClaimedRun | None:
+) -> tuple[ClaimedRun, Stamp] | None:
     """One statement (``plait_claim``, see :mod:`._pg_functions`): in autocommit its own
-    durable transaction."""
+    durable transaction. With the session's stamp (see :mod:`._pg_context_cache`)."""
     params = (owner, now, expires_at, model, spec)
     rows = await (await conn.execute(_CLAIM_STARTED, params)).fetchall()
     if not rows:
         return None
     first = rows[0]
-    stored = [(*r[15:18], r[18].decode(), *r[19:]) for r in rows if r[15] is not None]
+    stored = [(*r[15:18], r[18].decode(), *r[19:27]) for r in rows if r[15] is not None]
     version = stored[-1][0] if stored else 0
     session = session_from_row((first[1], *first[8:11], version, *first[11:15]))
     history = tuple(decode_messages(stored))
-    return ClaimedRun(run=run_from_row(first[:8]), session=session, history=history)
+    claimed = ClaimedRun(run=run_from_row(first[:8]), session=session, history=history)
+    return claimed, (int(first[27]), int(first[28]))
 
 
 async def append_batch(

@@ -319,9 +319,14 @@ class PostgresStore:
     ) -> ClaimedRun | None:
         # The claim, the run's "running" write and the history read in one statement (its
         # own durable transaction in autocommit): see plait.application.claiming.
-        return await self._read(
+        found = await self._read(
             lambda conn: service.claim_started(conn, owner, now, expires_at, model, model_spec)
         )
+        if found is None:
+            return None
+        claimed, stamp = found
+        self._contexts.claimed(claimed.session.id, stamp)
+        return claimed
 
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent]
