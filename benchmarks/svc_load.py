@@ -138,14 +138,20 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
     rt = _runtime(db, ledger, with_model=in_process > 0, lease=lease)
     app = create_app(context_for(rt, _settings(db, serve_workers=in_process)))
     uvicorn.run(
-        app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-        timeout_keep_alive=120, backlog=4096,
-    )  # fmt: skip
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=120,
+        backlog=4096,
+        loop="asyncio",
+    )  # fmt: skip  (as `plait serve` runs)
 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
     from plait.adapters.http.events import encode_event
-    from plait.adapters.http.server import configure_logging
+    from plait.adapters.http.server import configure_logging, run_async
     from plait.application.worker import Worker
 
     configure_logging("warning")
@@ -162,7 +168,7 @@ def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
         await worker.run(stop)
         await rt.close()
 
-    asyncio.run(go())
+    run_async(go())  # as `plait worker` runs
 
 
 # --- a light HTTP client ----------------------------------------------------------------------

@@ -52,6 +52,7 @@ RUN_FIELDS = {
     "budget",
     "lease",
     "cancel_requested",
+    "policy",
 }
 USAGE_FIELDS = {
     "steps",

@@ -88,7 +88,9 @@ def _keys_in(open_store: Callable[[], Any]) -> dict[str, str]:
 
 
 def start_server(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_config=None, access_log=False, loop="asyncio"
+    )  # as `plait serve` runs
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

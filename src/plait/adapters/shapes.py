@@ -118,6 +118,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "started_at": iso(r.started_at),
         "ended_at": iso(r.ended_at),
         "error": None if r.error is None else {"code": r.error.code, "message": r.error.message},
+        "policy": r.policy,
         "usage": {
             "steps": u.steps,
             "model_calls": u.model_calls,

@@ -113,6 +113,10 @@ class Run:
     deadline_at: float | None = None
     """The deadline as an absolute wall-clock time (epoch seconds): set when the run
     starts, kept through a crash and recovery; set anew when a person resumes it."""
+    policy: str | None = None
+    """The tool policy (its source, e.g. a file path) of the process that last started or
+    continued the run, which decides its calls from then on (after an approval too);
+    ``None``: no governing policy, or a run recorded before plait kept this."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))

@@ -139,9 +139,9 @@ def _serve(a: argparse.Namespace, out: Any) -> int:
 
 
 def _worker(a: argparse.Namespace, out: Any) -> int:
-    from plait.adapters.http.server import run_worker
+    from plait.adapters.http.server import run_async, run_worker
 
-    stats = asyncio.run(run_worker(_settings(a)))
+    stats = run_async(run_worker(_settings(a)))
     out.emit(stats, f"worker stopped: {stats}")
     return 0
 

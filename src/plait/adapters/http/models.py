@@ -122,6 +122,11 @@ class RunOut(BaseModel):
     budget: dict[str, Any]
     lease: LeaseOut | None
     cancel_requested: bool
+    policy: str | None = Field(
+        default=None,
+        description="the tool policy (its source) the run's calls are decided under: that "
+        "of the process that last started or continued it (after an approval too)",
+    )
 
 
 class RunsOut(BaseModel):

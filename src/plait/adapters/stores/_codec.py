@@ -390,6 +390,7 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         "cancel_requested": r.cancel_requested,
         "model_spec": r.model_spec,
         "deadline_at": r.deadline_at,
+        "policy": r.policy,
     }
 
 
@@ -416,6 +417,7 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         cancel_requested=bool(d["cancel_requested"]),
         model_spec=d.get("model_spec"),
         deadline_at=d.get("deadline_at"),
+        policy=d.get("policy"),
     )
 
 

@@ -15,7 +15,7 @@ the raise rolls the whole statement back, so nothing of a refused commit is writ
 
 from __future__ import annotations
 
-__all__ = ["CLAIM_FUNCTION", "COMMIT_FUNCTION"]
+__all__ = ["CLAIM_FUNCTION", "COMMIT_FUNCTION", "COMMIT_FUNCTION_V8"]
 
 COMMIT_FUNCTION = """
 CREATE FUNCTION plait_commit(
@@ -187,3 +187,24 @@ BEGIN
     ORDER BY sm.seq;
 END
 $$"""
+
+# Migration 8: ``plait_commit`` also returns the session's stamp (its highest summary
+# generation, its number of constraints), read after the writes, for the context cache
+# of :mod:`._pg_context_cache`. Made from the function of migration 6 (frozen), which
+# the migration drops first (its result type changes).
+_OUT_V6 = "OUT o_version integer, OUT o_cancel boolean"
+_END_V6 = "    o_version := p_expected + coalesce(array_length(m_id, 1), 0);\nEND\n$$"
+assert COMMIT_FUNCTION.count(_OUT_V6) == 1
+assert COMMIT_FUNCTION.endswith(_END_V6)
+COMMIT_FUNCTION_V8 = COMMIT_FUNCTION.replace(
+    _OUT_V6, _OUT_V6 + ",\n    OUT o_summaries integer, OUT o_constraints bigint"
+).replace(
+    _END_V6,
+    """    o_version := p_expected + coalesce(array_length(m_id, 1), 0);
+    o_summaries := (SELECT coalesce(max(su.generation), 0) FROM summaries AS su
+                    WHERE su.session_id = p_session);
+    o_constraints := (SELECT count(*) FROM constraint_records AS cr
+                      WHERE cr.session_id = p_session);
+END
+$$""",
+)

@@ -18,7 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from plait.adapters.stores import _pg_sql as q
-from plait.adapters.stores._pg_functions import CLAIM_FUNCTION, COMMIT_FUNCTION
+from plait.adapters.stores._pg_functions import (
+    CLAIM_FUNCTION,
+    COMMIT_FUNCTION,
+    COMMIT_FUNCTION_V8,
+)
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.domain.errors import (
     ConfigError,
@@ -131,6 +135,8 @@ MIGRATIONS += (
     (COMMIT_FUNCTION,),
     # 7: a worker's claim, its run's "running" write and history read in one statement.
     (CLAIM_FUNCTION,),
+    # 8: a commit also returns the session's summary/constraint stamp (context cache).
+    ("DROP FUNCTION plait_commit", COMMIT_FUNCTION_V8),
 )
 
 LATEST = len(MIGRATIONS)

@@ -17,6 +17,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from plait.adapters.stores._pg_arrays import Bytes, Floats, Ints, Texts
+from plait.adapters.stores._pg_context_cache import Stamp
 from plait.adapters.stores._sqlite_rows import execution_row, message_row, run_data
 from plait.adapters.stores._state import (
     check_execution,
@@ -39,7 +40,8 @@ Conn = psycopg.AsyncConnection[Any]
 # Parameters in binary (text arrays of JSON would be escaped element by element), the
 # arrays with their types given (see _pg_arrays).
 _CALL = (
-    "SELECT o_version, o_cancel FROM plait_commit(%b::text, %b::integer, %b::boolean, "
+    "SELECT o_version, o_cancel, o_summaries, o_constraints FROM plait_commit("
+    "%b::text, %b::integer, %b::boolean, "
     "%b::text, %b::text, %b::text, %b::float8, %b::text, %b::float8, %b::text, %b::boolean, "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
     "%b::text[], %b::text[], %b::bytea[], %b::float8[], %b::text[], %b::integer[], "
@@ -73,15 +75,16 @@ def _params(c: Commit, start: bool) -> tuple[Any, ...]:
     return (*head, *run_part, *executions, *messages)
 
 
-async def apply(conn: Conn, c: Commit, *, start: bool) -> CommitResult:
-    """One statement (in autocommit: its own transaction)."""
+async def apply(conn: Conn, c: Commit, *, start: bool) -> tuple[CommitResult, Stamp]:
+    """One statement (in autocommit: its own transaction). Also returns the session's
+    stamp as of the commit (see :mod:`._pg_context_cache`)."""
     try:
         cur = await conn.execute(_CALL, _params(c, start))
     except pg_errors.RaiseException as e:
         raise _refused(e, c) from None
     row = await cur.fetchone()
     assert row is not None
-    return CommitResult(int(row[0]), bool(row[1]))
+    return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3]))
 
 
 def _refused(e: pg_errors.RaiseException, c: Commit) -> PlaitError:

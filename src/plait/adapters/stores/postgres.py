@@ -27,6 +27,7 @@ from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._pg_context_cache import ContextCache
 from plait.adapters.stores._pg_schema import redact, translate, upgrade
 from plait.adapters.stores._postgres_commit import apply
 from plait.adapters.stores._postgres_pool import LoopPool
@@ -78,6 +79,7 @@ class PostgresStore:
         self._pools = LoopPool(
             url, self._where, min_size=min_size, max_size=max_size, migrate=migrate
         )
+        self._contexts = ContextCache()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -187,11 +189,21 @@ class PostgresStore:
 
     async def start_run(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=True)
-        return await self._read(lambda conn: apply(conn, commit, start=True))
+        return await self._apply(commit, start=True)
 
     async def commit(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=False)
-        return await self._read(lambda conn: apply(conn, commit, start=False))
+        return await self._apply(commit, start=False)
+
+    async def _apply(self, commit: Commit, *, start: bool) -> CommitResult:
+        sid = commit.session_id
+        try:
+            result, stamp = await self._read(lambda conn: apply(conn, commit, start=start))
+        except BaseException:
+            self._contexts.forget(sid)
+            raise
+        self._contexts.committed(sid, stamp)
+        return result
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -380,7 +392,11 @@ class PostgresStore:
     # --- summaries, constraints, search (see _pg_more) ------------------------------------
 
     async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
-        await self._write(lambda conn: more.activate(conn, summary, expected_generation))
+        self._contexts.forget(summary.session_id)
+        try:
+            await self._write(lambda conn: more.activate(conn, summary, expected_generation))
+        finally:
+            self._contexts.forget(summary.session_id)
 
     async def get_summary(self, session_id: str) -> Summary | None:
         return await self._read(lambda conn: more.get_active(conn, session_id))
@@ -392,7 +408,11 @@ class PostgresStore:
         self, session_id: str, constraints: Sequence[Constraint]
     ) -> list[Constraint]:
         items = list(constraints)
-        return await self._write(lambda conn: more.add_constraints(conn, session_id, items))
+        self._contexts.forget(session_id)
+        try:
+            return await self._write(lambda conn: more.add_constraints(conn, session_id, items))
+        finally:
+            self._contexts.forget(session_id)
 
     async def list_constraints(self, session_id: str) -> list[Constraint]:
         return await self._read(lambda conn: more.list_constraints(conn, session_id))
@@ -401,8 +421,15 @@ class PostgresStore:
         self, session_id: str
     ) -> tuple[Summary | None, list[Constraint]]:
         """:meth:`get_summary` and :meth:`list_constraints` in one statement (one
-        snapshot, one round trip): what every step's context reads."""
-        return await self._read(lambda conn: more.active_and_constraints(conn, session_id))
+        snapshot, one round trip): what every step's context reads. Answered without
+        I/O when this store's last commit of the session found them unchanged since
+        its last read (see :mod:`._pg_context_cache`)."""
+        known = self._contexts.take(session_id)
+        if known is not None:
+            return known
+        found = await self._read(lambda conn: more.active_and_constraints(conn, session_id))
+        self._contexts.read(session_id, *found)
+        return found
 
     async def search_history(
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20

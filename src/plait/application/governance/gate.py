@@ -34,6 +34,11 @@ class GovernedGate:
         if governor.reviewer is not None:
             governor.reviewer.propagate = (StopRun,)
 
+    @property
+    def policy_source(self) -> str:
+        """Where this gate's policy comes from (recorded on the runs it governs)."""
+        return self.governor.policy.source
+
     async def decide(self, request: GateRequest) -> GateDecision:
         ask_run = request.reviewer
 
