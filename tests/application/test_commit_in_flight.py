@@ -27,7 +27,7 @@ from tests.application.conftest import call, make_rig, reply, run, shape, spec
 
 
 class FailsOnResult(MemoryStore):
-    """Fails the commit that saves the ``n``-th tool result."""
+    """Fails every commit that saves a tool result, from the ``n``-th on (a full disk)."""
 
     def __init__(self, n: int = 1) -> None:
         super().__init__()
@@ -37,7 +37,7 @@ class FailsOnResult(MemoryStore):
     async def commit(self, commit: Commit) -> CommitResult:
         if any(m.kind == "tool_result" for m in commit.messages):
             self.results += 1
-            if self.results == self.n:
+            if self.results >= self.n:
                 raise StoreError("disk full", path="test")
         return await super().commit(commit)
 
@@ -237,3 +237,25 @@ def test_records_of_the_same_call_are_not_carried_in_one_commit() -> None:
     pending = _Pending(0, (), (record,), "result_saved", queued=False)
     assert not pending.takes((replace(record, state=ExecutionState.SETTLED),))
     assert pending.takes((replace(record, call_id="c2"),))
+
+
+class FailsOnStepAfterResult(MemoryStore):
+    """Fails every commit that saves an assistant message together with a tool result."""
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        kinds = {m.kind for m in commit.messages}
+        if {"tool_result", "assistant"} <= kinds:
+            raise StoreError("disk full", path="test")
+        return await super().commit(commit)
+
+
+def test_a_result_is_saved_alone_when_the_step_it_rode_with_fails() -> None:
+    tool = RecordingTool(spec("t"), fn=lambda inv: "ok")
+    store = FailsOnStepAfterResult()
+    rig = make_rig(_two_steps(), [tool], store=store)
+    s = run(rig.service.create_session())
+    with pytest.raises(StoreError, match="disk full"):
+        run(rig.service.send(s.id, "go"))
+    # The step that failed is not saved; the tool's result, which rode with it, is.
+    assert [r[1] for r in shape(rig.history(s.id))] == ["user", "assistant", "tool_result"]
+    assert len(tool.invocations) == 1

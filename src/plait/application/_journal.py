@@ -222,6 +222,9 @@ class RunJournal:
         pending.future = future
         try:
             result = await future
+        except Exception:
+            await self._alone(a, pending)
+            raise
         finally:
             if self._pending.get(a.run.id) is pending:
                 del self._pending[a.run.id]
@@ -232,6 +235,27 @@ class RunJournal:
         a.version = result.version
         a.history.extend(messages)
         self._saved(a, first, messages, result)
+
+    async def _alone(self, a: ActiveRun, pending: _Pending) -> None:
+        """The commit that carried ``pending`` failed: save ``pending`` by itself, so that
+        a tool's result is not lost with the step it rode with (a failure is logged; the
+        carrying commit's is the one raised)."""
+        commit = Commit(
+            session_id=a.session.id,
+            expected_version=pending.expected,
+            messages=pending.messages,
+            executions=pending.executions,
+            lease_owner=self.owner,
+        )
+        try:
+            result = await self.store.commit(commit)
+        except Exception as e:
+            log.warning("run %s: its last result could not be saved either: %s", a.run.id, e)
+            return
+        pending.landed = True
+        self._saved(a, pending.first, pending.messages, result)
+        for event in pending.events:
+            self._deliver(a, event)
 
     def _saved(
         self, a: ActiveRun, first: int, messages: tuple[Message, ...], result: CommitResult
