@@ -4,9 +4,12 @@ scripted assistant position across a compacted context."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from plait.adapters.stores.memory import MemoryStore
 from plait.adapters.stores.sqlite import SqliteStore
@@ -397,3 +400,33 @@ def test_on_sqlite_with_compaction_on_a_result_rides_with_the_next_step(tmp_path
         await store.close()
 
     run(go())
+
+
+def test_a_model_without_a_window_is_reported_once_not_per_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    turns = [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"text": "Done."}]
+    model = scripted(turns, [], window=None)
+
+    async def go() -> None:
+        store = MemoryStore()
+        ids = SequentialIds()
+        compaction = CompactionService(
+            store=store,
+            profiles=ModelProfiles([], without_window=[model.name]),
+            summarizer=model,
+            clock=FixedClock(),
+            ids=ids,
+        )
+        agent = AgentService(
+            store=store, artifacts=store, model=model, tools=[echo_tool().tool],
+            clock=FixedClock(), ids=ids, compaction=compaction,
+        )  # fmt: skip
+        for _ in range(3):
+            _, result = await send(agent)
+            assert result.run.status is RunStatus.COMPLETED, result.run.error
+
+    with caplog.at_level(logging.WARNING, logger="plait.compaction"):
+        run(go())
+    said = [r for r in caplog.records if "declares no context window" in r.getMessage()]
+    assert len(said) == 1

@@ -101,6 +101,7 @@ class CompactionService:
         self.settings = settings or CompactionSettings()
         self.cache = cache or CountCache()
         self.assembler = ContextAssembler(store=store, settings=self.settings, cache=self.cache)
+        self._without_window: set[str] = set()
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -158,8 +159,8 @@ class CompactionService:
         if model is None:
             return None
         if self.profiles.declared_without_window(model):
-            if "no_window" not in run.warned:
-                run.warned.add("no_window")
+            if model not in self._without_window:  # said once per model and process
+                self._without_window.add(model)
                 log.warning("model %r declares no context window: no automatic compaction", model)
             return None
         view = await self.view(
