@@ -154,6 +154,24 @@ class RunJournal:
             lease_owner=self.owner,
         )
 
+    def _carrying(
+        self,
+        a: ActiveRun,
+        pending: _Pending,
+        messages: tuple[Message, ...] = (),
+        run: Run | None = None,
+        executions: tuple[ExecutionRecord, ...] = (),
+    ) -> Commit:
+        """The commit in flight ``pending``, with what a later commit adds to it."""
+        return Commit(
+            session_id=a.session.id,
+            expected_version=pending.expected,
+            messages=pending.messages + messages,
+            run=run,
+            executions=pending.executions + executions,
+            lease_owner=self.owner,
+        )
+
     async def commit(
         self,
         a: ActiveRun,
@@ -207,14 +225,7 @@ class RunJournal:
         if pending.send is not None:
             pending.send.cancel()
             pending.send = None
-        commit = Commit(
-            session_id=a.session.id,
-            expected_version=pending.expected,
-            messages=pending.messages + messages,
-            run=run,
-            executions=pending.executions + executions,
-            lease_owner=self.owner,
-        )
+        commit = self._carrying(a, pending, messages, run, executions)
         if self._queue is not None:
             future = self._queue.commit_soon(commit)
         else:
@@ -240,15 +251,8 @@ class RunJournal:
         """The commit that carried ``pending`` failed: save ``pending`` by itself, so that
         a tool's result is not lost with the step it rode with (a failure is logged; the
         carrying commit's is the one raised)."""
-        commit = Commit(
-            session_id=a.session.id,
-            expected_version=pending.expected,
-            messages=pending.messages,
-            executions=pending.executions,
-            lease_owner=self.owner,
-        )
         try:
-            result = await self.store.commit(commit)
+            result = await self.store.commit(self._carrying(a, pending))
         except Exception as e:
             log.warning("run %s: its last result could not be saved either: %s", a.run.id, e)
             return
@@ -304,13 +308,7 @@ class RunJournal:
         if pending.send is not None:
             pending.send.cancel()
             pending.send = None
-        commit = Commit(
-            session_id=a.session.id,
-            expected_version=pending.expected,
-            messages=pending.messages,
-            executions=pending.executions,
-            lease_owner=self.owner,
-        )
+        commit = self._carrying(a, pending)
         future: asyncio.Future[CommitResult]
         try:
             if self._queue is not None:
