@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import pytest
+
 from plait.adapters.stores.postgres import PostgresStore
 from plait.application.approvals import ApprovalDesk
+from plait.application.ports import ModelRequest, ModelResponse
 from plait.domain.runs import RunStatus
+from plait.testing import ScriptedModel
 from tests.governance.test_runs import APPROVE_EDITS, DEPLOY_EDIT, Rig, edit, script
 from tests.pg import empty_database
 
@@ -96,3 +100,29 @@ def test_an_ungoverned_run_records_no_policy() -> None:
     )  # fmt: skip
     session = asyncio.run(svc.create_session())
     assert asyncio.run(svc.send(session.id, "hello")).run.policy is None
+
+
+class _Died(BaseException):
+    """The process running the model died (nothing below catches it)."""
+
+
+class _DiesOnSecondTurn(ScriptedModel):
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.role == "assistant" and len(self.requests) >= 1:
+            raise _Died
+        return await super().complete(request)
+
+
+def test_a_recovered_run_records_the_recovering_policy() -> None:
+    turns = ({"tool_calls": [{"name": "read_file", "arguments": {"path": "a"}, "id": "c1"}]},)
+    a = Rig(POLICY_A, _DiesOnSecondTurn({"version": 1, "assistant": [*turns, {"text": "done"}]}))
+    a.session()
+    with pytest.raises(_Died):
+        a.send("read it")
+    (run,) = asyncio.run(a.store.list_runs())
+    assert run.status is RunStatus.RUNNING and run.policy == "/etc/plait/a.yaml"
+    b = Rig(POLICY_B, script(*turns, {"text": "done"}), store=a.store, tag="b")
+    b.service.owner = "b"
+    (report,) = asyncio.run(b.service.recover(run_id=run.id, force=True))
+    assert report.result is not None and report.result.run.status is RunStatus.COMPLETED
+    assert asyncio.run(a.store.get_run(run.id)).policy == "/etc/plait/b.yaml"
