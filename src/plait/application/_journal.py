@@ -225,11 +225,7 @@ class RunJournal:
         if pending.send is not None:
             pending.send.cancel()
             pending.send = None
-        commit = self._carrying(a, pending, messages, run, executions)
-        if self._queue is not None:
-            future = self._queue.commit_soon(commit)
-        else:
-            future = asyncio.ensure_future(self.store.commit(commit))
+        future = self._submit(self._carrying(a, pending, messages, run, executions))
         pending.future = future
         try:
             result = await future
@@ -301,6 +297,15 @@ class RunJournal:
         else:
             self._send_now(a, pending)
 
+    def _submit(
+        self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
+    ) -> asyncio.Future[CommitResult]:
+        """Start ``commit``: queued on a :class:`QueuedCommits` store (``after`` and
+        ``hold`` as there), else as a task of its own."""
+        if self._queue is not None:
+            return self._queue.commit_soon(commit, after=after, hold=hold)
+        return asyncio.ensure_future(self.store.commit(commit))
+
     def _send_now(self, a: ActiveRun, pending: _Pending) -> None:
         """Send the commit in flight to the store (if not sent yet)."""
         if pending.future is not None:
@@ -308,16 +313,10 @@ class RunJournal:
         if pending.send is not None:
             pending.send.cancel()
             pending.send = None
-        commit = self._carrying(a, pending)
+        hook = None if self._checkpoint is None else functools.partial(self.hit, pending.point)
         future: asyncio.Future[CommitResult]
         try:
-            if self._queue is not None:
-                hook = None
-                if self._checkpoint is not None:
-                    hook = functools.partial(self.hit, pending.point)
-                future = self._queue.commit_soon(commit, after=hook, hold=True)
-            else:
-                future = asyncio.ensure_future(self.store.commit(commit))
+            future = self._submit(self._carrying(a, pending), after=hook, hold=True)
         except Exception as e:  # raised by durable(), like any failure of this commit
             future = asyncio.get_running_loop().create_future()
             future.set_exception(e)

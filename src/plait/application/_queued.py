@@ -26,13 +26,7 @@ from plait.domain.messages import UserMessage
 from plait.domain.runs import Budget, Run, RunStatus
 from plait.domain.session import Session
 
-__all__ = ["begin_claimed", "policy_of", "queued", "take_claimed"]
-
-
-def policy_of(driver: RunDriver) -> str | None:
-    """The source of the tool policy the driver's gate decides by (``Run.policy``)."""
-    source = getattr(driver.gate, "policy_source", None)
-    return source if isinstance(source, str) else None
+__all__ = ["begin_claimed", "queued", "take_claimed"]
 
 
 def queued(
@@ -81,16 +75,13 @@ async def begin_claimed(
     :class:`ClaimedRun` was persisted so by its claim (nothing is written here)."""
     if isinstance(run, ClaimedRun):
         history = [s.message for s in run.history]
-        a = driver.activate(run.run, run.session, run.session.version, history, observer, on_text)
-        a.run = replace(a.run, policy=policy_of(driver))  # persisted by the first commit
-        return a
+        return driver.activate(
+            run.run, run.session, run.session.version, history, observer, on_text
+        )
     a = await take_claimed(driver, run, observer=observer, on_text=on_text)
     window = a.run.budget.deadline_seconds  # counted from when a worker starts it
     deadline_at = None if window is None else clock.now() + window
-    a.run = replace(
-        a.run, model=model[0], model_spec=model[1], deadline_at=deadline_at,
-        policy=policy_of(driver),
-    )  # fmt: skip
+    a.run = replace(a.run, model=model[0], model_spec=model[1], deadline_at=deadline_at)
     if window is not None:
         a.deadline = clock.monotonic() + window
     await journal.commit(a, (), run=a.run)

@@ -3,10 +3,9 @@ who wins the lease, the dead process's leftovers, and what the operator is told.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from plait.application._models import RunModels
-from plait.application._queued import policy_of
 from plait.application._run_state import RunResult
 from plait.application._waiting import sweep_leftovers
 from plait.application.driver import RunDriver
@@ -64,7 +63,6 @@ class Recoverer:
                 else f"run is {now_run.status.value}, not running"
             )
             return RecoveryReport(run.id, "skipped", detail)
-        a.run = replace(a.run, policy=policy_of(self.driver))  # this process decides now
         await sweep_leftovers(self.sweeper, a.session.workspace, run, self.clock.now())
         result = await self.driver.drive(a, pending=True)
         return RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)

@@ -47,7 +47,7 @@ from plait.application._run_state import (
 from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
 from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
-from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict
+from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict, policy_of
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
     Clock,
@@ -199,6 +199,7 @@ class RunDriver:
         """Run the loop until the run ends or waits; ``pending``: first settle the calls
         of the last assistant message that have no result (recovery, resume)."""
         self.active[a.run.id] = a
+        a.run = replace(a.run, policy=policy_of(self.gate))  # it decides the calls from here
         heartbeat = asyncio.create_task(self.leases.keep(a))
         try:
             await self._loop(a, pending=pending)

@@ -31,7 +31,9 @@ from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session
 from plait.domain.tools import EffectClass, ToolSpec
 
-__all__ = ["AllowAll", "GateDecision", "GateRequest", "ReviewerCall", "ToolGate", "Verdict"]
+__all__ = [
+    "AllowAll", "GateDecision", "GateRequest", "ReviewerCall", "ToolGate", "Verdict", "policy_of",
+]  # fmt: skip
 
 
 class Verdict(StrEnum):
@@ -108,3 +110,9 @@ class AllowAll:
 
 
 _ALLOWED = GateDecision.allow("no policy configured; every valid call is allowed", by="default")
+
+
+def policy_of(gate: ToolGate) -> str | None:
+    """The source of the tool policy ``gate`` decides by (recorded as ``Run.policy``)."""
+    source = getattr(gate, "policy_source", None)
+    return source if isinstance(source, str) else None

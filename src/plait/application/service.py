@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
-from plait.application._queued import begin_claimed, policy_of, queued
+from plait.application._queued import begin_claimed, queued
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
@@ -28,7 +28,7 @@ from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunEnded, RunObserver, RunStarted
-from plait.application.gate import AllowAll, ToolGate
+from plait.application.gate import AllowAll, ToolGate, policy_of
 from plait.application.governance.approvals import Approvals
 from plait.application.model_caller import (
     ModelCaller,
@@ -244,7 +244,7 @@ class AgentService:
             model_spec=self.models.spec,
             lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds),
             deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
-            policy=policy_of(self.driver),
+            policy=policy_of(self.driver.gate),
         )
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run_id)
         result = await self.store.start_run(
@@ -448,7 +448,6 @@ class AgentService:
         if window is not None:
             a.run = replace(a.run, deadline_at=self.clock.now() + window)
             a.deadline = self.clock.monotonic() + window
-        a.run = replace(a.run, policy=policy_of(self.driver))  # this process decides now
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True)
 
