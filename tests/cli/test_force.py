@@ -48,6 +48,22 @@ def test_owner_names_carry_host_and_pid() -> None:
     assert owner_alive("dead-worker") is None
 
 
+def test_a_killed_process_not_yet_reaped_counts_as_gone() -> None:
+    """Right after a kill the process may linger as a zombie until its parent reaps it:
+    ``--force`` need not wait for that."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        child.kill()
+        deadline = time.monotonic() + 10
+        stat = Path(f"/proc/{child.pid}/stat")
+        while not stat.read_text().rsplit(")", 1)[1].startswith(" Z"):
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        assert owner_alive(f"worker@{socket.gethostname()}:{child.pid}:x") is False
+    finally:
+        child.wait()
+
+
 def test_recover_says_when_the_lease_expires_and_force_takes_over(
     plait: Plait, workspace: Path, tmp_path: Path
 ) -> None:

@@ -23,13 +23,24 @@ def owner_alive(owner: str) -> bool | None:
     pid_text = tail.partition(":")[0]
     if not at or name != "worker" or host != socket.gethostname() or not pid_text.isdigit():
         return None
+    pid = int(pid_text)
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # it exists, under another user
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A killed process its parent has not reaped yet (Linux; elsewhere: no)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
 class SystemClock:
