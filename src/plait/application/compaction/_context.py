@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from plait.application.compaction._ledger import CountCache, Ledger
 from plait.application.compaction._profiles import ModelProfile
@@ -56,10 +56,10 @@ class TokenBreakdown:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ViewBasis:
+class ViewBasis(NamedTuple):
     """Everything a view is built from. The history is append-only and its message ids
-    are unique in a session, so its length and last id stand for it."""
+    are unique in a session, so its length and last id stand for it. (A tuple: made and
+    compared at every build.)"""
 
     session_id: str
     profile: ModelProfile
