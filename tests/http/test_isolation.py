@@ -32,6 +32,10 @@ def test_another_principals_session_does_not_exist_for_you(live: Live) -> None:
             ),
             alice.get(f"/v1/runs/{rid}"),
             alice.post(f"/v1/runs/{rid}/cancel"),
+            alice.post(
+                f"/v1/runs/{rid}/resolve",
+                json={"call_id": "call_1", "status": "failed", "note": "hijack"},
+            ),
             alice.get(f"/v1/runs/{rid}/events"),
         ]
         missing = [

@@ -34,7 +34,7 @@ async def unknown_call(
     records = {r.call_id: r for r in await store.get_executions(run_id)}
     record = records.get(call_id)
     if record is None or record.result_status is not ToolStatus.UNKNOWN:
-        unknown = sorted(c for c, r in records.items() if r.result_status is ToolStatus.UNKNOWN)
+        unknown = await unknown_calls(store, run_id)
         raise RunStateError(
             f"call {call_id!r} of run {run_id} has no unknown outcome to resolve; "
             f"unresolved calls: {', '.join(unknown) or 'none'}",
@@ -42,6 +42,12 @@ async def unknown_call(
             call_id=call_id,
         )
     return run, record
+
+
+async def unknown_calls(store: SessionStore, run_id: str) -> list[str]:
+    """The run's calls whose outcome is unknown, by id."""
+    found = await store.get_executions(run_id)
+    return sorted(r.call_id for r in found if r.result_status is ToolStatus.UNKNOWN)
 
 
 def resolution(
@@ -81,11 +87,7 @@ async def resumable(store: SessionStore, run_id: str) -> Run:
             run_id=run_id,
             status=run.status.value,
         )
-    unknown = [
-        r.call_id
-        for r in await store.get_executions(run_id)
-        if r.result_status is ToolStatus.UNKNOWN
-    ]
+    unknown = await unknown_calls(store, run_id)
     if unknown:
         raise RunStateError(
             f"run {run_id} still has calls with unknown outcome: {', '.join(unknown)}; "

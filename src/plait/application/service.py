@@ -21,7 +21,7 @@ from plait.application._models import ModelFactory, RunModels
 from plait.application._queued import begin_claimed, queued
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
-from plait.application._waiting import resolution, resumable, unknown_call
+from plait.application._waiting import resolution, resumable, unknown_call, unknown_calls
 from plait.application.claiming import ClaimedRun
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
@@ -403,16 +403,20 @@ class AgentService:
         return reports
 
     async def resolve(
-        self, run_id: str, call_id: str, status: ToolStatus | str, note: str, *, by: str = "user"
-    ) -> Run:
+        self, run_id: str, call_id: str, status: ToolStatus | str, note: str, *,
+        by: str = "user", queue: bool = False,
+    ) -> Run:  # fmt: skip
         """Record what a person verified about a call whose outcome was ``unknown``. The
-        model sees it as the call's result; continue with :meth:`resume`."""
+        model sees it as the call's result; continue with :meth:`resume`. ``queue``
+        (service mode): once no call of the run is left unknown, the same commit puts the
+        run back in the queue and a worker continues it."""
         status = ToolStatus(status)
         if status not in (ToolStatus.SUCCEEDED, ToolStatus.FAILED):
             raise ValidationError("a resolution is 'succeeded' or 'failed'")
         if not note.strip():
             raise ValidationError("a resolution needs a note saying what was verified")
         run, record = await unknown_call(self.store, run_id, call_id)
+        left = await unknown_calls(self.store, run_id)
         a = await self.driver.take_over(run, observer=None)
         text = f"{note.strip()} (outcome verified by {by})"
         message, settled = resolution(
@@ -422,6 +426,8 @@ class AgentService:
         # The call did run (in the process that died): it counts as one of the run's calls.
         usage = replace(a.run.usage, tool_calls=a.run.usage.tool_calls + 1)
         released = replace(a.run, lease=None, usage=usage)
+        if queue and left == [call_id]:
+            released = replace(released, status=RunStatus.QUEUED, error=None)
         await self.journal.commit(a, (message,), run=released, executions=(settled,))
         return a.run
 

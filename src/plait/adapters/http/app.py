@@ -331,6 +331,19 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         log.info("run cancel requested", extra={"run_id": run_id, "session_id": run.session_id})
         return run_json(run)
 
+    @r.post("/runs/{run_id}/resolve", response_model=m.RunOut)
+    async def resolve_run(run_id: str, body: m.ResolveIn, who: Who) -> dict[str, Any]:
+        """Record what you verified about a call whose outcome is unknown (its worker
+        died while it ran a side effect); the model reads your note as the call's result.
+        Once none of the run's calls is unknown, the run goes back to the queue and a
+        worker continues it."""
+        await _own_run(ctx, who, run_id)
+        run = await ctx.service.resolve(
+            run_id, body.call_id, body.status, body.note, by=who.name, queue=True
+        )
+        log.info("run resolved", extra={"run_id": run_id, "session_id": run.session_id})
+        return run_json(run)
+
     @r.get(
         "/runs/{run_id}/events",
         response_class=StreamingResponse,

@@ -69,6 +69,13 @@ class ForkIn(BaseModel):
     request_id: str = Field(min_length=1, max_length=200)
 
 
+class ResolveIn(BaseModel):
+    model_config = _Strict
+    call_id: str = Field(min_length=1, max_length=200)
+    status: Literal["succeeded", "failed"]
+    note: str = Field(min_length=1, max_length=2000, pattern=r"\S")
+
+
 class ForkOriginOut(BaseModel):
     parent_session_id: str
     fork_point_message_id: str
