@@ -239,6 +239,19 @@ def test_resolve_text_output_says_how_to_continue(plait: Plait, crashed_in_write
     assert result["status"] == "failed"
 
 
+def test_resolve_with_queue_leaves_the_run_to_a_worker(
+    plait: Plait, crashed_in_write: Crashed
+) -> None:
+    c = crashed_in_write
+    _waits(plait("runs", "recover", "--run", c.run_id, "--model", c.model))
+    argv = ["runs", "resolve", c.run_id, "--call", "c_write", "--status", "failed"]
+    r = plait.ok(*argv, "--note", "absent", "--queue")
+    assert r.out.strip().endswith("resolved as failed; queued for a worker")
+    shown = plait.json("runs", "show", c.run_id)
+    assert shown["status"] == "queued" and shown["error"] is None
+    assert plait.json("sessions", "list")[0]["active_run_id"] == c.run_id
+
+
 def test_recover_text_output(plait: Plait, crashed_in_write: Crashed) -> None:
     c = crashed_in_write
     r = _waits(plait("runs", "recover", "--model", c.model))

@@ -210,12 +210,13 @@ async def runs_recover(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def runs_resolve(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    r = await rt.service.resolve(a.run_id, a.call_id, a.status, a.note, by=a.by)
-    out.emit(
-        run_json(r),
-        f"call {a.call_id} of run {r.id} resolved as {a.status}; "
-        f"continue with: plait runs resume {r.id}",
+    r = await rt.service.resolve(a.run_id, a.call_id, a.status, a.note, by=a.by, queue=a.queue)
+    then = (
+        "queued for a worker"
+        if r.status is RunStatus.QUEUED
+        else f"continue with: plait runs resume {r.id}"
     )
+    out.emit(run_json(r), f"call {a.call_id} of run {r.id} resolved as {a.status}; {then}")
     return EXIT_OK
 
 

@@ -214,6 +214,12 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
     resolve.add_argument("--status", required=True, choices=["succeeded", "failed"])
     resolve.add_argument("--note", required=True, help="what was verified")
     resolve.add_argument("--by", default="user", help="who verified it (default: user)")
+    resolve.add_argument(
+        "--queue",
+        action="store_true",
+        help="once no call is unknown, put the run back in the queue for a worker "
+        "(`plait worker`, `plait serve`) instead of `plait runs resume`",
+    )
     common(resolve)
     resume = rsub.add_parser("resume", help="continue a run once its unknown calls are resolved")
     resume.add_argument("run_id", metavar="RUN")
