@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
+from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
@@ -38,7 +39,7 @@ def _appends(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="appending", tool_calls=(call,))
 
 
-def _stranded(path: Path, session_id: str, text: str) -> RecordingTool:
+def _stranded(open_store: Callable[[], Any], session_id: str, text: str) -> RecordingTool:
     """Send ``text`` in another "process" (its own store handle, the server's model name:
     a run continues with the model it started with) that dies right after its
     side effect ran, before the result was saved; its lease is short, so the server's
@@ -46,7 +47,7 @@ def _stranded(path: Path, session_id: str, text: str) -> RecordingTool:
     tool = RecordingTool(spec("append", EffectClass.SIDE_EFFECT), output="appended")
 
     async def go() -> None:
-        store = SqliteStore.open(path)
+        store = open_store()
         try:
             service = AgentService(
                 store=store, artifacts=store, model=FunctionModel(_appends, name="behaviour"),
@@ -79,10 +80,19 @@ def _kinds(c: httpx.Client, sid: str) -> list[tuple[str, object, object]]:
     return [(m["kind"], m.get("text") or m.get("content"), m.get("status")) for m in page]
 
 
-def test_resolving_the_unknown_call_queues_the_run_and_a_worker_finishes_it(live: Live) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_resolving_the_unknown_call_queues_the_run_and_a_worker_finishes_it(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    live: Live = request.getfixturevalue("live" if kind == "sqlite" else "live_pg")
+    if kind == "sqlite":
+        opener: Callable[[], Any] = lambda: SqliteStore.open(live.store_path)  # noqa: E731
+    else:
+        url: str = request.getfixturevalue("pg_url")
+        opener = lambda: PostgresStore(url)  # noqa: E731
     with live.client("alice") as alice, live.client("bob") as bob:
         sid = new_session(alice)["session_id"]
-        tool = _stranded(live.store_path, sid, "tool deploy")
+        tool = _stranded(opener, sid, "tool deploy")
         run = _awaiting(alice, sid)
         run_id = str(run["run_id"])
         assert run["error"]["code"] == "unknown_effect", run
