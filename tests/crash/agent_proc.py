@@ -3,6 +3,8 @@
 One case directory holds everything a case touches::
 
     store.db | store/      the sqlite file or the JSONL directory
+    pg_url                 PostgreSQL: the case's own database (created by its first process
+                           on the server ``$PLAIT_CRASH_PG_URL`` names)
     workspace/config.toml  what ``read_config`` returns
     workspace/effects.txt  one line per application of ``append_line`` (the side effect)
     reads.log              one line per execution of ``read_config`` (outside the workspace)
@@ -81,7 +83,29 @@ def store_url(kind: str, case_dir: Path) -> str:
         return f"sqlite:///{(case_dir / 'store.db').resolve()}"
     if kind == "jsonl":
         return f"jsonl:///{(case_dir / 'store').resolve()}"
+    if kind == "postgres":
+        return _case_database(case_dir)
     raise SystemExit(f"unknown store kind {kind!r}")
+
+
+def _case_database(case_dir: Path) -> str:
+    """The case's own database, created on first use (named by ``$PLAIT_CRASH_PG_PREFIX``
+    and a random part, so the session that made it can drop it)."""
+    path = case_dir / "pg_url"
+    if path.exists():
+        return path.read_text()
+    import secrets
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    server = os.environ["PLAIT_CRASH_PG_URL"]
+    name = f"{os.environ['PLAIT_CRASH_PG_PREFIX']}_{secrets.token_hex(4)}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    url = urlsplit(server)._replace(path=f"/{name}").geturl()
+    path.write_text(url)
+    return url
 
 
 def open_case_store(
@@ -452,7 +476,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.crash.agent_proc")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", choices=("sqlite", "jsonl"), required=True)
+    common.add_argument("--store", choices=("sqlite", "jsonl", "postgres"), required=True)
     common.add_argument("--dir", type=Path, required=True, help="the case directory")
     common.add_argument("--order", choices=("read_first", "append_first"), default="read_first")
     common.add_argument("--lease", type=float, default=0.5, help="lease seconds")

@@ -23,7 +23,7 @@ from typing import Any
 import plait
 from tests.crash.agent_proc import APPEND_CALL, EFFECT_LINE, READ_CALL
 
-STORES = ("sqlite", "jsonl")
+STORES = ("sqlite", "jsonl", "postgres")
 REPO = Path(__file__).resolve().parents[2]
 PROC_TIMEOUT = 60.0
 
@@ -73,7 +73,7 @@ class Case:
 
 
 def all_cases() -> list[Case]:
-    """Every persistence point for both stores and both call orders, plus torn JSONL
+    """Every persistence point for every store and both call orders, plus torn JSONL
     lines after each kind of write."""
     cases: list[Case] = []
     for store in STORES:

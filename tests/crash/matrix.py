@@ -2,19 +2,26 @@
 
 ``python -m tests.crash.matrix`` (from the repository root, ``uv run``) runs every case
 and both recovery races in fresh temporary directories and prints the markdown tables
-used in the closing note; it exits non-zero if any case did not go as expected.
+used in the closing note; it exits non-zero if any case did not go as expected. The
+PostgreSQL cases run on ``$PLAIT_CRASH_PG_URL``'s server if set, else on a throw-away
+cluster started here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.crash.agent_proc import APPEND_CALL, EFFECT_LINE, READ_CALL
+from tests.crash.conftest import drop_case_databases
 from tests.crash.harness import (
     STORES,
     Case,
@@ -188,9 +195,28 @@ def run_matrix(root: Path, cases: list[Case] | None = None) -> list[Row]:
     return [row(f.result()) for f in futures.values()]
 
 
+@contextlib.contextmanager
+def _pg_server() -> Iterator[None]:
+    """Where the PostgreSQL cases create their databases (see ``agent_proc.store_url``)."""
+    prefix = f"plait_crash_{secrets.token_hex(3)}"
+    os.environ["PLAIT_CRASH_PG_PREFIX"] = prefix
+    given = os.environ.get("PLAIT_CRASH_PG_URL")
+    if given:
+        try:
+            yield
+        finally:
+            drop_case_databases(given, prefix)
+        return
+    from plait.testing.postgres import temporary_cluster
+
+    with temporary_cluster() as url:
+        os.environ["PLAIT_CRASH_PG_URL"] = url
+        yield
+
+
 def main() -> int:
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="plait-crash-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="plait-crash-") as tmp, _pg_server():
         rows = run_matrix(Path(tmp) / "cases")
         races = [
             race_row(race_recovery(store, Path(tmp) / "races", hold=hold), hold)

@@ -59,10 +59,19 @@ def crash_runs(
         for item in request.session.items
         if hasattr(item, "callspec") and isinstance(item.callspec.params.get("case"), Case)
     ]
-    futures = run_cases(selected or CASES, tmp_path_factory.mktemp("crash"))
+    cases = selected or CASES
+    if any(case.store == "postgres" for case in cases):
+        request.getfixturevalue("crash_pg")
+    futures = run_cases(cases, tmp_path_factory.mktemp("crash"))
     yield futures
     for future in futures.values():  # a session stopped early (-x) starts no more cases
         future.cancel()
+
+
+def _server_for(store: str, request: pytest.FixtureRequest) -> None:
+    """PostgreSQL cases need the server their processes create their databases on."""
+    if store == "postgres":
+        request.getfixturevalue("crash_pg")
 
 
 def _clean(proc: Proc, what: str) -> dict[str, Any]:
@@ -198,12 +207,15 @@ def test_crash_then_recover(case: Case, crash_runs: dict[Case, Future[CaseResult
 
 @pytest.mark.parametrize("hold", [True, False], ids=["lease-held", "free-race"])
 @pytest.mark.parametrize("store", STORES)
-def test_two_recoverers_exactly_one_wins(store: str, hold: bool, tmp_path: Path) -> None:
+def test_two_recoverers_exactly_one_wins(
+    store: str, hold: bool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """After a crash with both calls requested, two processes released together recover
     the same run: one resumes it, the other is skipped, and nothing runs twice.
 
     ``lease-held`` stops the winner (lease held) after its first tool until the loser has
     exited, so the loser certainly tries while the lease is taken."""
+    _server_for(store, request)
     r = race_recovery(store, tmp_path, hold=hold)
     assert r.crash.killed, r.crash.describe()
     outputs = [_clean(p, f"recoverer {n}") for n, p in zip("ab", r.recoverers, strict=True)]
@@ -237,10 +249,13 @@ def _final_checks(snap: dict[str, Any], calls: tuple[str, str]) -> None:
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_a_crash_during_recovery_is_recovered_again(store: str, tmp_path: Path) -> None:
+def test_a_crash_during_recovery_is_recovered_again(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The recovering process dies too, after the side effect it ran (never started
     before) acted and before its result was saved: the next recovery reports it unknown
     and does not run it again; the read-only result saved by the first recovery stays."""
+    _server_for(store, request)
     case = Case(store, "assistant_saved")
     case_dir = tmp_path / "case"
     effects, reads = case_dir / "workspace" / "effects.txt", case_dir / "reads.log"
@@ -273,9 +288,12 @@ def test_a_crash_during_recovery_is_recovered_again(store: str, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_a_crash_during_resume_is_recovered(store: str, tmp_path: Path) -> None:
+def test_a_crash_during_resume_is_recovered(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Resolve the unknown side effect, then resume dies right after saving the read-only
     result that was still pending: recovery must take the run over and finish it."""
+    _server_for(store, request)
     case = Case(store, "execution_started", order="append_first")
     case_dir = tmp_path / "case"
     reads = case_dir / "reads.log"

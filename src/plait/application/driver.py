@@ -210,6 +210,7 @@ class RunDriver:
         finally:
             heartbeat.cancel()
             self.active.pop(a.run.id, None)
+            self.compaction.release(a.run.id)  # a view kept for a next step
         self.journal.emit(a, RunEnded(a.run))
         if a.external_cancel:
             raise asyncio.CancelledError

@@ -6,14 +6,19 @@ the raw tail, labelled by source and trust (see :func:`._render.render_preamble`
 summary never enters the instructions, so nothing a tool or file said is promoted to a
 system instruction. When the summary covers the latest user request, that request is
 pinned verbatim right after the preamble.
+
+A view records what it was built from (:class:`ViewBasis`). A caller that kept a view may
+pass it back as ``reuse``: when the next build would be made from an equal basis (same
+session, profile, history, instructions, tools, corrections, and the summary and
+constraints the store holds now), that view is returned as it is instead of a new one.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from plait.application.compaction._ledger import CountCache, Ledger
 from plait.application.compaction._profiles import ModelProfile
@@ -25,7 +30,7 @@ from plait.domain.messages import AssistantMessage, Message, UserMessage
 from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import ToolSpec
 
-__all__ = ["ContextAssembler", "ContextView", "TokenBreakdown", "summary_applies"]
+__all__ = ["ContextAssembler", "ContextView", "TokenBreakdown", "ViewBasis", "summary_applies"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +56,26 @@ class TokenBreakdown:
         )
 
 
+class ViewBasis(NamedTuple):
+    """Everything a view is built from. The history is append-only and its message ids
+    are unique in a session, so its length and last id stand for it. (A tuple: made and
+    compared at every build.)"""
+
+    session_id: str
+    profile: ModelProfile
+    history_length: int
+    last_message_id: str | None
+    instructions: str
+    tools: tuple[ToolSpec, ...]
+    output_type: type[Any]
+    corrections: tuple[Correction, ...]
+    summary: Summary | None
+    """The active summary as read (or given), before checking that it applies."""
+    constraints: tuple[Constraint, ...]
+    calibration: float
+    """The profile's calibration factor (it changes with every run of the model)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextView:
     """What the next model call would see, and what it costs."""
@@ -74,6 +99,8 @@ class ContextView:
     calibration: float = 1.0
     """The meter's correction factor from reported usage (1.0 until a provider reported
     more input tokens than the meter counted)."""
+    basis: ViewBasis | None = field(default=None, compare=False, repr=False)
+    """What the view was built from (see :meth:`ContextAssembler.build`'s ``reuse``)."""
 
     @property
     def corrected_total(self) -> int:
@@ -162,30 +189,44 @@ class ContextAssembler:
         corrections: tuple[Correction, ...] = (),
         summary: Summary | None = None,
         constraints: tuple[Constraint, ...] | None = None,
+        reuse: ContextView | None = None,
     ) -> ContextView:
         """The context for ``history`` (the session's whole history, in order). The active
-        summary and constraints are read from the store unless given."""
-        meter = profile.meter
+        summary and constraints are read from the store unless given. ``reuse``: a view
+        built before; returned as it is if it was built from the same basis as this one."""
         summary, constraints = await self._read(session_id, summary, constraints)
+        basis = ViewBasis(
+            session_id=session_id, profile=profile, history_length=len(history),
+            last_message_id=history[-1].id if history else None, instructions=instructions,
+            tools=tools, output_type=output_type, corrections=corrections, summary=summary,
+            constraints=constraints, calibration=profile.calibration.factor,
+        )  # fmt: skip
+        if reuse is not None and reuse.basis == basis:
+            return reuse
+        return self._assemble(basis, history)
+
+    def _assemble(self, basis: ViewBasis, history: list[Message]) -> ContextView:
+        session_id, profile, meter = basis.session_id, basis.profile, basis.profile.meter
+        summary = basis.summary
         summary = summary if summary and summary_applies(summary, history) else None
         ledger = self.ledger(session_id, meter, history)
         start = 0 if summary is None else summary.covered_through_seq
-        preamble, preamble_tokens = self._preamble(session_id, meter, constraints, summary)
+        preamble, preamble_tokens = self._preamble(session_id, meter, basis.constraints, summary)
         u = ledger.last_user
         pinned = history[u] if 0 <= u < start else None
         assert pinned is None or isinstance(pinned, UserMessage)
         items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
         context: Context[Any] = Context(
-            instructions=instructions, tools=tools, items=items, output_type=output_type,
-            corrections=corrections, compacted=compacted,
+            instructions=basis.instructions, tools=basis.tools, items=items,
+            output_type=basis.output_type, corrections=basis.corrections, compacted=compacted,
         )  # fmt: skip
         tokens = TokenBreakdown(
-            instructions=self.cache.text(meter, instructions),
-            tools=self.cache.tools(meter, tools),
+            instructions=self.cache.text(meter, basis.instructions),
+            tools=self.cache.tools(meter, basis.tools),
             preamble=preamble_tokens,
             pinned=0 if pinned is None else self.cache.message(meter, pinned),
             tail=ledger.tokens(start),
-            corrections=_corrections(meter, corrections),
+            corrections=_corrections(meter, basis.corrections),
         )
         budget = self.settings.budget_for(profile.context_window, profile.max_output_tokens)
         return ContextView(
@@ -197,13 +238,14 @@ class ContextAssembler:
             threshold_tokens=int(self.settings.threshold * profile.context_window),
             tokens=tokens,
             summary=summary,
-            constraints=constraints,
+            constraints=basis.constraints,
             history_messages=len(history),
             tail_from_seq=start + 1,
             pinned_message_id=None if pinned is None else pinned.id,
             preamble=preamble,
             full_history_tokens=ledger.tokens(0),
-            calibration=profile.calibration.factor,
+            calibration=basis.calibration,
+            basis=basis,
         )
 
 

@@ -52,6 +52,9 @@ class RunCompaction:
     warned: set[str] = field(default_factory=set)
     last_measured: int = 0
     """The meter's count of the run's latest assistant request (for calibration)."""
+    measured: ContextView | None = None
+    """The view the post-step check measured without compacting: the next step's call
+    reuses it if nothing it was built from changed meanwhile (taken by that call)."""
 
 
 def outcome(

@@ -152,7 +152,9 @@ class CompactionService:
         reads the stored history (the run makes its results durable then). ``None`` when
         automatic compaction is off or no routed request exists yet. An unknown routed
         model raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a
-        failed summary does not (the run goes on with the full history)."""
+        failed summary does not (the run goes on with the full history). A view measured
+        without compacting is left in ``run.measured`` for the next call to reuse."""
+        run.measured = None
         if not self.settings.auto:
             return None
         model = model or self.routed_model(history)
@@ -167,8 +169,10 @@ class CompactionService:
             session_id, history, model=model, instructions=instructions, tools=tools
         )
         if not view.over_threshold:
+            run.measured = view  # nothing compacted: the next call may reuse this context
             return None
         if run.compactions >= self.settings.max_compactions_per_run:
+            run.measured = view
             return self._once(run, "cap", session_id, view, "pressure")
         if before_compacting is not None:
             await before_compacting()

@@ -14,6 +14,12 @@
   step and retries as a new step, rebuilding the context from the stored history.
   Otherwise the provider's error ends the run unchanged.
 
+The post-step check builds the context the next call would get to measure it; when it
+does not compact, the run keeps that view and the next :meth:`context_for` returns it,
+instead of building it a second time, if nothing it was built from changed (see
+:class:`~plait.application.compaction._context.ViewBasis`). :meth:`release` drops it when
+the run is no longer driven.
+
 Each compaction is reported to the run's observer as :class:`~plait.application.events.
 CompactionEvent` (started, then activated / failed / skipped). Summarizer calls are
 charged to the run (model calls and tokens). ``auto=False`` makes the stage register
@@ -116,6 +122,9 @@ class NoCompaction:
     async def post_step(self, a: RunView, durable: Durable | None = None) -> None:
         return None
 
+    def release(self, run_id: str) -> None:
+        return None
+
     async def recover(self, a: RunView, stop: StopRun, step: int) -> bool:
         return False
 
@@ -154,6 +163,13 @@ class CompactionStage:
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
 
+    def release(self, run_id: str) -> None:
+        """The run is no longer driven here: drop the view kept for its next call (its
+        counters stay, for a run driven again later)."""
+        state = self._runs.get(run_id)
+        if state is not None:
+            state.measured = None
+
     def _profile(self, model: str) -> ModelProfile:
         """The model's profile; for building (not for deciding) an unconfigured model
         gets a conservative estimate so an existing summary is still used."""
@@ -168,7 +184,9 @@ class CompactionStage:
         history: list[Message],
         model: str,
         corrections: Sequence[Correction] = (),
+        reuse: ContextView | None = None,
     ) -> ContextView:
+        """``reuse``: a view built before, returned if nothing it was built from changed."""
         return await self.service.assembler.build(
             session_id,
             history,
@@ -177,6 +195,7 @@ class CompactionStage:
             tools=self.tools,
             output_type=AssistantMessage,
             corrections=tuple(corrections),
+            reuse=reuse,
         )
 
     async def assistant_context(
@@ -210,8 +229,12 @@ class CompactionStage:
     async def context_for(
         self, a: RunView, corrections: Sequence[Correction]
     ) -> Context[AssistantMessage]:
-        view = await self.view(a.session.id, a.history, self._routed(a), corrections)
-        self.state(a.run.id).last_measured = view.tokens.total
+        """The context of the run's next call: the one its post-step check measured, when
+        nothing it was built from changed since (else built afresh)."""
+        state = self.state(a.run.id)
+        measured, state.measured = state.measured, None
+        view = await self.view(a.session.id, a.history, self._routed(a), corrections, measured)
+        state.last_measured = view.tokens.total
         context: Context[AssistantMessage] = view.context
         return context
 
