@@ -325,6 +325,22 @@ def test_a_compacting_check_keeps_no_view() -> None:
     run(go())
 
 
+def test_a_check_at_the_compaction_cap_keeps_its_view() -> None:
+    """Over the threshold but the run compacted its allowed times: nothing is compacted,
+    so the next call gets the measured view."""
+
+    async def go() -> None:
+        bench, stage, spy, a = await rig(24)
+        cap = bench.service.settings.max_compactions_per_run
+        stage.state("run_1").compactions = cap
+        await stage.post_step(a)
+        kept = stage.state("run_1").measured
+        assert kept is not None and kept.over_threshold and kept.context.compacted is None
+        assert await stage.context_for(a, []) is kept.context and spy.distinct == 1
+
+    run(go())
+
+
 def test_another_run_of_the_session_builds_its_own() -> None:
     async def go() -> None:
         _, stage, spy, a = await rig()

@@ -39,9 +39,10 @@ from tests.contract.builders import (
 )
 from tests.contract.owner_contract import OwnerPagesContract
 from tests.contract.run_contract import RunContract
+from tests.contract.submit_contract import SubmitContract
 
 
-class StoreContract(RunContract, ApprovalContract, OwnerPagesContract):
+class StoreContract(RunContract, ApprovalContract, OwnerPagesContract, SubmitContract):
     """Everything a store must do; subclass it once per adapter."""
 
     # --- sessions -------------------------------------------------------------------------

@@ -4,7 +4,10 @@ An admin sees and acts on all."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
+import pytest
 
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session, wait_terminal
@@ -64,3 +67,40 @@ def test_admin_sees_and_acts_on_everything(live: Live) -> None:
         run = root.post(f"/v1/sessions/{sid}/messages", json={"text": "from admin"})
         assert run.status_code == 202
         assert wait_terminal(root, run.json()["run_id"])["status"] == "completed"
+
+
+def _wait_running(c: httpx.Client, run_id: str) -> None:
+    deadline = time.monotonic() + 10
+    while c.get(f"/v1/runs/{run_id}").json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_posting_to_anothers_busy_session_is_not_found(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The submission's one store statement checks the owner before the busy check: the
+    answer to alice tells her nothing about bob's session (not even that it is busy)."""
+    live: Live = request.getfixturevalue("live" if backend == "sqlite" else "live_pg")
+    with live.client("bob") as bob, live.client("alice") as alice, live.client("root") as root:
+        sid = new_session(bob)["session_id"]
+        run = bob.post(f"/v1/sessions/{sid}/messages", json={"text": "slow one"}).json()
+        _wait_running(bob, run["run_id"])
+        say = {"text": "x"}
+        theirs = error(alice.post(f"/v1/sessions/{sid}/messages", json=say), 404, "not_found")
+        nope = error(alice.post("/v1/sessions/ses_nope/messages", json=say), 404, "not_found")
+        assert theirs == {
+            **nope,
+            "message": nope["message"].replace("ses_nope", sid),
+            "details": {"session_id": sid},
+        }
+        # The owner and an admin are told it is busy.
+        error(bob.post(f"/v1/sessions/{sid}/messages", json=say), 409, "session_busy")
+        error(root.post(f"/v1/sessions/{sid}/messages", json=say), 409, "session_busy")
+        assert len(bob.get(f"/v1/sessions/{sid}/messages").json()["messages"]) == 1
+        assert [r["run_id"] for r in bob.get(f"/v1/sessions/{sid}/runs").json()["runs"]] == [
+            run["run_id"]
+        ]
+        assert bob.post(f"/v1/runs/{run['run_id']}/cancel").status_code == 200
+        assert wait_terminal(bob, run["run_id"])["status"] == "cancelled"

@@ -1,5 +1,6 @@
-"""A queued run in service mode: submitted with the session the caller read, taken in
-hand by the worker whose queue claim leased it without claiming it a second time."""
+"""A queued run in service mode: submitted in one store call (no read of the session
+first), taken in hand by the worker whose queue claim leased it without claiming it a
+second time."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from plait.adapters.stores.memory import MemoryStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse
 from plait.application.service import AgentService
-from plait.domain.errors import ConflictError, LeaseLostError
+from plait.domain.errors import LeaseLostError, SessionBusyError, SessionNotFoundError
 from plait.domain.runs import RunStatus
 from plait.testing import FunctionModel
 
@@ -87,23 +88,29 @@ def test_a_run_whose_lease_expired_or_is_not_ours_is_claimed() -> None:
     asyncio.run(go())
 
 
-def test_submit_uses_the_session_the_caller_read_and_still_checks_its_version() -> None:
+def test_submit_is_one_store_call_with_the_owner_rule() -> None:
     async def go() -> None:
         store = CountingStore()
         svc = service(store)
-        s = await svc.create_session()
-        read = await store.get_session(s.id)
+        s = await svc.create_session(owner="alice")
         before = store.session_reads
-        run = await svc.submit(s.id, "go", read=read)
+        run = await svc.submit(s.id, "go", owner="alice")
         assert store.session_reads == before and run.status is RunStatus.QUEUED
-        # A session read before another write: the commit's version check refuses it.
-        s2 = await svc.create_session()
-        stale = await store.get_session(s2.id)
-        await svc.submit(s2.id, "first")
-        with pytest.raises(ConflictError):
-            await svc.submit(s2.id, "second", read=stale)
-        # A session of another id is not used: the right one is read.
-        s3 = await svc.create_session()
-        assert (await svc.submit(s3.id, "go", read=read)).session_id == s3.id
+        assert [m.seq for m in await store.read_messages(s.id)] == [1]
+        assert await store.get_run(run.id) == run
+        # Someone else's session: as if it did not exist, nothing written.
+        other = await svc.create_session(owner="bob")
+        with pytest.raises(SessionNotFoundError) as info:
+            await svc.submit(other.id, "go", owner="alice")
+        assert info.value.details == {"session_id": other.id}
+        assert await store.list_runs(session_id=other.id) == []
+        assert (await store.get_session(other.id)).version == 0
+        with pytest.raises(SessionNotFoundError):
+            await svc.submit("no-such-session", "go", owner="alice")
+        # No owner rule (an admin): anyone's session; a busy one is still refused.
+        assert (await svc.submit(other.id, "go")).session_id == other.id
+        with pytest.raises(SessionBusyError):
+            await svc.submit(other.id, "again")
+        assert (await store.get_session(other.id)).version == 1
 
     asyncio.run(go())

@@ -24,23 +24,26 @@ from plait.application.events import RunObserver
 from plait.application.ports import Clock, Commit, IdGenerator, TextSink
 from plait.domain.messages import UserMessage
 from plait.domain.runs import Budget, Run, RunStatus
-from plait.domain.session import Session
 
 __all__ = ["begin_claimed", "queued", "take_claimed"]
 
 
 def queued(
-    session: Session, text: str, budget: Budget, ids: IdGenerator, now: float
-) -> tuple[Run, Commit]:
-    """A ``queued`` run for ``text`` and the commit storing it with the user message."""
+    session_id: str, text: str, budget: Budget, ids: IdGenerator, now: float, *,
+    owner: str | None,
+) -> tuple[Run, Commit]:  # fmt: skip
+    """A ``queued`` run for ``text`` and the commit storing it with the user message,
+    appended after the session's last message (no read of the session first), refused
+    as not found if the session is not ``owner``'s (``None``: anyone's)."""
     run = Run(
-        id=ids.new("run"), session_id=session.id, status=RunStatus.QUEUED, budget=budget,
+        id=ids.new("run"), session_id=session_id, status=RunStatus.QUEUED, budget=budget,
         started_at=now,
     )  # fmt: skip
     user = UserMessage(id=ids.new("msg"), text=text, created_at=now, run_id=run.id)
     commit = Commit(
-        session_id=session.id, expected_version=session.version, messages=(user,), run=run
-    )
+        session_id=session_id, expected_version=None, messages=(user,), run=run,
+        session_owner=owner,
+    )  # fmt: skip
     return run, commit
 
 

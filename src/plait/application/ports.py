@@ -207,19 +207,22 @@ class IdGenerator(Protocol):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
     """One atomic write: messages appended at ``expected_version + 1 ...``, the run's new
-    state and execution records, all or nothing.
+    state and execution records, all or nothing. ``expected_version=None`` (``start_run``
+    only; the busy check still applies): append after the session's last message.
 
     ``lease_owner`` fences the write: if the stored run is leased to someone else the
-    commit fails with :class:`~plait.domain.errors.LeaseLostError`. A terminal run status
-    releases the session (``active_run_id`` cleared).
+    commit fails with :class:`~plait.domain.errors.LeaseLostError`. ``session_owner``: the
+    session must be this owner's, else :class:`~plait.domain.errors.SessionNotFoundError`
+    as if it did not exist. A terminal run status releases the session.
     """
 
     session_id: str
-    expected_version: int
+    expected_version: int | None
     messages: tuple[Message, ...] = ()
     run: Run | None = None
     executions: tuple[ExecutionRecord, ...] = ()
     lease_owner: str | None = None
+    session_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,20 +269,21 @@ class AgentService:
 
     async def submit(
         self, session_id: str, text: str, *, budget: Budget | None = None,
-        read: Session | None = None,
+        owner: str | None = None,
     ) -> Run:  # fmt: skip
-        """Store a user message and a ``queued`` run for it in one commit and return at
-        once; a worker (:class:`plait.application.worker.Worker`) runs it. Raises
-        :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`. ``read``: the
-        session as the caller just read it (the commit's version check still applies)."""
+        """Store a user message and a ``queued`` run for it in one commit (one store
+        call, no read first) and return at once; a worker
+        (:class:`plait.application.worker.Worker`) runs it. Raises
+        :class:`~plait.domain.errors.SessionBusyError` like :meth:`send`. ``owner``: the
+        session must be this owner's, else
+        :class:`~plait.domain.errors.SessionNotFoundError` as if it did not exist
+        (``None``: anyone's, e.g. an admin)."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
         budget = budget or self.budget
         if self.caller.has_model:  # else the worker checks it against its model
             check_cost_ceiling(self.model, budget.max_cost_usd, self.models.spec)
-        session = read if read is not None and read.id == session_id else None
-        session = session or await self.store.get_session(session_id)
-        run, commit = queued(session, text, budget, self.ids, self.clock.now())
+        run, commit = queued(session_id, text, budget, self.ids, self.clock.now(), owner=owner)
         await self.store.start_run(commit)
         return run
 

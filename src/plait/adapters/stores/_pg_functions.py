@@ -15,7 +15,13 @@ the raise rolls the whole statement back, so nothing of a refused commit is writ
 
 from __future__ import annotations
 
-__all__ = ["CLAIM_FUNCTION", "CLAIM_FUNCTION_V9", "COMMIT_FUNCTION", "COMMIT_FUNCTION_V8"]
+__all__ = [
+    "CLAIM_FUNCTION",
+    "CLAIM_FUNCTION_V9",
+    "COMMIT_FUNCTION",
+    "COMMIT_FUNCTION_V8",
+    "COMMIT_FUNCTION_V10",
+]
 
 COMMIT_FUNCTION = """
 CREATE FUNCTION plait_commit(
@@ -225,4 +231,35 @@ CLAIM_FUNCTION_V9 = CLAIM_FUNCTION.replace(
         (SELECT coalesce(max(su.generation), 0) FROM summaries AS su
          WHERE su.session_id = r.session_id),
         (SELECT count(*) FROM constraint_records AS cr WHERE cr.session_id = r.session_id)""",
+)
+
+# Migration 10: ``plait_commit`` takes the session's owner rule (``p_owner``: someone
+# else's session is refused as not found, before the busy check, so it tells nothing) and
+# a NULL ``p_expected`` for a run start that appends after the session's last message
+# (read under the session's lock): a submission through the API is this one statement,
+# no read of the session first. Made from the function of migration 8 (frozen), which
+# the migration drops first (its parameters change).
+_PARAMS_V8 = "p_session text, p_expected integer, p_start boolean, p_lease_owner text,"
+_DECLARE_V8 = "    v_active text;\n"
+_LOCK_V8 = (
+    "    SELECT s.active_run_id INTO v_active FROM sessions AS s WHERE s.id = p_session"
+    " FOR UPDATE;\n    IF NOT FOUND THEN\n"
+)
+_CURRENT_V8 = """                  WHERE sm.session_id = p_session);
+"""
+assert COMMIT_FUNCTION_V8.count(_PARAMS_V8) == 1
+assert COMMIT_FUNCTION_V8.count(_DECLARE_V8) == 1
+assert COMMIT_FUNCTION_V8.count(_LOCK_V8) == 1
+assert COMMIT_FUNCTION_V8.count(_CURRENT_V8) == 1
+COMMIT_FUNCTION_V10 = (
+    COMMIT_FUNCTION_V8.replace(_PARAMS_V8, _PARAMS_V8 + " p_owner text,")
+    .replace(_DECLARE_V8, _DECLARE_V8 + "    v_session_owner text;\n")
+    .replace(
+        _LOCK_V8,
+        """    SELECT s.active_run_id, s.owner INTO v_active, v_session_owner
+    FROM sessions AS s WHERE s.id = p_session FOR UPDATE;
+    IF NOT FOUND OR (p_owner IS NOT NULL AND v_session_owner IS DISTINCT FROM p_owner) THEN
+""",
+    )
+    .replace(_CURRENT_V8, _CURRENT_V8 + "    p_expected := coalesce(p_expected, v_current);\n")
 )

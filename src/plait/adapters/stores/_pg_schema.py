@@ -23,6 +23,7 @@ from plait.adapters.stores._pg_functions import (
     CLAIM_FUNCTION_V9,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
+    COMMIT_FUNCTION_V10,
 )
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.domain.errors import (
@@ -140,6 +141,9 @@ MIGRATIONS += (
     ("DROP FUNCTION plait_commit", COMMIT_FUNCTION_V8),
     # 9: the claim also returns the session's stamp (no first read of an empty state).
     ("DROP FUNCTION plait_claim", CLAIM_FUNCTION_V9),
+    # 10: a commit checks the session's owner and may append at its end (one-statement
+    # submission).
+    ("DROP FUNCTION plait_commit", COMMIT_FUNCTION_V10),
 )
 
 LATEST = len(MIGRATIONS)

@@ -1,6 +1,6 @@
 """PostgreSQL side of the commit ports (``start_run``/``commit``): one call of the
 server-side function ``plait_commit`` (see :mod:`._pg_functions`), which locks the
-session row, checks the version, writes the run, its executions and messages.
+session row, checks its owner and version, writes the run, its executions and messages.
 
 One statement, so one round trip; run in autocommit it is its own transaction, committed
 durably like any other (``synchronous_commit`` stays on). The rules are the shared ones
@@ -41,7 +41,7 @@ Conn = psycopg.AsyncConnection[Any]
 # arrays with their types given (see _pg_arrays).
 _CALL = (
     "SELECT o_version, o_cancel, o_summaries, o_constraints FROM plait_commit("
-    "%b::text, %b::integer, %b::boolean, "
+    "%b::text, %b::integer, %b::boolean, %b::text, "
     "%b::text, %b::text, %b::text, %b::float8, %b::text, %b::float8, %b::text, %b::boolean, "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
     "%b::text[], %b::text[], %b::bytea[], %b::float8[], %b::text[], %b::integer[], "
@@ -71,7 +71,7 @@ def _params(c: Commit, start: bool) -> tuple[Any, ...]:
         Texts([r[7] for r in ms]), Texts([r[8] for r in ms]), Texts([r[9] for r in ms]),
         Ints([r[10] for r in ms]),
     )  # fmt: skip
-    head = (c.session_id, c.expected_version, start, c.lease_owner)
+    head = (c.session_id, c.expected_version, start, c.lease_owner, c.session_owner)
     return (*head, *run_part, *executions, *messages)
 
 
@@ -102,7 +102,7 @@ def _refused(e: pg_errors.RaiseException, c: Commit) -> PlaitError:
             return session_not_found(sid)
         case "session_busy", [active]:
             return session_busy(sid, active)
-        case "version_conflict", [current]:
+        case "version_conflict", [current] if c.expected_version is not None:
             return version_conflict(sid, c.expected_version, current)
         case "duplicate_run", _ if c.run is not None:
             return duplicate_run(c.run.id)

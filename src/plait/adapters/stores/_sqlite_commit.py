@@ -32,10 +32,11 @@ __all__ = ["apply"]
 
 _SESSION_AND_RUN = (
     f"SELECT {VERSION_OF}, s.active_run_id, r.session_id, r.lease_owner, r.lease_expires_at, "
-    "r.cancel_requested FROM sessions AS s "
+    "r.cancel_requested, s.owner FROM sessions AS s "
     "LEFT JOIN runs AS r ON r.id = coalesce(?, s.active_run_id) WHERE s.id = ?"
 )
-"""The session's version and active run, with the commit's run (else the active one)."""
+"""The session's version, active run and owner, with the commit's run (else the active
+one)."""
 _CLAIM_SESSION = "UPDATE sessions SET active_run_id = ? WHERE id = ? AND active_run_id IS NULL"
 _RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?"
 _INSERT_MESSAGE = (
@@ -67,13 +68,13 @@ _EXEC_STATE = {s.value: s for s in ExecutionState}
 
 def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
     sid = c.session_id
-    expected = c.expected_version
     run = c.run
     # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
     row = conn.execute(_SESSION_AND_RUN, (None if run is None else run.id, sid)).fetchone()
-    if row is None:
-        raise session_not_found(sid)
-    current, active, run_session, owner, expires_at, cancel_flag = row
+    if row is None or (c.session_owner is not None and row[6] != c.session_owner):
+        raise session_not_found(sid)  # someone else's: as if it did not exist
+    current, active, run_session, owner, expires_at, cancel_flag, _ = row
+    expected = current if c.expected_version is None else c.expected_version
     cancel = False
     if start:
         assert run is not None

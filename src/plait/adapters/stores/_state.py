@@ -153,10 +153,19 @@ def check_new_session(session: Session) -> None:
 def validate_commit(commit: Commit, *, start: bool) -> None:
     """Checks that need no stored state: misuse is a ConfigError, raised before any I/O."""
     sid = commit.session_id
-    if isinstance(commit.expected_version, bool) or not isinstance(commit.expected_version, int):
+    expected = commit.expected_version
+    if expected is None and not start:
+        raise ConfigError(
+            "expected_version=None (append at the end) is only for start_run; a commit "
+            "names the version it extends",
+            session_id=sid,
+        )
+    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
         raise ConfigError("expected_version must be an integer", session_id=sid)
-    if commit.expected_version < 0:
+    if expected is not None and expected < 0:
         raise ConfigError("expected_version must be >= 0", session_id=sid)
+    if commit.session_owner is not None and not isinstance(commit.session_owner, str):
+        raise ConfigError("session_owner must be a string or None", session_id=sid)
     if start and commit.run is None:
         raise ConfigError("start_run needs commit.run", session_id=sid)
     if commit.run is not None and commit.run.session_id != sid:
@@ -348,6 +357,7 @@ class SessionState:
     def plan_start(self, commit: Commit) -> Change:
         run = commit.run
         assert run is not None  # validate_commit(start=True) checked it
+        self.check_owner(commit.session_owner)
         active = self.session.active_run_id
         if active is not None:
             raise session_busy(self.session.id, active)
@@ -366,6 +376,7 @@ class SessionState:
         )
 
     def plan_commit(self, commit: Commit) -> Change:
+        self.check_owner(commit.session_owner)
         self._check_version(commit.expected_version)
         run = None
         if commit.run is not None:
@@ -398,9 +409,14 @@ class SessionState:
             cancel_requested=cancel,
         )
 
-    def _check_version(self, expected: int) -> None:
+    def check_owner(self, owner: str | None) -> None:
+        """Someone else's session is refused as if it did not exist."""
+        if owner is not None and self.session.owner != owner:
+            raise session_not_found(self.session.id)
+
+    def _check_version(self, expected: int | None) -> None:
         actual = self.session.version
-        if expected != actual:
+        if expected is not None and expected != actual:
             raise version_conflict(self.session.id, expected, actual)
 
     def _stage_messages(self, messages: tuple[Message, ...]) -> tuple[StoredMessage, ...]:
