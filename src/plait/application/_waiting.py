@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 
 from plait.application.driver import WAITING
@@ -21,9 +22,10 @@ log = logging.getLogger("plait.agent")
 
 async def unknown_call(
     store: SessionStore, run_id: str, call_id: str
-) -> tuple[Run, ExecutionRecord]:
-    """The run awaiting resolution and its call whose outcome is unknown; RunStateError
-    naming the unresolved calls otherwise."""
+) -> tuple[Run, ExecutionRecord, list[str]]:
+    """The run awaiting resolution, its call whose outcome is unknown and the run's other
+    calls still unknown (one read of the records); RunStateError naming the unresolved
+    calls otherwise."""
     run = await store.get_run(run_id)
     if run.status is not RunStatus.AWAITING_RESOLUTION:
         raise RunStateError(
@@ -31,23 +33,22 @@ async def unknown_call(
             run_id=run_id,
             status=run.status.value,
         )
-    records = {r.call_id: r for r in await store.get_executions(run_id)}
-    record = records.get(call_id)
-    if record is None or record.result_status is not ToolStatus.UNKNOWN:
-        unknown = await unknown_calls(store, run_id)
+    records = await store.get_executions(run_id)
+    unknown = _unknown(records)
+    if call_id not in unknown:
         raise RunStateError(
             f"call {call_id!r} of run {run_id} has no unknown outcome to resolve; "
             f"unresolved calls: {', '.join(unknown) or 'none'}",
             run_id=run_id,
             call_id=call_id,
         )
-    return run, record
+    record = next(r for r in records if r.call_id == call_id)
+    return run, record, [c for c in unknown if c != call_id]
 
 
-async def unknown_calls(store: SessionStore, run_id: str) -> list[str]:
-    """The run's calls whose outcome is unknown, by id."""
-    found = await store.get_executions(run_id)
-    return sorted(r.call_id for r in found if r.result_status is ToolStatus.UNKNOWN)
+def _unknown(records: Sequence[ExecutionRecord]) -> list[str]:
+    """The calls whose outcome is unknown, by id."""
+    return sorted(r.call_id for r in records if r.result_status is ToolStatus.UNKNOWN)
 
 
 def resolution(
@@ -87,7 +88,7 @@ async def resumable(store: SessionStore, run_id: str) -> Run:
             run_id=run_id,
             status=run.status.value,
         )
-    unknown = await unknown_calls(store, run_id)
+    unknown = _unknown(await store.get_executions(run_id))
     if unknown:
         raise RunStateError(
             f"run {run_id} still has calls with unknown outcome: {', '.join(unknown)}; "

@@ -21,7 +21,7 @@ from plait.application._models import ModelFactory, RunModels
 from plait.application._queued import begin_claimed, queued
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
-from plait.application._waiting import resolution, resumable, unknown_call, unknown_calls
+from plait.application._waiting import resolution, resumable, unknown_call
 from plait.application.claiming import ClaimedRun
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
@@ -416,8 +416,7 @@ class AgentService:
             raise ValidationError("a resolution is 'succeeded' or 'failed'")
         if not note.strip():
             raise ValidationError("a resolution needs a note saying what was verified")
-        run, record = await unknown_call(self.store, run_id, call_id)
-        left = await unknown_calls(self.store, run_id)
+        run, record, others = await unknown_call(self.store, run_id, call_id)
         a = await self.driver.take_over(run, observer=None)
         text = f"{note.strip()} (outcome verified by {by})"
         message, settled = resolution(
@@ -427,7 +426,7 @@ class AgentService:
         # The call did run (in the process that died): it counts as one of the run's calls.
         usage = replace(a.run.usage, tool_calls=a.run.usage.tool_calls + 1)
         released = replace(a.run, lease=None, usage=usage)
-        if queue and left == [call_id]:
+        if queue and not others:
             released = replace(released, status=RunStatus.QUEUED, error=None)
         await self.journal.commit(a, (message,), run=released, executions=(settled,))
         return a.run
