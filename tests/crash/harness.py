@@ -466,6 +466,12 @@ class RaceResult:
     final: dict[str, Any]
 
 
+RACE_LEASE_SECONDS = 60
+"""The recoverers' lease. The held winner blocks its event loop, so it does not renew
+its lease while held; the lease must outlast any stall of the loser on a loaded machine,
+or the loser could take the run over from a winner that is alive."""
+
+
 def race_recovery(store: str, root: Path, *, hold: bool) -> RaceResult:
     """Crash right after the assistant message (both calls requested, none run), then
     start two recoverers released together by a barrier.
@@ -489,7 +495,7 @@ def race_recovery(store: str, root: Path, *, hold: bool) -> RaceResult:
             "--owner",
             f"recoverer-{name}",
             "--lease",
-            "5",
+            str(RACE_LEASE_SECONDS),
             "--ready",
             str(case_dir / f"ready-{name}"),
             "--go",

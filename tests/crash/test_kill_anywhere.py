@@ -115,8 +115,7 @@ def test_a_run_killed_anywhere_ends_whole_with_no_effect_repeated(
     # for a fatal signal between pages), leaving the JSONL store a torn last line: a
     # commit never acknowledged, which the store discards with a warning. Nothing else.
     assert all(
-        issubclass(w.category, StoreWarning) and "torn last line" in str(w.message)
-        for w in caught
+        issubclass(w.category, StoreWarning) and "torn last line" in str(w.message) for w in caught
     ), [str(w.message) for w in caught]
     assert kind == "jsonl" or not caught
     assert status is RunStatus.COMPLETED
