@@ -92,7 +92,9 @@ def test_the_reviewers_share_caps_its_calls_within_the_run_budget() -> None:
     # the second review finds the reviewer's share spent: a person decides, nothing runs
     assert result.run.status is RunStatus.AWAITING_APPROVAL
     assert len(reviewer.requests) == 1
-    (pending,) = asyncio.run(svc.store.list_approvals())
+    store = svc.store
+    assert isinstance(store, MemoryStore)
+    (pending,) = asyncio.run(store.list_approvals())
     assert pending.call_id == "c2" and "no model-call budget left for review" in pending.reason
 
 
