@@ -117,6 +117,25 @@ def test_a_setting_the_model_cannot_honour_names_setting_and_model(tmp_path: Pat
     assert info.value.details == {"setting": "thinking_budget", "model": "openai:gpt-4o"}
 
 
+@pytest.mark.parametrize(
+    ("budget", "fragment"),
+    [(512, "at least 1024 tokens"), (64_000, "below the model's max output (64000)")],
+)
+def test_a_thinking_budget_anthropic_cannot_take_is_refused_when_opened(
+    tmp_path: Path, budget: int, fragment: str
+) -> None:
+    spec = "anthropic:claude-sonnet-4-5"
+    _write(tmp_path / "plait.toml", f'[models."{spec}"]\nthinking_budget = {budget}\n')
+    config = load_config(tmp_path, {"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    with pytest.raises(ConfigError) as info:
+        open_model(spec, config=config, env={"ANTHROPIC_API_KEY": "k"})
+    assert fragment in info.value.message
+    assert info.value.details == {"setting": "thinking_budget", "model": spec}
+    _write(tmp_path / "plait.toml", f'[models."{spec}"]\nthinking_budget = 8000\n')
+    config = load_config(tmp_path, {"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    open_model(spec, config=config, env={"ANTHROPIC_API_KEY": "k"})
+
+
 def test_an_inexpressible_tool_schema_fails_when_the_model_is_opened() -> None:
     odd = tool(
         "pick", {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}
