@@ -159,3 +159,14 @@ def test_the_reviewer_model_setting_is_validated() -> None:
     assert parse_policy("version = 1\n", "p.toml").reviewer.model == ""
     with pytest.raises(PolicyError, match=r"p.toml, line 3: reviewer.model: must be a model spec"):
         parse_policy("version = 1\n[reviewer]\nmodel = 4\n", "p.toml")
+
+
+def test_a_run_taken_over_with_another_model_keeps_the_reviewers_own_model() -> None:
+    policy = Policy(rules=RULES)
+    reviewer = judge()
+    svc = service(policy, agent(), reviewer)
+    assert svc.caller.model_for("reviewer") is reviewer
+    other = agent()
+    moved = svc.caller.with_model(other)  # what recovery does for a run's recorded model
+    assert moved.model_for("reviewer") is reviewer
+    assert moved.model_for("assistant") is other and moved.model_for("summarizer") is other
