@@ -150,19 +150,39 @@ def governed_gate(
     model: ModelClient | None,
 ) -> ToolGate:
     """The policy → reviewer → approval gate (DESIGN §5) over ``approvals``; ``policy``
-    is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default."""
+    is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default. A
+    policy whose ``[reviewer] model`` names a model gets a reviewer with that model
+    (opened here, so a bad spec or a missing key fails now); otherwise the reviewer uses
+    the run's model."""
     from plait.adapters.tools.probe import FileProbe
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
     from plait.application.governance.reviewer import Reviewer
 
     chosen = _policy(policy)
-    reviewer = Reviewer(config=chosen.reviewer, name=model.name if model else "reviewer")
+    own = _reviewer_model(chosen)
+    named = own or model
+    reviewer = Reviewer(config=chosen.reviewer, model=own, name=named.name if named else "reviewer")
     governor = Governor(
         policy=chosen, approvals=approvals, clock=clock, ids=ids, reviewer=reviewer,
         probe=FileProbe(),
     )  # fmt: skip
     return GovernedGate(governor)
+
+
+def _reviewer_model(policy: Policy) -> ModelClient | None:
+    """The reviewer's own model (``[reviewer] model``), opened with no tools: it only
+    judges; a spec that cannot be opened is a ConfigError naming the policy file."""
+    spec = policy.reviewer.model
+    if not spec:
+        return None
+    try:
+        return open_model(spec)
+    except ConfigError as e:
+        raise ConfigError(
+            f"{policy.source}: [reviewer] model {spec!r} cannot be opened: {e.message}",
+            **e.details,
+        ) from e
 
 
 def _configured_sandbox() -> SandboxSettings:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from plait.adapters.cli.main import main
+from plait.adapters.models._catalog import CATALOG_DATE
 from plait.testing.fake_providers import FakeProvider, FakeTurn, Reply
 from tests.adapters.test_runs import demo_turns
 
@@ -29,7 +30,11 @@ def test_models_list_shows_builtin_and_configured_models(
     monkeypatch.chdir(tmp_path)
     code, out, _ = _run(capsys, "models", "list", "--json")
     assert code == 0
-    rows = {r["spec"]: r for r in json.loads(out)["models"]}
+    listed = json.loads(out)
+    assert listed["catalog"]["as_of"] == CATALOG_DATE
+    assert listed["catalog"]["source"].startswith("https://")
+    rows = {r["spec"]: r for r in listed["models"]}
+    assert rows["anthropic:claude-sonnet-4-5"]["capabilities"]["price_output_per_mtok"] == 15.0
     gpt = rows["openai:gpt-4o"]
     assert gpt["source"] == "built-in" and gpt["capabilities"]["context_window"] == 128_000
     local = rows["local = openai-compatible:http://127.0.0.1:8000/v1#qwen"]
@@ -37,6 +42,7 @@ def test_models_list_shows_builtin_and_configured_models(
     assert local["source"] == str(tmp_path / "plait.toml")
     code, text, _ = _run(capsys, "models", "list")
     assert code == 0 and "anthropic:claude-haiku-4-5" in text and "200,000" in text
+    assert text.startswith(f"built-in catalog as of {CATALOG_DATE} (refresh: scripts/")
 
 
 def test_models_check_reports_auth_tools_and_streaming(

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from plait.application.ports import ModelResponse
+from plait.application.ports import ModelClient, ModelResponse
 from plait.domain.context import Context
 from plait.domain.errors import ValidationError
 from plait.domain.messages import Message, ToolCall
@@ -33,6 +33,7 @@ from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
     "AllowAll", "GateDecision", "GateRequest", "ReviewerCall", "ToolGate", "Verdict", "policy_of",
+    "reviewer_model_of", "reviewer_of",
 ]  # fmt: skip
 
 
@@ -116,3 +117,18 @@ def policy_of(gate: ToolGate) -> str | None:
     """The source of the tool policy ``gate`` decides by (recorded as ``Run.policy``)."""
     source = getattr(gate, "policy_source", None)
     return source if isinstance(source, str) else None
+
+
+def reviewer_of(gate: ToolGate, run_model: ModelClient) -> tuple[ModelClient, int | None] | None:
+    """The model that reviews calls under ``gate`` (its own reviewer model, else the
+    run's) and the output tokens the reviewer asks of it; ``None`` when the gate never asks
+    a reviewer."""
+    if getattr(gate, "reviews", False) is not True:
+        return None
+    asked = getattr(gate, "reviewer_max_output_tokens", None)
+    return reviewer_model_of(gate) or run_model, asked if isinstance(asked, int) else None
+
+
+def reviewer_model_of(gate: ToolGate) -> ModelClient | None:
+    """The reviewer's own model under ``gate`` (``None``: it uses the run's model)."""
+    return cast("ModelClient | None", getattr(gate, "reviewer_model", None))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -130,7 +130,9 @@ def check_cost_ceiling(
 
 class ModelCaller:
     """Calls the model for a role. ``model`` may be None for a service that only reads;
-    :attr:`model` then raises a ConfigError naming the fix."""
+    :attr:`model` then raises a ConfigError naming the fix. ``role_models`` gives a role
+    its own model (the Reviewer's ``[reviewer] model``); every other role, and a role
+    without one, uses ``model``. Either way the call is charged to the same run budget."""
 
     def __init__(
         self,
@@ -141,8 +143,10 @@ class ModelCaller:
         on_overflow: OverflowHook = no_overflow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        role_models: Mapping[ModelRole, ModelClient] | None = None,
     ) -> None:
         self._model = model
+        self.role_models: dict[ModelRole, ModelClient] = dict(role_models or {})
         self.clock = clock
         self.policy = policy or RetryPolicy()
         self.on_overflow = on_overflow
@@ -161,8 +165,12 @@ class ModelCaller:
     def has_model(self) -> bool:
         return self._model is not None
 
+    def model_for(self, role: ModelRole) -> ModelClient:
+        """The model a call in ``role`` goes to."""
+        return self.role_models.get(role) or self.model
+
     def with_model(self, model: ModelClient) -> ModelCaller:
-        """The same policy, hooks and clock over another model."""
+        """The same policy, hooks, clock and role models over another model."""
         return ModelCaller(
             model,
             clock=self.clock,
@@ -170,6 +178,7 @@ class ModelCaller:
             on_overflow=self.on_overflow,
             sleep=self._sleep,
             jitter=self._jitter,
+            role_models=self.role_models,
         )
 
     async def call(
@@ -184,7 +193,7 @@ class ModelCaller:
     ) -> ModelResponse:
         """One call; ``on_overflow`` replaces the caller's overflow hook for this call
         (compaction passes one bound to the run)."""
-        model = self.model
+        model = self.model_for(role)
         retry = 0
         overflowed = False
         attempt = 0

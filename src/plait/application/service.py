@@ -22,19 +22,19 @@ from plait.application._queued import begin_claimed, queued
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
+from plait.application.capabilities import RunModelsNeeded, check_run_capabilities
 from plait.application.claiming import ClaimedRun
 from plait.application.compaction import CompactionService
 from plait.application.compaction.stage import CompactionStage
 from plait.application.context_builder import ContextBuilder
 from plait.application.driver import WAITING, RunDriver
 from plait.application.events import MessageSaved, RunEnded, RunObserver, RunStarted
-from plait.application.gate import AllowAll, ToolGate, policy_of
+from plait.application.gate import AllowAll, ToolGate, policy_of, reviewer_model_of, reviewer_of
 from plait.application.governance.approvals import Approvals
 from plait.application.model_caller import (
     ModelCaller,
     OverflowHook,
     RetryPolicy,
-    check_cost_ceiling,
     no_overflow,
 )
 from plait.application.ports import (
@@ -142,6 +142,10 @@ class AgentService:
         self.caller = caller or ModelCaller(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         )
+        self._gate = gate or AllowAll()
+        self._compaction = compaction
+        if (own_reviewer := reviewer_model_of(self._gate)) is not None:
+            self.caller.role_models["reviewer"] = own_reviewer  # its own model, same budget
         self.journal = RunJournal(
             store=store,
             clock=clock,
@@ -200,16 +204,30 @@ class AgentService:
 
     # --- running ----------------------------------------------------------------------------
 
-    def check_can_run(self, budget: Budget | None = None) -> None:
+    def check_can_run(self, budget: Budget | None = None, model: ModelClient | None = None) -> None:
         """Raise the ConfigError :meth:`send` would raise before writing anything: no model,
-        a model that cannot call this agent's tools, a cost ceiling without prices."""
-        budget, model = budget or self.budget, self.model
-        if self._tools and not model.capabilities.tool_calls:
-            raise ConfigError(
-                f"model {model.name!r} cannot call tools, but this agent has "
-                f"{len(self._tools)} tools; choose a model with tool calling"
-            )
-        check_cost_ceiling(model, budget.max_cost_usd, self.models.spec)
+        or a capability or setting a model of the run cannot honour (tool calling, the
+        reviewer's and summarizer's structured output, prices for a cost ceiling; see
+        :mod:`plait.application.capabilities`)."""
+        budget, model = budget or self.budget, model or self.model
+        reviewer = reviewer_of(self._gate, model)
+        compaction = self._compaction
+        automatic = (
+            compaction is not None
+            and compaction.settings.auto
+            and model.capabilities.context_window is not None
+        )
+        summarizer = (compaction.summarizer or model) if automatic and compaction else None
+        needed = RunModelsNeeded(
+            assistant=model,
+            tools=len(self._tools),
+            reviewer=None if reviewer is None else reviewer[0],
+            reviewer_max_output_tokens=None if reviewer is None else reviewer[1],
+            summarizer=summarizer,
+            max_cost_usd=budget.max_cost_usd,
+            spec=self.models.spec,
+        )
+        check_run_capabilities(needed)
 
     async def send(
         self,
@@ -282,7 +300,7 @@ class AgentService:
             raise ValidationError("the message text is empty")
         budget = budget or self.budget
         if self.caller.has_model:  # else the worker checks it against its model
-            check_cost_ceiling(self.model, budget.max_cost_usd, self.models.spec)
+            self.check_can_run(budget)
         run, commit = queued(session_id, text, budget, self.ids, self.clock.now(), owner=owner)
         await self.store.start_run(commit)
         return run
@@ -304,7 +322,7 @@ class AgentService:
         )  # fmt: skip
         self.journal.emit(a, RunStarted(a.run))
         try:  # the API process may have had no model (or another one) to check it with
-            check_cost_ceiling(model, a.run.budget.max_cost_usd, self.models.spec)
+            self.check_can_run(a.run.budget, model)
         except ConfigError as e:
             await self.journal.finish(a, RunStatus.FAILED, RunError(code=e.code, message=e.message))
             self.journal.emit(a, RunEnded(a.run))

@@ -140,8 +140,11 @@ class Limits:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReviewerConfig:
-    """The Reviewer role's settings (its own instructions, model settings, budget share)."""
+    """The Reviewer role's settings (its own model, instructions, model settings, budget
+    share)."""
 
+    model: str = ""
+    """Model spec (or plait.toml name) of the reviewer; ``""``: the run's model."""
     instructions: str = ""
     """Extra instructions appended to the built-in reviewer instructions."""
     max_model_calls: int = 10
@@ -224,6 +227,13 @@ class Policy:
     @classmethod
     def default(cls) -> Policy:
         return cls()
+
+    @property
+    def reviews(self) -> bool:
+        """Whether any call can reach the Reviewer role (a rule or default says
+        ``review``)."""
+        actions = (self.read, self.write, self.command, self.other, self.protected_action)
+        return Action.REVIEW in actions or any(r.action is Action.REVIEW for r in self.rules)
 
     def is_command_tool(self, tool: str) -> bool:
         return any(fnmatch.fnmatchcase(tool, p) for p in self.command_tools)

@@ -22,6 +22,7 @@ _DEFAULTS = {"read", "write", "command", "other", "protected"}
 _TOOLS = {"command", "path_arguments"}
 _LIMITS = {"max_calls_per_run", "max_argument_bytes"}
 _REVIEWER = {
+    "model",
     "instructions",
     "max_model_calls",
     "max_corrections",
@@ -172,6 +173,13 @@ def _reviewer(ctx: _Ctx, raw: dict[str, Any]) -> ReviewerConfig:
     instructions = raw.get("instructions", d.instructions)
     if not isinstance(instructions, str):
         raise ctx.fail("reviewer.instructions", "must be a string", table="reviewer")
+    model = raw.get("model", d.model)
+    if not isinstance(model, str) or (model != model.strip()):
+        raise ctx.fail(
+            "reviewer.model",
+            'must be a model spec or a plait.toml model name (e.g. "anthropic:claude-haiku-4-5")',
+            table="reviewer",
+        )
     timeout = raw.get("timeout_seconds", d.timeout_seconds)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ctx.fail("reviewer.timeout_seconds", "must be a positive number", table="reviewer")
@@ -180,6 +188,7 @@ def _reviewer(ctx: _Ctx, raw: dict[str, Any]) -> ReviewerConfig:
         for k in ("max_model_calls", "max_corrections", "max_output_tokens", "history_messages")
     }
     return ReviewerConfig(
+        model=model,
         instructions=instructions,
         max_model_calls=ints["max_model_calls"] or d.max_model_calls,
         max_corrections=ints["max_corrections"] or 0,

@@ -179,6 +179,7 @@ def policy_json(p: Policy) -> dict[str, Any]:
             "max_argument_bytes": p.limits.max_argument_bytes,
         },
         "reviewer": {
+            "model": rv.model or None,
             "instructions": rv.instructions,
             "max_model_calls": rv.max_model_calls,
             "max_corrections": rv.max_corrections,
@@ -201,6 +202,11 @@ def _policy_text(p: Policy) -> str:
         lines.append(
             f"limits: max_calls_per_run {p.limits.max_calls_per_run}, "
             f"max_argument_bytes {p.limits.max_argument_bytes}"
+        )
+    if p.reviews:
+        lines.append(
+            f"reviewer: model {p.reviewer.model or '(the run model)'}, "
+            f"max_model_calls {p.reviewer.max_model_calls}"
         )
     lines.append(f"rules ({len(p.rules)}):")
     lines.extend(f"  {r.describe()}" for r in p.rules)

@@ -55,7 +55,7 @@ def _line(row: dict[str, Any]) -> str:
 
 def models_list(a: argparse.Namespace, out: _Output) -> int:
     from plait.adapters.models import resolve
-    from plait.adapters.models._catalog import builtin_models
+    from plait.adapters.models._catalog import CATALOG_DATE, CATALOG_SOURCE, builtin_models
     from plait.config import load_config
 
     config = load_config()
@@ -65,7 +65,11 @@ def models_list(a: argparse.Namespace, out: _Output) -> int:
         label = name if str(r.spec) == name else f"{name} = {r.spec}"
         rows.append(_row(label, entry.source, r.capabilities))
     header = f"{'SPEC':<58} {'WINDOW':>10}  {'$/MTOK in/out/cached':<17} CAPABILITIES"
-    out.emit({"models": rows}, lambda: "\n".join([header, *(_line(r) for r in rows)]))
+    dated = f"built-in catalog as of {CATALOG_DATE} (refresh: scripts/refresh_catalog.py)"
+    out.emit(
+        {"models": rows, "catalog": {"as_of": CATALOG_DATE, "source": CATALOG_SOURCE}},
+        lambda: "\n".join([dated, header, *(_line(r) for r in rows)]),
+    )
     return EXIT_OK
 
 

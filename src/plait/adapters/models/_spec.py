@@ -139,12 +139,25 @@ def _api_key(r: Resolved, env: Mapping[str, str]) -> str:
     raise missing_key(str(r.spec), r.key_env[0])
 
 
+_MIN_THINKING = 1024
+"""Anthropic's smallest extended-thinking budget (``budget_tokens``)."""
+
+
 def _check_settings(r: Resolved) -> None:
     budget = r.settings.get("thinking_budget")
     if budget is not None and (r.spec.kind != "anthropic" or not r.capabilities.reasoning):
         raise ConfigError(
             f"setting thinking_budget: model {r.spec} cannot take it (only Anthropic models "
             "with reasoning do); remove it from plait.toml",
+            setting="thinking_budget",
+            model=str(r.spec),
+        )
+    cap = r.capabilities.max_output_tokens
+    if budget is not None and (budget < _MIN_THINKING or (cap is not None and budget >= cap)):
+        within = f" and below the model's max output ({cap})" if cap is not None else ""
+        raise ConfigError(
+            f"setting thinking_budget = {budget}: model {r.spec} takes a thinking budget of "
+            f"at least {_MIN_THINKING} tokens{within}; change it in plait.toml",
             setting="thinking_budget",
             model=str(r.spec),
         )

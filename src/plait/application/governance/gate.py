@@ -15,7 +15,7 @@ from typing import Any
 from plait.application._run_state import StopRun
 from plait.application.gate import GateDecision, GateRequest
 from plait.application.governance.governor import GateOutcome, Governor
-from plait.application.ports import ModelResponse
+from plait.application.ports import ModelClient, ModelResponse
 from plait.domain.context import Context
 from plait.domain.runs import RunStatus
 
@@ -33,6 +33,21 @@ class GovernedGate:
         self.governor = governor
         if governor.reviewer is not None:
             governor.reviewer.propagate = (StopRun,)
+
+    @property
+    def reviews(self) -> bool:
+        """Whether the policy can send a call to the Reviewer role."""
+        return self.governor.policy.reviews
+
+    @property
+    def reviewer_model(self) -> ModelClient | None:
+        """The reviewer's own model (``[reviewer] model``); ``None``: the run's model."""
+        reviewer = self.governor.reviewer
+        return None if reviewer is None else reviewer.model
+
+    @property
+    def reviewer_max_output_tokens(self) -> int:
+        return self.governor.policy.reviewer.max_output_tokens
 
     @property
     def policy_source(self) -> str:
