@@ -22,6 +22,7 @@ from dataclasses import replace
 from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import PlaitError, PolicyError
 from plait.domain.messages import ArtifactRef, ToolCall, ToolResult, ToolStatus
+from plait.domain.text import printable
 from plait.domain.tools import EffectClass
 
 __all__ = ["ToolRunner"]
@@ -58,16 +59,16 @@ class ToolRunner:
             status = unsure if unsure is ToolStatus.UNKNOWN else ToolStatus.CANCELLED
             return _failure(call, status, "cancelled while running")
         except PolicyError as e:  # refused before it acted (e.g. plait's own store)
-            return ToolResult(
-                call_id=call.id, status=ToolStatus.DENIED, content=e.message, reason=e.message
-            )
+            why = printable(e.message)
+            return ToolResult(call_id=call.id, status=ToolStatus.DENIED, content=why, reason=why)
         except PlaitError as e:  # ToolError and its kin: the tool reports a failure
-            return ToolResult(
-                call_id=call.id, status=ToolStatus.FAILED, content=e.message, reason=e.message
-            )
+            why = printable(e.message)
+            return ToolResult(call_id=call.id, status=ToolStatus.FAILED, content=why, reason=why)
         except Exception as e:
             log.exception("tool %s raised", call.name)
-            reason = f"internal error in tool {call.name!r}: {type(e).__name__}: {e}"
+            reason = (
+                f"internal error in tool {call.name!r}: {type(e).__name__}: {printable(str(e))}"
+            )
             return ToolResult(call_id=call.id, status=unsure, content=reason, reason=reason)
         return await self.capped(call, output, invocation.output_cap_bytes)
 
