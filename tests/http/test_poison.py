@@ -269,8 +269,8 @@ def _send(api: Api, field: Field, value: str) -> httpx.Response:
     else:
         body = {**(body or {}), field.name: value}
     path = field.path
-    for name, given in ids.items():
-        path = path.replace("{" + name + "}", quote(given, safe="", errors="surrogatepass"))
+    for name, known in ids.items():
+        path = path.replace("{" + name + "}", quote(known, safe="", errors="surrogatepass"))
     if params:  # the raw bytes, as a client could send them (surrogates too)
         path += "?" + "&".join(
             f"{quote(k, safe='')}={quote(v, safe='', errors='surrogatepass')}"
