@@ -276,15 +276,14 @@ def _permissive(response: ModelResponse, tools: Any, used: Any) -> CheckedOutput
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("argument", ["path", "cwd"])
-def test_recover_settles_a_legacy_call_with_nul_in_a_path_as_failed(
-    store: Store, workspace: Path, monkeypatch: pytest.MonkeyPatch, argument: str
-) -> None:
-    """``runs recover`` crashed on a run holding a call with a NUL in ``path`` (stored by
-    a plait before this check): the real gate's path probe raised ``ValueError``."""
+def legacy_poisoned_run(
+    store: Store, workspace: Path, monkeypatch: pytest.MonkeyPatch, clock: FixedClock,
+    argument: str,
+) -> str:  # fmt: skip
+    """A session whose run holds a call with a NUL in ``path`` (or ``cwd``), stored by a
+    plait before this check, whose process then died; the lease has expired."""
     arguments = {"path": "a\x00b"} if argument == "path" else {"command": "ls", "cwd": "s\x00b"}
     name = "read_file" if argument == "path" else "run_command"
-    clock = FixedClock()
     sid = new_session(store, workspace)
     first = service(store, Model([calls(RawToolCall(id="c1", name=name, arguments=arguments))]),
                     clock=clock)  # fmt: skip
@@ -294,11 +293,22 @@ def test_recover_settles_a_legacy_call_with_nul_in_a_path_as_failed(
             raise Died(point)
 
     first.journal._checkpoint = die
-    monkeypatch.setattr(driver_module, "check_output", _permissive)
-    with pytest.raises(Died):
-        asyncio.run(first.send(sid, "go"))
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(driver_module, "check_output", _permissive)
+        with pytest.raises(Died):
+            asyncio.run(first.send(sid, "go"))
     clock.advance(120)  # the dead owner's lease expired
+    return sid
+
+
+@pytest.mark.parametrize("argument", ["path", "cwd"])
+def test_recover_settles_a_legacy_call_with_nul_in_a_path_as_failed(
+    store: Store, workspace: Path, monkeypatch: pytest.MonkeyPatch, argument: str
+) -> None:
+    """``runs recover`` crashed on a run holding a call with a NUL in ``path`` (stored by
+    a plait before this check): the real gate's path probe raised ``ValueError``."""
+    clock = FixedClock()
+    sid = legacy_poisoned_run(store, workspace, monkeypatch, clock, argument)
     second = service(store, Model([]), clock=clock, owner="worker-2", start=1000)
     [report] = asyncio.run(second.recover())
     assert report.outcome == "resumed", report
@@ -306,6 +316,44 @@ def test_recover_settles_a_legacy_call_with_nul_in_a_path_as_failed(
     [settled] = assert_settled(store, sid)
     assert settled.result.status is ToolStatus.FAILED
     assert "embedded null byte" in (settled.result.reason or "")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_serve_worker_settles_a_legacy_poisoned_run_instead_of_reclaiming_it_forever(
+    kind: str, tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """``serve``'s worker took the run over at every lease expiry, crashed the same way
+    each time, and never said so."""
+    from plait.adapters.http.events import encode_event
+    from plait.application.worker import Worker
+
+    store = open_store(kind, tmp_path, request)
+    clock = FixedClock()
+    sid = legacy_poisoned_run(store, workspace, monkeypatch, clock, "path")
+    svc = service(store, Model([]), clock=clock, owner="worker-2", start=1000)
+
+    async def go() -> RunStatus:
+        worker = Worker(service=svc, queue=store, encode=encode_event, poll_seconds=0.01)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    [run] = await store.list_runs(session_id=sid)
+                    if run.status.terminal:
+                        return run.status
+                    await asyncio.sleep(0.02)
+        finally:
+            stop.set()
+            await task
+
+    try:
+        assert asyncio.run(go()) is RunStatus.COMPLETED
+        [settled] = assert_settled(store, sid)
+        assert settled.result.status is ToolStatus.FAILED
+    finally:
+        asyncio.run(store.close())
 
 
 def test_an_unexpected_error_fails_the_run_with_every_call_paired(
