@@ -110,7 +110,7 @@ def service(
     return AgentService(
         store=store, artifacts=store, model=fn, tools=[*workspace_tools(), *command_tools()],
         clock=clock, ids=ids, owner=owner,
-        gate=gate or governed_gate(None, store, clock, ids, fn),  # type: ignore[arg-type]
+        gate=gate or governed_gate(None, store, clock, ids, fn),
     )  # fmt: skip
 
 
@@ -236,6 +236,31 @@ def test_arguments_over_the_size_limit_are_a_correction() -> None:
         calls(RawToolCall(id="c1", name="read_file", arguments=huge)), specs, set()
     )
     assert not checked.ok and "at most 1000000 bytes of JSON" in checked.problems[0]
+
+
+def test_tool_output_with_a_lone_surrogate_is_stored_escaped(store: Store, workspace: Path) -> None:
+    """A tool that returns undecodable bytes kept as surrogates: the result could not be
+    written, and the run stayed ``running``."""
+    from plait.domain.tools import EffectClass, ToolSpec
+    from plait.testing import RecordingTool
+
+    spec = ToolSpec(
+        name="dump", description="dump", effect=EffectClass.READ_ONLY,
+        parameters={"type": "object", "properties": {}},
+    )  # fmt: skip
+    dump = RecordingTool(spec, output="caf\udce9 ok")
+    model = Model([calls(RawToolCall(id="c1", name="dump", arguments={}))])
+    sid = new_session(store, workspace)
+    clock, ids = FixedClock(), SequentialIds()
+    fn = FunctionModel(model, name="fn")
+    svc = AgentService(
+        store=store, artifacts=store, model=fn, tools=[dump.tool], clock=clock, ids=ids,
+        owner="w",
+    )  # fmt: skip
+    result = asyncio.run(svc.send(sid, "dump it"))
+    assert result.run.status is RunStatus.COMPLETED
+    [settled] = assert_settled(store, sid)
+    assert settled.result.content == "caf\\udce9 ok"
 
 
 # --- a gate that raises, a legacy poisoned call, an unexpected error ----------------------------

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -77,7 +78,7 @@ class ToolRunner:
         naming the artifact that holds all of it."""
         status = ToolStatus.FAILED if output.failed else ToolStatus.SUCCEEDED
         reason = None if status is ToolStatus.SUCCEEDED else "the tool reported failure"
-        content = output.content
+        content = _storable(output.content)
         if output.spool_path is not None:
             ref = await self._take_spool(output)
             return _truncated(call, status, reason, content.encode("utf-8", "replace"), cap, ref)
@@ -97,6 +98,17 @@ class ToolRunner:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    """A tool's output as text a store can keep: a lone surrogate (a byte a tool decoded
+    with ``surrogateescape``) is written as its escape, ``\\udcff``."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _failure(call: ToolCall, status: ToolStatus, reason: str) -> ToolResult:
