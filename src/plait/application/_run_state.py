@@ -14,6 +14,7 @@ from plait.domain.errors import BudgetExhaustedError, ModelError, PlaitError
 from plait.domain.messages import Message, ToolCall
 from plait.domain.runs import Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.text import printable
 
 __all__ = [
     "ActiveRun",
@@ -148,11 +149,21 @@ def call_ids(history: Iterable[Message]) -> set[str]:
 
 
 def render_rejected(response: ModelResponse) -> str:
-    parts = [response.text] if response.text else []
+    """The rejected output as the correction quotes it back: NUL characters and lone
+    surrogates escaped (the provider's request must encode it), long parts cut."""
+    parts = [printable(response.text, _QUOTED)] if response.text else []
     for c in response.tool_calls:
         args = c.arguments if isinstance(c.arguments, str) else repr(c.arguments)
-        parts.append(f"[tool call id={c.id!r} name={c.name!r} arguments={args}]")
+        call_id = None if c.id is None else printable(c.id, _QUOTED)
+        name = printable(c.name, _QUOTED)
+        parts.append(
+            f"[tool call id={call_id!r} name={name!r} arguments={printable(args, _QUOTED)}]"
+        )
     return "\n".join(parts)
+
+
+_QUOTED = 10_000
+"""Characters of one part of a rejected output quoted back to the model."""
 
 
 def model_failure(e: Exception, role: str, time_limit: float | None) -> StopRun:

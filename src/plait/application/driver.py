@@ -66,10 +66,12 @@ from plait.domain.errors import (
     InvalidModelOutputError,
     LeaseLostError,
     PlaitError,
+    StoreError,
 )
 from plait.domain.messages import AssistantMessage, Message, ToolCall, ToolResult, ToolStatus
-from plait.domain.runs import Lease, Run, RunStatus
+from plait.domain.runs import Lease, Run, RunError, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session
+from plait.domain.text import printable
 from plait.domain.tools import EffectClass
 
 __all__ = ["WAITING", "RunDriver"]
@@ -240,6 +242,35 @@ class RunDriver:
         except LeaseLostError:
             log.warning("run %s: lease lost to another owner; stopping here", a.run.id)
             raise
+        except StoreError:
+            raise  # the store failed: the run stays running, and is recovered later
+        except Exception as e:
+            log.exception("run %s: internal error; the run fails", a.run.id)
+            await self._fail(a, e)
+
+    async def _fail(self, a: ActiveRun, e: Exception) -> None:
+        """End the run ``failed`` after an unexpected error, every call of its last step
+        paired: one that never started ``failed``, a side effect that started ``unknown``
+        (then the run waits for resolution instead). The state is read back from the store
+        first: what the run held in memory may not have been written."""
+        await self.journal.abandon(a)
+        why = f"internal error: {type(e).__name__}: {printable(str(e), 500)}"
+        session = await self.store.get_session(a.session.id)
+        a.version = session.version
+        a.history = [s.message for s in await self.store.read_messages(a.session.id)]
+        work = await self._pending_work(a)
+        for call, record in work:
+            if record.state is ExecutionState.STARTED and record.effect is EffectClass.SIDE_EFFECT:
+                note = f"{why}; whether its effect happened is unknown"
+                unknown = replace(record, result_status=ToolStatus.UNKNOWN, note=note)
+                error = RunError(
+                    code="unknown_effect",
+                    message=f"call {call.id} ({call.name}): {note}; a person must resolve it",
+                )
+                await self.journal.finish(a, RunStatus.AWAITING_RESOLUTION, error, (unknown,))
+                return
+        await self.journal.settle_unstarted(a, work, why, ToolStatus.FAILED)
+        await self.journal.finish(a, RunStatus.FAILED, RunError(code="internal_error", message=why))
 
     async def _pending_work(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
         """Calls of the run's last assistant message that have no result yet, each with
@@ -411,7 +442,18 @@ class RunDriver:
             why = f"tool {call.name!r} is no longer available"
             await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)
             return
-        decision = await self._review(a, call, record, tool)
+        try:
+            decision = await self._review(a, call, record, tool)
+        except (StopRun, LeaseLostError, StoreError):
+            raise
+        except Exception as e:  # fail closed: this call never runs, the run goes on
+            why = (
+                f"the tool gate could not decide about this call ({type(e).__name__}: "
+                f"{printable(str(e), 500)}); it was not executed"
+            )
+            log.error("run %s: call %s failed: %s", a.run.id, call.id, why)
+            await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)
+            return
         now = self.clock.now()
         allowed = decision.verdict is Verdict.ALLOW
         reviewed = replace(

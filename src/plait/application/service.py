@@ -61,6 +61,7 @@ from plait.domain.messages import (
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
 from plait.domain.session import Session, StoredMessage
+from plait.domain.text import id_problem, text_problem
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -185,6 +186,7 @@ class AgentService:
     async def create_session(
         self, *, workspace: str | None = None, owner: str | None = None, title: str | None = None
     ) -> Session:
+        _check_text("the session title", title)
         session = Session(
             id=self.ids.new("ses"),
             created_at=self.clock.now(),
@@ -246,6 +248,7 @@ class AgentService:
         """
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
+        _check_text("the message text", text)
         budget = budget or self.budget
         self.check_can_run(budget)
         session = await self.store.get_session(session_id)
@@ -298,6 +301,7 @@ class AgentService:
         (``None``: anyone's, e.g. an admin)."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("the message text is empty")
+        _check_text("the message text", text)
         budget = budget or self.budget
         if self.caller.has_model:  # else the worker checks it against its model
             self.check_can_run(budget)
@@ -434,6 +438,11 @@ class AgentService:
             raise ValidationError("a resolution is 'succeeded' or 'failed'")
         if not note.strip():
             raise ValidationError("a resolution needs a note saying what was verified")
+        _check_text("the resolution note", note)
+        if (problem := id_problem(call_id)) is not None:
+            raise ValidationError(
+                f"the call id {call_id[:60]!a} {problem}", call_id=ascii(call_id[:60])
+            )
         run, record, others = await unknown_call(self.store, run_id, call_id)
         a = await self.driver.take_over(run, observer=None)
         text = f"{note.strip()} (outcome verified by {by})"
@@ -514,3 +523,9 @@ def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
         raise ConfigError(f"tool names must be unique, got {names}")
     if lease_seconds <= 0:
         raise ConfigError("lease_seconds must be positive")
+
+
+def _check_text(what: str, text: str | None) -> None:
+    """Refuse text no store can keep (a NUL, a lone surrogate) before anything is written."""
+    if text is not None and (problem := text_problem(text)) is not None:
+        raise ValidationError(f"{what} {problem}")

@@ -16,12 +16,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
 from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import PlaitError, PolicyError
 from plait.domain.messages import ArtifactRef, ToolCall, ToolResult, ToolStatus
+from plait.domain.text import printable
 from plait.domain.tools import EffectClass
 
 __all__ = ["ToolRunner"]
@@ -58,16 +60,16 @@ class ToolRunner:
             status = unsure if unsure is ToolStatus.UNKNOWN else ToolStatus.CANCELLED
             return _failure(call, status, "cancelled while running")
         except PolicyError as e:  # refused before it acted (e.g. plait's own store)
-            return ToolResult(
-                call_id=call.id, status=ToolStatus.DENIED, content=e.message, reason=e.message
-            )
+            why = printable(e.message)
+            return ToolResult(call_id=call.id, status=ToolStatus.DENIED, content=why, reason=why)
         except PlaitError as e:  # ToolError and its kin: the tool reports a failure
-            return ToolResult(
-                call_id=call.id, status=ToolStatus.FAILED, content=e.message, reason=e.message
-            )
+            why = printable(e.message)
+            return ToolResult(call_id=call.id, status=ToolStatus.FAILED, content=why, reason=why)
         except Exception as e:
             log.exception("tool %s raised", call.name)
-            reason = f"internal error in tool {call.name!r}: {type(e).__name__}: {e}"
+            reason = (
+                f"internal error in tool {call.name!r}: {type(e).__name__}: {printable(str(e))}"
+            )
             return ToolResult(call_id=call.id, status=unsure, content=reason, reason=reason)
         return await self.capped(call, output, invocation.output_cap_bytes)
 
@@ -76,7 +78,7 @@ class ToolRunner:
         naming the artifact that holds all of it."""
         status = ToolStatus.FAILED if output.failed else ToolStatus.SUCCEEDED
         reason = None if status is ToolStatus.SUCCEEDED else "the tool reported failure"
-        content = output.content
+        content = _storable(output.content)
         if output.spool_path is not None:
             ref = await self._take_spool(output)
             return _truncated(call, status, reason, content.encode("utf-8", "replace"), cap, ref)
@@ -96,6 +98,17 @@ class ToolRunner:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    """A tool's output as text a store can keep: a lone surrogate (a byte a tool decoded
+    with ``surrogateescape``) is written as its escape, ``\\udcff``."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _failure(call: ToolCall, status: ToolStatus, reason: str) -> ToolResult:

@@ -1,8 +1,11 @@
 """Checking a model's output before anything of it is stored as a tool request.
 
 Invalid output (unknown tool, arguments that are not a JSON object or do not match the
-schema, missing or repeated call ids, ids already used in the session) is never persisted;
-the loop asks the model for a correction a bounded number of times instead.
+schema, missing or repeated call ids, ids already used in the session, call ids or
+argument strings that are not acceptable text: see :mod:`plait.domain.text`, arguments
+larger than :data:`~plait.domain.text.MAX_ARGUMENTS_BYTES`, response text holding a NUL or a
+lone surrogate) is never persisted; the loop asks the model for a correction a bounded
+number of times instead.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 
 from plait.application.ports import ModelResponse
 from plait.domain.messages import ToolCall
+from plait.domain.text import MAX_ARGUMENTS_BYTES, id_problem, text_problem, value_problem
 from plait.domain.tools import ToolSpec
 
 __all__ = ["CheckedOutput", "check_output"]
@@ -31,14 +35,6 @@ class CheckedOutput:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_output(
     response: ModelResponse,
     tools: Mapping[str, ToolSpec],
@@ -47,13 +43,18 @@ def check_output(
     """Validate the tool calls of ``response``. Returns the calls as domain values, or the
     problems (each naming the call and what is wrong) to send back as a correction."""
     problems: list[str] = []
+    if (problem := text_problem(response.text)) is not None:
+        problems.append(f"the message text {problem}")
     calls: list[ToolCall] = []
     seen: set[str] = set()
     for n, raw in enumerate(response.tool_calls, 1):
-        where = f"tool call {n}" + (f" ({raw.id})" if raw.id else "")
         if not raw.id:
-            problems.append(f"{where}: missing call id")
+            problems.append(f"tool call {n}: missing call id")
             continue
+        if (problem := id_problem(raw.id)) is not None:
+            problems.append(f"tool call {n}: call id {raw.id[:60]!a} {problem}")
+            continue
+        where = f"tool call {n} ({raw.id})"
         if raw.id in seen:
             problems.append(f"{where}: call id {raw.id!r} is repeated in this message")
             continue
@@ -64,9 +65,15 @@ def check_output(
         spec = tools.get(raw.name)
         if spec is None:
             known = ", ".join(sorted(tools)) or "none"
-            problems.append(f"{where}: unknown tool {raw.name!r} (available: {known})")
+            problems.append(f"{where}: unknown tool {raw.name[:100]!r} (available: {known})")
             continue
         if isinstance(raw.arguments, str):
+            if len(raw.arguments) > MAX_ARGUMENTS_BYTES:  # before parsing it
+                problems.append(
+                    f"{where}: arguments are {len(raw.arguments)} characters long (at most "
+                    f"{MAX_ARGUMENTS_BYTES} bytes of JSON); pass less at once"
+                )
+                continue
             text = raw.arguments.strip() or "{}"
             try:
                 args = json.loads(text)
@@ -79,6 +86,9 @@ def check_output(
         if not isinstance(args, dict):
             problems.append(f"{where}: arguments must be a JSON object")
             continue
+        if (problem := value_problem(args)) is not None:
+            problems.append(f"{where}: argument {problem}")
+            continue
         errors = spec.check_arguments(args)
         if errors:
             problems.append(
@@ -86,10 +96,10 @@ def check_output(
             )
             continue
         arguments_json = text if text.startswith("{") else _dumps(args)
-        if not _is_unicode(arguments_json):
+        if len(arguments_json.encode("utf-8")) > MAX_ARGUMENTS_BYTES:
             problems.append(
-                f"{where}: arguments contain a lone surrogate escape (such as \\udcff), "
-                "which is not a Unicode character; send valid text"
+                f"{where}: arguments are {len(arguments_json.encode('utf-8'))} bytes of JSON "
+                f"(at most {MAX_ARGUMENTS_BYTES}); pass less at once"
             )
             continue
         calls.append(ToolCall(id=raw.id, name=raw.name, arguments_json=arguments_json))

@@ -36,6 +36,7 @@ from plait.application.service import AgentService
 from plait.domain.errors import PlaitError, SessionNotFoundError, ValidationError
 from plait.domain.runs import Budget, Run
 from plait.domain.session import Session
+from plait.domain.text import id_problem, text_problem
 
 __all__ = ["ApiContext", "create_app"]
 
@@ -91,6 +92,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         openapi_url="/v1/openapi.json",
         docs_url="/v1/docs",
         redoc_url=None,
+        dependencies=[Depends(_plain_parameters)],
     )
     _install_errors(app)
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
@@ -138,6 +140,24 @@ def _install_errors(app: FastAPI) -> None:
 
 
 # --- dependencies ---------------------------------------------------------------------------
+
+
+async def _plain_parameters(request: Request) -> None:
+    """Refuse a path parameter that is no identifier, or a query parameter that is no text
+    (a NUL, a control character in an id; see :mod:`plait.domain.text`) before any route
+    reads it: ``invalid_request`` naming the parameter."""
+    problems = [
+        {"loc": ("path", name), "msg": problem, "type": "value_error"}
+        for name, value in request.path_params.items()
+        if isinstance(value, str) and (problem := id_problem(value)) is not None
+    ]
+    problems += [
+        {"loc": ("query", name), "msg": problem, "type": "value_error"}
+        for name, value in request.query_params.multi_items()
+        if (problem := text_problem(name) or text_problem(value)) is not None
+    ]
+    if problems:
+        raise RequestValidationError(problems)
 
 
 def _principal_dependency(ctx: ApiContext) -> Callable[..., Awaitable[Principal]]:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from plait.adapters.cli.governance import approval_json
 from plait.adapters.http.auth import Principal
+from plait.adapters.http.models import Text
 from plait.application.approvals import ApprovalDesk
 from plait.domain.errors import ApprovalNotFoundError, SessionNotFoundError
 
@@ -26,7 +27,7 @@ class ApproveIn(BaseModel):
 
 class DenyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=2000, pattern=r"\S")
+    reason: Text = Field(min_length=1, max_length=2000, pattern=r"\S")
 
 
 class ApprovalsOut(BaseModel):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from plait.domain.text import id_problem, text_problem
 
 __all__ = [
     "BudgetIn",
@@ -17,9 +19,30 @@ __all__ = [
     "SessionIn",
     "SessionOut",
     "SessionsOut",
+    "Text",
 ]
 
 _Strict = ConfigDict(extra="forbid")
+
+
+def _text(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _id(value: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Text = Annotated[str, AfterValidator(_text)]
+"""Text a client sends (no NUL, no lone surrogate: see :mod:`plait.domain.text`)."""
+Id = Annotated[str, AfterValidator(_id)]
+"""An identifier a client sends (no control character, no lone surrogate)."""
 
 
 class BudgetIn(BaseModel):
@@ -46,7 +69,7 @@ class BudgetIn(BaseModel):
 
 class SessionIn(BaseModel):
     model_config = _Strict
-    title: str | None = Field(default=None, max_length=200)
+    title: Text | None = Field(default=None, max_length=200)
     workspace: str | None = Field(
         default=None,
         min_length=1,
@@ -59,21 +82,21 @@ class SessionIn(BaseModel):
 
 class MessageIn(BaseModel):
     model_config = _Strict
-    text: str = Field(min_length=1, max_length=100_000, pattern=r"\S")
+    text: Text = Field(min_length=1, max_length=100_000, pattern=r"\S")
     budget: BudgetIn | None = None
 
 
 class ForkIn(BaseModel):
     model_config = _Strict
-    through_message_id: str = Field(min_length=1, max_length=200)
-    request_id: str = Field(min_length=1, max_length=200)
+    through_message_id: Id = Field(min_length=1, max_length=200)
+    request_id: Id = Field(min_length=1, max_length=200)
 
 
 class ResolveIn(BaseModel):
     model_config = _Strict
-    call_id: str = Field(min_length=1, max_length=200)
+    call_id: Id = Field(min_length=1, max_length=200)
     status: Literal["succeeded", "failed"]
-    note: str = Field(min_length=1, max_length=2000, pattern=r"\S")
+    note: Text = Field(min_length=1, max_length=2000, pattern=r"\S")
 
 
 class ForkOriginOut(BaseModel):

@@ -18,6 +18,7 @@ from typing import Any
 
 from plait.adapters.stores import _codec
 from plait.adapters.stores._state import SessionState
+from plait.adapters.stores._unstorable import unstorable
 from plait.domain.errors import CorruptStoreError, StoreError
 
 __all__ = [
@@ -134,7 +135,10 @@ def append_line(
 ) -> None:
     """Append one line at ``tracked.offset`` and fsync; a failed write is cut off again.
     ``checkpoint("mid_line")`` runs after the first half of the line reached the file."""
-    line = (_codec.dumps(obj) + "\n").encode()
+    try:
+        line = (_codec.dumps(obj) + "\n").encode()
+    except UnicodeEncodeError as e:  # before anything is written
+        raise unstorable(e, str(path)) from e
     try:
         written = 0
         if checkpoint is not None:

@@ -26,6 +26,7 @@ from plait.adapters.stores._pg_functions import (
     COMMIT_FUNCTION_V10,
 )
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
+from plait.adapters.stores._unstorable import unstorable
 from plait.domain.errors import (
     ConfigError,
     ConflictError,
@@ -160,6 +161,8 @@ def redact(url: str) -> str:
 
 
 def translate(e: psycopg.Error, where: str) -> PlaitError:
+    if isinstance(e, psycopg.DataError):  # e.g. a NUL in a TEXT column: the caller's value
+        return unstorable(e, where)
     if isinstance(e, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
         return ConflictError(f"{where}: {e.diag.message_primary}", store=where)
     if isinstance(e, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from plait.adapters.stores._session_pages import OWNER_INDEX_SQLITE
 from plait.adapters.stores._state import closed_error
+from plait.adapters.stores._unstorable import unstorable
 from plait.adapters.stores.offload import IoThread
 from plait.domain.errors import ConflictError, CorruptStoreError, PlaitError, StoreError
 from plait.domain.runs import RunStatus
@@ -236,6 +237,8 @@ class SqliteConnection:
                 return result
             except sqlite3.Error as e:
                 raise self.translate(e) from e
+            except UnicodeEncodeError as e:
+                raise unstorable(e, str(self._path)) from e
 
     def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
@@ -246,6 +249,8 @@ class SqliteConnection:
                 return op(conn)
             except sqlite3.Error as e:
                 raise self.translate(e) from e
+            except UnicodeEncodeError as e:
+                raise unstorable(e, str(self._path)) from e
 
     def _close(self) -> None:
         with self._lock:

@@ -50,6 +50,7 @@ from plait.adapters.stores._state import (
     session_not_found,
     validate_commit,
 )
+from plait.adapters.stores._unstorable import unstorable
 from plait.application.claiming import ClaimedRun
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
@@ -100,6 +101,8 @@ class PostgresStore:
                 return await op(conn)
         except psycopg.Error as e:
             raise translate(e, self._where) from e
+        except UnicodeEncodeError as e:
+            raise unstorable(e, self._where) from e
 
     async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._ready()
@@ -108,6 +111,8 @@ class PostgresStore:
                 return await op(conn)
         except psycopg.Error as e:
             raise translate(e, self._where) from e
+        except UnicodeEncodeError as e:
+            raise unstorable(e, self._where) from e
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         async def op(conn: Conn) -> tuple[Any, ...] | None:

@@ -14,12 +14,14 @@ import os
 import resource
 import secrets
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from plait.adapters.tools._settings import Limits
+from plait.domain.errors import ToolError
 
 __all__ = ["Capture", "Outcome", "PidsCgroup", "run_process"]
 
@@ -268,9 +270,12 @@ async def run_process(
             start_new_session=True,
             preexec_fn=_preexec(spec),
         )
-    except BaseException:
+    except BaseException as e:
         if cgroup:
             await cgroup.remove()
+        if isinstance(e, OSError | subprocess.SubprocessError):
+            # The program was never started (E2BIG, a missing bwrap, ...): nothing ran.
+            raise ToolError(f"the command could not be started: {e}") from e
         raise
     assert proc.stdout is not None
     assert proc.stderr is not None

@@ -36,6 +36,10 @@ from plait.domain.tools import EffectClass, ToolSpec
 __all__ = ["command_tools"]
 
 _SHELL = "/bin/sh"
+MAX_COMMAND_CHARS = 32_000
+"""The longest command line: at 4 bytes a character it stays under Linux's limit of
+128 KiB for one argument of a program (``sh -c COMMAND``); the schema says so, so a
+longer one is a correction for the model, not a failed start."""
 _HEADER_ROOM = 1000
 """Bytes of the capped content kept for the status lines, the section headers and the
 notice the runner appends when it keeps the spooled output as an artifact."""
@@ -52,7 +56,9 @@ _RUN_COMMAND = {
         "command": {
             "type": "string",
             "minLength": 1,
-            "description": "Shell command line, run with /bin/sh -c.",
+            "maxLength": MAX_COMMAND_CHARS,
+            "description": f"Shell command line, run with /bin/sh -c (at most "
+            f"{MAX_COMMAND_CHARS} characters: write a longer script to a file first).",
         },
         "cwd": {
             "type": "string",
