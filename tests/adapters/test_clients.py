@@ -95,3 +95,25 @@ def test_an_unreachable_server_is_transient() -> None:
     with pytest.raises(ModelError) as info:
         asyncio.run(model.complete(ask()))
     assert info.value.model_code == ModelErrorCode.TRANSIENT
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_gemini_speaks_the_pinned_api_version(
+    streamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v1beta, whatever the SDK's default (v1) or GOOGLE_GENAI_API_VERSION says: thought
+    signatures and parametersJsonSchema need it."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("GOOGLE_GENAI_API_VERSION", "v1")
+    with FakeProvider("gemini", [TURN]) as fake:
+        model = client_for("gemini", fake.base_url)
+        request = ask((READ,))
+        if streamed:
+            request = replace(request, on_text=lambda _: None)
+        asyncio.run(model.complete(request))
+    (sent,) = fake.requests
+    method = "streamGenerateContent" if streamed else "generateContent"
+    assert sent.path.split("?")[0] == f"/v1beta/models/gemini-2.5-pro:{method}"
+    (declaration,) = sent.body["tools"][0]["functionDeclarations"]
+    assert {"parametersJsonSchema", "parameters_json_schema"} & set(declaration)

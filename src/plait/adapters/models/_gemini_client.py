@@ -16,7 +16,13 @@ from plait.adapters.models._errors import classify
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 from plait.domain.errors import ModelError, ModelErrorCode
 
-__all__ = ["GeminiModel"]
+__all__ = ["API_VERSION", "GeminiModel"]
+
+API_VERSION = "v1beta"
+"""The Gemini API version plait speaks, pinned: thought signatures and
+``parametersJsonSchema`` tool parameters are ``v1beta`` features (the recorded exchanges
+are ``v1beta``), while the SDK defaults to ``v1`` and lets ``GOOGLE_GENAI_API_VERSION``
+pick another."""
 
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
@@ -69,6 +75,7 @@ class GeminiModel:
 
         options = types.HttpOptions(
             base_url=self._base_url,
+            api_version=API_VERSION,
             timeout=int(self._timeout * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),
         )
