@@ -117,3 +117,21 @@ def test_gemini_speaks_the_pinned_api_version(
     assert sent.path.split("?")[0] == f"/v1beta/models/gemini-2.5-pro:{method}"
     (declaration,) = sent.body["tools"][0]["functionDeclarations"]
     assert {"parametersJsonSchema", "parameters_json_schema"} & set(declaration)
+
+
+def test_anthropic_streams_even_when_nobody_watches_the_text() -> None:
+    """--json, scripts and workers pass no text sink: the call is still streamed (a long
+    max_tokens must be), and the assembled message is the same."""
+    from dataclasses import replace
+
+    with FakeProvider("anthropic", [TURN, TURN]) as fake:
+        model = client_for("anthropic", fake.base_url)
+        response = asyncio.run(model.complete(replace(ask((READ,)), max_output_tokens=64_000)))
+        plain = client_for("anthropic", fake.base_url, streaming=False)
+        same = asyncio.run(plain.complete(ask((READ,))))
+    streamed, declined = fake.requests
+    assert streamed.body["stream"] is True and streamed.body["max_tokens"] == 64_000
+    assert "stream" not in declined.body  # a model declared not to stream is called plainly
+    assert response.text == same.text == "Let me look at it."
+    assert [c.name for c in response.tool_calls] == ["read_file"]
+    assert response.tool_calls[0].arguments == {"path": "a.txt"}

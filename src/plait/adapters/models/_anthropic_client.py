@@ -1,5 +1,8 @@
 """Thin client on the official ``anthropic`` SDK (imported at the first call; its own
-retries off)."""
+retries off). Every call is streamed when the model can stream, whether or not anyone
+watches the text: Anthropic requires streaming for long answers (the SDK refuses a plain
+call whose ``max_tokens`` could take over ten minutes, 64,000 for haiku-4-5), and a
+stream keeps bytes coming, so the idle timeout only fires on a silent server."""
 
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ class AnthropicModel:
     async def _send(self, sdk: Any, request: ModelRequest) -> ModelResponse:
         import anthropic
 
-        streaming = request.on_text is not None and self._capabilities.streaming
+        streaming = self._capabilities.streaming
         body = messages.build_request(
             self.target,
             request.context,
