@@ -17,8 +17,9 @@ from plait.adapters.models._common import FOREIGN_THOUGHT_SIGNATURE, Target
 from plait.adapters.models._openai_chat import build_request, parse_response
 from plait.application.ports import ModelClient, ModelResponse
 from plait.config import Config
+from plait.domain.errors import ModelError, ModelErrorCode
 from plait.domain.messages import Message
-from plait.testing.fake_providers import FakeHttpServer, Reply
+from plait.testing.fake_providers import FakeHttpServer, RecordedRequest, Reply
 from tests.adapters._cassettes import assistant, context, results, tool, user
 from tests.adapters._clients import ask
 
@@ -132,3 +133,43 @@ def test_gemini_3_gets_the_stand_in_signature_for_history_it_did_not_make() -> N
     qwen = Target(vendor="openai-compatible:x", adapter="openai-chat", model="qwen3")
     (call,) = build_request(qwen, context("", (WEATHER,), items))["messages"][1]["tool_calls"]
     assert "extra_content" not in call
+
+
+# --- a server that refuses streaming ------------------------------------------------------
+
+EMPTY_400 = Reply(status=400, body={"error": {"message": "", "code": 400}})
+
+
+def _refuses_streaming(request: RecordedRequest) -> Reply:
+    if request.body.get("stream"):
+        return EMPTY_400
+    return Reply(body=_completion({"role": "assistant", "content": "Hello there."}, "stop"))
+
+
+def test_a_server_that_refuses_streaming_is_called_plainly_once_refused() -> None:
+    shown: list[str] = []
+    with FakeHttpServer(reply_for=_refuses_streaming) as server:
+        model = _model(server, "local-model")
+        request = replace(ask(), on_text=shown.append)
+        first = asyncio.run(model.complete(request))
+        second = asyncio.run(model.complete(request))
+    assert first.text == second.text == "Hello there."
+    assert shown == ["Hello there.", "Hello there."]  # shown whole, once per answer
+    assert [r.body.get("stream", False) for r in server.requests] == [True, False, False]
+    refusal = getattr(model, "stream_refusal", None)
+    assert refusal and "no error message" in refusal and not refusal.endswith(": ")
+
+
+def test_a_bad_request_that_is_not_about_streaming_is_not_remembered() -> None:
+    bad = Reply(status=400, body={"error": {"message": "Invalid 'max_tokens': too large."}})
+    with FakeHttpServer(reply_for=lambda _: bad) as server:
+        model = _model(server, "local-model")
+        request = replace(ask(), on_text=lambda _: None)
+        for _ in range(2):
+            with pytest.raises(ModelError) as info:
+                asyncio.run(model.complete(request))
+            assert info.value.model_code == ModelErrorCode.INVALID_REQUEST
+            assert info.value.message.endswith("Invalid 'max_tokens': too large.")
+    # each call: streamed, then once plainly; the plain call failed too, so nothing is kept
+    assert [r.body.get("stream", False) for r in server.requests] == [True, False, True, False]
+    assert getattr(model, "stream_refusal", None) is None

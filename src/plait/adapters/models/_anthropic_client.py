@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from plait.adapters.models import _anthropic as messages
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import mapped_errors
+from plait.adapters.models._driver import STREAM_REFUSALS, mapped_errors
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
@@ -57,14 +57,30 @@ class AnthropicModel:
             api_key=self._api_key, base_url=self._base_url, max_retries=0, timeout=self._timeout
         )
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        async with self._client() as sdk:
-            return await self._send(sdk, request)
+    @property
+    def stream_refusal(self) -> str | None:
+        """Why this server refused a streamed call (then plait calls it plainly)."""
+        return STREAM_REFUSALS.reason(self._stream_key)
 
-    async def _send(self, sdk: Any, request: ModelRequest) -> ModelResponse:
+    @property
+    def _stream_key(self) -> tuple[str, str]:
+        return (self._base_url or "anthropic", self.target.model)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        async def attempt(streamed: bool) -> ModelResponse:
+            async with self._client() as sdk:
+                return await self._send(sdk, request, streamed)
+
+        return await STREAM_REFUSALS.call(
+            self._stream_key,
+            attempt,
+            streaming=self._capabilities.streaming,
+            on_text=request.on_text,
+        )
+
+    async def _send(self, sdk: Any, request: ModelRequest, streaming: bool) -> ModelResponse:
         import anthropic
 
-        streaming = self._capabilities.streaming
         body = messages.build_request(
             self.target,
             request.context,

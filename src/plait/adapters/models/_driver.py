@@ -4,7 +4,7 @@ as a connection reset, a cut-off body or a timeout into retryable ones)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -12,7 +12,9 @@ from plait.application.ports import ModelResponse, TextSink
 from plait.domain.errors import ConfigError, ModelError, ModelErrorCode
 
 __all__ = [
+    "STREAM_REFUSALS",
     "Accumulator",
+    "StreamRefusals",
     "Translate",
     "is_transport_error",
     "mapped_errors",
@@ -82,3 +84,52 @@ def missing_key(model: str, variable: str) -> ConfigError:
         model=model,
         variable=variable,
     )
+
+
+def refuses_streaming(error: ModelError) -> bool:
+    """A streamed call the server turned down as a bad request (or as not implemented):
+    it may answer the same request sent plainly."""
+    status = error.details.get("status")
+    if not isinstance(status, int):
+        return False  # an error inside a stream: the stream itself was accepted
+    return status == 501 or (error.model_code == ModelErrorCode.INVALID_REQUEST and status < 500)
+
+
+class StreamRefusals:
+    """Servers (base URL and model) that refused a streamed call but answered the same
+    call sent plainly, with the reason: for the rest of the process they are called
+    plainly (the text then shows whole, once)."""
+
+    def __init__(self) -> None:
+        self._refused: dict[tuple[str, str], str] = {}
+
+    def reason(self, key: tuple[str, str]) -> str | None:
+        return self._refused.get(key)
+
+    async def call(
+        self,
+        key: tuple[str, str],
+        attempt: Callable[[bool], Awaitable[ModelResponse]],
+        *,
+        streaming: bool,
+        on_text: TextSink | None,
+    ) -> ModelResponse:
+        """``attempt(streamed)`` once, streamed when asked and not known to be refused;
+        a refused stream is retried once plainly, and remembered if that works."""
+        if streaming and key not in self._refused:
+            try:
+                return await attempt(True)
+            except ModelError as e:
+                if not refuses_streaming(e):
+                    raise
+                refusal = e
+            response = await attempt(False)  # its own error, if it fails too, is the one
+            self._refused[key] = refusal.message
+        else:
+            response = await attempt(False)
+        if streaming and on_text is not None and response.text:
+            on_text(response.text)
+        return response
+
+
+STREAM_REFUSALS = StreamRefusals()

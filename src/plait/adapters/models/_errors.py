@@ -44,9 +44,9 @@ def error_texts(payload: object) -> tuple[list[str], list[str]]:
             return
         if isinstance(value, Mapping):
             for key, v in value.items():
-                if key in ("code", "type", "status") and isinstance(v, str):
+                if key in ("code", "type", "status", "error_type") and isinstance(v, str):
                     codes.append(v.lower())
-                elif key in ("message", "raw", "detail") and isinstance(v, str):
+                elif key in ("message", "raw", "detail", "error") and isinstance(v, str):
                     messages.append(v)
                 elif isinstance(v, Mapping | list):
                     walk(v, depth + 1)
@@ -113,6 +113,18 @@ def retry_after_from(
     return None
 
 
+def _describe(payload: Any, messages: Sequence[str]) -> str:
+    """The provider's first non-blank message; else the body itself, so that an error
+    never ends in an empty message (some servers send ``"message": ""``)."""
+    for m in messages:
+        if m.strip():
+            return m.strip()
+    if payload in (None, "", {}, []):
+        return "the server sent no error message and an empty body"
+    shown = payload if isinstance(payload, str) else json.dumps(payload, default=str)
+    return f"the server sent no error message; its body: {shown[:300]}"
+
+
 def classify(
     provider: str,
     status: int | None,
@@ -124,7 +136,7 @@ def classify(
     the HTTP status (``None`` in a stream), the original body and any retry-after."""
     codes, messages = error_texts(payload)
     code = _code_for(status, codes, messages)
-    text = messages[0] if messages else (json.dumps(payload)[:300] if payload else "no details")
+    text = _describe(payload, messages)
     where = f"HTTP {status}" if status is not None else "in stream"
     body = (
         payload

@@ -13,7 +13,7 @@ from typing import Any, cast
 from plait.adapters.models import _openai_chat as chat
 from plait.adapters.models import _openai_responses as responses
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import Accumulator, mapped_errors
+from plait.adapters.models._driver import STREAM_REFUSALS, Accumulator, mapped_errors
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
@@ -102,12 +102,28 @@ class OpenAIModel:
             api_key=self._api_key, base_url=self._base_url, max_retries=0, timeout=self._timeout
         )
 
+    @property
+    def stream_refusal(self) -> str | None:
+        """Why this server refused a streamed call (then plait calls it plainly)."""
+        return STREAM_REFUSALS.reason(self._stream_key)
+
+    @property
+    def _stream_key(self) -> tuple[str, str]:
+        return (self._base_url or self._provider, self.target.model)
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         p = self._protocol
+
+        async def attempt(streamed: bool) -> ModelResponse:
+            caps, field = self._capabilities, self._max_tokens_field
+            body = p.build(self.target, request, streamed, caps, field)
+            async with self._client() as sdk:
+                return await self._send(p.resource(sdk), body, request, streamed)
+
         streaming = request.on_text is not None and self._capabilities.streaming
-        body = p.build(self.target, request, streaming, self._capabilities, self._max_tokens_field)
-        async with self._client() as sdk:
-            return await self._send(p.resource(sdk), body, request, streaming)
+        return await STREAM_REFUSALS.call(
+            self._stream_key, attempt, streaming=streaming, on_text=request.on_text
+        )
 
     async def _send(
         self, resource: Any, body: dict[str, Any], request: ModelRequest, streaming: bool
