@@ -7,12 +7,18 @@ stream keeps bytes coming, so the idle timeout only fires on a silent server."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
 from plait.adapters.models import _anthropic as messages
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import STREAM_REFUSALS, mapped_errors
+from plait.adapters.models._driver import (
+    DEFAULT_IDLE_TIMEOUT,
+    STREAM_REFUSALS,
+    idle_watch,
+    mapped_errors,
+)
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
@@ -32,6 +38,7 @@ class AnthropicModel:
         base_url: str | None = None,
         thinking_budget: int | None = None,
         timeout: float = 600.0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._name = name
         self.target = target
@@ -40,6 +47,7 @@ class AnthropicModel:
         self._base_url = base_url
         self._thinking_budget = thinking_budget
         self._timeout = timeout
+        self._idle_timeout = idle_timeout
 
     @property
     def name(self) -> str:
@@ -68,8 +76,9 @@ class AnthropicModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         async def attempt(streamed: bool) -> ModelResponse:
-            async with self._client() as sdk:
-                return await self._send(sdk, request, streamed)
+            watch = idle_watch("anthropic", self._idle_timeout)
+            async with self._client() as sdk, watch as alive:
+                return await self._send(sdk, request, streamed, alive)
 
         return await STREAM_REFUSALS.call(
             self._stream_key,
@@ -78,7 +87,9 @@ class AnthropicModel:
             on_text=request.on_text,
         )
 
-    async def _send(self, sdk: Any, request: ModelRequest, streaming: bool) -> ModelResponse:
+    async def _send(
+        self, sdk: Any, request: ModelRequest, streaming: bool, alive: Callable[[], None]
+    ) -> ModelResponse:
         import anthropic
 
         body = messages.build_request(
@@ -100,4 +111,5 @@ class AnthropicModel:
                 on_text=request.on_text,
                 read=read,
                 parse=partial(messages.parse_response, self.target),
+                alive=alive,
             )

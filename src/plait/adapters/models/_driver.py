@@ -4,24 +4,32 @@ as a connection reset, a cut-off body or a timeout into retryable ones)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from plait.application.ports import ModelResponse, TextSink
-from plait.domain.errors import ConfigError, ModelError, ModelErrorCode
+from plait.domain.errors import ConfigError, ModelError, ModelErrorCode, ModelTimeoutError
 
 __all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
     "STREAM_REFUSALS",
     "Accumulator",
     "StreamRefusals",
     "Translate",
+    "idle_watch",
     "is_transport_error",
     "mapped_errors",
     "missing_key",
     "run_stream",
     "transport_error",
 ]
+
+DEFAULT_IDLE_TIMEOUT = 300.0
+"""Seconds a model call may go without receiving a byte (``idle_timeout_seconds`` in a
+model's table of plait.toml): long enough for a model that thinks before it writes, far
+shorter than the SDKs' ten minutes."""
 
 _TRANSPORT_MODULES = frozenset({"httpx", "httpx2", "httpcore", "aiohttp", "h11", "anyio"})
 
@@ -75,6 +83,31 @@ async def mapped_errors(provider: str, translate: Translate) -> AsyncIterator[No
         if error is None:
             raise
         raise error from e
+
+
+@asynccontextmanager
+async def idle_watch(provider: str, seconds: float) -> AsyncIterator[Callable[[], None]]:
+    """Around one attempt: it is abandoned with a :class:`ModelTimeoutError` (retryable)
+    when ``seconds`` pass without the function yielded here being called; a streamed
+    call calls it for every line it receives, a plain one never (its answer comes whole,
+    so it must arrive within ``seconds``)."""
+    loop = asyncio.get_running_loop()
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            yield lambda: limit.reschedule(loop.time() + seconds)
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        raise ModelTimeoutError(
+            f"{provider}: the model server sent nothing for {seconds:g} s "
+            "(idle_timeout_seconds); the attempt was abandoned",
+            model_code=ModelErrorCode.TRANSIENT,
+            status=None,
+            body=None,
+            provider=provider,
+            idle_timeout_seconds=seconds,
+        ) from None
 
 
 def missing_key(model: str, variable: str) -> ConfigError:

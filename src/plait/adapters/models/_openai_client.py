@@ -13,7 +13,13 @@ from typing import Any, cast
 from plait.adapters.models import _openai_chat as chat
 from plait.adapters.models import _openai_responses as responses
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import STREAM_REFUSALS, Accumulator, mapped_errors
+from plait.adapters.models._driver import (
+    DEFAULT_IDLE_TIMEOUT,
+    STREAM_REFUSALS,
+    Accumulator,
+    idle_watch,
+    mapped_errors,
+)
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
@@ -74,6 +80,7 @@ class OpenAIModel:
         provider: str = "openai",
         max_tokens_field: str = "max_completion_tokens",
         timeout: float = 600.0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._name = name
         self.target = target
@@ -84,6 +91,7 @@ class OpenAIModel:
         self._provider = provider
         self._max_tokens_field = max_tokens_field
         self._timeout = timeout
+        self._idle_timeout = idle_timeout
 
     @property
     def name(self) -> str:
@@ -117,8 +125,9 @@ class OpenAIModel:
         async def attempt(streamed: bool) -> ModelResponse:
             caps, field = self._capabilities, self._max_tokens_field
             body = p.build(self.target, request, streamed, caps, field)
-            async with self._client() as sdk:
-                return await self._send(p.resource(sdk), body, request, streamed)
+            watch = idle_watch(self._provider, self._idle_timeout)
+            async with self._client() as sdk, watch as alive:
+                return await self._send(p.resource(sdk), body, request, alive)
 
         streaming = request.on_text is not None and self._capabilities.streaming
         return await STREAM_REFUSALS.call(
@@ -126,7 +135,11 @@ class OpenAIModel:
         )
 
     async def _send(
-        self, resource: Any, body: dict[str, Any], request: ModelRequest, streaming: bool
+        self,
+        resource: Any,
+        body: dict[str, Any],
+        request: ModelRequest,
+        alive: Callable[[], None],
     ) -> ModelResponse:
         import openai
 
@@ -139,8 +152,9 @@ class OpenAIModel:
             return await create(
                 resource,
                 body,
-                stream=p.stream(self.target, self._provider) if streaming else None,
+                stream=p.stream(self.target, self._provider) if body.get("stream") else None,
                 on_text=request.on_text,
                 read=read,
                 parse=lambda wire: p.parse(self.target, wire, self._provider),
+                alive=alive,
             )

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 from plait.adapters.models._catalog import KIND_DEFAULTS, builtin_capabilities, with_overrides
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import missing_key
+from plait.adapters.models._driver import DEFAULT_IDLE_TIMEOUT, missing_key
 from plait.application.ports import ModelCapabilities
 from plait.config import Config, load_config
 from plait.domain.errors import ConfigError
@@ -139,7 +139,20 @@ def _api_key(r: Resolved, env: Mapping[str, str]) -> str:
     raise missing_key(str(r.spec), r.key_env[0])
 
 
+def _idle_timeout(r: Resolved) -> float:
+    seconds = r.settings.get("idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT)
+    if not seconds > 0:
+        raise ConfigError(
+            f"setting idle_timeout_seconds of model {r.spec} must be more than 0 seconds "
+            f"(got {seconds!r})",
+            setting="idle_timeout_seconds",
+            model=str(r.spec),
+        )
+    return float(seconds)
+
+
 def _check_settings(r: Resolved) -> None:
+    _idle_timeout(r)
     budget = r.settings.get("thinking_budget")
     if budget is not None and (r.spec.kind != "anthropic" or not r.capabilities.reasoning):
         raise ConfigError(
@@ -159,6 +172,9 @@ def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
         "capabilities": r.capabilities,
         "api_key": key,
         "base_url": r.base_url,
+        "idle_timeout": _idle_timeout(r),
+        # the SDK's own timeout only backs plait's idle timeout up
+        "timeout": max(600.0, _idle_timeout(r) + 60.0),
     }
     if r.spec.kind in ("openai", "openai-responses", "openai-compatible"):
         from plait.adapters.models._openai_client import CHAT, RESPONSES, OpenAIModel
