@@ -17,11 +17,24 @@ __all__ = ["classify", "error_texts", "retry_after_from"]
 
 C = ModelErrorCode
 
-_OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+# Codes and phrasings of requests that do not fit, per server (the recorded bodies and
+# their sources: tests/adapters/fixtures/providers/errors/overflow_vectors.json).
+_OVERFLOW_CODES = frozenset(
+    {
+        "context_length_exceeded",  # OpenAI, Azure OpenAI, Groq, ...
+        "string_above_max_length",  # OpenAI: one message over its size limit
+        "exceed_context_size_error",  # llama.cpp server
+        "request_too_large",  # Anthropic's 413: the request is over the size limit
+    }
+)
 _OVERFLOW_TEXT = re.compile(
     r"maximum context length|context window|prompt is too long|context[_ ]length"
     r"|input token count \(\d+\) exceeds the maximum|exceeds the maximum number of tokens"
-    r"|too many tokens in (the )?(prompt|input)|input is too long|reduce the length of the",
+    r"|too many tokens in (the )?(prompt|input)|input is too long|reduce the length of the"
+    r"|exceeds? (the )?(available )?context (limit|size|length|window)"  # Anthropic, llama.cpp
+    r"|does not fit in (the )?context|context (the )?overflows"  # LM Studio
+    r"|`?inputs`? tokens \+ `?max_new_tokens`? must be|`?inputs`? must have less than \d+ tokens"
+    r"|longer than the maximum model length",  # vLLM's decoder prompt check
     re.IGNORECASE,
 )
 _RATE = frozenset({"rate_limit_exceeded", "rate_limit_error", "resource_exhausted", "tokens",
