@@ -155,3 +155,20 @@ def test_models_check_tells_refused_tools_from_failed_auth(
     assert checks["tool calling"]["detail"].startswith("INVALID_REQUEST: ")
     assert refusal in checks["tool calling"]["detail"]
     assert checks["streaming"]["ok"] is True
+
+
+def test_models_check_names_a_silent_server(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeHttpServer([Reply(stall=True)]) as server:
+        (tmp_path / "plait.toml").write_text(
+            f'[models.silent]\nspec = "openai-compatible:{server.url}/v1#m"\n'
+            "idle_timeout_seconds = 0.3\n",
+            encoding="utf-8",
+        )
+        monkeypatch.chdir(tmp_path)
+        code, out, _ = _run(capsys, "models", "check", "silent")
+    assert code == 1
+    first = out.splitlines()[0].split()
+    assert first[:3] == ["auth", "FAILED", "model_timeout:"]
+    assert "sent nothing for 0.3 s" in out

@@ -10,7 +10,7 @@ from typing import Any
 from plait.adapters.models._spec import open_model
 from plait.application.ports import ModelClient, ModelRequest, ModelResponse
 from plait.domain.context import Context
-from plait.domain.errors import ModelError, ModelErrorCode
+from plait.domain.errors import ModelError, ModelErrorCode, ModelTimeoutError
 from plait.domain.messages import AssistantMessage, UserMessage
 from plait.domain.tools import EffectClass, ToolSpec
 
@@ -34,7 +34,8 @@ def _request(tools: tuple[ToolSpec, ...], deltas: list[str] | None) -> ModelRequ
 
 
 def _failed(error: ModelError) -> dict[str, Any]:
-    return {"ok": False, "detail": f"{error.model_code}: {error.message}"}
+    code = error.code if isinstance(error, ModelTimeoutError) else error.model_code
+    return {"ok": False, "detail": f"{code}: {error.message}"}
 
 
 def _streaming(model: ModelClient, deltas: list[str]) -> dict[str, Any]:
