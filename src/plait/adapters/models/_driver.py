@@ -56,8 +56,9 @@ def is_transport_error(e: BaseException) -> bool:
 
 
 def transport_error(provider: str, e: BaseException) -> ModelError:
+    said = f"{type(e).__name__}: {e}" if str(e).strip() else type(e).__name__
     return ModelError(
-        f"{provider}: connection failed or was cut off ({type(e).__name__}: {e})",
+        f"{provider}: connection failed or was cut off ({said})",
         model_code=ModelErrorCode.TRANSIENT,
         status=None,
         body=None,
