@@ -146,3 +146,33 @@ def test_a_session_continues_on_another_vendor_without_foreign_state(
             # read back from the store: verbatim to the same vendor, never to another
             assert (marker in body) is (first == second), (first, second, marker)
         assert all(i in body for i in call_ids)  # the history went along, ids and all
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_run_completes_when_the_server_sends_calls_with_empty_ids(
+    tmp_path: Path, stream: bool
+) -> None:
+    """Gemini's OpenAI endpoint sends ``"id": ""``: the calls get plait-made ids, run,
+    and their results go back under those ids; no correction is asked for."""
+    (tmp_path / "shop").mkdir()
+    write_demo_project(tmp_path / "shop")
+    turns = [
+        FakeTurn(calls=(("", "read_file", {"path": "pyproject.toml"}), ("", "list_dir", {}))),
+        FakeTurn(text="Read it."),
+    ]
+    with FakeProvider("openai", turns) as fake:
+        model = client_for("openai", fake.base_url)
+        _, result, _ = run(tmp_path, model, "Read the project file.", stream=stream)
+    assert result.run.status is RunStatus.COMPLETED, result.run.error
+    assert result.run.usage.corrections == 0
+    messages = [m.message for m in result.messages]
+    (asked,) = [m for m in messages if isinstance(m, AssistantMessage) and m.tool_calls]
+    ids = [c.id for c in asked.tool_calls]
+    assert all(ids) and len(set(ids)) == 2
+    answered = [m.result for m in messages if isinstance(m, ToolResultMessage)]
+    assert [r.call_id for r in answered] == ids
+    assert [r.status.value for r in answered] == ["succeeded", "succeeded"]
+    follow_up = fake.requests[-1].body["messages"]
+    assert [c["id"] for c in follow_up[2]["tool_calls"]] == ids
+    assert [m["tool_call_id"] for m in follow_up[3:5]] == ids
+    assert len(fake.requests) == 2
