@@ -19,7 +19,7 @@ from plait.application.ports import ModelClient
 from plait.domain.messages import AssistantMessage, ToolResultMessage
 from plait.domain.runs import RunStatus
 from plait.runtime import Runtime
-from plait.testing.fake_providers import FakeProvider, FakeTurn, rate_limited
+from plait.testing.fake_providers import FakeProvider, FakeTurn, Reply, rate_limited
 from tests.adapters._clients import SPECS, client_for
 
 DEMO_SCRIPT = Path(__file__).parents[2] / "src/plait/adapters/cli/demo_data/script.yaml"
@@ -176,3 +176,25 @@ def test_a_run_completes_when_the_server_sends_calls_with_empty_ids(
     assert [c["id"] for c in follow_up[2]["tool_calls"]] == ids
     assert [m["tool_call_id"] for m in follow_up[3:5]] == ids
     assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("silent", [1, 5], ids=["then-answers", "never-answers"])
+def test_a_silent_server_is_retried_then_fails_the_run_with_model_timeout(
+    tmp_path: Path, silent: int
+) -> None:
+    """A server that accepts the connection and says nothing: each attempt ends after the
+    idle timeout and is retried; five silent attempts end the run failed, model_timeout."""
+    (tmp_path / "shop").mkdir()
+    with FakeProvider("openai", [FakeTurn(text="Here.")]) as fake:
+        fake.fail_first(*[Reply(stall=True)] * silent)
+        model = client_for("openai", fake.base_url, idle_timeout_seconds=0.3)
+        _, result, _ = run(tmp_path, model, "Hello?")
+    run_ = result.run
+    if silent == 1:
+        assert run_.status is RunStatus.COMPLETED, run_.error
+        assert run_.usage.model_calls == 2
+    else:
+        assert run_.status is RunStatus.FAILED
+        assert run_.error is not None and run_.error.code == "model_timeout"
+        assert "sent nothing for 0.3 s" in run_.error.message
+        assert run_.usage.model_calls == 5 == len(fake.requests)
