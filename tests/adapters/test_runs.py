@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from plait.adapters.cli.demo import DEMO_PROJECT, DEMO_REQUEST, write_demo_project
+from plait.adapters.models import open_model
 from plait.application.model_caller import RetryPolicy
 from plait.application.ports import ModelClient
+from plait.config import Config
 from plait.domain.messages import AssistantMessage, ToolResultMessage
 from plait.domain.runs import RunStatus
 from plait.runtime import Runtime
@@ -198,3 +200,22 @@ def test_a_silent_server_is_retried_then_fails_the_run_with_model_timeout(
         assert run_.error is not None and run_.error.code == "model_timeout"
         assert "sent nothing for 0.3 s" in run_.error.message
         assert run_.usage.model_calls == 5 == len(fake.requests)
+
+
+def test_a_run_on_a_server_that_refuses_streaming_completes_on_plain_calls(
+    tmp_path: Path,
+) -> None:
+    """The terminal path asks for a stream; the server answers 400 with an empty message.
+    The call is made again plainly, and the rest of the run is called plainly."""
+    (tmp_path / "shop").mkdir()
+    write_demo_project(tmp_path / "shop")
+    turns = [FakeTurn(calls=(("call_1", "list_dir", {}),)), FakeTurn(text="Listed.")]
+    refusal = Reply(status=400, body={"error": {"message": "", "code": 400}})
+    with FakeProvider("openai", turns) as fake:
+        fake.fail_first(refusal)
+        spec = f"openai-compatible:{fake.base_url}#local"
+        model = open_model(spec, config=Config(), env={})
+        _, result, shown = run(tmp_path, model, "List the files.", stream=True)
+    assert result.run.status is RunStatus.COMPLETED, result.run.error
+    assert [r.body.get("stream", False) for r in fake.requests] == [True, False, False]
+    assert "".join(shown) == "Listed."  # the plain answer is shown whole
