@@ -139,20 +139,7 @@ def _api_key(r: Resolved, env: Mapping[str, str]) -> str:
     raise missing_key(str(r.spec), r.key_env[0])
 
 
-def _idle_timeout(r: Resolved) -> float:
-    seconds = r.settings.get("idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT)
-    if not seconds > 0:
-        raise ConfigError(
-            f"setting idle_timeout_seconds of model {r.spec} must be more than 0 seconds "
-            f"(got {seconds!r})",
-            setting="idle_timeout_seconds",
-            model=str(r.spec),
-        )
-    return float(seconds)
-
-
 def _check_settings(r: Resolved) -> None:
-    _idle_timeout(r)
     budget = r.settings.get("thinking_budget")
     if budget is not None and (r.spec.kind != "anthropic" or not r.capabilities.reasoning):
         raise ConfigError(
@@ -166,15 +153,15 @@ def _check_settings(r: Resolved) -> None:
 def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
     _check_settings(r)
     key = _api_key(r, env)
+    idle = _idle_timeout(r)
     common: dict[str, Any] = {
         "name": str(r.spec),
         "target": r.target,
         "capabilities": r.capabilities,
         "api_key": key,
         "base_url": r.base_url,
-        "idle_timeout": _idle_timeout(r),
-        # the SDK's own timeout only backs plait's idle timeout up
-        "timeout": max(600.0, _idle_timeout(r) + 60.0),
+        "idle_timeout": idle,
+        "timeout": max(600.0, idle + 60.0),  # the SDK's own: only a backstop
     }
     if r.spec.kind in ("openai", "openai-responses", "openai-compatible"):
         from plait.adapters.models._openai_client import CHAT, RESPONSES, OpenAIModel
@@ -193,6 +180,18 @@ def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
     from plait.adapters.models._gemini_client import GeminiModel
 
     return GeminiModel(**common)
+
+
+def _idle_timeout(r: Resolved) -> float:
+    seconds = r.settings.get("idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT)
+    if not seconds > 0:
+        raise ConfigError(
+            f"setting idle_timeout_seconds of model {r.spec} must be more than 0 seconds "
+            f"(got {seconds!r})",
+            setting="idle_timeout_seconds",
+            model=str(r.spec),
+        )
+    return float(seconds)
 
 
 def check_tools(r: Resolved, tools: Sequence[ToolSpec]) -> None:
