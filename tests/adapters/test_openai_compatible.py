@@ -1,7 +1,8 @@
 """What real OpenAI-compatible servers do that OpenAI does not, through the real SDK
 against a loopback server: Gemini's endpoint sends tool calls with an empty id and no
-stream index, and Gemini 3 puts a thought signature in each call's ``extra_content``,
-which must come back on the next request."""
+stream index, Gemini 3 puts a thought signature in each call's ``extra_content``, which
+must come back on the next request, and some servers refuse streaming with an empty
+400."""
 
 from __future__ import annotations
 
