@@ -13,6 +13,7 @@ Format::
     max_output_tokens = 4096
     parallel_tool_calls = false
     price_input_per_mtok = 0.0
+    idle_timeout_seconds = 120                  # a call silent this long is retried
 
     [models."openai:gpt-4o"]                    # overrides for a built-in model
     base_url = "https://proxy.example/v1"
@@ -44,7 +45,12 @@ __all__ = ["Config", "ModelEntry", "config_paths", "load_config"]
 
 _BOOL = ("tool_calls", "structured_output", "streaming", "parallel_tool_calls", "reasoning")
 _INT = ("context_window", "max_output_tokens", "thinking_budget")
-_FLOAT = ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok")
+_FLOAT = (
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+    "price_cached_input_per_mtok",
+    "idle_timeout_seconds",
+)
 _STR = ("spec", "base_url", "key_env")
 _TOP = ("model", "models", "sandbox", "compaction")
 

@@ -95,3 +95,43 @@ def test_an_unreachable_server_is_transient() -> None:
     with pytest.raises(ModelError) as info:
         asyncio.run(model.complete(ask()))
     assert info.value.model_code == ModelErrorCode.TRANSIENT
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_gemini_speaks_the_pinned_api_version(
+    streamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v1beta, whatever the SDK's default (v1) or GOOGLE_GENAI_API_VERSION says: thought
+    signatures and parametersJsonSchema need it."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("GOOGLE_GENAI_API_VERSION", "v1")
+    with FakeProvider("gemini", [TURN]) as fake:
+        model = client_for("gemini", fake.base_url)
+        request = ask((READ,))
+        if streamed:
+            request = replace(request, on_text=lambda _: None)
+        asyncio.run(model.complete(request))
+    (sent,) = fake.requests
+    method = "streamGenerateContent" if streamed else "generateContent"
+    assert sent.path.split("?")[0] == f"/v1beta/models/gemini-2.5-pro:{method}"
+    (declaration,) = sent.body["tools"][0]["functionDeclarations"]
+    assert {"parametersJsonSchema", "parameters_json_schema"} & set(declaration)
+
+
+def test_anthropic_streams_even_when_nobody_watches_the_text() -> None:
+    """--json, scripts and workers pass no text sink: the call is still streamed (a long
+    max_tokens must be), and the assembled message is the same."""
+    from dataclasses import replace
+
+    with FakeProvider("anthropic", [TURN, TURN]) as fake:
+        model = client_for("anthropic", fake.base_url)
+        response = asyncio.run(model.complete(replace(ask((READ,)), max_output_tokens=64_000)))
+        plain = client_for("anthropic", fake.base_url, streaming=False)
+        same = asyncio.run(plain.complete(ask((READ,))))
+    streamed, declined = fake.requests
+    assert streamed.body["stream"] is True and streamed.body["max_tokens"] == 64_000
+    assert "stream" not in declined.body  # a model declared not to stream is called plainly
+    assert response.text == same.text == "Let me look at it."
+    assert [c.name for c in response.tool_calls] == ["read_file"]
+    assert response.tool_calls[0].arguments == {"path": "a.txt"}

@@ -68,3 +68,13 @@ def test_a_successful_call_returns_its_value() -> None:
             return "done"
 
     assert asyncio.run(go()) == "done"
+
+
+def test_a_transport_error_without_text_still_says_what_failed() -> None:
+    from plait.adapters.models._driver import transport_error
+
+    class ReadTimeout(Exception):
+        pass
+
+    assert transport_error("x", ReadTimeout()).message.endswith("(ReadTimeout)")
+    assert transport_error("x", ReadTimeout("boom")).message.endswith("(ReadTimeout: boom)")

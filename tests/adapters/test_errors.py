@@ -102,3 +102,15 @@ def test_gemini_retry_info_gives_the_wait() -> None:
     assert _retry_delay(body) == 3.0
     assert _retry_delay({"error": {"code": 429}}) is None
     assert _retry_delay("not a dict") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"error": {"message": "", "code": 400}}, {"detail": " "}, {}, "", None, {"error": ""}],
+    ids=["empty-message", "blank-detail", "empty-object", "empty-text", "no-body", "empty-error"],
+)
+def test_no_error_message_ends_empty(body: Any) -> None:
+    error = classify("openai-compatible", 400, body)
+    assert error.model_code == ModelErrorCode.INVALID_REQUEST
+    _, _, said = error.message.partition("INVALID_REQUEST): ")
+    assert said.strip() and "no error message" in said, error.message

@@ -14,12 +14,14 @@ import pytest
 import yaml
 
 from plait.adapters.cli.demo import DEMO_PROJECT, DEMO_REQUEST, write_demo_project
+from plait.adapters.models import open_model
 from plait.application.model_caller import RetryPolicy
 from plait.application.ports import ModelClient
+from plait.config import Config
 from plait.domain.messages import AssistantMessage, ToolResultMessage
 from plait.domain.runs import RunStatus
 from plait.runtime import Runtime
-from plait.testing.fake_providers import FakeProvider, FakeTurn, rate_limited
+from plait.testing.fake_providers import FakeProvider, FakeTurn, Reply, rate_limited
 from tests.adapters._clients import SPECS, client_for
 
 DEMO_SCRIPT = Path(__file__).parents[2] / "src/plait/adapters/cli/demo_data/script.yaml"
@@ -146,3 +148,74 @@ def test_a_session_continues_on_another_vendor_without_foreign_state(
             # read back from the store: verbatim to the same vendor, never to another
             assert (marker in body) is (first == second), (first, second, marker)
         assert all(i in body for i in call_ids)  # the history went along, ids and all
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_run_completes_when_the_server_sends_calls_with_empty_ids(
+    tmp_path: Path, stream: bool
+) -> None:
+    """Gemini's OpenAI endpoint sends ``"id": ""``: the calls get plait-made ids, run,
+    and their results go back under those ids; no correction is asked for."""
+    (tmp_path / "shop").mkdir()
+    write_demo_project(tmp_path / "shop")
+    turns = [
+        FakeTurn(calls=(("", "read_file", {"path": "pyproject.toml"}), ("", "list_dir", {}))),
+        FakeTurn(text="Read it."),
+    ]
+    with FakeProvider("openai", turns) as fake:
+        model = client_for("openai", fake.base_url)
+        _, result, _ = run(tmp_path, model, "Read the project file.", stream=stream)
+    assert result.run.status is RunStatus.COMPLETED, result.run.error
+    assert result.run.usage.corrections == 0
+    messages = [m.message for m in result.messages]
+    (asked,) = [m for m in messages if isinstance(m, AssistantMessage) and m.tool_calls]
+    ids = [c.id for c in asked.tool_calls]
+    assert all(ids) and len(set(ids)) == 2
+    answered = [m.result for m in messages if isinstance(m, ToolResultMessage)]
+    assert [r.call_id for r in answered] == ids
+    assert [r.status.value for r in answered] == ["succeeded", "succeeded"]
+    follow_up = fake.requests[-1].body["messages"]
+    assert [c["id"] for c in follow_up[2]["tool_calls"]] == ids
+    assert [m["tool_call_id"] for m in follow_up[3:5]] == ids
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("silent", [1, 5], ids=["then-answers", "never-answers"])
+def test_a_silent_server_is_retried_then_fails_the_run_with_model_timeout(
+    tmp_path: Path, silent: int
+) -> None:
+    """A server that accepts the connection and says nothing: each attempt ends after the
+    idle timeout and is retried; five silent attempts end the run failed, model_timeout."""
+    (tmp_path / "shop").mkdir()
+    with FakeProvider("openai", [FakeTurn(text="Here.")]) as fake:
+        fake.fail_first(*[Reply(stall=True)] * silent)
+        model = client_for("openai", fake.base_url, idle_timeout_seconds=0.3)
+        _, result, _ = run(tmp_path, model, "Hello?")
+    run_ = result.run
+    if silent == 1:
+        assert run_.status is RunStatus.COMPLETED, run_.error
+        assert run_.usage.model_calls == 2
+    else:
+        assert run_.status is RunStatus.FAILED
+        assert run_.error is not None and run_.error.code == "model_timeout"
+        assert "sent nothing for 0.3 s" in run_.error.message
+        assert run_.usage.model_calls == 5 == len(fake.requests)
+
+
+def test_a_run_on_a_server_that_refuses_streaming_completes_on_plain_calls(
+    tmp_path: Path,
+) -> None:
+    """The terminal path asks for a stream; the server answers 400 with an empty message.
+    The call is made again plainly, and the rest of the run is called plainly."""
+    (tmp_path / "shop").mkdir()
+    write_demo_project(tmp_path / "shop")
+    turns = [FakeTurn(calls=(("call_1", "list_dir", {}),)), FakeTurn(text="Listed.")]
+    refusal = Reply(status=400, body={"error": {"message": "", "code": 400}})
+    with FakeProvider("openai", turns) as fake:
+        fake.fail_first(refusal)
+        spec = f"openai-compatible:{fake.base_url}#local"
+        model = open_model(spec, config=Config(), env={})
+        _, result, shown = run(tmp_path, model, "List the files.", stream=True)
+    assert result.run.status is RunStatus.COMPLETED, result.run.error
+    assert [r.body.get("stream", False) for r in fake.requests] == [True, False, False]
+    assert "".join(shown) == "Listed."  # the plain answer is shown whole

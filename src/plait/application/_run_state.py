@@ -10,7 +10,12 @@ from dataclasses import dataclass, field
 from plait.application.events import RunObserver
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import ModelResponse, TextSink
-from plait.domain.errors import BudgetExhaustedError, ModelError, PlaitError
+from plait.domain.errors import (
+    BudgetExhaustedError,
+    ModelError,
+    ModelTimeoutError,
+    PlaitError,
+)
 from plait.domain.messages import Message, ToolCall
 from plait.domain.runs import Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -176,6 +181,8 @@ def model_failure(e: Exception, role: str, time_limit: float | None) -> StopRun:
         )
     if isinstance(e, BudgetExhaustedError):
         return StopRun.budget(str(e.details.get("limit", "budget")), e.message)
+    if isinstance(e, ModelTimeoutError):  # retried as transient, and every retry timed out
+        return StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}")
     if isinstance(e, ModelError):
         return StopRun(RunStatus.FAILED, e.model_code.lower(), f"model call failed: {e.message}")
     if isinstance(e, PlaitError):

@@ -25,6 +25,7 @@ __all__ = [
     "MessageNotFoundError",
     "ModelError",
     "ModelErrorCode",
+    "ModelTimeoutError",
     "NotFoundError",
     "PlaitError",
     "PolicyError",
@@ -206,6 +207,15 @@ class ModelError(PlaitError):
         """Seconds the provider asked us to wait before retrying, if it said."""
         value = self.details.get("retry_after")
         return float(value) if isinstance(value, int | float) else None
+
+
+class ModelTimeoutError(ModelError):
+    """The model server sent nothing for the call's idle timeout (a server that accepted
+    the connection and went silent). The attempt is abandoned; its ``model_code`` is
+    ``TRANSIENT``, so it is retried like any transient failure, and a run whose retries
+    all timed out ends ``failed`` with this code."""
+
+    code = "model_timeout"
 
 
 class InvalidModelOutputError(PlaitError):

@@ -24,6 +24,9 @@ class Reply:
     events: tuple[tuple[str | None, Any], ...] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     cut_after: int | None = None
+    stall: bool = False
+    stall_after: int = 0
+    pause: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,9 @@ class _Handler(BaseHTTPRequestHandler):
             "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
         )
         reply = self.server.owner._next(request)
+        if reply.stall and reply.events is None:
+            self.server.owner.closing.wait()
+            return
         if reply.events is None:
             self._json(reply)
         else:
@@ -75,6 +81,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         for n, (name, payload) in enumerate(reply.events or ()):
+            if reply.stall and n >= reply.stall_after:
+                self.wfile.flush()
+                self.server.owner.closing.wait()
+                return
+            if reply.pause:
+                self.wfile.flush()
+                if self.server.owner.closing.wait(reply.pause):
+                    return
             if reply.cut_after is not None and n >= reply.cut_after:
                 self.wfile.flush()
                 self.close_connection = True
@@ -103,6 +117,8 @@ class FakeHttpServer:
         self._replies = list(replies or [])
         self._reply_for = reply_for
         self._lock = threading.Lock()
+        self.closing = threading.Event()
+        """Set when the server closes: stalled replies end then."""
         self.requests: list[RecordedRequest] = []
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
@@ -136,6 +152,7 @@ class FakeHttpServer:
         return self
 
     def close(self) -> None:
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

@@ -18,7 +18,15 @@ from typing import Any
 
 from plait.testing._fake_http import FakeHttpServer, RecordedRequest, Reply
 
-__all__ = ["DIALECTS", "FakeProvider", "FakeTurn", "RecordedRequest", "Reply", "rate_limited"]
+__all__ = [
+    "DIALECTS",
+    "FakeHttpServer",
+    "FakeProvider",
+    "FakeTurn",
+    "RecordedRequest",
+    "Reply",
+    "rate_limited",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,15 +1,24 @@
 """Thin client on the official ``anthropic`` SDK (imported at the first call; its own
-retries off)."""
+retries off). Every call is streamed when the model can stream, whether or not anyone
+watches the text: Anthropic requires streaming for long answers (the SDK refuses a plain
+call whose ``max_tokens`` could take over ten minutes, 64,000 for haiku-4-5), and a
+stream keeps bytes coming, so the idle timeout only fires on a silent server."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
 from plait.adapters.models import _anthropic as messages
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import mapped_errors
+from plait.adapters.models._driver import (
+    DEFAULT_IDLE_TIMEOUT,
+    STREAM_REFUSALS,
+    idle_watch,
+    mapped_errors,
+)
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
@@ -29,6 +38,7 @@ class AnthropicModel:
         base_url: str | None = None,
         thinking_budget: int | None = None,
         timeout: float = 600.0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._name = name
         self.target = target
@@ -37,6 +47,7 @@ class AnthropicModel:
         self._base_url = base_url
         self._thinking_budget = thinking_budget
         self._timeout = timeout
+        self._idle_timeout = idle_timeout
 
     @property
     def name(self) -> str:
@@ -54,14 +65,33 @@ class AnthropicModel:
             api_key=self._api_key, base_url=self._base_url, max_retries=0, timeout=self._timeout
         )
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        async with self._client() as sdk:
-            return await self._send(sdk, request)
+    @property
+    def stream_refusal(self) -> str | None:
+        """Why this server refused a streamed call (then plait calls it plainly)."""
+        return STREAM_REFUSALS.reason(self._stream_key)
 
-    async def _send(self, sdk: Any, request: ModelRequest) -> ModelResponse:
+    @property
+    def _stream_key(self) -> tuple[str, str]:
+        return (self._base_url or "anthropic", self.target.model)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        async def attempt(streamed: bool) -> ModelResponse:
+            watch = idle_watch("anthropic", self._idle_timeout)
+            async with self._client() as sdk, watch as alive:
+                return await self._send(sdk, request, streamed, alive)
+
+        return await STREAM_REFUSALS.call(
+            self._stream_key,
+            attempt,
+            streaming=self._capabilities.streaming,
+            on_text=request.on_text,
+        )
+
+    async def _send(
+        self, sdk: Any, request: ModelRequest, streaming: bool, alive: Callable[[], None]
+    ) -> ModelResponse:
         import anthropic
 
-        streaming = request.on_text is not None and self._capabilities.streaming
         body = messages.build_request(
             self.target,
             request.context,
@@ -81,4 +111,5 @@ class AnthropicModel:
                 on_text=request.on_text,
                 read=read,
                 parse=partial(messages.parse_response, self.target),
+                alive=alive,
             )

@@ -22,6 +22,7 @@ from plait.domain.messages import (
 
 __all__ = [
     "ADAPTER_VERSION",
+    "FOREIGN_THOUGHT_SIGNATURE",
     "Target",
     "correction_text",
     "cut_off",
@@ -32,6 +33,10 @@ __all__ = [
 ]
 
 ADAPTER_VERSION = "1"
+
+FOREIGN_THOUGHT_SIGNATURE = "skip_thought_signature_validator"
+"""Google's documented stand-in signature for tool calls a Gemini 3 model did not make
+itself (history from another vendor, or written before signatures were kept)."""
 
 _DATE_SUFFIX = re.compile(r"(-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|-0)$")
 
@@ -114,7 +119,8 @@ def iter_turns(
 
 
 def fresh_call_id(prefix: str) -> str:
-    """For providers that send calls without ids (older Gemini): a plait-made id."""
+    """For providers that send calls without ids (older Gemini, Gemini's OpenAI-compatible
+    endpoint, which sends ``"id": ""``): a plait-made id."""
     return f"{prefix}_{uuid.uuid4().hex}"
 
 

@@ -17,11 +17,24 @@ __all__ = ["classify", "error_texts", "retry_after_from"]
 
 C = ModelErrorCode
 
-_OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+# Codes and phrasings of requests that do not fit, per server (the recorded bodies and
+# their sources: tests/adapters/fixtures/providers/errors/overflow_vectors.json).
+_OVERFLOW_CODES = frozenset(
+    {
+        "context_length_exceeded",  # OpenAI, Azure OpenAI, Groq, ...
+        "string_above_max_length",  # OpenAI: one message over its size limit
+        "exceed_context_size_error",  # llama.cpp server
+        "request_too_large",  # Anthropic's 413: the request is over the size limit
+    }
+)
 _OVERFLOW_TEXT = re.compile(
     r"maximum context length|context window|prompt is too long|context[_ ]length"
     r"|input token count \(\d+\) exceeds the maximum|exceeds the maximum number of tokens"
-    r"|too many tokens in (the )?(prompt|input)|input is too long|reduce the length of the",
+    r"|too many tokens in (the )?(prompt|input)|input is too long|reduce the length of the"
+    r"|exceeds? (the )?(available )?context (limit|size|length|window)"  # Anthropic, llama.cpp
+    r"|does not fit in (the )?context|context (the )?overflows"  # LM Studio
+    r"|`?inputs`? tokens \+ `?max_new_tokens`? must be|`?inputs`? must have less than \d+ tokens"
+    r"|longer than the maximum model length",  # vLLM's decoder prompt check
     re.IGNORECASE,
 )
 _RATE = frozenset({"rate_limit_exceeded", "rate_limit_error", "resource_exhausted", "tokens",
@@ -44,9 +57,9 @@ def error_texts(payload: object) -> tuple[list[str], list[str]]:
             return
         if isinstance(value, Mapping):
             for key, v in value.items():
-                if key in ("code", "type", "status") and isinstance(v, str):
+                if key in ("code", "type", "status", "error_type") and isinstance(v, str):
                     codes.append(v.lower())
-                elif key in ("message", "raw", "detail") and isinstance(v, str):
+                elif key in ("message", "raw", "detail", "error") and isinstance(v, str):
                     messages.append(v)
                 elif isinstance(v, Mapping | list):
                     walk(v, depth + 1)
@@ -113,6 +126,18 @@ def retry_after_from(
     return None
 
 
+def _describe(payload: Any, messages: Sequence[str]) -> str:
+    """The provider's first non-blank message; else the body itself, so that an error
+    never ends in an empty message (some servers send ``"message": ""``)."""
+    for m in messages:
+        if m.strip():
+            return m.strip()
+    if payload in (None, "", {}, []):
+        return "the server sent no error message and an empty body"
+    shown = payload if isinstance(payload, str) else json.dumps(payload, default=str)
+    return f"the server sent no error message; its body: {shown[:300]}"
+
+
 def classify(
     provider: str,
     status: int | None,
@@ -124,7 +149,7 @@ def classify(
     the HTTP status (``None`` in a stream), the original body and any retry-after."""
     codes, messages = error_texts(payload)
     code = _code_for(status, codes, messages)
-    text = messages[0] if messages else (json.dumps(payload)[:300] if payload else "no details")
+    text = _describe(payload, messages)
     where = f"HTTP {status}" if status is not None else "in stream"
     body = (
         payload

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait.adapters.models._common import (
+    FOREIGN_THOUGHT_SIGNATURE,
     Target,
     correction_text,
     cut_off,
@@ -24,9 +25,6 @@ from plait.domain.messages import AssistantMessage, ToolStatus, Usage, UserMessa
 from plait.domain.tools import ToolSpec
 
 __all__ = ["GenerateStream", "build_request", "parse_response", "tool_declaration"]
-
-# Google's documented stand-in for history a Gemini 3 model did not produce itself
-_FOREIGN_SIGNATURE = "skip_thought_signature_validator"
 
 
 def tool_declaration(spec: ToolSpec) -> dict[str, Any]:
@@ -60,7 +58,7 @@ def _model_parts(target: Target, m: AssistantMessage) -> list[dict[str, Any]]:
                 parts.append(dict(p))
     elif m.text:
         parts.append({"text": m.text})
-    foreign = None if state else (_FOREIGN_SIGNATURE if "gemini-3" in target.model else None)
+    foreign = None if state else (FOREIGN_THOUGHT_SIGNATURE if "gemini-3" in target.model else None)
     parts.extend(
         _call_part(c.id, c.name, c.arguments(), foreign) for c in m.tool_calls if c.id in calls
     )

@@ -6,17 +6,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from plait.adapters.models import _gemini as gemini
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import mapped_errors, run_stream
+from plait.adapters.models._driver import (
+    DEFAULT_IDLE_TIMEOUT,
+    idle_watch,
+    mapped_errors,
+    run_stream,
+)
 from plait.adapters.models._errors import classify
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 from plait.domain.errors import ModelError, ModelErrorCode
 
-__all__ = ["GeminiModel"]
+__all__ = ["API_VERSION", "GeminiModel"]
+
+API_VERSION = "v1beta"
+"""The Gemini API version plait speaks, pinned: thought signatures and
+``parametersJsonSchema`` tool parameters are ``v1beta`` features (the recorded exchanges
+are ``v1beta``), while the SDK defaults to ``v1`` and lets ``GOOGLE_GENAI_API_VERSION``
+pick another."""
 
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
@@ -46,6 +57,7 @@ class GeminiModel:
         api_key: str,
         base_url: str | None = None,
         timeout: float = 600.0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._name = name
         self.target = target
@@ -53,6 +65,7 @@ class GeminiModel:
         self._api_key = api_key
         self._base_url = base_url
         self._timeout = timeout
+        self._idle_timeout = idle_timeout
 
     @property
     def name(self) -> str:
@@ -69,6 +82,7 @@ class GeminiModel:
 
         options = types.HttpOptions(
             base_url=self._base_url,
+            api_version=API_VERSION,
             timeout=int(self._timeout * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),
         )
@@ -88,15 +102,20 @@ class GeminiModel:
             "config": types.GenerateContentConfig.model_validate_json(json.dumps(config)),
         }
 
-    async def _chunks(self, sdk: Any, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _chunks(
+        self, sdk: Any, args: dict[str, Any], alive: Callable[[], None]
+    ) -> AsyncIterator[dict[str, Any]]:
         async for chunk in await sdk.models.generate_content_stream(**args):
+            alive()
             yield chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        async with self._client() as sdk:
-            return await self._send(sdk, request)
+        async with self._client() as sdk, idle_watch("gemini", self._idle_timeout) as alive:
+            return await self._send(sdk, request, alive)
 
-    async def _send(self, sdk: Any, request: ModelRequest) -> ModelResponse:
+    async def _send(
+        self, sdk: Any, request: ModelRequest, alive: Callable[[], None]
+    ) -> ModelResponse:
         streaming = request.on_text is not None and self._capabilities.streaming
         body = gemini.build_request(
             self.target, request.context, max_output_tokens=request.max_output_tokens
@@ -105,7 +124,7 @@ class GeminiModel:
         async with mapped_errors("gemini", _sdk_error):
             if streaming:
                 acc = gemini.GenerateStream(self.target)
-                return await run_stream(self._chunks(sdk, args), acc, request.on_text)
+                return await run_stream(self._chunks(sdk, args, alive), acc, request.on_text)
             response = await sdk.models.generate_content(**args)
             wire = response.model_dump(mode="json", by_alias=True, exclude_none=True)
             return gemini.parse_response(self.target, wire)

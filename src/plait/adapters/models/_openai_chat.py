@@ -1,12 +1,23 @@
 """OpenAI Chat Completions converter (also every OpenAI-compatible server: DeepSeek, vLLM,
-Ollama, llama.cpp, OpenRouter, LM Studio). Pure: Context → request body, response body
-or stream chunks → ModelResponse. DeepSeek's ``reasoning_content`` is opaque state."""
+Ollama, llama.cpp, OpenRouter, LM Studio, Gemini's OpenAI endpoint). Pure: Context →
+request body, response body or stream chunks → ModelResponse. DeepSeek's
+``reasoning_content`` and a tool call's ``extra_content`` (Gemini 3's
+``extra_content.google.thought_signature``) are opaque state. A call that comes with an
+empty id (Gemini's endpoint sends ``"id": ""``) gets a plait-made one."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from plait.adapters.models._common import Target, correction_text, cut_off, iter_turns, result_text
+from plait.adapters.models._common import (
+    FOREIGN_THOUGHT_SIGNATURE,
+    Target,
+    correction_text,
+    cut_off,
+    fresh_call_id,
+    iter_turns,
+    result_text,
+)
 from plait.adapters.models._errors import classify
 from plait.adapters.models._schema import openai_strict
 from plait.application.ports import ModelResponse, RawToolCall
@@ -38,18 +49,33 @@ def _last_user_index(items: list[Any]) -> int:
     return -1
 
 
+def _call_extras(target: Target, state: dict[str, Any] | None) -> dict[str | None, Any]:
+    """Each call's ``extra_content`` to hand back: the one it came with, or for a Gemini 3
+    model and history it did not make, Google's stand-in signature."""
+    if state is not None:
+        kept = state.get("tool_extra")
+        return dict(kept) if isinstance(kept, dict) else {}
+    if "gemini-3" in target.model.lower():
+        return {None: {"google": {"thought_signature": FOREIGN_THOUGHT_SIGNATURE}}}
+    return {}
+
+
 def _assistant(target: Target, m: AssistantMessage, in_current_turn: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+    state = target.own_state(m)
+    extras = _call_extras(target, state)
     if m.tool_calls:
-        out["tool_calls"] = [
-            {
+        out["tool_calls"] = []
+        for c in m.tool_calls:
+            call: dict[str, Any] = {
                 "id": c.id,
                 "type": "function",
                 "function": {"name": c.name, "arguments": c.arguments_json},
             }
-            for c in m.tool_calls
-        ]
-    state = target.own_state(m)
+            extra = extras.get(c.id, extras.get(None))
+            if extra:
+                call["extra_content"] = extra
+            out["tool_calls"].append(call)
     # DeepSeek wants its reasoning back only inside the turn still using tools
     if state and in_current_turn and state.get("reasoning_content"):
         out["reasoning_content"] = state["reasoning_content"]
@@ -122,21 +148,27 @@ def parse_response(target: Target, body: dict[str, Any], provider: str = "openai
             body=body,
         )
     message = choices[0].get("message") or {}
-    calls = tuple(
-        RawToolCall(
-            id=tc.get("id"),
-            name=(tc.get("function") or {}).get("name") or "",
-            arguments=(tc.get("function") or {}).get("arguments") or "",
+    calls: list[RawToolCall] = []
+    extras: dict[str, Any] = {}
+    for tc in message.get("tool_calls") or ():
+        call_id = tc.get("id") or fresh_call_id("call")
+        function = tc.get("function") or {}
+        calls.append(
+            RawToolCall(
+                id=call_id,
+                name=function.get("name") or "",
+                arguments=function.get("arguments") or "",
+            )
         )
-        for tc in message.get("tool_calls") or ()
-    )
+        if isinstance(tc.get("extra_content"), dict) and tc["extra_content"]:
+            extras[call_id] = tc["extra_content"]
     reasoning = message.get("reasoning_content")
     return ModelResponse(
         text=message.get("content") or "",
-        tool_calls=calls,
+        tool_calls=tuple(calls),
         usage=parse_usage(body.get("usage")),
         model=body.get("model") or target.model,
-        vendor_state=target.state(reasoning_content=reasoning),
+        vendor_state=target.state(reasoning_content=reasoning, tool_extra=extras),
     )
 
 
@@ -171,10 +203,15 @@ class ChatStream:
             if delta.get("reasoning_content"):
                 self._reasoning.append(delta["reasoning_content"])
             for tc in delta.get("tool_calls") or ():
+                # Gemini's endpoint sends each call whole, without an index: a new call
+                index = tc.get("index")
+                if not isinstance(index, int):
+                    index = max(self._calls, default=-1) + 1
                 slot = self._calls.setdefault(
-                    tc.get("index", 0), {"id": None, "name": "", "args": []}
+                    index, {"id": None, "name": "", "args": [], "extra": None}
                 )
                 slot["id"] = tc.get("id") or slot["id"]
+                slot["extra"] = tc.get("extra_content") or slot["extra"]
                 fn = tc.get("function") or {}
                 slot["name"] += fn.get("name") or ""
                 slot["args"].append(fn.get("arguments") or "")
@@ -197,6 +234,7 @@ class ChatStream:
                             {
                                 "id": s["id"],
                                 "function": {"name": s["name"], "arguments": "".join(s["args"])},
+                                "extra_content": s["extra"],
                             }
                             for _, s in sorted(self._calls.items())
                         ],

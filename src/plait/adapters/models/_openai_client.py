@@ -13,7 +13,13 @@ from typing import Any, cast
 from plait.adapters.models import _openai_chat as chat
 from plait.adapters.models import _openai_responses as responses
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import Accumulator, mapped_errors
+from plait.adapters.models._driver import (
+    DEFAULT_IDLE_TIMEOUT,
+    STREAM_REFUSALS,
+    Accumulator,
+    idle_watch,
+    mapped_errors,
+)
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 
@@ -74,6 +80,7 @@ class OpenAIModel:
         provider: str = "openai",
         max_tokens_field: str = "max_completion_tokens",
         timeout: float = 600.0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self._name = name
         self.target = target
@@ -84,6 +91,7 @@ class OpenAIModel:
         self._provider = provider
         self._max_tokens_field = max_tokens_field
         self._timeout = timeout
+        self._idle_timeout = idle_timeout
 
     @property
     def name(self) -> str:
@@ -102,15 +110,36 @@ class OpenAIModel:
             api_key=self._api_key, base_url=self._base_url, max_retries=0, timeout=self._timeout
         )
 
+    @property
+    def stream_refusal(self) -> str | None:
+        """Why this server refused a streamed call (then plait calls it plainly)."""
+        return STREAM_REFUSALS.reason(self._stream_key)
+
+    @property
+    def _stream_key(self) -> tuple[str, str]:
+        return (self._base_url or self._provider, self.target.model)
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         p = self._protocol
+
+        async def attempt(streamed: bool) -> ModelResponse:
+            caps, field = self._capabilities, self._max_tokens_field
+            body = p.build(self.target, request, streamed, caps, field)
+            watch = idle_watch(self._provider, self._idle_timeout)
+            async with self._client() as sdk, watch as alive:
+                return await self._send(p.resource(sdk), body, request, alive)
+
         streaming = request.on_text is not None and self._capabilities.streaming
-        body = p.build(self.target, request, streaming, self._capabilities, self._max_tokens_field)
-        async with self._client() as sdk:
-            return await self._send(p.resource(sdk), body, request, streaming)
+        return await STREAM_REFUSALS.call(
+            self._stream_key, attempt, streaming=streaming, on_text=request.on_text
+        )
 
     async def _send(
-        self, resource: Any, body: dict[str, Any], request: ModelRequest, streaming: bool
+        self,
+        resource: Any,
+        body: dict[str, Any],
+        request: ModelRequest,
+        alive: Callable[[], None],
     ) -> ModelResponse:
         import openai
 
@@ -123,8 +152,9 @@ class OpenAIModel:
             return await create(
                 resource,
                 body,
-                stream=p.stream(self.target, self._provider) if streaming else None,
+                stream=p.stream(self.target, self._provider) if body.get("stream") else None,
                 on_text=request.on_text,
                 read=read,
                 parse=lambda wire: p.parse(self.target, wire, self._provider),
+                alive=alive,
             )

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 from plait.adapters.models._catalog import KIND_DEFAULTS, builtin_capabilities, with_overrides
 from plait.adapters.models._common import Target
-from plait.adapters.models._driver import missing_key
+from plait.adapters.models._driver import DEFAULT_IDLE_TIMEOUT, missing_key
 from plait.application.ports import ModelCapabilities
 from plait.config import Config, load_config
 from plait.domain.errors import ConfigError
@@ -166,12 +166,15 @@ def _check_settings(r: Resolved) -> None:
 def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
     _check_settings(r)
     key = _api_key(r, env)
+    idle = _idle_timeout(r)
     common: dict[str, Any] = {
         "name": str(r.spec),
         "target": r.target,
         "capabilities": r.capabilities,
         "api_key": key,
         "base_url": r.base_url,
+        "idle_timeout": idle,
+        "timeout": max(600.0, idle + 60.0),  # the SDK's own: only a backstop
     }
     if r.spec.kind in ("openai", "openai-responses", "openai-compatible"):
         from plait.adapters.models._openai_client import CHAT, RESPONSES, OpenAIModel
@@ -190,6 +193,18 @@ def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
     from plait.adapters.models._gemini_client import GeminiModel
 
     return GeminiModel(**common)
+
+
+def _idle_timeout(r: Resolved) -> float:
+    seconds = r.settings.get("idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT)
+    if not seconds > 0:
+        raise ConfigError(
+            f"setting idle_timeout_seconds of model {r.spec} must be more than 0 seconds "
+            f"(got {seconds!r})",
+            setting="idle_timeout_seconds",
+            model=str(r.spec),
+        )
+    return float(seconds)
 
 
 def check_tools(r: Resolved, tools: Sequence[ToolSpec]) -> None:

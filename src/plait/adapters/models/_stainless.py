@@ -4,7 +4,7 @@ itself so that its converters see the wire JSON and its SSE reader sees every ev
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
@@ -41,11 +41,21 @@ async def create(
     on_text: TextSink | None,
     read: Callable[[Any], Awaitable[dict[str, Any]]],
     parse: Callable[[dict[str, Any]], ModelResponse],
+    alive: Callable[[], None],
 ) -> ModelResponse:
     """``resource.create(**body)``: streamed through ``stream`` when given, else the raw
-    response's JSON (``read`` knows how this SDK hands out its text) through ``parse``."""
+    response's JSON (``read`` knows how this SDK hands out its text) through ``parse``.
+    ``alive`` is called for every line a stream brings (see ``idle_watch``)."""
     if stream is not None:
         async with resource.with_streaming_response.create(**body) as raw:
-            return await run_stream(aiter_events(raw.iter_lines()), stream, on_text)
+            alive()
+            lines = _watched(raw.iter_lines(), alive)
+            return await run_stream(aiter_events(lines), stream, on_text)
     raw = await resource.with_raw_response.create(**body)
     return parse(await read(raw))
+
+
+async def _watched(lines: AsyncIterator[str], alive: Callable[[], None]) -> AsyncIterator[str]:
+    async for line in lines:
+        alive()
+        yield line
