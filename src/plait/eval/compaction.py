@@ -63,8 +63,8 @@ class MeteredModel:
         self.inner = inner
         self._capabilities = replace(inner.capabilities, context_window=window)
         self.calls: Counter[str] = Counter()
-        self.input_tokens = 0
-        self.output_tokens = 0
+        self.input_by_role: Counter[str] = Counter()
+        self.output_by_role: Counter[str] = Counter()
         self.seconds = 0.0
 
     @property
@@ -82,18 +82,28 @@ class MeteredModel:
         finally:
             self.seconds += time.perf_counter() - started
             self.calls[request.role] += 1
-        self.input_tokens += response.usage.input_tokens
-        self.output_tokens += response.usage.output_tokens
+        self.input_by_role[request.role] += response.usage.input_tokens
+        self.output_by_role[request.role] += response.usage.output_tokens
         return response
 
     def usage(self) -> dict[str, Any]:
+        """Calls, tokens and cost, in all and per role (``assistant``: the answers and
+        the steps after a recall; ``summarizer``: the summaries)."""
+        given, got = self.input_by_role.total(), self.output_by_role.total()
         return {
-            "calls": sum(self.calls.values()),
-            "calls_by_role": dict(sorted(self.calls.items())),
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_usd": cost_usd(self.inner.capabilities, self.input_tokens, self.output_tokens),
+            "calls": self.calls.total(),
+            "input_tokens": given,
+            "output_tokens": got,
+            "cost_usd": cost_usd(self.inner.capabilities, given, got),
             "model_seconds": self.seconds,
+            "by_role": {
+                role: {
+                    "calls": self.calls[role],
+                    "input_tokens": self.input_by_role[role],
+                    "output_tokens": self.output_by_role[role],
+                }
+                for role in sorted(self.calls)
+            },
         }
 
 
@@ -325,6 +335,7 @@ _LABELS = {
     "constraint_violation_rate": "constraint violations",
     "evidence_accuracy": "evidence right, citation holds",
     "evidence_answered": "evidence answered (any citation)",
+    "recall_calls": "recall calls (evidence re-read)",
     "model_calls": "model calls",
     "input_tokens": "input tokens",
     "output_tokens": "output tokens",

@@ -32,6 +32,7 @@ METRICS = (
     "constraint_violation_rate",
     "evidence_accuracy",
     "evidence_answered",
+    "recall_calls",
     "model_calls",
     "input_tokens",
     "output_tokens",
@@ -109,6 +110,7 @@ def score_evidence(
     against the raw history: at least one id cited, every cited id a message of the
     session, and one of them holding the evidence verbatim."""
     answer = _final_text(added)
+    calls = _calls(added)
     answered = question.answer.casefold() in answer.casefold()
     cited = cited_ids(answer)
     problems = []
@@ -128,6 +130,7 @@ def score_evidence(
         "answer": answer,
         "answered": answered,
         "cited": cited,
+        "calls": [f"{c.name} {c.arguments_json}" for c in calls],
         "citation_ok": citation_ok,
         "correct": answered and citation_ok,
         "why": "; ".join(problems) or None,
@@ -143,8 +146,9 @@ def metrics(
 ) -> dict[str, float | None]:
     """One arm's figures in one repeat over all its questions: shares of tasks continued,
     of constrained tasks with a violation, of evidence questions answered right with a
-    citation that holds (and answered right at all); the model calls of the arm (the
-    answers, the summaries, the recall steps) and their tokens and cost; wall time."""
+    citation that holds (and answered right at all); how often the answers read originals
+    back with ``recall``; the model calls of the arm (the answers, the summaries, the
+    steps after a recall) and their tokens and cost; wall time."""
     tasks = [s for s in scores if s["kind"] == "task"]
     constrained = [s for s in tasks if s["constrained"]]
     evidence = [s for s in scores if s["kind"] == "evidence"]
@@ -155,6 +159,7 @@ def metrics(
         ),
         "evidence_accuracy": _share(sum(s["correct"] for s in evidence), len(evidence)),
         "evidence_answered": _share(sum(s["answered"] for s in evidence), len(evidence)),
+        "recall_calls": sum(c.startswith("recall ") for s in scores for c in s["calls"]),
         "model_calls": usage["calls"],
         "input_tokens": usage["input_tokens"],
         "output_tokens": usage["output_tokens"],

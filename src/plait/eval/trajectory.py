@@ -291,8 +291,9 @@ def _unit(event: Any, where: str, before: int) -> tuple[Message, ...]:
     if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
         raise _fail(where, f"pad must be a non-negative integer, got {pad!r}")
     output = call["output"] if isinstance(call["output"], str) else ""
-    lines = "".join(_PAD_LINE.format(n=k) for k in range(pad // len(_PAD_LINE) + 1))
     if pad:
+        line_length = len(_PAD_LINE.format(n=0))
+        lines = "".join(_PAD_LINE.format(n=k) for k in range(pad // line_length + 1))
         output += "\n" + lines[:pad]
     call_id = f"c{n}"
     return (
