@@ -9,6 +9,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from plait.adapters.cli.main import main
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
 from plait.domain.errors import ConfigError, ModelError, ValidationError
 from plait.domain.messages import UserMessage
-from plait.eval.compaction import ARMS, run_eval
+from plait.eval.compaction import ARMS, report_text, run_eval
 from plait.eval.reader import ContextReader
 from plait.eval.scoring import METRICS, metrics
 from plait.eval.trajectory import load_trajectories, trajectory_names
@@ -171,6 +172,8 @@ def test_a_failing_model_scores_every_question_wrong_with_the_reason() -> None:
         for score in question_scores(report, arm):
             assert score["status"] == "failed"
             assert "provider down" in score["error"]
+    assert "decisions/where: the answer does not contain" in report_text(report)
+    assert "provider down" in report_text(report)
 
 
 def test_bad_arguments_are_errors() -> None:
@@ -210,6 +213,15 @@ def test_the_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "full history" in out and "compacted" in out
     assert re.search(r"task continuation\s+100% ± 0%", out)
     assert re.search(r"evidence right, citation holds\s+100% ± 0%\s+100% ± 0%", out)
+
+
+def test_the_command_answers_with_the_model_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "no-window.yaml"
+    script.write_text("version: 1\ncapabilities:\n  context_window: null\nassistant: []\n")
+    assert main(["eval", "compaction", "--model", f"scripted:{script}"]) == 2
+    assert "model 'scripted' declares no context window" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

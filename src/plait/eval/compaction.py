@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from plait.application.compaction import RunCompaction
+from plait.application.compaction import RECALL_SPEC, RunCompaction
 from plait.application.gate import AllowAll
 from plait.application.model_caller import cost_usd
 from plait.application.ports import (
@@ -48,7 +49,7 @@ from plait.eval.scoring import METRICS, metrics, score_evidence, score_task, spr
 from plait.eval.trajectory import Question, Trajectory, load_trajectories
 from plait.runtime import Runtime
 
-__all__ = ["ARMS", "MeteredModel", "report_text", "run_eval"]
+__all__ = ["ARMS", "MeteredModel", "report_text", "run_eval", "tool_specs"]
 
 ARMS = ("full", "compacted")
 QUESTION_BUDGET = Budget(max_steps=8, max_model_calls=16, deadline_seconds=600.0)
@@ -110,16 +111,16 @@ class MeteredModel:
 # --- the trajectory's tools -----------------------------------------------------------------
 
 
-def _tools(trajectory: Trajectory) -> list[Tool]:
+def _tools(files: Mapping[str, str]) -> list[Tool]:
     """The tools the questions run with, in both arms: ``read_file`` serves the
-    trajectory's files, ``write_file`` and ``run_command`` only acknowledge (what they were
+    trajectory's ``files``, ``write_file`` and ``run_command`` only acknowledge (what they were
     asked to do is what gets scored; nothing outside the evaluation changes)."""
 
     async def read_file(invocation: ToolInvocation) -> ToolOutput:
         path = str(invocation.call.arguments().get("path", ""))
-        if path not in trajectory.files:
+        if path not in files:
             return ToolOutput(content=f"no such file: {path}", failed=True)
-        return ToolOutput(content=trajectory.files[path])
+        return ToolOutput(content=files[path])
 
     async def write_file(invocation: ToolInvocation) -> ToolOutput:
         args = invocation.call.arguments()
@@ -176,6 +177,12 @@ def _tools(trajectory: Trajectory) -> list[Tool]:
             execute=run_command,
         ),
     ]
+
+
+def tool_specs() -> list[ToolSpec]:
+    """What the questions' runs offer a model (the same in both arms): the trajectory
+    tools and ``recall``; for opening a real model, which checks the schemas up front."""
+    return [*(t.spec for t in _tools({})), RECALL_SPEC]
 
 
 # --- one arm of one trajectory --------------------------------------------------------------
@@ -250,7 +257,7 @@ async def _arm(trajectory: Trajectory, arm: str, model: ModelClient) -> dict[str
     runtime = Runtime.open(
         db="memory://",
         model=metered,
-        tools=_tools(trajectory),
+        tools=_tools(trajectory.files),
         gate=AllowAll(),
         compaction=settings,
         snapshots=None,
@@ -380,11 +387,8 @@ def report_text(report: dict[str, Any]) -> str:
         for arm in ARMS:
             for name, part in run[arm]["trajectories"].items():
                 for qid, score in part["questions"].items():
-                    wrong = score["violated"] if score["kind"] == "task" else None
-                    if score.get("why") or wrong:
-                        why = "; ".join(
-                            ([score["why"]] if score.get("why") else [])
-                            + [f"violated {c}" for c in wrong or ()]
-                        )
-                        lines.append(f"  repeat {i} {arm:<9} {name}/{qid}: {why}")
+                    problems = [score[key] for key in ("why", "error") if score.get(key)]
+                    problems += [f"violated {c}" for c in score.get("violated", ())]
+                    if problems:
+                        lines.append(f"  repeat {i} {arm:<9} {name}/{qid}: {'; '.join(problems)}")
     return "\n".join(lines)

@@ -224,12 +224,12 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _eval(a: argparse.Namespace, out: _Output) -> int:
-    from plait.eval.compaction import report_text, run_eval
+    from plait.eval.compaction import report_text, run_eval, tool_specs
     from plait.runtime import open_model
 
     if a.repeat < 1:
         raise ConfigError(f"--repeat must be at least 1, got {a.repeat}")
-    model = open_model(a.model) if a.model else None
+    model = open_model(a.model, tools=tool_specs()) if a.model else None
     report = asyncio.run(run_eval(model=model, trajectories=a.trajectory, repeat=a.repeat))
     out.emit(report, lambda: report_text(report))
     return EXIT_OK
