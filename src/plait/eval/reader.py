@@ -5,10 +5,11 @@ the context keeps, not how clever a model is:
 
 - as the summarizer, it is the extractive stand-in (:func:`extractive_summary`);
 - for an evidence question, it looks for the question's ``find`` pattern in the visible
-  context, newest first, and answers with the match, citing the message it read it in
-  (a raw message's id, or the ids a summary line or a recall result names); when nothing
-  visible matches, it calls ``recall`` with the question's ``query`` once, then answers
-  from what came back, or says it does not know;
+  context, newest first, and answers with the match, citing the ids shown with it (a
+  summary line's source ids, a recall result's message id). Like a real model it is not
+  shown the ids of raw messages: when the match has no id, or nothing visible matches, it
+  calls ``recall`` with the question's ``query`` once, then answers from what it has (no
+  citation if it still has no id), or says it does not know;
 - for a task, it finds the newest visible plan (``find``) and writes each path the plan
   names with ``write_file``, except a path a visible user constraint forbids (a sentence
   with a requirement marker that names the path); then it says it is done.
@@ -45,7 +46,7 @@ _CONSTRAINT = re.compile(
 _TRAILING_IDS = re.compile(r"\[([\w.:-]+(?:,\s*[\w.:-]+)*)\]\s*$")
 _RECALL_HIT = re.compile(r"^- seq \d+ ([\w.:-]+): ")
 _RAW_MESSAGE = re.compile(r'<message id="([^"]+)"[^>]*>(.*?)</message>', re.S)
-_PREAMBLE_PREFIX = "ctx_"
+_PREAMBLE_PREFIX = "ctx_"  # the id prefix of plait's preamble (constraints and summary)
 _SENTENCE = re.compile(r"(?<=[.!?。！？;；])\s+|\n")
 _PATH = re.compile(r"[\w.-]+(?:/[\w.-]*)+")
 
@@ -67,8 +68,8 @@ def segments(items: Iterable[Message]) -> list[tuple[tuple[str, ...], str]]:
         derived = m.id.startswith(_PREAMBLE_PREFIX) or (
             isinstance(m, ToolResultMessage) and m.tool_name == "recall"
         )
-        if not derived:
-            out.append(((m.id,), _text(m)))
+        if not derived:  # a model is not shown the ids of raw messages
+            out.append(((), _text(m)))
             continue
         text = _text(m)
         if text.startswith("<message "):  # recall of one message by its id
@@ -159,13 +160,16 @@ class ContextReader:
         recalled: bool,
     ) -> ModelResponse:
         pattern = re.compile(question.find)
+        uncited = None
         for ids, text in reversed(visible):
             found = pattern.search(text)
             if found is not None and ids:
-                cited = ", ".join(ids)
-                return self._reply(request, f"{found.group(1)} [{cited}]")
-        if not recalled:
+                return self._reply(request, f"{found.group(1)} [{', '.join(ids)}]")
+            uncited = uncited or found
+        if not recalled:  # for the fact, or for the id of the message that holds it
             return self._recall(request, question)
+        if uncited is not None:
+            return self._reply(request, f"{uncited.group(1)} (I cannot tell which message)")
         return self._reply(request, "I cannot find it in this session.")
 
     def _task(
