@@ -37,7 +37,7 @@ from plait.application.ports import Commit, ModelCapabilities
 from plait.domain.compaction import CompactionSettings
 from plait.domain.messages import Message, UserMessage
 from plait.domain.session import Session
-from plait.eval.compaction import MODEL, _round, extractive_summary
+from plait.eval.extractive import MODEL, extractive_summary, generated_round
 from plait.testing import FixedClock, FunctionModel, SequentialIds
 
 WINDOW = 128_000
@@ -78,7 +78,7 @@ async def steps(
 ) -> tuple[list[float], list[int], list[int]]:
     times, sent, full = [], [], []
     for r in range(first_round, first_round + n):
-        await append(store, history, _round(r, len(history) + 1))
+        await append(store, history, generated_round(r, len(history) + 1))
         t = time.perf_counter()
         view = await svc.view("bench", history, model=MODEL, instructions="", tools=())
         times.append((time.perf_counter() - t) * 1000)
@@ -98,7 +98,7 @@ async def main(messages: int, n_steps: int, db: Path) -> None:
     await append(store, history, [UserMessage(id="m1", text="Fix the shop.", created_at=0)])
     r = 0
     while len(history) < messages:
-        await append(store, history, _round(r, len(history) + 1))
+        await append(store, history, generated_round(r, len(history) + 1))
         r += 1
     print(f"session: {len(history)} messages in {db}")
 

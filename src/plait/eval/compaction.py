@@ -1,362 +1,394 @@
-"""``plait eval compaction``: does compaction keep what a coding session needs?
+"""``plait eval compaction``: is compaction worth it, on sessions of several shapes?
 
-It generates a long coding session with planted probes — a constraint early on, a
-decision in the middle, an exact error string, a file path, a number — compacts it
-repeatedly as it grows (the post-step pressure trigger, step by step), and scores each
-probe at the end:
+The article (§十) asks for a fixed set of long trajectories, each run with full history
+and with compaction, under the same model, tools and follow-up questions, reporting task
+continuation, constraint violations, evidence accuracy with the citations checked, and
+total cost and latency, repeated to show the variance. This module does that:
 
-- **in context**: the probe's exact text is in what the next model call would see;
-- **recall**: the recall tool finds it from a search for its key words;
-- **answer** (only with a real ``--model``): the model answers the probe's question
-  correctly from the compacted context, and from the full history, for comparison.
+for each repeat, each trajectory (:mod:`plait.eval.trajectory`) and each arm, a fresh
+in-memory runtime grows the session unit by unit. In the ``compacted`` arm the post-step
+pressure check runs after every unit against the trajectory's window, so the session is
+compacted as it grows (summaries of summaries included); the ``full`` arm keeps the whole
+raw history. Then each question is asked on its own fork of the session through the
+agent service, with the trajectory's tools and ``recall``, and scored
+(:mod:`plait.eval.scoring`). Every model call of an arm (summaries, answers, the steps
+that read evidence back) counts in its cost; latency is the arm's wall time.
 
-It reports probe accuracy, tokens sent per step with and without compaction, and what the
-summaries cost. Without ``--model`` the summarizer is a deterministic extractive stand-in
-(no network), so the deterministic parts run in CI.
+The model is a real one (``--model``) or the deterministic stand-in reader
+(:mod:`plait.eval.reader`), which runs offline and answers only from what it is shown.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import statistics
-from dataclasses import dataclass, field
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
-from plait.application.compaction import (
-    CompactionService,
-    ModelProfile,
-    ModelProfiles,
-    RunCompaction,
-    recall_tool,
-)
-from plait.application.compaction.estimate import EstimateMeter
+from plait.application.compaction import RECALL_SPEC, RunCompaction
+from plait.application.gate import AllowAll
+from plait.application.model_caller import cost_usd
 from plait.application.ports import (
     Commit,
     ModelCapabilities,
     ModelClient,
     ModelRequest,
     ModelResponse,
+    Tool,
     ToolInvocation,
+    ToolOutput,
 )
 from plait.domain.compaction import CompactionSettings
-from plait.domain.context import Context
-from plait.domain.messages import (
-    AssistantMessage,
-    Message,
-    ToolCall,
-    ToolResult,
-    ToolResultMessage,
-    ToolStatus,
-    Usage,
-    UserMessage,
-)
-from plait.domain.session import Session
-from plait.testing import FixedClock, FunctionModel, SequentialIds
+from plait.domain.errors import ConfigError, PlaitError, ValidationError
+from plait.domain.messages import Message
+from plait.domain.runs import Budget
+from plait.domain.tools import EffectClass, ToolSpec
+from plait.eval.reader import ContextReader
+from plait.eval.scoring import METRICS, metrics, score_evidence, score_task, spread
+from plait.eval.trajectory import Question, Trajectory, load_trajectories
+from plait.runtime import Runtime
 
-__all__ = ["PROBES", "EvalReport", "Probe", "run_eval"]
+__all__ = ["ARMS", "MeteredModel", "report_text", "run_eval", "tool_specs"]
 
-MODEL = "eval-assistant"
-WINDOW = 16_000
+ARMS = ("full", "compacted")
+QUESTION_BUDGET = Budget(max_steps=8, max_model_calls=16, deadline_seconds=600.0)
+"""Each question's run: enough steps to read evidence back and act, not to wander."""
 
 
-@dataclass(frozen=True, slots=True)
-class Probe:
-    name: str
-    at_round: int
-    text: str
-    """The exact text planted in the session."""
-    query: str
-    """Key words a model would search for."""
-    question: str
-    answer: str
-    """A substring a correct answer contains."""
+class MeteredModel:
+    """The arm's model: ``inner`` with the arm's context window, counting every call, its
+    tokens and its time (a failed call counts too)."""
 
+    def __init__(self, inner: ModelClient, window: int) -> None:
+        self.inner = inner
+        self._capabilities = replace(inner.capabilities, context_window=window)
+        self.calls: Counter[str] = Counter()
+        self.input_by_role: Counter[str] = Counter()
+        self.output_by_role: Counter[str] = Counter()
+        self.seconds = 0.0
 
-PROBES = (
-    Probe(
-        "constraint",
-        0,
-        "不要修改部署配置 deploy/prod.yaml",
-        "deploy/prod.yaml",
-        "Which file must not be modified?",
-        "deploy/prod.yaml",
-    ),
-    Probe(
-        "number",
-        5,
-        "the retry limit must stay at 17",
-        "retry limit",
-        "What must the retry limit stay at?",
-        "17",
-    ),
-    Probe(
-        "error",
-        18,
-        "ValueError: unexpected token '}' at line 42 of ledger.toml",
-        "unexpected token",
-        "What exact error did the ledger parser raise?",
-        "unexpected token '}' at line 42",
-    ),
-    Probe(
-        "path",
-        31,
-        "src/shop/ledger_reconcile.py",
-        "ledger_reconcile",
-        "Which source file holds the reconcile logic?",
-        "src/shop/ledger_reconcile.py",
-    ),
-    Probe(
-        "decision",
-        44,
-        "Decision: pin the parser to version 2.3.1 instead of upgrading",
-        "pin parser",
-        "Which parser version did we decide to pin?",
-        "2.3.1",
-    ),
-)
+    @property
+    def name(self) -> str:
+        return self.inner.name
 
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self._capabilities
 
-def _round(r: int, n: int) -> list[Message]:
-    """Round ``r`` of the session (messages numbered from ``n``): a call, its output, a
-    note; probes are planted in the round they belong to."""
-    probe = next((p for p in PROBES if p.at_round == r), None)
-    call_args: dict[str, Any] = {"command": f"pytest -q tests/test_mod{r}.py"}
-    output = f"FAILED tests/test_mod{r}.py::test_case - AssertionError\n" + "." * 600
-    note = f"Round {r}: looked at module {r}; still failing."
-    user = None
-    if probe is not None:
-        if probe.name in ("constraint", "number"):
-            user = UserMessage(id=f"m{n}", text=f"Please continue; {probe.text}.", created_at=n)
-        elif probe.name == "error":
-            output = f"Traceback (most recent call last):\n  ...\n{probe.text}\nexit status 1"
-        elif probe.name == "path":
-            call_args = {"path": probe.text}
-            output = "def reconcile(ledger):\n    ...\n[end of file; 2 lines]"
-        else:
-            note = probe.text
-    out: list[Message] = [user] if user is not None else []
-    k = n + len(out)
-    name = "read_file" if "path" in call_args else "run_command"
-    status = ToolStatus.SUCCEEDED if name == "read_file" else ToolStatus.FAILED
-    out.append(
-        AssistantMessage(
-            id=f"m{k}",
-            text="",
-            created_at=k,
-            model=MODEL,
-            tool_calls=(ToolCall.create(id=f"c{r}", name=name, arguments=call_args),),
-        )
-    )
-    out.append(
-        ToolResultMessage(
-            id=f"m{k + 1}",
-            tool_name=name,
-            created_at=k + 1,
-            result=ToolResult(call_id=f"c{r}", status=status, content=output),
-        )
-    )
-    out.append(AssistantMessage(id=f"m{k + 2}", text=note, created_at=k + 2, model=MODEL))
-    return out
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        try:
+            response = await self.inner.complete(request)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.calls[request.role] += 1
+        self.input_by_role[request.role] += response.usage.input_tokens
+        self.output_by_role[request.role] += response.usage.output_tokens
+        return response
 
-
-def extractive_summary(request: ModelRequest) -> ModelResponse:
-    """A deterministic summarizer stand-in: the first request as goal, every sentence
-    with a requirement as a constraint, assistant decisions as decisions, errors as
-    evidence. Never invents an id."""
-    text = request.context.items[0].text  # type: ignore[union-attr]
-    messages = re.findall(
-        r'<message id="([^"]+)" seq="\d+" role="(\w+)"[^>]*>(.*?)</message>', text, re.S
-    )
-    goal = next((b for _, role, b in messages if role == "user"), "continue the work")
-    value: dict[str, Any] = {
-        "goal": goal.strip()[:200] or "continue the work",
-        "constraints": [
-            {"text": b.strip(), "source_ids": [i]}
-            for i, role, b in messages
-            if role == "user" and re.search(r"不要|must|never", b)
-        ],
-        "decisions": [
-            {"text": b.strip(), "source_ids": [i]}
-            for i, role, b in messages
-            if role == "assistant" and b.startswith("Decision")
-        ],
-        "open_questions": [],
-        "evidence": [
-            {"message_id": i, "artifact_id": None, "note": "error output"}
-            for i, role, b in messages
-            if role == "tool" and "Error:" in b
-        ][-5:],
-    }
-    out = json.dumps(value)
-    sent = len(request.context.instructions) + sum(
-        len(getattr(m, "text", "")) for m in request.context.items
-    )
-    # what a provider would report, estimated at four characters per token
-    usage = Usage(input_tokens=math.ceil(sent / 4), output_tokens=math.ceil(len(out) / 4))
-    return ModelResponse(structured=value, text=out, model="extractive", usage=usage)
-
-
-@dataclass
-class EvalReport:
-    rounds: int
-    messages: int
-    compactions: int
-    summarizer_calls: int
-    summarizer_input_tokens: int
-    summarizer_output_tokens: int
-    tokens_per_step_compacted: list[int] = field(default_factory=list)
-    tokens_per_step_full: list[int] = field(default_factory=list)
-    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        c, f = self.tokens_per_step_compacted, self.tokens_per_step_full
-        scored = list(self.probes.values())
+    def usage(self) -> dict[str, Any]:
+        """Calls, tokens and cost, in all and per role (``assistant``: the answers and
+        the steps after a recall; ``summarizer``: the summaries)."""
+        given, got = self.input_by_role.total(), self.output_by_role.total()
         return {
-            "rounds": self.rounds,
-            "messages": self.messages,
-            "compactions": self.compactions,
-            "probe_accuracy": {
-                key: _share([p[key] for p in scored if p[key] is not None])
-                for key in ("in_context", "recall", "answer_compacted", "answer_full")
-            },
-            "probes": self.probes,
-            "tokens_sent": {
-                "with_compaction": {"total": sum(c), "mean_per_step": _mean(c), "last": c[-1]},
-                "without_compaction": {"total": sum(f), "mean_per_step": _mean(f), "last": f[-1]},
-            },
-            "summary_cost": {
-                "calls": self.summarizer_calls,
-                "input_tokens": self.summarizer_input_tokens,
-                "output_tokens": self.summarizer_output_tokens,
+            "calls": self.calls.total(),
+            "input_tokens": given,
+            "output_tokens": got,
+            "cost_usd": cost_usd(self.inner.capabilities, given, got),
+            "model_seconds": self.seconds,
+            "by_role": {
+                role: {
+                    "calls": self.calls[role],
+                    "input_tokens": self.input_by_role[role],
+                    "output_tokens": self.output_by_role[role],
+                }
+                for role in sorted(self.calls)
             },
         }
 
 
-def _share(values: list[bool]) -> str | None:
-    return None if not values else f"{sum(values)}/{len(values)}"
+# --- the trajectory's tools -----------------------------------------------------------------
 
 
-def _mean(values: list[int]) -> int:
-    return int(statistics.fmean(values)) if values else 0
+def _tools(files: Mapping[str, str]) -> list[Tool]:
+    """The tools the questions run with, in both arms: ``read_file`` serves the
+    trajectory's ``files``, ``write_file`` and ``run_command`` only acknowledge (what they were
+    asked to do is what gets scored; nothing outside the evaluation changes)."""
 
+    async def read_file(invocation: ToolInvocation) -> ToolOutput:
+        path = str(invocation.call.arguments().get("path", ""))
+        if path not in files:
+            return ToolOutput(content=f"no such file: {path}", failed=True)
+        return ToolOutput(content=files[path])
 
-def _service(store: MemoryStore, model: ModelClient | None, window: int) -> CompactionService:
-    """Compaction over ``store``: the session's model measured by an estimate, and the
-    summarizer (``model``, or a deterministic extractive stand-in)."""
-    meter = EstimateMeter()
-    summarizer = model or FunctionModel(
-        extractive_summary,
-        name="extractive",
-        capabilities=ModelCapabilities(context_window=64_000, structured_output=True),
-    )
-    caps = summarizer.capabilities
-    profiles = [
-        ModelProfile(model=MODEL, meter=meter, context_window=window, max_output_tokens=1_000),
-        ModelProfile(
-            model=summarizer.name,
-            meter=meter,
-            context_window=caps.context_window or 64_000,
-            max_output_tokens=caps.max_output_tokens,
+    async def write_file(invocation: ToolInvocation) -> ToolOutput:
+        args = invocation.call.arguments()
+        return ToolOutput(
+            content=f"wrote {len(str(args.get('content', '')))} characters to {args.get('path')}"
+        )
+
+    async def run_command(invocation: ToolInvocation) -> ToolOutput:
+        command = invocation.call.arguments().get("command")
+        return ToolOutput(content=f"$ {command}\n(recorded by the evaluation, not run)\nexit 0")
+
+    def spec(name: str, description: str, effect: EffectClass, **props: str) -> ToolSpec:
+        return ToolSpec(
+            name=name,
+            description=description,
+            parameters={
+                "type": "object",
+                "properties": {
+                    key: {"type": "string", "description": d} for key, d in props.items()
+                },
+                "required": list(props),
+                "additionalProperties": False,
+            },
+            effect=effect,
+        )
+
+    return [
+        Tool(
+            spec=spec(
+                "read_file",
+                "Read a file of the project.",
+                EffectClass.READ_ONLY,
+                path="path relative to the project root",
+            ),
+            execute=read_file,
+        ),
+        Tool(
+            spec=spec(
+                "write_file",
+                "Write a file of the project (whole content).",
+                EffectClass.IDEMPOTENT,
+                path="path relative to the project root",
+                content="the file's new content",
+            ),
+            execute=write_file,
+        ),
+        Tool(
+            spec=spec(
+                "run_command",
+                "Run a shell command in the project.",
+                EffectClass.SIDE_EFFECT,
+                command="the command line",
+            ),
+            execute=run_command,
         ),
     ]
-    return CompactionService(
-        store=store,
-        profiles=ModelProfiles(profiles),
-        summarizer=summarizer,
-        clock=FixedClock(),
-        ids=SequentialIds(),
-        settings=CompactionSettings(summary_max_tokens=2_000, max_compactions_per_run=1_000),
-    )
 
 
-async def _grow(service: CompactionService, rounds: int, report: EvalReport) -> list[Message]:
-    """The session round by round, with the post-step trigger after each round."""
-    store = service.store
-    await store.create_session(Session(id="eval", created_at=0.0))
-    first = UserMessage(id="m1", text="Fix the failing shop tests.", created_at=0.0)
-    history: list[Message] = [first]
-    await store.commit(Commit(session_id="eval", expected_version=0, messages=(first,)))
-    state = RunCompaction()
-    for r in range(rounds):
-        new = _round(r, len(history) + 1)
-        await store.commit(
-            Commit(session_id="eval", expected_version=len(history), messages=tuple(new))
+def tool_specs() -> list[ToolSpec]:
+    """What the questions' runs offer a model (the same in both arms): the trajectory
+    tools and ``recall``; for opening a real model, which checks the schemas up front."""
+    return [*(t.spec for t in _tools({})), RECALL_SPEC]
+
+
+# --- one arm of one trajectory --------------------------------------------------------------
+
+
+async def _grow(runtime: Runtime, trajectory: Trajectory, arm: str) -> tuple[str, int]:
+    """The session, committed unit by unit; in the compacted arm with the post-step check
+    after each unit. Returns the session id and how many compactions happened."""
+    compaction = runtime.compaction
+    if compaction is None:  # the in-memory store keeps summaries; this is a wiring error
+        raise ConfigError("the evaluation's store keeps no summaries")
+    session = await runtime.service.create_session(title=f"eval {trajectory.name}")
+    history: list[Message] = []
+    specs = tuple(t.spec for t in runtime.tools)
+    model_name = runtime.service.model.name
+    state, compactions = RunCompaction(), 0
+    for unit in trajectory.units:
+        await runtime.store.commit(
+            Commit(session_id=session.id, expected_version=len(history), messages=unit)
         )
-        history.extend(new)
-        outcome = await service.after_step("eval", history, run=state, instructions="", tools=())
-        if outcome is not None:
-            report.compactions += outcome.status == "compacted"
-            report.summarizer_calls += outcome.summarizer_calls
-            report.summarizer_input_tokens += outcome.summarizer_input_tokens
-            report.summarizer_output_tokens += outcome.summarizer_output_tokens
-        view = await service.view("eval", history, model=MODEL, instructions="", tools=())
-        report.tokens_per_step_compacted.append(view.tokens.total)
-        report.tokens_per_step_full.append(view.full_history_tokens)
-    report.messages = len(history)
-    return history
+        history.extend(unit)
+        if arm == "compacted":
+            outcome = await compaction.after_step(
+                session.id,
+                history,
+                run=state,
+                instructions=runtime.instructions,
+                tools=specs,
+                model=model_name,
+            )
+            compactions += outcome is not None and outcome.status == "compacted"
+    return session.id, compactions
+
+
+async def _ask(
+    runtime: Runtime,
+    session_id: str,
+    trajectory: Trajectory,
+    question: Question,
+    raw: dict[str, Message],
+) -> dict[str, Any]:
+    """The question on its own branch of the grown session, scored."""
+    assert runtime.forks is not None  # the in-memory store forks
+    last = trajectory.units[-1][-1].id
+    fork = await runtime.forks.fork_session(session_id, last, request_id=f"question-{question.id}")
+    try:
+        result = await runtime.service.send(fork.branch.id, question.text, budget=QUESTION_BUDGET)
+        added, status = [sm.message for sm in result.messages], result.run.status.value
+        error = None if result.run.error is None else result.run.error.message
+    except PlaitError as e:
+        added, status, error = [], "failed", f"{type(e).__name__}: {e}"
+    if question.kind == "task":
+        scored = score_task(question, trajectory, added, status)
+    else:
+        scored = score_evidence(question, raw, added, status)
+    if error is not None:
+        scored["error"] = error
+    return scored
+
+
+async def _arm(trajectory: Trajectory, arm: str, model: ModelClient) -> dict[str, Any]:
+    window = model.capabilities.context_window
+    assert window is not None  # run_eval checked it
+    metered = MeteredModel(model, window if arm == "full" else min(trajectory.window, window))
+    settings = CompactionSettings(
+        auto=arm == "compacted",
+        summary_max_tokens=2_000,
+        max_compactions_per_run=1_000,
+        max_overflow_retries=0 if arm == "full" else 1,
+    )
+    started = time.perf_counter()
+    runtime = Runtime.open(
+        db="memory://",
+        model=metered,
+        tools=_tools(trajectory.files),
+        gate=AllowAll(),
+        compaction=settings,
+        snapshots=None,
+    )
+    try:
+        session_id, compactions = await _grow(runtime, trajectory, arm)
+        raw = {m.id: m for m in trajectory.messages}
+        scores = {
+            q.id: await _ask(runtime, session_id, trajectory, q, raw) for q in trajectory.questions
+        }
+    finally:
+        await runtime.close()
+    return {
+        "compactions": compactions,
+        "questions": scores,
+        "usage": metered.usage(),
+        "latency_seconds": time.perf_counter() - started,
+    }
+
+
+def _sum_usage(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    costs = [p["cost_usd"] for p in parts]
+    return {
+        "calls": sum(p["calls"] for p in parts),
+        "input_tokens": sum(p["input_tokens"] for p in parts),
+        "output_tokens": sum(p["output_tokens"] for p in parts),
+        "cost_usd": None if None in costs else sum(costs),
+    }
 
 
 async def run_eval(
-    *, rounds: int = 120, model: ModelClient | None = None, window: int = WINDOW
-) -> EvalReport:
-    """Grow the session round by round with the post-step trigger on, then score."""
-    store = MemoryStore()
-    service = _service(store, model, window)
-    report = EvalReport(rounds, 0, 0, 0, 0, 0)
-    history = await _grow(service, rounds, report)
-    view = await service.view("eval", history, model=MODEL, instructions="", tools=())
-    visible = view.preamble + "\n" + "\n".join(_text(m) for m in view.context.items)
-    tool = recall_tool(store)
-    for p in PROBES:
-        got = await tool.execute(
-            ToolInvocation(
-                call=ToolCall.create(id="q", name="recall", arguments={"query": p.query}),
-                session_id="eval",
-                run_id="eval",
-                workspace=None,
-                idempotency_key="q",
-            )
+    *, model: ModelClient | None = None, trajectories: list[str] | None = None, repeat: int = 1
+) -> dict[str, Any]:
+    """Every named trajectory (all by default) in both arms, ``repeat`` times, with
+    ``model`` (default: the stand-in reader). The report: per arm and metric, the mean,
+    variance, stdev, min and max over the repeats; each repeat's figures and every
+    question's score under ``runs``."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValidationError(f"repeat must be a positive integer, got {repeat!r}")
+    chosen = load_trajectories(trajectories)
+    model = model or ContextReader(chosen)
+    if not model.capabilities.context_window:
+        raise ConfigError(
+            f"model {model.name!r} declares no context window; the full-history arm needs "
+            "one (declare context_window for it in plait.toml)"
         )
-        report.probes[p.name] = {
-            "planted_at_round": p.at_round,
-            "in_context": p.text in visible,
-            "recall": p.text in got.content,
-            "answer_compacted": None,
-            "answer_full": None,
-        }
-    if model is not None:
-        await _answers(model, view.context, history, report)
-    return report
+    runs: list[dict[str, Any]] = []
+    for _ in range(repeat):
+        run: dict[str, Any] = {}
+        for arm in ARMS:
+            per = {t.name: await _arm(t, arm, model) for t in chosen}
+            scores = [s for p in per.values() for s in p["questions"].values()]
+            usage = _sum_usage([p["usage"] for p in per.values()])
+            seconds = sum(p["latency_seconds"] for p in per.values())
+            run[arm] = {"metrics": metrics(scores, usage, seconds), "trajectories": per}
+        runs.append(run)
+    return {
+        "model": model.name,
+        "repeat": repeat,
+        "trajectories": [
+            {
+                "name": t.name,
+                "shape": t.shape,
+                "messages": len(t.messages),
+                "window": t.window,
+                "questions": {q.id: q.kind for q in t.questions},
+            }
+            for t in chosen
+        ],
+        "metrics": {
+            arm: {name: spread([r[arm]["metrics"][name] for r in runs]) for name in METRICS}
+            for arm in ARMS
+        },
+        "runs": runs,
+    }
 
 
-def _text(m: Message) -> str:
-    if isinstance(m, ToolResultMessage):
-        return m.result.content
-    if isinstance(m, AssistantMessage):
-        return m.text + " ".join(c.arguments_json for c in m.tool_calls)
-    return m.text
+# --- the table ------------------------------------------------------------------------------
+
+_LABELS = {
+    "task_continuation": "task continuation",
+    "constraint_violation_rate": "constraint violations",
+    "evidence_accuracy": "evidence right, citation holds",
+    "evidence_answered": "evidence answered (any citation)",
+    "recall_calls": "recall calls (evidence re-read)",
+    "model_calls": "model calls",
+    "input_tokens": "input tokens",
+    "output_tokens": "output tokens",
+    "cost_usd": "cost (USD)",
+    "latency_seconds": "latency (s)",
+}
+_SHARES = {
+    "task_continuation",
+    "constraint_violation_rate",
+    "evidence_accuracy",
+    "evidence_answered",
+}
 
 
-async def _answers(
-    model: ModelClient, compacted: Context[Any], history: list[Message], report: EvalReport
-) -> None:
-    """Ask each probe's question from the compacted context and from the full history."""
-    for p in PROBES:
-        for key, items in (("answer_compacted", list(compacted.items)), ("answer_full", history)):
-            question = UserMessage(id=f"q_{p.name}", text=p.question, created_at=0.0)
-            context: Context[AssistantMessage] = Context(
-                instructions="Answer from the conversation, briefly.",
-                tools=(),
-                items=[*items, question],
-                output_type=AssistantMessage,
-                compacted=compacted.compacted if key == "answer_compacted" else None,
-            )
-            try:
-                response = await model.complete(ModelRequest(role="assistant", context=context))
-                report.probes[p.name][key] = p.answer.casefold() in response.text.casefold()
-            except Exception as e:  # a failed call scores as wrong, with the reason kept
-                report.probes[p.name][key] = False
-                report.probes[p.name][f"{key}_error"] = f"{type(e).__name__}: {e}"
+def _cell(name: str, figure: dict[str, Any]) -> str:
+    mean, stdev = figure["mean"], figure["stdev"]
+    if mean is None:
+        return "n/a"
+    if name in _SHARES:
+        return f"{mean:.0%} ± {stdev:.0%}"
+    if name in ("cost_usd", "latency_seconds"):
+        return f"{mean:.4g} ± {stdev:.2g}"
+    return f"{mean:,.0f} ± {stdev:,.0f}"
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """The report as a table (mean ± standard deviation over the repeats) and one line per
+    question that went wrong in some repeat."""
+    lines = [
+        f"model {report['model']}, {report['repeat']} repeat(s), "
+        f"{len(report['trajectories'])} trajectories:"
+    ]
+    for t in report["trajectories"]:
+        lines.append(
+            f"  {t['name']:<12} {t['messages']:>4} messages, window {t['window']:>6}: {t['shape']}"
+        )
+    lines.append(f"{'metric':<34}{'full history':>22}{'compacted':>22}")
+    for name in METRICS:
+        cells = [_cell(name, report["metrics"][arm][name]) for arm in ARMS]
+        lines.append(f"{_LABELS[name]:<34}{cells[0]:>22}{cells[1]:>22}")
+    for i, run in enumerate(report["runs"], 1):
+        for arm in ARMS:
+            for name, part in run[arm]["trajectories"].items():
+                for qid, score in part["questions"].items():
+                    problems = [score[key] for key in ("why", "error") if score.get(key)]
+                    problems += [f"violated {c}" for c in score.get("violated", ())]
+                    if problems:
+                        lines.append(f"  repeat {i} {arm:<9} {name}/{qid}: {'; '.join(problems)}")
+    return "\n".join(lines)

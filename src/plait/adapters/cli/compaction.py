@@ -58,15 +58,25 @@ def register(
     esub = ev.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
     comp = esub.add_parser(
         "compaction",
-        help="a long generated coding session with planted probes, compacted as it grows: "
-        "probe accuracy, tokens sent with and without compaction, summary cost",
+        help="a fixed set of long sessions of different shapes, each answered with full history "
+        "and with compaction: task continuation, constraint violations, evidence accuracy with "
+        "citations checked, cost and latency, over N repeats",
     )
-    comp.add_argument("--rounds", type=int, default=120, help="tool rounds (default 120)")
+    comp.add_argument(
+        "--trajectory",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="run only this trajectory (repeatable; default: all of them)",
+    )
+    comp.add_argument(
+        "--repeat", type=int, default=3, metavar="N", help="repeats, for the variance (default 3)"
+    )
     comp.add_argument(
         "--model",
         default=None,
-        help="a real model spec to summarize and answer the probe questions (default: a "
-        "deterministic stand-in; answers are then not scored)",
+        help="a real model spec to summarize and answer (default: a deterministic stand-in "
+        "reader that answers only from what it is shown; no network)",
     )
     common(comp)
 
@@ -214,38 +224,14 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _eval(a: argparse.Namespace, out: _Output) -> int:
-    from plait.eval.compaction import run_eval
+    from plait.eval.compaction import report_text, run_eval, tool_specs
     from plait.runtime import open_model
 
-    if a.rounds < 10:
-        raise ConfigError(f"--rounds must be at least 10, got {a.rounds}")
-    model = open_model(a.model) if a.model else None
-    report = asyncio.run(run_eval(rounds=a.rounds, model=model)).to_json()
-
-    def text() -> str:
-        acc, t = report["probe_accuracy"], report["tokens_sent"]
-        lines = [
-            f"{report['rounds']} rounds, {report['messages']} messages, "
-            f"{report['compactions']} compaction(s)",
-            "probe accuracy: " + ", ".join(f"{k} {v or 'n/a'}" for k, v in acc.items()),
-        ]
-        for name, p in report["probes"].items():
-            marks = ", ".join(f"{k} {v}" for k, v in p.items() if k != "planted_at_round")
-            lines.append(f"  {name:<10} (round {p['planted_at_round']:>3}): {marks}")
-        w, wo = t["with_compaction"], t["without_compaction"]
-        lines.append(
-            f"tokens sent: {w['total']} with compaction (mean {w['mean_per_step']}/step, last "
-            f"{w['last']}), {wo['total']} without (mean {wo['mean_per_step']}, last {wo['last']})"
-        )
-        c = report["summary_cost"]
-        lines.append(
-            f"summary cost: {c['calls']} call(s), {c['input_tokens']} input and "
-            f"{c['output_tokens']} output tokens (as the summarizer reported them; the stand-in "
-            "reports characters / 4)"
-        )
-        return "\n".join(lines)
-
-    out.emit(report, text)
+    if a.repeat < 1:
+        raise ConfigError(f"--repeat must be at least 1, got {a.repeat}")
+    model = open_model(a.model, tools=tool_specs()) if a.model else None
+    report = asyncio.run(run_eval(model=model, trajectories=a.trajectory, repeat=a.repeat))
+    out.emit(report, lambda: report_text(report))
     return EXIT_OK
 
 
