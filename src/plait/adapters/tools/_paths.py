@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
+from plait.adapters.tools._git import git_write
+from plait.adapters.tools._git import denied as git_denied
 from plait.adapters.tools._guard import Guard
 from plait.domain.errors import ToolError
 
@@ -140,8 +142,9 @@ class Entry:
 class Workspace:
     """An open workspace root. Every access goes through :meth:`open` or the fds it returns."""
 
-    def __init__(self, root: str, *, guard: Guard | None = None) -> None:
+    def __init__(self, root: str, *, guard: Guard | None = None, protect_git: bool = False) -> None:
         self.guard = guard or Guard()
+        self.protect_git = protect_git
         try:
             self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -189,15 +192,17 @@ class Workspace:
         joined = posixpath.normpath("/".join(self._components(path)) or ".")
         return "" if joined == "." else joined
 
-    def open(self, path: str, *, create_parents: bool = False) -> Entry:
+    def open(self, path: str, *, create_parents: bool = False, write: bool = False) -> Entry:
         """Resolve ``path`` inside the workspace and open what it names.
 
         Raises ToolError if the path leads outside (through ``..``, an absolute path or a
         symbolic link), passes through a non-directory, loops, or names a special file.
         A missing final component gives an Entry with ``fd=None``; missing directories
-        before it raise MissingParentError, or are created when ``create_parents``.
+        before it raise MissingParentError, or are created when ``create_parents``. With
+        ``write`` and :attr:`protect_git`, a path through or into a git place (see
+        :mod:`plait.adapters.tools._git`) raises PolicyError, before anything is created.
         """
-        return _Resolution(self, path, create_parents).run()
+        return _Resolution(self, path, create_parents, write and self.protect_git).run()
 
     @staticmethod
     def _escape(display: str, *, via_link: bool) -> ToolError:
@@ -209,10 +214,11 @@ class _Resolution:
     """One walk of a path by :meth:`Workspace.open`: the components still to walk, the fds
     of the directories walked below the root, and the links followed so far."""
 
-    def __init__(self, ws: Workspace, path: str, create_parents: bool) -> None:
+    def __init__(self, ws: Workspace, path: str, create_parents: bool, git: bool) -> None:
         self.ws = ws
         self.display = path
         self.create_parents = create_parents
+        self.git = git
         self.pending = deque(ws._components(path))
         self.stack: list[int] = []  # fds of the directories walked below the root
         self.hops = 0
@@ -272,9 +278,14 @@ class _Resolution:
             raise self.ws.guard.denied(self.display)
         return entry
 
+    def _check_git(self, name: str, parent: int) -> None:
+        if self.git and git_write(parent, name):
+            raise git_denied(self.display)
+
     def _enter(self, name: str, parent: int) -> None:
         """Step into the directory ``name`` on the way (creating or following it)."""
         display, guard = self.display, self.ws.guard
+        self._check_git(name, parent)
         try:
             self.stack.append(os.open(name, _DIR_FLAGS, dir_fd=parent))
             if guard.blocks(parent, name, os.fstat(self.stack[-1])):
@@ -301,6 +312,7 @@ class _Resolution:
         """Open the final component; None when it is to be looked at again (a link was
         followed, or the entry was swapped meanwhile)."""
         display = self.display
+        self._check_git(name, parent)
         try:
             lst = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:

@@ -283,13 +283,13 @@ def _write_file(
             )
     new_sha = _sha256(data)
     try:
-        entry = ws.open(path)
+        entry = ws.open(path, write=True)
     except MissingParentError:
         if expected not in (None, ABSENT):
             raise ToolError(
                 f"{path!r} does not exist (expected sha256 {expected})", path=path
             ) from None
-        entry = ws.open(path, create_parents=True)
+        entry = ws.open(path, create_parents=True, write=True)
     with entry:
         parent_fd, name = _write_target(entry)
         if expected is not None:
@@ -329,7 +329,7 @@ def _edit_file(
         raise ToolError("old_string must not be empty", argument="old_string")
     if old == new:
         raise ToolError("old_string and new_string are identical: nothing to change")
-    with ws.open(path) as entry:
+    with ws.open(path, write=True) as entry:
         fd = _require_file(entry)
         parent_fd, name = _write_target(entry)
         assert entry.st is not None
@@ -388,9 +388,20 @@ _RUNS: dict[str, _Run] = {
 }
 
 
-def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, protected: tuple[str, ...]) -> Tool:
+@dataclass(frozen=True, slots=True)
+class _Shield:
+    """What every file tool call keeps out of: the protected paths (their identities now
+    and when the tools were made) and, with ``git``, git repositories (for writes)."""
+
+    paths: tuple[str, ...]
+    known: Guard
+    git: bool
+
+
+def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, shield: _Shield) -> Tool:
     def blocking(root: str, args: dict[str, Any], deadline: Deadline) -> str:
-        with Workspace(root, guard=Guard(protected)) as ws:
+        guard = Guard(shield.paths, known=shield.known)
+        with Workspace(root, guard=guard, protect_git=shield.git) as ws:
             try:
                 return run(ws, args, limits, deadline)
             except OSError as e:  # the host path must not reach the model: strerror only
@@ -425,14 +436,20 @@ def _write_effect(args: dict[str, Any]) -> EffectClass:
 
 
 def workspace_tools(
-    *, limits: WorkspaceLimits | None = None, protected: Sequence[str | os.PathLike[str]] = ()
+    *,
+    limits: WorkspaceLimits | None = None,
+    protected: Sequence[str | os.PathLike[str]] = (),
+    protect_git: bool = True,
 ) -> list[Tool]:
     """The five file tools (read_file, list_dir, search_text, write_file, edit_file),
     each confined to the invocation's workspace. ``protected`` names paths they must never
     read, list, search or write (plait's own store, see
-    :func:`plait.adapters.stores.protected_paths`); an attempt is ``denied``."""
+    :func:`plait.adapters.stores.protected_paths`); an attempt is ``denied``. With
+    ``protect_git``, writing into a git repository's directory (``.git``, nested and bare
+    ones included) or making one is ``denied`` too."""
     limits = limits or WorkspaceLimits()
-    shielded = tuple(os.fspath(p) for p in protected)
+    paths = tuple(os.fspath(p) for p in protected)
+    shielded = _Shield(paths, Guard(paths), protect_git)
     return [
         _tool(
             ToolSpec(name=name, description=text, parameters=schema, effect=effect),
