@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,8 @@ def config(ws: Path) -> Path:
         "rmdir config/deploy config",
         "mkdir -p x/deploy && echo PWNED > x/deploy/app.yaml && mv -T x config",
         "mkdir -p x && echo PWNED > x/app.yaml && mv -T x config/deploy",
-        "mv src src2 && mv config src2/ && mkdir -p config/deploy && echo PWNED > config/deploy/app.yaml",
+        "mv src src2 && mv config src2/ && mkdir -p config/deploy && "
+        "echo PWNED > config/deploy/app.yaml",
     ],
 )
 def test_renaming_a_parent_undoes_protection(ws: Path, config: Path, command: str) -> None:
@@ -84,13 +84,13 @@ STORES = {  # the store's URL, and a file of the store below data/
 
 
 @pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, ws: Path) -> Iterator[tuple[str, str]]:
+def store(request: pytest.FixtureRequest, ws: Path) -> tuple[str, str]:
     """A real store kept inside the workspace, under ``data/``: its URL and a file in it."""
     (ws / "data").mkdir()
     url, inner = STORES[request.param]
     url = url.format(ws=ws)
     _close(open_store(url))
-    yield url, inner
+    return url, inner
 
 
 @pytest.mark.parametrize(
@@ -127,9 +127,7 @@ def test_renaming_the_store_directory_in_a_command(
 def _proc_text(ws: Path, settings: SandboxSettings | None, protected: list[Path]) -> str:
     """Every process's command line and mount table, as a command sees them."""
     t = tool(settings, protected=protected)
-    command = (
-        "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < $f; echo; done"
-    )
+    command = "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < $f; echo; done"
     out = execute(t, ws, command=command)
     assert not out.failed, out.content
     return out.content

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from plait.adapters.tools._git import git_write
 from plait.adapters.tools._git import denied as git_denied
+from plait.adapters.tools._git import git_write
 from plait.adapters.tools._guard import Guard
 from plait.domain.errors import ToolError
 
