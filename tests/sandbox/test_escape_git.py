@@ -217,3 +217,15 @@ def test_reading_a_repository_is_still_allowed(ws: Path, home: Path) -> None:
     host_git(home, ws, "init", "-q")
     tools = {t.spec.name: t for t in session_tools()}
     assert "[core]" in run_tool(tools["read_file"], ws, path=".git/config")
+
+
+def test_an_existing_git_link_does_not_stop_commands(ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.git").mkdir()
+    (ws / ".git").symlink_to(tmp_path / "elsewhere.git")
+    (ws / "src" / ".git").symlink_to("../deploy")
+    out = execute(tool(), ws, command="echo ok && ln -sfn ../src src/.git")
+    assert out.failed
+    assert "ok" in out.content
+    assert "REFUSED: the command made git repositories ('src/.git')" in out.content
+    assert (ws / ".git").is_symlink()
+    assert not (ws / "src" / ".git").is_symlink()

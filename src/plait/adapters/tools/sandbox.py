@@ -298,7 +298,10 @@ def plan_mounts(
     read_only: list[str] = []
     for pattern in settings.read_only_paths:
         read_only += expand_glob(root, pattern)
-    read_only += [os.path.join(root, rel) for rel in git if rel != "."]
+    # A link named .git stays as it is: binding would follow it (a new target for it is
+    # a new git place, undone after the command).
+    places = [os.path.join(root, rel) for rel in git if rel != "."]
+    read_only += [p for p in places if not os.path.islink(p)]
     hidden: list[str] = []
     for pattern in settings.hidden_paths:
         hidden += [pattern] if pattern.startswith("/") else expand_glob(root, pattern)
