@@ -6,6 +6,7 @@ fails, and the store's path never shows in what a command can read (``/proc/1/cm
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import re
 from pathlib import Path
@@ -119,7 +120,10 @@ def test_renaming_the_store_directory_in_a_command(
     out = execute(tools["run_command"], ws, command=command.format(inner=inner))
     assert out.failed, out.content
     assert "Device or resource busy" in out.content
-    assert state() == before
+    after = state()
+    assert {k: v for k, v in after.items() if k in before} == before
+    empty = ("file", hashlib.sha256(b"").hexdigest())  # SQLite sidecars made to be hidden
+    assert all(v == empty for k, v in after.items() if k not in before)
     assert not (ws / "data2").exists()
     _close(open_store(url, create=False))
 
@@ -146,3 +150,18 @@ def test_bwrap_command_line_in_proc_1_cmdline(ws: Path, tmp_path: Path) -> None:
     assert "--ro-bind" not in shown
     assert "--tmpfs" not in shown
     assert re.search(r"bwrap --args \d+ -- /bin/sh -c for f in", shown)  # bwrap's own
+
+
+def test_planting_a_sqlite_journal_beside_the_store(ws: Path) -> None:
+    (ws / "data").mkdir()
+    url = f"sqlite:///{ws}/data/plait.db"
+    _close(open_store(url))
+    assert not (ws / "data" / "plait.db-journal").exists()
+    tools = {t.spec.name: t for t in session_tools(protected=protected_paths(url))}
+    out = execute(tools["run_command"], ws, command="echo PWNED > data/plait.db-journal")
+    assert out.failed, out.content
+    # An empty one stands in its place (SQLite takes an empty journal for none).
+    assert (ws / "data" / "plait.db-journal").read_bytes() == b""
+    out = execute(tools["run_command"], ws, command="rm data/plait.db-journal")
+    assert out.failed, out.content
+    _close(open_store(url, create=False))

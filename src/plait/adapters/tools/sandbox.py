@@ -305,6 +305,9 @@ def plan_mounts(
     hidden: list[str] = []
     for pattern in settings.hidden_paths:
         hidden += [pattern] if pattern.startswith("/") else expand_glob(root, pattern)
+    writable = [root, *(os.path.realpath(p) for p in settings.extra_rw_binds)]
+    for path in protected:
+        _placeholder(path, protected, writable)
     hidden += protected
     shown = [root, *settings.extra_ro_binds, *settings.extra_rw_binds, *_SYSTEM_DIRS]
     masks: dict[str, bool] = {}
@@ -319,13 +322,39 @@ def plan_mounts(
             )
         if any(_under(real, os.path.realpath(s)) for s in shown):
             masks[real] = os.path.isdir(real)
-    writable = [root, *(os.path.realpath(p) for p in settings.extra_rw_binds)]
     return Mounts(
         workspace=root,
         read_only=tuple(dict.fromkeys(read_only)),
         hidden=tuple(masks.items()),
         pinned=_pins([*read_only, *masks], writable),
     )
+
+
+def _placeholder(path: str, protected: Sequence[str], writable: Sequence[str]) -> None:
+    """Create plait's store file ``path`` empty when it is missing beside another store
+    file that exists, in a directory a command can write to (a SQLite ``-journal`` beside
+    a database in the workspace), so it can be hidden like the rest: a command could
+    otherwise plant one, which SQLite would play back into the database. An empty one is
+    no journal (nor WAL); it is left in place."""
+    if os.path.lexists(path):
+        return
+    siblings = [p for p in protected if p != path and os.path.dirname(p) == os.path.dirname(path)]
+    if not any(os.path.isfile(p) and not os.path.islink(p) for p in siblings):
+        return
+    parent = os.path.realpath(os.path.dirname(path))
+    if not any(_under(parent, top) for top in writable):
+        return
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(os.path.basename(path), flags, 0o600, dir_fd=fd))
+    except FileExistsError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _pins(paths: Iterable[str], writable: Sequence[str]) -> tuple[str, ...]:
