@@ -6,6 +6,7 @@ ran."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from plait.adapters.tools import session_tools
 from plait.domain.errors import PolicyError
 from plait.domain.policy import Action, CallFacts, Policy, ToolRule
 from plait.domain.policy_toml import parse_policy
-from tests.sandbox.conftest import execute, tool
+from tests.sandbox.conftest import execute, invocation, tool
 from tests.tools.conftest import run_tool
 
 pytestmark = pytest.mark.usefixtures("bwrap")
@@ -229,3 +230,23 @@ def test_an_existing_git_link_does_not_stop_commands(ws: Path, tmp_path: Path) -
     assert "REFUSED: the command made git repositories ('src/.git')" in out.content
     assert (ws / ".git").is_symlink()
     assert not (ws / "src" / ".git").is_symlink()
+
+
+def test_a_cancelled_command_has_its_repositories_undone_too(ws: Path) -> None:
+    t = tool()
+
+    async def go() -> None:
+        task = asyncio.create_task(
+            t.execute(invocation("run_command", ws, command="git init -q sub && sleep 300"))
+        )
+        for _ in range(600):  # until the repository exists (bounded)
+            if (ws / "sub" / ".git" / "HEAD").exists():
+                break
+            await asyncio.sleep(0.05)
+        assert (ws / "sub" / ".git" / "HEAD").exists()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert not (ws / "sub" / ".git").exists()

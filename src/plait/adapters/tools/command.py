@@ -186,20 +186,21 @@ class _Runner:
         git: GitPlaces | None = None
         if self.protect_git:
             git = await asyncio.to_thread(scan_git, root)
-        args_fd = -1
+        data = None
         if problem is None:
             mounts = await asyncio.to_thread(
                 plan_mounts, self.settings, root, self.protected, git=git or ()
             )
             network = self.settings.network_for(tool)
-            options = bwrap_options(self.settings, mounts, cwd=workdir, network=network)
-            args_fd = _args_file(args_data(options))
-            argv = bwrap_argv(self.settings, command=shell, args_fd=args_fd)
-        else:
-            argv = shell
+            data = args_data(bwrap_options(self.settings, mounts, cwd=workdir, network=network))
         budget = max((invocation.output_cap_bytes - _HEADER_ROOM) // 2, 64)
         paths = [_temp("out"), _temp("err")]
+        args_fd = -1
         try:
+            argv = shell
+            if data is not None:
+                args_fd = _args_file(data)
+                argv = bwrap_argv(self.settings, command=shell, args_fd=args_fd)
             out, err = Capture(paths[0], budget), Capture(paths[1], budget)
             outcome = await run_process(
                 argv,
@@ -227,6 +228,12 @@ class _Runner:
             spool = None
             if out.truncated or err.truncated:
                 spool = await asyncio.to_thread(_spool, command, out, err)
+        except BaseException:
+            # Cancelled or failed: the process tree is gone, what it made is undone all
+            # the same (here, on this thread: a cancelled task cannot wait for another).
+            if git is not None:
+                undo_new_git(root, git)
+            raise
         finally:
             if args_fd >= 0:
                 os.close(args_fd)
