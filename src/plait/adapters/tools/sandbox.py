@@ -7,6 +7,11 @@ the workspace read-write at its own path, a private ``/tmp``, a fresh ``/dev`` a
 capabilities, no further user namespaces, a new session, and only the environment plait
 passes. Policy paths are bound read-only or hidden on top; plait's own store and artifact
 paths are always hidden. Nothing else of the host file system exists in there.
+
+Binds are made by path when the sandbox starts, so every writable directory that leads to
+one is bound onto itself too: a mount point cannot be renamed, removed or replaced, and
+no command can move a protected path away and make a new one in its place. bwrap reads
+its options from a file descriptor, so the paths they name are not on its command line.
 """
 
 from __future__ import annotations
