@@ -131,7 +131,10 @@ def test_renaming_the_store_directory_in_a_command(
 def _proc_text(ws: Path, settings: SandboxSettings | None, protected: list[Path]) -> str:
     """Every process's command line and mount table, as a command sees them."""
     t = tool(settings, protected=protected)
-    command = "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < $f; echo; done"
+    command = (
+        "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < $f; echo; done;"
+        " echo MOUNTS; cat /proc/self/mountinfo"
+    )
     out = execute(t, ws, command=command)
     assert not out.failed, out.content
     return out.content
@@ -143,10 +146,19 @@ def test_bwrap_command_line_in_proc_1_cmdline(ws: Path, tmp_path: Path) -> None:
     (elsewhere / "plait.db").write_text("SESSIONS\n")
     (ws / ".plait-4b1d").mkdir()
     (ws / ".plait-4b1d" / "plait.db").write_text("SESSIONS\n")
+    apart = tmp_path / "apart-store-9c2a"
+    apart.mkdir()
+    (apart / "plait.db").write_text("SESSIONS\n")
     settings = SandboxSettings(extra_ro_binds=(str(elsewhere),))
-    shown = _proc_text(ws, settings, [elsewhere / "plait.db", ws / ".plait-4b1d" / "plait.db"])
-    assert "shared-store-7f3e/plait.db" not in shown
-    assert ".plait-4b1d" not in shown
+    stores = [elsewhere / "plait.db", ws / ".plait-4b1d" / "plait.db", apart / "plait.db"]
+    shown = _proc_text(ws, settings, stores)
+    cmdlines, mountinfo = shown.split("\nMOUNTS\n", 1)
+    assert "shared-store-7f3e/plait.db" not in cmdlines
+    assert ".plait-4b1d" not in cmdlines
+    # A store outside everything the sandbox shows is not mounted: its path is nowhere.
+    assert "apart-store-9c2a" not in cmdlines + mountinfo
+    # Mount points inside what it shows are listed (their names, which `ls` shows anyway).
+    assert ".plait-4b1d/plait.db" in mountinfo
     assert "--ro-bind" not in shown
     assert "--tmpfs" not in shown
     assert re.search(r"bwrap --args \d+ -- /bin/sh -c for f in", shown)  # bwrap's own
