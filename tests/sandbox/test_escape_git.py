@@ -7,9 +7,6 @@ ran."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,53 +15,10 @@ from plait.adapters.tools import session_tools
 from plait.domain.errors import PolicyError
 from plait.domain.policy import Action, CallFacts, Policy, ToolRule
 from plait.domain.policy_toml import parse_policy
-from tests.sandbox.conftest import execute, invocation, tool
+from tests.sandbox.conftest import execute, host_git, invocation, planted, tool
 from tests.tools.conftest import run_tool
 
-pytestmark = pytest.mark.usefixtures("bwrap")
-
-GIT = shutil.which("git")
-
-
-@pytest.fixture(autouse=True)
-def _git_installed() -> None:
-    if GIT is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but git is not installed")
-        pytest.skip("git is not installed")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-def host_git(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The user's own git, later, on the host (no system or global config of this machine)."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "u",
-        "GIT_AUTHOR_EMAIL": "u@example.invalid",
-        "GIT_COMMITTER_NAME": "u",
-        "GIT_COMMITTER_EMAIL": "u@example.invalid",
-    }
-    return subprocess.run(
-        [GIT or "git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
-    )
-
-
-@pytest.fixture
-def marker(tmp_path: Path) -> Path:
-    """Where the planted command writes when it runs on the host."""
-    return tmp_path / "PWNED"
-
-
-def planted(marker: Path) -> str:
-    return f"echo pwned > {marker}; false"
+pytestmark = pytest.mark.usefixtures("bwrap", "git_installed")
 
 
 @pytest.fixture
