@@ -177,3 +177,24 @@ def test_planting_a_sqlite_journal_beside_the_store(ws: Path) -> None:
     out = execute(tools["run_command"], ws, command="rm data/plait.db-journal")
     assert out.failed, out.content
     _close(open_store(url, create=False))
+
+
+def test_write_file_through_a_link_made_after_the_policy_check(ws: Path, config: Path) -> None:
+    """The gate saw ``link/app.yaml`` as an ordinary path; by the time the write is made a
+    command has turned ``link`` into a link to the denied directory. The file tool checks
+    the real path it arrives at against the policy, and refuses."""
+    from plait.domain.errors import PolicyError
+    from tests.tools.conftest import run_tool
+
+    tools = {t.spec.name: t for t in session_tools(policy=DENY_CONFIG_DEPLOY)}
+    out = execute(tools["run_command"], ws, command="ln -s config/deploy link && ln -s config c")
+    assert not out.failed, out.content
+    for path in ("link/app.yaml", "c/deploy/app.yaml", "c/../config/deploy/new.yaml"):
+        with pytest.raises(PolicyError, match="rule 'no-deploy' says deny"):
+            run_tool(tools["write_file"], ws, path=path, content="PWNED\n")
+    with pytest.raises(PolicyError):
+        run_tool(tools["edit_file"], ws, path="link/app.yaml", old_string="3", new_string="9")
+    assert (config / "app.yaml").read_text() == "replicas: 3\n"
+    assert not (config / "new.yaml").exists()
+    run_tool(tools["write_file"], ws, path="c/other.yaml", content="fine\n")
+    assert (ws / "config" / "other.yaml").read_text() == "fine\n"
