@@ -204,3 +204,9 @@ def test_a_cancelled_command_has_its_repositories_undone_too(ws: Path) -> None:
 
     asyncio.run(go())
     assert not (ws / "sub" / ".git").exists()
+
+
+def test_protect_git_must_be_true_or_false() -> None:
+    assert parse_policy("version = 1\n").protect_git
+    with pytest.raises(PolicyError, match="line 2: protect_git: must be true or false"):
+        parse_policy('version = 1\nprotect_git = "no"\n', "p.toml")
