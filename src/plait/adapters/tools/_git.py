@@ -21,11 +21,13 @@ import errno
 import os
 import shutil
 import stat
+from dataclasses import dataclass
 
 from plait.domain.errors import PolicyError
 
 __all__ = [
     "GitPlaces",
+    "GitScan",
     "denied",
     "git_write",
     "scan_git",
@@ -71,39 +73,90 @@ def denied(display: str) -> PolicyError:
     return PolicyError(f"writing {display!r} is denied: {_REASON}", path=display)
 
 
-def scan_git(root: str) -> GitPlaces:
+@dataclass(frozen=True, slots=True)
+class GitScan:
+    """The git places under a root, and what each directory looked like when it was
+    listed: ``(device, inode, ctime in ns, names of its subdirectories)``."""
+
+    places: GitPlaces
+    dirs: dict[str, tuple[int, int, int, tuple[str, ...]]]
+
+
+def scan_git(root: str, *, since: GitScan | None = None) -> GitScan:
     """Every git place under ``root`` (a real directory path; ``.`` when the root itself is
-    a bare repository), without following links and without entering the places found."""
-    found: GitPlaces = {}
+    a bare repository), without following links and without entering the places found.
+
+    With ``since``, a directory whose inode and ctime are what ``since`` saw is not listed
+    again: creating, removing or renaming an entry in a directory changes its ctime, which
+    no process can set back, so its entries (its ``.git``, whether it is a repository, its
+    subdirectories) are still the ones ``since`` found. Only valid when every change to
+    look for came later than the kernel's clock tick after ``since`` was taken.
+    """
+    places: GitPlaces = {}
+    dirs: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
     try:
         top = os.open(root, _DIR_FLAGS)
     except OSError:
-        return found
+        return GitScan(places, dirs)
     pending: list[tuple[int, str]] = [(top, "")]
     while pending:
         fd, rel = pending.pop()
         try:
-            st = os.fstat(fd)
-            if _repo_shaped(fd):
-                found[rel or "."] = (st.st_dev, st.st_ino)
-                if rel:
-                    continue
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    path = f"{rel}/{entry.name}" if rel else entry.name
-                    if entry.name == ".git":
-                        with contextlib.suppress(OSError):
-                            lst = entry.stat(follow_symlinks=False)
-                            found[path] = (lst.st_dev, lst.st_ino)
-                        continue
-                    with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False):
-                            pending.append((os.open(entry.name, _DIR_FLAGS, dir_fd=fd), path))
+            _scan_dir(fd, rel, since, places, dirs, pending)
         except OSError:
             pass
         finally:
             os.close(fd)
-    return found
+    return GitScan(places, dirs)
+
+
+def _scan_dir(
+    fd: int,
+    rel: str,
+    since: GitScan | None,
+    places: GitPlaces,
+    dirs: dict[str, tuple[int, int, int, tuple[str, ...]]],
+    pending: list[tuple[int, str]],
+) -> None:
+    st = os.fstat(fd)
+    here = rel or "."
+    dot_git = f"{rel}/.git" if rel else ".git"
+    seen = since.dirs.get(rel) if since is not None else None
+    if (
+        since is not None
+        and seen is not None
+        and seen[:3] == (st.st_dev, st.st_ino, st.st_ctime_ns)
+    ):
+        for name in (here, dot_git):
+            if name in since.places:
+                places[name] = since.places[name]
+        dirs[rel] = seen
+        if rel and here in places:
+            return
+        for name in seen[3]:
+            with contextlib.suppress(OSError):
+                path = f"{rel}/{name}" if rel else name
+                pending.append((os.open(name, _DIR_FLAGS, dir_fd=fd), path))
+        return
+    subdirs: list[str] = []
+    if _repo_shaped(fd):
+        places[here] = (st.st_dev, st.st_ino)
+        if rel:
+            dirs[rel] = (st.st_dev, st.st_ino, st.st_ctime_ns, ())
+            return
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.name == ".git":
+                with contextlib.suppress(OSError):
+                    lst = entry.stat(follow_symlinks=False)
+                    places[path] = (lst.st_dev, lst.st_ino)
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((os.open(entry.name, _DIR_FLAGS, dir_fd=fd), path))
+                    subdirs.append(entry.name)
+    dirs[rel] = (st.st_dev, st.st_ino, st.st_ctime_ns, tuple(subdirs))
 
 
 def _open_parent(root: str, rel: str) -> tuple[int, str] | None:
@@ -133,12 +186,14 @@ def _remove(parent_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=parent_fd)
 
 
-def undo_new_git(root: str, before: GitPlaces) -> list[str]:
+def undo_new_git(root: str, before: GitScan, *, incremental: bool = False) -> list[str]:
     """Remove what makes each git place that was not in ``before`` (or is another object
-    now) a repository; the workspace-relative paths undone."""
+    now) a repository; the workspace-relative paths undone. ``incremental``: lists only
+    the directories that changed since ``before`` (see :func:`scan_git`)."""
     undone: list[str] = []
-    for rel, ident in sorted(scan_git(root).items()):
-        if before.get(rel) == ident:
+    now = scan_git(root, since=before if incremental else None)
+    for rel, ident in sorted(now.places.items()):
+        if before.places.get(rel) == ident:
             continue
         is_dot_git = rel.rsplit("/", 1)[-1] == ".git"
         opened = _open_parent(root, rel if is_dot_git else f"{rel}/HEAD")

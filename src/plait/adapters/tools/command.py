@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from plait.adapters.tools._git import GitPlaces, scan_git, undo_new_git
+from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._proc import Capture, Outcome, run_process
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
@@ -183,13 +183,13 @@ class _Runner:
             )
         env = sandbox_env(self.settings, dict(os.environ))
         shell = [_SHELL, "-c", command]
-        git: GitPlaces | None = None
+        git: GitScan | None = None
         if self.protect_git:
             git = await asyncio.to_thread(scan_git, root)
         data = None
         if problem is None:
             mounts = await asyncio.to_thread(
-                plan_mounts, self.settings, root, self.protected, git=git or ()
+                plan_mounts, self.settings, root, self.protected, git=git.places if git else ()
             )
             network = self.settings.network_for(tool)
             data = args_data(bwrap_options(self.settings, mounts, cwd=workdir, network=network))
@@ -213,7 +213,13 @@ class _Runner:
                 shell_codes=True,
                 pass_fds=(args_fd,) if args_fd >= 0 else (),
             )
-            undone = [] if git is None else await asyncio.to_thread(undo_new_git, root, git)
+            # Sandboxed, the command started well over a clock tick after the scan
+            # (bwrap's set-up), so only the directories it changed need listing again.
+            undone = []
+            if git is not None:
+                undone = await asyncio.to_thread(
+                    undo_new_git, root, git, incremental=problem is None
+                )
             if undone:
                 outcome = dataclasses.replace(outcome, notes=(*outcome.notes, _undone(undone)))
             text = _render(
