@@ -4,6 +4,7 @@ directories whose ctime changed are listed again)."""
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,18 @@ def test_a_new_git_place_is_found_and_undone_incrementally(tree: Path, change: o
     assert len(undone) == 1
     assert scan_git(str(tree)).places == before.places
     assert (tree / "vendor" / "lib" / ".git" / "hooks").is_dir()
+
+
+def test_a_wide_tree_needs_few_descriptors(tmp_path: Path) -> None:
+    root = tmp_path / "wide"
+    for n in range(600):
+        (root / f"d{n:03}").mkdir(parents=True)
+    (root / "d599" / ".git").mkdir()
+    (root / "d000" / ".git").mkdir()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+    try:
+        found = scan_git(str(root))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sorted(found.places) == ["d000/.git", "d599/.git"]

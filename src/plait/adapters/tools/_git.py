@@ -21,6 +21,7 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from plait.domain.errors import PolicyError
@@ -98,15 +99,29 @@ def scan_git(root: str, *, since: GitScan | None = None) -> GitScan:
         top = os.open(root, _DIR_FLAGS)
     except OSError:
         return GitScan(places, dirs)
-    pending: list[tuple[int, str]] = [(top, "")]
-    while pending:
-        fd, rel = pending.pop()
-        try:
-            _scan_dir(fd, rel, since, places, dirs, pending)
-        except OSError:
-            pass
-        finally:
+    # Depth first, one open directory per level: a wide tree never holds many fds.
+    stack: list[tuple[int, str, Iterator[str]]] = []
+    try:
+        stack.append((top, "", iter(_scan_dir(top, "", since, places, dirs))))
+    except OSError:
+        os.close(top)
+        return GitScan(places, dirs)
+    while stack:
+        fd, rel, names = stack[-1]
+        name = next(names, None)
+        if name is None:
             os.close(fd)
+            stack.pop()
+            continue
+        path = f"{rel}/{name}" if rel else name
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            continue
+        try:
+            stack.append((child, path, iter(_scan_dir(child, path, since, places, dirs))))
+        except OSError:
+            os.close(child)
     return GitScan(places, dirs)
 
 
@@ -116,8 +131,9 @@ def _scan_dir(
     since: GitScan | None,
     places: GitPlaces,
     dirs: dict[str, tuple[int, int, int, tuple[str, ...]]],
-    pending: list[tuple[int, str]],
-) -> None:
+) -> tuple[str, ...]:
+    """Record the git places directly in the directory ``fd``; its subdirectories to
+    enter."""
     st = os.fstat(fd)
     here = rel or "."
     dot_git = f"{rel}/.git" if rel else ".git"
@@ -131,32 +147,26 @@ def _scan_dir(
             if name in since.places:
                 places[name] = since.places[name]
         dirs[rel] = seen
-        if rel and here in places:
-            return
-        for name in seen[3]:
-            with contextlib.suppress(OSError):
-                path = f"{rel}/{name}" if rel else name
-                pending.append((os.open(name, _DIR_FLAGS, dir_fd=fd), path))
-        return
-    subdirs: list[str] = []
+        return () if rel and here in places else seen[3]
     if _repo_shaped(fd):
         places[here] = (st.st_dev, st.st_ino)
         if rel:
             dirs[rel] = (st.st_dev, st.st_ino, st.st_ctime_ns, ())
-            return
+            return ()
+    subdirs: list[str] = []
     with os.scandir(fd) as entries:
         for entry in entries:
-            path = f"{rel}/{entry.name}" if rel else entry.name
             if entry.name == ".git":
                 with contextlib.suppress(OSError):
                     lst = entry.stat(follow_symlinks=False)
+                    path = f"{rel}/.git" if rel else ".git"
                     places[path] = (lst.st_dev, lst.st_ino)
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append((os.open(entry.name, _DIR_FLAGS, dir_fd=fd), path))
                     subdirs.append(entry.name)
     dirs[rel] = (st.st_dev, st.st_ino, st.st_ctime_ns, tuple(subdirs))
+    return dirs[rel][3]
 
 
 def _open_parent(root: str, rel: str) -> tuple[int, str] | None:
