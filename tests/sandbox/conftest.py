@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,3 +116,49 @@ def run(ws: Path) -> Run:
         return execute(tool(settings), ws, command=command, **args)
 
     return go
+
+
+@pytest.fixture
+def git_installed() -> None:
+    if shutil.which("git") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but git is not installed")
+        pytest.skip("git is not installed")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def host_git(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The user's own git, later, on the host (no system or global config of this machine)."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "u",
+        "GIT_AUTHOR_EMAIL": "u@example.invalid",
+        "GIT_COMMITTER_NAME": "u",
+        "GIT_COMMITTER_EMAIL": "u@example.invalid",
+    }
+    return subprocess.run(
+        [shutil.which("git") or "git", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Path:
+    """Where the planted command writes when it runs on the host."""
+    return tmp_path / "PWNED"
+
+
+def planted(marker: Path) -> str:
+    return f"echo pwned > {marker}; false"

@@ -86,3 +86,35 @@ def test_search_reports_directories_it_cannot_read(
     patch_os(monkeypatch, open=refusing)
     found = run_tool(_tools([])["search_text"], ws, pattern="needle")
     assert found == "open.txt:1: needle\n[could not be read: locked]"
+
+
+@pytest.mark.parametrize(
+    ("url", "inner"),
+    [
+        ("sqlite:///{ws}/data/plait.db", "plait.db"),
+        ("jsonl:///{ws}/data/store", "store/sessions/ses_1.jsonl"),
+    ],
+)
+def test_write_file_after_the_store_directory_was_renamed(ws: Path, url: str, inner: str) -> None:
+    """Issue 20: ``mv data data2`` (in a command, before the sandbox pinned the store's
+    directory), then ``write_file data2/plait.db`` destroyed the store. The tools know the
+    store by the identities it had when they were made, which a rename keeps."""
+    from plait.adapters.stores import protected_paths
+
+    (ws / "data" / "store" / "sessions").mkdir(parents=True)
+    (ws / "data" / "plait.db").write_bytes(b"SQLite format 3\0")
+    (ws / "data" / "store" / "sessions" / "ses_1.jsonl").write_text('{"op": "x"}\n')
+    tools = _tools(list(protected_paths(url.format(ws=ws))))
+    (ws / "data").rename(ws / "data2")
+    _denied(tools, ws, "write_file", path=f"data2/{inner}", content="PWNED")
+    _denied(tools, ws, "read_file", path=f"data2/{inner}")
+    assert "PWNED" not in (ws / "data2" / inner).read_text(errors="replace")
+    # The old place, made again, is still the store's place.
+    (ws / "data").mkdir()
+    _denied(
+        tools,
+        ws,
+        "write_file",
+        path="data/plait.db" if "sqlite" in url else "data/store/x",
+        content="x",
+    )

@@ -208,6 +208,9 @@ class Policy:
     other: Action = Action.APPROVE
     protected: tuple[str, ...] = _DEFAULT_PROTECTED
     protected_action: Action = Action.DENY
+    protect_git: bool = True
+    """No tool may create or change a git repository's config or hooks (nested ones and
+    bare ones included), whatever the rules say: the host's git runs them later."""
     command_tools: tuple[str, ...] = ("run_command",)
     path_arguments: tuple[str, ...] = (
         "path", "paths", "file", "directory", "dir", "cwd", "source", "destination", "target",

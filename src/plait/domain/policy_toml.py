@@ -17,7 +17,16 @@ from plait.domain.policy import Action, Limits, Policy, ReviewerConfig, ToolRule
 __all__ = ["parse_policy"]
 
 _ACTIONS = ", ".join(repr(a.value) for a in Action)
-_TOP = {"version", "defaults", "protected", "limits", "reviewer", "rules", "tools"}
+_TOP = {
+    "version",
+    "defaults",
+    "protected",
+    "protect_git",
+    "limits",
+    "reviewer",
+    "rules",
+    "tools",
+}
 _DEFAULTS = {"read", "write", "command", "other", "protected"}
 _TOOLS = {"command", "path_arguments"}
 _LIMITS = {"max_calls_per_run", "max_argument_bytes"}
@@ -259,6 +268,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     limits = _table(ctx, data, "limits")
     _check_keys(ctx, limits, _LIMITS, "limits.", "limits")
     d, lists = _defaults(ctx, data), _lists(ctx, data)
+    protect_git = data.get("protect_git", True)
+    if not isinstance(protect_git, bool):
+        raise ctx.fail("protect_git", f"must be true or false, got {protect_git!r}", table=None)
     try:
         return Policy(
             rules=_rules(ctx, data),
@@ -268,6 +280,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             other=d["other"],
             protected_action=d["protected_action"],
             protected=lists["protected"],
+            protect_git=protect_git,
             command_tools=lists["command_tools"],
             path_arguments=lists["path_arguments"],
             limits=Limits(

@@ -33,8 +33,10 @@ def session_tools(
     ``run_tests`` when ``sandbox.test_command`` is set). ``protected`` (plait's store and
     artifacts, :func:`plait.adapters.stores.protected_paths`) is denied to the file tools
     and invisible to commands; ``policy``'s write-denied paths are read-only to commands
-    (its file rules already bind the file tools through the governance checks)."""
+    (its file rules bind the file tools through the governance checks, and again on the
+    real path when a write is made), and its ``protect_git`` keeps every tool out of git
+    repositories' config and hooks."""
     return [
-        *workspace_tools(limits=limits, protected=protected),
+        *workspace_tools(limits=limits, protected=protected, policy=policy),
         *command_tools(sandbox, protected=protected, policy=policy),
     ]

@@ -24,11 +24,15 @@ _REASON = "it is part of plait's own store, which the tools may not read or chan
 
 class Guard:
     """The identities of the protected paths, taken when the guard is built (build one
-    per tool call: files such as a SQLite ``-wal`` come and go)."""
+    per tool call: files such as a SQLite ``-wal`` come and go), plus those of ``known``
+    (a guard built when the tools were made): a directory keeps its inode when it is
+    renamed, so ``mv data data2`` in a command cannot make ``data2/plait.db`` writable."""
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]] = ()) -> None:
-        self._entries: set[tuple[int, int, str]] = set()
-        self._inodes: set[tuple[int, int]] = set()
+    def __init__(
+        self, paths: Iterable[str | os.PathLike[str]] = (), *, known: Guard | None = None
+    ) -> None:
+        self._entries: set[tuple[int, int, str]] = set(known._entries) if known else set()
+        self._inodes: set[tuple[int, int]] = set(known._inodes) if known else set()
         for path in paths:
             absolute = os.path.abspath(os.fspath(path))
             parent, name = os.path.split(absolute)

@@ -23,12 +23,15 @@ import posixpath
 import secrets
 import stat
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
+from plait.adapters.tools._git import denied as git_denied
+from plait.adapters.tools._git import git_write
 from plait.adapters.tools._guard import Guard
-from plait.domain.errors import ToolError
+from plait.domain.errors import PolicyError, ToolError
 
 __all__ = [
     "MAX_SYMLINK_HOPS",
@@ -140,8 +143,19 @@ class Entry:
 class Workspace:
     """An open workspace root. Every access goes through :meth:`open` or the fds it returns."""
 
-    def __init__(self, root: str, *, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        guard: Guard | None = None,
+        protect_git: bool = False,
+        write_denied: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.guard = guard or Guard()
+        self.protect_git = protect_git
+        self.write_denied = write_denied
+        """For writes: the reason a policy denies writing the real workspace-relative
+        path a walk arrived at (None: not denied), checked when the path is used."""
         try:
             self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -189,15 +203,19 @@ class Workspace:
         joined = posixpath.normpath("/".join(self._components(path)) or ".")
         return "" if joined == "." else joined
 
-    def open(self, path: str, *, create_parents: bool = False) -> Entry:
+    def open(self, path: str, *, create_parents: bool = False, write: bool = False) -> Entry:
         """Resolve ``path`` inside the workspace and open what it names.
 
         Raises ToolError if the path leads outside (through ``..``, an absolute path or a
         symbolic link), passes through a non-directory, loops, or names a special file.
         A missing final component gives an Entry with ``fd=None``; missing directories
-        before it raise MissingParentError, or are created when ``create_parents``.
+        before it raise MissingParentError, or are created when ``create_parents``. With
+        ``write`` and :attr:`protect_git`, a path through or into a git place (see
+        :mod:`plait.adapters.tools._git`) raises PolicyError, before anything is created;
+        with ``write``, so does a real path (links resolved, as it is now) that
+        :attr:`write_denied` denies.
         """
-        return _Resolution(self, path, create_parents).run()
+        return _Resolution(self, path, create_parents, write).run()
 
     @staticmethod
     def _escape(display: str, *, via_link: bool) -> ToolError:
@@ -209,12 +227,15 @@ class _Resolution:
     """One walk of a path by :meth:`Workspace.open`: the components still to walk, the fds
     of the directories walked below the root, and the links followed so far."""
 
-    def __init__(self, ws: Workspace, path: str, create_parents: bool) -> None:
+    def __init__(self, ws: Workspace, path: str, create_parents: bool, write: bool) -> None:
         self.ws = ws
         self.display = path
         self.create_parents = create_parents
+        self.git = write and ws.protect_git
+        self.write_denied = ws.write_denied if write else None
         self.pending = deque(ws._components(path))
         self.stack: list[int] = []  # fds of the directories walked below the root
+        self.names: list[str] = []  # their names: the real path walked so far
         self.hops = 0
         self.via_link = False
 
@@ -229,6 +250,7 @@ class _Resolution:
                     if not stack:
                         raise self.ws._escape(self.display, via_link=self.via_link)
                     os.close(stack.pop())
+                    self.names.pop()
                     continue
                 parent = stack[-1] if stack else self.ws._fd
                 if pending:  # a directory on the way
@@ -260,11 +282,20 @@ class _Resolution:
                 raise self.ws._escape(self.display, via_link=True)
             while self.stack:
                 os.close(self.stack.pop())
+            self.names.clear()
             self.pending.extendleft(reversed(inside))
         else:
             self.pending.extendleft(reversed(target.split("/")))
 
     def _take(self, fd: int | None, st: os.stat_result | None, name: str | None) -> Entry:
+        if self.write_denied is not None and name is not None:
+            reason = self.write_denied("/".join([*self.names, name]))
+            if reason is not None:
+                if fd is not None:
+                    os.close(fd)
+                raise PolicyError(
+                    f"writing {self.display!r} is denied: {reason}", path=self.display
+                )
         parent = self.stack.pop() if self.stack else os.dup(self.ws._fd)
         entry = Entry(display=self.display, parent_fd=parent, name=name, fd=fd, st=st)
         if self.ws.guard.blocks(parent, name, st):
@@ -272,11 +303,17 @@ class _Resolution:
             raise self.ws.guard.denied(self.display)
         return entry
 
+    def _check_git(self, name: str, parent: int) -> None:
+        if self.git and git_write(parent, name):
+            raise git_denied(self.display)
+
     def _enter(self, name: str, parent: int) -> None:
         """Step into the directory ``name`` on the way (creating or following it)."""
         display, guard = self.display, self.ws.guard
+        self._check_git(name, parent)
         try:
             self.stack.append(os.open(name, _DIR_FLAGS, dir_fd=parent))
+            self.names.append(name)
             if guard.blocks(parent, name, os.fstat(self.stack[-1])):
                 raise guard.denied(display)
         except FileNotFoundError:
@@ -301,6 +338,7 @@ class _Resolution:
         """Open the final component; None when it is to be looked at again (a link was
         followed, or the entry was swapped meanwhile)."""
         display = self.display
+        self._check_git(name, parent)
         try:
             lst = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:

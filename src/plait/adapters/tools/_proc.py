@@ -254,8 +254,10 @@ async def run_process(
     stdout: Capture,
     stderr: Capture,
     shell_codes: bool,
+    pass_fds: tuple[int, ...] = (),
 ) -> Outcome:
-    """Run ``argv`` to its end or for ``wall_seconds``, streaming into the two captures."""
+    """Run ``argv`` to its end or for ``wall_seconds``, streaming into the two captures
+    (``pass_fds``: descriptors the process inherits)."""
     cgroup = PidsCgroup.create(limits.max_processes) if limits.max_processes else None
     spec, note = _rlimits(limits, cgroup)
     started = time.monotonic()
@@ -269,6 +271,7 @@ async def run_process(
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             preexec_fn=_preexec(spec),
+            pass_fds=pass_fds,
         )
     except BaseException as e:
         if cgroup:

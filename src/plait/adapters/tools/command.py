@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import posixpath
 import shutil
@@ -18,11 +19,14 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._proc import Capture, Outcome, run_process
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
     SandboxUnavailableError,
+    args_data,
     bwrap_argv,
+    bwrap_options,
     plan_mounts,
     sandbox_env,
     sandbox_problem,
@@ -94,9 +98,12 @@ def command_tools(
 ) -> list[Tool]:
     """``run_command``, plus ``run_tests`` when ``settings.test_command`` is set.
     ``protected`` names paths (plait's store and artifacts) never visible to a command;
-    ``policy``'s write-denied paths are read-only and its read-denied paths hidden."""
+    ``policy``'s write-denied paths are read-only and its read-denied paths hidden. Git
+    repositories' config and hooks are out of reach too unless the policy says
+    ``protect_git = false``."""
     settings = with_policy(settings or SandboxSettings(), policy)
-    runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected))
+    protect_git = policy.protect_git if policy is not None else True
+    runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected), protect_git)
 
     async def run_command(invocation: ToolInvocation) -> ToolOutput:
         args = invocation.call.arguments()
@@ -145,9 +152,12 @@ def command_tools(
 
 
 class _Runner:
-    def __init__(self, settings: SandboxSettings, protected: tuple[str, ...]) -> None:
+    def __init__(
+        self, settings: SandboxSettings, protected: tuple[str, ...], protect_git: bool
+    ) -> None:
         self.settings = settings
         self.protected = protected
+        self.protect_git = protect_git
 
     def _timeout(self, value: Any) -> float:
         s = self.settings
@@ -179,15 +189,24 @@ class _Runner:
             )
         env = sandbox_env(self.settings, dict(os.environ))
         shell = [_SHELL, "-c", command]
+        git: GitScan | None = None
+        if self.protect_git:
+            git = await asyncio.to_thread(scan_git, root)
+        data = None
         if problem is None:
-            mounts = await asyncio.to_thread(plan_mounts, self.settings, root, self.protected)
+            mounts = await asyncio.to_thread(
+                plan_mounts, self.settings, root, self.protected, git=git.places if git else ()
+            )
             network = self.settings.network_for(tool)
-            argv = bwrap_argv(self.settings, mounts, cwd=workdir, network=network, command=shell)
-        else:
-            argv = shell
+            data = args_data(bwrap_options(self.settings, mounts, cwd=workdir, network=network))
         budget = max((invocation.output_cap_bytes - _HEADER_ROOM) // 2, 64)
         paths = [_temp("out"), _temp("err")]
+        args_fd = -1
         try:
+            argv = shell
+            if data is not None:
+                args_fd = _args_file(data)
+                argv = bwrap_argv(self.settings, command=shell, args_fd=args_fd)
             out, err = Capture(paths[0], budget), Capture(paths[1], budget)
             outcome = await run_process(
                 argv,
@@ -198,7 +217,17 @@ class _Runner:
                 stdout=out,
                 stderr=err,
                 shell_codes=True,
+                pass_fds=(args_fd,) if args_fd >= 0 else (),
             )
+            # Sandboxed, the command started well over a clock tick after the scan
+            # (bwrap's set-up), so only the directories it changed need listing again.
+            undone = []
+            if git is not None:
+                undone = await asyncio.to_thread(
+                    undo_new_git, root, git, incremental=problem is None
+                )
+            if undone:
+                outcome = dataclasses.replace(outcome, notes=(*outcome.notes, _undone(undone)))
             text = _render(
                 command,
                 outcome,
@@ -211,12 +240,44 @@ class _Runner:
             spool = None
             if out.truncated or err.truncated:
                 spool = await asyncio.to_thread(_spool, command, out, err)
+        except BaseException:
+            # Cancelled or failed: the process tree is gone, what it made is undone all
+            # the same (here, on this thread: a cancelled task cannot wait for another).
+            if git is not None:
+                undo_new_git(root, git)
+            raise
         finally:
+            if args_fd >= 0:
+                os.close(args_fd)
             for p in paths:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(p)
-        failed = outcome.ended != "exit" or outcome.exit_code != 0
+        failed = outcome.ended != "exit" or outcome.exit_code != 0 or bool(undone)
         return ToolOutput(content=text, failed=failed, spool_path=spool)
+
+
+def _args_file(data: bytes) -> int:
+    """A memory file holding ``data``, positioned at its start, for bwrap's ``--args``
+    (bwrap reads it to the end and closes it before anything of the command runs)."""
+    fd = os.memfd_create("plait-bwrap-args", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _undone(paths: list[str]) -> str:
+    shown = ", ".join(repr(p) for p in paths[:10]) + (" ..." if len(paths) > 10 else "")
+    return (
+        f"REFUSED: the command made git repositories ({shown}); plait removed them (a new "
+        "`.git` is deleted, a new bare repository loses its HEAD): their config and hooks "
+        "would run code on the host when git is used here later"
+    )
 
 
 def _temp(kind: str) -> str:

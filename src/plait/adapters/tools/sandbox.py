@@ -7,6 +7,11 @@ the workspace read-write at its own path, a private ``/tmp``, a fresh ``/dev`` a
 capabilities, no further user namespaces, a new session, and only the environment plait
 passes. Policy paths are bound read-only or hidden on top; plait's own store and artifact
 paths are always hidden. Nothing else of the host file system exists in there.
+
+Binds are made by path when the sandbox starts, so every writable directory that leads to
+one is bound onto itself too: a mount point cannot be renamed, removed or replaced, and
+no command can move a protected path away and make a new one in its place. bwrap reads
+its options from a file descriptor, so the paths they name are not on its command line.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ __all__ = [
     "Mounts",
     "SandboxSettings",
     "SandboxUnavailableError",
+    "args_data",
     "bwrap_argv",
+    "bwrap_options",
     "expand_glob",
     "plan_mounts",
     "policy_paths",
@@ -266,15 +273,27 @@ def _read_only_parents(paths: Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Mounts:
-    """What a workspace's sandbox binds, all as real absolute paths."""
+    """What a workspace's sandbox binds, all as real absolute paths. ``pinned`` are the
+    writable directories that lead to a read-only or hidden path: each is bound onto
+    itself, and a mount point cannot be renamed, removed or replaced (``EBUSY``), so no
+    command can move a protected path away and put another in its place."""
 
     workspace: str
     read_only: tuple[str, ...]
     hidden: tuple[tuple[str, bool], ...]
+    pinned: tuple[str, ...] = ()
 
 
-def plan_mounts(settings: SandboxSettings, workspace: str, protected: Sequence[str]) -> Mounts:
-    """Resolve the policy globs and protected paths against the workspace as it is now."""
+def plan_mounts(
+    settings: SandboxSettings,
+    workspace: str,
+    protected: Sequence[str],
+    *,
+    git: Iterable[str] = (),
+) -> Mounts:
+    """Resolve the policy globs and protected paths against the workspace as it is now.
+    ``git`` names the workspace's git places (relative paths, see
+    :func:`plait.adapters.tools._git.scan_git`), which are bound read-only."""
     root = os.path.realpath(workspace)
     if any(_under(d, root) for d in _SYSTEM_DIRS):
         raise ToolError(
@@ -284,9 +303,16 @@ def plan_mounts(settings: SandboxSettings, workspace: str, protected: Sequence[s
     read_only: list[str] = []
     for pattern in settings.read_only_paths:
         read_only += expand_glob(root, pattern)
+    # A link named .git stays as it is: binding would follow it (a new target for it is
+    # a new git place, undone after the command).
+    places = [os.path.join(root, rel) for rel in git if rel != "."]
+    read_only += [p for p in places if not os.path.islink(p)]
     hidden: list[str] = []
     for pattern in settings.hidden_paths:
         hidden += [pattern] if pattern.startswith("/") else expand_glob(root, pattern)
+    writable = [root, *(os.path.realpath(p) for p in settings.extra_rw_binds)]
+    for path in protected:
+        _placeholder(path, protected, writable)
     hidden += protected
     shown = [root, *settings.extra_ro_binds, *settings.extra_rw_binds, *_SYSTEM_DIRS]
     masks: dict[str, bool] = {}
@@ -305,25 +331,67 @@ def plan_mounts(settings: SandboxSettings, workspace: str, protected: Sequence[s
         workspace=root,
         read_only=tuple(dict.fromkeys(read_only)),
         hidden=tuple(masks.items()),
+        pinned=_pins([*read_only, *masks], writable),
     )
 
 
-def bwrap_argv(
-    settings: SandboxSettings,
-    mounts: Mounts,
-    *,
-    cwd: str,
-    network: bool,
-    command: Iterable[str],
+def _placeholder(path: str, protected: Sequence[str], writable: Sequence[str]) -> None:
+    """Create plait's store file ``path`` empty when it is missing beside another store
+    file that exists, in a directory a command can write to (a SQLite ``-journal`` beside
+    a database in the workspace), so it can be hidden like the rest: a command could
+    otherwise plant one, which SQLite would play back into the database. An empty one is
+    no journal (nor WAL); it is left in place."""
+    if os.path.lexists(path):
+        return
+    siblings = [p for p in protected if p != path and os.path.dirname(p) == os.path.dirname(path)]
+    if not any(os.path.isfile(p) and not os.path.islink(p) for p in siblings):
+        return
+    parent = os.path.realpath(os.path.dirname(path))
+    if not any(_under(parent, top) for top in writable):
+        return
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(os.path.basename(path), flags, 0o600, dir_fd=fd))
+    except FileExistsError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _pins(paths: Iterable[str], writable: Sequence[str]) -> tuple[str, ...]:
+    """The directories strictly between a writable bind and each of ``paths`` under it,
+    parents before children."""
+    pins: set[str] = set()
+    for path in paths:
+        for top in writable:
+            if path != top and _under(path, top):
+                parent = os.path.dirname(path)
+                while parent != top and _under(parent, top):
+                    pins.add(parent)
+                    parent = os.path.dirname(parent)
+    return tuple(sorted(pins, key=lambda p: (p.count("/"), p)))
+
+
+def bwrap_options(
+    settings: SandboxSettings, mounts: Mounts, *, cwd: str, network: bool
 ) -> list[str]:
-    """The bwrap command line running ``command`` in ``cwd`` (a real path in the workspace)."""
+    """bwrap's options (everything but the program and the command) for running in
+    ``cwd`` (a real path in the workspace). They name hidden paths, so they are handed to
+    bwrap through a file descriptor (``--args``), never on its command line, which every
+    process in the sandbox can read in ``/proc/1/cmdline``."""
     binds = [*settings.extra_ro_binds, *settings.extra_rw_binds, mounts.workspace]
-    args = [settings.bwrap, *_system(), *_read_only_parents(binds)]
+    args = [*_system(), *_read_only_parents(binds)]
     for path in settings.extra_ro_binds:
         args += ["--ro-bind-try", path, path]
     for path in settings.extra_rw_binds:
         args += ["--bind-try", path, path]
     args += ["--bind", mounts.workspace, mounts.workspace]
+    for path in mounts.pinned:
+        args += ["--bind", path, path]
     for path in mounts.read_only:
         args += ["--ro-bind", path, path]
     for path, is_dir in mounts.hidden:
@@ -332,5 +400,20 @@ def bwrap_argv(
     if not network:
         args.append("--unshare-net")
     # bwrap passes on its own environment, which is already only sandbox_env().
-    args += ["--chdir", cwd, "--", *command]
-    return args
+    return [*args, "--chdir", cwd]
+
+
+def bwrap_argv(settings: SandboxSettings, *, command: Iterable[str], args_fd: int) -> list[str]:
+    """The bwrap command line running ``command``; its options are read from
+    ``args_fd``, which holds :func:`bwrap_options` (see :func:`args_data`)."""
+    return [settings.bwrap, "--args", str(args_fd), "--", *command]
+
+
+def args_data(options: Iterable[str]) -> bytes:
+    """``options`` as bwrap's ``--args`` reads them: each followed by a NUL byte."""
+    out = bytearray()
+    for option in options:
+        if "\0" in option:
+            raise ToolError("a sandbox path contains a NUL character")
+        out += os.fsencode(option) + b"\0"
+    return bytes(out)

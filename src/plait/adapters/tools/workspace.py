@@ -45,6 +45,7 @@ from plait.adapters.tools._specs import SPECS
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
+from plait.domain.policy import Action, CallFacts, Policy
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["WorkspaceLimits", "workspace_tools"]
@@ -283,13 +284,13 @@ def _write_file(
             )
     new_sha = _sha256(data)
     try:
-        entry = ws.open(path)
+        entry = ws.open(path, write=True)
     except MissingParentError:
         if expected not in (None, ABSENT):
             raise ToolError(
                 f"{path!r} does not exist (expected sha256 {expected})", path=path
             ) from None
-        entry = ws.open(path, create_parents=True)
+        entry = ws.open(path, create_parents=True, write=True)
     with entry:
         parent_fd, name = _write_target(entry)
         if expected is not None:
@@ -329,7 +330,7 @@ def _edit_file(
         raise ToolError("old_string must not be empty", argument="old_string")
     if old == new:
         raise ToolError("old_string and new_string are identical: nothing to change")
-    with ws.open(path) as entry:
+    with ws.open(path, write=True) as entry:
         fd = _require_file(entry)
         parent_fd, name = _write_target(entry)
         assert entry.st is not None
@@ -388,9 +389,38 @@ _RUNS: dict[str, _Run] = {
 }
 
 
-def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, protected: tuple[str, ...]) -> Tool:
+@dataclass(frozen=True, slots=True)
+class _Shield:
+    """What every file tool call keeps out of: the protected paths (their identities now
+    and when the tools were made) and, for writes, with ``policy``, the paths it denies
+    and git repositories (unless it says ``protect_git = false``)."""
+
+    paths: tuple[str, ...]
+    known: Guard
+    policy: Policy | None
+
+    def write_denied(self, tool: str) -> Callable[[str], str | None] | None:
+        """The policy's ``deny`` for ``tool`` writing a real workspace path, applied when
+        the path is used: the gate saw the path as it was then, and a link or a renamed
+        directory could lead elsewhere by now."""
+        policy = self.policy
+        if policy is None:
+            return None
+
+        def denied(path: str) -> str | None:
+            verdict = policy.evaluate(CallFacts(tool=tool, read_only=False, paths=(path,)))
+            return verdict.reason if verdict.action is Action.DENY else None
+
+        return denied
+
+
+def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, shield: _Shield) -> Tool:
+    git = shield.policy.protect_git if shield.policy is not None else True
+    write_denied = shield.write_denied(spec.name)
+
     def blocking(root: str, args: dict[str, Any], deadline: Deadline) -> str:
-        with Workspace(root, guard=Guard(protected)) as ws:
+        guard = Guard(shield.paths, known=shield.known)
+        with Workspace(root, guard=guard, protect_git=git, write_denied=write_denied) as ws:
             try:
                 return run(ws, args, limits, deadline)
             except OSError as e:  # the host path must not reach the model: strerror only
@@ -425,14 +455,21 @@ def _write_effect(args: dict[str, Any]) -> EffectClass:
 
 
 def workspace_tools(
-    *, limits: WorkspaceLimits | None = None, protected: Sequence[str | os.PathLike[str]] = ()
+    *,
+    limits: WorkspaceLimits | None = None,
+    protected: Sequence[str | os.PathLike[str]] = (),
+    policy: Policy | None = None,
 ) -> list[Tool]:
     """The five file tools (read_file, list_dir, search_text, write_file, edit_file),
     each confined to the invocation's workspace. ``protected`` names paths they must never
     read, list, search or write (plait's own store, see
-    :func:`plait.adapters.stores.protected_paths`); an attempt is ``denied``."""
+    :func:`plait.adapters.stores.protected_paths`); an attempt is ``denied``. Writing
+    into a git repository's directory (``.git``, nested and bare ones included) or making
+    one is ``denied`` too unless ``policy`` says ``protect_git = false``; so is a write
+    whose real path (links resolved when it is made) ``policy`` denies."""
     limits = limits or WorkspaceLimits()
-    shielded = tuple(os.fspath(p) for p in protected)
+    paths = tuple(os.fspath(p) for p in protected)
+    shielded = _Shield(paths, Guard(paths), policy)
     return [
         _tool(
             ToolSpec(name=name, description=text, parameters=schema, effect=effect),
