@@ -152,6 +152,8 @@ class RunJournal:
             run=run,
             executions=executions,
             lease_owner=self.owner,
+            lease_token=a.run.lease_token,
+            lease_run_id=a.run.id,
         )
 
     def _carrying(
@@ -170,6 +172,8 @@ class RunJournal:
             run=run,
             executions=pending.executions + executions,
             lease_owner=self.owner,
+            lease_token=a.run.lease_token,
+            lease_run_id=a.run.id,
         )
 
     async def commit(

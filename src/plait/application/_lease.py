@@ -46,6 +46,7 @@ class LeaseKeeper:
                     a.run.id,
                     owner=self.journal.owner,
                     expires_at=clock.now() + self.lease_seconds,
+                    lease_token=a.run.lease_token,
                 )
             except LeaseLostError:
                 log.warning("run %s: lease lost; the run stops at its next commit", a.run.id)

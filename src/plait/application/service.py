@@ -339,6 +339,13 @@ class AgentService:
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
 
+    def lease_token(self, run_id: str) -> int | None:
+        """The lease token this process drives ``run_id`` under (``None``: it does not
+        drive it): the run's other writes (its events) carry it, so a process that lost
+        the run writes none of them either."""
+        active = self._active.get(run_id)
+        return None if active is None else active.run.lease_token
+
     def abandon(self, run_id: str) -> bool:
         """Stop driving a run this process drives *without writing anything more* (a
         worker shutting down): the run stays ``running`` for another process to recover.
