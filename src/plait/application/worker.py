@@ -25,7 +25,7 @@ from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
-from plait.domain.errors import PlaitError
+from plait.domain.errors import LeaseLostError, PlaitError
 from plait.domain.runs import Run, RunStatus
 from plait.domain.service import EventType, NewRunEvent
 
@@ -276,6 +276,15 @@ class Worker:
                 log.info("run claimed", extra=ids)
                 result = await self.service.execute(claimed, observer=observer, on_text=on_text)
                 status = result.run.status.value
+        except LeaseLostError as e:
+            log.warning(
+                "run %s: its lease was taken over by another process; this worker stopped "
+                "the run and wrote nothing after the take-over (%s)",
+                run.id,
+                e.message,
+                extra={**ids, "code": e.code},
+            )
+            return
         except PlaitError as e:
             log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
             return
