@@ -86,6 +86,11 @@ _UPGRADES = {
 }
 
 
+def _version(conn: sqlite3.Connection) -> int | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None and str(row[0]).isdigit() else None
+
+
 class SqliteConnection:
     """One ``sqlite3`` connection to ``path`` and its transactions."""
 
@@ -112,8 +117,7 @@ class SqliteConnection:
             # schema, must fail here and be left exactly as it was.
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if "meta" in tables:
-                self._upgrade(conn)
-                self._check_schema(conn)
+                self._check_schema(conn, older=True)
             elif tables:
                 raise CorruptStoreError(
                     f"{self._path} is a SQLite database but not a plait store (no meta table)",
@@ -130,6 +134,7 @@ class SqliteConnection:
                 self._create_schema(conn)
             else:  # added after schema 1 shipped; a no-op once it exists
                 conn.execute(OWNER_INDEX_SQLITE)
+                self._upgrade(conn)
         except BaseException as e:
             conn.close()
             if isinstance(e, sqlite3.Error):
@@ -137,7 +142,8 @@ class SqliteConnection:
             raise
         return conn
 
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
+    def _check_schema(self, conn: sqlite3.Connection, *, older: bool = False) -> None:
+        """A store this plait can open (``older``: or upgrade); else CorruptStoreError."""
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         try:
             version = int(row[0])
@@ -151,7 +157,7 @@ class SqliteConnection:
                 schema_version=version,
                 supported=SCHEMA_VERSION,
             )
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and not (older and version in _UPGRADES):
             raise CorruptStoreError(
                 f"{self._path} has an unknown store schema_version {row!r}",
                 path=str(self._path),
@@ -159,26 +165,26 @@ class SqliteConnection:
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
         """Bring a store written by an older plait to :data:`SCHEMA_VERSION`, one step per
-        transaction (a concurrent opener that upgraded first is seen under the lock)."""
-        while True:
+        transaction (re-read under the write lock: a concurrent opener may have upgraded
+        first), and check the result. An up-to-date store takes no lock."""
+        while _version(conn) in _UPGRADES:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                version = int(row[0]) if row is not None and str(row[0]).isdigit() else None
-                steps = None if version is None else _UPGRADES.get(version)
-                if steps is None:
-                    conn.execute("COMMIT")
-                    return
-                for statement in steps:
-                    conn.execute(statement)
-                conn.execute(
-                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version + 1),)
-                )
+                version = _version(conn)
+                steps = _UPGRADES.get(version)
+                if version is not None and steps is not None:
+                    for statement in steps:
+                        conn.execute(statement)
+                    conn.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                        (str(version + 1),),
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
+        self._check_schema(conn)
 
     def _create_schema(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
