@@ -170,7 +170,7 @@ def test_typed_arrays_round_trip_in_binary(pg_url: str, value: list[object], sql
 def test_migration_11_gives_existing_runs_a_lease_token(pg_url: str) -> None:
     """A database at migration 10 (before fencing) with a leased run is upgraded: the run
     reads with token 0 and its next claim fences the older holder."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import make_conninfo
 
     from plait.adapters.stores import _pg_sql
     from plait.adapters.stores._pg_schema import LATEST, MIGRATIONS
@@ -182,7 +182,7 @@ def test_migration_11_gives_existing_runs_a_lease_token(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.execute(f"CREATE DATABASE {name}")
-    url = make_conninfo(**{**conninfo_to_dict(pg_url), "dbname": name})
+    url = make_conninfo(pg_url, dbname=name)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(_pg_sql.CREATE_SCHEMA_TABLE)

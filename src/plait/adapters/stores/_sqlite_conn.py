@@ -171,7 +171,7 @@ class SqliteConnection:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = _version(conn)
-                steps = _UPGRADES.get(version)
+                steps = None if version is None else _UPGRADES.get(version)
                 if version is not None and steps is not None:
                     for statement in steps:
                         conn.execute(statement)
