@@ -18,6 +18,8 @@ from pathlib import Path
 
 from plait.adapters.http.events import encode_event
 from plait.adapters.stores import open_store
+from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock, process_owner
 from plait.application.ports import (
     ModelRequest,
@@ -55,6 +57,7 @@ async def main(url: str, where: Path, lease: float) -> None:
         effect=EffectClass.SIDE_EFFECT,
     )  # fmt: skip
     store = open_store(url, create=False)
+    assert isinstance(store, SqliteStore | PostgresStore)
     rt = Runtime(
         store=store, artifacts=store, model=FunctionModel(model, name="fenced"),
         tools=[Tool(spec=spec, execute=deploy, stoppable=False)], clock=SystemClock(),
