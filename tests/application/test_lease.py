@@ -50,11 +50,15 @@ def test_the_heartbeat_survives_a_failed_renewal() -> None:
     class Flaky(MemoryStore):
         failures = 0
 
-        async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+        async def renew_lease(
+            self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+        ) -> None:
             if self.failures < 2:
                 self.failures += 1
                 raise StoreError("database is busy")
-            await super().renew_lease(run_id, owner=owner, expires_at=expires_at)
+            await super().renew_lease(
+                run_id, owner=owner, expires_at=expires_at, lease_token=lease_token
+            )
             renewed.set()
 
     store = Flaky()

@@ -37,12 +37,15 @@ from tests.contract.builders import (
     new_session,
     user,
 )
+from tests.contract.fence_contract import FenceContract
 from tests.contract.owner_contract import OwnerPagesContract
 from tests.contract.run_contract import RunContract
 from tests.contract.submit_contract import SubmitContract
 
 
-class StoreContract(RunContract, ApprovalContract, OwnerPagesContract, SubmitContract):
+class StoreContract(
+    RunContract, ApprovalContract, OwnerPagesContract, SubmitContract, FenceContract
+):
     """Everything a store must do; subclass it once per adapter."""
 
     # --- sessions -------------------------------------------------------------------------

@@ -165,3 +165,60 @@ def test_typed_arrays_round_trip_in_binary(pg_url: str, value: list[object], sql
         row = conn.execute(f"SELECT %b::{sql_type}, pg_typeof(%b)::text", (value, value)).fetchone()
     assert row is not None
     assert row[0] == list(value) and row[1] == sql_type
+
+
+def test_migration_11_gives_existing_runs_a_lease_token(pg_url: str) -> None:
+    """A database at migration 10 (before fencing) with a leased run is upgraded: the run
+    reads with token 0 and its next claim fences the older holder."""
+    from psycopg.conninfo import make_conninfo
+
+    from plait.adapters.stores import _pg_sql
+    from plait.adapters.stores._pg_schema import LATEST, MIGRATIONS
+    from plait.adapters.stores._sqlite_rows import run_data
+    from plait.domain.errors import LeaseLostError
+    from tests.contract.builders import new_run
+
+    name = "plait_migration_10"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    url = make_conninfo(pg_url, dbname=name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(_pg_sql.CREATE_SCHEMA_TABLE)
+            for version, statements in enumerate(MIGRATIONS[:10], 1):
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute(_pg_sql.RECORD_VERSION, (version,))
+            conn.execute(
+                "INSERT INTO sessions (id, created_at, active_run_id) VALUES ('s1', 1.0, 'r1')"
+            )
+            data = run_data(new_run())  # as migration 10 stored it: no token
+            conn.execute(
+                "INSERT INTO runs (id, session_id, status, started_at, lease_owner, "
+                "lease_expires_at, data) VALUES ('r1', 's1', 'running', 1.0, 'w1', 2000.0, %s)",
+                (data,),
+            )
+
+        async def go() -> None:
+            store = PostgresStore(url)
+            try:
+                assert await store.upgrade() == (10, LATEST)
+                assert (await store.get_run("r1")).lease_token == 0
+                claimed = await store.claim_run("r1", owner="w2", now=3_000.0, expires_at=4e3)
+                assert claimed.lease_token == 1
+                with pytest.raises(LeaseLostError):
+                    await store.commit(
+                        Commit(
+                            session_id="s1", expected_version=0, messages=(user("m1"),),
+                            lease_owner="w1", lease_token=0, lease_run_id="r1",
+                        )
+                    )  # fmt: skip
+                assert await store.read_messages("s1") == []
+            finally:
+                await store.close()
+
+        asyncio.run(go())
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -246,3 +246,25 @@ def test_after_a_claim_an_empty_summary_state_is_known_without_a_read(url: str) 
         assert found is not None and found.generation == 1
 
     run_with(url, go)
+
+
+def test_the_starting_claim_gives_the_run_a_new_lease_token(url: str) -> None:
+    from plait.domain.errors import LeaseLostError
+
+    async def go(store: PostgresStore) -> None:
+        await queue(store, "s1", "r1", 10.0)
+        first = await store.claim_and_start_run(
+            owner="w1", now=100.0, expires_at=110.0, model="m", model_spec=None
+        )
+        assert first is not None and first.run.lease_token == 1
+        again = await store.claim_run("r1", owner="w2", now=200.0, expires_at=260.0)
+        assert again.lease_token == 2
+        late = Commit(
+            session_id="s1", expected_version=1, messages=(user("m-late"),),
+            lease_owner="w1", lease_token=1, lease_run_id="r1",
+        )  # fmt: skip
+        with pytest.raises(LeaseLostError):
+            await store.commit(late)
+        assert [m.message.id for m in await store.read_messages("s1")] == ["m-r1"]
+
+    run_with(url, go)

@@ -177,9 +177,9 @@ def test_events_of_several_runs_within_the_linger_share_one_write() -> None:
             super().__init__()
             self.writes: list[dict[str, int]] = []
 
-        async def append_run_events_batch(self, batch: Any) -> Any:
+        async def append_run_events_batch(self, batch: Any, **kw: Any) -> Any:
             self.writes.append({r: len(es) for r, es in batch.items()})
-            return await super().append_run_events_batch(batch)
+            return await super().append_run_events_batch(batch, **kw)
 
     async def go(linger: float) -> list[dict[str, int]]:
         store = Counting()

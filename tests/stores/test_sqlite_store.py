@@ -197,3 +197,43 @@ def test_two_processes_append_without_interleaving(tmp_path: Path) -> None:
         mine = [sm.message for sm in history if sm.message.id.startswith(f"{name}-")]
         assert [m.id for m in mine] == [f"{name}-{i}" for i in range(n)]
         assert all(isinstance(m, UserMessage) and m.text == name for m in mine)
+
+
+def test_a_schema_1_store_is_upgraded_with_lease_tokens(tmp_path: Path) -> None:
+    """A store written before fencing (schema 1: no ``runs.lease_token``) opens, its runs
+    read with token 0, and the next claim fences as everywhere else."""
+    from plait.adapters.stores._sqlite_conn import SCHEMA_VERSION
+    from plait.domain.errors import LeaseLostError
+    from tests.contract.builders import lease, new_run
+
+    path = tmp_path / "plait.db"
+
+    async def make() -> None:
+        store = SqliteStore.open(path)
+        await store.create_session(new_session())
+        run = new_run(lease=lease("w1"))
+        await store.start_run(Commit(session_id="s1", expected_version=0, run=run))
+        await store.close()
+
+    asyncio.run(make())
+    with sqlite3.connect(path) as conn:  # back to how schema 1 stored runs
+        conn.execute("ALTER TABLE runs DROP COLUMN lease_token")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.close()
+
+    async def reopen() -> None:
+        store = SqliteStore(path)
+        try:
+            assert (await store.get_run("r1")).lease_token == 0
+            claimed = await store.claim_run("r1", owner="w2", now=3_000.0, expires_at=4_000.0)
+            assert claimed.lease_token == 1
+            with pytest.raises(LeaseLostError):
+                await store.renew_lease("r1", owner="w2", expires_at=5_000.0, lease_token=0)
+        finally:
+            await store.close()
+
+    asyncio.run(reopen())
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    conn.close()
+    assert row[0] == str(SCHEMA_VERSION) == "2"

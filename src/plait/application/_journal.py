@@ -152,6 +152,8 @@ class RunJournal:
             run=run,
             executions=executions,
             lease_owner=self.owner,
+            lease_token=a.run.lease_token,
+            lease_run_id=a.run.id,
         )
 
     def _carrying(
@@ -170,6 +172,8 @@ class RunJournal:
             run=run,
             executions=pending.executions + executions,
             lease_owner=self.owner,
+            lease_token=a.run.lease_token,
+            lease_run_id=a.run.id,
         )
 
     async def commit(
@@ -249,6 +253,10 @@ class RunJournal:
         carrying commit's is the one raised)."""
         try:
             result = await self.store.commit(self._carrying(a, pending))
+        except LeaseLostError:
+            # Fenced off: the process that took the run over recovers the call from its
+            # record (DESIGN section 4), as if this one had died before the result.
+            return
         except Exception as e:
             log.warning("run %s: its last result could not be saved either: %s", a.run.id, e)
             return
@@ -364,6 +372,8 @@ class RunJournal:
         that commit's own failure."""
         try:
             await self.durable(a)
+        except LeaseLostError:
+            pass  # fenced off like the rest of the run: reported once, by whoever stops it
         except Exception as e:
             log.warning("run %s: the commit in flight failed as well: %s", a.run.id, e)
 

@@ -46,9 +46,11 @@ class LeaseKeeper:
                     a.run.id,
                     owner=self.journal.owner,
                     expires_at=clock.now() + self.lease_seconds,
+                    lease_token=a.run.lease_token,
                 )
             except LeaseLostError:
-                log.warning("run %s: lease lost; the run stops at its next commit", a.run.id)
+                # Told once, by whoever stops the run (the worker's warning, the CLI's error).
+                log.info("run %s: lease lost; the run stops at its next commit", a.run.id)
                 a.lease_lost = True
                 if a.task is not None and a.interruptible:
                     a.task.cancel()

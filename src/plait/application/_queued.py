@@ -22,10 +22,29 @@ from plait.application.claiming import ClaimedRun
 from plait.application.driver import RunDriver
 from plait.application.events import RunObserver
 from plait.application.ports import Clock, Commit, IdGenerator, TextSink
+from plait.domain.errors import ConfigError
 from plait.domain.messages import UserMessage
 from plait.domain.runs import Budget, Run, RunStatus
 
-__all__ = ["begin_claimed", "queued", "take_claimed"]
+__all__ = ["begin_claimed", "can_queue", "check_can_queue", "queued", "take_claimed"]
+
+
+def can_queue(store: object) -> bool:
+    """Whether a worker can serve ``store`` (it has a run queue; JSONL has none)."""
+    return callable(getattr(store, "claim_queued_run", None))
+
+
+def check_can_queue(store: object, what: str) -> None:
+    """Refuse to leave a run ``queued`` on a store no worker can serve (it has no run
+    queue: JSONL), before anything is written: the run would wait for a worker that can
+    never come. ``what`` names the refused action and how to go on instead."""
+    if not can_queue(store):
+        raise ConfigError(
+            f"{what}: this store has no run queue, so no worker (`plait worker`, "
+            "`plait serve`) can continue a queued run; continue it in this process "
+            "instead (leave out --queue)",
+            store=type(store).__name__,
+        )
 
 
 def queued(

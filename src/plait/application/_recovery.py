@@ -45,16 +45,21 @@ class Recoverer:
         force: bool,
     ) -> RecoveryReport:
         """Take ``run`` over and drive it on, or say why it was skipped."""
-        if run.status is not RunStatus.RUNNING:
-            return RecoveryReport(run.id, "skipped", f"run is {run.status.value}, not running")
+        queued = force and run.status is RunStatus.QUEUED  # named: no worker may ever come
+        if run.status is not RunStatus.RUNNING and not queued:
+            hint = "; start it with `plait runs resume`" if run.status is RunStatus.QUEUED else ""
+            return RecoveryReport(
+                run.id, "skipped", f"run is {run.status.value}, not running{hint}"
+            )
         try:
             caller = self.models.caller_for(run)
         except ConfigError as e:
             return RecoveryReport(run.id, "skipped", e.message)
         try:
             a = await self.driver.take_over(
-                run, observer=observer, on_text=on_text, caller=caller, force=force
-            )
+                run, observer=observer, on_text=on_text, caller=caller, force=force,
+                status=RunStatus.RUNNING if queued else None,
+            )  # fmt: skip
         except LeaseLostError as e:
             now_run = await self.store.get_run(run.id)
             detail = (

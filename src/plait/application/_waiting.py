@@ -76,10 +76,19 @@ def resolution(
     return message, settled
 
 
-async def resumable(store: SessionStore, run_id: str) -> Run:
+async def resumable(store: SessionStore, run_id: str, *, queued: bool = False) -> Run:
     """The run, if it waits for a person and nothing blocks it any more (no unknown
-    outcome left); RunStateError saying what to do otherwise."""
+    outcome left), or (``queued``: no worker can serve the store) is ``queued``, for the
+    caller to start; RunStateError saying what to do otherwise."""
     run = await store.get_run(run_id)
+    if run.status is RunStatus.QUEUED:
+        if queued:
+            return run
+        raise RunStateError(
+            f"run {run_id} is queued: a worker (`plait worker`, `plait serve`) starts it",
+            run_id=run_id,
+            status=run.status.value,
+        )
     if run.status not in WAITING:
         raise RunStateError(
             f"run {run_id} is {run.status.value}; only a run awaiting resolution or "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from plait.application._queued import check_can_queue
 from plait.application._run_state import RunResult
 from plait.application.events import RunObserver
 from plait.application.governance.approvals import Approvals
@@ -63,7 +64,9 @@ class ApprovalDesk:
         reason: str | None = None,
     ) -> Approval:
         """Record the decision; a run left with nothing pending goes back to the queue
-        for a worker. Needs no model."""
+        for a worker. Needs no model. Refused (ConfigError, nothing written) on a store
+        no worker can serve: use :meth:`decide_and_continue` there."""
+        check_can_queue(self.service.store, "cannot queue the run after this decision")
         decided = await self._decisions.decide(
             approval_id, approve=approve, grantor=grantor, ttl_seconds=ttl_seconds, reason=reason
         )

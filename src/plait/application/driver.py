@@ -240,7 +240,7 @@ class RunDriver:
         except StopRun as stop:
             await self.journal.finish(a, stop.status, stop.error, stop.executions)
         except LeaseLostError:
-            log.warning("run %s: lease lost to another owner; stopping here", a.run.id)
+            log.debug("run %s: fenced off (its lease was taken over); stopping", a.run.id)
             raise
         except StoreError:
             raise  # the store failed: the run stays running, and is recovered later

@@ -211,7 +211,11 @@ class Commit:
     only; the busy check still applies): append after the session's last message.
 
     ``lease_owner`` fences the write: if the stored run is leased to someone else the
-    commit fails with :class:`~plait.domain.errors.LeaseLostError`. ``session_owner``: the
+    commit fails with :class:`~plait.domain.errors.LeaseLostError`. ``lease_token`` (the
+    :attr:`~plait.domain.runs.Run.lease_token` the writer's claim returned) fences it for
+    real: if the run (``run``, else ``lease_run_id``) has been claimed since, or has
+    ended, the commit fails the same way and nothing of it is written, also when the run
+    holds no lease now (a process that took it over released it). ``session_owner``: the
     session must be this owner's, else :class:`~plait.domain.errors.SessionNotFoundError`
     as if it did not exist. A terminal run status releases the session.
     """
@@ -223,6 +227,10 @@ class Commit:
     executions: tuple[ExecutionRecord, ...] = ()
     lease_owner: str | None = None
     session_owner: str | None = None
+    lease_token: int | None = None
+    lease_run_id: str | None = None
+    """The run ``lease_token`` belongs to, for a commit that writes no run (a tool result):
+    ``run.id`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,11 +284,17 @@ class SessionStore(Protocol):
     async def get_executions(self, run_id: str) -> list[ExecutionRecord]: ...
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
-        """Take the lease of a non-terminal run if it is free, expired or already ours.
-        Fails with :class:`~plait.domain.errors.LeaseLostError` otherwise."""
+        """Take the lease of a non-terminal run if it is free, expired or already ours,
+        with a new :attr:`~plait.domain.runs.Run.lease_token` (one higher). Fails with
+        :class:`~plait.domain.errors.LeaseLostError` otherwise."""
         ...
 
-    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None: ...
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
+        """Move ``owner``'s lease to ``expires_at``; LeaseLostError if the run is not
+        leased to ``owner`` or (``lease_token``) was claimed again since that token."""
+        ...
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         """Non-terminal runs whose lease has expired (or that hold none)."""
@@ -322,9 +336,13 @@ class ApprovalStore(Protocol):
     inherits none.
     """
 
-    async def request_approval(self, approval: Approval) -> Approval:
+    async def request_approval(
+        self, approval: Approval, *, lease_token: int | None = None
+    ) -> Approval:
         """Store a pending request. If the same call (session, run, call id) already has
-        a pending one, that one is returned and nothing is written."""
+        a pending one, that one is returned and nothing is written. ``lease_token``: the
+        requesting run's token (see :class:`Commit`); a stale one is refused with
+        :class:`~plait.domain.errors.LeaseLostError` and nothing is written."""
         ...
 
     async def get_approval(self, approval_id: str) -> Approval: ...
@@ -455,14 +473,17 @@ class RunQueue(Protocol):
 
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
         """Lease the oldest ``queued`` run that is free (no lease, or an expired one) to
-        ``owner``, atomically (two workers never get the same run); ``None`` if none."""
+        ``owner``, atomically (two workers never get the same run), with a new lease
+        token (as :meth:`SessionStore.claim_run`); ``None`` if none."""
         ...
 
     async def append_run_events(
-        self, run_id: str, events: Sequence[NewRunEvent]
+        self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:
         """Number the events after the run's last one (``seq`` from 1, no gaps) and store
-        them in one write."""
+        them in one write. ``lease_token``: the writer's token (see :class:`Commit`); a
+        stale one is refused with :class:`~plait.domain.errors.LeaseLostError`, nothing
+        written."""
         ...
 
     async def read_run_events(
@@ -472,10 +493,15 @@ class RunQueue(Protocol):
         ...
 
     async def append_run_events_batch(
-        self, batch: Mapping[str, Sequence[NewRunEvent]]
+        self,
+        batch: Mapping[str, Sequence[NewRunEvent]],
+        *,
+        lease_tokens: Mapping[str, int] | None = None,
     ) -> dict[str, list[RunEventRecord]]:
         """:meth:`append_run_events` for several runs in one durable write (a worker
-        flushes the events of every run it drives at once)."""
+        flushes the events of every run it drives at once). A run whose token in
+        ``lease_tokens`` is stale gets none of its events written (an empty list back);
+        the other runs' are written."""
         ...
 
 

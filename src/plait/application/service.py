@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
-from plait.application._queued import begin_claimed, queued
+from plait.application._queued import begin_claimed, can_queue, check_can_queue, queued
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
@@ -361,6 +361,13 @@ class AgentService:
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
         return a.run
 
+    def lease_token(self, run_id: str) -> int | None:
+        """The lease token this process drives ``run_id`` under (``None``: it does not
+        drive it): the run's other writes (its events) carry it, so a process that lost
+        the run writes none of them either."""
+        active = self._active.get(run_id)
+        return None if active is None else active.run.lease_token
+
     def abandon(self, run_id: str) -> bool:
         """Stop driving a run this process drives *without writing anything more* (a
         worker shutting down): the run stays ``running`` for another process to recover.
@@ -436,6 +443,8 @@ class AgentService:
         status = ToolStatus(status)
         if status not in (ToolStatus.SUCCEEDED, ToolStatus.FAILED):
             raise ValidationError("a resolution is 'succeeded' or 'failed'")
+        if queue:
+            check_can_queue(self.store, "cannot queue the run after its resolution")
         if not note.strip():
             raise ValidationError("a resolution needs a note saying what was verified")
         _check_text("the resolution note", note)
@@ -458,6 +467,24 @@ class AgentService:
         await self.journal.commit(a, (message,), run=released, executions=(settled,))
         return a.run
 
+    async def requeue(self, run_id: str) -> Run:
+        """Put a run that waits for a person back in the queue for a worker, once nothing
+        blocks it any more (every unknown call resolved; for one awaiting approval, the
+        gate is asked again when a worker continues it): the service-mode
+        :meth:`resume`, e.g. for a run left waiting after its resolution. A run already
+        queued is returned as it is. RunStateError for any other run (running, ended, or
+        with unknown calls left); a run another process holds keeps going
+        (LeaseLostError). Refused (ConfigError) on a store no worker can serve."""
+        check_can_queue(self.store, "cannot queue the run")
+        current = await self.store.get_run(run_id)
+        if current.status is RunStatus.QUEUED:
+            return current
+        run = await resumable(self.store, run_id)
+        a = await self.driver.take_over(run, observer=None)
+        queued_run = replace(a.run, status=RunStatus.QUEUED, error=None, lease=None)
+        await self.journal.commit(a, (), run=queued_run)
+        return a.run
+
     async def resume(
         self,
         run_id: str,
@@ -466,10 +493,11 @@ class AgentService:
         on_text: TextSink | None = None,
     ) -> RunResult:
         """Continue a run that waits for a person: one awaiting resolution once every
-        unknown call is resolved; one awaiting approval at once (the gate is asked again
+        unknown call is resolved; a queued one on a store no worker can serve (it starts
+        here); one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
         self.models.check_can_run()
-        run = await resumable(self.store, run_id)
+        run = await resumable(self.store, run_id, queued=not can_queue(self.store))
         caller = self.models.caller_for(run)
         a = await self.driver.take_over(
             run, observer=observer, status=RunStatus.RUNNING, on_text=on_text, caller=caller

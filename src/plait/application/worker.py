@@ -25,7 +25,7 @@ from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
-from plait.domain.errors import PlaitError
+from plait.domain.errors import LeaseLostError, PlaitError
 from plait.domain.runs import Run, RunStatus
 from plait.domain.service import EventType, NewRunEvent
 
@@ -59,19 +59,30 @@ class _EventSink:
         now: Callable[[], float],
         feed: RunEventFeed | None,
         linger: float = 0.0,
+        token_of: Callable[[str], int | None] | None = None,
     ) -> None:
         self._store = queue
         self._encode = encode
         self._now = now
         self._feed = feed
-        self._items: asyncio.Queue[tuple[str, NewRunEvent]] = asyncio.Queue()
+        self._token_of = token_of
+        self._items: asyncio.Queue[tuple[str, NewRunEvent, int | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.linger = linger
 
+    def _token(self, run_id: str, event: RunEvent | None = None) -> int | None:
+        """The lease token the run's events are written under (fencing): the one of the
+        run the event carries, else the one the run is driven under now."""
+        run = getattr(event, "run", None)
+        if isinstance(run, Run):
+            return run.lease_token
+        return None if self._token_of is None else self._token_of(run_id)
+
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
+            token = self._token(run_id, event)
             for e in self._encode(event, self._now()):
-                self._items.put_nowait((run_id, e))
+                self._items.put_nowait((run_id, e, token))
 
         return observe
 
@@ -79,7 +90,7 @@ class _EventSink:
         def on_text(delta: str) -> None:
             if delta:
                 e = NewRunEvent(type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta})
-                self._items.put_nowait((run_id, e))
+                self._items.put_nowait((run_id, e, self._token(run_id)))
 
         return on_text
 
@@ -104,20 +115,34 @@ class _EventSink:
             while not self._items.empty():
                 batch.append(self._items.get_nowait())
             by_run: dict[str, list[NewRunEvent]] = {}
-            for run_id, e in batch:
-                by_run.setdefault(run_id, []).append(e)
+            tokens: dict[str, int] = {}
+            for run_id, _, token in batch:  # a run's newest claim fences its older events
+                if token is not None and token > tokens.get(run_id, -1):
+                    tokens[run_id] = token
+            for run_id, e, token in batch:
+                if token is None or token == tokens[run_id]:
+                    by_run.setdefault(run_id, []).append(e)
             try:
-                await self._write(by_run)
+                await self._write(by_run, tokens)
             finally:
                 for _ in batch:
                     self._items.task_done()
 
-    async def _write(self, by_run: dict[str, list[NewRunEvent]]) -> None:
+    async def _write(self, by_run: dict[str, list[NewRunEvent]], tokens: dict[str, int]) -> None:
         try:
-            written = await self._store.append_run_events_batch(by_run)
+            written = await self._store.append_run_events_batch(by_run, lease_tokens=tokens)
         except PlaitError as e:
             log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
             return
+        for run_id, events in by_run.items():
+            if events and not written.get(run_id):
+                log.warning(
+                    "run %s: its lease was taken over by another process; %d of its events "
+                    "from this process were not written",
+                    run_id,
+                    len(events),
+                    extra={"run_id": run_id},
+                )
         if self._feed is not None:
             for run_id, records in written.items():
                 if records:
@@ -149,7 +174,9 @@ class Worker:
         self.poll_seconds = poll_seconds
         self.grace_seconds = grace_seconds
         self.stats = WorkerStats()
-        self._sink = _EventSink(queue, encode, service.clock.now, feed, event_linger_seconds)
+        self._sink = _EventSink(
+            queue, encode, service.clock.now, feed, event_linger_seconds, service.lease_token
+        )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
 
@@ -249,6 +276,15 @@ class Worker:
                 log.info("run claimed", extra=ids)
                 result = await self.service.execute(claimed, observer=observer, on_text=on_text)
                 status = result.run.status.value
+        except LeaseLostError as e:
+            log.warning(
+                "run %s: its lease was taken over by another process; this worker stopped "
+                "the run and wrote nothing after the take-over (%s)",
+                run.id,
+                e.message,
+                extra={**ids, "code": e.code},
+            )
+            return
         except PlaitError as e:
             log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
             return

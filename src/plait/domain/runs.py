@@ -113,6 +113,12 @@ class Run:
     deadline_at: float | None = None
     """The deadline as an absolute wall-clock time (epoch seconds): set when the run
     starts, kept through a crash and recovery; set anew when a person resumes it."""
+    lease_token: int = 0
+    """The fencing token of the run's last claim, kept by the store: every claim or
+    take-over of the run (by any process, the same owner's too) makes it one higher. A
+    writer keeps the token its claim returned and every write of the run carries it; a
+    store refuses a write whose token is not the stored one (the run was taken over
+    since), whatever the lease looks like now."""
     policy: str | None = None
     """The tool policy (its source, e.g. a file path) of the process that last started or
     continued the run, which decides its calls from then on (after an approval too);

@@ -221,6 +221,10 @@ async def runs_resolve(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def runs_resume(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    if a.queue:
+        r = await rt.service.requeue(a.run_id)
+        out.emit(run_json(r), f"run {r.id} is {r.status.value}: a worker continues it")
+        return EXIT_OK
     return print_result(out, await rt.service.resume(a.run_id))
 
 

@@ -221,8 +221,17 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
         "(`plait worker`, `plait serve`) instead of `plait runs resume`",
     )
     common(resolve)
-    resume = rsub.add_parser("resume", help="continue a run once its unknown calls are resolved")
+    resume = rsub.add_parser(
+        "resume",
+        help="continue a run once its unknown calls are resolved (or a queued run no worker took)",
+    )
     resume.add_argument("run_id", metavar="RUN")
+    resume.add_argument(
+        "--queue",
+        action="store_true",
+        help="put the run back in the queue for a worker (`plait worker`, `plait serve`) "
+        "instead of continuing it here; refused on a store no worker can serve (JSONL)",
+    )
     model_opt(resume)
     policy_opt(resume)
     common(resume)

@@ -364,6 +364,17 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         log.info("run resolved", extra={"run_id": run_id, "session_id": run.session_id})
         return run_json(run)
 
+    @r.post("/runs/{run_id}/resume", response_model=m.RunOut)
+    async def resume_run(run_id: str, who: Who) -> dict[str, Any]:
+        """Put a run that waits for a person back in the queue once nothing blocks it any
+        more (every unknown call resolved, or its approvals decided), e.g. a run left
+        waiting after its resolution; a worker continues it. A queued run is returned as
+        it is; any other run is a 409 ``run_state`` saying why."""
+        await _own_run(ctx, who, run_id)
+        run = await ctx.service.requeue(run_id)
+        log.info("run requeued", extra={"run_id": run_id, "session_id": run.session_id})
+        return run_json(run)
+
     @r.get(
         "/runs/{run_id}/events",
         response_class=StreamingResponse,

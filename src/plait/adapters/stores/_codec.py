@@ -388,6 +388,7 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         if r.lease is None
         else {"owner": r.lease.owner, "expires_at": r.lease.expires_at},
         "cancel_requested": r.cancel_requested,
+        "lease_token": r.lease_token,
         "model_spec": r.model_spec,
         "deadline_at": r.deadline_at,
         "policy": r.policy,
@@ -415,6 +416,7 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         if lease is None
         else Lease(owner=lease["owner"], expires_at=lease["expires_at"]),
         cancel_requested=bool(d["cancel_requested"]),
+        lease_token=int(d.get("lease_token", 0)),
         model_spec=d.get("model_spec"),
         deadline_at=d.get("deadline_at"),
         policy=d.get("policy"),

@@ -15,8 +15,10 @@ from plait.adapters.stores._approvals import (
     plan_decision,
     plan_request,
 )
-from plait.adapters.stores._state import session_not_found
+from plait.adapters.stores._pg_sql import FENCE as _FENCE
+from plait.adapters.stores._state import check_token, session_not_found
 from plait.domain.governance import Approval, ApprovalUse
+from plait.domain.runs import RunStatus
 
 __all__ = ["consume", "decide", "get", "listing", "request"]
 
@@ -55,11 +57,21 @@ async def _update(conn: Conn, a: Approval) -> None:
     )
 
 
-async def request(conn: Conn, approval: Approval) -> Approval:
-    """Inside a write transaction."""
+async def request(conn: Conn, approval: Approval, lease_token: int | None = None) -> Approval:
+    """Inside a write transaction. ``lease_token``: fenced by the run's token (its row
+    locked against a concurrent claim until the request is written)."""
     lock = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
     if await (await conn.execute(lock, (approval.session_id,))).fetchone() is None:
         raise session_not_found(approval.session_id)
+    if lease_token is not None:
+        row = await (await conn.execute(_FENCE, (approval.run_id,))).fetchone()
+        check_token(
+            approval.run_id,
+            None if row is None else int(row[0]),
+            lease_token,
+            ended=row is not None and RunStatus(row[1]).terminal,
+            wanted=None,
+        )
     params = (approval.session_id, approval.run_id, approval.call_id)
     row = await (await conn.execute(_PENDING, params)).fetchone()
     pending = None if row is None else _decode(row[0])

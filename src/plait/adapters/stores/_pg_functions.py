@@ -18,9 +18,11 @@ from __future__ import annotations
 __all__ = [
     "CLAIM_FUNCTION",
     "CLAIM_FUNCTION_V9",
+    "CLAIM_FUNCTION_V11",
     "COMMIT_FUNCTION",
     "COMMIT_FUNCTION_V8",
     "COMMIT_FUNCTION_V10",
+    "COMMIT_FUNCTION_V11",
 ]
 
 COMMIT_FUNCTION = """
@@ -262,4 +264,70 @@ COMMIT_FUNCTION_V10 = (
 """,
     )
     .replace(_CURRENT_V8, _CURRENT_V8 + "    p_expected := coalesce(p_expected, v_current);\n")
+)
+
+# Migration 11: fencing by lease token (issue 20). ``plait_commit`` takes the writer's
+# token (``p_lease_token``) and the run it is for (``p_lease_run``, for a commit that
+# writes no run): the run row is locked and the commit refused (``plait:lease_taken``,
+# nothing written) if the run was claimed since (another token) or has ended, whether
+# or not it holds a lease now. ``plait_claim`` makes the claimed run's token one higher
+# and returns it (last column). Made from the functions of migrations 10 and 9 (frozen).
+_ENDED = "'completed', 'budget_exhausted', 'failed', 'cancelled'"
+_PARAMS_V10 = "p_lease_owner text, p_owner text,"
+_FENCE_READ_V10 = (
+    "        SELECT r.session_id, r.lease_owner, r.lease_expires_at, r.cancel_requested INTO f\n"
+    "        FROM runs AS r WHERE r.id = r_id FOR UPDATE;\n"
+    "        IF NOT FOUND OR f.session_id <> p_session THEN\n"
+    "            RAISE EXCEPTION USING MESSAGE = 'plait:run_not_found',\n"
+    "                DETAIL = json_build_array(r_id)::text;\n"
+    "        END IF;\n"
+)
+_NO_RUN_V10 = "    ELSIF r_id IS NULL THEN\n"
+assert COMMIT_FUNCTION_V10.count(_PARAMS_V10) == 1
+assert COMMIT_FUNCTION_V10.count(_FENCE_READ_V10) == 1
+assert COMMIT_FUNCTION_V10.count(_NO_RUN_V10) == 1
+_TOKEN_CHECK = f"""        IF p_lease_token IS NOT NULL
+                AND (f.lease_token IS DISTINCT FROM p_lease_token OR f.status IN ({_ENDED})) THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:lease_taken',
+                DETAIL = json_build_array(f.lease_token, f.status IN ({_ENDED}))::text;
+        END IF;
+"""
+COMMIT_FUNCTION_V11 = (
+    COMMIT_FUNCTION_V10.replace(
+        _PARAMS_V10, _PARAMS_V10 + "\n    p_lease_token bigint, p_lease_run text,"
+    )
+    .replace(
+        _FENCE_READ_V10,
+        _FENCE_READ_V10.replace(
+            "r.cancel_requested INTO f",
+            "r.cancel_requested,\n            r.lease_token, r.status INTO f",
+        )
+        + _TOKEN_CHECK,
+    )
+    .replace(
+        _NO_RUN_V10,
+        _NO_RUN_V10
+        + """        IF p_lease_token IS NOT NULL THEN
+            SELECT r.session_id, r.lease_token, r.status INTO f FROM runs AS r
+            WHERE r.id = p_lease_run AND r.session_id = p_session FOR SHARE;
+"""
+        + "    "
+        + _TOKEN_CHECK.replace("\n        ", "\n            ")
+        + "        END IF;\n",
+    )
+)
+
+_SET_V9 = "    UPDATE runs AS u SET status = 'running', lease_owner = p_owner,\n"
+_RETURNING_V9 = "        u.lease_expires_at, u.cancel_requested, u.data INTO r;\n"
+_OUT_V9 = "o_summaries integer, o_constraints bigint"
+_LAST_V9 = "(SELECT count(*) FROM constraint_records AS cr WHERE cr.session_id = r.session_id)"
+assert CLAIM_FUNCTION_V9.count(_SET_V9) == 1
+assert CLAIM_FUNCTION_V9.count(_RETURNING_V9) == 1
+assert CLAIM_FUNCTION_V9.count(_OUT_V9) == 1
+assert CLAIM_FUNCTION_V9.count(_LAST_V9) == 1
+CLAIM_FUNCTION_V11 = (
+    CLAIM_FUNCTION_V9.replace(_SET_V9, _SET_V9 + "        lease_token = u.lease_token + 1,\n")
+    .replace(_RETURNING_V9, _RETURNING_V9.replace("u.data INTO r", "u.data, u.lease_token INTO r"))
+    .replace(_OUT_V9, _OUT_V9 + ", o_token bigint")
+    .replace(_LAST_V9, _LAST_V9 + ",\n        r.lease_token")
 )

@@ -21,9 +21,11 @@ from plait.adapters.stores import _pg_sql as q
 from plait.adapters.stores._pg_functions import (
     CLAIM_FUNCTION,
     CLAIM_FUNCTION_V9,
+    CLAIM_FUNCTION_V11,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
+    COMMIT_FUNCTION_V11,
 )
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.adapters.stores._unstorable import unstorable
@@ -145,6 +147,15 @@ MIGRATIONS += (
     # 10: a commit checks the session's owner and may append at its end (one-statement
     # submission).
     ("DROP FUNCTION plait_commit", COMMIT_FUNCTION_V10),
+    # 11: fencing: every claim makes the run's lease token one higher; a commit carries
+    # its writer's token and is refused when the run was claimed since (issue 20).
+    (
+        "ALTER TABLE runs ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0",
+        "DROP FUNCTION plait_commit",
+        COMMIT_FUNCTION_V11,
+        "DROP FUNCTION plait_claim",
+        CLAIM_FUNCTION_V11,
+    ),
 )
 
 LATEST = len(MIGRATIONS)

@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
-from plait.adapters.stores._pg_arrays import Floats, Texts
+from plait.adapters.stores._pg_arrays import Floats, Ints, Texts
 from plait.adapters.stores._pg_context_cache import Stamp
 from plait.adapters.stores._pg_sql import RUN_COLS
 from plait.adapters.stores._service_rows import (
@@ -37,7 +37,8 @@ __all__ = [
 Conn = Any
 
 _CLAIM = (
-    "UPDATE runs SET lease_owner = %s, lease_expires_at = %s WHERE id = ("
+    "UPDATE runs SET lease_owner = %s, lease_expires_at = %s, lease_token = lease_token + 1 "
+    "WHERE id = ("
     "SELECT id FROM runs WHERE status = 'queued' "
     "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord LIMIT 1 "
     f"FOR UPDATE SKIP LOCKED) RETURNING {RUN_COLS}"
@@ -50,9 +51,12 @@ CHANNEL = "plait_run_events"
 # each write; two writers of one run pick the same numbers, the primary key turns that
 # into a unique violation and the loser retries), insert them, notify listeners at commit.
 _APPEND = f"""
-WITH new AS (
-    SELECT * FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[])
-        WITH ORDINALITY AS n(run_id, type, at, data, ord)
+WITH given AS (
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[], %b::integer[])
+        WITH ORDINALITY AS n(run_id, type, at, data, token, ord)
+), new AS (
+    SELECT g.* FROM given g WHERE g.token IS NULL OR EXISTS (
+        SELECT 1 FROM runs r WHERE r.id = g.run_id AND r.lease_token = g.token)
 ), base AS (
     SELECT r.run_id, coalesce(
         (SELECT max(e.seq) FROM run_events e WHERE e.run_id = r.run_id), 0) AS last
@@ -97,16 +101,21 @@ async def claim_started(
     version = stored[-1][0] if stored else 0
     session = session_from_row((first[1], *first[8:11], version, *first[11:15]))
     history = tuple(decode_messages(stored))
-    claimed = ClaimedRun(run=run_from_row(first[:8]), session=session, history=history)
+    run = run_from_row((*first[:8], first[29]))
+    claimed = ClaimedRun(run=run, session=session, history=history)
     return claimed, (int(first[27]), int(first[28]))
 
 
 async def append_batch(
-    conn: Conn, batch: Mapping[str, Sequence[NewRunEvent]]
+    conn: Conn,
+    batch: Mapping[str, Sequence[NewRunEvent]],
+    lease_tokens: Mapping[str, int] | None = None,
 ) -> dict[str, list[RunEventRecord]]:
     """In autocommit (the statement is its own transaction, committed durably like any
     other write: a client may already have streamed an event, so a crash must not lose
-    it and renumber the run's later events)."""
+    it and renumber the run's later events). A run whose token in ``lease_tokens`` is not
+    its stored one (claimed since) gets none of its events written."""
+    tokens = lease_tokens or {}
     todo = {run_id: list(events) for run_id, events in batch.items() if events}
     out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
     if not todo:
@@ -115,6 +124,7 @@ async def append_batch(
     params = (
         Texts([r[0] for r in rows]), Texts([r[2] for r in rows]),
         Floats([r[3] for r in rows]), Texts([r[4] for r in rows]),
+        Ints([tokens.get(r[0]) for r in rows]),
     )  # fmt: skip
     for attempt in range(_RETRIES):
         try:
@@ -125,6 +135,8 @@ async def append_batch(
             if attempt == _RETRIES - 1:
                 raise  # translated into a ConflictError by the store
     for run_id, events in todo.items():
+        if run_id not in last:
+            continue  # fenced off: nothing written
         first = int(last[run_id]) - len(events) + 1
         out[run_id] = [
             RunEventRecord(run_id=run_id, seq=first + i, type=e.type, at=e.at, data=e.data)

@@ -21,7 +21,8 @@ _SESSION_COLS = (
     "s.parent_session_id, s.fork_point_message_id, s.title"
 )
 RUN_COLS = (
-    "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data"
+    "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
+    "lease_token"
 )
 
 INSERT_SESSION = (
@@ -65,7 +66,7 @@ READ_MESSAGES = (
 )
 
 INSERT_RUN = (
-    f"INSERT INTO runs ({RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, FALSE, %s) "
+    f"INSERT INTO runs ({RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, FALSE, %s, 0) "
     "ON CONFLICT (id) DO NOTHING"
 )
 GET_RUN = f"SELECT {RUN_COLS} FROM runs WHERE id = %s"
@@ -85,13 +86,17 @@ LIST_SESSION_RUNS = (
 )
 CANCEL = f"UPDATE runs SET cancel_requested = TRUE WHERE id = %s RETURNING {RUN_COLS}"
 CLAIM = (
-    f"UPDATE runs SET lease_owner = %s, lease_expires_at = %s WHERE id = %s "
-    f"AND status IN ({_LIVE}) "
+    "UPDATE runs SET lease_owner = %s, lease_expires_at = %s, lease_token = lease_token + 1 "
+    f"WHERE id = %s AND status IN ({_LIVE}) "
     "AND (lease_owner IS NULL OR lease_expires_at <= %s OR lease_owner = %s) "
     f"RETURNING {RUN_COLS}"
 )
-RENEW = "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s"
-LEASE = "SELECT lease_owner, lease_expires_at FROM runs WHERE id = %s"
+RENEW = (
+    "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s "
+    "AND (%s::bigint IS NULL OR lease_token = %s::bigint)"
+)
+LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHERE id = %s"
+FENCE = "SELECT lease_token, status FROM runs WHERE id = %s FOR SHARE"
 STALE = (
     f"SELECT {RUN_COLS} FROM runs WHERE status IN ({_LIVE}) "
     "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord"

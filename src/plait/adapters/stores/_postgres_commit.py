@@ -24,6 +24,7 @@ from plait.adapters.stores._state import (
     duplicate_message,
     duplicate_run,
     lease_lost,
+    lease_taken,
     run_not_found,
     session_busy,
     session_not_found,
@@ -41,8 +42,8 @@ Conn = psycopg.AsyncConnection[Any]
 # arrays with their types given (see _pg_arrays).
 _CALL = (
     "SELECT o_version, o_cancel, o_summaries, o_constraints FROM plait_commit("
-    "%b::text, %b::integer, %b::boolean, %b::text, "
-    "%b::text, %b::text, %b::text, %b::float8, %b::text, %b::float8, %b::text, %b::boolean, "
+    "%b::text, %b::integer, %b::boolean, %b::text, %b::text, %b::bigint, %b::text, "
+    "%b::text, %b::text, %b::float8, %b::text, %b::float8, %b::text, %b::boolean, "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
     "%b::text[], %b::text[], %b::bytea[], %b::float8[], %b::text[], %b::integer[], "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::integer[])"
@@ -71,7 +72,10 @@ def _params(c: Commit, start: bool) -> tuple[Any, ...]:
         Texts([r[7] for r in ms]), Texts([r[8] for r in ms]), Texts([r[9] for r in ms]),
         Ints([r[10] for r in ms]),
     )  # fmt: skip
-    head = (c.session_id, c.expected_version, start, c.lease_owner, c.session_owner)
+    head = (
+        c.session_id, c.expected_version, start, c.lease_owner, c.session_owner, c.lease_token,
+        c.lease_run_id,
+    )  # fmt: skip
     return (*head, *run_part, *executions, *messages)
 
 
@@ -110,6 +114,9 @@ def _refused(e: pg_errors.RaiseException, c: Commit) -> PlaitError:
             return run_not_found(run_id)
         case "lease_lost", [owner, expires_at] if c.run is not None:
             return lease_lost(c.run.id, owner, expires_at, wanted=c.lease_owner)
+        case "lease_taken", [token, ended] if c.lease_token is not None:
+            rid = c.run.id if c.run is not None else c.lease_run_id or "?"
+            return lease_taken(rid, token, c.lease_token, ended=bool(ended), wanted=c.lease_owner)
         case "execution", [index, digest, state]:
             try:
                 check_execution(digest, ExecutionState(state), c.executions[index])

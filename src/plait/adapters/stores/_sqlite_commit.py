@@ -15,6 +15,7 @@ from plait.adapters.stores._sqlite_conn import RUN_COLS, VERSION_OF
 from plait.adapters.stores._sqlite_rows import execution_row, message_row, run_data
 from plait.adapters.stores._state import (
     check_execution,
+    check_token,
     duplicate_message,
     duplicate_run,
     resolve_lease,
@@ -25,14 +26,14 @@ from plait.adapters.stores._state import (
 )
 from plait.application.ports import Commit, CommitResult
 from plait.domain.messages import Message
-from plait.domain.runs import Run
+from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionState
 
 __all__ = ["apply"]
 
 _SESSION_AND_RUN = (
     f"SELECT {VERSION_OF}, s.active_run_id, r.session_id, r.lease_owner, r.lease_expires_at, "
-    "r.cancel_requested, s.owner FROM sessions AS s "
+    "r.cancel_requested, s.owner, r.lease_token, r.status FROM sessions AS s "
     "LEFT JOIN runs AS r ON r.id = coalesce(?, s.active_run_id) WHERE s.id = ?"
 )
 """The session's version, active run and owner, with the commit's run (else the active
@@ -48,7 +49,7 @@ _INSERT_MEMBER = (
 )
 _IS_MEMBER = "SELECT 1 FROM session_messages WHERE session_id = ? AND message_id = ?"
 _INSERT_RUN = (
-    f"INSERT INTO runs ({RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING"
+    f"INSERT INTO runs ({RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT (id) DO NOTHING"
 )
 _UPDATE_RUN = (
     "UPDATE runs SET status = ?, started_at = ?, lease_owner = ?, lease_expires_at = ?, "
@@ -70,10 +71,12 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
     sid = c.session_id
     run = c.run
     # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
-    row = conn.execute(_SESSION_AND_RUN, (None if run is None else run.id, sid)).fetchone()
+    rid = c.lease_run_id if run is None else run.id
+    row = conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
     if row is None or (c.session_owner is not None and row[6] != c.session_owner):
         raise session_not_found(sid)  # someone else's: as if it did not exist
-    current, active, run_session, owner, expires_at, cancel_flag, _ = row
+    current, active, run_session, owner, expires_at, cancel_flag, _, token, status = row
+    ended = status is not None and RunStatus(status).terminal
     expected = current if c.expected_version is None else c.expected_version
     cancel = False
     if start:
@@ -88,7 +91,7 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
             (
                 run.id, sid, run.status.value, run.started_at,
                 None if lease is None else lease.owner,
-                None if lease is None else lease.expires_at, run_data(run),
+                None if lease is None else lease.expires_at, run_data(run), run.lease_token,
             ),
         ).rowcount  # fmt: skip
         if inserted != 1:
@@ -101,7 +104,10 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
         if run is not None:
             if run_session != sid:  # no such run, or another session's
                 raise run_not_found(run.id)
-            lease = resolve_lease(run.id, owner, expires_at, run, c.lease_owner)
+            lease = resolve_lease(
+                run.id, owner, expires_at, run, c.lease_owner,
+                stored_token=token, ended=ended, lease_token=c.lease_token,
+            )  # fmt: skip
             cancel = bool(cancel_flag)
             conn.execute(
                 _UPDATE_RUN,
@@ -113,8 +119,12 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
             )  # fmt: skip
             if run.status.terminal and active == run.id:
                 conn.execute(_RELEASE_SESSION, (sid, run.id))
-        elif active is not None:
-            cancel = bool(cancel_flag)  # the active run's
+        else:
+            if rid is not None:  # a run's write without its state: fenced all the same
+                held = None if run_session != sid else token
+                check_token(rid, held, c.lease_token, ended=ended, wanted=c.lease_owner)
+            if run_session is not None:
+                cancel = bool(cancel_flag)  # the active run's (or the fenced one's)
     if c.executions:
         _put_executions(conn, c, run)
     if c.messages:

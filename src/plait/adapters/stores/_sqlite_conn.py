@@ -29,8 +29,9 @@ from plait.domain.runs import RunStatus
 
 __all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
 
-SCHEMA_VERSION = 1
-"""Version of the table layout, kept in ``meta``. Row shapes carry their own version."""
+SCHEMA_VERSION = 2
+"""Version of the table layout, kept in ``meta``. Row shapes carry their own version.
+2: ``runs.lease_token`` (fencing); a version 1 store is upgraded when it is opened."""
 
 T = TypeVar("T")
 
@@ -60,7 +61,8 @@ _DDL = (
     """CREATE TABLE IF NOT EXISTS runs (
         id TEXT PRIMARY KEY, session_id TEXT NOT NULL, status TEXT NOT NULL,
         started_at REAL NOT NULL, lease_owner TEXT, lease_expires_at REAL,
-        cancel_requested INTEGER NOT NULL DEFAULT 0, data TEXT NOT NULL)""",
+        cancel_requested INTEGER NOT NULL DEFAULT 0, data TEXT NOT NULL,
+        lease_token INTEGER NOT NULL DEFAULT 0)""",
     "CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, started_at)",
     "CREATE INDEX IF NOT EXISTS runs_by_started ON runs (started_at)",
     # On status, not on the lease: renewing a lease must not rewrite an index page.
@@ -76,8 +78,18 @@ _DDL = (
 VERSION_OF = "coalesce((SELECT max(seq) FROM session_messages WHERE session_id = s.id), 0)"
 """A session's version: its highest seq (no version column; see ``sessions``)."""
 RUN_COLS = (
-    "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data"
+    "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
+    "lease_token"
 )
+_UPGRADES = {
+    # 1 -> 2: the runs' fencing token (every claim makes it one higher).
+    1: ("ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0",),
+}
+
+
+def _version(conn: sqlite3.Connection) -> int | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None and str(row[0]).isdigit() else None
 
 
 class SqliteConnection:
@@ -106,7 +118,7 @@ class SqliteConnection:
             # schema, must fail here and be left exactly as it was.
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if "meta" in tables:
-                self._check_schema(conn)
+                self._check_schema(conn, older=True)
             elif tables:
                 raise CorruptStoreError(
                     f"{self._path} is a SQLite database but not a plait store (no meta table)",
@@ -123,6 +135,7 @@ class SqliteConnection:
                 self._create_schema(conn)
             else:  # added after schema 1 shipped; a no-op once it exists
                 conn.execute(OWNER_INDEX_SQLITE)
+                self._upgrade(conn)
         except BaseException as e:
             conn.close()
             if isinstance(e, sqlite3.Error):
@@ -130,7 +143,8 @@ class SqliteConnection:
             raise
         return conn
 
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
+    def _check_schema(self, conn: sqlite3.Connection, *, older: bool = False) -> None:
+        """A store this plait can open (``older``: or upgrade); else CorruptStoreError."""
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         try:
             version = int(row[0])
@@ -144,11 +158,34 @@ class SqliteConnection:
                 schema_version=version,
                 supported=SCHEMA_VERSION,
             )
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and not (older and version in _UPGRADES):
             raise CorruptStoreError(
                 f"{self._path} has an unknown store schema_version {row!r}",
                 path=str(self._path),
             )
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Bring a store written by an older plait to :data:`SCHEMA_VERSION`, one step per
+        transaction (re-read under the write lock: a concurrent opener may have upgraded
+        first), and check the result. An up-to-date store takes no lock."""
+        while _version(conn) in _UPGRADES:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = _version(conn)
+                steps = None if version is None else _UPGRADES.get(version)
+                if version is not None and steps is not None:
+                    for statement in steps:
+                        conn.execute(statement)
+                    conn.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                        (str(version + 1),),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        self._check_schema(conn)
 
     def _create_schema(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")

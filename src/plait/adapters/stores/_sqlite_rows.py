@@ -90,13 +90,15 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
 
 def run_data(run: Run) -> str:
     d = _codec.run_to_dict(run)
-    for key in ("id", "session_id", "status", "started_at", "lease", "cancel_requested"):
+    for key in (
+        "id", "session_id", "status", "started_at", "lease", "cancel_requested", "lease_token",
+    ):  # fmt: skip
         del d[key]
     return dumps(d)
 
 
 def run_from_row(row: tuple[Any, ...]) -> Run:
-    rid, sid, status, started_at, owner, expires_at, cancel, data = row
+    rid, sid, status, started_at, owner, expires_at, cancel, data, token = row
     try:
         d = loads(data)
     except ValueError as e:
@@ -109,6 +111,7 @@ def run_from_row(row: tuple[Any, ...]) -> Run:
             started_at=started_at,
             lease=None if owner is None else {"owner": owner, "expires_at": expires_at},
             cancel_requested=bool(cancel),
+            lease_token=token,
         )
     return _codec.run_from_dict(d)
 

@@ -52,7 +52,8 @@ def claim_queued(
 ) -> tuple[Any, ...] | None:
     """Inside a write transaction."""
     row = conn.execute(
-        f"UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE id = ("
+        "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_token = lease_token + 1 "
+        "WHERE id = ("
         "SELECT id FROM runs WHERE status = 'queued' "
         "AND (lease_owner IS NULL OR lease_expires_at <= ?) ORDER BY started_at, rowid LIMIT 1"
         f") RETURNING {run_cols}",

@@ -39,12 +39,14 @@ __all__ = [
     "can_claim",
     "check_execution",
     "check_new_session",
+    "check_token",
     "claimed",
     "closed_error",
     "duplicate_message",
     "duplicate_run",
     "duplicate_session",
     "lease_lost",
+    "lease_taken",
     "renewed",
     "resolve_lease",
     "run_not_found",
@@ -134,6 +136,42 @@ def lease_lost(
     )
 
 
+def lease_taken(
+    run_id: str, stored_token: int | None, token: int, *, ended: bool, wanted: str | None
+) -> LeaseLostError:
+    """A write fenced off by its lease token: the run was claimed again since the writer's
+    claim (``stored_token`` is the newer claim's; ``None``: no such run), or has ended."""
+    why = (
+        "has ended"
+        if ended
+        else "does not exist"
+        if stored_token is None
+        else f"was taken over since (lease token {stored_token} now, the write carries {token})"
+    )
+    return LeaseLostError(
+        f"run {run_id!r} {why}: the write of {wanted or 'its old holder'} is refused and "
+        "nothing of it is written",
+        run_id=run_id,
+        lease_token=stored_token,
+        wanted_token=token,
+        wanted=wanted,
+    )
+
+
+def check_token(
+    run_id: str,
+    stored_token: int | None,
+    lease_token: int | None,
+    *,
+    ended: bool,
+    wanted: str | None,
+) -> None:
+    """Fencing: a write carrying ``lease_token`` is refused unless the run is still at that
+    token (nobody claimed it since) and has not ended."""
+    if lease_token is not None and (stored_token != lease_token or ended):
+        raise lease_taken(run_id, stored_token, lease_token, ended=ended, wanted=wanted)
+
+
 def artifact_not_found(artifact_id: str) -> ArtifactNotFoundError:
     return ArtifactNotFoundError(f"artifact {artifact_id!r} not found", artifact_id=artifact_id)
 
@@ -166,6 +204,17 @@ def validate_commit(commit: Commit, *, start: bool) -> None:
         raise ConfigError("expected_version must be >= 0", session_id=sid)
     if commit.session_owner is not None and not isinstance(commit.session_owner, str):
         raise ConfigError("session_owner must be a string or None", session_id=sid)
+    token = commit.lease_token
+    if token is not None:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise ConfigError("lease_token must be an integer or None", session_id=sid)
+        if commit.run is None and commit.lease_run_id is None:
+            raise ConfigError(
+                "a commit with a lease_token names its run (run or lease_run_id)",
+                session_id=sid,
+            )
+        if start:
+            raise ConfigError("start_run takes no lease_token (the run is new)", session_id=sid)
     if start and commit.run is None:
         raise ConfigError("start_run needs commit.run", session_id=sid)
     if commit.run is not None and commit.run.session_id != sid:
@@ -229,14 +278,20 @@ def resolve_lease(
     stored_expires_at: float | None,
     new: Run,
     lease_owner: str | None,
+    *,
+    stored_token: int = 0,
+    ended: bool = False,
+    lease_token: int | None = None,
 ) -> Lease | None:
-    """The lease a committed run ends up with (fencing first).
+    """The lease a committed run ends up with (fencing first: :func:`check_token`, then
+    the owner).
 
     A commit replaces the stored lease with ``new.lease`` (so ``None`` releases it), except
     that it never moves the expiry of the same owner backwards: a caller holding a ``Run``
     from before its last :meth:`renew_lease` does not undo the renewal. A terminal run
     holds no lease.
     """
+    check_token(run_id, stored_token, lease_token, ended=ended, wanted=lease_owner)
     if stored_owner is not None and stored_owner != lease_owner:
         raise lease_lost(run_id, stored_owner, stored_expires_at, wanted=lease_owner)
     lease = new.lease
@@ -294,15 +349,20 @@ def can_claim(run: Run, owner: str, now: float) -> bool:
 
 
 def claimed(run: Run, *, owner: str, now: float, expires_at: float) -> Run:
-    """The run with its lease taken by ``owner`` (stores that keep whole runs: memory,
-    JSONL); LeaseLostError if someone else holds a live lease or the run has ended."""
+    """The run with its lease taken by ``owner`` and a new lease token (stores that keep
+    whole runs: memory, JSONL); LeaseLostError if someone else holds a live lease or the
+    run has ended."""
     if not can_claim(run, owner, now):
         raise _lost(run, owner)
-    return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+    return replace(
+        run, lease=Lease(owner=owner, expires_at=expires_at), lease_token=run.lease_token + 1
+    )
 
 
-def renewed(run: Run, *, owner: str, expires_at: float) -> Run:
-    """The run with ``owner``'s lease extended; LeaseLostError if it is not theirs."""
+def renewed(run: Run, *, owner: str, expires_at: float, lease_token: int | None = None) -> Run:
+    """The run with ``owner``'s lease extended; LeaseLostError if it is not theirs (or,
+    ``lease_token``, no longer that claim's)."""
+    check_token(run.id, run.lease_token, lease_token, ended=run.status.terminal, wanted=owner)
     if run.lease is None or run.lease.owner != owner:
         raise _lost(run, owner)
     return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
@@ -390,8 +450,25 @@ class SessionState:
                 None if old is None else old.expires_at,
                 commit.run,
                 commit.lease_owner,
+                stored_token=stored.lease_token,
+                ended=stored.status.terminal,
+                lease_token=commit.lease_token,
             )
-            run = replace(commit.run, lease=lease, cancel_requested=stored.cancel_requested)
+            run = replace(
+                commit.run,
+                lease=lease,
+                cancel_requested=stored.cancel_requested,
+                lease_token=stored.lease_token,
+            )
+        elif commit.lease_token is not None and commit.lease_run_id is not None:
+            fenced = self.runs.get(commit.lease_run_id)
+            check_token(
+                commit.lease_run_id,
+                None if fenced is None else fenced.lease_token,
+                commit.lease_token,
+                ended=fenced is not None and fenced.status.terminal,
+                wanted=commit.lease_owner,
+            )
         executions = self._stage_executions(commit.executions, run)
         messages = self._stage_messages(commit.messages)
         active = self.session.active_run_id

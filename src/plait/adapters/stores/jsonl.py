@@ -72,6 +72,7 @@ from plait.adapters.stores._state import (
     artifact_ref,
     artifact_ref_of_file,
     check_new_session,
+    check_token,
     claimed,
     closed_error,
     duplicate_run,
@@ -362,9 +363,12 @@ class JsonlStore:
                 run_id, "lease", partial(claimed, owner=owner, now=now, expires_at=expires_at)
             )
 
-    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
+        renew = partial(renewed, owner=owner, expires_at=expires_at, lease_token=lease_token)
         with self._op():
-            self._run_write(run_id, "lease", partial(renewed, owner=owner, expires_at=expires_at))
+            self._run_write(run_id, "lease", renew)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         with self._op():
@@ -397,9 +401,20 @@ class JsonlStore:
 
     # --- approvals (rules in _approvals, file in _approvals_jsonl) --------------------------
 
-    async def request_approval(self, approval: Approval) -> Approval:
+    async def request_approval(
+        self, approval: Approval, *, lease_token: int | None = None
+    ) -> Approval:
         with self._op():
-            self._files.read(approval.session_id)
+            state = self._files.read(approval.session_id)
+            if lease_token is not None:
+                run = state.runs.get(approval.run_id)
+                check_token(
+                    approval.run_id,
+                    None if run is None else run.lease_token,
+                    lease_token,
+                    ended=run is not None and run.status.terminal,
+                    wanted=None,
+                )
             return self._approvals.write(partial(request_in, approval=approval))
 
     async def get_approval(self, approval_id: str) -> Approval:

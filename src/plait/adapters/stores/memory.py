@@ -24,6 +24,7 @@ from plait.adapters.stores._state import (
     artifact_ref,
     artifact_ref_of_file,
     check_new_session,
+    check_token,
     claimed,
     closed_error,
     duplicate_run,
@@ -40,6 +41,7 @@ from plait.adapters.stores._summary_state import (
     new_constraints,
 )
 from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.errors import LeaseLostError, RunNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef
@@ -216,11 +218,15 @@ class MemoryStore:
             state.runs[run_id] = run
             return run
 
-    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
         with self._lock:
             self._check_open()
             state, run = self._run_state(run_id)
-            state.runs[run_id] = renewed(run, owner=owner, expires_at=expires_at)
+            state.runs[run_id] = renewed(
+                run, owner=owner, expires_at=expires_at, lease_token=lease_token
+            )
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         with self._lock:
@@ -236,24 +242,58 @@ class MemoryStore:
                 if run.status is RunStatus.QUEUED and (
                     run.lease is None or run.lease.expires_at <= now
                 ):
-                    claimed = replace(run, lease=Lease(owner=owner, expires_at=expires_at))
+                    claimed = replace(
+                        run,
+                        lease=Lease(owner=owner, expires_at=expires_at),
+                        lease_token=run.lease_token + 1,
+                    )
                     self._sessions[run.session_id].runs[run.id] = claimed
                     return claimed
             return None
 
     async def append_run_events(
-        self, run_id: str, events: Sequence[NewRunEvent]
+        self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:
         with self._lock:
             self._check_open()
+            self._check_token(run_id, lease_token, events=True)
             return self._service.append(run_id, events)
 
     async def append_run_events_batch(
-        self, batch: Mapping[str, Sequence[NewRunEvent]]
+        self,
+        batch: Mapping[str, Sequence[NewRunEvent]],
+        *,
+        lease_tokens: Mapping[str, int] | None = None,
     ) -> dict[str, list[RunEventRecord]]:
+        tokens = lease_tokens or {}
         with self._lock:
             self._check_open()
-            return {run_id: self._service.append(run_id, ev) for run_id, ev in batch.items()}
+            out: dict[str, list[RunEventRecord]] = {}
+            for run_id, events in batch.items():
+                try:
+                    self._check_token(run_id, tokens.get(run_id), events=True)
+                except LeaseLostError:
+                    out[run_id] = []
+                    continue
+                out[run_id] = self._service.append(run_id, events)
+            return out
+
+    def _check_token(self, run_id: str, lease_token: int | None, *, events: bool = False) -> None:
+        """Fencing of a run's writes outside commits (events, approval requests). A run's
+        last events are written after it ended (``events``): only its token counts."""
+        if lease_token is None:
+            return
+        try:
+            run: Run | None = self._run_state(run_id)[1]
+        except RunNotFoundError:
+            run = None
+        check_token(
+            run_id,
+            None if run is None else run.lease_token,
+            lease_token,
+            ended=not events and run is not None and run.status.terminal,
+            wanted=None,
+        )
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
@@ -305,10 +345,13 @@ class MemoryStore:
             self._approvals[approval.id] = approval
         return approval
 
-    async def request_approval(self, approval: Approval) -> Approval:
+    async def request_approval(
+        self, approval: Approval, *, lease_token: int | None = None
+    ) -> Approval:
         with self._lock:
             self._check_open()
             self._state(approval.session_id)
+            self._check_token(approval.run_id, lease_token)
             return self._keep(request_in(self._approvals, approval))
 
     async def get_approval(self, approval_id: str) -> Approval:

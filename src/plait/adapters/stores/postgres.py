@@ -43,6 +43,7 @@ from plait.adapters.stores._state import (
     artifact_ref,
     artifact_ref_of_file,
     check_new_session,
+    check_token,
     closed_error,
     duplicate_session,
     lease_lost,
@@ -56,7 +57,7 @@ from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef
-from plait.domain.runs import Run
+from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
@@ -263,18 +264,25 @@ class PostgresStore:
 
         return run_from_row(await self._write(op))
 
-    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
         async def op(conn: Conn) -> None:
-            cur = await conn.execute(q.RENEW, (expires_at, run_id, owner))
+            params = (expires_at, run_id, owner, lease_token, lease_token)
+            cur = await conn.execute(q.RENEW, params)
             if cur.rowcount != 1:
-                await self._lease_failure(conn, run_id, owner)
+                await self._lease_failure(conn, run_id, owner, lease_token)
 
         await self._write(op)
 
-    async def _lease_failure(self, conn: Conn, run_id: str, owner: str) -> None:
+    async def _lease_failure(
+        self, conn: Conn, run_id: str, owner: str, lease_token: int | None = None
+    ) -> None:
         row = await (await conn.execute(q.LEASE, (run_id,))).fetchone()
         if row is None:
             raise run_not_found(run_id)
+        ended = RunStatus(row[3]).terminal
+        check_token(run_id, row[2], lease_token, ended=ended, wanted=owner)
         raise lease_lost(run_id, row[0], row[1], wanted=owner)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
@@ -334,15 +342,32 @@ class PostgresStore:
         return claimed
 
     async def append_run_events(
-        self, run_id: str, events: Sequence[NewRunEvent]
+        self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:
-        return (await self.append_run_events_batch({run_id: events}))[run_id]
+        if lease_token is None or not events:
+            return (await self.append_run_events_batch({run_id: events}))[run_id]
+
+        async def op(conn: Conn) -> list[RunEventRecord]:
+            row = await (await conn.execute(q.FENCE, (run_id,))).fetchone()
+            check_token(
+                run_id,
+                None if row is None else int(row[0]),
+                lease_token,
+                ended=False,  # a run's last events come after its end: the token counts
+                wanted=None,
+            )
+            return (await service.append_batch(conn, {run_id: events}))[run_id]
+
+        return await self._write(op)
 
     async def append_run_events_batch(
-        self, batch: Mapping[str, Sequence[NewRunEvent]]
+        self,
+        batch: Mapping[str, Sequence[NewRunEvent]],
+        *,
+        lease_tokens: Mapping[str, int] | None = None,
     ) -> dict[str, list[RunEventRecord]]:
         # One statement in autocommit (see _pg_service.append_batch).
-        return await self._read(lambda conn: service.append_batch(conn, batch))
+        return await self._read(lambda conn: service.append_batch(conn, batch, lease_tokens))
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
@@ -357,8 +382,10 @@ class PostgresStore:
 
     # --- approvals (see _pg_approvals) ----------------------------------------------------
 
-    async def request_approval(self, approval: Approval) -> Approval:
-        return await self._write(lambda conn: approvals.request(conn, approval))
+    async def request_approval(
+        self, approval: Approval, *, lease_token: int | None = None
+    ) -> Approval:
+        return await self._write(lambda conn: approvals.request(conn, approval, lease_token))
 
     async def get_approval(self, approval_id: str) -> Approval:
         return await self._read(lambda conn: approvals.get(conn, approval_id))

@@ -57,6 +57,7 @@ from plait.adapters.stores._state import (
     artifact_ref,
     artifact_ref_of_file,
     check_new_session,
+    check_token,
     duplicate_session,
     lease_lost,
     run_not_found,
@@ -64,12 +65,12 @@ from plait.adapters.stores._state import (
     validate_commit,
 )
 from plait.application.ports import Commit, CommitResult, ForkCommit
-from plait.domain.errors import StoreError
+from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef
 from plait.domain.recall import search_terms
-from plait.domain.runs import Run
+from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
@@ -104,11 +105,15 @@ _LIST_SESSION_RUNS = (
 )
 _CANCEL = f"UPDATE runs SET cancel_requested = 1 WHERE id = ? RETURNING {RUN_COLS}"
 _CLAIM = (
-    f"UPDATE runs SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND status IN ({LIVE})"
+    "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_token = lease_token + 1 "
+    f"WHERE id = ? AND status IN ({LIVE})"
     f" AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ?) RETURNING {RUN_COLS}"
 )
-_RENEW = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
-_LEASE = "SELECT lease_owner, lease_expires_at FROM runs WHERE id = ?"
+_RENEW = (
+    "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? "
+    "AND (? IS NULL OR lease_token = ?)"
+)
+_LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHERE id = ?"
 _STALE = (
     f"SELECT {RUN_COLS} FROM runs WHERE status IN ({LIVE}) "
     "AND (lease_owner IS NULL OR lease_expires_at <= ?) ORDER BY started_at, rowid"
@@ -290,18 +295,43 @@ class SqliteStore:
 
         return run_from_row(await self._db.write(op))
 
-    async def renew_lease(self, run_id: str, *, owner: str, expires_at: float) -> None:
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
         def op(conn: sqlite3.Connection) -> None:
-            if conn.execute(_RENEW, (expires_at, run_id, owner)).rowcount != 1:
-                self._lease_failure(conn, run_id, owner)
+            params = (expires_at, run_id, owner, lease_token, lease_token)
+            if conn.execute(_RENEW, params).rowcount != 1:
+                self._lease_failure(conn, run_id, owner, lease_token)
 
         await self._db.write(op)
 
-    def _lease_failure(self, conn: sqlite3.Connection, run_id: str, owner: str) -> None:
+    def _lease_failure(
+        self, conn: sqlite3.Connection, run_id: str, owner: str, lease_token: int | None = None
+    ) -> None:
         row = conn.execute(_LEASE, (run_id,)).fetchone()
         if row is None:
             raise run_not_found(run_id)
+        ended = RunStatus(row[3]).terminal
+        check_token(run_id, row[2], lease_token, ended=ended, wanted=owner)
         raise lease_lost(run_id, row[0], row[1], wanted=owner)
+
+    def _check_token(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        lease_token: int | None,
+        *,
+        events: bool = False,
+    ) -> None:
+        """Fencing of a run's writes outside commits (events, approval requests), inside
+        their write transaction. A run's last events are written after it ended
+        (``events``): only its token counts."""
+        if lease_token is None:
+            return
+        row = conn.execute(_LEASE, (run_id,)).fetchone()
+        stored = None if row is None else row[2]
+        ended = not events and row is not None and RunStatus(row[3]).terminal
+        check_token(run_id, stored, lease_token, ended=ended, wanted=None)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         return [
@@ -349,20 +379,43 @@ class SqliteStore:
         return None if row is None else run_from_row(row)
 
     async def append_run_events(
-        self, run_id: str, events: Sequence[NewRunEvent]
+        self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:
         if not events:
             return []
-        return await self._db.write(lambda conn: _service.append_events(conn, run_id, events))
+
+        def op(conn: sqlite3.Connection) -> list[RunEventRecord]:
+            self._check_token(conn, run_id, lease_token, events=True)
+            return _service.append_events(conn, run_id, events)
+
+        return await self._db.write(op)
 
     async def append_run_events_batch(
-        self, batch: Mapping[str, Sequence[NewRunEvent]]
+        self,
+        batch: Mapping[str, Sequence[NewRunEvent]],
+        *,
+        lease_tokens: Mapping[str, int] | None = None,
     ) -> dict[str, list[RunEventRecord]]:
         out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
         todo = {run_id: events for run_id, events in batch.items() if events}
+        tokens = lease_tokens or {}
+
+        def op(conn: sqlite3.Connection) -> dict[str, list[RunEventRecord]]:
+            fenced = {run_id: events for run_id, events in todo.items() if self._holds(
+                conn, run_id, tokens.get(run_id)
+            )}  # fmt: skip
+            return _service.append_batch(conn, fenced)
+
         if todo:
-            out.update(await self._db.write(lambda conn: _service.append_batch(conn, todo)))
+            out.update(await self._db.write(op))
         return out
+
+    def _holds(self, conn: sqlite3.Connection, run_id: str, lease_token: int | None) -> bool:
+        try:
+            self._check_token(conn, run_id, lease_token, events=True)
+        except LeaseLostError:
+            return False
+        return True
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
@@ -377,10 +430,13 @@ class SqliteStore:
 
     # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
 
-    async def request_approval(self, approval: Approval) -> Approval:
+    async def request_approval(
+        self, approval: Approval, *, lease_token: int | None = None
+    ) -> Approval:
         def op(conn: sqlite3.Connection) -> Approval:
             if conn.execute(_SESSION_EXISTS, (approval.session_id,)).fetchone() is None:
                 raise session_not_found(approval.session_id)
+            self._check_token(conn, approval.run_id, lease_token)
             return _approvals_sqlite.request(conn, approval)
 
         return await self._db.write(op)

@@ -78,6 +78,7 @@ class GovernedGate:
             calls_so_far=u.tool_calls,
             model_calls_left=left,
             ask=ask,
+            lease_token=request.run.lease_token,
         )
         return _decision(outcome)
 

@@ -110,10 +110,11 @@ class Governor:
         calls_so_far: int = 0,
         model_calls_left: int | None = None,
         ask: Ask | None = None,
+        lease_token: int | None = None,
     ) -> GateOutcome:
         """Decide one call. ``ask`` reaches the reviewer's model through the run (else
         the reviewer's own client is used); ``model_calls_left`` is what remains of the
-        run's model-call budget."""
+        run's model-call budget; ``lease_token`` fences the approval request it may write."""
         now = self.clock.now()
         facts = self.facts(call, effect, workspace, calls_so_far)
         pv = self.policy.evaluate(facts)
@@ -149,7 +150,7 @@ class Governor:
             outcome="wait",
             decision=trail[-1],
             trail=tuple(trail),
-            approval=await self._request(run_id, use, why),
+            approval=await self._request(run_id, use, why, lease_token),
             reviewer_calls=review.model_calls,
             reviewer_usage=review.usage,
         )
@@ -175,8 +176,11 @@ class Governor:
             now=now,
         )
 
-    async def _request(self, run_id: str, use: ApprovalUse, reason: str) -> Approval:
-        """Ask a person about the call (the pending request stored for it, if any)."""
+    async def _request(
+        self, run_id: str, use: ApprovalUse, reason: str, lease_token: int | None
+    ) -> Approval:
+        """Ask a person about the call (the pending request stored for it, if any), fenced
+        by the run's lease token (a process that lost the run writes no request)."""
         return await self.approvals.request_approval(
             Approval(
                 id=self.ids.new("apr"),
@@ -189,7 +193,8 @@ class Governor:
                 workspace_state=use.workspace_state,
                 requested_at=use.now,
                 reason=reason,
-            )
+            ),
+            lease_token=lease_token,
         )
 
     async def _person(
