@@ -136,9 +136,9 @@ class _EventSink:
             return
         for run_id, events in by_run.items():
             if events and not written.get(run_id):
-                log.warning(
-                    "run %s: its lease was taken over by another process; %d of its events "
-                    "from this process were not written",
+                log.info(  # the run's stop is reported once, by _drive
+                    "run %s: %d events from this process were refused (a newer lease "
+                    "holds the run)",
                     run_id,
                     len(events),
                     extra={"run_id": run_id},
