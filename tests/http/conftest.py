@@ -137,6 +137,7 @@ def serve_live(
     pg_url: str | None = None,
     model: ModelClient | Literal["behaviour"] | None = "behaviour",
     serve_workers: int = 2,
+    workspace_root: Path | None = None,
 ) -> Iterator[Live]:
     """A live server; ``model`` (default: :func:`behaviour`) drives the in-process
     worker's runs (``None`` and ``serve_workers=0``: an API process without a model)."""
@@ -164,7 +165,9 @@ def serve_live(
         gate=gate,
     )
     db = pg_url or f"sqlite:///{path}"
-    settings = Settings(db=db, serve_workers=serve_workers, max_body_bytes=4096)
+    settings = Settings(
+        db=db, serve_workers=serve_workers, max_body_bytes=4096, workspace_root=workspace_root
+    )
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)
     try:

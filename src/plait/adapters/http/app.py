@@ -28,6 +28,7 @@ from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.compaction import compaction_routes, compaction_stage
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
+from plait.adapters.http.workspaces import bind_directory, bind_workspace
 from plait.adapters.shapes import message_json, run_json, session_json
 from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
@@ -213,7 +214,7 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
 
     @r.post("/sessions", status_code=201, response_model=m.SessionOut)
     async def create_session(body: m.SessionIn, who: Who) -> dict[str, Any]:
-        workspace = _workspace(ctx, body.workspace)
+        workspace = _workspace(ctx, who, body.workspace)
         session = await ctx.service.create_session(
             workspace=workspace, owner=who.name, title=body.title
         )
@@ -389,15 +390,15 @@ def _budget(ctx: ApiContext, given: m.BudgetIn | None) -> Budget | None:
     return Budget(**{**{f: getattr(base, f) for f in Budget.__dataclass_fields__}, **fields})
 
 
-def _workspace(ctx: ApiContext, name: str | None) -> str | None:
+def _workspace(ctx: ApiContext, who: Principal, name: str | None) -> str | None:
     if name is None:
         return None
+    if name.startswith("/"):
+        return bind_directory(name, admin=who.admin)
     if ctx.workspace_root is None:
         raise ValidationError(
             "this server has no workspace root (PLAIT_WORKSPACE_ROOT), so sessions cannot "
             "name a workspace",
             workspace=name,
         )
-    path = ctx.workspace_root / name
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+    return bind_workspace(ctx.workspace_root, principal=who.name, name=name)

@@ -16,7 +16,7 @@ override them; logs are JSON lines on stderr carrying run and session ids.
                            notifications are unavailable (PostgreSQL listener down;
                            default 0.5)
 ``PLAIT_MAX_BODY_BYTES``   largest request body (default 1000000)
-``PLAIT_WORKSPACE_ROOT``   directory under which sessions may name a workspace
+``PLAIT_WORKSPACE_ROOT``   directory under which each principal's sessions name workspaces
 ``PLAIT_LOG_LEVEL``        ``debug``, ``info`` (default), ``warning``, ``error``
 =========================  ==========================================================
 """
