@@ -167,8 +167,11 @@ def _runtime(settings: Settings, *, need_model: bool) -> Any:
 
 
 def _check_service_store(store: Any, url: str) -> None:
+    from plait.adapters.stores._redact import redact_url
+
     for method in ("claim_queued_run", "append_run_events", "find_api_key"):
         if not hasattr(store, method):
+            url = redact_url(url)
             raise ConfigError(
                 f"the store {url!r} cannot run the service (no run queue); use "
                 "postgresql://..., sqlite:///... or memory://",
