@@ -19,9 +19,15 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from plait.adapters.http import models as m
-from plait.adapters.http._errors import ApiError, error_body, status_and_body
+from plait.adapters.http._errors import (
+    ApiError,
+    error_body,
+    http_status_and_body,
+    status_and_body,
+)
 from plait.adapters.http._internal import InternalErrors, log_internal
 from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
@@ -133,9 +139,29 @@ def _install_errors(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return JSONResponse(error_body(code, str(e.detail)), status_code=e.status_code)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        status, body = http_status_and_body(e.status_code, str(e.detail))
+        headers = dict(e.headers or {})
+        if status == 405:
+            headers["Allow"] = _allowed_methods(app, request)
+        return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> str:
+    """Every method some route of this path answers (the router's own 405 names only
+    those of the first route it matched, e.g. GET of ``/v1/sessions`` but not POST)."""
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in app.router.routes
+        )
+    ]
+    return ", ".join(allowed)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 # --- dependencies ---------------------------------------------------------------------------
