@@ -17,7 +17,7 @@ import uvicorn
 
 from plait.adapters.http.app import create_app
 from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import Settings, context_for
+from plait.adapters.http.server import Settings, context_for, uvicorn_config
 from plait.adapters.stores.offload import Offloaded
 from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
@@ -87,11 +87,9 @@ def _keys_in(open_store: Callable[[], Any]) -> dict[str, str]:
     return asyncio.run(go())
 
 
-def start_server(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_config=None, access_log=False, loop="asyncio"
-    )  # as `plait serve` runs
-    server = uvicorn.Server(config)
+def start_server(app: Any, **config: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
+    """``config``: :func:`~plait.adapters.http.server.uvicorn_config`'s timeouts."""
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=0, **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
