@@ -136,6 +136,7 @@ def serve_live(
     model: ModelClient | Literal["behaviour"] | None = "behaviour",
     serve_workers: int = 2,
     workspace_root: Path | None = None,
+    max_body_bytes: int = 4096,
 ) -> Iterator[Live]:
     """A live server; ``model`` (default: :func:`behaviour`) drives the in-process
     worker's runs (``None`` and ``serve_workers=0``: an API process without a model)."""
@@ -164,7 +165,10 @@ def serve_live(
     )
     db = pg_url or f"sqlite:///{path}"
     settings = Settings(
-        db=db, serve_workers=serve_workers, max_body_bytes=4096, workspace_root=workspace_root
+        db=db,
+        serve_workers=serve_workers,
+        max_body_bytes=max_body_bytes,
+        workspace_root=workspace_root,
     )
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)

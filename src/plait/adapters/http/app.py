@@ -198,8 +198,9 @@ async def _page_cursor(ctx: ApiContext, who: Principal, before: str) -> None:
     try:
         await _own_session(ctx, who, before)
     except SessionNotFoundError:
-        raise ValidationError(
-            f"unknown page cursor before={before!r}: pass the next_before of a previous page",
+        raise SessionNotFoundError(
+            f"unknown page cursor before={before!r}: no session of yours has that id; pass "
+            "the next_before of a previous page",
             before=before,
         ) from None
 
@@ -374,12 +375,12 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
     @r.get(
         "/runs/{run_id}/events",
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        responses={200: {"content": {"text/event-stream": {"schema": _SSE_EVENT}}}},
     )
     async def run_events(
         run_id: str,
         who: Who,
-        last_event_id: Annotated[str | None, Header()] = None,
+        last_event_id: Annotated[str, Header(pattern=r"^[0-9]{0,9}$")] = "",
         after: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
     ) -> StreamingResponse:
         """Server-sent events of the run (``id`` is the event's sequence number). Resume
@@ -394,8 +395,28 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
     return r
 
 
-def _last_event_id(value: str | None) -> int:
-    if value is None or not value.strip():
+_SSE_EVENT = {
+    "type": "object",
+    "description": "one server-sent event (OpenAPI 3.1: the schema of each event): `event` "
+    "names the run event (run_started, step_started, text_delta, message, "
+    "tool_call_requested, decision, tool_started, tool_result, compaction, run_finished) or "
+    "`error` (the stream failed: `data` is the error shape, no `id`); `id` is the event's "
+    "sequence number; `data` a JSON object",
+    "properties": {
+        "event": {"type": "string", "minLength": 1},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"type": "object"},
+        },
+    },
+    "required": ["event", "data"],
+}
+
+
+def _last_event_id(value: str) -> int:
+    if not value.strip():
         return 0
     try:
         n = int(value.strip())

@@ -50,7 +50,7 @@ class SessionIn(BaseModel):
     workspace: str | None = Field(
         default=None,
         min_length=1,
-        max_length=4096,
+        max_length=1024,
         pattern=r"^(/[^\x00]*|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*)$",
         description="a workspace name (segments of letters, digits, '.', '_', '-' joined "
         "by '/'): the directory of that name in the caller's own directory under the "
