@@ -108,7 +108,12 @@ def test_compact_context_and_evidence(live: Live) -> None:
         error(both, 422, "invalid_request")
         # A parameter that does not go with the selector is refused, not ignored (the
         # OpenAPI document says which go together: schemathesis checks both agree).
-        for stray in ({"message_id": first, "offset": 5}, {"query": "x", "length": 9}, {}):
+        strays: list[dict[str, str | int]] = [
+            {"message_id": first, "offset": 5},
+            {"query": "x", "length": 9},
+            {},
+        ]
+        for stray in strays:
             err = error(c.get(f"/v1/sessions/{sid}/evidence", params=stray), 422, "invalid_request")
             assert err["details"]["given"] == sorted(stray)
 

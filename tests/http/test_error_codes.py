@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 import httpx
 
@@ -28,6 +29,14 @@ def _readme_codes() -> set[str]:
     return set(re.findall(r"`([a-z_]+)`", text[start:end]))
 
 
+def _is_text(node: ast.expr | None) -> TypeGuard[_Text]:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+class _Text(ast.Constant):
+    value: str
+
+
 def _codes_in_http_sources() -> set[str]:
     """String codes the HTTP adapter writes itself: ``code=...`` arguments, the first
     argument of ``error_body(...)`` and ``"code": ...`` entries."""
@@ -38,13 +47,13 @@ def _codes_in_http_sources() -> set[str]:
                 name = getattr(node.func, "id", getattr(node.func, "attr", ""))
                 args = node.args[:1] if name == "error_body" else []
                 values = [k.value for k in node.keywords if k.arg == "code"] + args
-                found |= {v.value for v in values if isinstance(v, ast.Constant)}
+                found |= {v.value for v in values if _is_text(v)}
             elif isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values, strict=True):
                     is_code = isinstance(key, ast.Constant) and key.value == "code"
-                    if is_code and isinstance(value, ast.Constant):
+                    if is_code and _is_text(value):
                         found.add(value.value)
-    return {c for c in found if isinstance(c, str)}
+    return found
 
 
 def _codes_of_domain_errors() -> set[str]:
