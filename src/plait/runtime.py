@@ -353,6 +353,7 @@ class Runtime:
         Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
+        from plait.adapters.stores._redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
@@ -375,7 +376,7 @@ class Runtime:
             tools=tools,
             clock=clock,
             ids=ids,
-            location=url,
+            location=redact_url(url),
             model_spec=spec,
             **({"owner": process_owner()} | options),
         )

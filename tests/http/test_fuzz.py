@@ -52,7 +52,7 @@ def served(tmp_path: Path) -> Iterator[Live]:
     )
 
 
-def test_schemathesis_finds_nothing(served: Live) -> None:
+def test_schemathesis_finds_nothing(served: Live, tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-c",
@@ -74,7 +74,9 @@ def test_schemathesis_finds_nothing(served: Live) -> None:
         "--no-color",
     ]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(  # in tmp_path: the run writes its cache under the working directory
+        command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     report = done.stdout[-20_000:] + done.stderr[-5_000:]
     assert done.returncode == 0, report
     selected = re.search(r"Selected: (\d+)/(\d+)", done.stdout)

@@ -151,3 +151,17 @@ def test_redacted_urls_keep_what_locates_the_store() -> None:
     # A password holding '@', '/' or ':' is hidden whole.
     for password in (f"{SECRET}@x", f"ab/{SECRET}", f"a:{SECRET}"):
         assert redact_url(f"postgresql://u:{password}@h/db") == "postgresql://u:***@h/db"
+
+
+def test_a_runtime_names_its_store_without_the_password() -> None:
+    from plait.runtime import Runtime
+
+    async def go() -> str:
+        rt = Runtime.open(db=LEAKY_URLS[0], store_only=True)
+        try:
+            return rt.queries.store_info().location
+        finally:
+            await rt.close()
+
+    where = asyncio.run(go())
+    assert SECRET not in where and where.endswith("?password=***")
