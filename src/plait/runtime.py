@@ -97,7 +97,7 @@ def _compaction(
         clock=clock,
         ids=ids,
         settings=settings,
-        summarizer_configured=bool(spec),
+        summarizer_follows_run=not spec,
     )
 
 

@@ -177,3 +177,36 @@ def test_the_compaction_cap_of_a_run_holds_across_recovery(
         assert skipped and f"already compacted {CAP} time(s), the cap" in skipped[0]
 
     run(go())
+
+
+def test_the_summarizer_of_a_run_taken_over() -> None:
+    """A model configured for the role summarizes every run; the process's own model
+    only its own runs; a run driven with its recorded model is summarized by that one."""
+    from plait.adapters.stores.memory import MemoryStore
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.testing import FixedClock, ScriptedModel
+
+    def model(name: str) -> ScriptedModel:
+        return ScriptedModel({"version": 1, "model": name}, name=name)
+
+    own, recorded = model("own"), model("recorded")
+
+    def service(summarizer: ModelClient | None, follows: bool) -> CompactionService:
+        return CompactionService(
+            store=MemoryStore(),
+            profiles=ModelProfiles([]),
+            summarizer=summarizer,
+            clock=FixedClock(),
+            ids=SequentialIds(),
+            summarizer_follows_run=follows,
+        )
+
+    configured = service(own, follows=False)
+    assert configured.summarizer_for(recorded) is own
+    assert configured.summarizer_for(None) is own
+    default = service(own, follows=True)
+    assert default.summarizer_for(recorded) is recorded
+    assert default.summarizer_for(None) is own
+    without = service(None, follows=True)
+    assert without.summarizer_for(recorded) is recorded
+    assert without.summarizer_for(None) is None

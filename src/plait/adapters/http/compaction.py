@@ -159,8 +159,10 @@ def _check_selector(given: set[str]) -> None:
         raise ApiError(
             "give exactly one of message_id, artifact_id (with offset, length) or query "
             "(with limit), and no other parameter",
-            status=422, code="invalid_request", given=sorted(given),
-        )  # fmt: skip
+            status=422,
+            code="invalid_request",
+            given=sorted(given),
+        )
 
 
 async def _lookup(

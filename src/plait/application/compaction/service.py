@@ -90,18 +90,19 @@ class CompactionService:
         ids: IdGenerator,
         settings: CompactionSettings | None = None,
         cache: CountCache | None = None,
-        summarizer_configured: bool = False,
+        summarizer_follows_run: bool = False,
     ) -> None:
         """``summarizer`` is the model of the summarizer role (``None``: summaries cannot
-        be made, but contexts can still be built and measured). Unless it is a model
-        configured for that role (``summarizer_configured``), it is the process's own
-        model, and a run driven with another model (its recorded one, after a recovery
-        or a resume) is summarized by that model: the summarizer is the run's model, in
-        whichever process drives it."""
+        be made by it, but contexts can still be built and measured).
+        ``summarizer_follows_run``: it is only the process's own model (no model is
+        configured for the role), so a run driven with another model (its recorded one,
+        after a recovery or a resume) is summarized by that model, as it was in the
+        process that started it. Without a summarizer, a run driven with a model of its
+        own is summarized by it either way."""
         self.store = store
         self.profiles = profiles
         self.summarizer = summarizer
-        self.summarizer_configured = summarizer_configured
+        self.summarizer_follows_run = summarizer_follows_run
         self.clock = clock
         self.ids = ids
         self.settings = settings or CompactionSettings()
@@ -161,7 +162,7 @@ class CompactionService:
         model raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a
         failed summary does not (the run goes on with the full history). A view measured
         without compacting is left in ``run.measured`` for the next call to reuse.
-        ``run_model``: the model the run is driven with (see ``summarizer_configured``)."""
+        ``run_model``: the model the run is driven with (see ``summarizer_follows_run``)."""
         run.measured = None
         if not self.settings.auto:
             return None
@@ -254,7 +255,7 @@ class CompactionService:
 
     def summarizer_for(self, run_model: ModelClient | None) -> ModelClient | None:
         """The summarizer of a run driven with ``run_model`` (see ``__init__``)."""
-        if self.summarizer_configured and self.summarizer is not None:
+        if self.summarizer is not None and not self.summarizer_follows_run:
             return self.summarizer
         return run_model or self.summarizer
 
