@@ -27,17 +27,22 @@ import pytest
 from plait.application.ports import ModelCapabilities
 from plait.testing import FunctionModel
 from tests.http.conftest import Live, behaviour, serve_live
+from tests.pg import empty_database
 
-EXAMPLES = 6
-"""Per operation and phase; the whole run stays around half a minute."""
+EXAMPLES = 5
+"""Per operation and phase; a run stays around 20 s per store."""
 SEED = 20
 EXCLUDED = "ensure_resource_availability"
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Live]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live]:
+    pg_url: str | None = None
+    if request.param == "postgresql":
+        pg_url = request.getfixturevalue("pg_url")
+        empty_database(pg_url)
     capabilities = ModelCapabilities(
         tool_calls=True,
         structured_output=True,
@@ -48,7 +53,11 @@ def served(tmp_path: Path) -> Iterator[Live]:
     )
     model = FunctionModel(behaviour, name="behaviour", capabilities=capabilities)
     yield from serve_live(
-        tmp_path, model=model, workspace_root=tmp_path / "ws", max_body_bytes=1_000_000
+        tmp_path,
+        model=model,
+        pg_url=pg_url,
+        workspace_root=tmp_path / "ws",
+        max_body_bytes=1_000_000,
     )
 
 
