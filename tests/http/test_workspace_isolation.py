@@ -32,24 +32,28 @@ def _root(live: Live) -> Path:
     return (live.store_path.parent / "ws").resolve()
 
 
+def _home(live: Live, principal: str) -> Path:
+    """The directory of ``principal``'s workspaces."""
+    return _root(live) / f"@{principal}"
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_two_principals_naming_the_same_workspace_get_separate_directories(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
     live: Live = request.getfixturevalue("rooted" if backend == "sqlite" else "rooted_pg")
-    root = _root(live)
     with live.client("alice") as alice, live.client("bob") as bob:
         mine = new_session(alice, workspace="proj")
         theirs = new_session(bob, workspace="proj")
-        assert mine["workspace"] == str(root / "alice" / "proj")
-        assert theirs["workspace"] == str(root / "bob" / "proj")
+        assert mine["workspace"] == str(_home(live, "alice") / "proj")
+        assert theirs["workspace"] == str(_home(live, "bob") / "proj")
         # Files one principal's session leaves are not in the other's workspace.
         Path(mine["workspace"], "notes.txt").write_text("alice's\n")
         assert not Path(theirs["workspace"], "notes.txt").exists()
         # The same name again is the same directory for the same principal.
         assert new_session(alice, workspace="proj")["workspace"] == mine["workspace"]
         nested = new_session(bob, workspace="team/proj")["workspace"]
-        assert nested == str(root / "bob" / "team" / "proj")
+        assert nested == str(_home(live, "bob") / "team" / "proj")
         for client, session in ((alice, mine), (bob, theirs)):
             run = client.post(
                 f"/v1/sessions/{session['session_id']}/messages", json={"text": "tool hi"}
@@ -68,12 +72,12 @@ def test_workspace_names_cannot_climb_out_of_the_principals_directory(rooted: Li
             error(alice.post("/v1/sessions", json={"workspace": name}), 422, "invalid_request")
         for name in ("x\x00y", "proj/", "-rf", "", "a\\..\\b"):
             assert alice.post("/v1/sessions", json={"workspace": name}).status_code == 422
-        for name in ("/", str(root), str(root / "bob" / "proj"), "/etc"):
+        for name in ("/", str(root), str(_home(rooted, "bob") / "proj"), "/etc"):
             err = error(alice.post("/v1/sessions", json={"workspace": name}), 403, "forbidden")
             assert "only an admin" in err["message"]
         assert alice.get("/v1/sessions").json()["sessions"] == []
         # Nothing was created anywhere: only bob's directory exists under the root.
-        assert sorted(p.name for p in root.iterdir()) == ["bob"]
+        assert sorted(p.name for p in root.iterdir()) == ["@bob"]
         assert sorted(p.name for p in Path(bobs).iterdir()) == ["secret"]
 
 
@@ -87,37 +91,49 @@ def test_a_symlink_in_the_workspace_tree_is_refused_not_followed(
         bobs = Path(new_session(bob, workspace="proj")["workspace"])
         new_session(alice, workspace="home")
         # Links in alice's own directory, to bob's workspace and out of the root.
-        (root / "alice" / "to-bob").symlink_to(bobs)
-        (root / "alice" / "out").symlink_to(outside)
-        (root / "alice" / "rel").symlink_to("../bob")
+        home = _home(rooted, "alice")
+        (home / "to-bob").symlink_to(bobs)
+        (home / "out").symlink_to(outside)
+        (home / "rel").symlink_to("../@bob")
         for name, segment in (("to-bob", "to-bob"), ("out/x", "out"), ("rel/proj", "rel")):
             err = error(alice.post("/v1/sessions", json={"workspace": name}), 400, "invalid_value")
             assert f"{segment!r} on its way is a symbolic link" in err["message"]
             assert err["details"] == {"workspace": name}
         # A principal directory replaced by a link to another principal's.
-        (root / "carol").symlink_to(root / "bob")
-        with rooted.client("root") as admin:
-            admin_ws = new_session(admin, workspace="proj")["workspace"]
-            assert admin_ws == str(root / "root" / "proj")
-        os.rename(root / "alice", root / "alice.old")
-        (root / "alice").symlink_to(root / "bob")
+        os.rename(home, root / "alice.old")
+        home.symlink_to(_home(rooted, "bob"))
         err = error(alice.post("/v1/sessions", json={"workspace": "proj"}), 400, "invalid_value")
-        assert "'alice' on its way is a symbolic link" in err["message"]
+        assert "'@alice' on its way is a symbolic link" in err["message"]
     assert sorted(p.name for p in bobs.iterdir()) == []
     assert list(outside.iterdir()) == []
 
 
 def test_a_workspace_naming_an_existing_file_is_400(rooted: Live) -> None:
-    root = _root(rooted)
+    home = _home(rooted, "alice")
     with rooted.client("alice") as alice:
         new_session(alice, workspace="proj")
-        (root / "alice" / "notes").write_text("a file\n")
-        (root / "alice" / "proj" / "data").write_text("a file\n")
+        (home / "notes").write_text("a file\n")
+        (home / "proj" / "data").write_text("a file\n")
         for name, segment in (("notes", "notes"), ("notes/x", "notes"), ("proj/data", "data")):
             err = error(alice.post("/v1/sessions", json={"workspace": name}), 400, "invalid_value")
             assert f"{segment!r} on its way is not a directory" in err["message"]
             assert err["details"] == {"workspace": name}
-        assert (root / "alice" / "notes").read_text() == "a file\n"
+        assert (home / "notes").read_text() == "a file\n"
+
+
+def test_a_workspace_of_the_earlier_layout_named_like_a_principal_stays_apart(
+    rooted: Live,
+) -> None:
+    """Before, ``{"workspace": "alice"}`` from anyone bound ``<root>/alice``: it is not
+    alice's directory now."""
+    legacy = _root(rooted) / "alice"
+    (legacy / "src").mkdir(parents=True)
+    (legacy / "src" / "bobs.txt").write_text("bob's, from the earlier layout\n")
+    with rooted.client("alice") as alice:
+        src = Path(new_session(alice, workspace="src")["workspace"])
+        assert src == _home(rooted, "alice") / "src"
+        assert list(src.iterdir()) == []
+    assert (legacy / "src" / "bobs.txt").exists()
 
 
 def test_an_admin_binds_an_explicit_directory(rooted: Live, tmp_path: Path) -> None:
@@ -163,4 +179,5 @@ def test_principal_names_never_share_or_escape_a_directory(names: tuple[str, ...
         assert d not in (".", "..") and "/" not in d and "\x00" not in d, d
         assert 0 < len(d) <= 80, d
         assert d.isascii(), d
-    assert principal_directory("alice") == "alice"
+        assert d.startswith("@"), d
+    assert principal_directory("alice") == "@alice"

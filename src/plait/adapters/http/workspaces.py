@@ -1,8 +1,8 @@
 """Where a session created over HTTP works: each principal's workspace names resolve in a
 directory of its own under the server's workspace root.
 
-``{"workspace": "proj"}`` from principal ``ana`` binds ``<root>/ana/proj`` (created on
-demand); the same name from ``bo`` binds ``<root>/bo/proj``. A name is one or more
+``{"workspace": "proj"}`` from principal ``ana`` binds ``<root>/@ana/proj`` (created on
+demand); the same name from ``bo`` binds ``<root>/@bo/proj``. A name is one or more
 segments joined by ``/``, each starting with a letter or digit (so never ``.``, ``..``,
 empty or absolute). The directories are walked from an fd of the root one segment at a
 time, each opened with ``O_NOFOLLOW`` relative to its parent's fd and created with
@@ -14,11 +14,12 @@ directory is refused too (``invalid_value``, 400).
 An admin may instead bind an explicit existing directory by giving its absolute path, as
 ``plait sessions new --workspace DIR`` does.
 
-A principal's directory name is its own name when that is a plain lowercase name
-(``[a-z0-9][a-z0-9_-]*``, up to 63 characters), else a readable prefix, ``~`` and a
-SHA-256 prefix of the name: distinct principals never share a directory (``Ana`` and
-``ana`` included, on case-insensitive file systems too), and a name such as ``../x`` or
-``a/b`` is never a path.
+A principal's directory name is ``@`` and its own name when that is a plain lowercase
+name (``[a-z0-9][a-z0-9_-]*``, up to 63 characters), else ``@``, a readable prefix, ``~``
+and a SHA-256 prefix of the name: distinct principals never share a directory (``Ana``
+and ``ana`` included, on case-insensitive file systems too), a name such as ``../x`` or
+``a/b`` is never a path, and no workspace of the earlier layout (``<root>/<name>``, whose
+names never held ``@``) is ever taken for a principal's directory.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def principal_directory(principal: str) -> str:
     """The one path segment that holds ``principal``'s workspaces under the root."""
     if _PLAIN_PRINCIPAL.fullmatch(principal):
-        return principal
-    prefix = re.sub(r"[^a-z0-9_-]+", "_", principal.lower()).strip("_-")[:40] or "p"
+        return f"@{principal}"
+    prefix = re.sub(r"[^a-z0-9_-]+", "_", principal.lower()).strip("_-")[:40]
     digest = hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{prefix}~{digest}"
+    return f"@{prefix}~{digest}"
 
 
 def bind_workspace(root: Path, *, principal: str, name: str) -> str:
