@@ -114,3 +114,13 @@ def test_a_request_whose_head_arrived_may_take_longer_than_the_deadline(
         # Kept alive: a second request on the same connection is answered.
         sock.sendall(_get("/health"))
         assert _read_response(sock).endswith(b'{"status":"ok"}')
+
+
+def test_a_request_head_over_16_kib_is_refused(address: tuple[str, int]) -> None:
+    with socket.create_connection(address) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (17 * 1024))
+        sock.settimeout(LIMIT)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
