@@ -84,9 +84,10 @@ def _compaction(
     def estimate(client: ModelClient) -> TokenMeter:
         return EstimateMeter()
 
-    summarizer = model  # the RFC's default: the session's model
-    if settings is not None and settings.summarizer_model and model is not None:
-        summarizer = open_model(settings.summarizer_model)
+    summarizer = model  # the RFC's default: the run's model (see summarizer_for)
+    spec = settings.summarizer_model if settings is not None and model is not None else None
+    if spec:
+        summarizer = open_model(spec)
     clients = [c for c in (model, summarizer) if c is not None]
     profiles = ModelProfiles.of_clients(clients, meter_for or estimate)
     return CompactionService(
@@ -96,6 +97,7 @@ def _compaction(
         clock=clock,
         ids=ids,
         settings=settings,
+        summarizer_follows_run=not spec,
     )
 
 
@@ -371,6 +373,7 @@ class Runtime:
         Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md)."""
+        from plait.adapters.stores._redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
@@ -393,7 +396,7 @@ class Runtime:
             tools=tools,
             clock=clock,
             ids=ids,
-            location=url,
+            location=redact_url(url),
             model_spec=spec,
             **({"owner": process_owner()} | options),
         )

@@ -417,3 +417,24 @@ def test_negative_limit_is_rejected(world: World) -> None:
     )
     assert code == 2
     assert "--limit" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "list"],
+        ["history", "ses_x"],
+        ["runs", "recover"],
+        ["db", "upgrade"],
+        ["keys", "create", "--principal", "ana"],
+    ],
+)
+def test_a_password_given_as_query_parameter_is_not_printed(plait: Plait, argv: list[str]) -> None:
+    """An attack found ``?password=`` printed whole in the error of an unreachable store."""
+    secret = "hunter2-sekret"
+    url = f"postgresql://plait@127.0.0.1:1/plait?sslmode=disable&password={secret}"
+    for form in ("--json", None):
+        r = plait.raw(*argv, "--db", url, *([form] if form else []))
+        assert r.code != 0, (r.out, r.err)
+        assert "127.0.0.1" in r.out + r.err
+        assert secret not in r.out + r.err

@@ -71,6 +71,7 @@ class Ids:
 class RunIds:
     id: str
     model: str | None = None
+    started_at: float = 0.0
 
 
 @dataclass
@@ -332,7 +333,8 @@ def test_a_check_at_the_compaction_cap_keeps_its_view() -> None:
     async def go() -> None:
         bench, stage, spy, a = await rig(24)
         cap = bench.service.settings.max_compactions_per_run
-        stage.state("run_1").compactions = cap
+        state = stage.state("run_1")
+        state.compactions, state.counted = cap, True  # compacted that often in this process
         await stage.post_step(a)
         kept = stage.state("run_1").measured
         assert kept is not None and kept.over_threshold and kept.context.compacted is None

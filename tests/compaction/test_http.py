@@ -106,6 +106,16 @@ def test_compact_context_and_evidence(live: Live) -> None:
         assert error(missing, 404, "not_found")["details"]["missing"] is True
         both = c.get(f"/v1/sessions/{sid}/evidence", params={"message_id": first, "query": "x"})
         error(both, 422, "invalid_request")
+        # A parameter that does not go with the selector is refused, not ignored (the
+        # OpenAPI document says which go together: schemathesis checks both agree).
+        strays: list[dict[str, str | int]] = [
+            {"message_id": first, "offset": 5},
+            {"query": "x", "length": 9},
+            {},
+        ]
+        for stray in strays:
+            err = error(c.get(f"/v1/sessions/{sid}/evidence", params=stray), 422, "invalid_request")
+            assert err["details"]["given"] == sorted(stray)
 
 
 def test_evidence_is_limited_to_the_branch(live: Live) -> None:

@@ -316,7 +316,7 @@ def test_a_run_continuing_with_another_configured_model_is_measured_by_it() -> N
 
         @property
         def run(self) -> Any:
-            return type("R", (), {"id": "r1", "model": "other-model"})()
+            return type("R", (), {"id": "r1", "model": "other-model", "started_at": 0.0})()
 
     async def go() -> None:
         bench = Bench(scripted([]))

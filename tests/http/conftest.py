@@ -17,7 +17,7 @@ import uvicorn
 
 from plait.adapters.http.app import create_app
 from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import Settings, context_for
+from plait.adapters.http.server import Settings, context_for, uvicorn_config
 from plait.adapters.stores.offload import Offloaded
 from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
@@ -87,11 +87,9 @@ def _keys_in(open_store: Callable[[], Any]) -> dict[str, str]:
     return asyncio.run(go())
 
 
-def start_server(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_config=None, access_log=False, loop="asyncio"
-    )  # as `plait serve` runs
-    server = uvicorn.Server(config)
+def start_server(app: Any, **config: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
+    """``config``: :func:`~plait.adapters.http.server.uvicorn_config`'s timeouts."""
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=0, **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -137,6 +135,8 @@ def serve_live(
     pg_url: str | None = None,
     model: ModelClient | Literal["behaviour"] | None = "behaviour",
     serve_workers: int = 2,
+    workspace_root: Path | None = None,
+    max_body_bytes: int = 4096,
 ) -> Iterator[Live]:
     """A live server; ``model`` (default: :func:`behaviour`) drives the in-process
     worker's runs (``None`` and ``serve_workers=0``: an API process without a model)."""
@@ -164,7 +164,12 @@ def serve_live(
         gate=gate,
     )
     db = pg_url or f"sqlite:///{path}"
-    settings = Settings(db=db, serve_workers=serve_workers, max_body_bytes=4096)
+    settings = Settings(
+        db=db,
+        serve_workers=serve_workers,
+        max_body_bytes=max_body_bytes,
+        workspace_root=workspace_root,
+    )
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)
     try:

@@ -193,7 +193,7 @@ def test_errors_have_one_shape_and_stable_codes(live: Live) -> None:
         assert "PLAIT_WORKSPACE_ROOT" in error(ws, 400, "invalid_value")["message"]
         error(c.post("/v1/sessions", json={"workspace": "../etc"}), 422, "invalid_request")
         lei = c.get(f"/v1/runs/{_a_run(c, sid)}/events", headers={"Last-Event-ID": "abc"})
-        error(lei, 400, "invalid_value")
+        error(lei, 422, "invalid_request")
         fork = {"through_message_id": "nope", "request_id": "r1"}
         error(c.post(f"/v1/sessions/{sid}/fork", json=fork), 404, "not_found")
 

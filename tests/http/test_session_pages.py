@@ -42,9 +42,10 @@ def test_each_principal_pages_through_exactly_its_own_sessions(live: Live) -> No
         assert len(everyone) == len(set(everyone)) == 45
         # A cursor must be one of yours (else it would tell you bob's session exists).
         bobs = made["bob"][3]
-        err = error(alice.get("/v1/sessions", params={"before": bobs}), 400, "invalid_value")
+        err = error(alice.get("/v1/sessions", params={"before": bobs}), 404, "not_found")
         assert "next_before" in err["message"]
-        error(alice.get("/v1/sessions", params={"before": "ses_nope"}), 400, "invalid_value")
+        nope = error(alice.get("/v1/sessions", params={"before": "ses_nope"}), 404, "not_found")
+        assert err["message"].replace(bobs, "ses_nope") == nope["message"]
         error(alice.get("/v1/sessions", params={"before": ""}), 422, "invalid_request")
         assert root.get("/v1/sessions", params={"before": bobs}).status_code == 200
         # An admin may narrow the listing to one principal; nobody else may name another.
@@ -64,4 +65,4 @@ def test_paging_by_owner_on_postgresql(live_pg: Live) -> None:
             made[who].append(new_session(c)["session_id"])
         assert _all_pages(alice, limit=3) == made["alice"][::-1]
         assert _all_pages(bob, limit=4) == made["bob"][::-1]
-        error(alice.get("/v1/sessions", params={"before": made["bob"][0]}), 400, "invalid_value")
+        error(alice.get("/v1/sessions", params={"before": made["bob"][0]}), 404, "not_found")

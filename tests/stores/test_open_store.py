@@ -89,3 +89,79 @@ def test_backends_are_imported_lazily() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+SECRET = "hunter2-sekret"
+LEAKY_URLS = [
+    f"postgresql://plait@127.0.0.1:1/plait?password={SECRET}",
+    f"postgresql://plait@127.0.0.1:1/plait?sslmode=disable&password={SECRET}",
+    f"postgresql://plait@127.0.0.1:1/plait?sslpassword={SECRET}&password={SECRET}",
+    f"postgres://plait:{SECRET}@127.0.0.1:1/plait",
+]
+
+
+@pytest.mark.parametrize("url", LEAKY_URLS)
+def test_a_password_in_a_postgresql_url_is_never_printed(url: str) -> None:
+    """Also given as ``?password=`` (an attack found it printed whole in the error)."""
+    from plait.adapters.stores.postgres import PostgresStore
+
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    assert SECRET not in repr(store)
+
+    async def go() -> None:
+        try:
+            await store.get_session("s1")
+        finally:
+            await store.close()
+
+    with pytest.raises(StoreError) as info:
+        asyncio.run(go())
+    assert "127.0.0.1" in info.value.message
+    assert SECRET not in info.value.message
+    assert SECRET not in repr(info.value.details)
+    assert "***" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresq://plait:{SECRET}@h/db",
+        f"mysql://u@h/db?password={SECRET}",
+        f"host=h user=u password={SECRET} dbname=d",
+        f"host=h password = '{SECRET} with spaces' dbname=d",
+    ],
+)
+def test_a_mistyped_store_url_does_not_print_its_password(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        open_store(url)
+    assert SECRET not in str(info.value)
+    assert SECRET not in repr(info.value.details)
+
+
+def test_redacted_urls_keep_what_locates_the_store() -> None:
+    from plait.adapters.stores._redact import redact_url
+
+    assert redact_url("postgresql://u:p@h:5/db?sslmode=require&password=x#f") == (
+        "postgresql://u:***@h:5/db?sslmode=require&password=***#f"
+    )
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert redact_url("sqlite:///a/b.db") == "sqlite:///a/b.db"
+    assert redact_url("postgresql://u@h/db?passfile=/p") == "postgresql://u@h/db?passfile=/p"
+    # A password holding '@', '/' or ':' is hidden whole.
+    for password in (f"{SECRET}@x", f"ab/{SECRET}", f"a:{SECRET}"):
+        assert redact_url(f"postgresql://u:{password}@h/db") == "postgresql://u:***@h/db"
+
+
+def test_a_runtime_names_its_store_without_the_password() -> None:
+    from plait.runtime import Runtime
+
+    async def go() -> str:
+        rt = Runtime.open(db=LEAKY_URLS[0], store_only=True)
+        try:
+            return rt.queries.store_info().location
+        finally:
+            await rt.close()
+
+    where = asyncio.run(go())
+    assert SECRET not in where and where.endswith("?password=***")

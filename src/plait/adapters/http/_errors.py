@@ -20,7 +20,16 @@ from plait.domain.errors import (
     RunStateError,
 )
 
-__all__ = ["ApiError", "error_body", "status_and_body"]
+__all__ = ["HTTP_CODES", "ApiError", "error_body", "http_status_and_body", "status_and_body"]
+
+HTTP_CODES = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+}
+"""Codes of the answers the HTTP framework itself gives (no route, wrong method, ...)."""
 
 
 class ApiError(PlaitError):
@@ -38,6 +47,17 @@ class ApiError(PlaitError):
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def http_status_and_body(status: int, detail: str) -> tuple[int, dict[str, Any]]:
+    """The answer for a framework-level HTTP error: a body the framework could not parse
+    (400, e.g. bytes that are not UTF-8 inside a JSON string) is ``invalid_request`` like
+    every other unreadable body (422); other statuses get their documented code."""
+    if status == 400:
+        return 422, error_body("invalid_request", f"invalid request: {detail}")
+    if status >= 500:
+        return 500, error_body("internal", "the server could not complete the request")
+    return status, error_body(HTTP_CODES.get(status, "invalid_request"), detail)
 
 
 def status_and_body(e: PlaitError) -> tuple[int, dict[str, Any]]:

@@ -19,15 +19,22 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from plait.adapters.http import models as m
-from plait.adapters.http._errors import ApiError, error_body, status_and_body
+from plait.adapters.http._errors import (
+    ApiError,
+    error_body,
+    http_status_and_body,
+    status_and_body,
+)
 from plait.adapters.http._internal import InternalErrors, log_internal
 from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.compaction import compaction_routes, compaction_stage
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
+from plait.adapters.http.workspaces import bind_directory, bind_workspace
 from plait.adapters.shapes import message_json, run_json, session_json
 from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
@@ -134,9 +141,29 @@ def _install_errors(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return JSONResponse(error_body(code, str(e.detail)), status_code=e.status_code)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        status, body = http_status_and_body(e.status_code, str(e.detail))
+        headers = dict(e.headers or {})
+        if status == 405:
+            headers["Allow"] = _allowed_methods(app, request)
+        return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> str:
+    """Every method some route of this path answers (the router's own 405 names only
+    those of the first route it matched, e.g. GET of ``/v1/sessions`` but not POST)."""
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in app.router.routes
+        )
+    ]
+    return ", ".join(allowed)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 # --- dependencies ---------------------------------------------------------------------------
@@ -191,8 +218,9 @@ async def _page_cursor(ctx: ApiContext, who: Principal, before: str) -> None:
     try:
         await _own_session(ctx, who, before)
     except SessionNotFoundError:
-        raise ValidationError(
-            f"unknown page cursor before={before!r}: pass the next_before of a previous page",
+        raise SessionNotFoundError(
+            f"unknown page cursor before={before!r}: no session of yours has that id; pass "
+            "the next_before of a previous page",
             before=before,
         ) from None
 
@@ -233,7 +261,7 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
 
     @r.post("/sessions", status_code=201, response_model=m.SessionOut)
     async def create_session(body: m.SessionIn, who: Who) -> dict[str, Any]:
-        workspace = _workspace(ctx, body.workspace)
+        workspace = _workspace(ctx, who, body.workspace)
         session = await ctx.service.create_session(
             workspace=workspace, owner=who.name, title=body.title
         )
@@ -378,12 +406,12 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
     @r.get(
         "/runs/{run_id}/events",
         response_class=StreamingResponse,
-        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+        responses={200: {"content": {"text/event-stream": {"schema": _SSE_EVENT}}}},
     )
     async def run_events(
         run_id: str,
         who: Who,
-        last_event_id: Annotated[str | None, Header()] = None,
+        last_event_id: Annotated[str, Header(pattern=r"^[0-9]{0,9}$")] = "",
         after: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
     ) -> StreamingResponse:
         """Server-sent events of the run (``id`` is the event's sequence number). Resume
@@ -398,18 +426,29 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
     return r
 
 
-def _last_event_id(value: str | None) -> int:
-    if value is None or not value.strip():
-        return 0
-    try:
-        n = int(value.strip())
-    except ValueError:
-        raise ValidationError(
-            f"Last-Event-ID must be an event number, got {value[:50]!r}"
-        ) from None
-    if not 0 <= n < 2**31:
-        raise ValidationError(f"Last-Event-ID {n} is out of range")
-    return n
+_SSE_EVENT = {
+    "type": "object",
+    "description": "one server-sent event (OpenAPI 3.1: the schema of each event): `event` "
+    "names the run event (run_started, step_started, text_delta, message, "
+    "tool_call_requested, decision, tool_started, tool_result, compaction, run_finished) or "
+    "`error` (the stream failed: `data` is the error shape, no `id`); `id` is the event's "
+    "sequence number; `data` a JSON object",
+    "properties": {
+        "event": {"type": "string", "minLength": 1},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"type": "object"},
+        },
+    },
+    "required": ["event", "data"],
+}
+
+
+def _last_event_id(value: str) -> int:
+    """The header's event number (its pattern admits only up to 9 digits); none: 0."""
+    return int(value) if value else 0
 
 
 def _budget(ctx: ApiContext, given: m.BudgetIn | None) -> Budget | None:
@@ -420,15 +459,15 @@ def _budget(ctx: ApiContext, given: m.BudgetIn | None) -> Budget | None:
     return Budget(**{**{f: getattr(base, f) for f in Budget.__dataclass_fields__}, **fields})
 
 
-def _workspace(ctx: ApiContext, name: str | None) -> str | None:
+def _workspace(ctx: ApiContext, who: Principal, name: str | None) -> str | None:
     if name is None:
         return None
+    if name.startswith("/"):
+        return bind_directory(name, admin=who.admin)
     if ctx.workspace_root is None:
         raise ValidationError(
             "this server has no workspace root (PLAIT_WORKSPACE_ROOT), so sessions cannot "
             "name a workspace",
             workspace=name,
         )
-    path = ctx.workspace_root / name
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+    return bind_workspace(ctx.workspace_root, principal=who.name, name=name)

@@ -17,7 +17,7 @@ use the compaction stage the runs use (same instructions, tools and model profil
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
 from plait.adapters.http._errors import ApiError
 from plait.adapters.http.auth import Principal
@@ -82,23 +82,87 @@ def compaction_routes(
         view = await stage.view(session_id, history, model)
         return view_json(view, items=items)
 
-    @r.get("/sessions/{session_id}/evidence", response_model=dict[str, Any])
+    @r.get(
+        "/sessions/{session_id}/evidence",
+        response_model=dict[str, Any],
+        openapi_extra={"parameters": [_SELECTOR]},
+    )
     async def evidence(
         session_id: str,
         who: Who,
-        message_id: Annotated[str | None, Query(min_length=1)] = None,
-        artifact_id: Annotated[str | None, Query(min_length=1)] = None,
-        offset: Annotated[int, Query(ge=0)] = 0,
-        length: Annotated[int, Query(ge=1, le=MAX_SLICE)] = 8_000,
-        query: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
-        limit: Annotated[int, Query(ge=1, le=50)] = 10,
+        request: Request,
+        message_id: Annotated[str | None, _hidden(min_length=1)] = None,
+        artifact_id: Annotated[str | None, _hidden(min_length=1)] = None,
+        offset: Annotated[int, _hidden(ge=0)] = 0,
+        length: Annotated[int, _hidden(ge=1, le=MAX_SLICE)] = 8_000,
+        query: Annotated[str | None, _hidden(min_length=1, max_length=500)] = None,
+        limit: Annotated[int, _hidden(ge=1, le=50)] = 10,
     ) -> dict[str, Any]:
-        """Originals a summary left out, from this session's branch only."""
+        """Originals a summary left out, from this session's branch only: exactly one
+        of a message (``message_id``), an artifact slice (``artifact_id`` with
+        ``offset`` and ``length``) or a search (``query`` with ``limit``)."""
         await own(who, session_id)
+        _check_selector(set(request.query_params))
         asked = (message_id, artifact_id, query)
         return await _lookup(store, session_id, asked, (offset, length), limit)
 
     return r
+
+
+_SELECTORS: dict[str, dict[str, Any]] = {
+    "message_id": {"message_id": {"type": "string", "minLength": 1}},
+    "artifact_id": {
+        "artifact_id": {"type": "string", "minLength": 1},
+        "offset": {"type": "integer", "minimum": 0, "default": 0},
+        "length": {"type": "integer", "minimum": 1, "maximum": MAX_SLICE, "default": 8_000},
+    },
+    "query": {
+        "query": {"type": "string", "minLength": 1, "maxLength": 500},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+    },
+}
+
+_SELECTOR = {
+    "name": "selector",
+    "in": "query",
+    "required": True,
+    "style": "form",
+    "explode": True,
+    "description": "exactly one of: message_id; artifact_id with offset and length; query "
+    "with limit (as query parameters of these names)",
+    "schema": {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": properties,
+                "required": [key],
+                "additionalProperties": False,
+            }
+            for key, properties in _SELECTORS.items()
+        ]
+    },
+}
+"""The OpenAPI form of the evidence parameters: one object whose keys are the query
+parameters, one of three shapes (FastAPI cannot say "exactly one of" of plain ones)."""
+
+
+def _hidden(**constraints: Any) -> Any:
+    """A query parameter left out of the OpenAPI document (``_SELECTOR`` says it)."""
+    return Query(include_in_schema=False, **constraints)
+
+
+def _check_selector(given: set[str]) -> None:
+    """Exactly one selector, and only the parameters that go with it."""
+    chosen = [key for key in _SELECTORS if key in given]
+    allowed = set(_SELECTORS[chosen[0]]) if len(chosen) == 1 else set()
+    if len(chosen) != 1 or not given <= allowed:
+        raise ApiError(
+            "give exactly one of message_id, artifact_id (with offset, length) or query "
+            "(with limit), and no other parameter",
+            status=422,
+            code="invalid_request",
+            given=sorted(given),
+        )
 
 
 async def _lookup(
@@ -108,14 +172,7 @@ async def _lookup(
     window: tuple[int, int],
     limit: int,
 ) -> dict[str, Any]:
-    message_id, artifact_id, query = asked
-    names = ("message_id", "artifact_id", "query")
-    given = [k for k, v in zip(names, asked, strict=True) if v is not None]
-    if len(given) != 1:
-        raise ApiError(
-            "give exactly one of message_id, artifact_id or query",
-            status=422, code="invalid_request", given=given,
-        )  # fmt: skip
+    message_id, artifact_id, query = asked  # exactly one (see _check_selector)
     if message_id is not None:
         sm = await find_message(store, session_id, message_id)
         if sm is None:

@@ -73,10 +73,12 @@ class SessionIn(BaseModel):
     workspace: str | None = Field(
         default=None,
         min_length=1,
-        max_length=100,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="a directory name under the server's PLAIT_WORKSPACE_ROOT (created "
-        "on demand); refused when the server has no workspace root",
+        max_length=1024,
+        pattern=r"^(/[^\x00]*|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*)$",
+        description="a workspace name (segments of letters, digits, '.', '_', '-' joined "
+        "by '/'): the directory of that name in the caller's own directory under the "
+        "server's PLAIT_WORKSPACE_ROOT (created on demand; refused when the server has no "
+        "workspace root); an admin may give an existing directory's absolute path instead",
     )
 
 

@@ -16,7 +16,7 @@ override them; logs are JSON lines on stderr carrying run and session ids.
                            notifications are unavailable (PostgreSQL listener down;
                            default 0.5)
 ``PLAIT_MAX_BODY_BYTES``   largest request body (default 1000000)
-``PLAIT_WORKSPACE_ROOT``   directory under which sessions may name a workspace
+``PLAIT_WORKSPACE_ROOT``   directory under which each principal's sessions name workspaces
 ``PLAIT_LOG_LEVEL``        ``debug``, ``info`` (default), ``warning``, ``error``
 =========================  ==========================================================
 """
@@ -167,8 +167,11 @@ def _runtime(settings: Settings, *, need_model: bool) -> Any:
 
 
 def _check_service_store(store: Any, url: str) -> None:
+    from plait.adapters.stores._redact import redact_url
+
     for method in ("claim_queued_run", "append_run_events", "find_api_key"):
         if not hasattr(store, method):
+            url = redact_url(url)
             raise ConfigError(
                 f"the store {url!r} cannot run the service (no run queue); use "
                 "postgresql://..., sqlite:///... or memory://",
@@ -270,16 +273,38 @@ def serve(settings: Settings) -> None:
 
     configure_logging(settings.log_level)
     app = create_app(build_context(settings))
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.grace_seconds),
-        loop="asyncio",  # not uvloop (see run_async): the API's streams are tested on this
+    config = uvicorn_config(
+        app, host=settings.host, port=settings.port, grace_seconds=settings.grace_seconds
     )
     uvicorn.Server(config).run()
+
+
+def uvicorn_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    grace_seconds: float | None = None,
+    header_timeout: float | None = None,
+    keep_alive: int | None = None,
+) -> Any:
+    """How ``plait serve`` runs uvicorn: h11 with a deadline on request heads and a
+    keep-alive timeout (see :mod:`plait.adapters.http.protocol`), no access log."""
+    import uvicorn
+
+    from plait.adapters.http import protocol as p
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=p.protocol(p.HEADER_TIMEOUT_SECONDS if header_timeout is None else header_timeout),
+        timeout_keep_alive=p.KEEP_ALIVE_SECONDS if keep_alive is None else keep_alive,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=None if grace_seconds is None else int(grace_seconds),
+        loop="asyncio",  # not uvloop (see run_async): the API's streams are tested on this
+    )
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

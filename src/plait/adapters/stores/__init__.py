@@ -62,8 +62,15 @@ class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore,
 def _path(url: str, scheme: str) -> Path:
     rest = url[len(scheme) :]
     if not rest or "?" in rest or "#" in rest or rest.startswith(("\x00",)):
-        raise ConfigError(f"store URL {url!r} has no usable path; {_FORMS}", url=url)
+        shown = _shown(url)
+        raise ConfigError(f"store URL {shown!r} has no usable path; {_FORMS}", url=shown)
     return Path(rest)
+
+
+def _shown(url: str) -> str:
+    from plait.adapters.stores._redact import redact_url
+
+    return redact_url(url)
 
 
 def _require_existing(url: str) -> None:
@@ -119,7 +126,8 @@ def open_store(url: str, *, create: bool = True) -> Store:
         # A read command (create=False) must not write: it checks the schema instead of
         # migrating it.
         return PostgresStore(url, migrate=create)
-    raise ConfigError(f"unknown store URL {url!r}; {_FORMS}", url=url)
+    shown = _shown(url)
+    raise ConfigError(f"unknown store URL {shown!r}; {_FORMS}", url=shown)
 
 
 def __getattr__(name: str) -> Any:

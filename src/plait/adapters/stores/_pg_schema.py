@@ -27,6 +27,7 @@ from plait.adapters.stores._pg_functions import (
     COMMIT_FUNCTION_V10,
     COMMIT_FUNCTION_V11,
 )
+from plait.adapters.stores._redact import redact_url
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.adapters.stores._unstorable import unstorable
 from plait.domain.errors import (
@@ -163,12 +164,8 @@ LATEST = len(MIGRATIONS)
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    head, sep, tail = url.partition("@")
-    if not sep or ":" not in head.split("//", 1)[-1]:
-        return url
-    scheme, _, cred = head.partition("//")
-    return f"{scheme}//{cred.split(':', 1)[0]}:***@{tail}"
+    """The URL without its passwords, for messages and logs."""
+    return redact_url(url)
 
 
 def translate(e: psycopg.Error, where: str) -> PlaitError:

@@ -55,6 +55,11 @@ class RunCompaction:
     measured: ContextView | None = None
     """The view the post-step check measured without compacting: the next step's call
     reuses it if nothing it was built from changed meanwhile (taken by that call)."""
+    since: float | None = None
+    """When the run started: the stored summaries made since are its compactions."""
+    counted: bool = False
+    """``compactions`` was counted from the stored summaries since this process last
+    took the run over (``since`` given; see ``CompactionService.at_cap``)."""
 
 
 def outcome(

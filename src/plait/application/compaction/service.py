@@ -90,12 +90,19 @@ class CompactionService:
         ids: IdGenerator,
         settings: CompactionSettings | None = None,
         cache: CountCache | None = None,
+        summarizer_follows_run: bool = False,
     ) -> None:
         """``summarizer`` is the model of the summarizer role (``None``: summaries cannot
-        be made, but contexts can still be built and measured)."""
+        be made by it, but contexts can still be built and measured).
+        ``summarizer_follows_run``: it is only the process's own model (no model is
+        configured for the role), so a run driven with another model (its recorded one,
+        after a recovery or a resume) is summarized by that model, as it was in the
+        process that started it. Without a summarizer, a run driven with a model of its
+        own is summarized by it either way."""
         self.store = store
         self.profiles = profiles
         self.summarizer = summarizer
+        self.summarizer_follows_run = summarizer_follows_run
         self.clock = clock
         self.ids = ids
         self.settings = settings or CompactionSettings()
@@ -145,6 +152,7 @@ class CompactionService:
         model: str | None = None,
         on_start: Callable[[], None] | None = None,
         before_compacting: Callable[[], Awaitable[None]] | None = None,
+        run_model: ModelClient | None = None,
     ) -> CompactionOutcome | None:
         """The post-step checkpoint. ``model`` is the model the step's request was routed
         to (the run's model, as recorded); default: the model named by the latest
@@ -153,7 +161,8 @@ class CompactionService:
         automatic compaction is off or no routed request exists yet. An unknown routed
         model raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a
         failed summary does not (the run goes on with the full history). A view measured
-        without compacting is left in ``run.measured`` for the next call to reuse."""
+        without compacting is left in ``run.measured`` for the next call to reuse.
+        ``run_model``: the model the run is driven with (see ``summarizer_follows_run``)."""
         run.measured = None
         if not self.settings.auto:
             return None
@@ -171,7 +180,7 @@ class CompactionService:
         if not view.over_threshold:
             run.measured = view  # nothing compacted: the next call may reuse this context
             return None
-        if run.compactions >= self.settings.max_compactions_per_run:
+        if await self.at_cap(session_id, run):
             run.measured = view
             return self._once(run, "cap", session_id, view, "pressure")
         if before_compacting is not None:
@@ -183,6 +192,7 @@ class CompactionService:
             instructions=instructions,
             tools=tools,
             on_start=on_start,
+            run_model=run_model,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -201,6 +211,7 @@ class CompactionService:
         instructions: str,
         tools: tuple[ToolSpec, ...],
         on_start: Callable[[], None] | None = None,
+        run_model: ModelClient | None = None,
     ) -> CompactionOutcome | None:
         """The overflow hook. Returns the outcome of a shrinking compaction, or ``None``
         when recovery does not apply (auto off, not an overflow, attempts used up). The
@@ -210,7 +221,7 @@ class CompactionService:
             return None
         if run.overflow_attempts >= self.settings.max_overflow_retries:
             return None
-        if run.compactions >= self.settings.max_compactions_per_run:
+        if await self.at_cap(session_id, run):
             return None
         run.overflow_attempts += 1
         outcome = await self.compact(
@@ -220,10 +231,33 @@ class CompactionService:
             instructions=instructions,
             tools=tools,
             on_start=on_start,
+            run_model=run_model,
         )
         if outcome.status == "compacted":
             run.compactions += 1
         return outcome
+
+    async def at_cap(self, session_id: str, run: RunCompaction) -> bool:
+        """Whether the run made its allowed compactions. Counted, once per take-over of
+        the run by this process (``run.counted``), from the stored summaries: a session
+        has one active run at a time, so every automatic summary made since the run
+        started (``run.since``) is that run's, whichever process made it; the cap holds
+        across recoveries. Read only here, when a compaction is due."""
+        if run.since is not None and not run.counted:
+            summaries = await self.store.list_summaries(session_id)
+            automatic = ("pressure", "overflow")
+            stored = sum(
+                1 for s in summaries if s.trigger in automatic and s.created_at > run.since
+            )
+            run.compactions = max(run.compactions, stored)
+            run.counted = True
+        return run.compactions >= self.settings.max_compactions_per_run
+
+    def summarizer_for(self, run_model: ModelClient | None) -> ModelClient | None:
+        """The summarizer of a run driven with ``run_model`` (see ``__init__``)."""
+        if self.summarizer is not None and not self.summarizer_follows_run:
+            return self.summarizer
+        return run_model or self.summarizer
 
     @staticmethod
     def reset_overflow(run: RunCompaction) -> None:
@@ -264,16 +298,19 @@ class CompactionService:
         instructions: str = "",
         tools: tuple[ToolSpec, ...] = (),
         on_start: Callable[[], None] | None = None,
+        run_model: ModelClient | None = None,
     ) -> CompactionOutcome:
         """Compact the session's history as it is now (see the module docstring).
         ``model`` is the model whose window and meter decide; default: the routed model of
         the history, else the summarizer's. ``on_start`` is called once the prefix is
-        chosen, just before the summarizer is asked."""
+        chosen, just before the summarizer is asked. ``run_model``: the model the run
+        that asks is driven with (see ``__init__``)."""
+        summarizer = self.summarizer_for(run_model)
         stored = await self.store.read_messages(session_id)
         history = [sm.message for sm in stored]
         active = await self.store.get_summary(session_id)
         gen = 0 if active is None else active.generation
-        name = model or self.routed_model(history) or (self.summarizer and self.summarizer.name)
+        name = model or self.routed_model(history) or (summarizer and summarizer.name)
         if not name:
             return _outcome("nothing_to_compact", "the session has no model turn yet", trigger, gen)
         profile = self.profiles.get(name)
@@ -296,16 +333,17 @@ class CompactionService:
                 gen,
                 view,
             )
-        if self.summarizer is None:
+        if summarizer is None:
             return _outcome("failed", "no summarizer model is configured", trigger, gen, view)
         if on_start is not None:
             on_start()
         return await self._summarize_and_activate(
-            session_id, stored, plan, usable, profile, view, trigger, gen
+            summarizer, session_id, stored, plan, usable, profile, view, trigger, gen
         )
 
     async def _summarize_and_activate(
         self,
+        model: ModelClient,
         session_id: str,
         stored: list[StoredMessage],
         plan: CompactionPlan,
@@ -318,7 +356,9 @@ class CompactionService:
         """Summarize ``plan``'s prefix, validate, activate by compare-and-set on ``gen``."""
         k = plan.covered_through
         try:
-            summary, result = await self._summarize(session_id, stored, k, usable, profile, gen)
+            summary, result = await self._summarize(
+                model, session_id, stored, k, usable, profile, gen
+            )
         except CompactionError as e:
             failed = _outcome("failed", e.message, trigger, gen, view)
             return replace(failed, summarizer_calls=int(e.details.get("calls", 0)))
@@ -352,6 +392,7 @@ class CompactionService:
 
     async def _summarize(
         self,
+        model: ModelClient,
         session_id: str,
         stored: list[StoredMessage],
         k: int,
@@ -359,7 +400,6 @@ class CompactionService:
         profile: ModelProfile,
         gen: int,
     ) -> tuple[Summary, SummarizeResult]:
-        assert self.summarizer is not None
         start = 0
         carried = SummaryBody(goal="")
         facts = harvest_facts(())
@@ -371,11 +411,11 @@ class CompactionService:
             # messages after it are read by the model.
             start, carried, facts = previous.covered_through_seq, previous.body, previous.facts
         try:
-            own = self.profiles.get(self.summarizer.name)
+            own = self.profiles.get(model.name)
         except TokenMeterModelUnconfiguredError as e:
             raise CompactionError(f"the summarizer cannot be budgeted: {e.message}") from e
         summarizer = Summarizer(
-            model=self.summarizer,
+            model=model,
             profile=own,
             settings=self.settings,
             cache=self.cache,

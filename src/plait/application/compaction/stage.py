@@ -43,6 +43,7 @@ from plait.application.compaction.service import (
     RunCompaction,
 )
 from plait.application.events import CompactionEvent, RunObserver
+from plait.application.ports import ModelClient
 from plait.domain.context import Context, Correction
 from plait.domain.errors import ModelError, ModelErrorCode, TokenMeterModelUnconfiguredError
 from plait.domain.messages import AssistantMessage, Message
@@ -84,6 +85,8 @@ class _Run(Protocol):
     def id(self) -> str: ...
     @property
     def model(self) -> str | None: ...
+    @property
+    def started_at(self) -> float: ...
 
 
 class RunView(Protocol):
@@ -165,10 +168,20 @@ class CompactionStage:
 
     def release(self, run_id: str) -> None:
         """The run is no longer driven here: drop the view kept for its next call (its
-        counters stay, for a run driven again later)."""
+        counters stay, for a run driven again later; its count of compactions is read
+        again from the store then, as another process may have driven it meanwhile)."""
         state = self._runs.get(run_id)
         if state is not None:
             state.measured = None
+            state.counted = False
+
+    def _run_state(self, a: RunView) -> RunCompaction:
+        """The run's counters; until counted since this process (again) drives the run,
+        its compactions are counted from the stored summaries when the cap matters (the
+        per-run cap holds across recoveries)."""
+        state = self.state(a.run.id)
+        state.since = a.run.started_at
+        return state
 
     def _profile(self, model: str) -> ModelProfile:
         """The model's profile; for building (not for deciding) an unconfigured model
@@ -226,6 +239,12 @@ class CompactionStage:
             self.service.profiles.learn(caller.model)
         return a.run.model or self.service.routed_model(a.history) or ""
 
+    @staticmethod
+    def _run_model(a: RunView) -> ModelClient | None:
+        """The model the run is driven with (the summarizer, unless one is configured)."""
+        caller = getattr(a, "caller", None)
+        return caller.model if caller is not None and caller.has_model else None
+
     async def context_for(
         self, a: RunView, corrections: Sequence[Correction]
     ) -> Context[AssistantMessage]:
@@ -266,12 +285,13 @@ class CompactionStage:
             outcome = await self.service.after_step(
                 a.session.id,
                 a.history,
-                run=self.state(a.run.id),
+                run=self._run_state(a),
                 instructions=self.instructions,
                 tools=self.tools,
                 model=self._routed(a),
                 on_start=self._announce(a, "pressure", step),
                 before_compacting=durable,
+                run_model=self._run_model(a),
             )
         except TokenMeterModelUnconfiguredError as e:
             raise StopRun(RunStatus.FAILED, e.code, e.message) from e
@@ -306,11 +326,12 @@ class CompactionStage:
             outcome = await self.service.on_overflow(
                 sid,
                 error,
-                run=self.state(a.run.id),
+                run=self._run_state(a),
                 model=self._routed(a),
                 instructions=self.instructions,
                 tools=self.tools,
                 on_start=self._announce(a, "overflow", step),
+                run_model=self._run_model(a),
             )
             after = await self._generation(sid)
         except TokenMeterModelUnconfiguredError:
