@@ -150,7 +150,7 @@ def test_plait_send_through_the_server_shows_compactions(
     with small.client() as c:
         sid = new_session(c)["session_id"]
     key = small.keys["alice"]
-    code = main(["send", sid, "tool " + "y" * 4_000, "--server", small.url, "--api-key", key])
+    code = main(["send", sid, "tool " + "y" * 2_400, "--server", small.url, "--api-key", key])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "[compaction activated] summarized messages 1..1" in out

@@ -202,7 +202,9 @@ class AgentService:
 
     def check_can_run(self, budget: Budget | None = None) -> None:
         """Raise the ConfigError :meth:`send` would raise before writing anything: no model,
-        a model that cannot call this agent's tools, a cost ceiling without prices."""
+        a model that cannot call this agent's tools, a cost ceiling without prices, and
+        (automatic compaction on) a model without a configured meter and context window
+        (:class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`)."""
         budget, model = budget or self.budget, self.model
         if self._tools and not model.capabilities.tool_calls:
             raise ConfigError(
@@ -210,6 +212,7 @@ class AgentService:
                 f"{len(self._tools)} tools; choose a model with tool calling"
             )
         check_cost_ceiling(model, budget.max_cost_usd, self.models.spec)
+        self.driver.compaction.check_model(model.name)
 
     async def send(
         self,

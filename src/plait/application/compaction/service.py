@@ -39,6 +39,7 @@ from plait.application.compaction._summarizer import (
     SummarizeResult,
     merge_bodies,
 )
+from plait.application.compaction.guard import CallGuard
 from plait.application.ports import (
     Clock,
     IdGenerator,
@@ -101,7 +102,6 @@ class CompactionService:
         self.settings = settings or CompactionSettings()
         self.cache = cache or CountCache()
         self.assembler = ContextAssembler(store=store, settings=self.settings, cache=self.cache)
-        self._without_window: set[str] = set()
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -145,25 +145,23 @@ class CompactionService:
         model: str | None = None,
         on_start: Callable[[], None] | None = None,
         before_compacting: Callable[[], Awaitable[None]] | None = None,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome | None:
         """The post-step checkpoint. ``model`` is the model the step's request was routed
         to (the run's model, as recorded); default: the model named by the latest
         assistant message. ``before_compacting`` is awaited before a compaction, which
         reads the stored history (the run makes its results durable then). ``None`` when
-        automatic compaction is off or no routed request exists yet. An unknown routed
-        model raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a
-        failed summary does not (the run goes on with the full history). A view measured
-        without compacting is left in ``run.measured`` for the next call to reuse."""
+        automatic compaction is off or no routed request exists yet. A routed model without
+        a configured meter and window (unknown, or declaring none) raises
+        :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a failed summary
+        does not (the run goes on with the full history). ``guard``: the run's checks
+        before each summarizer call. A view measured without compacting is left in
+        ``run.measured`` for the next call to reuse."""
         run.measured = None
         if not self.settings.auto:
             return None
         model = model or self.routed_model(history)
         if model is None:
-            return None
-        if self.profiles.declared_without_window(model):
-            if model not in self._without_window:  # said once per model and process
-                self._without_window.add(model)
-                log.warning("model %r declares no context window: no automatic compaction", model)
             return None
         view = await self.view(
             session_id, history, model=model, instructions=instructions, tools=tools
@@ -183,6 +181,7 @@ class CompactionService:
             instructions=instructions,
             tools=tools,
             on_start=on_start,
+            guard=guard,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -201,6 +200,7 @@ class CompactionService:
         instructions: str,
         tools: tuple[ToolSpec, ...],
         on_start: Callable[[], None] | None = None,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome | None:
         """The overflow hook. Returns the outcome of a shrinking compaction, or ``None``
         when recovery does not apply (auto off, not an overflow, attempts used up). The
@@ -220,6 +220,7 @@ class CompactionService:
             instructions=instructions,
             tools=tools,
             on_start=on_start,
+            guard=guard,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -264,11 +265,13 @@ class CompactionService:
         instructions: str = "",
         tools: tuple[ToolSpec, ...] = (),
         on_start: Callable[[], None] | None = None,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome:
         """Compact the session's history as it is now (see the module docstring).
         ``model`` is the model whose window and meter decide; default: the routed model of
         the history, else the summarizer's. ``on_start`` is called once the prefix is
-        chosen, just before the summarizer is asked."""
+        chosen, just before the summarizer is asked. ``guard`` (a run's compaction): the
+        run's cancellation and budget checks before each summarizer call."""
         stored = await self.store.read_messages(session_id)
         history = [sm.message for sm in stored]
         active = await self.store.get_summary(session_id)
@@ -301,7 +304,7 @@ class CompactionService:
         if on_start is not None:
             on_start()
         return await self._summarize_and_activate(
-            session_id, stored, plan, usable, profile, view, trigger, gen
+            session_id, stored, plan, usable, profile, view, trigger, gen, guard
         )
 
     async def _summarize_and_activate(
@@ -314,11 +317,14 @@ class CompactionService:
         view: ContextView,
         trigger: Trigger,
         gen: int,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome:
         """Summarize ``plan``'s prefix, validate, activate by compare-and-set on ``gen``."""
         k = plan.covered_through
         try:
-            summary, result = await self._summarize(session_id, stored, k, usable, profile, gen)
+            summary, result = await self._summarize(
+                session_id, stored, k, usable, profile, gen, guard
+            )
         except CompactionError as e:
             failed = _outcome("failed", e.message, trigger, gen, view)
             return replace(failed, summarizer_calls=int(e.details.get("calls", 0)))
@@ -358,6 +364,7 @@ class CompactionService:
         previous: Summary | None,
         profile: ModelProfile,
         gen: int,
+        guard: CallGuard | None,
     ) -> tuple[Summary, SummarizeResult]:
         assert self.summarizer is not None
         start = 0
@@ -380,7 +387,7 @@ class CompactionService:
             settings=self.settings,
             cache=self.cache,
         )
-        result = await summarizer.summarize(stored[start:k])
+        result = await summarizer.summarize(stored[start:k], guard)
         body = merge_bodies([carried, result.body]) if start else result.body
         new_range = [sm.message for sm in stored[start:k]]
         facts = cap_facts(merge_facts(facts, harvest_facts(new_range)))
