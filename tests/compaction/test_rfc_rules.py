@@ -439,3 +439,30 @@ def test_a_recovered_run_whose_model_has_no_window_fails_before_any_call() -> No
         assert second.requests == []
 
     run(go())
+
+
+def test_a_cancel_while_a_final_answers_summary_is_activated_ends_the_run_cancelled() -> None:
+    """Whatever finishes concurrently: the cancel arrives while the summary is stored (no
+    call to interrupt), the compaction completes, and the run still ends cancelled."""
+    model = scripted(
+        [*_echo_turns(3), {"text": "Done."}, {"text": "A" * 2_400}],
+        [{"structured": {"goal": "echo"}}] * 2,
+    )
+
+    async def go() -> None:
+        agent, store = service(model)
+        original = store.activate_summary
+
+        async def activate_and_cancel(summary: Any, **kw: Any) -> Any:
+            (run_id,) = agent.driver.active
+            await agent.cancel(run_id)
+            return await original(summary, **kw)
+
+        session = await agent.create_session()
+        await agent.send(session.id, "Echo a lot, please.")
+        store.activate_summary = activate_and_cancel  # type: ignore[method-assign]
+        result = await agent.send(session.id, "Summarize it.")
+        assert result.run.status is RunStatus.CANCELLED, result.run.error
+        assert len(await store.list_summaries(session.id)) == 1  # the compaction finished
+
+    run(go())

@@ -322,7 +322,6 @@ class RunDriver:
     async def _step(self, a: ActiveRun, guard: _Guard) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
         b = a.run.budget
-        check_cancel(a)  # before every budget: a cancelled run ends cancelled
         if b.max_steps is not None and a.usage.steps >= b.max_steps:
             raise StopRun.budget("max_steps", f"the run took its {b.max_steps} steps")
         step = a.usage.steps + 1
