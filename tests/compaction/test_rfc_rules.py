@@ -25,7 +25,8 @@ from plait.domain.runs import Budget, RunStatus
 from plait.domain.summary import Constraint
 from plait.domain.tools import EffectClass, ToolSpec
 from plait.testing import FunctionModel, RecordingTool
-from tests.compaction.test_loop import BIG, WINDOW, run, scripted, service, summaries
+from tests.compaction.conftest import run
+from tests.compaction.test_loop import BIG, WINDOW, scripted, service, summaries
 from tests.compaction.test_recovery import Recorder, agent_for
 
 CAPS = ModelCapabilities(context_window=WINDOW, max_output_tokens=300, structured_output=True)
@@ -125,7 +126,7 @@ def test_a_final_answer_under_the_threshold_still_ends_the_run_in_one_commit() -
             commits += 1
             return await original(commit)
 
-        store.commit = counting  # type: ignore[method-assign]
+        store.commit = counting
         session = await agent.create_session()
         result = await agent.send(session.id, "hi")
         assert result.run.status is RunStatus.COMPLETED
@@ -460,7 +461,7 @@ def test_a_cancel_while_a_final_answers_summary_is_activated_ends_the_run_cancel
 
         session = await agent.create_session()
         await agent.send(session.id, "Echo a lot, please.")
-        store.activate_summary = activate_and_cancel  # type: ignore[method-assign]
+        store.activate_summary = activate_and_cancel
         result = await agent.send(session.id, "Summarize it.")
         assert result.run.status is RunStatus.CANCELLED, result.run.error
         assert len(await store.list_summaries(session.id)) == 1  # the compaction finished

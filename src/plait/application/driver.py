@@ -11,7 +11,9 @@ Persistence order of one run::
          deny: save a ``denied`` result                    needs_approval: run waits
          allow: [save "started" for side effects] -> ToolRunner executes -> save result
          (written during the next model call, or with the next step's commit)
-    -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
+    -> the post-step check (compaction, :class:`CompactionStage`), after a final answer too
+    -> next step, or end the run (completed / budget_exhausted / failed / cancelled; a
+       run cancelled meanwhile ends cancelled whatever else ended it)
 
 Every arrow after a save is a restart point. Nothing runs that was not first persisted as
 requested, and nothing invalid is persisted as a tool request. No store transaction is

@@ -21,9 +21,17 @@ instead of building it a second time, if nothing it was built from changed (see
 the run is no longer driven.
 
 Each compaction is reported to the run's observer as :class:`~plait.application.events.
-CompactionEvent` (started, then activated / failed / skipped). Summarizer calls are
-charged to the run (model calls and tokens). ``auto=False`` makes the stage register
-nothing automatic: no pressure check, no overflow recovery.
+CompactionEvent` (started, then activated / failed / skipped). Summarizer calls come
+out of the run's budget: the driver's :class:`~plait.application.compaction.guard.
+CallGuard` checks each before it is made, counts it, and lets a cancel interrupt it.
+``auto=False`` makes the stage register nothing automatic: no pressure check, no overflow
+recovery (the context of a call is still never sent over the window).
+
+The post-step check also follows a final answer (:meth:`due_after_answer` measures it
+before it is saved; only when it is due does the driver save the answer, run the check,
+then end the run). :meth:`context_for` never returns a context measured over the window
+(:meth:`_fit`). :meth:`check_model` / :meth:`check_run` apply the one rule for a model
+without a window: with ``auto`` on it is ``TOKEN_METER_MODEL_UNCONFIGURED``.
 """
 
 from __future__ import annotations
