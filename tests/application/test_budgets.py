@@ -249,3 +249,33 @@ def test_a_cancel_while_a_call_goes_to_approval_ends_the_run_cancelled() -> None
     rows = shape(rig.history(s.id))
     assert rows[2][2:] == ("c1", "cancelled", "not executed: the run was cancelled")
     assert run(rig.store.get_session(s.id)).active_run_id is None
+
+
+def test_a_reviewer_call_is_checked_against_the_budget_before_it_is_made() -> None:
+    from plait.application.gate import GateDecision, GateRequest
+    from plait.domain.context import Context
+
+    class Reviewing:
+        async def decide(self, request: GateRequest) -> GateDecision:
+            context: Context[dict[str, object]] = Context(
+                instructions="review", tools=(), items=(), output_type=dict
+            )
+            await request.reviewer(context)
+            return GateDecision.allow(by="reviewer")
+
+    tool = RecordingTool(spec("t"))
+    rig = make_rig(
+        [reply("", call("t", {"text": "1"}, "c1"))],
+        [tool],
+        budget=Budget(max_model_calls=1),
+        gate=Reviewing(),
+    )
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status is RunStatus.BUDGET_EXHAUSTED, result.run.error
+    assert result.run.error is not None and result.run.error.code == "max_model_calls"
+    assert [r.role for r in rig.turns.requests] == ["assistant"]  # the reviewer was not asked
+    assert tool.invocations == []
+    assert result.run.usage.model_calls == 1
+    rows = shape(rig.history(s.id))
+    assert rows[-1][2:4] == ("c1", "cancelled")  # the call is paired, never run

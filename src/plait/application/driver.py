@@ -477,7 +477,12 @@ class RunDriver:
             except StopRun as stop:
                 await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
                 raise
-            await self._call(a, call, record)
+            try:
+                await self._call(a, call, record)
+            except StopRun as stop:
+                if stop.status.terminal:  # it ended the run while the call was reviewed
+                    await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
+                raise
             a.usage.tool_calls += 1
 
     async def _call(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
