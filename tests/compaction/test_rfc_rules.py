@@ -467,3 +467,47 @@ def test_a_cancel_while_a_final_answers_summary_is_activated_ends_the_run_cancel
         assert len(await store.list_summaries(session.id)) == 1  # the compaction finished
 
     run(go())
+
+
+def test_a_crash_in_a_final_answers_post_step_check_is_recovered_without_a_new_answer() -> None:
+    """The answer was saved (the run still running) and the process died before the check
+    ran: recovery runs the check and completes the run; the model is not asked again."""
+    from plait.adapters.stores.memory import MemoryStore
+    from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
+    from plait.testing import CharMeter, FixedClock, SequentialIds, echo_tool
+    from tests.application.test_recovery import Died, die_at
+
+    store = MemoryStore()
+
+    def agent(model: Any, **kw: Any) -> AgentService:
+        ids = SequentialIds(start=kw.pop("start", 1))
+        profile = ModelProfile(model=model.name, meter=CharMeter(), context_window=WINDOW)
+        compaction = CompactionService(
+            store=store, profiles=ModelProfiles([profile]), summarizer=model,
+            clock=FixedClock(), ids=ids, settings=CompactionSettings(summary_max_tokens=300),
+        )  # fmt: skip
+        return AgentService(
+            store=store, artifacts=store, model=model, tools=[echo_tool().tool],
+            clock=FixedClock(), ids=ids, compaction=compaction, **kw,
+        )  # fmt: skip
+
+    async def go() -> None:
+        first = scripted([{"text": "A" * 2_400}], [])
+        dying = agent(first, checkpoint=die_at("assistant_saved"))
+        session = await dying.create_session()
+        with pytest.raises(Died):  # the answer takes the context over the threshold
+            await dying.send(session.id, "L" * 8_000)
+        (crashed,) = await store.list_runs()
+        assert crashed.status is RunStatus.RUNNING
+        second = scripted([], [{"structured": {"goal": "answer"}}])
+        again = agent(second, start=1_000)
+        again.owner = "worker-2"
+        (report,) = await again.recover(run_id=crashed.id, force=True)
+        assert report.result is not None
+        assert report.result.run.status is RunStatus.COMPLETED, report.result.run.error
+        assert [r.role for r in second.requests] == ["summarizer"]  # no second answer
+        kinds = [sm.message.kind for sm in await store.read_messages(session.id)]
+        assert kinds == ["user", "assistant"]
+        assert len(await store.list_summaries(session.id)) == 1
+
+    run(go())

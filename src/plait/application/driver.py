@@ -138,6 +138,13 @@ class _Guard:
             a.interruptible = False
 
 
+def _answered(a: ActiveRun) -> bool:
+    """The run's last saved message is its final answer (an assistant message without
+    calls): only a post-step check was left to do before it ended."""
+    last = a.history[-1] if a.history else None
+    return isinstance(last, AssistantMessage) and last.run_id == a.run.id and not last.tool_calls
+
+
 class RunDriver:
     """Drives runs through their stages. Built by :class:`~plait.application.service.
     AgentService` from the collaborators :mod:`plait.runtime` composes."""
@@ -268,6 +275,11 @@ class RunDriver:
             if pending:
                 await self._run_calls(a, await self._pending_work(a))
             self.compaction.check_run(a)  # a model it cannot measure: before any call
+            if pending and _answered(a):  # stopped in its final answer's post-step check
+                await self._post_step(a, guard)
+                check_cancel(a)
+                await self.journal.finish(a, RunStatus.COMPLETED, None)
+                return
             while True:
                 calls = await self._step(a, guard)
                 if not calls:
