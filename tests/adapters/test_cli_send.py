@@ -28,6 +28,16 @@ def test_send_to_a_local_openai_compatible_server(
         spec = f"openai-compatible:{fake.base_url}#any"
         assert main(["sessions", "new", "--workspace", str(ws), "--db", db, "--json"]) == 0
         session = json.loads(capsys.readouterr().out)["session_id"]
+        # a server model declares no context window: with automatic compaction on (the
+        # default) it is refused before anything is written or sent ...
+        asked = ["send", session, "What is in notes.txt?", "--model", spec, "--db", db, "--json"]
+        assert main(asked) == 2
+        refused = json.loads(capsys.readouterr().out)["error"]
+        assert refused["code"] == "token_meter_model_unconfigured"
+        assert fake.requests == []
+        # ... and runs with it off (or with context_window declared in plait.toml)
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "plait.toml").write_text("[compaction]\nauto = false\n", encoding="utf-8")
         code = main(
             ["send", session, "What is in notes.txt?", "--model", spec, "--db", db, "--json"]
         )

@@ -83,7 +83,12 @@ def test_models_check_without_a_key_is_a_config_error(
     assert "ANTHROPIC_API_KEY" in err
 
 
-def test_demo_with_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_with_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the server's model declares no context window: the run needs compaction off
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plait.toml").write_text("[compaction]\nauto = false\n", encoding="utf-8")
     with FakeProvider("openai", demo_turns()) as fake:
         spec = f"openai-compatible:{fake.base_url}#any"
         code, out, _ = _run(capsys, "demo", "--model", spec, "--clean", "--json")

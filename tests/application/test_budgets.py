@@ -192,3 +192,90 @@ def test_recovery_skips_a_run_whose_model_cannot_be_reopened() -> None:
     (report,) = run(second.service.recover())
     assert report.outcome == "skipped"
     assert "'fn'" in report.detail and "cannot be reopened" in report.detail
+
+
+# --- cancel has final priority (issue 21, item 2) --------------------------------------------
+
+
+def test_a_cancel_at_the_step_cap_ends_the_run_cancelled_not_budget_exhausted() -> None:
+    async def cancel_then_answer(inv: ToolInvocation) -> str:
+        await rig.service.cancel(inv.run_id)  # while the call runs (it cannot be stopped)
+        return "done"
+
+    tool = RecordingTool(spec("t"), fn=cancel_then_answer, stoppable=False)
+    rig = make_rig([reply("", call("t", {"text": "1"}, "c1"))], [tool], budget=Budget(max_steps=1))
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status is RunStatus.CANCELLED, result.run.error
+    assert result.run.error is not None and result.run.error.code == "cancelled"
+
+
+def test_a_cancel_is_checked_before_the_deadline() -> None:
+    clock = FixedClock()
+
+    async def cancel_past_the_deadline(inv: ToolInvocation) -> str:
+        await rig.service.cancel(inv.run_id)
+        clock.advance(120)  # and the deadline passes meanwhile
+        return "done"
+
+    tool = RecordingTool(spec("t"), fn=cancel_past_the_deadline, stoppable=False)
+    rig = make_rig(
+        [reply("", call("t", {"text": "1"}, "c1"), call("t", {"text": "2"}, "c2"))],
+        [tool],
+        clock=clock,
+        budget=Budget(deadline_seconds=60),
+    )
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status is RunStatus.CANCELLED, result.run.error
+    rows = shape(rig.history(s.id))
+    assert rows[3][2:] == ("c2", "cancelled", "not executed: the run was cancelled")
+
+
+def test_a_cancel_while_a_call_goes_to_approval_ends_the_run_cancelled() -> None:
+    from plait.application.gate import GateDecision, GateRequest
+
+    class CancelThenAsk:
+        async def decide(self, request: GateRequest) -> GateDecision:
+            await rig.service.cancel(request.run.id)  # arrives while the gate decides
+            return GateDecision.needs_approval("writes need approval", by="test")
+
+    tool = RecordingTool(spec("w", EffectClass.SIDE_EFFECT))
+    rig = make_rig([reply("", call("w", {"text": "1"}, "c1"))], [tool], gate=CancelThenAsk())
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status is RunStatus.CANCELLED, result.run.error
+    assert tool.invocations == []
+    rows = shape(rig.history(s.id))
+    assert rows[2][2:] == ("c1", "cancelled", "not executed: the run was cancelled")
+    assert run(rig.store.get_session(s.id)).active_run_id is None
+
+
+def test_a_reviewer_call_is_checked_against_the_budget_before_it_is_made() -> None:
+    from plait.application.gate import GateDecision, GateRequest
+    from plait.domain.context import Context
+
+    class Reviewing:
+        async def decide(self, request: GateRequest) -> GateDecision:
+            context: Context[dict[str, object]] = Context(
+                instructions="review", tools=(), items=(), output_type=dict
+            )
+            await request.reviewer(context)
+            return GateDecision.allow(by="reviewer")
+
+    tool = RecordingTool(spec("t"))
+    rig = make_rig(
+        [reply("", call("t", {"text": "1"}, "c1"))],
+        [tool],
+        budget=Budget(max_model_calls=1),
+        gate=Reviewing(),
+    )
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status is RunStatus.BUDGET_EXHAUSTED, result.run.error
+    assert result.run.error is not None and result.run.error.code == "max_model_calls"
+    assert [r.role for r in rig.turns.requests] == ["assistant"]  # the reviewer was not asked
+    assert tool.invocations == []
+    assert result.run.usage.model_calls == 1
+    rows = shape(rig.history(s.id))
+    assert rows[-1][2:4] == ("c1", "cancelled")  # the call is paired, never run

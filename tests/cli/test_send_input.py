@@ -67,11 +67,12 @@ def test_a_ten_megabyte_message(
     (tmp_path / "big.txt").write_text(big, encoding="utf-8")
     sid = plait.new_session(workspace)
     r = plait("send", sid, "--file", str(tmp_path / "big.txt"), "--model", model)
-    assert r.code == 0, r.err
+    # stored whole; the model is not asked: the context is far over its window
+    assert r.code == 1 and "context_budget_insufficient" in r.out, r.err
     assert len(_user_text(plait, sid)) == len(big)
     other = plait.new_session(workspace)
     _stdin(monkeypatch, big.encode())
-    assert plait("send", other, "--model", model).code == 0
+    assert plait("send", other, "--model", model).code == 1
     assert _user_text(plait, other) == big
 
 

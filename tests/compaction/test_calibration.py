@@ -65,7 +65,11 @@ def _run(chars_per_token: int) -> tuple[Any, int, ModelProfile]:
     turns.append(FakeTurn(text="Done."))
     fake = Reporting(turns, chars_per_token)
     summarizer = ScriptedModel(
-        {"version": 1, "capabilities": {"context_window": 50_000}, "summarizer": [summary()] * 3},
+        {
+            "version": 1,
+            "capabilities": {"context_window": 50_000},
+            "summarizer": [summary()] + [{"structured": {"goal": "echo"}}] * 8,
+        },
         name="summarizer",
     )
 

@@ -98,3 +98,46 @@ def test_text_output_and_errors(
     assert code == 2 and "pass --model" in err["error"]["message"]
     code, err = plait(capsys, "context", "nope", "--db", url, "--model", model)
     assert code == 2 and err["error"]["code"] == "session_not_found"
+
+
+def test_a_model_without_a_window_is_the_same_error_on_every_command(
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TOKEN_METER_MODEL_UNCONFIGURED means one thing: automatic compaction (on by
+    default) cannot budget this model, so every command that would measure it refuses it
+    before anything is written or sent."""
+    path = tmp_path / "nowindow.json"
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "capabilities": {"context_window": None},
+                "assistant": [{"text": "never asked"}],
+            }
+        )
+    )
+    model, url = f"scripted:{path}", f"sqlite:///{db}"
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("hello\n"))
+    before = len(run(_messages(db)))
+    for argv in (
+        ["context", "s1"],
+        ["compact", "s1"],
+        ["send", "s1", "hello"],
+        ["chat", "--session", "s1"],
+    ):
+        code = main([*argv, "--db", url, "--model", model, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 2, (argv, out, err)
+        error = json.loads(out)["error"]
+        assert error["code"] == "token_meter_model_unconfigured", argv
+        assert error["message"].startswith("TOKEN_METER_MODEL_UNCONFIGURED: model 'scripted'")
+        assert "declares no context window" in error["message"]
+    assert len(run(_messages(db))) == before  # nothing written
+
+
+async def _messages(db: Path) -> list[Any]:
+    store = SqliteStore.open(db)
+    try:
+        return await store.read_messages("s1")
+    finally:
+        await store.close()

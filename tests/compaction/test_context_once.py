@@ -29,9 +29,8 @@ from plait.domain.runs import RunStatus
 from plait.domain.summary import Constraint
 from plait.testing import CharMeter, FixedClock, SequentialIds, echo_tool
 from tests.compaction.conftest import MODEL, Bench, coding_history, good_summary, run, scripted
-from tests.compaction.test_loop import echo_turns, send, service
+from tests.compaction.test_loop import echo_turns, send, service, summaries
 from tests.compaction.test_loop import scripted as scripted_run
-from tests.compaction.test_loop import summary as loop_summary
 
 
 class BuildSpy:
@@ -126,8 +125,10 @@ def test_each_step_of_a_run_builds_its_context_once() -> None:
         sid, result = await send(agent)
         assert result.run.status is RunStatus.COMPLETED, result.run.error
         asked = [r for r in model.requests if r.role == "assistant"]
-        assert len(asked) == 6 and len(spy.views) == 6 + 5  # 5 post-step checks
-        assert spy.distinct == len(asked)
+        # 5 post-step checks after the tool steps, and 1 after the final answer (measured
+        # before it is saved; no call follows it, so it is the only view no call reuses)
+        assert len(asked) == 6 and len(spy.views) == 6 + 6
+        assert spy.distinct == len(asked) + 1
         by_context = {id(v.context): v for v in spy.views}
         for k, request in enumerate(asked):
             view = by_context[id(request.context)]
@@ -145,7 +146,7 @@ def test_each_step_of_a_run_builds_its_context_once() -> None:
 
 
 def test_a_run_that_compacts_builds_afresh_after_the_compaction() -> None:
-    model = scripted_run(echo_turns(10), [loop_summary()] * 4)
+    model = scripted_run(echo_turns(10), summaries(4))
 
     async def go() -> None:
         agent, store = service(model)
@@ -217,7 +218,7 @@ def test_a_recovered_run_builds_its_first_context_and_reuses_later_ones() -> Non
         assert report.result is not None
         assert report.result.run.status is RunStatus.COMPLETED, report.result.run.error
         asked = [r for r in second.requests if r.role == "assistant"]
-        assert len(asked) == 3 and spy.distinct == len(asked)
+        assert len(asked) == 3 and spy.distinct == len(asked) + 1  # + the final answer's check
         assert spy.views[0].context is asked[0].context  # its first call: built, not kept
         history = [sm.message for sm in await store.read_messages(session.id)]
         assert [m.id for m in asked[0].context.items] == [m.id for m in history[:5]]

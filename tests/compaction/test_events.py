@@ -14,11 +14,11 @@ from plait.application.events import CompactionEvent
 from plait.application.worker import Worker
 from plait.domain.runs import RunStatus
 from plait.domain.service import EventType
-from tests.compaction.test_loop import echo_turns, scripted, service, summary
+from tests.compaction.test_loop import echo_turns, scripted, service, summaries
 
 
 def test_a_worker_persists_compaction_events_for_sse() -> None:
-    model = scripted(echo_turns(10), [summary()] * 4)
+    model = scripted(echo_turns(10), summaries(4))
 
     async def go() -> None:
         agent, store = service(model)

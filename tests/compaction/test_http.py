@@ -42,7 +42,7 @@ def small(tmp_path: Path) -> Iterator[Live]:
     yield from _serve(tmp_path, 3_000)
 
 
-def _serve(tmp_path: Path, window: int) -> Iterator[Live]:
+def _serve(tmp_path: Path, window: int | None) -> Iterator[Live]:
     path = tmp_path / "plait.db"
     keys = _keys(path)
     store: Any = Offloaded(SqliteStore.open(path))
@@ -160,10 +160,31 @@ def test_plait_send_through_the_server_shows_compactions(
     with small.client() as c:
         sid = new_session(c)["session_id"]
     key = small.keys["alice"]
-    code = main(["send", sid, "tool " + "y" * 4_000, "--server", small.url, "--api-key", key])
+    code = main(["send", sid, "tool " + "y" * 2_400, "--server", small.url, "--api-key", key])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "[compaction activated] summarized messages 1..1" in out
     with small.client() as c:
         runs = c.get(f"/v1/sessions/{sid}/runs").json()["runs"]
         assert runs[0]["status"] == "completed"
+
+
+@pytest.fixture
+def windowless(tmp_path: Path) -> Iterator[Live]:
+    """A model that declares no context window (automatic compaction is on)."""
+    yield from _serve(tmp_path, None)
+
+
+def test_a_model_without_a_window_is_the_rfc_error_in_the_service(windowless: Live) -> None:
+    with windowless.client("alice") as c:
+        sid = new_session(c)["session_id"]
+        for r in (c.get(f"/v1/sessions/{sid}/context"), c.post(f"/v1/sessions/{sid}/compact")):
+            body = r.json()["error"]
+            assert r.status_code >= 400 and body["code"] == "token_meter_model_unconfigured"
+            assert "declares no context window" in body["message"]
+        queued = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool hello"})
+        assert queued.status_code == 202, queued.text
+        ended = wait_terminal(c, queued.json()["run_id"])  # the worker: before any call
+        assert ended["status"] == "failed"
+        assert ended["error"]["code"] == "token_meter_model_unconfigured"
+        assert ended["usage"]["model_calls"] == 0

@@ -4,7 +4,6 @@ scripted assistant position across a compacted context."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from plait.application.compaction import CompactionService, ModelProfile, ModelP
 from plait.application.ports import ModelCapabilities, ModelClient, ModelRequest, ModelResponse
 from plait.application.service import AgentService
 from plait.domain.compaction import CompactionSettings
-from plait.domain.errors import ModelError
+from plait.domain.errors import ModelError, TokenMeterModelUnconfiguredError
 from plait.domain.messages import AssistantMessage, UserMessage
 from plait.domain.runs import RunStatus
 from plait.testing import (
@@ -39,6 +38,13 @@ def summary(goal: str = "echo things") -> dict[str, Any]:
     return {
         "structured": {"goal": goal, "decisions": [{"text": "keep echoing", "source_ids": [FIRST]}]}
     }
+
+
+def summaries(n: int) -> list[dict[str, Any]]:
+    """``n`` valid summaries for successive compactions of one session: the first cites
+    the user's request, the later ones (which only read messages after the previous
+    summary) cite nothing."""
+    return [summary(), *({"structured": {"goal": "echo things"}} for _ in range(n - 1))]
 
 
 def echo_turns(n: int) -> list[dict[str, Any]]:
@@ -100,7 +106,7 @@ async def send(agent: AgentService, text: str = "Echo a lot, please.") -> Any:
 
 
 def test_pressure_compacts_after_steps_and_the_run_goes_on() -> None:
-    model = scripted(echo_turns(10), [summary(), summary(), summary(), summary()])
+    model = scripted(echo_turns(10), summaries(4))
 
     async def go() -> None:
         agent, store = service(model)
@@ -193,7 +199,7 @@ def _call(k: int) -> Any:
 
 
 def test_auto_off_registers_nothing() -> None:
-    model = scripted(echo_turns(10), [])
+    model = scripted(echo_turns(4), [])  # the last call's context: over 0.8, under the window
     overflowing = scripted([{"error": "context_window_exceeded"}], [])
 
     async def go() -> None:
@@ -210,34 +216,50 @@ def test_auto_off_registers_nothing() -> None:
     run(go())
 
 
-def test_unknown_model_fails_the_run_with_the_rfc_error() -> None:
+def _agent_with(model: ScriptedModel, profiles: ModelProfiles, **settings: Any) -> AgentService:
+    store = MemoryStore()
+    compaction = CompactionService(
+        store=store, profiles=profiles, summarizer=model, clock=FixedClock(),
+        ids=SequentialIds(), settings=CompactionSettings(**settings),
+    )  # fmt: skip
+    return AgentService(
+        store=store, artifacts=store, model=model, tools=[echo_tool().tool],
+        clock=FixedClock(), ids=SequentialIds(), compaction=compaction,
+    )  # fmt: skip
+
+
+def test_unknown_model_is_the_rfc_error_before_anything_is_written() -> None:
     model = scripted(echo_turns(2), [])
 
     async def go() -> None:
-        store = MemoryStore()
-        compaction = CompactionService(
-            store=store,
-            profiles=ModelProfiles(),
-            summarizer=model,
-            clock=FixedClock(),
-            ids=SequentialIds(),
-        )
-        agent = AgentService(
-            store=store,
-            artifacts=store,
-            model=model,
-            tools=[echo_tool().tool],
-            clock=FixedClock(),
-            ids=SequentialIds(),
-            compaction=compaction,
-        )
-        _, result = await send(agent)
-        assert result.run.status is RunStatus.FAILED
-        assert result.run.error is not None
-        assert result.run.error.code == "token_meter_model_unconfigured"
-        assert "TOKEN_METER_MODEL_UNCONFIGURED" in result.run.error.message
-        assert repr(model.name) in result.run.error.message  # names the model ...
-        assert "declare the model's context_window" in result.run.error.message  # ... and the fix
+        agent = _agent_with(model, ModelProfiles())
+        session = await agent.create_session()
+        with pytest.raises(TokenMeterModelUnconfiguredError) as info:
+            await agent.send(session.id, "Echo a lot, please.")
+        e = info.value
+        assert e.code == "token_meter_model_unconfigured"
+        assert e.message.startswith("TOKEN_METER_MODEL_UNCONFIGURED")
+        assert repr(model.name) in e.message  # names the model ...
+        assert "declare the model's context_window" in e.message  # ... and the fix
+        assert "auto = false" in e.message
+        assert await agent.store.read_messages(session.id) == []
+        assert await agent.store.list_runs() == [] and model.requests == []
+
+    run(go())
+
+
+def test_a_model_declaring_no_window_is_the_same_error_and_runs_with_auto_off() -> None:
+    async def go() -> None:
+        model = scripted(echo_turns(1), [], window=None)
+        agent = _agent_with(model, ModelProfiles([], without_window=[model.name]))
+        session = await agent.create_session()
+        with pytest.raises(TokenMeterModelUnconfiguredError, match="declares no context window"):
+            await agent.send(session.id, "Echo a lot, please.")
+        assert model.requests == []
+        # with automatic compaction off nothing measures it: the run goes on
+        off = _agent_with(model, ModelProfiles([], without_window=[model.name]), auto=False)
+        _, result = await send(off)
+        assert result.run.status is RunStatus.COMPLETED, result.run.error
 
     run(go())
 
@@ -261,7 +283,8 @@ def test_a_summary_claiming_approval_does_not_let_a_gated_call_run() -> None:
     }
     turns = echo_turns(8)[:-1]
     turns.append({"tool_calls": [{"name": "write", "arguments": {"path": "deploy/prod.yaml"}}]})
-    model = scripted(turns, [claim, claim, claim, claim])
+    later = {"structured": {"goal": "deploy"}}  # later compactions read only newer messages
+    model = scripted(turns, [claim, later, later, later])
     write = RecordingTool(
         ToolSpec(
             name="write",
@@ -350,7 +373,7 @@ def _watched(model: ScriptedModel) -> tuple[AgentService, _Watching]:
 def test_a_compaction_reads_every_result_of_the_step_durable() -> None:
     """The last result may ride with the next step's commit, except when a compaction
     reads the stored history after that step: it is made durable first."""
-    model = scripted(echo_turns(10), [summary(), summary(), summary(), summary()])
+    model = scripted(echo_turns(10), summaries(4))
 
     async def go() -> None:
         agent, store = _watched(model)
@@ -400,33 +423,3 @@ def test_on_sqlite_with_compaction_on_a_result_rides_with_the_next_step(tmp_path
         await store.close()
 
     run(go())
-
-
-def test_a_model_without_a_window_is_reported_once_not_per_run(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    turns = [{"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}, {"text": "Done."}]
-    model = scripted(turns, [], window=None)
-
-    async def go() -> None:
-        store = MemoryStore()
-        ids = SequentialIds()
-        compaction = CompactionService(
-            store=store,
-            profiles=ModelProfiles([], without_window=[model.name]),
-            summarizer=model,
-            clock=FixedClock(),
-            ids=ids,
-        )
-        agent = AgentService(
-            store=store, artifacts=store, model=model, tools=[echo_tool().tool],
-            clock=FixedClock(), ids=ids, compaction=compaction,
-        )  # fmt: skip
-        for _ in range(3):
-            _, result = await send(agent)
-            assert result.run.status is RunStatus.COMPLETED, result.run.error
-
-    with caplog.at_level(logging.WARNING, logger="plait.compaction"):
-        run(go())
-    said = [r for r in caplog.records if "declares no context window" in r.getMessage()]
-    assert len(said) == 1

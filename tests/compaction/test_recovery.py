@@ -32,7 +32,7 @@ from plait.testing import (
 )
 from plait.testing.fake_providers import FakeProvider, FakeTurn, Reply
 from tests.compaction.conftest import run
-from tests.compaction.test_loop import echo_turns, scripted, summary
+from tests.compaction.test_loop import echo_turns, scripted, summaries, summary
 
 BIG_WINDOW = 100_000  # no pressure: only overflows compact
 OVERFLOW = {"error": "context_window_exceeded"}
@@ -330,7 +330,7 @@ def test_auto_off_registers_nothing_not_even_events() -> None:
 
 
 def test_pressure_after_a_step_reports_started_then_activated() -> None:
-    model = scripted(echo_turns(10), [summary()] * 4)
+    model = scripted(echo_turns(10), summaries(4))
     rec = Recorder()
 
     async def go() -> None:
@@ -353,7 +353,7 @@ def test_pressure_after_a_step_reports_started_then_activated() -> None:
 
 
 def test_a_post_step_compaction_that_raises_is_reported_and_the_run_goes_on() -> None:
-    model = scripted(echo_turns(10), [summary()] * 4)
+    model = scripted(echo_turns(4), summaries(4))  # over 0.8 after step 4, under the window
     rec = Recorder()
 
     async def go() -> None:
@@ -369,6 +369,6 @@ def test_a_post_step_compaction_that_raises_is_reported_and_the_run_goes_on() ->
         assert failed and "disk on fire" in failed[0].detail
         assert failed[0].trigger == "pressure"
         assert await store.list_summaries(sid) == []
-        assert len(await store.read_messages(sid)) == 1 + 10 * 2 + 1  # nothing lost
+        assert len(await store.read_messages(sid)) == 1 + 4 * 2 + 1  # nothing lost
 
     run(go())

@@ -260,7 +260,7 @@ def test_settings_are_validated_with_clear_errors() -> None:
         CompactionSettings(threshold=2)
 
 
-def test_a_configured_model_without_a_window_is_left_alone_but_never_guessed() -> None:
+def test_a_configured_model_without_a_window_is_the_rfc_error_on_every_trigger() -> None:
     from plait.application.compaction import CompactionService, ModelProfiles
     from plait.application.ports import ModelCapabilities
     from plait.testing import FixedClock, FunctionModel, SequentialIds
@@ -284,7 +284,9 @@ def test_a_configured_model_without_a_window_is_left_alone_but_never_guessed() -
             for m in coding_history(24)
         ]
         await bench.seed(history)
-        assert await after_step(bench) is None  # no automatic compaction, no failure
+        # the post-step check and a manual compaction: the same error, never a guess
+        with pytest.raises(TokenMeterModelUnconfiguredError, match="declares no context window"):
+            await after_step(bench)
         with pytest.raises(TokenMeterModelUnconfiguredError, match="declares no context window"):
             await bench.service.compact("s1", model="local")
 

@@ -23,7 +23,10 @@ from tests.http.conftest import Live, behaviour, serve_live
 from tests.http.test_api import error, new_session, wait_terminal
 
 PRICED = ModelCapabilities(
-    structured_output=True, price_input_per_mtok=3.0, price_output_per_mtok=15.0
+    structured_output=True,
+    context_window=128_000,
+    price_input_per_mtok=3.0,
+    price_output_per_mtok=15.0,
 )
 
 

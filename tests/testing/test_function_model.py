@@ -23,8 +23,8 @@ def test_sync_function() -> None:
     assert ask(model, context(history(2))) == ModelResponse(text="assistant: 5 items")
     assert (model.name, model.capabilities) == (
         "function",
-        ModelCapabilities(structured_output=True),
-    )
+        ModelCapabilities(structured_output=True, context_window=128_000),
+    )  # a window like the scripted model's: a run with compaction on can measure it
 
 
 def test_async_function_and_settings() -> None:

@@ -15,14 +15,20 @@ from plait.domain.runs import RunStatus
 from plait.domain.session import ExecutionRecord
 from plait.domain.tools import EffectClass
 
-__all__ = ["check_budget", "check_time_left"]
+__all__ = ["check_budget", "check_cancel", "check_time_left"]
+
+
+def check_cancel(a: ActiveRun) -> None:
+    """Raise StopRun (``cancelled``) when the run was cancelled. Checked before any
+    budget: a cancel has final priority."""
+    if a.cancel_requested:
+        raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
 
 
 def check_budget(a: ActiveRun, monotonic: float, caps: ModelCapabilities | None) -> None:
-    """Raise StopRun when the run was cancelled, its deadline passed, or (``caps`` given:
-    before a model call) its model calls, cost or tokens are spent."""
-    if a.cancel_requested:
-        raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
+    """Raise StopRun when the run was cancelled (first), its deadline passed, or (``caps``
+    given: before a model call) its model calls, cost or tokens are spent."""
+    check_cancel(a)
     b, u = a.run.budget, a.usage
     if a.deadline is not None and monotonic >= a.deadline:
         raise StopRun.budget(

@@ -11,7 +11,9 @@ Persistence order of one run::
          deny: save a ``denied`` result                    needs_approval: run waits
          allow: [save "started" for side effects] -> ToolRunner executes -> save result
          (written during the next model call, or with the next step's commit)
-    -> next step, or end the run (completed / budget_exhausted / failed / cancelled)
+    -> the post-step check (compaction, :class:`CompactionStage`), after a final answer too
+    -> next step, or end the run (completed / budget_exhausted / failed / cancelled; a
+       run cancelled meanwhile ends cancelled whatever else ended it)
 
 Every arrow after a save is a restart point. Nothing runs that was not first persisted as
 requested, and nothing invalid is persisted as a tool request. No store transaction is
@@ -27,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from plait.application._budget import check_budget, check_time_left
+from plait.application._budget import check_budget, check_cancel, check_time_left
 from plait.application._journal import RunJournal
 from plait.application._lease import LeaseKeeper
 from plait.application._run_state import (
@@ -68,7 +71,14 @@ from plait.domain.errors import (
     PlaitError,
     StoreError,
 )
-from plait.domain.messages import AssistantMessage, Message, ToolCall, ToolResult, ToolStatus
+from plait.domain.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    ToolStatus,
+    Usage,
+)
 from plait.domain.runs import Lease, Run, RunError, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session
 from plait.domain.text import printable
@@ -98,6 +108,43 @@ class _Attempts:
     @property
     def deadline(self) -> float | None:
         return self.a.deadline
+
+
+@dataclass(slots=True)
+class _Guard:
+    """The run's side of a compaction's summarizer calls (compaction's CallGuard): each
+    is checked against the run's cancellation and budgets before it is made, counted in
+    the run's usage, and interruptible by a cancel like the run's own model calls."""
+
+    driver: RunDriver
+    a: ActiveRun
+
+    def before_call(self) -> None:
+        self.driver.check_budget(self.a, before_model_call=True)
+        self.a.usage.model_calls += 1
+
+    def after_call(self, usage: Usage) -> None:
+        self.a.usage.input_tokens += usage.input_tokens
+        self.a.usage.output_tokens += usage.output_tokens
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        a = self.a
+        a.interruptible = True
+        try:
+            yield
+        except asyncio.CancelledError:
+            self.driver._note_cancel(a)
+            raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
+        finally:
+            a.interruptible = False
+
+
+def _answered(a: ActiveRun) -> bool:
+    """The run's last saved message is its final answer (an assistant message without
+    calls): only a post-step check was left to do before it ended."""
+    last = a.history[-1] if a.history else None
+    return isinstance(last, AssistantMessage) and last.run_id == a.run.id and not last.tool_calls
 
 
 class RunDriver:
@@ -225,19 +272,27 @@ class RunDriver:
     # --- the loop ---------------------------------------------------------------------------
 
     async def _loop(self, a: ActiveRun, *, pending: bool) -> None:
+        guard = _Guard(self, a)
         try:
             if pending:
                 await self._run_calls(a, await self._pending_work(a))
+            self.compaction.check_run(a)  # a model it cannot measure: before any call
+            if pending and _answered(a):  # stopped in its final answer's post-step check
+                await self._post_step(a, guard)
+                check_cancel(a)
+                await self.journal.finish(a, RunStatus.COMPLETED, None)
+                return
             while True:
-                calls = await self._step(a)
+                calls = await self._step(a, guard)
                 if not calls:
                     return
                 await self._run_calls(a, calls)
-                # The last result is made durable only if a compaction reads the history
-                await self.compaction.post_step(
-                    a, durable=functools.partial(self.journal.durable, a)
-                )
+                await self._post_step(a, guard)
         except StopRun as stop:
+            if stop.status is not RunStatus.CANCELLED:
+                await self.journal.durable(a)  # a cancel seen by the commit in flight
+                if a.cancel_requested:  # cancel has final priority, whatever else ended
+                    stop = await self._cancelled_instead(a, stop)
             await self.journal.finish(a, stop.status, stop.error, stop.executions)
         except LeaseLostError:
             log.debug("run %s: fenced off (its lease was taken over); stopping", a.run.id)
@@ -272,6 +327,25 @@ class RunDriver:
         await self.journal.settle_unstarted(a, work, why, ToolStatus.FAILED)
         await self.journal.finish(a, RunStatus.FAILED, RunError(code="internal_error", message=why))
 
+    async def _post_step(self, a: ActiveRun, guard: _Guard) -> None:
+        """The RFC's post-step checkpoint (the step's results are in ``a.history``; the
+        last one is made durable only if a compaction reads the stored history)."""
+        await self.compaction.post_step(
+            a, durable=functools.partial(self.journal.durable, a), guard=guard
+        )
+
+    async def _cancelled_instead(self, a: ActiveRun, stop: StopRun) -> StopRun:
+        """The run was cancelled while it ended (or began to wait) for another reason:
+        it ends ``cancelled``. Calls a waiting run held open are paired first (an unknown
+        outcome stays ``unknown``)."""
+        cancelled = StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
+        if stop.status.terminal:
+            return cancelled
+        held = {r.call_id: r for r in stop.executions}
+        work = [(c, held.get(c.id, r)) for c, r in await self._pending_work(a)]
+        await self.journal.settle_unstarted(a, work, "the run was cancelled")
+        return cancelled
+
     async def _pending_work(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
         """Calls of the run's last assistant message that have no result yet, each with
         its execution record."""
@@ -290,7 +364,7 @@ class RunDriver:
         caps = (a.caller or self.caller).model.capabilities if before_model_call else None
         check_budget(a, self.clock.monotonic(), caps)
 
-    async def _step(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
+    async def _step(self, a: ActiveRun, guard: _Guard) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
         b = a.run.budget
         if b.max_steps is not None and a.usage.steps >= b.max_steps:
@@ -300,14 +374,16 @@ class RunDriver:
         attempts = _Attempts(self, a, step)
         while True:
             self.check_budget(a, before_model_call=True)
-            context = await self.compaction.context_for(a, corrections)
+            context = await self.compaction.context_for(a, corrections, guard)
             try:
                 response = await self.ask(a, "assistant", context, attempts)
             except StopRun as stop:  # an overflow compacted away: retry as a new step
-                await self.journal.durable(a)  # a compaction reads the stored history
-                if not await self.compaction.recover(a, stop, step):
+                if stop.status is RunStatus.CANCELLED:
                     raise
-                return await self._step(a)
+                await self.journal.durable(a)  # a compaction reads the stored history
+                if not await self.compaction.recover(a, stop, step, guard):
+                    raise
+                return await self._step(a, guard)
             checked = check_output(response, self.specs, a.used_call_ids)
             if checked.ok:
                 break
@@ -322,10 +398,15 @@ class RunDriver:
                 Correction(rejected_text=render_rejected(response), problems=checked.problems)
             )
             a.usage.corrections += 1
-        return await self._save_turn(a, step, response, checked.calls)
+        return await self._save_turn(a, step, response, checked.calls, guard)
 
     async def _save_turn(
-        self, a: ActiveRun, step: int, response: ModelResponse, calls: tuple[ToolCall, ...]
+        self,
+        a: ActiveRun,
+        step: int,
+        response: ModelResponse,
+        calls: tuple[ToolCall, ...],
+        guard: _Guard,
     ) -> list[tuple[ToolCall, ExecutionRecord]]:
         now = self.clock.now()
         message = AssistantMessage(
@@ -343,7 +424,10 @@ class RunDriver:
         if a.cancel_requested:
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
         a.usage.steps = step
-        if calls:
+        # A final answer ends the run in the same commit, unless the post-step check
+        # after it has work (measured first: none when compaction is off or not due).
+        checked = not calls and await self.compaction.due_after_answer(a, message)
+        if calls or checked:
             lease = Lease(owner=self.owner, expires_at=now + self.lease_seconds)
             run = replace(a.run, usage=a.usage.freeze(), lease=lease)
         else:
@@ -352,6 +436,10 @@ class RunDriver:
         await self.journal.commit(a, (message,), run=run, executions=records)
         a.used_call_ids.update(c.id for c in calls)
         self.journal.hit("assistant_saved")
+        if checked:  # the post-step check of the final answer, then the run completes
+            await self._post_step(a, guard)
+            check_cancel(a)
+            await self.journal.finish(a, RunStatus.COMPLETED, None)
         return list(zip(calls, records, strict=True))
 
     async def ask(
@@ -432,7 +520,12 @@ class RunDriver:
             except StopRun as stop:
                 await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
                 raise
-            await self._call(a, call, record)
+            try:
+                await self._call(a, call, record)
+            except StopRun as stop:
+                if stop.status.terminal:  # it ended the run while the call was reviewed
+                    await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
+                raise
             a.usage.tool_calls += 1
 
     async def _call(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:

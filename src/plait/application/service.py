@@ -210,7 +210,9 @@ class AgentService:
         """Raise the ConfigError :meth:`send` would raise before writing anything: no model,
         or a capability or setting a model of the run cannot honour (tool calling, the
         reviewer's and summarizer's structured output, prices for a cost ceiling; see
-        :mod:`plait.application.capabilities`)."""
+        :mod:`plait.application.capabilities`), and (automatic compaction on) a model
+        without a configured meter and context window
+        (:class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`)."""
         budget, model = budget or self.budget, model or self.model
         reviewer = reviewer_of(self._gate, model)
         compaction = self._compaction
@@ -230,6 +232,7 @@ class AgentService:
             spec=self.models.spec,
         )
         check_run_capabilities(needed)
+        self.driver.compaction.check_model(model.name)
 
     async def send(
         self,

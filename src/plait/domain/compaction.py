@@ -120,6 +120,12 @@ class CompactionSettings:
         if not 0.0 <= self.safety_margin_ratio < 0.5:
             raise ValidationError("compaction safety_margin_ratio must be in [0, 0.5)")
 
+    def threshold_for(self, window: int) -> int:
+        """The smallest token count that triggers the post-step compaction: ``tokens >=
+        threshold × window`` (the RFC's rule; 0.8 of a 10,001-token window is 8,000.8, so
+        8,001). Rounded to 6 places first, so a product meant to be whole stays whole."""
+        return math.ceil(round(self.threshold * window, 6))
+
     def retained_for(self, window: int) -> int:
         if self.retained_tokens is not None:
             return self.retained_tokens

@@ -17,6 +17,7 @@ __all__ = [
     "CompactionError",
     "ConfigError",
     "ConflictError",
+    "ContextBudgetInsufficientError",
     "CorruptStoreError",
     "EvidenceMissingError",
     "InvalidCutPointError",
@@ -256,6 +257,14 @@ class TokenMeterModelUnconfiguredError(ConfigError):
     (the RFC's ``TOKEN_METER_MODEL_UNCONFIGURED``). plait never guesses a window."""
 
     code = "token_meter_model_unconfigured"
+
+
+class ContextBudgetInsufficientError(PlaitError):
+    """The context of the next model call measures over the model's window even after
+    compaction, and the raw history does not fit either: the request is not sent (a run
+    ends ``failed`` with this code)."""
+
+    code = "context_budget_insufficient"
 
 
 class CompactionError(PlaitError):

@@ -12,6 +12,10 @@ __all__ = ["FunctionModel", "ModelFunction"]
 ModelFunction = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 """``fn(request) -> ModelResponse``, plain or ``async``."""
 
+DEFAULT_CAPABILITIES = ModelCapabilities(structured_output=True, context_window=128_000)
+"""Without ``capabilities``: structured output and a 128,000-token window (like the
+scripted model's default), so a run with compaction on can measure it."""
+
 
 class FunctionModel:
     """Implements :class:`~plait.application.ports.ModelClient` by calling ``fn``.
@@ -30,7 +34,7 @@ class FunctionModel:
     ) -> None:
         self._fn = fn
         self._name = name
-        self._capabilities = capabilities or ModelCapabilities(structured_output=True)
+        self._capabilities = capabilities or DEFAULT_CAPABILITIES
         self.requests: list[ModelRequest] = []
 
     @property

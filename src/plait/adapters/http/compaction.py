@@ -79,7 +79,10 @@ def compaction_routes(
                 "session has no model turn yet, so no context window decides the budget; "
                 "start the API with PLAIT_MODEL set",
             )
-        view = await stage.view(session_id, history, model)
+        # measured like `plait context`: a model without a window is the RFC's error
+        view = await service.view(
+            session_id, history, model=model, instructions=stage.instructions, tools=stage.tools
+        )
         return view_json(view, items=items)
 
     @r.get(

@@ -235,7 +235,7 @@ class ContextAssembler:
             meter=meter.name,
             exact=meter.exact,
             budget=budget,
-            threshold_tokens=int(self.settings.threshold * profile.context_window),
+            threshold_tokens=self.settings.threshold_for(profile.context_window),
             tokens=tokens,
             summary=summary,
             constraints=basis.constraints,

@@ -80,7 +80,8 @@ class ModelProfiles:
             raise TokenMeterModelUnconfiguredError(
                 f"TOKEN_METER_MODEL_UNCONFIGURED: model {model!r} declares no context window, "
                 "so its context cannot be budgeted; declare context_window in its "
-                "capabilities or configuration",
+                "capabilities or configuration ([models.NAME] in plait.toml), or turn automatic "
+                "compaction off ([compaction] auto = false)",
                 model=model,
             )
         if profile is None:
@@ -88,7 +89,8 @@ class ModelProfiles:
             raise TokenMeterModelUnconfiguredError(
                 f"TOKEN_METER_MODEL_UNCONFIGURED: no token meter and context window are "
                 f"configured for model {model!r} (configured: {known}); declare the model's "
-                "context_window in its capabilities or configuration",
+                "context_window in its capabilities or configuration ([models.NAME] in "
+                "plait.toml), or turn automatic compaction off ([compaction] auto = false)",
                 model=model,
             )
         return profile

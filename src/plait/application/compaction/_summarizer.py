@@ -13,12 +13,14 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from plait.application.compaction._ledger import CountCache
 from plait.application.compaction._profiles import ModelProfile
 from plait.application.compaction._render import SUMMARIZER_INSTRUCTIONS, render_message
+from plait.application.compaction.guard import CallGuard
 from plait.application.ports import ModelClient, ModelRequest
 from plait.domain.compaction import CompactionSettings
 from plait.domain.context import Context
@@ -136,21 +138,29 @@ class Summarizer:
             chunks.append(current)
         return chunks
 
-    async def summarize(self, messages: Sequence[StoredMessage]) -> SummarizeResult:
+    async def summarize(
+        self, messages: Sequence[StoredMessage], guard: CallGuard | None = None
+    ) -> SummarizeResult:
         """Summarize ``messages`` (complete units, in order). Raises
         :class:`~plait.domain.errors.CompactionError` when no valid summary came back
-        within the allowed retries."""
+        within the allowed retries. ``guard``: the run's checks before each call (its stop
+        propagates as raised)."""
         result = SummarizeResult(body=SummaryBody(goal=""), model=self.model.name)
         known = {sm.message.id for sm in messages}
         bodies = []
         for n, chunk in enumerate(self.chunks(messages), 1):
-            bodies.append(await self._one(chunk, n, known, result))
+            bodies.append(await self._one(chunk, n, known, result, guard))
             result.chunks = n
         result.body = merge_bodies(bodies)
         return result
 
     async def _one(
-        self, chunk: list[str], n: int, known: set[str], result: SummarizeResult
+        self,
+        chunk: list[str],
+        n: int,
+        known: set[str],
+        result: SummarizeResult,
+        guard: CallGuard | None,
     ) -> SummaryBody:
         transcript = UserMessage(id=f"ctx_transcript_{n}", text="\n".join(chunk), created_at=0.0)
         context: Context[dict[str, object]] = Context(
@@ -161,10 +171,13 @@ class Summarizer:
         )
         failures: list[str] = []
         for _attempt in range(self.settings.summary_retries + 1):
+            if guard is not None:
+                guard.before_call()  # cancelled or out of budget: no call is made
             result.calls += 1
             try:
-                async with asyncio.timeout(self.settings.summary_timeout_seconds):
-                    response = await self.model.complete(request)
+                with nullcontext() if guard is None else guard.interruptible():
+                    async with asyncio.timeout(self.settings.summary_timeout_seconds):
+                        response = await self.model.complete(request)
             except TimeoutError:
                 failures.append(f"timed out after {self.settings.summary_timeout_seconds:g} s")
                 continue
@@ -174,6 +187,8 @@ class Summarizer:
             except PlaitError as e:
                 failures.append(f"{e.code}: {e.message}")
                 continue
+            if guard is not None:
+                guard.after_call(response.usage)
             result.input_tokens += response.usage.input_tokens
             result.output_tokens += response.usage.output_tokens
             if response.model:

@@ -39,6 +39,7 @@ from plait.application.compaction._summarizer import (
     SummarizeResult,
     merge_bodies,
 )
+from plait.application.compaction.guard import CallGuard
 from plait.application.ports import (
     Clock,
     IdGenerator,
@@ -108,7 +109,6 @@ class CompactionService:
         self.settings = settings or CompactionSettings()
         self.cache = cache or CountCache()
         self.assembler = ContextAssembler(store=store, settings=self.settings, cache=self.cache)
-        self._without_window: set[str] = set()
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -153,26 +153,24 @@ class CompactionService:
         on_start: Callable[[], None] | None = None,
         before_compacting: Callable[[], Awaitable[None]] | None = None,
         run_model: ModelClient | None = None,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome | None:
         """The post-step checkpoint. ``model`` is the model the step's request was routed
         to (the run's model, as recorded); default: the model named by the latest
         assistant message. ``before_compacting`` is awaited before a compaction, which
         reads the stored history (the run makes its results durable then). ``None`` when
-        automatic compaction is off or no routed request exists yet. An unknown routed
-        model raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a
-        failed summary does not (the run goes on with the full history). A view measured
-        without compacting is left in ``run.measured`` for the next call to reuse.
-        ``run_model``: the model the run is driven with (see ``summarizer_follows_run``)."""
+        automatic compaction is off or no routed request exists yet. A routed model without
+        a configured meter and window (unknown, or declaring none) raises
+        :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError`; a failed summary
+        does not (the run goes on with the full history). ``guard``: the run's checks
+        before each summarizer call. A view measured without compacting is left in
+        ``run.measured`` for the next call to reuse. ``run_model``: the model the run is
+        driven with (see ``summarizer_follows_run``)."""
         run.measured = None
         if not self.settings.auto:
             return None
         model = model or self.routed_model(history)
         if model is None:
-            return None
-        if self.profiles.declared_without_window(model):
-            if model not in self._without_window:  # said once per model and process
-                self._without_window.add(model)
-                log.warning("model %r declares no context window: no automatic compaction", model)
             return None
         view = await self.view(
             session_id, history, model=model, instructions=instructions, tools=tools
@@ -193,6 +191,7 @@ class CompactionService:
             tools=tools,
             on_start=on_start,
             run_model=run_model,
+            guard=guard,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -212,6 +211,7 @@ class CompactionService:
         tools: tuple[ToolSpec, ...],
         on_start: Callable[[], None] | None = None,
         run_model: ModelClient | None = None,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome | None:
         """The overflow hook. Returns the outcome of a shrinking compaction, or ``None``
         when recovery does not apply (auto off, not an overflow, attempts used up). The
@@ -232,6 +232,7 @@ class CompactionService:
             tools=tools,
             on_start=on_start,
             run_model=run_model,
+            guard=guard,
         )
         if outcome.status == "compacted":
             run.compactions += 1
@@ -299,12 +300,14 @@ class CompactionService:
         tools: tuple[ToolSpec, ...] = (),
         on_start: Callable[[], None] | None = None,
         run_model: ModelClient | None = None,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome:
         """Compact the session's history as it is now (see the module docstring).
         ``model`` is the model whose window and meter decide; default: the routed model of
         the history, else the summarizer's. ``on_start`` is called once the prefix is
         chosen, just before the summarizer is asked. ``run_model``: the model the run
-        that asks is driven with (see ``__init__``)."""
+        that asks is driven with (see ``__init__``). ``guard`` (a run's compaction): the
+        run's cancellation and budget checks before each summarizer call."""
         summarizer = self.summarizer_for(run_model)
         stored = await self.store.read_messages(session_id)
         history = [sm.message for sm in stored]
@@ -338,7 +341,7 @@ class CompactionService:
         if on_start is not None:
             on_start()
         return await self._summarize_and_activate(
-            summarizer, session_id, stored, plan, usable, profile, view, trigger, gen
+            summarizer, session_id, stored, plan, usable, profile, view, trigger, gen, guard
         )
 
     async def _summarize_and_activate(
@@ -352,12 +355,13 @@ class CompactionService:
         view: ContextView,
         trigger: Trigger,
         gen: int,
+        guard: CallGuard | None = None,
     ) -> CompactionOutcome:
         """Summarize ``plan``'s prefix, validate, activate by compare-and-set on ``gen``."""
         k = plan.covered_through
         try:
             summary, result = await self._summarize(
-                model, session_id, stored, k, usable, profile, gen
+                model, session_id, stored, k, usable, profile, gen, guard
             )
         except CompactionError as e:
             failed = _outcome("failed", e.message, trigger, gen, view)
@@ -399,6 +403,7 @@ class CompactionService:
         previous: Summary | None,
         profile: ModelProfile,
         gen: int,
+        guard: CallGuard | None,
     ) -> tuple[Summary, SummarizeResult]:
         start = 0
         carried = SummaryBody(goal="")
@@ -420,7 +425,7 @@ class CompactionService:
             settings=self.settings,
             cache=self.cache,
         )
-        result = await summarizer.summarize(stored[start:k])
+        result = await summarizer.summarize(stored[start:k], guard)
         body = merge_bodies([carried, result.body]) if start else result.body
         new_range = [sm.message for sm in stored[start:k]]
         facts = cap_facts(merge_facts(facts, harvest_facts(new_range)))

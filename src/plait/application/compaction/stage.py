@@ -21,14 +21,23 @@ instead of building it a second time, if nothing it was built from changed (see
 the run is no longer driven.
 
 Each compaction is reported to the run's observer as :class:`~plait.application.events.
-CompactionEvent` (started, then activated / failed / skipped). Summarizer calls are
-charged to the run (model calls and tokens). ``auto=False`` makes the stage register
-nothing automatic: no pressure check, no overflow recovery.
+CompactionEvent` (started, then activated / failed / skipped). Summarizer calls come
+out of the run's budget: the driver's :class:`~plait.application.compaction.guard.
+CallGuard` checks each before it is made, counts it, and lets a cancel interrupt it.
+``auto=False`` makes the stage register nothing automatic: no pressure check, no overflow
+recovery (the context of a call is still never sent over the window).
+
+The post-step check also follows a final answer (:meth:`due_after_answer` measures it
+before it is saved; only when it is due does the driver save the answer, run the check,
+then end the run). :meth:`context_for` never returns a context measured over the window
+(:meth:`_fit`). :meth:`check_model` / :meth:`check_run` apply the one rule for a model
+without a window: with ``auto`` on it is ``TOKEN_METER_MODEL_UNCONFIGURED``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
@@ -37,6 +46,7 @@ from plait.application._run_state import StopRun
 from plait.application.compaction._context import ContextView
 from plait.application.compaction._profiles import ModelProfile
 from plait.application.compaction.estimate import EstimateMeter
+from plait.application.compaction.guard import CallGuard
 from plait.application.compaction.service import (
     CompactionOutcome,
     CompactionService,
@@ -44,8 +54,13 @@ from plait.application.compaction.service import (
 )
 from plait.application.events import CompactionEvent, RunObserver
 from plait.application.ports import ModelClient
-from plait.domain.context import Context, Correction
-from plait.domain.errors import ModelError, ModelErrorCode, TokenMeterModelUnconfiguredError
+from plait.domain.context import Context, Correction, Prefix
+from plait.domain.errors import (
+    ContextBudgetInsufficientError,
+    ModelError,
+    ModelErrorCode,
+    TokenMeterModelUnconfiguredError,
+)
 from plait.domain.messages import AssistantMessage, Message
 from plait.domain.runs import RunStatus
 from plait.domain.tools import ToolSpec
@@ -118,17 +133,30 @@ class NoCompaction:
         self.builder = builder
 
     async def context_for(
-        self, a: RunView, corrections: Sequence[Correction]
+        self, a: RunView, corrections: Sequence[Correction], guard: CallGuard | None = None
     ) -> Context[AssistantMessage]:
         return self.builder.assistant(a.history, corrections)
 
-    async def post_step(self, a: RunView, durable: Durable | None = None) -> None:
+    async def post_step(
+        self, a: RunView, durable: Durable | None = None, guard: CallGuard | None = None
+    ) -> None:
+        return None
+
+    async def due_after_answer(self, a: RunView, answer: Message) -> bool:
+        return False
+
+    def check_model(self, model: str) -> None:
+        return None
+
+    def check_run(self, a: RunView) -> None:
         return None
 
     def release(self, run_id: str) -> None:
         return None
 
-    async def recover(self, a: RunView, stop: StopRun, step: int) -> bool:
+    async def recover(
+        self, a: RunView, stop: StopRun, step: int, guard: CallGuard | None = None
+    ) -> bool:
         return False
 
 
@@ -222,12 +250,17 @@ class CompactionStage:
         context: Context[AssistantMessage] = view.context
         return context
 
-    def _charge(self, run: RunView, outcome: CompactionOutcome | None) -> None:
+    def _charge(
+        self, run: RunView, outcome: CompactionOutcome | None, guard: CallGuard | None
+    ) -> None:
+        """Log a failed or skipped outcome; without a guard (which charged each call before
+        it was made), charge its summarizer calls to the run afterwards."""
         if outcome is None:
             return
-        run.usage.model_calls += outcome.summarizer_calls
-        run.usage.input_tokens += outcome.summarizer_input_tokens
-        run.usage.output_tokens += outcome.summarizer_output_tokens
+        if guard is None:
+            run.usage.model_calls += outcome.summarizer_calls
+            run.usage.input_tokens += outcome.summarizer_input_tokens
+            run.usage.output_tokens += outcome.summarizer_output_tokens
         if outcome.status in ("failed", "skipped"):
             log.warning("compaction (%s) %s: %s", outcome.trigger, outcome.status, outcome.detail)
 
@@ -245,17 +278,128 @@ class CompactionStage:
         caller = getattr(a, "caller", None)
         return caller.model if caller is not None and caller.has_model else None
 
+    def check_model(self, model: str) -> None:
+        """With automatic compaction on, a model without a configured meter and window
+        raises :class:`~plait.domain.errors.TokenMeterModelUnconfiguredError` (a run of it
+        could not be measured); with it off, nothing automatic measures."""
+        if self.auto:
+            self.service.profiles.get(model)
+
+    def check_run(self, a: RunView) -> None:
+        """:meth:`check_model` for the run's routed model, as the run's stop (``failed``,
+        ``token_meter_model_unconfigured``): checked before a run taken over (recovery, a
+        worker, resume) makes any model call."""
+        model = self._routed(a)
+        if not model:
+            return
+        try:
+            self.check_model(model)
+        except TokenMeterModelUnconfiguredError as e:
+            raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+
     async def context_for(
-        self, a: RunView, corrections: Sequence[Correction]
+        self, a: RunView, corrections: Sequence[Correction], guard: CallGuard | None = None
     ) -> Context[AssistantMessage]:
         """The context of the run's next call: the one its post-step check measured, when
-        nothing it was built from changed since (else built afresh)."""
+        nothing it was built from changed since (else built afresh). A context measured
+        over the model's window is never returned (see :meth:`_fit`)."""
         state = self.state(a.run.id)
         measured, state.measured = state.measured, None
-        view = await self.view(a.session.id, a.history, self._routed(a), corrections, measured)
-        state.last_measured = view.tokens.total
-        context: Context[AssistantMessage] = view.context
+        model = self._routed(a)
+        view = await self.view(a.session.id, a.history, model, corrections, measured)
+        if view.corrected_total > view.budget.window:
+            context, tokens = await self._fit(a, view, model, corrections, guard)
+        else:
+            context, tokens = view.context, view.tokens.total
+        state.last_measured = tokens
         return context
+
+    async def _fit(
+        self,
+        a: RunView,
+        view: ContextView,
+        model: str,
+        corrections: Sequence[Correction],
+        guard: CallGuard | None,
+    ) -> tuple[Context[AssistantMessage], int]:
+        """The article §八: a request measured over the window is never sent. With
+        automatic compaction on, one shrinking compaction (keeping only the newest unit)
+        is tried first; if the compacted context still does not fit, the raw history is
+        used if it fits; else the run ends ``failed`` with ``context_budget_insufficient``."""
+        window, state, step = view.budget.window, self.state(a.run.id), a.usage.steps + 1
+        tried = view.corrected_total
+        if self.auto and state.compactions < self.service.settings.max_compactions_per_run:
+            outcome = await self._compact_now(a, model, step, guard)
+            if outcome is not None and outcome.status == "compacted":
+                state.compactions += 1
+                view = await self.view(a.session.id, a.history, model, corrections)
+                tried = view.corrected_total
+                if tried <= window:
+                    return view.context, view.tokens.total
+        t = view.tokens
+        raw = t.instructions + t.tools + t.corrections + view.full_history_tokens
+        raw_corrected = raw if view.calibration == 1.0 else math.ceil(raw * view.calibration)
+        if raw_corrected <= window:
+            context: Context[AssistantMessage] = Context(
+                instructions=self.instructions, tools=self.tools, items=Prefix(a.history),
+                output_type=AssistantMessage, corrections=tuple(corrections),
+            )  # fmt: skip
+            return context, raw
+        e = ContextBudgetInsufficientError(
+            f"the next request to model {model!r} measures {tried} tokens, over its "
+            f"{window}-token context window, even after compaction (the raw history alone: "
+            f"{raw_corrected}); it was not sent. The newest units are too large to compact: "
+            "continue in a new session (or a fork from an earlier point), or use a model "
+            "with a larger window",
+            model=model,
+            tokens=tried,
+            window=window,
+        )
+        raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+
+    async def _compact_now(
+        self, a: RunView, model: str, step: int, guard: CallGuard | None
+    ) -> CompactionOutcome | None:
+        """A shrinking compaction before a call whose context does not fit; its failure
+        is reported and leaves the context as it was (the run's stop propagates)."""
+        try:
+            outcome = await self.service.compact(
+                a.session.id, trigger="overflow", model=model, instructions=self.instructions,
+                tools=self.tools, on_start=self._announce(a, "overflow", step), guard=guard,
+                run_model=self._run_model(a),
+            )  # fmt: skip
+        except StopRun:
+            raise
+        except Exception as e:
+            log.exception("compaction of run %s before a call raised", a.run.id)
+            self._emit(a, CompactionEvent(
+                run_id=a.run.id, phase="failed", trigger="overflow", step=step,
+                detail=f"{type(e).__name__}: {e}",
+            ))  # fmt: skip
+            return None
+        self._charge(a, outcome, guard)
+        self._report(a, outcome, step)
+        return outcome
+
+    async def due_after_answer(self, a: RunView, answer: Message) -> bool:
+        """Whether the post-step check after a final answer (no calls) has work: the
+        context with ``answer`` reaches the threshold, or the routed model cannot be
+        measured (the check then fails the turn). Measured once, before the answer is
+        saved, so a run whose answer does not need a compaction still ends in one commit."""
+        if not self.auto:
+            return False
+        model = self._routed(a)
+        if not model:
+            return False
+        try:
+            profile = self.service.profiles.get(model)
+        except TokenMeterModelUnconfiguredError:
+            return True
+        view = await self.service.assembler.build(
+            a.session.id, [*a.history, answer], profile=profile,
+            instructions=self.instructions, tools=self.tools,
+        )  # fmt: skip
+        return view.over_threshold
 
     def _calibrate(self, a: RunView) -> None:
         """Teach the routed model's calibration what the provider reported for the step's
@@ -271,11 +415,16 @@ class CompactionStage:
         profile.calibration.observe(state.last_measured, last.usage.input_tokens)
         state.last_measured = 0
 
-    async def post_step(self, a: RunView, durable: Durable | None = None) -> None:
+    async def post_step(
+        self, a: RunView, durable: Durable | None = None, guard: CallGuard | None = None
+    ) -> None:
         """After the step's assistant message and all its results (``durable`` makes
         them durable; awaited before compacting). An unknown routed model ends the run
-        (``token_meter_model_unconfigured``); any other failure of the compaction is
-        reported (a ``failed`` event) and the run goes on with the full history."""
+        (``token_meter_model_unconfigured``); the run's stop raised by ``guard`` (a
+        cancel) propagates, except a spent budget: the compaction is then skipped (an
+        event says why) and the run goes on to end at its next budget check; any other
+        failure of the compaction is reported (a ``failed`` event) and the run goes on
+        with the full history."""
         self.succeeded(a.run.id)
         self._calibrate(a)
         if not self.auto:
@@ -292,9 +441,18 @@ class CompactionStage:
                 on_start=self._announce(a, "pressure", step),
                 before_compacting=durable,
                 run_model=self._run_model(a),
+                guard=guard,
             )
         except TokenMeterModelUnconfiguredError as e:
             raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+        except StopRun as stop:
+            if stop.status is not RunStatus.BUDGET_EXHAUSTED:
+                raise
+            self._emit(a, CompactionEvent(
+                run_id=a.run.id, phase="skipped", trigger="pressure", step=step,
+                detail=f"not compacted: {stop.error.message}",
+            ))  # fmt: skip
+            return
         except Exception as e:  # operational: say so and go on with the full history
             log.exception("post-step compaction of run %s raised; going on", a.run.id)
             self._emit(a, CompactionEvent(
@@ -302,11 +460,13 @@ class CompactionStage:
                 detail=f"{type(e).__name__}: {e}",
             ))  # fmt: skip
             return
-        self._charge(a, outcome)
+        self._charge(a, outcome, guard)
         if outcome is not None:
             self._report(a, outcome, step)
 
-    async def recover(self, a: RunView, stop: StopRun, step: int) -> bool:
+    async def recover(
+        self, a: RunView, stop: StopRun, step: int, guard: CallGuard | None = None
+    ) -> bool:
         """The RFC's overflow recovery, between the failed step and the next one. ``stop``
         ended step ``step``; if its cause is the provider's ``CONTEXT_WINDOW_EXCEEDED``,
         try at most ``max_overflow_retries`` consecutive shrinking compactions keeping the
@@ -314,7 +474,8 @@ class CompactionStage:
         surface) increased: step ``step`` is then closed (counted in the run's steps) and
         the driver retries as a new step. False in every other
         case (auto off, another error, attempts used up, unknown routed model, nothing to
-        compact, the compaction failed or raised): the original error stands unchanged."""
+        compact, the run's budget spent, the compaction failed or raised): the original
+        error stands unchanged. A cancel (``guard``) propagates as the run's stop."""
         error = stop.__cause__
         if not self.auto or not isinstance(error, ModelError):
             return False
@@ -332,10 +493,15 @@ class CompactionStage:
                 tools=self.tools,
                 on_start=self._announce(a, "overflow", step),
                 run_model=self._run_model(a),
+                guard=guard,
             )
             after = await self._generation(sid)
         except TokenMeterModelUnconfiguredError:
             return False  # no window to shrink to: the provider's error stands
+        except StopRun as own:
+            if own.status is RunStatus.BUDGET_EXHAUSTED:
+                return False
+            raise
         except Exception as e:
             log.exception("overflow recovery of run %s raised; the error stands", a.run.id)
             self._emit(a, CompactionEvent(
@@ -343,7 +509,7 @@ class CompactionStage:
                 detail=f"{type(e).__name__}: {e}",
             ))  # fmt: skip
             return False
-        self._charge(a, outcome)
+        self._charge(a, outcome, guard)
         if outcome is None:
             return False
         self._report(a, outcome, step)
