@@ -17,7 +17,7 @@ from plait.adapters.cli.demo import DEMO_PROJECT, DEMO_REQUEST, write_demo_proje
 from plait.adapters.models import open_model
 from plait.application.model_caller import RetryPolicy
 from plait.application.ports import ModelClient
-from plait.config import Config
+from plait.config import Config, ModelEntry
 from plait.domain.messages import AssistantMessage, ToolResultMessage
 from plait.domain.runs import RunStatus
 from plait.runtime import Runtime
@@ -214,7 +214,10 @@ def test_a_run_on_a_server_that_refuses_streaming_completes_on_plain_calls(
     with FakeProvider("openai", turns) as fake:
         fake.fail_first(refusal)
         spec = f"openai-compatible:{fake.base_url}#local"
-        model = open_model(spec, config=Config(), env={})
+        window = ModelEntry(
+            name=spec, source="test", settings={"context_window": 32_000, "structured_output": True}
+        )
+        model = open_model(spec, config=Config(models={spec: window}), env={})
         _, result, shown = run(tmp_path, model, "List the files.", stream=True)
     assert result.run.status is RunStatus.COMPLETED, result.run.error
     assert [r.body.get("stream", False) for r in fake.requests] == [True, False, False]

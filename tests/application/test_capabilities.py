@@ -18,7 +18,7 @@ from plait.application.governance.reviewer import Reviewer
 from plait.application.ports import ModelCapabilities, ModelClient
 from plait.application.service import AgentService
 from plait.domain.compaction import CompactionSettings
-from plait.domain.errors import ConfigError
+from plait.domain.errors import ConfigError, TokenMeterModelUnconfiguredError
 from plait.domain.policy import Action, Policy, ReviewerConfig, ToolRule
 from plait.domain.runs import Budget, RunStatus
 from plait.domain.session import Session
@@ -127,8 +127,11 @@ def test_automatic_compaction_needs_a_structured_summarizer() -> None:
     # a structured summarizer of its own serves it; so does turning automatic compaction off
     service(plain, compaction=CompactionSettings(), summarizer=model("sum")).check_can_run()
     service(plain, compaction=CompactionSettings(auto=False)).check_can_run()
-    # without a known window nothing compacts automatically: nothing to require
-    service(model("x", structured_output=False), compaction=CompactionSettings()).check_can_run()
+    # without a known window automatic compaction cannot budget the run: the RFC's error
+    with pytest.raises(TokenMeterModelUnconfiguredError):
+        service(
+            model("x", structured_output=False), compaction=CompactionSettings()
+        ).check_can_run()
 
 
 def test_a_cost_ceiling_needs_prices_for_every_model_the_run_calls() -> None:

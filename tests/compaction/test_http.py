@@ -182,9 +182,8 @@ def test_a_model_without_a_window_is_the_rfc_error_in_the_service(windowless: Li
             body = r.json()["error"]
             assert r.status_code >= 400 and body["code"] == "token_meter_model_unconfigured"
             assert "declares no context window" in body["message"]
-        queued = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool hello"})
-        assert queued.status_code == 202, queued.text
-        ended = wait_terminal(c, queued.json()["run_id"])  # the worker: before any call
-        assert ended["status"] == "failed"
-        assert ended["error"]["code"] == "token_meter_model_unconfigured"
-        assert ended["usage"]["model_calls"] == 0
+        # the server's model is known when the message is posted: refused before writing
+        refused = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool hello"})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "token_meter_model_unconfigured"
+        assert c.get(f"/v1/sessions/{sid}/runs").json()["runs"] == []
