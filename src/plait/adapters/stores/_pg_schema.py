@@ -146,6 +146,15 @@ MIGRATIONS += (
     ("DROP FUNCTION plait_commit", COMMIT_FUNCTION_V10),
 )
 
+MIGRATIONS += (
+    # 12 (the lease-token fencing migration is 11): raw-history retention, the expiry
+    # records of tombstoned message bodies (see _pg_retention).
+    (
+        """CREATE TABLE message_expiries (
+            message_pk BIGINT PRIMARY KEY REFERENCES messages (pk), data TEXT NOT NULL)""",
+    ),
+)
+
 LATEST = len(MIGRATIONS)
 """The schema version this code writes."""
 

@@ -1,0 +1,70 @@
+"""Retention in the JSONL store. A branch holds a copy of its prefix in its own file, so
+a tombstone is written into each session file that holds the message (the retention
+service expires it in every such session). The file is rewritten whole (see
+:meth:`~._jsonl_sessions.SessionFiles.rewrite`): every line that carried the message now
+carries its tombstone, and one ``expire`` line at the end holds the expiry records (a
+line that changes nothing when replayed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from plait.adapters.stores import _codec
+from plait.adapters.stores._jsonl_files import locked
+from plait.adapters.stores._retention import check_tombstones, decode_expiry, not_held
+from plait.adapters.stores._state import SessionState
+from plait.domain.retention import Expiry, Tombstone, expiry_to_dict
+
+__all__ = ["expire_line", "expired_in", "plan_expiry", "read_expiries"]
+
+
+def expired_in(lines: list[dict[str, Any]], where: str) -> dict[str, Expiry]:
+    out: dict[str, Expiry] = {}
+    for line in lines:
+        if line.get("op") == "expire":
+            for record in line.get("expired", ()):
+                expiry = decode_expiry(record, where)
+                out[expiry.message_id] = expiry
+    return out
+
+
+def expire_line(expiries: Sequence[Expiry]) -> dict[str, Any]:
+    return {
+        "schema_version": _codec.SCHEMA_VERSION,
+        "op": "expire",
+        "expired": [expiry_to_dict(e) for e in expiries],
+    }
+
+
+def plan_expiry(
+    tombstones: Sequence[Tombstone], where: str
+) -> Any:  # the plan handed to SessionFiles.rewrite
+    check_tombstones(tombstones)
+
+    def plan(state: SessionState, lines: list[dict[str, Any]]) -> tuple[bool, list[str]]:
+        for t in tombstones:
+            if t.message.id not in state.message_ids:
+                raise not_held(state.session.id, t.message.id)
+        done = expired_in(lines, where)
+        todo = {t.message.id: t for t in tombstones if t.message.id not in done}
+        if not todo:
+            return False, []
+        for line in lines:
+            for x in line.get("messages", ()):
+                t = todo.get(x["message"]["id"])
+                if t is not None:
+                    x["message"] = _codec.message_to_dict(t.message)
+        lines.append(expire_line([t.expiry for t in todo.values()]))
+        return True, list(todo)
+
+    return plan
+
+
+def read_expiries(path: Path) -> dict[str, Expiry]:
+    """The expiry records of a session file (its session is known to exist)."""
+    with locked(path, write=False) as fd, open(fd, "rb", closefd=False) as f:
+        data = f.read()
+    lines = [_codec.loads(raw.decode()) for raw in data.splitlines() if raw.endswith(b"}")]
+    return expired_in([x for x in lines if isinstance(x, dict)], str(path))
