@@ -13,7 +13,11 @@ import pytest
 from plait.adapters.stores import Store
 from plait.application.compaction.recall import recall_tool
 from plait.application.ports import Commit, ForkCommit, ToolInvocation
-from plait.application.retention import RetentionRequest, RetentionService
+from plait.application.retention import (
+    ARCHIVE_MEDIA_TYPE,
+    RetentionRequest,
+    RetentionService,
+)
 from plait.domain.errors import MessageNotFoundError, SessionNotFoundError, ValidationError
 from plait.domain.forks import ForkRecord
 from plait.domain.messages import (
@@ -316,6 +320,7 @@ class RetentionContract(ContractBase):
             )
             assert report.archive_id is not None
             ref, data = await store.get_artifact(report.archive_id)
+            assert ref.media_type == ARCHIVE_MEDIA_TYPE
             archive = json.loads(data)
             records = await store.expiries("s1")
             assert [x["message"]["id"] for x in archive["messages"]] == ["m1", "m2", "m3", "m4"]

@@ -142,7 +142,8 @@ def _plain(value: Any) -> Any:
 
 def message_to_archive(message: Message) -> dict[str, Any]:
     """The whole message as plain JSON data (the archive's and the digest's shape)."""
-    return json.loads(json.dumps(dataclasses.asdict(message), default=_plain))
+    data: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(message), default=_plain))
+    return data
 
 
 def body_digest(message: Message) -> str:

@@ -53,9 +53,9 @@ def plan_expiry(
             return False, []
         for line in lines:
             for x in line.get("messages", ()):
-                t = todo.get(x["message"]["id"])
-                if t is not None:
-                    x["message"] = _codec.message_to_dict(t.message)
+                found = todo.get(x["message"]["id"])
+                if found is not None:
+                    x["message"] = _codec.message_to_dict(found.message)
         lines.append(expire_line([t.expiry for t in todo.values()]))
         return True, list(todo)
 

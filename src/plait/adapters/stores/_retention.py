@@ -60,10 +60,10 @@ def replace_bodies(
     wanted = {t.message.id: t for t in tombstones}
     done: list[tuple[StoredMessage, Tombstone]] = []
     for i, sm in enumerate(state.messages):
-        t = wanted.get(sm.message.id)
-        if t is None or is_expired(sm.message):
+        found = wanted.get(sm.message.id)
+        if found is None or is_expired(sm.message):
             continue
-        done.append((sm, t))
+        done.append((sm, found))
         # The branch's list is a copy of the source's, so this changes only this state.
-        state.messages[i] = StoredMessage(sm.seq, t.message)
+        state.messages[i] = StoredMessage(sm.seq, found.message)
     return done
