@@ -145,7 +145,30 @@ async def recall(store: Store, session_id: str, **arguments: object) -> tuple[st
 
 
 class RetentionContract(ContractBase):
+    shares_bodies = True
+    """A branch shares its parent's message bodies (all but the JSONL store, which copies
+    the prefix into the branch's file)."""
+
     # --- the store port -------------------------------------------------------------------
+
+    def test_expiring_in_the_parent_reaches_branches_that_share_bodies(self) -> None:
+        async def go(store: Store) -> None:
+            await seed(store)
+            await fork(store, "s1", "b1", 4)
+            await fork(store, "b1", "c1", 3)
+            await store.expire_messages("s1", stones(history()[:2]))
+            parent = await store.read_messages("s1")
+            if self.shares_bodies:
+                for sid, through in (("b1", 4), ("c1", 3)):
+                    assert await store.read_messages(sid) == parent[:through]
+                    assert sorted(await store.expiries(sid)) == ["m1", "m2"]
+            else:  # each copy is expired by its own call (the service makes them all)
+                assert [sm.message for sm in await store.read_messages("c1")] == history()[:3]
+                assert await store.expiries("c1") == {}
+                assert await store.expire_messages("c1", stones(history()[:2])) == ["m1", "m2"]
+                assert await store.read_messages("c1") == parent[:3]
+
+        self.run(go)
 
     def test_expire_replaces_bodies_keeps_places_and_records_why(self) -> None:
         async def go(store: Store) -> None:

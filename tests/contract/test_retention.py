@@ -30,6 +30,8 @@ class TestSqliteRetention(RetentionContract):
 
 
 class TestJsonlRetention(RetentionContract):
+    shares_bodies = False
+
     def create_store(self) -> Store:
         return JsonlStore(self.tmp_path / "store")
 
