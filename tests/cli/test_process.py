@@ -178,6 +178,7 @@ def test_the_help_covers_every_documented_command() -> None:
             "models check",
             "retention",
             "retention expire",
+            "retention restore",
         ]
     )
 

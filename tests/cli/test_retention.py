@@ -84,6 +84,20 @@ def test_the_setting_gives_the_age_and_mode(plait: Plait, db_url: str, tmp_path:
     text = plait.ok("history", "s1").out
     assert f"archived in artifact {report['archive_id']}" in text
 
+    dry = plait.json("retention", "restore", report["archive_id"], "--dry-run")
+    assert [x["message_id"] for x in dry["restored"]] == ["m1", "m2", "m3", "m4"]
+    assert plait.ok("history", "s1").out == text
+    restored = plait.json("retention", "restore", report["archive_id"])
+    assert restored["dry_run"] is False and restored["restored"] == dry["restored"]
+    for sid in ("s1", "b1"):
+        for m in plait.json("history", sid)["messages"]:
+            check_message(m)  # no "expired" left
+    assert "fix the failing parser test" in plait.ok("history", "b1").out
+    again = plait.ok("retention", "restore", report["archive_id"]).out
+    assert again.startswith("restored 0 message(s)") and "restored already?" in again
+    missing = plait("retention", "restore", "art_nope")
+    assert missing.code == 2 and "art_nope" in missing.err
+
 
 @pytest.mark.parametrize(
     ("argv", "expected"),

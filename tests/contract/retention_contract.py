@@ -355,6 +355,68 @@ class RetentionContract(ContractBase):
 
         self.run(go)
 
+    def test_restore_puts_the_originals_back(self) -> None:
+        async def go(store: Store) -> None:
+            await seed(store)
+            assert await store.search_history("s1", "running")  # indexed before (SQLite)
+            await store.expire_messages("s1", stones(history()[:3]))
+            assert await store.search_history("s1", "running") == []
+            assert await store.restore_messages("s1", history()[1:2]) == ["m2"]
+            stored = await store.read_messages("s1")
+            assert stored[1] == StoredMessage(2, history()[1])
+            assert stored[0].message.text == EXPIRED_TEXT  # type: ignore[union-attr]
+            assert sorted(await store.expiries("s1")) == ["m1", "m3"]
+            assert await store.restore_messages("s1", history()[1:2]) == []  # not expired
+            assert [sm.message.id for sm in await store.search_history("s1", "running")] == ["m2"]
+            with pytest.raises(MessageNotFoundError):
+                await store.restore_messages("s1", [*history()[:1], user("ghost")])
+            assert sorted(await store.expiries("s1")) == ["m1", "m3"]
+
+        self.run(go)
+
+    def test_an_archive_is_restorable_everywhere_it_was_expired(self) -> None:
+        async def go(store: Store) -> None:
+            await seed(store)
+            await fork(store, "s1", "b1", 4)
+            await store.activate_summary(summary_of("b1", 4, history()), expected_generation=0)
+            retention = service(store)
+            archived = await retention.apply(RetentionRequest(older_than_days=30, mode="archive"))
+            assert archived.archive_id is not None
+            await fork(store, "s1", "late", 3)  # made from the tombstones
+            dry = await retention.restore(archived.archive_id, dry_run=True)
+            assert [(x.message_id, x.held_by) for x in dry.restored] == [
+                ("m1", ("s1", "b1", "late")),
+                ("m2", ("s1", "b1", "late")),
+                ("m3", ("s1", "b1", "late")),
+                ("m4", ("s1", "b1")),
+            ]
+            assert len(await store.expiries("s1")) == 4
+            done = await retention.restore(archived.archive_id)
+            assert done.restored == dry.restored and done.held_back == ()
+            assert [sm.message for sm in await store.read_messages("s1")] == history()
+            for sid, through in (("b1", 4), ("late", 3)):
+                assert [sm.message for sm in await store.read_messages(sid)] == history()[:through]
+                assert await store.expiries(sid) == {}
+            again = await retention.restore(archived.archive_id)
+            assert again.restored == ()
+            assert [(h.reason, h.messages) for h in again.held_back] == [
+                ("not expired by this archive (restored already?)", 4)
+            ]
+
+        self.run(go)
+
+    def test_restoring_something_that_is_not_an_archive_is_refused(self) -> None:
+        async def go(store: Store) -> None:
+            await seed(store)
+            plain = await store.put_artifact(b"{}", media_type="text/plain")
+            with pytest.raises(ValidationError, match="not a plait history archive"):
+                await service(store).restore(plain.id)
+            fake = await store.put_artifact(b"[1]", media_type=ARCHIVE_MEDIA_TYPE)
+            with pytest.raises(ValidationError, match="not a plait history archive"):
+                await service(store).restore(fake.id)
+
+        self.run(go)
+
     # --- forks ----------------------------------------------------------------------------
 
     def test_a_branch_without_its_own_summary_holds_the_parent_back(self) -> None:

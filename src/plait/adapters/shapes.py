@@ -19,7 +19,7 @@ from plait.domain.session import ExecutionRecord, Session, StoredMessage
 if TYPE_CHECKING:
     from plait.application.compaction import CompactionOutcome, ContextView
     from plait.application.events import CompactionEvent
-    from plait.application.retention import RetentionReport
+    from plait.application.retention import ExpiredItem, RestoreReport, RetentionReport
     from plait.domain.summary import Constraint, Summary
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "iso",
     "message_json",
     "outcome_json",
+    "restore_json",
     "retention_json",
     "run_json",
     "session_json",
@@ -87,25 +88,35 @@ def expiry_json(e: Expiry) -> dict[str, Any]:
     }
 
 
+def _expired_item_json(x: ExpiredItem) -> dict[str, Any]:
+    return {
+        "session_id": x.session_id,
+        "seq": x.seq,
+        "message_id": x.message_id,
+        "kind": x.kind,
+        "created_at": iso(x.created_at),
+        "held_by": list(x.held_by),
+    }
+
+
 def retention_json(r: RetentionReport) -> dict[str, Any]:
     return {
         "policy": r.policy,
         "mode": r.mode,
         "dry_run": r.dry_run,
         "cutoff": iso(r.cutoff),
-        "expired": [
-            {
-                "session_id": x.session_id,
-                "seq": x.seq,
-                "message_id": x.message_id,
-                "kind": x.kind,
-                "created_at": iso(x.created_at),
-                "held_by": list(x.held_by),
-            }
-            for x in r.expired
-        ],
+        "expired": [_expired_item_json(x) for x in r.expired],
         "held_back": [{"reason": h.reason, "messages": h.messages} for h in r.held_back],
         "archive_id": r.archive_id,
+    }
+
+
+def restore_json(r: RestoreReport) -> dict[str, Any]:
+    return {
+        "archive_id": r.archive_id,
+        "dry_run": r.dry_run,
+        "restored": [_expired_item_json(x) for x in r.restored],
+        "held_back": [{"reason": h.reason, "messages": h.messages} for h in r.held_back],
     }
 
 

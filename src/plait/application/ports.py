@@ -419,6 +419,14 @@ class RetentionStore(Protocol):
         a session with none)."""
         ...
 
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        """The inverse of :meth:`expire_messages` (an archive being restored): put each
+        original body back in place of its tombstone and drop its expiry record, in one
+        transaction; returns the ids restored (a message that is not expired is left as
+        it is). The caller has checked each original against its record's digest. Same
+        sharing and errors as :meth:`expire_messages`."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForkCommit:

@@ -27,6 +27,7 @@ from plait.domain.retention import (
     Tombstone,
     body_digest,
     check_days,
+    message_from_archive,
     message_to_archive,
     tombstone,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "ARCHIVE_MEDIA_TYPE",
     "ExpiredItem",
     "HeldBack",
+    "RestoreReport",
     "RetentionReport",
     "RetentionRequest",
     "RetentionService",
@@ -89,6 +91,17 @@ class RetentionReport:
     held_back: tuple[HeldBack, ...]
     """Old messages left alone, counted by reason."""
     archive_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestoreReport:
+    archive_id: str
+    dry_run: bool
+    restored: tuple[ExpiredItem, ...]
+    """The messages put back (with ``dry_run``: that would be), with every session
+    holding them."""
+    held_back: tuple[HeldBack, ...]
+    """Archived messages not restored, counted by reason."""
 
 
 @dataclass(slots=True)
@@ -242,6 +255,78 @@ class RetentionService:
             if tree.covered.get(holder, 0) < seq:
                 return f"not covered by an active summary of session {holder}"
         return None
+
+    async def restore(self, archive_id: str, *, dry_run: bool = False) -> RestoreReport:
+        """Put the originals of an archive back where they were expired, in every session
+        that holds their tombstones now (branches made since included). Each original
+        must match the digest its tombstone keeps; one that is not expired any more, or
+        was expired by another archive, is left alone."""
+        ref, data = await self._store.get_artifact(archive_id)
+        try:
+            if ref.media_type != ARCHIVE_MEDIA_TYPE:
+                raise ValueError(f"its media type is {ref.media_type!r}")
+            document = json.loads(data)
+            if document.get("schema_version") != ARCHIVE_VERSION:
+                raise ValueError(f"unknown schema_version {document.get('schema_version')!r}")
+            entries = [
+                (str(e["session_id"]), int(e["seq"]), str(e["digest"]), e["message"])
+                for e in document["messages"]
+            ]
+            originals = [message_from_archive(m) for *_, m in entries]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValidationError(
+                f"artifact {archive_id!r} is not a plait history archive ({e})",
+                artifact_id=archive_id,
+            ) from e
+        tree = await self._tree()
+        held = Counter[str]()
+        items: list[ExpiredItem] = []
+        per_holder: dict[str, list[Message]] = {}
+        records: dict[str, dict[str, Expiry]] = {}
+        for (origin, seq, digest, _), original in zip(entries, originals, strict=True):
+            if body_digest(original) != digest:
+                held["the archived copy does not match its digest"] += 1
+                continue
+            if origin not in tree.sessions:
+                held[f"session {origin} no longer exists"] += 1
+                continue
+            holders = tree.holders(origin, seq)
+            mine = []
+            for holder in holders:
+                if holder not in records:
+                    records[holder] = await self._store.expiries(holder)
+                record = records[holder].get(original.id)
+                if (
+                    record is not None
+                    and record.digest == digest
+                    and record.archive_id == archive_id
+                ):
+                    mine.append(holder)
+            if not mine:
+                held["not expired by this archive (restored already?)"] += 1
+                continue
+            for holder in mine:
+                per_holder.setdefault(holder, []).append(original)
+            first, *branches = mine
+            items.append(
+                ExpiredItem(
+                    session_id=first,
+                    seq=seq,
+                    message_id=original.id,
+                    kind=original.kind,
+                    created_at=original.created_at,
+                    held_by=(first, *sorted(branches)),
+                )
+            )
+        if not dry_run:
+            for holder in sorted(per_holder, key=lambda sid: sid in tree.parent):
+                await self._store.restore_messages(holder, per_holder[holder])
+        return RestoreReport(
+            archive_id=archive_id,
+            dry_run=dry_run,
+            restored=tuple(items),
+            held_back=tuple(HeldBack(reason=r, messages=n) for r, n in sorted(held.items())),
+        )
 
     async def _archive(
         self, chosen: dict[tuple[str, int], tuple[Message, list[str]]], policy: str, now: float

@@ -24,13 +24,17 @@ from typing import Any, Literal
 
 from plait.domain.errors import ValidationError
 from plait.domain.messages import (
+    ArtifactRef,
     AssistantMessage,
     Message,
     MessageKind,
     ToolCall,
     ToolResult,
+    ToolResultMessage,
     ToolStatus,
+    Usage,
     UserMessage,
+    VendorState,
 )
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "check_days",
     "expiry_from_dict",
     "expiry_to_dict",
+    "message_from_archive",
     "message_to_archive",
     "tombstone",
 ]
@@ -144,6 +149,42 @@ def message_to_archive(message: Message) -> dict[str, Any]:
     """The whole message as plain JSON data (the archive's and the digest's shape)."""
     data: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(message), default=_plain))
     return data
+
+
+def message_from_archive(data: dict[str, Any]) -> Message:
+    """The message :func:`message_to_archive` wrote. Raises KeyError/TypeError/ValueError
+    (or :class:`~plait.domain.errors.ValidationError`) on a bad shape."""
+    kind = data["kind"]
+    common = {"id": data["id"], "created_at": float(data["created_at"]), "run_id": data["run_id"]}
+    if kind == "user":
+        return UserMessage(text=data["text"], **common)
+    if kind == "assistant":
+        usage, vendor = data["usage"], data["vendor_state"]
+        return AssistantMessage(
+            text=data["text"],
+            tool_calls=tuple(ToolCall(**c) for c in data["tool_calls"]),
+            step=int(data["step"]),
+            model=data["model"],
+            usage=None if usage is None else Usage(**usage),
+            vendor_state=None if vendor is None else VendorState(**vendor),
+            **common,
+        )
+    if kind == "tool_result":
+        r = data["result"]
+        artifact = r["artifact"]
+        return ToolResultMessage(
+            tool_name=data["tool_name"],
+            step=int(data["step"]),
+            result=ToolResult(
+                call_id=r["call_id"],
+                status=ToolStatus(r["status"]),
+                content=r["content"],
+                reason=r["reason"],
+                artifact=None if artifact is None else ArtifactRef(**artifact),
+            ),
+            **common,
+        )
+    raise ValueError(f"unknown message kind {kind!r}")
 
 
 def body_digest(message: Message) -> str:

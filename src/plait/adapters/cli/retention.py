@@ -1,4 +1,5 @@
-"""``plait retention expire``: apply the raw-history retention policy (README: Retention)."""
+"""``plait retention expire`` and ``plait retention restore``: apply the raw-history
+retention policy, and put an archive back (README: Retention of raw history)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from plait.adapters.shapes import retention_json
+from plait.adapters.shapes import restore_json, retention_json
 from plait.domain.errors import ConfigError
 
 __all__ = ["COMMANDS", "register"]
@@ -63,6 +64,14 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "--dry-run", action="store_true", help="report what would be expired; change nothing"
     )
     common(expire)
+    restore = rsub.add_parser(
+        "restore", help="put the originals of an archive back in place of their tombstones"
+    )
+    restore.add_argument("archive_id", metavar="ARCHIVE", help="the archive's artifact id")
+    restore.add_argument(
+        "--dry-run", action="store_true", help="report what would be restored; change nothing"
+    )
+    common(restore)
 
 
 def _text(data: dict[str, Any]) -> str:
@@ -80,6 +89,41 @@ def _text(data: dict[str, Any]) -> str:
     if data["archive_id"]:
         lines.append(f"originals archived in artifact {data['archive_id']}")
     return "\n".join(lines)
+
+
+def _restore_text(data: dict[str, Any]) -> str:
+    verb = "would restore" if data["dry_run"] else "restored"
+    lines = [f"{verb} {len(data['restored'])} message(s) from archive {data['archive_id']}"]
+    for x in data["restored"]:
+        shared = f", also in {', '.join(x['held_by'][1:])}" if len(x["held_by"]) > 1 else ""
+        lines.append(f"  {x['session_id']} [{x['seq']}] {x['kind']} {x['message_id']}{shared}")
+    for h in data["held_back"]:
+        lines.append(f"  left {h['messages']} archived message(s): {h['reason']}")
+    return "\n".join(lines)
+
+
+def _service(runtime: Any) -> Any:
+    service = runtime.retention
+    if service is None:
+        raise ConfigError(f"the store {runtime.queries.store_info().location} keeps no tombstones")
+    return service
+
+
+def _restore(a: argparse.Namespace, out: _Output) -> int:
+    from plait.runtime import Runtime
+
+    runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
+
+    async def go() -> int:
+        try:
+            report = await _service(runtime).restore(a.archive_id, dry_run=a.dry_run)
+        finally:
+            await runtime.close()
+        data = restore_json(report)
+        out.emit(data, lambda: _restore_text(data))
+        return EXIT_OK
+
+    return asyncio.run(go())
 
 
 def _expire(a: argparse.Namespace, out: _Output) -> int:
@@ -104,12 +148,7 @@ def _expire(a: argparse.Namespace, out: _Output) -> int:
 
     async def go() -> int:
         try:
-            service = runtime.retention
-            if service is None:
-                raise ConfigError(
-                    f"the store {runtime.queries.store_info().location} keeps no tombstones"
-                )
-            report = await service.apply(request)
+            report = await _service(runtime).apply(request)
         finally:
             await runtime.close()
         data = retention_json(report)
@@ -121,4 +160,5 @@ def _expire(a: argparse.Namespace, out: _Output) -> int:
 
 COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Output], int]] = {
     ("retention", "expire"): _expire,
+    ("retention", "restore"): _restore,
 }

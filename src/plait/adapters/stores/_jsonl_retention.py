@@ -13,11 +13,23 @@ from typing import Any
 
 from plait.adapters.stores import _codec
 from plait.adapters.stores._jsonl_files import locked
-from plait.adapters.stores._retention import check_tombstones, decode_expiry, not_held
+from plait.adapters.stores._retention import (
+    check_restores,
+    check_tombstones,
+    decode_expiry,
+    not_held,
+)
 from plait.adapters.stores._state import SessionState
+from plait.domain.messages import Message
 from plait.domain.retention import Expiry, Tombstone, expiry_to_dict
 
-__all__ = ["expire_line", "expired_in", "plan_expiry", "read_expiries"]
+__all__ = [
+    "expire_line",
+    "expired_in",
+    "plan_expiry",
+    "plan_restore",
+    "read_expiries",
+]
 
 
 def expired_in(lines: list[dict[str, Any]], where: str) -> dict[str, Expiry]:
@@ -57,6 +69,36 @@ def plan_expiry(
                 if found is not None:
                     x["message"] = _codec.message_to_dict(found.message)
         lines.append(expire_line([t.expiry for t in todo.values()]))
+        return True, list(todo)
+
+    return plan
+
+
+def plan_restore(messages: Sequence[Message], where: str) -> Any:
+    """The plan handed to SessionFiles.rewrite: originals back in every line, their
+    records out of the ``expire`` lines."""
+    check_restores(messages)
+
+    def plan(state: SessionState, lines: list[dict[str, Any]]) -> tuple[bool, list[str]]:
+        for m in messages:
+            if m.id not in state.message_ids:
+                raise not_held(state.session.id, m.id)
+        expired = expired_in(lines, where)
+        todo = {m.id: m for m in messages if m.id in expired}
+        if not todo:
+            return False, []
+        kept: list[dict[str, Any]] = []
+        for line in lines:
+            for x in line.get("messages", ()):
+                found = todo.get(x["message"]["id"])
+                if found is not None:
+                    x["message"] = _codec.message_to_dict(found)
+            if line.get("op") == "expire":
+                line["expired"] = [r for r in line["expired"] if r["message_id"] not in todo]
+                if not line["expired"]:
+                    continue
+            kept.append(line)
+        lines[:] = kept
         return True, list(todo)
 
     return plan

@@ -8,12 +8,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from plait.adapters.stores._retention import check_tombstones, decode_expiry, not_held
+from plait.adapters.stores._retention import (
+    check_restores,
+    check_tombstones,
+    decode_expiry,
+    not_held,
+)
 from plait.adapters.stores._sqlite_rows import message_row
 from plait.adapters.stores._state import session_not_found
+from plait.domain.messages import Message
 from plait.domain.retention import Expiry, Tombstone, expiry_to_dict
 
-__all__ = ["expire", "expiries"]
+__all__ = ["expire", "expiries", "restore"]
 
 Conn = Any
 
@@ -23,31 +29,56 @@ _PK_OF = "SELECT message_pk FROM session_messages WHERE session_id = %s AND mess
 _EXPIRED = "SELECT 1 FROM message_expiries WHERE message_pk = %s FOR UPDATE"
 _REPLACE = "UPDATE messages SET text = %s, extra = %s WHERE pk = %s"
 _RECORD = "INSERT INTO message_expiries (message_pk, data) VALUES (%s, %s)"
+_UNRECORD = "DELETE FROM message_expiries WHERE message_pk = %s"
 _READ = (
     "SELECT sm.message_id, e.data FROM session_messages AS sm "
     "JOIN message_expiries AS e ON e.message_pk = sm.message_pk WHERE sm.session_id = %s"
 )
 
 
+async def _keys(
+    conn: Conn, session_id: str, messages: Sequence[Message]
+) -> list[tuple[int, Message]]:
+    if await (await conn.execute(_LOCK, (session_id,))).fetchone() is None:
+        raise session_not_found(session_id)
+    keys: list[tuple[int, Message]] = []
+    for m in messages:
+        row = await (await conn.execute(_PK_OF, (session_id, m.id))).fetchone()
+        if row is None:
+            raise not_held(session_id, m.id)  # the transaction rolls back
+        keys.append((int(row[0]), m))
+    return keys
+
+
+async def _put_body(conn: Conn, pk: int, body: Message) -> None:
+    row = message_row(body)
+    await conn.execute(_REPLACE, (row[2].encode(), row[9], pk))
+
+
 async def expire(conn: Conn, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
     """Run inside a transaction."""
     check_tombstones(tombstones)
-    if await (await conn.execute(_LOCK, (session_id,))).fetchone() is None:
-        raise session_not_found(session_id)
-    keys: list[tuple[int, Tombstone]] = []
-    for t in tombstones:
-        row = await (await conn.execute(_PK_OF, (session_id, t.message.id))).fetchone()
-        if row is None:
-            raise not_held(session_id, t.message.id)  # the transaction rolls back
-        keys.append((int(row[0]), t))
+    records = {t.message.id: t.expiry for t in tombstones}
     done: list[str] = []
-    for pk, t in keys:
+    for pk, body in await _keys(conn, session_id, [t.message for t in tombstones]):
         if await (await conn.execute(_EXPIRED, (pk,))).fetchone() is not None:
             continue
-        row = message_row(t.message)
-        await conn.execute(_REPLACE, (row[2].encode(), row[9], pk))
-        await conn.execute(_RECORD, (pk, json.dumps(expiry_to_dict(t.expiry))))
-        done.append(t.message.id)
+        await _put_body(conn, pk, body)
+        await conn.execute(_RECORD, (pk, json.dumps(expiry_to_dict(records[body.id]))))
+        done.append(body.id)
+    return done
+
+
+async def restore(conn: Conn, session_id: str, messages: Sequence[Message]) -> list[str]:
+    """Run inside a transaction."""
+    check_restores(messages)
+    done: list[str] = []
+    for pk, body in await _keys(conn, session_id, messages):
+        if await (await conn.execute(_EXPIRED, (pk,))).fetchone() is None:
+            continue
+        await _put_body(conn, pk, body)
+        await conn.execute(_UNRECORD, (pk,))
+        done.append(body.id)
     return done
 
 

@@ -13,7 +13,13 @@ from plait.domain.messages import Message
 from plait.domain.retention import Expiry, Tombstone, expiry_from_dict
 from plait.domain.session import StoredMessage
 
-__all__ = ["check_tombstones", "decode_expiry", "not_held", "replace_bodies"]
+__all__ = [
+    "check_restores",
+    "check_tombstones",
+    "decode_expiry",
+    "not_held",
+    "replace_bodies",
+]
 
 
 def not_held(session_id: str, message_id: str) -> MessageNotFoundError:
@@ -37,6 +43,12 @@ def check_tombstones(tombstones: Sequence[Tombstone]) -> None:
         seen.add(mid)
 
 
+def check_restores(messages: Sequence[Message]) -> None:
+    ids = [m.id for m in messages]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("a restore repeats a message", message_ids=ids)
+
+
 def decode_expiry(data: Any, where: str) -> Expiry:
     try:
         if not isinstance(data, dict):
@@ -48,22 +60,23 @@ def decode_expiry(data: Any, where: str) -> Expiry:
 
 def replace_bodies(
     state: SessionState,
-    tombstones: Sequence[Tombstone],
-    is_expired: Callable[[Message], bool],
-) -> list[tuple[StoredMessage, Tombstone]]:
-    """Plan, then apply, the replacement in one session's state: ``[(old stored message,
-    tombstone)]`` for the messages expired now. Nothing changes if one is not held."""
+    bodies: Sequence[Message],
+    skip: Callable[[Message], bool],
+) -> list[tuple[StoredMessage, Message]]:
+    """Plan, then apply, the replacement of message bodies (tombstones, or originals being
+    restored) in one session's state: ``[(old stored message, new body)]`` for those
+    replaced, leaving the messages ``skip`` names. Nothing changes if one is not held."""
     sid = state.session.id
-    for t in tombstones:
-        if t.message.id not in state.message_ids:
-            raise not_held(sid, t.message.id)
-    wanted = {t.message.id: t for t in tombstones}
-    done: list[tuple[StoredMessage, Tombstone]] = []
+    for body in bodies:
+        if body.id not in state.message_ids:
+            raise not_held(sid, body.id)
+    wanted = {body.id: body for body in bodies}
+    done: list[tuple[StoredMessage, Message]] = []
     for i, sm in enumerate(state.messages):
         found = wanted.get(sm.message.id)
-        if found is None or is_expired(sm.message):
+        if found is None or skip(sm.message):
             continue
         done.append((sm, found))
         # The branch's list is a copy of the source's, so this changes only this state.
-        state.messages[i] = StoredMessage(sm.seq, found.message)
+        state.messages[i] = StoredMessage(sm.seq, found)
     return done

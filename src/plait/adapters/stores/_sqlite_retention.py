@@ -13,12 +13,19 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from plait.adapters.stores._retention import check_tombstones, decode_expiry, not_held
+from plait.adapters.stores._retention import (
+    check_restores,
+    check_tombstones,
+    decode_expiry,
+    not_held,
+)
 from plait.adapters.stores._sqlite_rows import message_row
 from plait.adapters.stores._state import session_not_found
+from plait.domain.messages import Message
+from plait.domain.recall import search_text
 from plait.domain.retention import Expiry, Tombstone, expiry_to_dict
 
-__all__ = ["expire", "expiries"]
+__all__ = ["expire", "expiries", "restore"]
 
 _DDL = """CREATE TABLE IF NOT EXISTS message_expiries (
     message_pk INTEGER PRIMARY KEY, data TEXT NOT NULL)"""
@@ -27,6 +34,7 @@ _PK_OF = "SELECT message_pk FROM session_messages WHERE session_id = ? AND messa
 _EXPIRED = "SELECT 1 FROM message_expiries WHERE message_pk = ?"
 _REPLACE = "UPDATE messages SET text = ?, extra = ? WHERE pk = ?"
 _RECORD = "INSERT INTO message_expiries (message_pk, data) VALUES (?, ?)"
+_UNRECORD = "DELETE FROM message_expiries WHERE message_pk = ?"
 _FTS_EXISTS = "SELECT 1 FROM sqlite_master WHERE name = 'message_fts'"
 _FTS_FORGET = "UPDATE message_fts SET body = ? WHERE rowid = ?"
 _READ = (
@@ -35,29 +43,56 @@ _READ = (
 )
 
 
-def expire(conn: sqlite3.Connection, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
-    """Run inside a write transaction."""
-    check_tombstones(tombstones)
+def _keys(
+    conn: sqlite3.Connection, session_id: str, messages: Sequence[Message]
+) -> list[tuple[int, Message]]:
     if conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
         raise session_not_found(session_id)
     conn.execute(_DDL)
-    keys: list[tuple[int, Tombstone]] = []
-    for t in tombstones:
-        row = conn.execute(_PK_OF, (session_id, t.message.id)).fetchone()
+    keys: list[tuple[int, Message]] = []
+    for m in messages:
+        row = conn.execute(_PK_OF, (session_id, m.id)).fetchone()
         if row is None:
-            raise not_held(session_id, t.message.id)  # the transaction rolls back
-        keys.append((int(row[0]), t))
+            raise not_held(session_id, m.id)  # the transaction rolls back
+        keys.append((int(row[0]), m))
+    return keys
+
+
+def _put_body(conn: sqlite3.Connection, pk: int, body: Message, indexed: bool) -> None:
+    row = message_row(body)
+    conn.execute(_REPLACE, (row[2], row[9], pk))
+    if indexed:  # the recall index holds the body's text too
+        conn.execute(_FTS_FORGET, (search_text(body), pk))
+
+
+def expire(conn: sqlite3.Connection, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+    """Run inside a write transaction."""
+    check_tombstones(tombstones)
+    records = {t.message.id: t.expiry for t in tombstones}
+    keys = _keys(conn, session_id, [t.message for t in tombstones])
     indexed = conn.execute(_FTS_EXISTS).fetchone() is not None
     done: list[str] = []
-    for pk, t in keys:
+    for pk, body in keys:
         if conn.execute(_EXPIRED, (pk,)).fetchone() is not None:
             continue
-        row = message_row(t.message)
-        conn.execute(_REPLACE, (row[2], row[9], pk))
-        conn.execute(_RECORD, (pk, json.dumps(expiry_to_dict(t.expiry))))
-        if indexed:
-            conn.execute(_FTS_FORGET, (row[2], pk))
-        done.append(t.message.id)
+        _put_body(conn, pk, body, indexed)
+        conn.execute(_RECORD, (pk, json.dumps(expiry_to_dict(records[body.id]))))
+        done.append(body.id)
+    return done
+
+
+def restore(conn: sqlite3.Connection, session_id: str, messages: Sequence[Message]) -> list[str]:
+    """Run inside a write transaction."""
+    check_restores(messages)
+    keys = _keys(conn, session_id, messages)
+    indexed = conn.execute(_FTS_EXISTS).fetchone() is not None
+    done: list[str] = []
+    for pk, body in keys:
+        if conn.execute(_EXPIRED, (pk,)).fetchone() is None:
+            continue
+        _put_body(conn, pk, body, indexed)
+        conn.execute(_UNRECORD, (pk,))
+        done.append(body.id)
     return done
 
 

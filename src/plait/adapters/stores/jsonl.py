@@ -63,7 +63,12 @@ from plait.adapters.stores._jsonl_fork import fork_record, link_branch
 from plait.adapters.stores._jsonl_index import RunIndex
 from plait.adapters.stores._jsonl_lines import change_line, create_line
 from plait.adapters.stores._jsonl_owners import SessionIndex
-from plait.adapters.stores._jsonl_retention import expire_line, plan_expiry, read_expiries
+from plait.adapters.stores._jsonl_retention import (
+    expire_line,
+    plan_expiry,
+    plan_restore,
+    read_expiries,
+)
 from plait.adapters.stores._jsonl_sessions import SessionFiles
 from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._session_pages import page
@@ -93,7 +98,7 @@ from plait.domain.errors import (
 )
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import matches, search_terms
 from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run
@@ -310,6 +315,12 @@ class JsonlStore:
         with self._op():
             path = self._files.path(session_id)
             plan = plan_expiry(tombstones, str(path))
+            done: list[str] = self._files.rewrite(session_id, plan)
+            return done
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        with self._op():
+            plan = plan_restore(messages, str(self._files.path(session_id)))
             done: list[str] = self._files.rewrite(session_id, plan)
             return done
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
-from plait.adapters.stores._retention import check_tombstones, replace_bodies
+from plait.adapters.stores._retention import check_restores, check_tombstones, replace_bodies
 from plait.adapters.stores._service_rows import ServiceBook
 from plait.adapters.stores._session_pages import OwnerIndex
 from plait.adapters.stores._state import (
@@ -160,21 +160,38 @@ class MemoryStore:
     def _is_expired(self, message: Message) -> bool:
         return any(body is message for body, _ in self._expired.get(message.id, ()))
 
+    def _share(self, session_id: str, old: Message, new: Message) -> None:
+        """Branches share the body object: give them the new one too."""
+        for state in self._sessions.values():
+            if state.session.id == session_id:
+                continue
+            for i, sm in enumerate(state.messages):
+                if sm.message is old:
+                    state.messages[i] = StoredMessage(sm.seq, new)
+
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
         check_tombstones(tombstones)
+        records = {t.message.id: t.expiry for t in tombstones}
         with self._lock:
             self._check_open()
-            done = replace_bodies(self._state(session_id), tombstones, self._is_expired)
-            for old, t in done:
-                # Branches share the body object: give them the tombstone too.
-                for state in self._sessions.values():
-                    if state.session.id == session_id:
-                        continue
-                    for i, sm in enumerate(state.messages):
-                        if sm.message is old.message:
-                            state.messages[i] = StoredMessage(sm.seq, t.message)
-                self._expired.setdefault(t.message.id, []).append((t.message, t.expiry))
-            return [t.message.id for _, t in done]
+            state = self._state(session_id)
+            done = replace_bodies(state, [t.message for t in tombstones], self._is_expired)
+            for old, body in done:
+                self._share(session_id, old.message, body)
+                self._expired.setdefault(body.id, []).append((body, records[body.id]))
+            return [body.id for _, body in done]
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        check_restores(messages)
+        with self._lock:
+            self._check_open()
+            state = self._state(session_id)
+            done = replace_bodies(state, messages, lambda m: not self._is_expired(m))
+            for old, body in done:
+                self._share(session_id, old.message, body)
+                kept = [(b, e) for b, e in self._expired[body.id] if b is not old.message]
+                self._expired[body.id] = kept
+            return [body.id for _, body in done]
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
         with self._lock:

@@ -54,7 +54,7 @@ from plait.application.claiming import ClaimedRun
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
 from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
@@ -390,6 +390,9 @@ class PostgresStore:
 
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
         return await self._write(lambda conn: _pg_retention.expire(conn, session_id, tombstones))
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        return await self._write(lambda conn: _pg_retention.restore(conn, session_id, messages))
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
         return await self._read(lambda conn: _pg_retention.expiries(conn, session_id))

@@ -73,7 +73,7 @@ from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import StoreError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
 from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run
@@ -246,6 +246,11 @@ class SqliteStore:
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
         return await self._db.write(
             lambda conn: _sqlite_retention.expire(conn, session_id, tombstones)
+        )
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        return await self._db.write(
+            lambda conn: _sqlite_retention.restore(conn, session_id, messages)
         )
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
