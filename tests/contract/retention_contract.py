@@ -324,7 +324,7 @@ class RetentionContract(ContractBase):
     def test_bad_age_and_mode_are_refused(self) -> None:
         async def go(store: Store) -> None:
             await seed(store)
-            for days in (-1, 0, float("nan")):
+            for days in (-1, 0, float("nan"), float("inf")):
                 with pytest.raises(ValidationError, match="days"):
                     await service(store).apply(RetentionRequest(older_than_days=days))
             with pytest.raises(ValidationError, match="mode"):

@@ -25,6 +25,7 @@ from plait.domain.retention import (
     Expiry,
     RetentionMode,
     Tombstone,
+    archive_digest,
     body_digest,
     check_days,
     message_from_archive,
@@ -283,8 +284,8 @@ class RetentionService:
         items: list[ExpiredItem] = []
         per_holder: dict[str, list[Message]] = {}
         records: dict[str, dict[str, Expiry]] = {}
-        for (origin, seq, digest, _), original in zip(entries, originals, strict=True):
-            if body_digest(original) != digest:
+        for (origin, seq, digest, data), original in zip(entries, originals, strict=True):
+            if archive_digest(data) != digest:
                 held["the archived copy does not match its digest"] += 1
                 continue
             if origin not in tree.sessions:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -45,6 +46,7 @@ __all__ = [
     "RetentionMode",
     "RetentionSettings",
     "Tombstone",
+    "archive_digest",
     "body_digest",
     "check_days",
     "expiry_from_dict",
@@ -66,7 +68,7 @@ SECONDS_PER_DAY = 86_400
 
 def check_days(days: object, *, what: str = "older-than days") -> float:
     """A positive number of days (fractions allowed), or a clear error."""
-    if isinstance(days, bool) or not isinstance(days, int | float) or days != days:
+    if isinstance(days, bool) or not isinstance(days, int | float) or not math.isfinite(days):
         raise ValidationError(f"{what} must be a number of days, got {days!r}", field=what)
     if days <= 0:
         raise ValidationError(
@@ -187,11 +189,15 @@ def message_from_archive(data: dict[str, Any]) -> Message:
     raise ValueError(f"unknown message kind {kind!r}")
 
 
-def body_digest(message: Message) -> str:
-    canonical = json.dumps(
-        message_to_archive(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+def archive_digest(data: dict[str, Any]) -> str:
+    """sha256 of an archived message's canonical JSON: checked against the data as it was
+    written, so an archive stays verifiable when the message classes gain fields."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def body_digest(message: Message) -> str:
+    return archive_digest(message_to_archive(message))
 
 
 def _redacted(message: Message) -> Message:

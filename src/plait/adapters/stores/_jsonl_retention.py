@@ -7,7 +7,7 @@ line that changes nothing when replayed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,11 @@ def expire_line(expiries: Sequence[Expiry]) -> dict[str, Any]:
     }
 
 
-def plan_expiry(
-    tombstones: Sequence[Tombstone], where: str
-) -> Any:  # the plan handed to SessionFiles.rewrite
+Plan = Callable[[SessionState, list[dict[str, Any]]], tuple[bool, list[str]]]
+"""What :meth:`~._jsonl_sessions.SessionFiles.rewrite` runs on the caught-up file."""
+
+
+def plan_expiry(tombstones: Sequence[Tombstone], where: str) -> Plan:
     check_tombstones(tombstones)
 
     def plan(state: SessionState, lines: list[dict[str, Any]]) -> tuple[bool, list[str]]:
@@ -74,9 +76,8 @@ def plan_expiry(
     return plan
 
 
-def plan_restore(messages: Sequence[Message], where: str) -> Any:
-    """The plan handed to SessionFiles.rewrite: originals back in every line, their
-    records out of the ``expire`` lines."""
+def plan_restore(messages: Sequence[Message], where: str) -> Plan:
+    """Originals back in every line, their records out of the ``expire`` lines."""
     check_restores(messages)
 
     def plan(state: SessionState, lines: list[dict[str, Any]]) -> tuple[bool, list[str]]:
@@ -108,5 +109,6 @@ def read_expiries(path: Path) -> dict[str, Expiry]:
     """The expiry records of a session file (its session is known to exist)."""
     with locked(path, write=False) as fd, open(fd, "rb", closefd=False) as f:
         data = f.read()
-    lines = [_codec.loads(raw.decode()) for raw in data.splitlines() if raw.endswith(b"}")]
+    complete = data[: data.rfind(b"\n") + 1]  # a torn last line is not a record yet
+    lines = [_codec.loads(raw.decode()) for raw in complete.splitlines()]
     return expired_in([x for x in lines if isinstance(x, dict)], str(path))
