@@ -27,6 +27,10 @@ Format::
     threshold = 0.8
     summarizer_model = "openai:gpt-4o-mini"     # default "": the session's model
 
+    [retention]                                 # README: Retention; merged key by key
+    raw_history_days = 90                       # `plait retention expire` default age
+    mode = "archive"                            # "expire" (default) or "archive"
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -52,7 +56,7 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction")
+_TOP = ("model", "models", "sandbox", "compaction", "retention")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +82,8 @@ class Config:
     """The merged ``[sandbox]`` tables, checked by ``SandboxSettings.from_mapping``."""
     compaction: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[compaction]`` tables, checked by ``CompactionSettings.from_mapping``."""
+    retention: Mapping[str, Any] = field(default_factory=dict)
+    """The merged ``[retention]`` tables, checked by ``RetentionSettings.from_mapping``."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -142,6 +148,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     sources: list[str] = []
     sandbox: dict[str, Any] = {}
     compaction: dict[str, Any] = {}
+    retention: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -155,7 +162,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction]",
+                    "[sandbox], [compaction], [retention]",
                     file=source,
                     key=key,
                 )
@@ -176,10 +183,14 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
                 f"{source}: compaction must be a table", file=source, key="compaction"
             )
         compaction.update(data.get("compaction", {}))
+        if not isinstance(data.get("retention", {}), dict):
+            raise ConfigError(f"{source}: retention must be a table", file=source, key="retention")
+        retention.update(data.get("retention", {}))
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
         sources=tuple(sources),
         sandbox=sandbox,
         compaction=compaction,
+        retention=retention,
     )

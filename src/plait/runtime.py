@@ -39,11 +39,20 @@ if TYPE_CHECKING:
         Tool,
         WorkspaceSnapshots,
     )
+    from plait.application.retention import RetentionService
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
+    from plait.domain.retention import RetentionSettings
     from plait.domain.tools import ToolSpec
 
-__all__ = ["Runtime", "data_dir", "default_db_url", "governed_gate", "open_model"]
+__all__ = [
+    "Runtime",
+    "configured_retention",
+    "data_dir",
+    "default_db_url",
+    "governed_gate",
+    "open_model",
+]
 
 
 def data_dir() -> Path:
@@ -213,10 +222,31 @@ def _configured_compaction() -> CompactionSettings:
         raise ConfigError(f"{where}: [compaction]: {e.message}", **e.details) from e
 
 
+def configured_retention() -> RetentionSettings:
+    """The ``[retention]`` settings of the config files (no policy without any)."""
+    from plait.config import load_config
+    from plait.domain.retention import RetentionSettings
+
+    config = load_config()
+    try:
+        return RetentionSettings.from_mapping(config.retention)
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: [retention]: {e.message}", **e.details) from e
+
+
 def _configured_model() -> str | None:
     from plait.config import load_config
 
     return load_config().model
+
+
+def _retention(store: object, clock: Clock) -> RetentionService | None:
+    from plait.application.retention import RetentionService
+
+    if not hasattr(store, "expire_messages") or not hasattr(store, "get_fork_record"):
+        return None
+    return RetentionService(store=store, clock=clock)
 
 
 def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) -> ForkService | None:
@@ -325,6 +355,7 @@ class Runtime:
         """Compaction over this store and model (``None``: the store keeps no summaries)."""
         self.tools = tuple(tools := _with_recall(tools, store, self.compaction is not None))
         self.forks = _forks(store, clock, snapshots)  # None: the store cannot fork
+        self.retention = _retention(store, clock)  # None: the store keeps no tombstones
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
         self.service = AgentService(

@@ -176,6 +176,9 @@ def test_the_help_covers_every_documented_command() -> None:
             "models",
             "models list",
             "models check",
+            "retention",
+            "retention expire",
+            "retention restore",
         ]
     )
 

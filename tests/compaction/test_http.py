@@ -187,3 +187,41 @@ def test_a_model_without_a_window_is_the_rfc_error_in_the_service(windowless: Li
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["code"] == "token_meter_model_unconfigured"
         assert c.get(f"/v1/sessions/{sid}/runs").json()["runs"] == []
+
+
+def test_expired_history_is_reported_as_expired(live: Live) -> None:
+    """After the retention policy expired a session's history, the messages endpoint and
+    the evidence endpoint say "expired" (when, by which policy), never "missing", and
+    serve none of the old content."""
+    import asyncio
+
+    from plait.application.retention import RetentionRequest, RetentionService
+    from plait.testing import FixedClock
+
+    with live.client("alice") as c:
+        sid = new_session(c)["session_id"]
+        msgs = _talk(c, sid, "tool first: never touch deploy/", f"tool {BIG}")
+        assert c.post(f"/v1/sessions/{sid}/compact").json()["status"] == "compacted"
+
+        async def expire() -> None:
+            store = SqliteStore(live.store_path)
+            later = FixedClock(SystemClock().now() + 40 * 86_400)
+            try:
+                report = await RetentionService(store=store, clock=later).apply(
+                    RetentionRequest(older_than_days=30, force=True)
+                )
+                assert len(report.expired) == len(msgs)
+            finally:
+                await store.close()
+
+        asyncio.run(expire())
+        page = c.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+        assert [m["message_id"] for m in page] == [m["message_id"] for m in msgs]
+        assert all(m["expired"]["policy"] == "raw_history_days=30, forced" for m in page)
+        assert "deploy" not in str(page) and BIG[:100] not in str(page)
+        first = c.get(f"/v1/sessions/{sid}/evidence", params={"message_id": msgs[0]["message_id"]})
+        assert first.status_code == 200 and first.json()["message"]["expired"]["mode"] == "expire"
+        art = next(m["artifact"] for m in msgs if m.get("artifact"))
+        piece = c.get(f"/v1/sessions/{sid}/evidence", params={"artifact_id": art["artifact_id"]})
+        assert piece.status_code == 200
+        assert piece.json()["content"] is None and piece.json()["expired"]["digest"]

@@ -12,12 +12,14 @@ from plait.domain.errors import PlaitError
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef, Message, ToolResultMessage, UserMessage
+from plait.domain.retention import Expiry
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 
 if TYPE_CHECKING:
     from plait.application.compaction import CompactionOutcome, ContextView
     from plait.application.events import CompactionEvent
+    from plait.application.retention import ExpiredItem, RestoreReport, RetentionReport
     from plait.domain.summary import Constraint, Summary
 
 __all__ = [
@@ -30,10 +32,13 @@ __all__ = [
     "error_json",
     "event_json",
     "execution_json",
+    "expiry_json",
     "fork_json",
     "iso",
     "message_json",
     "outcome_json",
+    "restore_json",
+    "retention_json",
     "run_json",
     "session_json",
     "snapshot_json",
@@ -73,7 +78,51 @@ def artifact_json(a: ArtifactRef | None) -> dict[str, Any] | None:
     return {"artifact_id": a.id, "sha256": a.sha256, "size": a.size, "media_type": a.media_type}
 
 
-def message_json(sm: StoredMessage) -> dict[str, Any]:
+def expiry_json(e: Expiry) -> dict[str, Any]:
+    return {
+        "expired_at": iso(e.expired_at),
+        "policy": e.policy,
+        "mode": e.mode,
+        "digest": e.digest,
+        "archive_id": e.archive_id,
+    }
+
+
+def _expired_item_json(x: ExpiredItem) -> dict[str, Any]:
+    return {
+        "session_id": x.session_id,
+        "seq": x.seq,
+        "message_id": x.message_id,
+        "kind": x.kind,
+        "created_at": iso(x.created_at),
+        "held_by": list(x.held_by),
+    }
+
+
+def retention_json(r: RetentionReport) -> dict[str, Any]:
+    return {
+        "policy": r.policy,
+        "mode": r.mode,
+        "dry_run": r.dry_run,
+        "cutoff": iso(r.cutoff),
+        "expired": [_expired_item_json(x) for x in r.expired],
+        "held_back": [{"reason": h.reason, "messages": h.messages} for h in r.held_back],
+        "archive_id": r.archive_id,
+    }
+
+
+def restore_json(r: RestoreReport) -> dict[str, Any]:
+    return {
+        "archive_id": r.archive_id,
+        "dry_run": r.dry_run,
+        "restored": [_expired_item_json(x) for x in r.restored],
+        "held_back": [{"reason": h.reason, "messages": h.messages} for h in r.held_back],
+    }
+
+
+def message_json(sm: StoredMessage, expiry: Expiry | None = None) -> dict[str, Any]:
+    """A message; with ``expiry`` (its content was removed by the retention policy) the
+    text fields hold the tombstone's placeholder and ``expired`` says when and why."""
     m = sm.message
     out: dict[str, Any] = {
         "seq": sm.seq,
@@ -105,6 +154,8 @@ def message_json(sm: StoredMessage) -> dict[str, Any]:
         out["content"] = r.content
         out["reason"] = r.reason
         out["artifact"] = artifact_json(r.artifact)
+    if expiry is not None:
+        out["expired"] = expiry_json(expiry)
     return out
 
 

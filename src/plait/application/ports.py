@@ -15,6 +15,7 @@ from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
+from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -40,6 +41,7 @@ __all__ = [
     "ModelRole",
     "QueuedCommits",
     "RawToolCall",
+    "RetentionStore",
     "RunQueue",
     "SessionStore",
     "SummaryStore",
@@ -409,6 +411,38 @@ class SummaryStore(Protocol):
         """Messages of the session (``seq <= through_seq`` when given) whose searchable
         text contains every term of ``query`` ignoring case, newest first, at most
         ``limit`` (see :mod:`plait.domain.recall`)."""
+        ...
+
+
+class RetentionStore(Protocol):
+    """Raw-history retention (:mod:`plait.domain.retention`): the one write that replaces
+    message bodies, used only by the retention service, never by a run."""
+
+    async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+        """In one transaction, replace the body of each message the session holds with its
+        tombstone's redacted body and keep the tombstone's expiry record; returns the ids
+        expired now (a message already expired is left as it is and not returned).
+
+        Stores that share bodies between a session and its branches (memory, SQLite,
+        PostgreSQL) show the tombstone in every branch at once; the JSONL store copies a
+        branch's prefix into the branch's own file, so the caller expires a message in
+        every session that holds it (the retention service does). Raises
+        :class:`~plait.domain.errors.SessionNotFoundError` for an unknown session and
+        :class:`~plait.domain.errors.MessageNotFoundError` (nothing written) if the
+        session does not hold one of the messages."""
+        ...
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        """The expiry records of the session's expired messages, by message id (empty for
+        a session with none)."""
+        ...
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        """The inverse of :meth:`expire_messages` (an archive being restored): put each
+        original body back in place of its tombstone and drop its expiry record, in one
+        transaction; returns the ids restored (a message that is not expired is left as
+        it is). The caller has checked each original against its record's digest. Same
+        sharing and errors as :meth:`expire_messages`."""
         ...
 
 

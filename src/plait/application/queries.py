@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
+from plait.application.retention import expiries_of
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
+from plait.domain.retention import Expiry
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
@@ -76,6 +78,11 @@ class Queries:
         """The session's messages in order (an unknown id raises SessionNotFoundError)."""
         await self._store.get_session(session_id)
         return await self._store.read_messages(session_id)
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        """The expiry records of the session's expired messages, by message id (see
+        :mod:`plait.domain.retention`; none on a store without retention)."""
+        return await expiries_of(self._store, session_id)
 
     async def message_numbered(self, session_id: str, number: int) -> StoredMessage | None:
         """The message with that number (its seq, 1-based, as ``plait history`` prints

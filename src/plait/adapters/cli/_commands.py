@@ -79,10 +79,14 @@ async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     if session.fork_origin is not None:  # a branch says what it is bound to
         data["workspace"] = workspace_json(session, fork)
     extra, tail = await history_summaries(rt.queries, session.id)
+    expired = await rt.queries.expiries(session.id)
     out.emit(
-        data | {"messages": [message_json(m) for m in messages]} | extra,
+        data | {"messages": [message_json(m, expired.get(m.message.id)) for m in messages]} | extra,
         lambda: (
-            "\n".join([*head, *(message_text(m) for m in messages), *tail]) or "no messages yet"
+            "\n".join(
+                [*head, *(message_text(m, expired.get(m.message.id)) for m in messages), *tail]
+            )
+            or "no messages yet"
         ),
     )
     return EXIT_OK

@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.adapters.cli.models import register as register_models
 
     register_models(sub, common)
+    from plait.adapters.cli.retention import register as register_retention
+
+    register_retention(sub, common)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")

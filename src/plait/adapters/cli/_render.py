@@ -7,6 +7,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from plait.adapters.shapes import iso
+from plait.domain.retention import Expiry
 from plait.domain.runs import Run
 from plait.domain.session import Session, StoredMessage
 
@@ -41,7 +42,19 @@ def _indent(text: str, limit: int = 1200) -> str:
     return textwrap.indent(text, "    ")
 
 
-def message_text(sm: StoredMessage) -> str:
+def expired_line(sm: StoredMessage, e: Expiry) -> str:
+    m = sm.message
+    where = f" {m.tool_name} [{m.result.call_id}]" if m.kind == "tool_result" else ""
+    archived = f", archived in artifact {e.archive_id}" if e.archive_id else ""
+    return (
+        f"[{sm.seq}] {m.kind}{where}: expired {iso(e.expired_at)} by the retention policy "
+        f"{e.policy}{archived} (written {iso(m.created_at)})"
+    )
+
+
+def message_text(sm: StoredMessage, expiry: Expiry | None = None) -> str:
+    if expiry is not None:
+        return expired_line(sm, expiry)
     m = sm.message
     if m.kind == "user":
         return f"[{sm.seq}] user:\n{_indent(m.text)}"

@@ -110,6 +110,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return COMPACTION_COMMANDS[key](args, out)
     if key in GOVERNANCE_COMMANDS:
         return GOVERNANCE_COMMANDS[key](args, out)
+    if args.command == "retention":
+        from plait.adapters.cli.retention import COMMANDS as RETENTION_COMMANDS
+
+        return RETENTION_COMMANDS[key](args, out)
     if args.command == "models":
         from plait.adapters.cli.models import COMMANDS as MODEL_COMMANDS
 

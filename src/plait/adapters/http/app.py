@@ -39,6 +39,7 @@ from plait.adapters.shapes import message_json, run_json, session_json
 from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
 from plait.application.ports import RunQueue, SessionStore
+from plait.application.retention import expiries_of
 from plait.application.service import AgentService
 from plait.domain.errors import PlaitError, SessionNotFoundError, ValidationError
 from plait.domain.runs import Budget, Run
@@ -334,9 +335,10 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
         page = await ctx.store.read_messages(session_id, after=after, limit=limit + 1)
         more = len(page) > limit
         page = page[:limit]
+        expired = await expiries_of(ctx.store, session_id) if page else {}
         return {
             "session_id": session_id,
-            "messages": [message_json(s) for s in page],
+            "messages": [message_json(s, expired.get(s.message.id)) for s in page],
             "next_after": page[-1].seq if more else None,
         }
 

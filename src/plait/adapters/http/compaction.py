@@ -7,7 +7,9 @@ model call would see with its token breakdown, and read evidence a summary left 
   constraint records of the next call (``items``: every item with its source and trust).
 - ``GET /v1/sessions/{id}/evidence?message_id=|artifact_id=&offset=&length=|query=&limit=``:
   a raw message, an artifact slice, or search hits, only from the session's own branch; a
-  source that is not there answers ``404 not_found`` (``details.missing``).
+  source that is not there answers ``404 not_found`` (``details.missing``); one whose
+  content the retention policy removed answers with its ``expired`` record (an artifact
+  of an expired message: ``content`` null), never as missing.
 
 Someone else's session answers ``not_found`` like one that does not exist. The routes
 use the compaction stage the runs use (same instructions, tools and model profiles).
@@ -21,14 +23,16 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from plait.adapters.http._errors import ApiError
 from plait.adapters.http.auth import Principal
-from plait.adapters.shapes import message_json, outcome_json, view_json
+from plait.adapters.shapes import expiry_json, message_json, outcome_json, view_json
 from plait.application.compaction.recall import (
     MAX_SLICE,
+    ExpiredSource,
     find_artifact,
     find_message,
     search,
 )
 from plait.application.compaction.stage import CompactionStage
+from plait.application.retention import expiries_of
 from plait.domain.errors import (
     EvidenceMissingError,
     SessionNotFoundError,
@@ -180,11 +184,17 @@ async def _lookup(
         sm = await find_message(store, session_id, message_id)
         if sm is None:
             raise _missing(f"message {message_id!r} is not in this session's history")
-        return {"message": message_json(sm)}
+        expiry = (await expiries_of(store, session_id)).get(message_id)
+        return {"message": message_json(sm, expiry)}
     if artifact_id is not None:
         got = await find_artifact(store, session_id, artifact_id, *window)
         if isinstance(got, str):
             raise _missing(got)
+        if isinstance(got, ExpiredSource):  # the content is gone: say so, serve nothing
+            return {
+                "artifact_id": artifact_id, "from_message_id": got.expiry.message_id,
+                "content": None, "expired": expiry_json(got.expiry),
+            }  # fmt: skip
         return {
             "artifact_id": got.artifact_id, "from_message_id": got.owner.message.id,
             "offset": got.offset, "end": got.end, "size": got.size, "content": got.text,

@@ -25,6 +25,7 @@ from plait.application.ports import (
     ApprovalStore,
     ArtifactStore,
     ForkStore,
+    RetentionStore,
     SessionStore,
     SummaryStore,
 )
@@ -54,9 +55,11 @@ _FORMS = (
 )
 
 
-class Store(SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore, Protocol):
-    """What every store adapter is: a session, artifact, summary, fork and approval store
-    in one."""
+class Store(
+    SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore, RetentionStore, Protocol
+):
+    """What every store adapter is: a session, artifact, summary, fork, approval and
+    retention store in one."""
 
 
 def _path(url: str, scheme: str) -> Path:

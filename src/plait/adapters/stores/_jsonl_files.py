@@ -69,9 +69,23 @@ def locked(path: Path, *, write: bool, create: bool = False) -> Iterator[int]:
     flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC
     if create:
         flags |= os.O_CREAT
-    fd = os.open(path, flags, 0o644)
+    while True:
+        fd = os.open(path, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        # A retention rewrite replaces the file (a new inode) while holding the old one's
+        # lock: whoever waited on the old file must take the new one.
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
         yield fd
     finally:
         os.close(fd)  # also releases the lock

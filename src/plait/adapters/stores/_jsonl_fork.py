@@ -21,12 +21,15 @@ from plait.domain.forks import ForkRecord
 __all__ = ["fork_record", "link_branch"]
 
 
-def link_branch(path: Path, commit: ForkCommit, state: SessionState) -> bool:
-    """Write the branch file at ``path``; False (nothing written) if ``path`` exists."""
+def link_branch(
+    path: Path, commit: ForkCommit, state: SessionState, extra: tuple[dict[str, Any], ...] = ()
+) -> bool:
+    """Write the branch file at ``path``; False (nothing written) if ``path`` exists.
+    ``extra``: lines after the prefix (the expiry records of its expired messages)."""
     create: dict[str, Any] = create_line(commit.branch)
     create["fork"] = record_to_dict(commit.record)
     prefix = change_line("commit", Change(messages=tuple(state.messages)))
-    data = "".join(_codec.dumps(x) + "\n" for x in (create, prefix)).encode()
+    data = "".join(_codec.dumps(x) + "\n" for x in (create, prefix, *extra)).encode()
     directory = path.parent
     tmp = directory / f".{commit.branch.id}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:

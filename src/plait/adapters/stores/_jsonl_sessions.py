@@ -4,10 +4,13 @@ the file's ``flock``, catches up, plans, appends one line and applies the change
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from plait.adapters.stores import _codec
 from plait.adapters.stores._jsonl_files import (
     SAFE_NAME,
     Checkpoint,
@@ -73,6 +76,42 @@ class SessionFiles:
         if state is None:
             raise session_not_found(sid)
         return state
+
+    def rewrite(
+        self, sid: str, plan: Callable[[SessionState, list[dict[str, Any]]], tuple[bool, T]]
+    ) -> T:
+        """Replace the whole file, under its write lock: ``plan`` gets the caught-up state
+        and every line, edits the lines in place and says whether to write them. The new
+        file is written under a temporary name, fsynced and renamed over the old one, so
+        a crash leaves the old file or the new one; readers and writers of the old file
+        notice the new inode and reload."""
+        path = self.path(sid)
+        if path is None:
+            raise session_not_found(sid)
+        try:
+            with locked(path, write=True) as fd:
+                tracked = self._sync(sid, fd, path, write=True)
+                if tracked.state is None:
+                    raise session_not_found(sid)
+                data = os.pread(fd, tracked.offset, 0)
+                lines = [_codec.loads(raw.decode()) for raw in data.splitlines()]
+                changed, result = plan(tracked.state, lines)
+                if changed:
+                    body = "".join(_codec.dumps(x) + "\n" for x in lines).encode()
+                    tmp = path.with_name(f".{sid}.{os.getpid()}.{threading.get_ident()}.tmp")
+                    try:
+                        with tmp.open("wb") as f:
+                            f.write(body)
+                            f.flush()
+                            os.fsync(f.fileno())
+                        os.replace(tmp, path)
+                    finally:
+                        tmp.unlink(missing_ok=True)
+                    fsync_dir(self._dir)
+                    del self._tracked[sid]  # read the new file from its start
+                return result
+        except FileNotFoundError:
+            raise session_not_found(sid) from None
 
     def write(
         self,

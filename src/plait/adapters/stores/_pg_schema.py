@@ -159,6 +159,15 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    # 12: raw-history retention, the expiry
+    # records of tombstoned message bodies (see _pg_retention).
+    (
+        """CREATE TABLE message_expiries (
+            message_pk BIGINT PRIMARY KEY REFERENCES messages (pk), data TEXT NOT NULL)""",
+    ),
+)
+
 LATEST = len(MIGRATIONS)
 """The schema version this code writes."""
 

@@ -63,6 +63,12 @@ from plait.adapters.stores._jsonl_fork import fork_record, link_branch
 from plait.adapters.stores._jsonl_index import RunIndex
 from plait.adapters.stores._jsonl_lines import change_line, create_line
 from plait.adapters.stores._jsonl_owners import SessionIndex
+from plait.adapters.stores._jsonl_retention import (
+    expire_line,
+    plan_expiry,
+    plan_restore,
+    read_expiries,
+)
 from plait.adapters.stores._jsonl_sessions import SessionFiles
 from plait.adapters.stores._jsonl_summaries import SummaryFiles, constraints_line, summary_line
 from plait.adapters.stores._session_pages import page
@@ -93,8 +99,9 @@ from plait.domain.errors import (
 )
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import matches, search_terms
+from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
@@ -303,6 +310,28 @@ class JsonlStore:
         except SessionNotFoundError:
             return {}
 
+    # --- retention (see _jsonl_retention) --------------------------------------------------
+
+    async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+        with self._op():
+            path = self._files.path(session_id)
+            plan = plan_expiry(tombstones, str(path))
+            done: list[str] = self._files.rewrite(session_id, plan)
+            return done
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        with self._op():
+            plan = plan_restore(messages, str(self._files.path(session_id)))
+            done: list[str] = self._files.rewrite(session_id, plan)
+            return done
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        with self._op():
+            self._files.read(session_id)  # an unknown session is an error
+            path = self._files.path(session_id)
+            assert path is not None
+            return read_expiries(path)
+
     # --- forks ----------------------------------------------------------------------------
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
@@ -321,9 +350,16 @@ class JsonlStore:
                 raise ConfigError(f"session id {branch_id!r} cannot be used as a file name")
             if path.exists():
                 return fork_record(path) or reject_plain_session(branch_id)
-            state = fork_state(self._files.read(commit.record.source_session_id), commit)
+            source = commit.record.source_session_id
+            state = fork_state(self._files.read(source), commit)
+            source_path = self._files.path(source)
+            assert source_path is not None  # read() found it
+            held = [
+                e for e in read_expiries(source_path).values() if e.message_id in state.message_ids
+            ]
+            extra = (expire_line(held),) if held else ()
             self._owners.add(commit.branch, self._scan)
-            if not link_branch(path, commit, state):
+            if not link_branch(path, commit, state, extra):
                 return fork_record(path) or reject_plain_session(branch_id)
             return commit.record
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
+from plait.adapters.stores._retention import check_restores, check_tombstones, replace_bodies
 from plait.adapters.stores._service_rows import ServiceBook
 from plait.adapters.stores._session_pages import OwnerIndex
 from plait.adapters.stores._state import (
@@ -44,8 +45,9 @@ from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import LeaseLostError, RunNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import matches, search_terms
+from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Lease, Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -72,6 +74,9 @@ class MemoryStore:
         self._summary_ids: set[str] = set()
         self._forks: dict[str, ForkRecord] = {}
         self._service = ServiceBook()
+        self._expired: dict[str, list[tuple[Message, Expiry]]] = {}
+        """message id -> (tombstone body, record); the body object identifies it (ids are
+        unique per session only)."""
 
     def __repr__(self) -> str:
         return f"MemoryStore(sessions={len(self._sessions)})"
@@ -151,6 +156,54 @@ class MemoryStore:
             change = state.plan_commit(commit)
             state.apply(change)
             return state.result(change)
+
+    # --- retention ------------------------------------------------------------------------
+
+    def _is_expired(self, message: Message) -> bool:
+        return any(body is message for body, _ in self._expired.get(message.id, ()))
+
+    def _share(self, session_id: str, old: Message, new: Message) -> None:
+        """Branches share the body object: give them the new one too."""
+        for state in self._sessions.values():
+            if state.session.id == session_id:
+                continue
+            for i, sm in enumerate(state.messages):
+                if sm.message is old:
+                    state.messages[i] = StoredMessage(sm.seq, new)
+
+    async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+        check_tombstones(tombstones)
+        records = {t.message.id: t.expiry for t in tombstones}
+        with self._lock:
+            self._check_open()
+            state = self._state(session_id)
+            done = replace_bodies(state, [t.message for t in tombstones], self._is_expired)
+            for old, body in done:
+                self._share(session_id, old.message, body)
+                self._expired.setdefault(body.id, []).append((body, records[body.id]))
+            return [body.id for _, body in done]
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        check_restores(messages)
+        with self._lock:
+            self._check_open()
+            state = self._state(session_id)
+            done = replace_bodies(state, messages, lambda m: not self._is_expired(m))
+            for old, body in done:
+                self._share(session_id, old.message, body)
+                kept = [(b, e) for b, e in self._expired[body.id] if b is not old.message]
+                self._expired[body.id] = kept
+            return [body.id for _, body in done]
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        with self._lock:
+            self._check_open()
+            out: dict[str, Expiry] = {}
+            for sm in self._state(session_id).messages:
+                for body, expiry in self._expired.get(sm.message.id, ()):
+                    if body is sm.message:
+                        out[sm.message.id] = expiry
+            return out
 
     # --- forks ----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from plait.adapters.stores import _codec
+from plait.adapters.stores import _codec, _pg_retention
 from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
@@ -56,7 +56,8 @@ from plait.application.claiming import ClaimedRun
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
+from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
@@ -416,6 +417,17 @@ class PostgresStore:
         return await self._write(lambda conn: approvals.consume(conn, approval_id, use))
 
     # --- forks (see _pg_more) -------------------------------------------------------------
+
+    # --- retention (see _pg_retention) ----------------------------------------------------
+
+    async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+        return await self._write(lambda conn: _pg_retention.expire(conn, session_id, tombstones))
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        return await self._write(lambda conn: _pg_retention.restore(conn, session_id, messages))
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        return await self._read(lambda conn: _pg_retention.expiries(conn, session_id))
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         return await self._read(lambda conn: more.message_seq(conn, session_id, message_id))

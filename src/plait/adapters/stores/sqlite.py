@@ -31,7 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.stores import _approvals_sqlite, _codec, _sqlite_commit, _sqlite_fork
+from plait.adapters.stores import (
+    _approvals_sqlite,
+    _codec,
+    _sqlite_commit,
+    _sqlite_fork,
+    _sqlite_retention,
+)
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores._long_lived import long_lived
@@ -68,8 +74,9 @@ from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
-from plait.domain.messages import ArtifactRef
+from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
+from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -238,6 +245,21 @@ class SqliteStore:
         result = _sqlite_commit.apply(conn, commit, start=False)
         self._contexts.version = data_version(conn)
         return result
+
+    # --- retention (see _sqlite_retention) ------------------------------------------------
+
+    async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+        return await self._db.write(
+            lambda conn: _sqlite_retention.expire(conn, session_id, tombstones)
+        )
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        return await self._db.write(
+            lambda conn: _sqlite_retention.restore(conn, session_id, messages)
+        )
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        return await self._db.read(lambda conn: _sqlite_retention.expiries(conn, session_id))
 
     # --- forks (see _sqlite_fork) ---------------------------------------------------------
 
