@@ -10,6 +10,15 @@ Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops cl
 lets in-flight runs finish for ``grace_seconds``, then abandons the rest (they stop
 without writing anything more and stay ``running``) and releases their leases (expiry
 set to now) so another worker recovers them at once.
+
+Store outages (:class:`~plait.domain.errors.StoreUnavailableError`: the server restarts,
+a connection died, the disk is full) never stop a worker, idle or busy: it logs one
+warning per outage, backs off (0.1 s doubling to 5 s, with jitter) and goes on claiming;
+one line says when the store is back. A run whose driving failed on the outage stops
+where it was (its last commit is either in the store or not) and, once the store is
+back, its lease is released so a worker recovers it at once with the usual rules (a side
+effect in flight becomes ``awaiting_resolution``). Other errors than an outage end
+:meth:`Worker.run` as before.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -25,11 +35,11 @@ from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
-from plait.domain.errors import PlaitError
+from plait.domain.errors import PlaitError, StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
 from plait.domain.service import EventType, NewRunEvent
 
-__all__ = ["EventEncoder", "Worker", "WorkerStats"]
+__all__ = ["Backoff", "EventEncoder", "Worker", "WorkerStats"]
 
 log = logging.getLogger("plait.worker")
 
@@ -43,6 +53,27 @@ class WorkerStats:
     recovered: int = 0
     finished: dict[str, int] = field(default_factory=dict)
     released: int = 0
+    outages: int = 0
+    """Store outages lived through (each logged once)."""
+
+
+class Backoff:
+    """Bounded exponential backoff with jitter: ``first`` doubling up to ``most``, each
+    delay drawn between half and all of it (workers that lost the store together do not
+    come back in step)."""
+
+    def __init__(self, first: float = 0.1, most: float = 5.0) -> None:
+        self.first = first
+        self.most = most
+        self._next = first
+
+    def delay(self) -> float:
+        ceiling = self._next
+        self._next = min(self.most, self._next * 2)
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self._next = self.first
 
 
 class _EventSink:
@@ -67,6 +98,8 @@ class _EventSink:
         self._items: asyncio.Queue[tuple[str, NewRunEvent]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.linger = linger
+        self.outage_seconds = 30.0
+        """How long a write of events is retried while the store is unavailable."""
 
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
@@ -113,11 +146,22 @@ class _EventSink:
                     self._items.task_done()
 
     async def _write(self, by_run: dict[str, list[NewRunEvent]]) -> None:
-        try:
-            written = await self._store.append_run_events_batch(by_run)
-        except PlaitError as e:
-            log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
-            return
+        backoff = Backoff()
+        waited = 0.0
+        while True:
+            try:
+                written = await self._store.append_run_events_batch(by_run)
+                break
+            except StoreUnavailableError as e:
+                if waited >= self.outage_seconds:
+                    log.error("run events lost to a store outage: %s", e.message)
+                    return
+                delay = backoff.delay()
+                waited += delay
+                await asyncio.sleep(delay)
+            except PlaitError as e:
+                log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
+                return
         if self._feed is not None:
             for run_id, records in written.items():
                 if records:
@@ -152,6 +196,10 @@ class Worker:
         self._sink = _EventSink(queue, encode, service.clock.now, feed, event_linger_seconds)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self._backoff = Backoff()
+        self._outage: StoreUnavailableError | None = None
+        self._orphans: set[str] = set()
+        """Runs whose driving stopped on an outage: their leases to release."""
 
     @property
     def owner(self) -> str:
@@ -165,10 +213,19 @@ class Worker:
         log.info("worker started", extra={"worker": self.owner})
         try:
             while not stop.is_set():
-                await self._claim_while_free(stop)
-                if clock.monotonic() >= next_sweep:
-                    next_sweep = clock.monotonic() + self.service.lease_seconds / 2
-                    await self._recover_stale()
+                try:
+                    await self._claim_while_free(stop)
+                    if self._orphans:
+                        await self._release_orphans()
+                        next_sweep = 0.0  # recover them now
+                    if clock.monotonic() >= next_sweep:
+                        next_sweep = clock.monotonic() + self.service.lease_seconds / 2
+                        await self._recover_stale()
+                except StoreUnavailableError as e:
+                    self._store_down(e)
+                    await self._sleep(stop, self._backoff.delay())
+                    continue
+                self._store_up()
                 await self._sleep(stop)
         finally:
             await self._shut_down()
@@ -195,9 +252,44 @@ class Worker:
             )  # fmt: skip
         return await self.queue.claim_queued_run(owner=self.owner, now=now, expires_at=expires_at)
 
+    def _store_down(self, e: StoreUnavailableError) -> None:
+        if self._outage is None:
+            self.stats.outages += 1
+            log.warning(
+                "store unavailable: %s; retrying with backoff",
+                e.message,
+                extra={"worker": self.owner, "code": e.code},
+            )
+        self._outage = e
+
+    def _store_up(self) -> None:
+        if self._outage is not None:
+            log.warning("store available again; claiming", extra={"worker": self.owner})
+            self._outage = None
+        self._backoff.reset()
+
+    async def _release_orphans(self) -> None:
+        for run_id in list(self._orphans):
+            if run_id in self._tasks:
+                continue
+            try:
+                await self.service.store.renew_lease(
+                    run_id, owner=self.owner, expires_at=self.service.clock.now()
+                )
+            except StoreUnavailableError:
+                raise
+            except PlaitError as e:  # taken over meanwhile, or ended: nothing to release
+                log.info("lease of an interrupted run not released: %s", e.message)
+            else:
+                self.stats.released += 1
+                log.info("lease released after an outage", extra={"run_id": run_id})
+            self._orphans.discard(run_id)
+
     async def _recover_stale(self) -> None:
         try:
             stale = await self.service.store.list_stale_runs(now=self.service.clock.now())
+        except StoreUnavailableError:
+            raise
         except PlaitError as e:
             log.error("cannot list stale runs: %s", e.message)
             return
@@ -207,12 +299,17 @@ class Worker:
                     return
                 self._spawn(run, recover=True)
 
-    async def _sleep(self, stop: asyncio.Event) -> None:
+    async def _sleep(self, stop: asyncio.Event, seconds: float | None = None) -> None:
+        """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval)."""
         self._wake.clear()
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+        if seconds is not None:  # an outage: only stop ends the wait early
+            waiters.pop()
         try:
             await asyncio.wait(
-                waiters, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED
+                waiters,
+                timeout=self.poll_seconds if seconds is None else seconds,
+                return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             for w in waiters:
@@ -249,6 +346,14 @@ class Worker:
                 log.info("run claimed", extra=ids)
                 result = await self.service.execute(claimed, observer=observer, on_text=on_text)
                 status = result.run.status.value
+        except StoreUnavailableError as e:
+            self._orphans.add(run.id)
+            log.warning(
+                "run interrupted by a store outage; recovered once the store is back: %s",
+                e.message,
+                extra={**ids, "code": e.code},
+            )
+            return
         except PlaitError as e:
             log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
             return

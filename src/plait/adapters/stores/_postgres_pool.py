@@ -7,6 +7,13 @@ needs it; once that loop is closed the next loop gets a fresh pool (the old one'
 connections are dropped without awaiting anything of the dead loop). A loop that is
 still open elsewhere keeps its pool, and any other loop is refused with a clear error
 rather than left to hang on a pool it cannot drive.
+
+Connections outlive server restarts in the pool only as dead sockets, so each is checked
+when it is handed out (:func:`check_idle`: free unless the socket has something to say,
+which an idle connection's only has when the server closed it) and replaced if dead. A
+failed open is retried by the next call; once the store was reachable, an outage is a
+:class:`~plait.domain.errors.StoreUnavailableError` (the callers back off and retry),
+while a first connection that fails is a plain store error (a wrong URL or password).
 """
 
 from __future__ import annotations
@@ -14,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from plait.adapters.stores._pg_schema import prepare
+from plait.adapters.stores._pg_schema import is_unavailable, prepare, unavailable
 from plait.adapters.stores._state import closed_error
 from plait.domain.errors import ConfigError
 
@@ -29,6 +37,21 @@ log = logging.getLogger("plait.store")
 
 Conn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[Conn]
+
+
+async def check_idle(conn: Conn) -> None:
+    """Raise if a pooled connection is dead (the pool then discards it and hands out
+    another, or opens a new one). An idle connection's socket is readable only if the
+    server spoke first: it closed the connection (a restart, an administrator), or
+    sent a notice; only then is the connection checked with a round trip."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError) as e:
+        raise psycopg.OperationalError(f"the connection is gone: {e}") from e
+    if readable:
+        await AsyncConnectionPool.check_connection(conn)
 
 
 class LoopPool:
@@ -45,6 +68,7 @@ class LoopPool:
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._reached = False  # a pool was opened once: later failures are outages
         self.closed = False
 
     async def get(self) -> Pool:
@@ -77,7 +101,7 @@ class LoopPool:
         self._abandon()
 
     async def _open(self) -> Pool:
-        await prepare(self._url, self._where, migrate=self._migrate)
+        await prepare(self._url, self._where, migrate=self._migrate, transient=self._reached)
         pool: Pool = AsyncConnectionPool(
             self._url,
             min_size=self._min_size,
@@ -85,8 +109,20 @@ class LoopPool:
             kwargs={"autocommit": True},
             open=False,
             timeout=30,
+            check=check_idle,
+            # A slot that cannot reconnect is given up after a few tries (1 s, 2 s
+            # apart...), and the next caller that waits opens a new one: the delay
+            # between attempts stays short however long the outage lasts.
+            reconnect_timeout=5.0,
         )
-        await pool.open(wait=True, timeout=30)
+        try:
+            await pool.open(wait=True, timeout=30)
+        except psycopg.Error as e:
+            await pool.close()
+            if is_unavailable(e):
+                raise unavailable(e, self._where) from e
+            raise
+        self._reached = True
         return pool
 
     def _abandon(self) -> None:

@@ -27,6 +27,7 @@ from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._health import CommitHealth
 from plait.adapters.stores._pg_context_cache import ContextCache
 from plait.adapters.stores._pg_schema import redact, translate, upgrade
 from plait.adapters.stores._postgres_commit import apply
@@ -52,6 +53,7 @@ from plait.adapters.stores._state import (
 )
 from plait.application.claiming import ClaimedRun
 from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.errors import PlaitError, StoreUnavailableError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef
@@ -63,6 +65,8 @@ from plait.domain.summary import Constraint, Summary
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
+PROBE_SECONDS = 5.0
+"""How long the readiness probe may wait for a connection and its commit."""
 Conn = psycopg.AsyncConnection[Any]
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
@@ -80,6 +84,7 @@ class PostgresStore:
             url, self._where, min_size=min_size, max_size=max_size, migrate=migrate
         )
         self._contexts = ContextCache()
+        self.health = CommitHealth()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -93,21 +98,57 @@ class PostgresStore:
     async def _ready(self) -> AsyncConnectionPool[Conn]:
         return await self._pools.get()
 
+    async def _pool(self) -> AsyncConnectionPool[Conn]:
+        try:
+            return await self._ready()
+        except StoreUnavailableError as e:
+            self.health.failed(e)
+            raise
+
     async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        pool = await self._ready()
+        pool = await self._pool()
         try:
             async with pool.connection() as conn, conn.transaction():
-                return await op(conn)
+                result = await op(conn)
         except psycopg.Error as e:
-            raise translate(e, self._where) from e
+            raise self._failed(e) from e
+        self.health.succeeded()
+        return result
 
     async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        pool = await self._ready()
+        pool = await self._pool()
         try:
             async with pool.connection() as conn:
-                return await op(conn)
+                result = await op(conn)
         except psycopg.Error as e:
-            raise translate(e, self._where) from e
+            raise self._failed(e) from e
+        self.health.succeeded()  # autocommit: a statement that wrote has committed
+        return result
+
+    def _failed(self, e: psycopg.Error) -> PlaitError:
+        error = translate(e, self._where)
+        if isinstance(error, StoreUnavailableError):
+            self.health.failed(error)
+        return error
+
+    async def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailableError` unless the store can commit now
+        (``GET /v1/ready``): a recent call failed that way and none succeeded since, or a
+        probe that commits a transaction id (a WAL record; nothing in any table) fails
+        within :data:`PROBE_SECONDS`."""
+        self.health.check()
+
+        async def probe(conn: Conn) -> None:
+            await conn.execute("SELECT txid_current()")
+
+        try:
+            async with asyncio.timeout(PROBE_SECONDS):
+                await self._write(probe)
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"{self._where}: no connection could commit within {PROBE_SECONDS:g} s",
+                store=self._where,
+            ) from None
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         async def op(conn: Conn) -> tuple[Any, ...] | None:
@@ -131,7 +172,7 @@ class PostgresStore:
             ) as conn:
                 return await upgrade(conn, self._where)
         except psycopg.Error as e:
-            raise translate(e, self._where) from e
+            raise self._failed(e) from e
 
     # --- sessions -------------------------------------------------------------------------
 
