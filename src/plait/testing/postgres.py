@@ -17,9 +17,10 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PostgresUnavailable", "find_bin_dir", "temporary_cluster"]
+__all__ = ["Cluster", "PostgresUnavailable", "cluster", "find_bin_dir", "temporary_cluster"]
 
 
 class PostgresUnavailable(RuntimeError):
@@ -64,6 +65,33 @@ def _chown(path: Path) -> None:
     shutil.chown(path, user=user)
 
 
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A running throw-away cluster: its URL, and ways to stop and start it (faults for
+    tests and the chaos benchmark; see :func:`cluster`)."""
+
+    url: str
+    bin_dir: Path
+    data: Path
+    log: Path
+    opts: str
+
+    def _ctl(self, *args: str) -> None:
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args])
+
+    def stop(self, mode: str = "immediate") -> None:
+        """``pg_ctl stop -m MODE``: ``immediate`` is a crash (no shutdown checkpoint,
+        connections cut; the next start replays the WAL)."""
+        self._ctl("-m", mode, "-w", "stop")
+
+    def start(self) -> None:
+        self._ctl("-l", str(self.log), "-o", self.opts, "-w", "-t", "60", "start")
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart -m MODE``."""
+        self._ctl("-l", str(self.log), "-o", self.opts, "-m", mode, "-w", "-t", "60", "restart")
+
+
 @contextlib.contextmanager
 def temporary_cluster(
     *, fsync: bool = False, max_connections: int = 100, settings: Sequence[str] = ()
@@ -74,6 +102,16 @@ def temporary_cluster(
     ``settings``: more server settings, ``name=value`` each (e.g.
     ``shared_preload_libraries=pg_stat_statements``).
     """
+    with cluster(fsync=fsync, max_connections=max_connections, settings=settings) as running:
+        yield running.url
+
+
+@contextlib.contextmanager
+def cluster(
+    *, fsync: bool = False, max_connections: int = 100, settings: Sequence[str] = ()
+) -> Iterator[Cluster]:
+    """As :func:`temporary_cluster`, yielding a :class:`Cluster` the caller may stop,
+    start and restart (on the same port and data)."""
     bin_dir = find_bin_dir()
     root = Path(tempfile.mkdtemp(prefix="plait-pg-"))
     data, sock = root / "data", root / "sock"
@@ -81,7 +119,6 @@ def temporary_cluster(
     for p in (root, sock):
         _chown(p)
     port = _free_port()
-    log = root / "server.log"
     try:
         _run([str(bin_dir / "initdb"), "-D", str(data), "-U", "plait", "--auth=trust",
               "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
@@ -92,12 +129,13 @@ def temporary_cluster(
             f"-c full_page_writes={'on' if fsync else 'off'}"
         )
         opts += "".join(f" -c {setting}" for setting in settings)
-        _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts,
-              "-w", "-t", "60", "start"])  # fmt: skip
+        url = f"postgresql://plait@127.0.0.1:{port}/plait"
+        running = Cluster(url=url, bin_dir=bin_dir, data=data, log=root / "server.log", opts=opts)
+        running.start()
         try:
             _run([str(bin_dir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "plait",
                   "plait"])  # fmt: skip
-            yield f"postgresql://plait@127.0.0.1:{port}/plait"
+            yield running
         finally:
             _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
                  check=False)  # fmt: skip

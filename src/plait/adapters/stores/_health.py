@@ -37,6 +37,13 @@ class CommitHealth:
         with self._lock:
             self._failure = None
 
+    @property
+    def failing(self) -> bool:
+        """A recent commit failed on an outage and none succeeded since."""
+        with self._lock:
+            failure, at = self._failure, self._failed_at
+        return failure is not None and time.monotonic() - at < FAILURE_MEMORY_SECONDS
+
     def check(self) -> None:
         """Raise the last failure if it is recent and no commit succeeded since."""
         with self._lock:

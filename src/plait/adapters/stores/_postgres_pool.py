@@ -58,8 +58,16 @@ class LoopPool:
     """One pool at a time, for the event loop that opened it."""
 
     def __init__(
-        self, url: str, where: str, *, min_size: int, max_size: int, migrate: bool
+        self,
+        url: str,
+        where: str,
+        *,
+        min_size: int,
+        max_size: int,
+        migrate: bool,
+        wait_seconds: float = 30.0,
     ) -> None:
+        self._wait_seconds = wait_seconds
         self._url = url
         self._where = where
         self._min_size = min_size
@@ -108,7 +116,7 @@ class LoopPool:
             max_size=self._max_size,
             kwargs={"autocommit": True},
             open=False,
-            timeout=30,
+            timeout=self._wait_seconds,
             check=check_idle,
             # A slot that cannot reconnect is given up after a few tries (1 s, 2 s
             # apart...), and the next caller that waits opens a new one: the delay

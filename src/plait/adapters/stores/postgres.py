@@ -67,6 +67,7 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 PROBE_SECONDS = 5.0
 """How long the readiness probe may wait for a connection and its commit."""
+OUTAGE_WAIT_SECONDS = 2.0
 Conn = psycopg.AsyncConnection[Any]
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
@@ -76,12 +77,25 @@ class PostgresStore:
     :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database."""
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 8, migrate: bool = True
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        migrate: bool = True,
+        wait_seconds: float = 30.0,
     ) -> None:
+        """``wait_seconds``: how long a call may wait for a pooled connection (all busy,
+        or the server unreachable) before it fails."""
         self._url = url
         self._where = redact(url)
         self._pools = LoopPool(
-            url, self._where, min_size=min_size, max_size=max_size, migrate=migrate
+            url,
+            self._where,
+            min_size=min_size,
+            max_size=max_size,
+            migrate=migrate,
+            wait_seconds=wait_seconds,
         )
         self._contexts = ContextCache()
         self.health = CommitHealth()
@@ -108,7 +122,7 @@ class PostgresStore:
     async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._pool()
         try:
-            async with pool.connection() as conn, conn.transaction():
+            async with pool.connection(self._wait()) as conn, conn.transaction():
                 result = await op(conn)
         except psycopg.Error as e:
             raise self._failed(e) from e
@@ -118,12 +132,18 @@ class PostgresStore:
     async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._pool()
         try:
-            async with pool.connection() as conn:
+            async with pool.connection(self._wait()) as conn:
                 result = await op(conn)
         except psycopg.Error as e:
             raise self._failed(e) from e
         self.health.succeeded()  # autocommit: a statement that wrote has committed
         return result
+
+    def _wait(self) -> float | None:
+        """How long a call may wait for a pooled connection: the pool's timeout (a busy
+        pool), but only :data:`OUTAGE_WAIT_SECONDS` while the server is known to be down
+        (a request answers ``store_unavailable`` soon rather than hang)."""
+        return OUTAGE_WAIT_SECONDS if self.health.failing else None
 
     def _failed(self, e: psycopg.Error) -> PlaitError:
         error = translate(e, self._where)
@@ -133,10 +153,8 @@ class PostgresStore:
 
     async def check_writable(self) -> None:
         """Raise :class:`StoreUnavailableError` unless the store can commit now
-        (``GET /v1/ready``): a recent call failed that way and none succeeded since, or a
-        probe that commits a transaction id (a WAL record; nothing in any table) fails
-        within :data:`PROBE_SECONDS`."""
-        self.health.check()
+        (``GET /v1/ready``): a probe that commits a transaction id (a WAL record, as any
+        commit writes; nothing in any table) fails within :data:`PROBE_SECONDS`."""
 
         async def probe(conn: Conn) -> None:
             await conn.execute("SELECT txid_current()")
