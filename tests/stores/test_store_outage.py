@@ -22,16 +22,13 @@ from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.domain.errors import StoreError, StoreUnavailableError
 from plait.domain.session import Session
-from plait.testing.postgres import Cluster, PostgresUnavailable, cluster
+from plait.testing.postgres import Cluster
+from tests.pg import own_cluster
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[Cluster]:
-    try:
-        with cluster(fsync=True) as running:  # an immediate stop keeps what committed
-            yield running
-    except PostgresUnavailable as e:
-        pytest.skip(f"no PostgreSQL server: {e}")
+@pytest.fixture(name="own_cluster")
+def _own_cluster() -> Iterator[Cluster]:
+    yield from own_cluster()
 
 
 def session(n: int) -> Session:

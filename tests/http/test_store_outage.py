@@ -1,0 +1,88 @@
+"""The API over a store that cannot commit (issue 20 item 2): a request the store could
+not commit is ``503 store_unavailable`` (never ``500``), ``/v1/ready`` is 503 while it
+lasts, and once the fault clears every accepted run finishes without a restart (the
+in-process worker lived through it).
+
+SQLite's disk is made full with ``PRAGMA max_page_count`` on the server's own store
+connection: a commit that needs a new page then fails exactly as on a full disk
+(``SQLITE_FULL``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from typing import Any
+
+import httpx
+
+from tests.http.conftest import Live
+
+
+def set_page_cap(live: Live, *, extra: int) -> None:
+    """The store file may grow by ``extra`` pages at most (0: it is full)."""
+    sqlite_store: Any = live.store.inner
+
+    def cap(conn: sqlite3.Connection) -> None:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + extra}")
+
+    asyncio.run(sqlite_store._db.read(cap))
+
+
+def wait_until(predicate: Any, what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_sqlite_disk_full_answers_503_store_unavailable_and_every_accepted_run_finishes(
+    live: Live,
+) -> None:
+    """Found: on a full disk ``serve``'s built-in worker stopped for good, ``/v1/ready``
+    said ready and ``POST`` kept answering 202; runs stalled after space came back."""
+    with live.client() as c, live.client(None) as anonymous:
+        accepted: list[str] = []
+
+        def post(i: int) -> httpx.Response:
+            made = c.post("/v1/sessions", json={})
+            if made.status_code != 201:  # the session itself could not be stored
+                return made
+            sid = made.json()["session_id"]
+            answer = c.post(f"/v1/sessions/{sid}/messages", json={"text": f"tool {i}" * 300})
+            if answer.status_code == 202:
+                accepted.append(answer.json()["run_id"])
+            return answer
+
+        assert post(0).status_code == 202
+        set_page_cap(live, extra=0)
+        refused = None
+        for i in range(1, 40):  # the free space left in the file's pages runs out
+            answer = post(i)
+            assert answer.status_code in (202, 503), answer.text
+            if answer.status_code == 503:
+                refused = answer
+                break
+        assert refused is not None, "the full store never refused a commit"
+        error = refused.json()["error"]
+        assert error["code"] == "store_unavailable"
+        assert error["details"] == {"sqlite_error": "SQLITE_FULL"}
+        assert "plait.db" not in error["message"]  # where the store lives is not told
+        assert refused.headers["retry-after"] == "1"
+        ready = anonymous.get("/v1/ready")
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["error"]["code"] == "not_ready"
+
+        set_page_cap(live, extra=1_000_000)  # space is back
+
+        def all_finished() -> bool:
+            runs = [c.get(f"/v1/runs/{r}").json() for r in accepted]
+            return all(r["status"] == "completed" for r in runs)
+
+        wait_until(all_finished, "every accepted run to complete")
+        wait_until(lambda: anonymous.get("/v1/ready").status_code == 200, "ready again")
+        assert post(99).status_code == 202
+        wait_until(all_finished, "a run accepted after the fault to complete")

@@ -1,0 +1,213 @@
+"""Workers live through store outages (issue 20 item 2): found on main, ``pg_ctl restart
+-m immediate`` made every ``plait worker`` exit (idle ones too) and a full disk stopped
+``serve``'s built-in worker for good. Here the fault is real each time: a PostgreSQL
+cluster of the test's own is stopped or restarted, and a SQLite store's file is capped
+at its size (``PRAGMA max_page_count``: a commit that needs a page fails with
+``SQLITE_FULL``, "database or disk is full"). The worker must not stop, must log the
+outage once, and every run submitted must complete once the store is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plait.adapters.http.events import encode_event
+from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.system import RandomIds, SystemClock
+from plait.application.service import AgentService
+from plait.application.worker import Backoff, Worker
+from plait.domain.runs import Run, RunStatus
+from plait.testing import FunctionModel, echo_tool
+from plait.testing.postgres import Cluster
+from tests.pg import own_cluster
+from tests.service.test_worker import Model
+
+
+@pytest.fixture(name="pg")
+def _pg() -> Iterator[Cluster]:
+    yield from own_cluster()
+
+
+def service(store: Any, owner: str = "w1") -> AgentService:
+    return AgentService(
+        store=store,
+        artifacts=store,
+        model=FunctionModel(Model(), name="m"),
+        tools=[echo_tool().tool],
+        clock=SystemClock(),
+        ids=RandomIds(),
+        owner=owner,
+        lease_seconds=1.0,
+    )
+
+
+async def submit(svc: AgentService, n: int) -> list[Run]:
+    runs = []
+    for _ in range(n):
+        s = await svc.create_session(owner="ana")
+        runs.append(await svc.submit(s.id, "go"))
+    return runs
+
+
+async def all_completed(store: Any, runs: list[Run], seconds: float = 60.0) -> None:
+    async with asyncio.timeout(seconds):
+        while True:
+            try:
+                found = [await store.get_run(r.id) for r in runs]
+            except Exception:  # the store is still coming back
+                found = []
+            if found and all(r.status is RunStatus.COMPLETED for r in found):
+                break
+            await asyncio.sleep(0.05)
+    for r in runs:  # nothing lost, nothing twice: exactly the run's messages
+        kinds = [m.message.kind for m in await store.read_messages(r.session_id)]
+        assert kinds == ["user", "assistant", "tool_result", "assistant"], kinds
+
+
+def outage_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "plait.worker" and r.getMessage().startswith("store unavailable")
+    ]
+
+
+@pytest.mark.slow
+def test_idle_worker_survives_pg_server_down(pg: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """An idle worker polls while the server is down: it backs off, logs the outage
+    once, and claims what is submitted once the server is back."""
+    caplog.set_level(logging.INFO, logger="plait.worker")
+
+    async def go() -> None:
+        store = PostgresStore(pg.url, wait_seconds=1.0)
+        svc = service(store)
+        worker = Worker(service=svc, queue=store, encode=encode_event, poll_seconds=0.02)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        try:
+            await all_completed(store, await submit(svc, 2))
+            pg.stop("immediate")
+            await asyncio.sleep(3.0)  # several failed polls
+            assert not task.done(), "the worker stopped on the outage"
+            pg.start()
+            await all_completed(store, await submit_when_back(svc, 3))
+            assert not task.done()
+        finally:
+            stop.set()
+            stats = await task
+            await store.close()
+        assert stats.outages == 1
+        assert len(outage_warnings(caplog)) == 1
+        assert any("available again" in r.getMessage() for r in caplog.records)
+
+    asyncio.run(go())
+
+
+async def submit_when_back(svc: AgentService, n: int) -> list[Run]:
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                await svc.store.list_sessions(limit=1)
+                return await submit(svc, n)
+            except Exception:
+                await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_workers_survive_pg_restart_immediate_under_load(pg: Cluster) -> None:
+    """Two workers drive 30 runs; the server restarts with ``-m immediate`` twice in
+    the middle. Both workers go on, and every run completes with exactly its messages
+    (a run cut off mid-way is recovered once its lease is released or expires)."""
+
+    async def go() -> None:
+        stores = [PostgresStore(pg.url, wait_seconds=2.0) for _ in range(3)]
+        submitter = service(stores[0], owner="api")
+        workers = [
+            Worker(
+                service=service(s, owner=f"w{i}"),
+                queue=s,
+                encode=encode_event,
+                concurrency=3,
+                poll_seconds=0.02,
+            )
+            for i, s in enumerate(stores[1:])
+        ]
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+        try:
+            runs = await submit(submitter, 30)
+            for _ in range(2):
+                await asyncio.sleep(0.3)
+                pg.restart("immediate")
+            await all_completed(stores[0], runs)
+            assert not any(t.done() for t in tasks), "a worker stopped on the restart"
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            for s in stores:
+                await s.close()
+
+    asyncio.run(go())
+
+
+async def cap_pages(store: SqliteStore, *, extra: int) -> None:
+    """``PRAGMA max_page_count``: the file may grow by ``extra`` pages (0: it is full)."""
+
+    def cap(conn: sqlite3.Connection) -> None:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + extra}")
+
+    await store._db.read(cap)
+
+
+def test_builtin_worker_survives_sqlite_disk_full(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's own claims fail on the full disk (its lease owner's name is long, so
+    a claim needs a new page, as every write does on a disk that is really full); it
+    goes on polling, and once space is back every queued run completes."""
+    caplog.set_level(logging.INFO, logger="plait.worker")
+
+    async def go() -> None:
+        store = SqliteStore(tmp_path / "plait.db")
+        svc = service(store, owner="worker-" + "w" * 6000)
+        runs = await submit(svc, 4)
+        await cap_pages(store, extra=0)
+        worker = Worker(service=svc, queue=store, encode=encode_event, poll_seconds=0.02)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        try:
+            async with asyncio.timeout(10):
+                while not outage_warnings(caplog):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)
+            assert not task.done(), "the worker stopped on the full disk"
+            statuses = [(await store.get_run(r.id)).status for r in runs]
+            assert statuses == [RunStatus.QUEUED] * 4
+            await cap_pages(store, extra=1_000_000)
+            await all_completed(store, runs)
+        finally:
+            stop.set()
+            stats = await task
+            await store.close()
+        assert stats.outages == 1 and stats.finished == {"completed": 4}
+        assert len(outage_warnings(caplog)) == 1
+
+    asyncio.run(go())
+
+
+def test_backoff_doubles_to_its_ceiling_with_jitter_and_resets() -> None:
+    backoff = Backoff(first=0.1, most=0.8)
+    delays = [backoff.delay() for _ in range(6)]
+    ceilings = [0.1, 0.2, 0.4, 0.8, 0.8, 0.8]
+    assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+    backoff.reset()
+    assert 0.05 <= backoff.delay() <= 0.1
