@@ -11,13 +11,19 @@ connection: a commit that needs a new page then fails exactly as on a full disk
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.http.conftest import Live
+from plait.testing.postgres import Cluster
+from tests.http.conftest import Live, serve_live
+from tests.pg import own_cluster
 
 
 def set_page_cap(live: Live, *, extra: int) -> None:
@@ -86,3 +92,43 @@ def test_sqlite_disk_full_answers_503_store_unavailable_and_every_accepted_run_f
         wait_until(lambda: anonymous.get("/v1/ready").status_code == 200, "ready again")
         assert post(99).status_code == 202
         wait_until(all_finished, "a run accepted after the fault to complete")
+
+
+@pytest.fixture(name="pg")
+def _pg() -> Iterator[Cluster]:
+    yield from own_cluster()
+
+
+@pytest.mark.slow
+def test_api_after_pg_restart_immediate_answers_without_stale_connection_errors(
+    tmp_path: Path, pg: Cluster
+) -> None:
+    """Found: after ``pg_ctl restart -m immediate`` the API answered a burst of 500/503
+    from pooled connections the restart had killed. Once the server is back, every
+    request is answered normally and the worker of the API process goes on."""
+    server = contextlib.contextmanager(serve_live)(tmp_path, pg_url=pg.url)
+    with server as live, live.client() as c, live.client(None) as anonymous:
+        sessions = []
+        for _ in range(6):  # several pooled connections in use
+            sid = c.post("/v1/sessions", json={}).json()["session_id"]
+            run = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool a"}).json()
+            sessions.append((sid, run["run_id"]))
+        wait_until(
+            lambda: all(
+                c.get(f"/v1/runs/{r}").json()["status"] == "completed" for _, r in sessions
+            ),
+            "the runs before the restart",
+        )
+        pg.restart("immediate")
+        answers = [c.get(f"/v1/sessions/{sid}").status_code for sid, _ in sessions]
+        answers += [c.get(f"/v1/runs/{r}").status_code for _, r in sessions]
+        assert answers == [200] * 12
+        assert anonymous.get("/v1/ready").status_code == 200
+        sid = c.post("/v1/sessions", json={}).json()["session_id"]
+        answer = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool b"})
+        assert answer.status_code == 202, answer.text
+        run_id = answer.json()["run_id"]
+        wait_until(
+            lambda: c.get(f"/v1/runs/{run_id}").json()["status"] == "completed",
+            "a run submitted after the restart",
+        )

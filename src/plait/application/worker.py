@@ -214,30 +214,36 @@ class Worker:
         try:
             while not stop.is_set():
                 try:
-                    await self._claim_while_free(stop)
+                    asked = await self._claim_while_free(stop)
                     if self._orphans:
                         await self._release_orphans()
                         next_sweep = 0.0  # recover them now
                     if clock.monotonic() >= next_sweep:
                         next_sweep = clock.monotonic() + self.service.lease_seconds / 2
                         await self._recover_stale()
+                        asked = True
                 except StoreUnavailableError as e:
                     self._store_down(e)
                     await self._sleep(stop, self._backoff.delay())
                     continue
-                self._store_up()
+                if asked:  # the store answered
+                    self._store_up()
                 await self._sleep(stop)
         finally:
             await self._shut_down()
         return self.stats
 
-    async def _claim_while_free(self, stop: asyncio.Event) -> None:
+    async def _claim_while_free(self, stop: asyncio.Event) -> bool:
+        """Claim while there is room; whether the store was asked at all."""
+        asked = False
         while len(self._tasks) < self.concurrency and not stop.is_set():
             run = await self._claim()
+            asked = True
             if run is None:
-                return
+                break
             self.stats.claimed += 1
             self._spawn(run, recover=False)
+        return asked
 
     async def _claim(self) -> Run | ClaimedRun | None:
         """The next queued run; started in the same write when the queue can do that

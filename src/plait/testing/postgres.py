@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,12 @@ class Cluster:
     opts: str
 
     def _ctl(self, *args: str) -> None:
-        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args])
+        try:
+            _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args])
+        except PostgresUnavailable as e:
+            with contextlib.suppress(OSError):
+                e.args = (f"{e}\nserver log:\n{self.log.read_text()[-2000:]}",)
+            raise
 
     def stop(self, mode: str = "immediate") -> None:
         """``pg_ctl stop -m MODE``: ``immediate`` is a crash (no shutdown checkpoint,
@@ -85,11 +91,22 @@ class Cluster:
         self._ctl("-m", mode, "-w", "stop")
 
     def start(self) -> None:
-        self._ctl("-l", str(self.log), "-o", self.opts, "-w", "-t", "60", "start")
+        """``pg_ctl start``, tried again for a few seconds: after an immediate stop the
+        old server's processes may still hold its shared memory for a moment, and the new
+        postmaster then refuses to start."""
+        for attempt in range(50):
+            try:
+                self._ctl("-l", str(self.log), "-o", self.opts, "-w", "-t", "60", "start")
+                return
+            except PostgresUnavailable:
+                if attempt == 49:
+                    raise
+                time.sleep(0.2)
 
     def restart(self, mode: str = "immediate") -> None:
-        """``pg_ctl restart -m MODE``."""
-        self._ctl("-l", str(self.log), "-o", self.opts, "-m", mode, "-w", "-t", "60", "restart")
+        """As ``pg_ctl restart -m MODE``: stop, then start (see :meth:`start`)."""
+        self.stop(mode)
+        self.start()
 
 
 @contextlib.contextmanager
