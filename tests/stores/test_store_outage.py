@@ -100,21 +100,31 @@ def test_pg_server_down_is_store_unavailable_then_the_store_recovers(
 
 
 @pytest.mark.slow
-def test_pg_first_connection_refused_stays_a_configuration_error(own_cluster: Cluster) -> None:
-    """A store that was never reached is not an outage to wait out: a wrong port or
-    password must fail at once, as before (a worker exits with a clear error)."""
+def test_pg_server_down_at_start_is_unavailable_but_a_refused_database_is_not(
+    own_cluster: Cluster,
+) -> None:
+    """A server that does not answer yet is an outage to wait out (an API started before
+    its database answers 503, a worker backs off); a server that refuses the database
+    (or the user) is a configuration error, reported at once and not retried."""
 
     async def go() -> None:
-        own_cluster.stop("immediate")
-        store = PostgresStore(own_cluster.url)
+        missing = PostgresStore(own_cluster.url.rsplit("/", 1)[0] + "/no_such_db")
         try:
             with pytest.raises(StoreError) as refused:
-                await store.get_session("ses_0")
+                await missing.get_session("ses_0")
             assert not isinstance(refused.value, StoreUnavailableError)
             assert "cannot open the PostgreSQL store" in str(refused.value)
         finally:
-            await store.close()
+            await missing.close()
+        own_cluster.stop("immediate")
+        store = PostgresStore(own_cluster.url)
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await store.get_session("ses_0")
             own_cluster.start()
+            await until_available(store)
+        finally:
+            await store.close()
 
     asyncio.run(go())
 

@@ -72,6 +72,7 @@ class Cluster:
     tests and the chaos benchmark; see :func:`cluster`)."""
 
     url: str
+    port: int
     bin_dir: Path
     data: Path
     log: Path
@@ -93,15 +94,36 @@ class Cluster:
     def start(self) -> None:
         """``pg_ctl start``, tried again for a few seconds: after an immediate stop the
         old server's processes may still hold its shared memory for a moment, and the new
-        postmaster then refuses to start."""
+        postmaster then refuses to start. A start that reports failure while a server of
+        this data directory runs after all (still replaying its WAL) is waited for."""
         for attempt in range(50):
             try:
                 self._ctl("-l", str(self.log), "-o", self.opts, "-w", "-t", "60", "start")
                 return
             except PostgresUnavailable:
+                if self._comes_up(timeout=60.0):
+                    return
                 if attempt == 49:
                     raise
                 time.sleep(0.2)
+
+    def _comes_up(self, *, timeout: float) -> bool:
+        """Whether a server runs on this data directory and accepts connections within
+        ``timeout`` seconds."""
+        status = subprocess.run(
+            _as_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "status"]),
+            capture_output=True,
+            check=False,
+        )
+        if status.returncode != 0:
+            return False
+        deadline = time.monotonic() + timeout
+        ready = [str(self.bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)]
+        while time.monotonic() < deadline:
+            if subprocess.run(ready, capture_output=True, check=False).returncode == 0:
+                return True
+            time.sleep(0.1)
+        return False
 
     def restart(self, mode: str = "immediate") -> None:
         """As ``pg_ctl restart -m MODE``: stop, then start (see :meth:`start`)."""
@@ -147,7 +169,9 @@ def cluster(
         )
         opts += "".join(f" -c {setting}" for setting in settings)
         url = f"postgresql://plait@127.0.0.1:{port}/plait"
-        running = Cluster(url=url, bin_dir=bin_dir, data=data, log=root / "server.log", opts=opts)
+        running = Cluster(
+            url=url, port=port, bin_dir=bin_dir, data=data, log=root / "server.log", opts=opts
+        )
         running.start()
         try:
             _run([str(bin_dir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "plait",

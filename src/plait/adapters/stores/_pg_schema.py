@@ -253,11 +253,11 @@ async def check_schema(conn: psycopg.AsyncConnection[Any], where: str) -> None:
         )
 
 
-async def prepare(url: str, where: str, *, migrate: bool, transient: bool = False) -> None:
-    """Connect once: apply missing migrations (``migrate``) or check the version.
-    ``transient``: the store was reachable before, so an outage now (see
-    :func:`is_unavailable`) is :class:`StoreUnavailableError`; on a first connection any
-    failure is a :class:`StoreError` (a wrong URL or credentials must not be retried)."""
+async def prepare(url: str, where: str, *, migrate: bool) -> None:
+    """Connect once: apply missing migrations (``migrate``) or check the version. A
+    server that does not answer (down, restarting: see :func:`is_unavailable`) is a
+    :class:`StoreUnavailableError`, to be retried; one that refuses this user or
+    database is a :class:`StoreError` (wrong credentials are not retried)."""
     try:
         async with await psycopg.AsyncConnection.connect(
             url, autocommit=True, connect_timeout=10
@@ -267,7 +267,7 @@ async def prepare(url: str, where: str, *, migrate: bool, transient: bool = Fals
             else:
                 await check_schema(conn, where)
     except psycopg.Error as e:
-        if transient and is_unavailable(e) and not _refused(e):
+        if is_unavailable(e) and not _refused(e):
             raise unavailable(e, where) from e
         raise StoreError(
             f"cannot open the PostgreSQL store {where}: {str(e).strip()}; check the URL, "

@@ -11,9 +11,9 @@ rather than left to hang on a pool it cannot drive.
 Connections outlive server restarts in the pool only as dead sockets, so each is checked
 when it is handed out (:func:`check_idle`: free unless the socket has something to say,
 which an idle connection's only has when the server closed it) and replaced if dead. A
-failed open is retried by the next call; once the store was reachable, an outage is a
+failed open is retried by the next call: a server that does not answer is a
 :class:`~plait.domain.errors.StoreUnavailableError` (the callers back off and retry),
-while a first connection that fails is a plain store error (a wrong URL or password).
+one that refuses the user or database a plain store error.
 """
 
 from __future__ import annotations
@@ -76,7 +76,6 @@ class LoopPool:
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
-        self._reached = False  # a pool was opened once: later failures are outages
         self.closed = False
 
     async def get(self) -> Pool:
@@ -109,7 +108,7 @@ class LoopPool:
         self._abandon()
 
     async def _open(self) -> Pool:
-        await prepare(self._url, self._where, migrate=self._migrate, transient=self._reached)
+        await prepare(self._url, self._where, migrate=self._migrate)
         pool: Pool = AsyncConnectionPool(
             self._url,
             min_size=self._min_size,
@@ -130,7 +129,6 @@ class LoopPool:
             if is_unavailable(e):
                 raise unavailable(e, self._where) from e
             raise
-        self._reached = True
         return pool
 
     def _abandon(self) -> None:
