@@ -132,3 +132,28 @@ def test_api_after_pg_restart_immediate_answers_without_stale_connection_errors(
             lambda: c.get(f"/v1/runs/{run_id}").json()["status"] == "completed",
             "a run submitted after the restart",
         )
+
+
+@pytest.mark.slow
+def test_request_while_pg_is_down_answers_503_store_unavailable(
+    tmp_path: Path, pg: Cluster
+) -> None:
+    """Found: the API answered 500 from the store's connection errors. While the server
+    is down a request is ``503 store_unavailable`` and ``/v1/ready`` is 503; once it is
+    back, the same requests succeed."""
+    server = contextlib.contextmanager(serve_live)(tmp_path, pg_url=pg.url)
+    with server as live:
+        auth = {"Authorization": f"Bearer {live.keys['alice']}"}
+        with httpx.Client(base_url=live.url, headers=auth, timeout=60.0) as c:
+            sid = c.post("/v1/sessions", json={}).json()["session_id"]
+            pg.stop("immediate")
+            down = [c.get(f"/v1/sessions/{sid}"), c.post("/v1/sessions", json={})]
+            for answer in down:
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["code"] == "store_unavailable"
+            assert c.get("/v1/ready").status_code == 503
+            pg.start()
+            wait_until(lambda: c.get("/v1/ready").status_code == 200, "ready again", 60)
+            assert c.get(f"/v1/sessions/{sid}").status_code == 200
+            answer = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool c"})
+            assert answer.status_code == 202, answer.text

@@ -213,8 +213,8 @@ class Worker:
         log.info("worker started", extra={"worker": self.owner})
         try:
             while not stop.is_set():
-                try:
-                    asked = await self._claim_while_free(stop)
+                try:  # work already begun first: the runs of dead workers, of an outage
+                    asked = False
                     if self._orphans:
                         await self._release_orphans()
                         next_sweep = 0.0  # recover them now
@@ -222,6 +222,7 @@ class Worker:
                         next_sweep = clock.monotonic() + self.service.lease_seconds / 2
                         await self._recover_stale()
                         asked = True
+                    asked = await self._claim_while_free(stop) or asked
                 except StoreUnavailableError as e:
                     self._store_down(e)
                     await self._sleep(stop, self._backoff.delay())

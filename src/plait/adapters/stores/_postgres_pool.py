@@ -65,7 +65,7 @@ class LoopPool:
         min_size: int,
         max_size: int,
         migrate: bool,
-        wait_seconds: float = 30.0,
+        wait_seconds: float = 10.0,
     ) -> None:
         self._wait_seconds = wait_seconds
         self._url = url

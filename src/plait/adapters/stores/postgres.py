@@ -83,7 +83,7 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 8,
         migrate: bool = True,
-        wait_seconds: float = 30.0,
+        wait_seconds: float = 10.0,
     ) -> None:
         """``wait_seconds``: how long a call may wait for a pooled connection (all busy,
         or the server unreachable) before it fails."""
