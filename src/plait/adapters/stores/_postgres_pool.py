@@ -22,10 +22,12 @@ import asyncio
 import contextlib
 import logging
 import select
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from plait.adapters.stores._pg_schema import is_unavailable, prepare, unavailable
 from plait.adapters.stores._state import closed_error
@@ -93,6 +95,26 @@ class LoopPool:
                 self._pool, self._loop = await self._open(), loop
         return self._pool
 
+    @contextlib.asynccontextmanager
+    async def connection(self, pool: Pool, wait: float | None) -> AsyncIterator[Conn]:
+        """A connection of ``pool``, waiting ``wait`` seconds at most (default: the
+        pool's timeout). Asked for again every second: each request lets the pool open a
+        new connection at once, where a single long wait would sit out the backoff of
+        the pool's reconnection attempts after a server restart."""
+        deadline = time.monotonic() + (self._wait_seconds if wait is None else wait)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn = await pool.getconn(timeout=max(min(left, 1.0), 0.01))
+                break
+            except PoolTimeout:
+                if left <= 1.0:
+                    raise
+        try:
+            yield conn
+        finally:
+            await pool.putconn(conn)
+
     def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drop a pool whose loop is gone; refuse to share one whose loop lives on."""
         old = self._loop
@@ -117,10 +139,10 @@ class LoopPool:
             open=False,
             timeout=self._wait_seconds,
             check=check_idle,
-            # A slot that cannot reconnect is given up after a few tries (1 s, 2 s
-            # apart...), and the next caller that waits opens a new one: the delay
+            # A slot that cannot reconnect is given up after two tries (1 s apart), and
+            # the next caller that waits opens a new one (see connection()): the delay
             # between attempts stays short however long the outage lasts.
-            reconnect_timeout=5.0,
+            reconnect_timeout=2.0,
         )
         try:
             await pool.open(wait=True, timeout=30)

@@ -122,7 +122,7 @@ class PostgresStore:
     async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._pool()
         try:
-            async with pool.connection(self._wait()) as conn, conn.transaction():
+            async with self._pools.connection(pool, self._wait()) as conn, conn.transaction():
                 result = await op(conn)
         except psycopg.Error as e:
             raise self._failed(e) from e
@@ -132,7 +132,7 @@ class PostgresStore:
     async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
         pool = await self._pool()
         try:
-            async with pool.connection(self._wait()) as conn:
+            async with self._pools.connection(pool, self._wait()) as conn:
                 result = await op(conn)
         except psycopg.Error as e:
             raise self._failed(e) from e
