@@ -65,7 +65,7 @@ from plait.domain.summary import Constraint, Summary
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
-PROBE_SECONDS = 5.0
+PROBE_SECONDS = 2.0
 """How long the readiness probe may wait for a connection and its commit."""
 OUTAGE_WAIT_SECONDS = 2.0
 Conn = psycopg.AsyncConnection[Any]
