@@ -22,9 +22,11 @@ from plait.adapters.http.events import encode_event
 from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
+from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.service import AgentService
 from plait.application.worker import Backoff, Worker
 from plait.domain.runs import Run, RunStatus
+from plait.domain.tools import EffectClass, ToolSpec
 from plait.testing import FunctionModel, echo_tool
 from plait.testing.postgres import Cluster
 from tests.pg import own_cluster
@@ -78,6 +80,12 @@ def outage_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
         for r in caplog.records
         if r.name == "plait.worker" and r.getMessage().startswith("store unavailable")
     ]
+
+
+def interrupted(caplog: pytest.LogCaptureFixture) -> bool:
+    return any(
+        r.getMessage().startswith("run interrupted by a store outage") for r in caplog.records
+    )
 
 
 @pytest.mark.slow
@@ -211,3 +219,58 @@ def test_backoff_doubles_to_its_ceiling_with_jitter_and_resets() -> None:
     assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
     backoff.reset()
     assert 0.05 <= backoff.delay() <= 0.1
+
+
+def test_side_effect_in_flight_at_a_full_disk_ends_awaiting_resolution(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As before the fix, a side effect whose result could not be stored is never run
+    again: the disk fills while the call runs, its result's commit fails, and once space
+    is back the worker releases the run and recovers it as ``awaiting_resolution``."""
+    caplog.set_level(logging.INFO, logger="plait.worker")
+
+    async def go() -> None:
+        store = SqliteStore(tmp_path / "plait.db")
+        calls: list[str] = []
+
+        async def send(invocation: ToolInvocation) -> ToolOutput:
+            calls.append(invocation.idempotency_key)
+            await cap_pages(store, extra=0)  # the disk fills meanwhile
+            return ToolOutput(content="sent " + "x" * 20_000)  # its result needs pages
+
+        spec = ToolSpec(
+            name="echo",
+            description="Send something (not idempotent).",
+            parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+            effect=EffectClass.SIDE_EFFECT,
+        )
+        svc = AgentService(
+            store=store,
+            artifacts=store,
+            model=FunctionModel(Model(), name="m"),
+            tools=[Tool(spec=spec, execute=send)],
+            clock=SystemClock(),
+            ids=RandomIds(),
+            owner="w1",
+            lease_seconds=1.0,
+        )
+        [run] = await submit(svc, 1)
+        worker = Worker(service=svc, queue=store, encode=encode_event, poll_seconds=0.02)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        try:
+            async with asyncio.timeout(10):
+                while not interrupted(caplog):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            await cap_pages(store, extra=1_000_000)
+            async with asyncio.timeout(30):
+                while (await store.get_run(run.id)).status is not RunStatus.AWAITING_RESOLUTION:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await task
+            await store.close()
+        assert len(calls) == 1  # never run a second time
+        assert not task.exception()
+
+    asyncio.run(go())

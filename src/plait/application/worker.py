@@ -100,6 +100,7 @@ class _EventSink:
         self.linger = linger
         self.outage_seconds = 30.0
         """How long a write of events is retried while the store is unavailable."""
+        self._closing = False
 
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
@@ -123,6 +124,7 @@ class _EventSink:
         await self._items.join()
 
     async def close(self) -> None:
+        self._closing = True  # a shutdown does not wait out an outage
         await self.drain()
         if self._task is not None:
             self._task.cancel()
@@ -153,7 +155,7 @@ class _EventSink:
                 written = await self._store.append_run_events_batch(by_run)
                 break
             except StoreUnavailableError as e:
-                if waited >= self.outage_seconds:
+                if waited >= self.outage_seconds or self._closing:
                     log.error("run events lost to a store outage: %s", e.message)
                     return
                 delay = backoff.delay()
