@@ -10,8 +10,14 @@ outage once, and every run submitted must complete once the store is back.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.service import AgentService
 from plait.application.worker import Backoff, Worker
+from plait.domain.errors import StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
 from plait.domain.tools import EffectClass, ToolSpec
 from plait.testing import FunctionModel, echo_tool
@@ -136,7 +143,7 @@ def test_workers_survive_pg_restart_immediate_under_load(pg: Cluster) -> None:
     (a run cut off mid-way is recovered once its lease is released or expires)."""
 
     async def go() -> None:
-        stores = [PostgresStore(pg.url, wait_seconds=2.0) for _ in range(3)]
+        stores = [PostgresStore(pg.url) for _ in range(3)]
         submitter = service(stores[0], owner="api")
         workers = [
             Worker(
@@ -274,3 +281,102 @@ def test_side_effect_in_flight_at_a_full_disk_ends_awaiting_resolution(
         assert not task.exception()
 
     asyncio.run(go())
+
+
+@pytest.mark.slow
+def test_plait_worker_process_survives_pg_restart_immediate(tmp_path: Path, pg: Cluster) -> None:
+    """Found: ``pg_ctl restart -m immediate`` made every ``plait worker`` exit with
+    status 2, idle ones too, and queued runs stalled until someone restarted them. The
+    real command lives through two restarts and drains on SIGTERM with status 0."""
+    script = tmp_path / "m.json"
+    script.write_text(json.dumps({"version": 1, "assistant": [{"text": "hi"}] * 5}))
+    first = asyncio.run(submit_one(pg.url))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
+    env.update(PLAIT_DB=pg.url, PLAIT_MODEL=f"scripted:{script}", PLAIT_GRACE_SECONDS="5")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plait", "worker", "--json"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_completed(pg.url, first, proc)
+        for _ in range(2):
+            pg.restart("immediate")
+            time.sleep(1.0)  # the idle worker polls meanwhile
+            assert proc.poll() is None, proc.communicate()
+        wait_completed(pg.url, asyncio.run(submit_one(pg.url)), proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    stats = json.loads(out)
+    assert stats["claimed"] == 2 and stats["finished"] == {"completed": 2}
+
+
+async def submit_one(url: str) -> str:
+    async with asyncio.timeout(60):
+        while True:
+            store = PostgresStore(url)
+            try:
+                svc = service(store)
+                session = await svc.create_session(owner="ana")
+                return (await svc.submit(session.id, "hello")).id
+            except StoreUnavailableError:
+                await asyncio.sleep(0.2)
+            finally:
+                await store.close()
+
+
+def wait_completed(url: str, run_id: str, proc: subprocess.Popen[str]) -> None:
+    async def status() -> RunStatus:
+        store = PostgresStore(url)
+        try:
+            return (await store.get_run(run_id)).status
+        except StoreUnavailableError:
+            return RunStatus.RUNNING
+        finally:
+            await store.close()
+
+    deadline = time.monotonic() + 60
+    while asyncio.run(status()) is not RunStatus.COMPLETED:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the worker did not run the queued run"
+        time.sleep(0.1)
+
+
+def test_the_api_process_worker_is_replaced_when_it_stops_on_another_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found: ``serve``'s built-in worker stopped for good while the API went on
+    answering 202. A worker that stops on an error other than an outage (which it lives
+    through by itself) is logged and replaced after a backoff."""
+    from plait.adapters.http.server import _supervise
+
+    started: list[int] = []
+
+    class Worker1:
+        async def run(self, stop: asyncio.Event) -> None:
+            started.append(len(started))
+            if len(started) == 1:
+                raise RuntimeError("an unexpected failure")
+            await stop.wait()
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(_supervise(Worker1, stop))
+        async with asyncio.timeout(10):
+            while len(started) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert not task.done()
+        stop.set()
+        await task
+
+    asyncio.run(go())
+    assert started == [0, 1]
+    assert any("in-process worker stopped" in r.getMessage() for r in caplog.records)
