@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from plait.domain.errors import StoreUnavailableError
 from plait.testing.postgres import Cluster
 from tests.http.conftest import Live, serve_live
 from tests.pg import own_cluster
@@ -157,3 +159,20 @@ def test_request_while_pg_is_down_answers_503_store_unavailable(
             assert c.get(f"/v1/sessions/{sid}").status_code == 200
             answer = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool c"})
             assert answer.status_code == 202, answer.text
+
+
+def test_an_event_stream_cut_by_a_store_outage_ends_with_store_unavailable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stream whose store read fails on an outage ends with an ``error`` event saying
+    ``store_unavailable`` (reconnect with Last-Event-ID), logged as a warning without a
+    traceback: an outage is not a defect of the server."""
+    from plait.adapters.http.sse import _failed
+
+    frame = _failed("run_1", StoreUnavailableError("/srv/plait.db: disk full", path="/srv"))
+    data = json.loads(frame.split("data: ", 1)[1])
+    assert frame.startswith("event: error\n")
+    assert data["error"]["code"] == "store_unavailable"
+    assert "/srv" not in frame
+    [record] = [r for r in caplog.records if r.name == "plait.http"]
+    assert record.levelname == "WARNING" and record.exc_info is None
