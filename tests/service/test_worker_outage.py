@@ -317,6 +317,7 @@ def test_plait_worker_process_survives_pg_restart_immediate(tmp_path: Path, pg: 
     assert proc.returncode == 0, err
     stats = json.loads(out)
     assert stats["claimed"] == 2 and stats["finished"] == {"completed": 2}
+    assert "outages" in stats  # how many it lived through (0 if every wait was enough)
 
 
 async def submit_one(url: str) -> str:

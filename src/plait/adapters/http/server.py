@@ -337,4 +337,5 @@ async def run_worker(settings: Settings) -> dict[str, Any]:
         "recovered": stats.recovered,
         "released": stats.released,
         "finished": stats.finished,
+        "outages": stats.outages,
     }
