@@ -49,11 +49,21 @@ async def check_idle(conn: Conn) -> None:
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
     try:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    except (OSError, ValueError, psycopg.OperationalError) as e:
+        readable = _readable(conn.pgconn.socket)
+    except (OSError, psycopg.OperationalError) as e:
         raise psycopg.OperationalError(f"the connection is gone: {e}") from e
     if readable:
         await AsyncConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has data (or an end of file) to read now. ``poll``, not
+    ``select``: a busy process may hold descriptors past ``select``'s limit."""
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class LoopPool:
