@@ -68,6 +68,7 @@ T = TypeVar("T")
 PROBE_SECONDS = 2.0
 """How long the readiness probe may wait for a connection and its commit."""
 OUTAGE_WAIT_SECONDS = 2.0
+"""How long a call may wait for a connection while the server is known to be down."""
 Conn = psycopg.AsyncConnection[Any]
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
