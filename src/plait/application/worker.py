@@ -278,21 +278,12 @@ class Worker:
         self._backoff.reset()
 
     async def _release_orphans(self) -> None:
+        """Release the leases of runs an outage interrupted (the outage is over when
+        this is called; it raises if it is not)."""
         for run_id in list(self._orphans):
-            if run_id in self._tasks:
-                continue
-            try:
-                await self.service.store.renew_lease(
-                    run_id, owner=self.owner, expires_at=self.service.clock.now()
-                )
-            except StoreUnavailableError:
-                raise
-            except PlaitError as e:  # taken over meanwhile, or ended: nothing to release
-                log.info("lease of an interrupted run not released: %s", e.message)
-            else:
-                self.stats.released += 1
-                log.info("lease released after an outage", extra={"run_id": run_id})
-            self._orphans.discard(run_id)
+            if run_id not in self._tasks:
+                await self._release(run_id, in_outage=True)
+                self._orphans.discard(run_id)
 
     async def _recover_stale(self) -> None:
         try:
@@ -386,12 +377,17 @@ class Worker:
         await self._sink.close()
         log.info("worker stopped", extra={"worker": self.owner})
 
-    async def _release(self, run_id: str) -> None:
-        """Let the lease expire now, so another worker recovers the run at once."""
+    async def _release(self, run_id: str, *, in_outage: bool = False) -> None:
+        """Let the lease expire now, so another worker recovers the run at once.
+        ``in_outage``: a store outage is raised, not logged (the caller retries)."""
         try:
             now = self.service.clock.now()
             await self.service.store.renew_lease(run_id, owner=self.owner, expires_at=now)
             self.stats.released += 1
             log.info("lease released", extra={"run_id": run_id, "worker": self.owner})
-        except PlaitError as e:
+        except StoreUnavailableError:
+            if in_outage:
+                raise
+            log.warning("cannot release lease: the store is unavailable", extra={"run_id": run_id})
+        except PlaitError as e:  # taken over meanwhile, or ended: nothing to release
             log.warning("cannot release lease: %s", e.message, extra={"run_id": run_id})
