@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import psycopg
+import pytest
 
 from plait.adapters.stores.postgres import PostgresStore
+from plait.testing.postgres import Cluster, PostgresUnavailable, cluster
 
-__all__ = ["empty_database"]
+__all__ = ["empty_database", "own_cluster"]
 
 _migrated: set[str] = set()
 
@@ -36,3 +39,13 @@ def empty_database(url: str) -> None:
         ]
         if tables:
             conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def own_cluster() -> Iterator[Cluster]:
+    """A cluster for one test that stops or restarts it (never the session's server),
+    durable (``fsync`` on: an immediate stop keeps what committed). Use in a fixture."""
+    try:
+        with cluster(fsync=True) as running:
+            yield running
+    except PostgresUnavailable as e:
+        pytest.skip(f"no PostgreSQL server: {e}")

@@ -60,6 +60,8 @@ class Live:
     url: str
     keys: dict[str, str]
     store_path: Path
+    store: Any = None
+    """The server's store (tests that inject a fault into it)."""
 
     def client(self, who: str | None = "alice") -> httpx.Client:
         headers = {} if who is None else {"Authorization": f"Bearer {self.keys[who]}"}
@@ -173,7 +175,7 @@ def serve_live(
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)
     try:
-        yield Live(url=url, keys=keys, store_path=path)
+        yield Live(url=url, keys=keys, store_path=path, store=store)
     finally:
         server.should_exit = True
         thread.join(timeout=20)

@@ -75,7 +75,7 @@ def test_postgresql_opens_lazily_and_names_an_unreachable_server() -> None:
 
     with pytest.raises(StoreError) as info:
         asyncio.run(go())
-    assert info.value.code == "store_error"
+    assert info.value.code == "store_unavailable"  # a server that does not answer
     assert "127.0.0.1:1" in info.value.message
     assert "secret" not in info.value.message  # the password is never shown
 

@@ -10,6 +10,15 @@ Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops cl
 lets in-flight runs finish for ``grace_seconds``, then abandons the rest (they stop
 without writing anything more and stay ``running``) and releases their leases (expiry
 set to now) so another worker recovers them at once.
+
+Store outages (:class:`~plait.domain.errors.StoreUnavailableError`: the server restarts,
+a connection died, the disk is full) never stop a worker, idle or busy: it logs one
+warning per outage, backs off (0.1 s doubling to 5 s, with jitter) and goes on claiming;
+one line says when the store is back. A run whose driving failed on the outage stops
+where it was (its last commit is either in the store or not) and, once the store is
+back, its lease is released so a worker recovers it at once with the usual rules (a side
+effect in flight becomes ``awaiting_resolution``). Other errors than an outage end
+:meth:`Worker.run` as before.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -25,11 +35,11 @@ from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
 from plait.application.service import AgentService
-from plait.domain.errors import LeaseLostError, PlaitError
+from plait.domain.errors import LeaseLostError, PlaitError, StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
 from plait.domain.service import EventType, NewRunEvent
 
-__all__ = ["EventEncoder", "Worker", "WorkerStats"]
+__all__ = ["Backoff", "EventEncoder", "Worker", "WorkerStats"]
 
 log = logging.getLogger("plait.worker")
 
@@ -43,6 +53,27 @@ class WorkerStats:
     recovered: int = 0
     finished: dict[str, int] = field(default_factory=dict)
     released: int = 0
+    outages: int = 0
+    """Store outages lived through (each logged once)."""
+
+
+class Backoff:
+    """Bounded exponential backoff with jitter: ``first`` doubling up to ``most``, each
+    delay drawn between half and all of it (workers that lost the store together do not
+    come back in step)."""
+
+    def __init__(self, first: float = 0.1, most: float = 5.0) -> None:
+        self.first = first
+        self.most = most
+        self._next = first
+
+    def delay(self) -> float:
+        ceiling = self._next
+        self._next = min(self.most, self._next * 2)
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self._next = self.first
 
 
 class _EventSink:
@@ -69,6 +100,9 @@ class _EventSink:
         self._items: asyncio.Queue[tuple[str, NewRunEvent, int | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.linger = linger
+        self.outage_seconds = 30.0
+        """How long a write of events is retried while the store is unavailable."""
+        self._closing = False
 
     def _token(self, run_id: str, event: RunEvent | None = None) -> int | None:
         """The lease token the run's events are written under (fencing): the one of the
@@ -101,6 +135,7 @@ class _EventSink:
         await self._items.join()
 
     async def close(self) -> None:
+        self._closing = True  # a shutdown does not wait out an outage
         await self.drain()
         if self._task is not None:
             self._task.cancel()
@@ -129,11 +164,22 @@ class _EventSink:
                     self._items.task_done()
 
     async def _write(self, by_run: dict[str, list[NewRunEvent]], tokens: dict[str, int]) -> None:
-        try:
-            written = await self._store.append_run_events_batch(by_run, lease_tokens=tokens)
-        except PlaitError as e:
-            log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
-            return
+        backoff = Backoff()
+        waited = 0.0
+        while True:
+            try:
+                written = await self._store.append_run_events_batch(by_run, lease_tokens=tokens)
+                break
+            except StoreUnavailableError as e:
+                if waited >= self.outage_seconds or self._closing:
+                    log.error("run events lost to a store outage: %s", e.message)
+                    return
+                delay = backoff.delay()
+                waited += delay
+                await asyncio.sleep(delay)
+            except PlaitError as e:
+                log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
+                return
         for run_id, events in by_run.items():
             if events and not written.get(run_id):
                 log.info(  # the run's stop is reported once, by _drive
@@ -179,6 +225,10 @@ class Worker:
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self._backoff = Backoff()
+        self._outage: StoreUnavailableError | None = None
+        self._orphans: set[str] = set()
+        """Runs whose driving stopped on an outage: their leases to release."""
 
     @property
     def owner(self) -> str:
@@ -192,22 +242,38 @@ class Worker:
         log.info("worker started", extra={"worker": self.owner})
         try:
             while not stop.is_set():
-                await self._claim_while_free(stop)
-                if clock.monotonic() >= next_sweep:
-                    next_sweep = clock.monotonic() + self.service.lease_seconds / 2
-                    await self._recover_stale()
+                try:  # work already begun first: the runs of dead workers, of an outage
+                    asked = False
+                    if self._orphans:
+                        await self._release_orphans()
+                        next_sweep = 0.0  # recover them now
+                    if clock.monotonic() >= next_sweep:
+                        next_sweep = clock.monotonic() + self.service.lease_seconds / 2
+                        await self._recover_stale()
+                        asked = True
+                    asked = await self._claim_while_free(stop) or asked
+                except StoreUnavailableError as e:
+                    self._store_down(e)
+                    await self._sleep(stop, self._backoff.delay())
+                    continue
+                if asked:  # the store answered
+                    self._store_up()
                 await self._sleep(stop)
         finally:
             await self._shut_down()
         return self.stats
 
-    async def _claim_while_free(self, stop: asyncio.Event) -> None:
+    async def _claim_while_free(self, stop: asyncio.Event) -> bool:
+        """Claim while there is room; whether the store was asked at all."""
+        asked = False
         while len(self._tasks) < self.concurrency and not stop.is_set():
             run = await self._claim()
+            asked = True
             if run is None:
-                return
+                break
             self.stats.claimed += 1
             self._spawn(run, recover=False)
+        return asked
 
     async def _claim(self) -> Run | ClaimedRun | None:
         """The next queued run; started in the same write when the queue can do that
@@ -222,9 +288,35 @@ class Worker:
             )  # fmt: skip
         return await self.queue.claim_queued_run(owner=self.owner, now=now, expires_at=expires_at)
 
+    def _store_down(self, e: StoreUnavailableError) -> None:
+        if self._outage is None:
+            self.stats.outages += 1
+            log.warning(
+                "store unavailable: %s; retrying with backoff",
+                e.message,
+                extra={"worker": self.owner, "code": e.code},
+            )
+        self._outage = e
+
+    def _store_up(self) -> None:
+        if self._outage is not None:
+            log.warning("store available again; claiming", extra={"worker": self.owner})
+            self._outage = None
+        self._backoff.reset()
+
+    async def _release_orphans(self) -> None:
+        """Release the leases of runs an outage interrupted (the outage is over when
+        this is called; it raises if it is not)."""
+        for run_id in list(self._orphans):
+            if run_id not in self._tasks:
+                await self._release(run_id, in_outage=True)
+                self._orphans.discard(run_id)
+
     async def _recover_stale(self) -> None:
         try:
             stale = await self.service.store.list_stale_runs(now=self.service.clock.now())
+        except StoreUnavailableError:
+            raise
         except PlaitError as e:
             log.error("cannot list stale runs: %s", e.message)
             return
@@ -234,12 +326,17 @@ class Worker:
                     return
                 self._spawn(run, recover=True)
 
-    async def _sleep(self, stop: asyncio.Event) -> None:
+    async def _sleep(self, stop: asyncio.Event, seconds: float | None = None) -> None:
+        """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval)."""
         self._wake.clear()
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+        if seconds is not None:  # an outage: only stop ends the wait early
+            waiters.pop()
         try:
             await asyncio.wait(
-                waiters, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED
+                waiters,
+                timeout=self.poll_seconds if seconds is None else seconds,
+                return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             for w in waiters:
@@ -285,6 +382,14 @@ class Worker:
                 extra={**ids, "code": e.code},
             )
             return
+        except StoreUnavailableError as e:
+            self._orphans.add(run.id)
+            log.warning(
+                "run interrupted by a store outage; recovered once the store is back: %s",
+                e.message,
+                extra={**ids, "code": e.code},
+            )
+            return
         except PlaitError as e:
             log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
             return
@@ -308,12 +413,17 @@ class Worker:
         await self._sink.close()
         log.info("worker stopped", extra={"worker": self.owner})
 
-    async def _release(self, run_id: str) -> None:
-        """Let the lease expire now, so another worker recovers the run at once."""
+    async def _release(self, run_id: str, *, in_outage: bool = False) -> None:
+        """Let the lease expire now, so another worker recovers the run at once.
+        ``in_outage``: a store outage is raised, not logged (the caller retries)."""
         try:
             now = self.service.clock.now()
             await self.service.store.renew_lease(run_id, owner=self.owner, expires_at=now)
             self.stats.released += 1
             log.info("lease released", extra={"run_id": run_id, "worker": self.owner})
-        except PlaitError as e:
+        except StoreUnavailableError:
+            if in_outage:
+                raise
+            log.warning("cannot release lease: the store is unavailable", extra={"run_id": run_id})
+        except PlaitError as e:  # taken over meanwhile, or ended: nothing to release
             log.warning("cannot release lease: %s", e.message, extra={"run_id": run_id})

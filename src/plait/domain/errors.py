@@ -37,6 +37,7 @@ __all__ = [
     "SessionNotFoundError",
     "StoreError",
     "StoreNotFoundError",
+    "StoreUnavailableError",
     "SummaryConflictError",
     "SummaryInvalidError",
     "TokenMeterModelUnconfiguredError",
@@ -169,6 +170,15 @@ class SummaryConflictError(ConflictError):
     compaction started, or the active summary already covers at least as long a prefix."""
 
     code = "summary_conflict"
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot commit for now: its server is unreachable or restarting, a
+    pooled connection died, its disk is full or failing. Nothing was written by the
+    operation that raised it (or, for a commit whose answer was lost, the run's lease
+    rules decide). Transient: retry later; workers back off and go on claiming."""
+
+    code = "store_unavailable"
 
 
 class CorruptStoreError(StoreError):

@@ -16,10 +16,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PostgresUnavailable", "find_bin_dir", "temporary_cluster"]
+__all__ = ["Cluster", "PostgresUnavailable", "cluster", "find_bin_dir", "temporary_cluster"]
 
 
 class PostgresUnavailable(RuntimeError):
@@ -64,6 +66,71 @@ def _chown(path: Path) -> None:
     shutil.chown(path, user=user)
 
 
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A running throw-away cluster: its URL, and ways to stop and start it (faults for
+    tests and the chaos benchmark; see :func:`cluster`)."""
+
+    url: str
+    port: int
+    bin_dir: Path
+    data: Path
+    log: Path
+    opts: str
+
+    def _ctl(self, *args: str) -> None:
+        try:
+            _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args])
+        except PostgresUnavailable as e:
+            with contextlib.suppress(OSError):
+                e.args = (f"{e}\nserver log:\n{self.log.read_text()[-2000:]}",)
+            raise
+
+    def stop(self, mode: str = "immediate") -> None:
+        """``pg_ctl stop -m MODE``: ``immediate`` is a crash (no shutdown checkpoint,
+        connections cut; the next start replays the WAL)."""
+        self._ctl("-m", mode, "-w", "stop")
+
+    def start(self) -> None:
+        """``pg_ctl start``, tried again for a few seconds: after an immediate stop the
+        old server's processes may still hold its shared memory for a moment, and the new
+        postmaster then refuses to start. A start that reports failure while a server of
+        this data directory runs after all (still replaying its WAL) is waited for."""
+        for attempt in range(50):
+            try:
+                self._ctl("-l", str(self.log), "-o", self.opts, "-w", "-t", "60", "start")
+                return
+            except PostgresUnavailable:
+                if self._comes_up(timeout=60.0):
+                    return
+                if attempt == 49:
+                    raise
+                time.sleep(0.2)
+
+    def _comes_up(self, *, timeout: float) -> bool:
+        """Whether a server runs on this data directory and accepts connections within
+        ``timeout`` seconds."""
+        status = subprocess.run(
+            _as_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "status"]),
+            capture_output=True,
+            check=False,
+        )
+        if status.returncode != 0:
+            return False
+        deadline = time.monotonic() + timeout
+        ready = [str(self.bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)]
+        while time.monotonic() < deadline:
+            if subprocess.run(ready, capture_output=True, check=False).returncode == 0:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def restart(self, mode: str = "immediate") -> None:
+        """As ``pg_ctl restart -m MODE``: stop, then start (see :meth:`start`)."""
+        self.stop(mode)
+        self.start()
+
+
 @contextlib.contextmanager
 def temporary_cluster(
     *, fsync: bool = False, max_connections: int = 100, settings: Sequence[str] = ()
@@ -74,6 +141,16 @@ def temporary_cluster(
     ``settings``: more server settings, ``name=value`` each (e.g.
     ``shared_preload_libraries=pg_stat_statements``).
     """
+    with cluster(fsync=fsync, max_connections=max_connections, settings=settings) as running:
+        yield running.url
+
+
+@contextlib.contextmanager
+def cluster(
+    *, fsync: bool = False, max_connections: int = 100, settings: Sequence[str] = ()
+) -> Iterator[Cluster]:
+    """As :func:`temporary_cluster`, yielding a :class:`Cluster` the caller may stop,
+    start and restart (on the same port and data)."""
     bin_dir = find_bin_dir()
     root = Path(tempfile.mkdtemp(prefix="plait-pg-"))
     data, sock = root / "data", root / "sock"
@@ -81,7 +158,6 @@ def temporary_cluster(
     for p in (root, sock):
         _chown(p)
     port = _free_port()
-    log = root / "server.log"
     try:
         _run([str(bin_dir / "initdb"), "-D", str(data), "-U", "plait", "--auth=trust",
               "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
@@ -92,12 +168,15 @@ def temporary_cluster(
             f"-c full_page_writes={'on' if fsync else 'off'}"
         )
         opts += "".join(f" -c {setting}" for setting in settings)
-        _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts,
-              "-w", "-t", "60", "start"])  # fmt: skip
+        url = f"postgresql://plait@127.0.0.1:{port}/plait"
+        running = Cluster(
+            url=url, port=port, bin_dir=bin_dir, data=data, log=root / "server.log", opts=opts
+        )
+        running.start()
         try:
             _run([str(bin_dir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "plait",
                   "plait"])  # fmt: skip
-            yield f"postgresql://plait@127.0.0.1:{port}/plait"
+            yield running
         finally:
             _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
                  check=False)  # fmt: skip

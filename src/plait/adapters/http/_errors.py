@@ -4,7 +4,8 @@ Codes are stable: ``unauthorized``, ``forbidden``, ``not_found`` (also for anoth
 principal's session: it answers as if it did not exist), ``session_busy``, ``conflict``
 (and its kinds such as ``lease_lost``), ``invalid_request`` (body or parameters),
 ``invalid_value``, ``invalid_cut_point``, ``run_state``, ``payload_too_large``,
-``method_not_allowed``, ``not_ready``, ``internal`` (logged with the request's ids by the
+``method_not_allowed``, ``not_ready``, ``store_unavailable`` (503: the store cannot
+commit for now; retry), ``internal`` (logged with the request's ids by the
 app, see :mod:`plait.adapters.http._internal`)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from plait.domain.errors import (
     PlaitError,
     PolicyError,
     RunStateError,
+    StoreUnavailableError,
 )
 
 __all__ = ["HTTP_CODES", "ApiError", "error_body", "http_status_and_body", "status_and_body"]
@@ -60,10 +62,18 @@ def http_status_and_body(status: int, detail: str) -> tuple[int, dict[str, Any]]
     return status, error_body(HTTP_CODES.get(status, "invalid_request"), detail)
 
 
+def _public(details: dict[str, Any]) -> dict[str, Any]:
+    """What a client may read of a store error: not where the store lives."""
+    return {k: v for k, v in details.items() if k in ("sqlstate", "sqlite_error")}
+
+
 def status_and_body(e: PlaitError) -> tuple[int, dict[str, Any]]:
     if isinstance(e, ApiError):
         details = {k: v for k, v in e.details.items() if k not in ("status", "code")}
         return e.status, error_body(str(e.details.get("code", "error")), e.message, details)
+    if isinstance(e, StoreUnavailableError):
+        text = "the store is unavailable for now; retry later"
+        return 503, error_body(e.code, text, _public(e.details))
     if isinstance(e, NotFoundError):
         return 404, error_body("not_found", e.message, e.details)
     if e.code == "invalid_cut_point":

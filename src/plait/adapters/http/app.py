@@ -28,7 +28,7 @@ from plait.adapters.http._errors import (
     http_status_and_body,
     status_and_body,
 )
-from plait.adapters.http._internal import InternalErrors, log_internal
+from plait.adapters.http._internal import InternalErrors, log_internal, request_ids
 from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.compaction import compaction_routes, compaction_stage
@@ -39,9 +39,15 @@ from plait.adapters.shapes import message_json, run_json, session_json
 from plait.application.event_feed import RunEventFeed
 from plait.application.fork import ForkService
 from plait.application.ports import RunQueue, SessionStore
+from plait.application.readiness import CommitProbe
 from plait.application.retention import expiries_of
 from plait.application.service import AgentService
-from plait.domain.errors import PlaitError, SessionNotFoundError, ValidationError
+from plait.domain.errors import (
+    PlaitError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+    ValidationError,
+)
 from plait.domain.runs import Budget, Run
 from plait.domain.session import Session
 from plait.domain.text import id_problem, text_problem
@@ -60,6 +66,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (409, "session busy or conflict"),
         (413, "request body too large"),
         (422, "invalid request"),
+        (503, "the store cannot commit for now (store_unavailable): retry later"),
     )
 }
 
@@ -127,6 +134,9 @@ def _install_errors(app: FastAPI) -> None:
         if status == 500:
             log_internal(request.scope, e)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if isinstance(e, StoreUnavailableError):
+            headers = {"Retry-After": "1"}
+            log.warning("store unavailable: %s", e.message, extra=request_ids(request.scope, e))
         return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -245,11 +255,14 @@ def _ops_routes(ctx: ApiContext) -> APIRouter:
 
     @r.get("/ready", response_model=m.HealthOut, responses={503: {"model": m.ErrorOut}})
     async def ready() -> Any:
-        """The store answers."""
+        """The store can commit (a store without a commit probe: it answers a read)."""
         try:
-            await ctx.store.list_sessions(limit=1)
+            if isinstance(ctx.store, CommitProbe):
+                await ctx.store.check_writable()
+            else:
+                await ctx.store.list_sessions(limit=1)
         except PlaitError as e:
-            body = error_body("not_ready", f"the store does not answer: {e.message}")
+            body = error_body("not_ready", f"the store cannot commit now: {e.message}")
             return JSONResponse(body, status_code=503)
         return {"status": "ready"}
 

@@ -24,6 +24,7 @@ override them; logs are JSON lines on stderr carrying run and session ids.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -48,6 +49,8 @@ __all__ = [
     "run_worker",
     "serve",
 ]
+
+log = logging.getLogger("plait.worker")
 
 ENV_HELP = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 
@@ -78,6 +81,8 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The pool warns at every reconnection attempt; the worker says once per outage.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
@@ -253,9 +258,10 @@ def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None
 
 def _worker_hook(rt: Any, settings: Settings, concurrency: int, feed: Any) -> Any:
     async def hook() -> AsyncIterator[None]:
-        worker = _make_worker(rt, settings, concurrency, feed)
         stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop))
+        task = asyncio.create_task(
+            _supervise(lambda: _make_worker(rt, settings, concurrency, feed), stop)
+        )
         try:
             yield
         finally:
@@ -263,6 +269,23 @@ def _worker_hook(rt: Any, settings: Settings, concurrency: int, feed: Any) -> An
             await task
 
     return hook
+
+
+async def _supervise(make: Any, stop: asyncio.Event) -> None:
+    """The API process's own worker, for as long as the API runs: a worker lives through
+    store outages by itself (see :mod:`plait.application.worker`); one that stops on
+    any other error is logged and replaced after a backoff, so the process never keeps
+    answering ``202`` with nobody to drive the runs."""
+    from plait.application.worker import Backoff
+
+    backoff = Backoff(first=1.0, most=30.0)
+    while not stop.is_set():
+        try:
+            await make().run(stop)
+        except Exception as e:
+            log.error("the in-process worker stopped: %s: %s; restarting it", type(e).__name__, e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff.delay())
 
 
 def serve(settings: Settings) -> None:
@@ -339,4 +362,5 @@ async def run_worker(settings: Settings) -> dict[str, Any]:
         "recovered": stats.recovered,
         "released": stats.released,
         "finished": stats.finished,
+        "outages": stats.outages,
     }

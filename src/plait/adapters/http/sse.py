@@ -21,7 +21,7 @@ from plait.adapters.http.events import sse_frame
 from plait.adapters.shapes import run_json
 from plait.application.event_feed import RunEventFeed
 from plait.application.ports import RunQueue, SessionStore
-from plait.domain.errors import PlaitError
+from plait.domain.errors import PlaitError, StoreUnavailableError
 from plait.domain.service import EventType
 
 __all__ = ["event_stream"]
@@ -57,7 +57,11 @@ def _failed(run_id: str, e: Exception) -> str:
     """Log the failure; the ``error`` frame that ends the stream."""
     status, body = status_and_body(e) if isinstance(e, PlaitError) else (500, None)
     extra = {"run_id": run_id, "code": getattr(e, "code", "internal")}
-    if status >= 500:
+    if isinstance(e, StoreUnavailableError):  # an outage, not a defect: no traceback
+        log.warning("run event stream ended by a store outage: %s", e.message, extra=extra)
+        message = "the store is unavailable for now; reconnect later with Last-Event-ID"
+        body = error_body(e.code, message)
+    elif status >= 500:
         trace = (type(e), e, e.__traceback__)
         log.error("run event stream failed: %s: %s", type(e).__name__, e, exc_info=trace,
                   extra=extra)  # fmt: skip

@@ -36,6 +36,7 @@ from plait.domain.errors import (
     CorruptStoreError,
     PlaitError,
     StoreError,
+    StoreUnavailableError,
 )
 from plait.domain.runs import RunStatus
 
@@ -177,6 +178,42 @@ def redact(url: str) -> str:
     return redact_url(url)
 
 
+_UNAVAILABLE_CLASSES = ("08", "53", "57P", "58")
+"""SQLSTATE classes of a transient outage: connection exceptions, insufficient resources
+(disk full, out of memory, too many connections), the server shutting down or starting
+up (``57P01``-``57P05``, not ``57014`` query_canceled) and system errors (I/O)."""
+
+
+def is_unavailable(e: psycopg.Error) -> bool:
+    """Whether ``e`` is the store being unreachable for now, not a refusal: a connection
+    lost or refused (no SQLSTATE: the client's own error), a pool that found no live
+    connection in time, or a server-side state listed in :data:`_UNAVAILABLE_CLASSES`.
+    Bad credentials (class ``28``) or a missing database (``3D``) stay permanent."""
+    state = e.sqlstate
+    if state is None:
+        return isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)
+    return state.startswith(_UNAVAILABLE_CLASSES)
+
+
+def _refused(e: psycopg.Error) -> bool:
+    """A connection the server refused for good: bad credentials, no such role or
+    database (libpq reports these at connect time without a SQLSTATE)."""
+    text = str(e)
+    return any(
+        marker in text
+        for marker in ("authentication failed", "does not exist", "no pg_hba.conf entry")
+    )
+
+
+def unavailable(e: psycopg.Error, where: str) -> StoreUnavailableError:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return StoreUnavailableError(
+        f"{where}: the PostgreSQL server is unavailable ({text}); retry later",
+        store=where,
+        sqlstate=e.sqlstate,
+    )
+
+
 def translate(e: psycopg.Error, where: str) -> PlaitError:
     if isinstance(e, psycopg.DataError):  # e.g. a NUL in a TEXT column: the caller's value
         return unstorable(e, where)
@@ -186,6 +223,8 @@ def translate(e: psycopg.Error, where: str) -> PlaitError:
         return ConflictError(f"{where}: concurrent write ({e}); retry the operation", store=where)
     if isinstance(e, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
         return ConflictError(f"{where}: {e}; retry the operation", store=where)
+    if is_unavailable(e):
+        return unavailable(e, where)
     if isinstance(e, pg_errors.UndefinedTable):
         return CorruptStoreError(
             f"{where} has no plait tables ({e.diag.message_primary}); run `plait db upgrade`",
@@ -235,7 +274,10 @@ async def check_schema(conn: psycopg.AsyncConnection[Any], where: str) -> None:
 
 
 async def prepare(url: str, where: str, *, migrate: bool) -> None:
-    """Connect once: apply missing migrations (``migrate``) or check the version."""
+    """Connect once: apply missing migrations (``migrate``) or check the version. A
+    server that does not answer (down, restarting: see :func:`is_unavailable`) is a
+    :class:`StoreUnavailableError`, to be retried; one that refuses this user or
+    database is a :class:`StoreError` (wrong credentials are not retried)."""
     try:
         async with await psycopg.AsyncConnection.connect(
             url, autocommit=True, connect_timeout=10
@@ -245,6 +287,8 @@ async def prepare(url: str, where: str, *, migrate: bool) -> None:
             else:
                 await check_schema(conn, where)
     except psycopg.Error as e:
+        if is_unavailable(e) and not _refused(e):
+            raise unavailable(e, where) from e
         raise StoreError(
             f"cannot open the PostgreSQL store {where}: {str(e).strip()}; check the URL, "
             "that the server runs and accepts this user",

@@ -7,6 +7,13 @@ needs it; once that loop is closed the next loop gets a fresh pool (the old one'
 connections are dropped without awaiting anything of the dead loop). A loop that is
 still open elsewhere keeps its pool, and any other loop is refused with a clear error
 rather than left to hang on a pool it cannot drive.
+
+Connections outlive server restarts in the pool only as dead sockets, so each is checked
+when it is handed out (:func:`check_idle`: free unless the socket has something to say,
+which an idle connection's only has when the server closed it) and replaced if dead. A
+failed open is retried by the next call: a server that does not answer is a
+:class:`~plait.domain.errors.StoreUnavailableError` (the callers back off and retry),
+one that refuses the user or database a plain store error.
 """
 
 from __future__ import annotations
@@ -14,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from plait.adapters.stores._pg_schema import prepare
+from plait.adapters.stores._pg_schema import is_unavailable, prepare, unavailable
 from plait.adapters.stores._state import closed_error
 from plait.domain.errors import ConfigError
 
@@ -31,12 +41,45 @@ Conn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[Conn]
 
 
+async def check_idle(conn: Conn) -> None:
+    """Raise if a pooled connection is dead (the pool then discards it and hands out
+    another, or opens a new one). An idle connection's socket is readable only if the
+    server spoke first: it closed the connection (a restart, an administrator), or
+    sent a notice; only then is the connection checked with a round trip."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    try:
+        readable = _readable(conn.pgconn.socket)
+    except (OSError, psycopg.OperationalError) as e:
+        raise psycopg.OperationalError(f"the connection is gone: {e}") from e
+    if readable:
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has data (or an end of file) to read now. ``poll``, not
+    ``select``: a busy process may hold descriptors past ``select``'s limit."""
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class LoopPool:
     """One pool at a time, for the event loop that opened it."""
 
     def __init__(
-        self, url: str, where: str, *, min_size: int, max_size: int, migrate: bool
+        self,
+        url: str,
+        where: str,
+        *,
+        min_size: int,
+        max_size: int,
+        migrate: bool,
+        wait_seconds: float = 10.0,
     ) -> None:
+        self._wait_seconds = wait_seconds
         self._url = url
         self._where = where
         self._min_size = min_size
@@ -62,6 +105,26 @@ class LoopPool:
                 self._pool, self._loop = await self._open(), loop
         return self._pool
 
+    @contextlib.asynccontextmanager
+    async def connection(self, pool: Pool, wait: float | None) -> AsyncIterator[Conn]:
+        """A connection of ``pool``, waiting ``wait`` seconds at most (default: the
+        pool's timeout). Asked for again every second: each request lets the pool open a
+        new connection at once, where a single long wait would sit out the backoff of
+        the pool's reconnection attempts after a server restart."""
+        deadline = time.monotonic() + (self._wait_seconds if wait is None else wait)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn = await pool.getconn(timeout=max(min(left, 1.0), 0.01))
+                break
+            except PoolTimeout:
+                if left <= 1.0:
+                    raise
+        try:
+            yield conn
+        finally:
+            await pool.putconn(conn)
+
     def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drop a pool whose loop is gone; refuse to share one whose loop lives on."""
         old = self._loop
@@ -84,9 +147,20 @@ class LoopPool:
             max_size=self._max_size,
             kwargs={"autocommit": True},
             open=False,
-            timeout=30,
+            timeout=self._wait_seconds,
+            check=check_idle,
+            # A slot that cannot reconnect is given up after two tries (1 s apart), and
+            # the next caller that waits opens a new one (see connection()): the delay
+            # between attempts stays short however long the outage lasts.
+            reconnect_timeout=2.0,
         )
-        await pool.open(wait=True, timeout=30)
+        try:
+            await pool.open(wait=True, timeout=30)
+        except psycopg.Error as e:
+            await pool.close()
+            if is_unavailable(e):
+                raise unavailable(e, self._where) from e
+            raise
         return pool
 
     def _abandon(self) -> None:

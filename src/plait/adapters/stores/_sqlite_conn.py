@@ -1,7 +1,8 @@
 """The SQLite store's one connection: opening it (schema created or checked, WAL,
 ``synchronous=FULL``), its transactions, and the translation of every ``sqlite3``
 exception at this edge (locked → ConflictError, corrupt or not a database →
-CorruptStoreError naming the file, anything else → StoreError).
+CorruptStoreError naming the file, disk full or an I/O error → StoreUnavailableError,
+anything else → StoreError).
 
 Every write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction; reads run without an
 explicit transaction. Both run on the store's own I/O thread
@@ -16,15 +17,23 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from plait.adapters.stores._health import CommitHealth
 from plait.adapters.stores._session_pages import OWNER_INDEX_SQLITE
 from plait.adapters.stores._state import closed_error
 from plait.adapters.stores._unstorable import unstorable
 from plait.adapters.stores.offload import IoThread
-from plait.domain.errors import ConflictError, CorruptStoreError, PlaitError, StoreError
+from plait.domain.errors import (
+    ConflictError,
+    CorruptStoreError,
+    PlaitError,
+    StoreError,
+    StoreUnavailableError,
+)
 from plait.domain.runs import RunStatus
 
 __all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
@@ -34,6 +43,10 @@ SCHEMA_VERSION = 2
 2: ``runs.lease_token`` (fencing); a version 1 store is upgraded when it is opened."""
 
 T = TypeVar("T")
+
+_UNAVAILABLE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+"""Transient failures of the file system under the store: disk full, I/O error, a
+file that cannot be opened (e.g. the WAL index when no space is left)."""
 
 LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
 
@@ -99,6 +112,7 @@ class SqliteConnection:
         self._path = path
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
+        self.health = CommitHealth()
         self._io = IoThread(f"plait-sqlite-{path.name}")
         self._io.start()  # it gets going while the file is opened
         try:
@@ -220,6 +234,12 @@ class SqliteConnection:
             return closed_error("sqlite")
         if isinstance(e, sqlite3.IntegrityError):
             return ConflictError(f"{where}: {e}", path=where)
+        if name.startswith(_UNAVAILABLE):
+            return StoreUnavailableError(
+                f"{where}: the store cannot write for now ({e}); retry later",
+                path=where,
+                sqlite_error=name,
+            )
         return StoreError(f"{where}: sqlite error: {e}", path=where, sqlite_error=name)
 
     def submit(
@@ -250,6 +270,20 @@ class SqliteConnection:
         """Run ``op`` (no explicit transaction) on the I/O thread."""
         return await self._io.submit(lambda: self._read(op))
 
+    async def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailableError` unless the store can commit now: a recent
+        commit failed that way (see :class:`CommitHealth`), or a probe commit fails."""
+        self.health.check()
+
+        def probe(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('ready_probe', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (repr(time.time()),),
+            )
+
+        await self.write(probe)
+
     async def close(self) -> None:
         try:
             await self._io.run(self._close)
@@ -261,6 +295,7 @@ class SqliteConnection:
             conn = self._conn
             if conn is None:
                 raise closed_error("sqlite")
+            changes = conn.total_changes
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -271,11 +306,16 @@ class SqliteConnection:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
                     raise
-                return result
             except sqlite3.Error as e:
-                raise self.translate(e) from e
+                error = self.translate(e)
+                if isinstance(error, StoreUnavailableError):
+                    self.health.failed(error)
+                raise error from e
             except UnicodeEncodeError as e:
                 raise unstorable(e, str(self._path)) from e
+            if conn.total_changes != changes:  # a commit that wrote: the disk took it
+                self.health.succeeded()
+            return result
 
     def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:

@@ -27,6 +27,7 @@ from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._health import CommitHealth
 from plait.adapters.stores._pg_context_cache import ContextCache
 from plait.adapters.stores._pg_schema import redact, translate, upgrade
 from plait.adapters.stores._postgres_commit import apply
@@ -54,6 +55,7 @@ from plait.adapters.stores._state import (
 from plait.adapters.stores._unstorable import unstorable
 from plait.application.claiming import ClaimedRun
 from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.errors import PlaitError, StoreUnavailableError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
@@ -66,6 +68,10 @@ from plait.domain.summary import Constraint, Summary
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
+PROBE_SECONDS = 2.0
+"""How long the readiness probe may wait for a connection and its commit."""
+OUTAGE_WAIT_SECONDS = 2.0
+"""How long a call may wait for a connection while the server is known to be down."""
 Conn = psycopg.AsyncConnection[Any]
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
@@ -75,14 +81,28 @@ class PostgresStore:
     :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database."""
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 8, migrate: bool = True
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        migrate: bool = True,
+        wait_seconds: float = 10.0,
     ) -> None:
+        """``wait_seconds``: how long a call may wait for a pooled connection (all busy,
+        or the server unreachable) before it fails."""
         self._url = url
         self._where = redact(url)
         self._pools = LoopPool(
-            url, self._where, min_size=min_size, max_size=max_size, migrate=migrate
+            url,
+            self._where,
+            min_size=min_size,
+            max_size=max_size,
+            migrate=migrate,
+            wait_seconds=wait_seconds,
         )
         self._contexts = ContextCache()
+        self.health = CommitHealth()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -96,25 +116,65 @@ class PostgresStore:
     async def _ready(self) -> AsyncConnectionPool[Conn]:
         return await self._pools.get()
 
-    async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        pool = await self._ready()
+    async def _pool(self) -> AsyncConnectionPool[Conn]:
         try:
-            async with pool.connection() as conn, conn.transaction():
-                return await op(conn)
+            return await self._ready()
+        except StoreUnavailableError as e:
+            self.health.failed(e)
+            raise
+
+    async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        pool = await self._pool()
+        try:
+            async with self._pools.connection(pool, self._wait()) as conn, conn.transaction():
+                result = await op(conn)
         except psycopg.Error as e:
-            raise translate(e, self._where) from e
+            raise self._failed(e) from e
         except UnicodeEncodeError as e:
             raise unstorable(e, self._where) from e
+        self.health.succeeded()
+        return result
 
     async def _read(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        pool = await self._ready()
+        pool = await self._pool()
         try:
-            async with pool.connection() as conn:
-                return await op(conn)
+            async with self._pools.connection(pool, self._wait()) as conn:
+                result = await op(conn)
         except psycopg.Error as e:
-            raise translate(e, self._where) from e
+            raise self._failed(e) from e
         except UnicodeEncodeError as e:
             raise unstorable(e, self._where) from e
+        self.health.succeeded()  # autocommit: a statement that wrote has committed
+        return result
+
+    def _wait(self) -> float | None:
+        """How long a call may wait for a pooled connection: the pool's timeout (a busy
+        pool), but only :data:`OUTAGE_WAIT_SECONDS` while the server is known to be down
+        (a request answers ``store_unavailable`` soon rather than hang)."""
+        return OUTAGE_WAIT_SECONDS if self.health.failing else None
+
+    def _failed(self, e: psycopg.Error) -> PlaitError:
+        error = translate(e, self._where)
+        if isinstance(error, StoreUnavailableError):
+            self.health.failed(error)
+        return error
+
+    async def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailableError` unless the store can commit now
+        (``GET /v1/ready``): a probe that commits a transaction id (a WAL record, as any
+        commit writes; nothing in any table) fails within :data:`PROBE_SECONDS`."""
+
+        async def probe(conn: Conn) -> None:
+            await conn.execute("SELECT txid_current()")
+
+        try:
+            async with asyncio.timeout(PROBE_SECONDS):
+                await self._write(probe)
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"{self._where}: no connection could commit within {PROBE_SECONDS:g} s",
+                store=self._where,
+            ) from None
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         async def op(conn: Conn) -> tuple[Any, ...] | None:
@@ -138,7 +198,7 @@ class PostgresStore:
             ) as conn:
                 return await upgrade(conn, self._where)
         except psycopg.Error as e:
-            raise translate(e, self._where) from e
+            raise self._failed(e) from e
 
     # --- sessions -------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ Several processes may share the file: ``PRAGMA busy_timeout`` makes a writer wai
 write lock instead of failing; the version compare-and-set inside the transaction turns a
 lost race into :class:`~plait.domain.errors.ConflictError`, never an interleaving. Every
 ``sqlite3`` exception is translated at this edge (locked → ConflictError, corrupt or not a
-database → CorruptStoreError naming the file, anything else → StoreError).
+database → CorruptStoreError naming the file, disk full or an I/O error →
+StoreUnavailableError, anything else → StoreError).
 The table layout is in :mod:`._sqlite_conn`.
 
 Messages live in columns, not JSON blobs, because loading history is the hot read path:
@@ -548,6 +549,11 @@ class SqliteStore:
         return await self._db.read(
             lambda conn: _summaries.search(conn, session_id, query, through_seq, max(limit, 0))
         )
+
+    async def check_writable(self) -> None:
+        """Raise :class:`~plait.domain.errors.StoreUnavailableError` unless the store can
+        commit now (``GET /v1/ready``)."""
+        await self._db.check_writable()
 
     async def close(self) -> None:
         await self._db.close()
