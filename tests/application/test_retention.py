@@ -31,7 +31,9 @@ def test_a_context_built_over_expired_messages_keeps_units_and_no_content() -> N
             RetentionRequest(older_than_days=30, force=True)
         )
         assert len(report.expired) == 6
-        caps = ModelCapabilities(context_window=100_000, max_output_tokens=1_000)
+        caps = ModelCapabilities(
+            context_window=100_000, max_output_tokens=1_000, structured_output=True
+        )
         rt = Runtime(
             store=store,
             artifacts=store,
