@@ -10,9 +10,12 @@ from __future__ import annotations
 from plait.domain.errors import ValidationError
 from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
 
-__all__ = ["matches", "search_terms", "search_text"]
+__all__ = ["MAX_TERMS", "QUERY_PATTERN", "matches", "search_terms", "search_text"]
 
 MAX_TERMS = 16
+
+QUERY_PATTERN = rf"^\s*\S+(?:\s+\S+){{0,{MAX_TERMS - 1}}}\s*$"
+"""A query :func:`search_terms` accepts, as a regular expression (for API documents)."""
 
 
 def search_text(message: Message) -> str:
@@ -34,13 +37,14 @@ def search_terms(query: str) -> list[str]:
     """The query's terms (case-folded, de-duplicated); a clear error when it has none."""
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("the search query is empty; give one or more words to look for")
+    words = query.split()
+    if len(words) > MAX_TERMS:
+        raise ValidationError(f"the search query has {len(words)} terms; use at most {MAX_TERMS}")
     terms: list[str] = []
-    for raw in query.split():
-        term = raw.casefold()
+    for word in words:
+        term = word.casefold()
         if term not in terms:
             terms.append(term)
-    if len(terms) > MAX_TERMS:
-        raise ValidationError(f"the search query has {len(terms)} terms; use at most {MAX_TERMS}")
     return terms
 
 

@@ -36,6 +36,12 @@ MAX_ARGUMENTS_BYTES = 1_000_000
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 _BAD_ID = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
+ID_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+"""The identifier rule as a regular expression, for API documents (lone surrogates
+cannot travel in a URL or in valid JSON text anyway)."""
+TEXT_PATTERN = "^[^\\u0000]*$"
+"""The text rule as a regular expression, for API documents (as :data:`ID_PATTERN`)."""
+
 
 def _describe(char: str, at: int) -> str:
     if char == "\x00":

@@ -50,7 +50,7 @@ from plait.domain.errors import (
 )
 from plait.domain.runs import Budget, Run
 from plait.domain.session import Session
-from plait.domain.text import id_problem, text_problem
+from plait.domain.text import ID_PATTERN, MAX_ID_LENGTH, id_problem, text_problem
 
 __all__ = ["ApiContext", "create_app"]
 
@@ -110,6 +110,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         dependencies=[Depends(_plain_parameters)],
     )
     _install_errors(app)
+    _document_identifiers(app)
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
     app.add_middleware(InternalErrors)  # outside BodyLimit: see _internal.py for why
     app.include_router(_ops_routes(ctx), prefix="/v1")
@@ -125,6 +126,27 @@ def create_app(ctx: ApiContext) -> FastAPI:
         routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
     return app
+
+
+def _document_identifiers(app: FastAPI) -> None:
+    """Publish the identifier rule on every path parameter, so a client (or a fuzzer)
+    reading the document knows a control character is refused."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = plain()
+        for operations in document.get("paths", {}).values():
+            for operation in operations.values():
+                for parameter in operation.get("parameters", ()):
+                    if parameter.get("in") == "path":
+                        parameter.setdefault("schema", {}).update(
+                            pattern=ID_PATTERN, minLength=1, maxLength=MAX_ID_LENGTH
+                        )
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _install_errors(app: FastAPI) -> None:

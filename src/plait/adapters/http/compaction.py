@@ -38,6 +38,8 @@ from plait.domain.errors import (
     SessionNotFoundError,
     TokenMeterModelUnconfiguredError,
 )
+from plait.domain.recall import QUERY_PATTERN
+from plait.domain.text import ID_PATTERN
 
 __all__ = ["compaction_routes", "compaction_stage"]
 
@@ -117,14 +119,14 @@ def compaction_routes(
 
 
 _SELECTORS: dict[str, dict[str, Any]] = {
-    "message_id": {"message_id": {"type": "string", "minLength": 1}},
+    "message_id": {"message_id": {"type": "string", "minLength": 1, "pattern": ID_PATTERN}},
     "artifact_id": {
-        "artifact_id": {"type": "string", "minLength": 1},
+        "artifact_id": {"type": "string", "minLength": 1, "pattern": ID_PATTERN},
         "offset": {"type": "integer", "minimum": 0, "default": 0},
         "length": {"type": "integer", "minimum": 1, "maximum": MAX_SLICE, "default": 8_000},
     },
     "query": {
-        "query": {"type": "string", "minLength": 1, "maxLength": 500},
+        "query": {"type": "string", "minLength": 1, "maxLength": 500, "pattern": QUERY_PATTERN},
         "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
     },
 }

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from plait.domain.text import id_problem, text_problem
+from plait.domain.text import ID_PATTERN, TEXT_PATTERN, id_problem, text_problem
 
 __all__ = [
     "BudgetIn",
@@ -39,9 +39,9 @@ def _id(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_text)]
+Text = Annotated[str, AfterValidator(_text), Field(json_schema_extra={"pattern": TEXT_PATTERN})]
 """Text a client sends (no NUL, no lone surrogate: see :mod:`plait.domain.text`)."""
-Id = Annotated[str, AfterValidator(_id)]
+Id = Annotated[str, AfterValidator(_id), Field(json_schema_extra={"pattern": ID_PATTERN})]
 """An identifier a client sends (no control character, no lone surrogate)."""
 
 
