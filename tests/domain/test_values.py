@@ -98,21 +98,11 @@ def test_run_status_terminality() -> None:
     assert ended.ended_at == 2.0 and ended.lease is None and run.status is RunStatus.RUNNING
 
 
-def test_tool_spec_compiles_its_schema_and_checks_names() -> None:
-    spec = ToolSpec(
-        name="echo",
-        description="d",
-        parameters={"type": "object", "properties": {"t": {"type": "string"}}},
-        effect=EffectClass.READ_ONLY,
-    )
-    assert spec.check_arguments({"t": "x"}) == []
-    assert spec.check_arguments({"t": 1}) == ["$.t: expected string, got integer"]
+def test_tool_spec_checks_names_and_the_schema_root() -> None:
     with pytest.raises(ValidationError, match="must match"):
         ToolSpec(name="bad name", description="", parameters={"type": "object"})
     with pytest.raises(ValidationError, match="describe an object"):
         ToolSpec(name="t", description="", parameters={"type": "string"})
-    with pytest.raises(ValidationError, match="patternProperties"):
-        ToolSpec(name="t", description="", parameters={"type": "object", "patternProperties": {}})
 
 
 def test_tool_specs_default_to_side_effect() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from plait.adapters.tools import WorkspaceLimits, workspace_tools
+from plait.application.arguments import argument_errors
 from plait.domain.errors import ToolError
 from plait.domain.tools import EffectClass
 from tests.tools.conftest import Call, Fails, patch_os, run_tool, tools_by_name
@@ -38,7 +39,7 @@ def test_five_tools_with_compiled_schemas_and_effects() -> None:
         params = tool.spec.parameters
         assert params["additionalProperties"] is False
         assert all(p.get("description") for p in params["properties"].values()), tool.spec.name
-        assert tool.spec.check_arguments({"bogus": 1})  # unknown keys are refused
+        assert argument_errors(tool.spec, {"bogus": 1})  # unknown keys are refused
 
 
 @pytest.mark.parametrize(
@@ -62,7 +63,7 @@ def test_five_tools_with_compiled_schemas_and_effects() -> None:
 )
 def test_schemas_accept_and_refuse(name: str, arguments: dict[str, object], valid: bool) -> None:
     spec = tools_by_name()[name].spec
-    assert (spec.check_arguments(arguments) == []) is valid
+    assert (argument_errors(spec, arguments) == []) is valid
 
 
 def test_no_workspace_is_a_tool_error() -> None:
