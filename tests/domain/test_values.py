@@ -49,11 +49,18 @@ def test_assistant_message_rejects_repeated_call_ids() -> None:
         AssistantMessage(id="m1", text="", created_at=1.0, tool_calls=(c, c))
 
 
-def test_tool_call_arguments_are_a_json_object_and_never_shared() -> None:
+def test_tool_call_arguments_are_decoded_once_and_shared() -> None:
     c = ToolCall.create(id="c1", name="echo", arguments={"text": "a", "n": [1]})
-    args = c.arguments()
-    args["n"].append(2)
     assert c.arguments() == {"text": "a", "n": [1]}
+    assert c.arguments() is c.arguments()  # decoded on first use, then kept
+    decoded = {"n": [1], "text": "a"}
+    checked = ToolCall.checked(
+        id="c1", name="echo", arguments_json='{"n":[1],"text":"a"}', arguments=decoded
+    )
+    assert checked.arguments() is decoded  # what validation decoded, not decoded again
+    assert checked == ToolCall(id="c1", name="echo", arguments_json='{"n":[1],"text":"a"}')
+    assert checked.argument_digest() == c.argument_digest()  # key order does not matter
+    assert c.argument_digest() == argument_digest(c.arguments_json)
     with pytest.raises(ValidationError, match="JSON object"):
         ToolCall(id="c1", name="echo", arguments_json="[1]")
 

@@ -103,5 +103,9 @@ def check_output(
                 f"(at most {MAX_ARGUMENTS_BYTES}); pass less at once"
             )
             continue
-        calls.append(ToolCall(id=raw.id, name=raw.name, arguments_json=arguments_json))
+        calls.append(
+            ToolCall.checked(
+                id=raw.id, name=raw.name, arguments_json=arguments_json, arguments=args
+            )
+        )
     return CheckedOutput(tuple(calls), tuple(problems))
