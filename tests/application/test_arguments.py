@@ -23,7 +23,8 @@ def compile_schema(schema: dict[str, Any] | bool) -> Any:
 
 
 def errors(schema: dict[str, Any] | bool, instance: object) -> list[str]:
-    return compile_schema(schema)(instance)
+    found: list[str] = compile_schema(schema)(instance)
+    return found
 
 
 def schema_error(schema: dict[str, Any]) -> str:

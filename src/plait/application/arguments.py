@@ -53,7 +53,9 @@ def _multiple_of(
         yield SchemaViolation(f"{instance!r} is not a multiple of {divisor!r}")
 
 
-_Validator = validators.extend(Draft202012Validator, {"multipleOf": _multiple_of})
+_Validator = validators.extend(  # type: ignore[no-untyped-call]  # untyped in its stubs
+    Draft202012Validator, {"multipleOf": _multiple_of}
+)
 
 
 class ArgumentSchema:
@@ -176,7 +178,7 @@ def _type_name(value: object) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
-    names = {str: "string", list: "array", dict: "object"}
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
     return names.get(type(value), type(value).__name__)
 
 
@@ -207,7 +209,8 @@ def _describe(error: SchemaViolation, where: str | None = None) -> list[str]:
     where = _path(error.absolute_path) if where is None else where
     value = error.instance
     if error.validator == "required" and isinstance(value, Mapping):
-        missing = [name for name in error.validator_value if name not in value]
+        required: Any = error.validator_value
+        missing = [name for name in required if name not in value]
         return [f"{where}: missing required property {name!r}" for name in missing]
     if error.validator == "additionalProperties" and error.validator_value is False:
         extra = _unexpected(error)
@@ -229,7 +232,9 @@ def _unexpected(error: SchemaViolation) -> list[str]:
 
 
 def _reason(error: SchemaViolation) -> str:
-    keyword, bound, value = error.validator, error.validator_value, error.instance
+    keyword = error.validator
+    value: Any = error.instance
+    bound: Any = error.validator_value
     if keyword == "type":
         wanted = " or ".join(bound) if isinstance(bound, list) else str(bound)
         return f"expected {wanted}, got {_type_name(value)}"
@@ -268,5 +273,5 @@ def _reason(error: SchemaViolation) -> str:
         return "no item matches the 'contains' schema"
     if keyword is None and error.schema is False:
         return "no value is allowed here (schema is false)"
-    message = error.message
+    message = str(error.message)
     return message if len(message) <= 200 else message[:197] + "..."
