@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.tools import WorkspaceLimits, workspace_tools
+from plait.adapters.tools import SandboxSettings, WorkspaceLimits, command_tools, workspace_tools
 from plait.application.arguments import argument_errors
 from plait.domain.errors import ToolError
 from plait.domain.tools import EffectClass
@@ -57,6 +57,15 @@ def test_specs_come_from_the_argument_models_and_match_the_hand_written_ones() -
         assert spec.description == written[name]["description"]
         assert spec.effect == written[name]["effect"]
         assert spec.parameters == written[name]["parameters"], name
+
+
+def test_command_tool_schemas_come_from_their_argument_models_unchanged() -> None:
+    tools = command_tools(SandboxSettings(test_command="pytest -q"))
+    schemas = {tool.spec.name: tool.spec.parameters for tool in tools}
+    assert schemas == {
+        "run_command": BUILTIN_SCHEMAS["run_command"],
+        "run_tests": BUILTIN_SCHEMAS["run_tests"],
+    }
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,7 @@ class ReadFile(ToolArguments):
     max_lines: int | None = Field(
         None,
         ge=1,
-        description="Return at most this many lines (default: to the end, within the size "
-        "limit).",
+        description="Return at most this many lines (default: to the end, within the size limit).",
     )
 
 
@@ -49,8 +48,7 @@ class ListDir(ToolArguments):
 class SearchText(ToolArguments):
     pattern: str = Field(
         min_length=1,
-        description="Text to find (a regular expression if regex is true), within single "
-        "lines.",
+        description="Text to find (a regular expression if regex is true), within single lines.",
     )
     path: str = _path("File or directory to search (default: the root).", default=".")
     regex: bool = Field(
@@ -65,9 +63,7 @@ class SearchText(ToolArguments):
         description="Only search files matching this fnmatch pattern, e.g. '*.py': matched "
         "against the file name, or against the path from the workspace root if it has a '/'.",
     )
-    max_results: int = Field(
-        100, ge=1, le=1000, description="Stop after this many matching lines."
-    )
+    max_results: int = Field(100, ge=1, le=1000, description="Stop after this many matching lines.")
 
 
 class WriteFile(ToolArguments):
@@ -98,9 +94,7 @@ class EditFile(ToolArguments):
         min_length=1, description="Text to replace, exactly as in the file, whitespace included."
     )
     new_string: str = Field(description="Replacement text (may be empty, to delete).")
-    replace_all: bool = Field(
-        False, description="Replace every occurrence instead of exactly one."
-    )
+    replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
 
 
 _READ, _WRITE = EffectClass.READ_ONLY, EffectClass.SIDE_EFFECT

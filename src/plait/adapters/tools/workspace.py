@@ -261,9 +261,7 @@ def _write_target(entry: Entry) -> tuple[int, str]:
     return entry.parent_fd, entry.name
 
 
-def _write_file(
-    ws: Workspace, args: WriteFile, limits: WorkspaceLimits, deadline: Deadline
-) -> str:
+def _write_file(ws: Workspace, args: WriteFile, limits: WorkspaceLimits, deadline: Deadline) -> str:
     path, expected = args.path, args.expected_sha256  # lower-case hex, or 'absent'
     data = _encode(args.content, "content")
     new_sha = _sha256(data)
