@@ -38,6 +38,7 @@ __all__ = [
 
 MAX_SLICE = 32_000
 
+
 class RecallArguments(ToolArguments):
     message_id: str | None = Field(None, min_length=1)
     artifact_id: str | None = Field(None, min_length=1)
