@@ -19,17 +19,15 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from fractions import Fraction
-from typing import Any
-
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import SchemaError
-from jsonschema.exceptions import ValidationError as SchemaViolation
-from referencing import Registry, Resource
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
+from functools import cache
+from typing import TYPE_CHECKING, Any, cast
 
 from plait.domain.errors import ValidationError
 from plait.domain.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaViolation
+    from jsonschema.protocols import Validator
 
 __all__ = ["MAX_ERRORS", "ArgumentSchema", "argument_errors", "argument_schema"]
 
@@ -50,12 +48,20 @@ def _multiple_of(
     except (ValueError, OverflowError, ZeroDivisionError):  # inf, nan
         exact = False
     if not exact:
-        yield SchemaViolation(f"{instance!r} is not a multiple of {divisor!r}")
+        from jsonschema.exceptions import ValidationError as Violation  # lazy: start-up time
+
+        yield Violation(f"{instance!r} is not a multiple of {divisor!r}")
 
 
-_Validator = validators.extend(  # type: ignore[no-untyped-call]  # untyped in its stubs
-    Draft202012Validator, {"multipleOf": _multiple_of}
-)
+@cache
+def _validator_class() -> type[Validator]:
+    # jsonschema is imported when the first schema is compiled: start-up time (~0.1 s)
+    from jsonschema import Draft202012Validator, validators
+
+    extended: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, {"multipleOf": _multiple_of}
+    )
+    return extended
 
 
 class ArgumentSchema:
@@ -65,21 +71,24 @@ class ArgumentSchema:
 
     def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
         self.tool = tool
+        from jsonschema.exceptions import SchemaError  # lazy: start-up time
+
+        validator_class = _validator_class()
         try:
-            _Validator.check_schema(schema)
+            validator_class.check_schema(cast(Any, schema))
         except SchemaError as e:
             where = _pointer(e.absolute_path)
             raise ValidationError(
                 f"tool {tool!r}: invalid parameters schema at {where}: {e.message}", tool=tool
             ) from None
-        self._validator = _Validator(schema)
+        self._validator = validator_class(schema)
         if isinstance(schema, Mapping):
             _check_refs(tool, schema)
 
     def errors(self, arguments: object) -> list[str]:
         """What is wrong with ``arguments``, each naming its JSON path; empty when valid."""
         try:
-            found = sorted(self._validator.iter_errors(arguments), key=_path_key)
+            found = sorted(self._validator.iter_errors(cast(Any, arguments)), key=_path_key)
         except RecursionError:
             return ["$: value is nested too deeply to validate"]
         messages = dict.fromkeys(m for error in found for m in _describe(error))
@@ -115,6 +124,11 @@ def argument_errors(spec: ToolSpec, arguments: object) -> list[str]:
 
 def _check_refs(tool: str, schema: Mapping[str, Any]) -> None:
     """Every ``$ref`` must resolve inside the schema: plait never fetches a remote one."""
+    # jsonschema's reference resolver, imported with it (start-up time)
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
     resource = Resource.from_contents(dict(schema), default_specification=DRAFT202012)
     resolver = Registry().with_resource("", resource).resolver()
     for ref in _refs(schema):
