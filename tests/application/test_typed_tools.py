@@ -355,3 +355,21 @@ def test_a_typed_tool_runs_through_the_loop_with_its_context() -> None:
     assert run(rig.service.send(session.id, "go")).run.status is RunStatus.COMPLETED
     [result] = [m.message for m in rig.history(session.id) if m.message.kind == "tool_result"]
     assert result.result.content == "/ws/a.txt"
+
+
+def test_the_arguments_validation_decoded_are_the_ones_the_tool_reads() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def execute(invocation: ToolInvocation) -> ToolOutput:
+        seen.append(invocation.call.arguments())
+        return ToolOutput(content="ok")
+
+    probe = Tool(spec=measure.spec, execute=execute)
+    sent = {"path": "a.txt", "unit": "lines"}
+    rig = make_rig([reply("", call("measure", sent, "c1")), reply("done")], [probe])
+    session = run(rig.service.create_session())
+    assert run(rig.service.send(session.id, "go")).run.status is RunStatus.COMPLETED
+    assert seen == [sent]
+    assert seen[0] is sent  # decoded once (here: by the provider), never parsed again
+    [stored] = [m.message for m in rig.history(session.id) if m.message.kind == "assistant"][:1]
+    assert stored.tool_calls[0].arguments_json == '{"path":"a.txt","unit":"lines"}'
