@@ -88,6 +88,8 @@ class ArgumentSchema:
     def errors(self, arguments: object) -> list[str]:
         """What is wrong with ``arguments``, each naming its JSON path; empty when valid."""
         try:
+            if self._validator.is_valid(cast(Any, arguments)):  # the usual case, twice as fast
+                return []
             found = sorted(self._validator.iter_errors(cast(Any, arguments)), key=_path_key)
         except RecursionError:
             return ["$: value is nested too deeply to validate"]
