@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from copy import deepcopy
 from fractions import Fraction
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -81,7 +82,7 @@ class ArgumentSchema:
             raise ValidationError(
                 f"tool {tool!r}: invalid parameters schema at {where}: {e.message}", tool=tool
             ) from None
-        self._validator = validator_class(schema)
+        self._validator = validator_class(deepcopy(schema))  # later edits change nothing
         if isinstance(schema, Mapping):
             _check_refs(tool, schema)
 
