@@ -10,17 +10,35 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["AgentService", "PlaitError", "Runtime", "__version__"]
+__all__ = [
+    "AgentService",
+    "EffectClass",
+    "PlaitError",
+    "Runtime",
+    "ToolError",
+    "ToolInvocation",
+    "ToolOutput",
+    "__version__",
+    "tool",
+]
 
 if TYPE_CHECKING:
+    from plait.application.ports import ToolInvocation, ToolOutput
     from plait.application.service import AgentService
-    from plait.domain.errors import PlaitError
+    from plait.application.typed_tools import tool
+    from plait.domain.errors import PlaitError, ToolError
+    from plait.domain.tools import EffectClass
     from plait.runtime import Runtime
 
 _LAZY = {
     "AgentService": "plait.application.service",
+    "EffectClass": "plait.domain.tools",
     "PlaitError": "plait.domain.errors",
     "Runtime": "plait.runtime",
+    "ToolError": "plait.domain.errors",
+    "ToolInvocation": "plait.application.ports",
+    "ToolOutput": "plait.application.ports",
+    "tool": "plait.application.typed_tools",
 }
 
 

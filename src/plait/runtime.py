@@ -110,10 +110,15 @@ def _compaction(
     )
 
 
-def _with_recall(tools: Sequence[Tool], store: object, compacting: bool) -> Sequence[Tool]:
+def _with_recall(
+    tools: Sequence[Tool], store: object, compacting: bool, model: ModelClient | None
+) -> Sequence[Tool]:
     """With compaction on, the model also gets the built-in read-only ``recall`` tool
-    (the originals a summary left out), unless a tool of that name is already there."""
+    (the originals a summary left out), unless a tool of that name is already there. A
+    runtime with neither tools nor a model (``store_only``) runs nothing: no recall."""
     if not compacting or not hasattr(store, "search_history"):
+        return tools
+    if not tools and model is None:
         return tools
     if any(t.spec.name == "recall" for t in tools):
         return tools
@@ -353,7 +358,8 @@ class Runtime:
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
         """Compaction over this store and model (``None``: the store keeps no summaries)."""
-        self.tools = tuple(tools := _with_recall(tools, store, self.compaction is not None))
+        compacting = self.compaction is not None
+        self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
         self.forks = _forks(store, clock, snapshots)  # None: the store cannot fork
         self.retention = _retention(store, clock)  # None: the store keeps no tombstones
         if meter is None and meter_for is not None and model is not None:

@@ -5,6 +5,8 @@ no approval)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 from plait.adapters.stores.memory import MemoryStore
@@ -14,6 +16,7 @@ from plait.domain.runs import RunStatus
 from plait.domain.tools import EffectClass
 from plait.runtime import Runtime
 from plait.testing import FixedClock, ScriptedModel, SequentialIds, echo_tool
+from tests.stores.worker import child_env
 
 
 def test_the_model_sees_recall_and_the_default_policy_lets_it_read() -> None:
@@ -69,3 +72,17 @@ def test_recall_is_added_once_whenever_compaction_is_on() -> None:
     assert names == ["echo", "recall"]
     own = _runtime([echo_tool("recall").tool])  # a tool of that name already: kept as given
     assert [t.spec.description for t in own.tools] == [echo_tool().tool.spec.description]
+
+
+def test_a_store_only_runtime_builds_no_tools_and_imports_no_schema_libraries() -> None:
+    # Reading sessions must not pay for pydantic (typed tool arguments) or jsonschema.
+    code = (
+        "import sys\n"
+        "from plait.runtime import Runtime\n"
+        "rt = Runtime.open(db='memory://', store_only=True)\n"
+        "print(rt.tools, 'pydantic' in sys.modules, 'jsonschema' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True
+    )
+    assert out.stdout.strip() == "() False False"

@@ -15,7 +15,7 @@ from plait.application.ports import (
     ToolInvocation,
 )
 from plait.domain.context import Prefix
-from plait.domain.errors import TokenMeterModelUnconfiguredError
+from plait.domain.errors import TokenMeterModelUnconfiguredError, ToolError
 from plait.domain.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from plait.domain.units import is_cut_point
 from plait.testing import FunctionModel
@@ -183,6 +183,12 @@ def test_a_detail_left_out_is_recalled_by_reference_and_missing_is_reported() ->
         assert nothing.failed and "missing" in nothing.content
         gone = await recall(artifact_id="art_nope")
         assert gone.failed and "no message of this session refers to it" in gone.content
+        for unclear in ({}, {"message_id": fact.source_message_id, "query": "x"}):
+            with pytest.raises(ToolError) as refused:
+                await recall(**unclear)
+            assert refused.value.message == (
+                "invalid arguments: $: give exactly one of message_id, artifact_id or query"
+            )
 
     run(go())
 

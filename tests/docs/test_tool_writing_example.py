@@ -17,10 +17,35 @@ from plait.domain.messages import ToolCall
 README = Path(__file__).parents[2] / "README.md"
 
 
-def _example() -> str:
+def _examples() -> list[str]:
     section = README.read_text().split("### Writing your own tools", 1)[1].split("\n## ", 1)[0]
-    [code] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    return str(code)
+    return [str(code) for code in re.findall(r"```python\n(.*?)```", section, re.DOTALL)]
+
+
+def _example() -> str:
+    return _examples()[1]
+
+
+def test_the_decorator_example_runs_and_shows_its_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = _examples()[0]
+    scope: dict[str, Any] = {"__name__": "readme"}
+    exec(compile(code, str(README), "exec"), scope)
+    printed = capsys.readouterr().out
+    shown = code.rsplit("# ", 1)[1]
+    assert printed == shown  # the comment is the output
+    tool = scope["count_words"]
+    assert tool.spec.effect == "read_only"
+    assert tool.spec.description == "Count the words of a text."
+    invocation = ToolInvocation(
+        call=ToolCall.create(id="c", name="count_words", arguments={"text": "a bb ccc"}),
+        session_id="s",
+        run_id="r",
+        workspace=None,
+        idempotency_key="k",
+    )
+    assert asyncio.run(tool.execute(invocation)).content == "3"
 
 
 def test_the_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,7 +75,7 @@ def test_the_example_tool_stops_its_thread_when_cancelled(tmp_path: Path) -> Non
             raise
 
     async def main() -> None:
-        task = asyncio.create_task(scope["hash_tool"].execute(invocation))
+        task = asyncio.create_task(scope["hash_file"].execute(invocation))
         await checked.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -49,11 +49,18 @@ def test_assistant_message_rejects_repeated_call_ids() -> None:
         AssistantMessage(id="m1", text="", created_at=1.0, tool_calls=(c, c))
 
 
-def test_tool_call_arguments_are_a_json_object_and_never_shared() -> None:
+def test_tool_call_arguments_are_decoded_once_and_shared() -> None:
     c = ToolCall.create(id="c1", name="echo", arguments={"text": "a", "n": [1]})
-    args = c.arguments()
-    args["n"].append(2)
     assert c.arguments() == {"text": "a", "n": [1]}
+    assert c.arguments() is c.arguments()  # decoded on first use, then kept
+    decoded = {"n": [1], "text": "a"}
+    checked = ToolCall.checked(
+        id="c1", name="echo", arguments_json='{"n":[1],"text":"a"}', arguments=decoded
+    )
+    assert checked.arguments() is decoded  # what validation decoded, not decoded again
+    assert checked == ToolCall(id="c1", name="echo", arguments_json='{"n":[1],"text":"a"}')
+    assert checked.argument_digest() == c.argument_digest()  # key order does not matter
+    assert c.argument_digest() == argument_digest(c.arguments_json)
     with pytest.raises(ValidationError, match="JSON object"):
         ToolCall(id="c1", name="echo", arguments_json="[1]")
 
@@ -98,21 +105,11 @@ def test_run_status_terminality() -> None:
     assert ended.ended_at == 2.0 and ended.lease is None and run.status is RunStatus.RUNNING
 
 
-def test_tool_spec_compiles_its_schema_and_checks_names() -> None:
-    spec = ToolSpec(
-        name="echo",
-        description="d",
-        parameters={"type": "object", "properties": {"t": {"type": "string"}}},
-        effect=EffectClass.READ_ONLY,
-    )
-    assert spec.check_arguments({"t": "x"}) == []
-    assert spec.check_arguments({"t": 1}) == ["$.t: expected string, got integer"]
+def test_tool_spec_checks_names_and_the_schema_root() -> None:
     with pytest.raises(ValidationError, match="must match"):
         ToolSpec(name="bad name", description="", parameters={"type": "object"})
     with pytest.raises(ValidationError, match="describe an object"):
         ToolSpec(name="t", description="", parameters={"type": "string"})
-    with pytest.raises(ValidationError, match="patternProperties"):
-        ToolSpec(name="t", description="", parameters={"type": "object", "patternProperties": {}})
 
 
 def test_tool_specs_default_to_side_effect() -> None:

@@ -52,7 +52,7 @@ def test_killed_by_a_signal(run: Run) -> None:
         ({"cwd": "/etc"}, "outside the workspace"),
         ({"cwd": "nope"}, "not a directory"),
         ({"cwd": "src/main.py"}, "not a directory"),
-        ({"timeout_seconds": 0}, "positive number"),
+        ({"timeout_seconds": 0}, r"\$\.timeout_seconds: Input should be greater than 0"),
         ({"timeout_seconds": 5000}, "at most 1800"),
     ],
 )

@@ -158,7 +158,8 @@ def test_v1_sqlite_store(tmp_path: Path) -> None:
 
 
 def _names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
+    """The fields a value is built from (a cache such as ``ToolCall._decoded`` is not)."""
+    return {f.name for f in dataclasses.fields(cls) if f.init}
 
 
 def test_codec_covers_every_field() -> None:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from plait.application.arguments import argument_errors
 from plait.application.ports import Clock, IdGenerator, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
 from plait.domain.messages import ToolCall
@@ -148,6 +149,6 @@ def test_echo_tool() -> None:
         },
         effect=EffectClass.READ_ONLY,
     )
-    assert echo.spec.check_arguments({"text": "x"}) == []
-    assert echo.spec.check_arguments({"txt": "x"}) != []
+    assert argument_errors(echo.spec, {"text": "x"}) == []
+    assert argument_errors(echo.spec, {"txt": "x"}) != []
     assert echo_tool("say").spec.name == "say"

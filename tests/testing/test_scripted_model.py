@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from plait.application.arguments import argument_errors
 from plait.application.ports import (
     ModelCapabilities,
     ModelClient,
@@ -240,7 +241,7 @@ def test_malformed_output_really_is_invalid_for_the_context() -> None:
         outputs[kind] = call
 
     assert outputs["unknown_tool"].name not in tools
-    assert tools["read_file"].check_arguments(outputs["schema_mismatch"].arguments) != []
+    assert argument_errors(tools["read_file"], outputs["schema_mismatch"].arguments) != []
 
 
 def test_unknown_tool_avoids_a_context_tool_with_the_same_name() -> None:

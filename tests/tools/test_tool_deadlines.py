@@ -22,9 +22,11 @@ from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._match import MAX_PROGRAM_SIZE
 from plait.adapters.tools._paths import Workspace
 from plait.adapters.tools._search import search_text
+from plait.adapters.tools._specs import EditFile, ListDir, ReadFile, SearchText, WriteFile
 from plait.adapters.tools.probe import FileProbe
 from plait.adapters.tools.workspace import _edit_file, _list_dir, _read_file, _write_file
 from plait.application.ports import ToolInvocation
+from plait.application.typed_tools import ToolArguments
 from plait.domain.messages import ToolCall
 from tests.tools.conftest import Call, Fails, tools_by_name
 
@@ -41,9 +43,18 @@ class CountdownDeadline(Deadline):
         return self.left_checks < 0
 
 
+_MODELS: dict[Any, type[ToolArguments]] = {
+    _read_file: ReadFile,
+    _list_dir: ListDir,
+    search_text: SearchText,
+    _write_file: WriteFile,
+    _edit_file: EditFile,
+}
+
+
 def _in(ws: Path, fn: Any, deadline: Deadline, **args: Any) -> str:
     with Workspace(str(ws), guard=Guard(())) as w:
-        result = fn(w, args, WorkspaceLimits(), deadline)
+        result = fn(w, _MODELS[fn](**args), WorkspaceLimits(), deadline)
         assert isinstance(result, str)
         return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.tools import WorkspaceLimits, workspace_tools
+from plait.adapters.tools import SandboxSettings, WorkspaceLimits, command_tools, workspace_tools
+from plait.application.arguments import argument_errors
 from plait.domain.errors import ToolError
 from plait.domain.tools import EffectClass
 from tests.tools.conftest import Call, Fails, patch_os, run_tool, tools_by_name
@@ -38,7 +40,32 @@ def test_five_tools_with_compiled_schemas_and_effects() -> None:
         params = tool.spec.parameters
         assert params["additionalProperties"] is False
         assert all(p.get("description") for p in params["properties"].values()), tool.spec.name
-        assert tool.spec.check_arguments({"bogus": 1})  # unknown keys are refused
+        assert argument_errors(tool.spec, {"bogus": 1})  # unknown keys are refused
+
+
+BUILTIN_SCHEMAS = json.loads(
+    (Path(__file__).parent / "data" / "builtin_tool_schemas.json").read_text()
+)
+
+
+def test_specs_come_from_the_argument_models_and_match_the_hand_written_ones() -> None:
+    # The schemas as they were written by hand before the argument models replaced them.
+    written = BUILTIN_SCHEMAS["workspace"]
+    specs = {tool.spec.name: tool.spec for tool in workspace_tools()}
+    assert list(specs) == list(written)
+    for name, spec in specs.items():
+        assert spec.description == written[name]["description"]
+        assert spec.effect == written[name]["effect"]
+        assert spec.parameters == written[name]["parameters"], name
+
+
+def test_command_tool_schemas_come_from_their_argument_models_unchanged() -> None:
+    tools = command_tools(SandboxSettings(test_command="pytest -q"))
+    schemas = {tool.spec.name: tool.spec.parameters for tool in tools}
+    assert schemas == {
+        "run_command": BUILTIN_SCHEMAS["run_command"],
+        "run_tests": BUILTIN_SCHEMAS["run_tests"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -62,7 +89,7 @@ def test_five_tools_with_compiled_schemas_and_effects() -> None:
 )
 def test_schemas_accept_and_refuse(name: str, arguments: dict[str, object], valid: bool) -> None:
     spec = tools_by_name()[name].spec
-    assert (spec.check_arguments(arguments) == []) is valid
+    assert (argument_errors(spec, arguments) == []) is valid
 
 
 def test_no_workspace_is_a_tool_error() -> None:
@@ -77,12 +104,22 @@ def test_missing_workspace_does_not_leak_its_path(tmp_path: Path) -> None:
     assert info.value.message == "the session's workspace is not available"
 
 
-def test_executors_defend_against_bad_argument_types(fails: Fails) -> None:
-    assert "must be of type str" in fails("read_file", path=3).message
-    assert "must be of type int" in fails("read_file", path="a", offset_line=True).message
-    assert "between 1 and" in fails("read_file", path="a", max_lines=0).message
-    assert "is required" in fails("write_file", path="a").message
-    assert "non-empty" in fails("read_file", path="").message
+def test_executors_parse_their_arguments_into_the_declared_types(fails: Fails) -> None:
+    # A stored call was checked against the schema before it was stored; an executor called
+    # directly still refuses what its arguments model refuses, naming the argument.
+    def message(name: str, **arguments: Any) -> str:
+        return fails(name, **arguments).message.removeprefix("invalid arguments: ")
+
+    assert message("read_file", path=3) == "$.path: Input should be a valid string"
+    assert message("read_file", path="a", offset_line="x") == (
+        "$.offset_line: Input should be a valid integer, unable to parse string as an integer"
+    )
+    assert message("read_file", path="a", max_lines=0) == (
+        "$.max_lines: Input should be greater than or equal to 1"
+    )
+    assert message("write_file", path="a") == "$.content: Field required"
+    assert message("read_file", path="") == "$.path: String should have at least 1 character"
+    assert message("list_dir", bogus=1) == "$.bogus: Extra inputs are not permitted"
     assert "NUL" in fails("read_file", path="a\0b").message
 
 
@@ -350,9 +387,9 @@ def test_compare_and_write(ws: Path, call: Call, fails: Fails) -> None:
     error = fails("write_file", path="no/dir/g.txt", content="x", expected_sha256=sha("y"))
     assert "does not exist" in error.message
     assert not (ws / "no").exists()  # no directories created for a refused write
-    assert (
-        "64 hex digits"
-        in fails("write_file", path="f.txt", content="x", expected_sha256="nope").message
+    assert fails("write_file", path="f.txt", content="x", expected_sha256="nope").message == (
+        "invalid arguments: $.expected_sha256: String should match pattern "
+        "'^((sha256:)?[0-9a-fA-F]{64}|absent)$'"
     )
 
 

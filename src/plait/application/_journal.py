@@ -33,7 +33,6 @@ from plait.domain.messages import (
     ToolResult,
     ToolResultMessage,
     ToolStatus,
-    argument_digest,
 )
 from plait.domain.runs import Run, RunError, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, StoredMessage
@@ -409,7 +408,7 @@ class RunJournal:
             call_id=call.id,
             tool_name=call.name,
             effect=effect,
-            args_digest=argument_digest(call.arguments_json),
+            args_digest=call.argument_digest(),
             idempotency_key=idempotency_key(a.session.id, a.run.id, call.id),
             state=ExecutionState.REQUESTED,
             requested_at=now,

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from plait.application.arguments import argument_schema
 from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval, ApprovalUse
@@ -188,6 +189,9 @@ class Tool:
     """The effect class of one call, from its arguments, where the tool can prove more
     than ``spec.effect`` says: e.g. a compare-and-write with a content hash is
     idempotent. Recorded with the call when it is requested, so recovery uses it."""
+
+    def __post_init__(self) -> None:
+        argument_schema(self.spec)  # registering a tool checks its schema, naming the tool
 
 
 class Clock(Protocol):

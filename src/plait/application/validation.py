@@ -14,6 +14,7 @@ import json
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
+from plait.application.arguments import argument_errors
 from plait.application.ports import ModelResponse
 from plait.domain.messages import ToolCall
 from plait.domain.text import MAX_ARGUMENTS_BYTES, id_problem, text_problem, value_problem
@@ -89,7 +90,7 @@ def check_output(
         if (problem := value_problem(args)) is not None:
             problems.append(f"{where}: argument {problem}")
             continue
-        errors = spec.check_arguments(args)
+        errors = argument_errors(spec, args)
         if errors:
             problems.append(
                 f"{where}: arguments for {raw.name!r} do not match its schema: " + "; ".join(errors)
@@ -102,5 +103,9 @@ def check_output(
                 f"(at most {MAX_ARGUMENTS_BYTES}); pass less at once"
             )
             continue
-        calls.append(ToolCall(id=raw.id, name=raw.name, arguments_json=arguments_json))
+        calls.append(
+            ToolCall.checked(
+                id=raw.id, name=raw.name, arguments_json=arguments_json, arguments=args
+            )
+        )
     return CheckedOutput(tuple(calls), tuple(problems))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -50,9 +50,11 @@ def _require_id(value: object, field: str) -> None:
 
 def argument_digest(arguments_json: str) -> str:
     """sha256 of the canonical JSON of a call's arguments (key order does not matter)."""
-    canonical = json.dumps(
-        json.loads(arguments_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    return _digest(json.loads(arguments_json))
+
+
+def _digest(arguments: Any) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -60,13 +62,15 @@ def argument_digest(arguments_json: str) -> str:
 class ToolCall:
     """A tool the model asked for. ``arguments_json`` is the JSON text of an object.
 
-    The arguments are kept as text so a stored call can never be mutated in place; use
-    :meth:`arguments` for a fresh dict.
+    The text is what is stored and digested. It is decoded once per call value: the
+    validated call carries the object its validation decoded (:meth:`checked`), a call
+    read back from a store decodes its text on the first :meth:`arguments`.
     """
 
     id: str
     name: str
     arguments_json: str
+    _decoded: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _require_id(self.id, "tool call id")
@@ -85,10 +89,29 @@ class ToolCall:
             arguments_json=json.dumps(arguments, ensure_ascii=False, separators=(",", ":")),
         )
 
+    @classmethod
+    def checked(
+        cls, *, id: str, name: str, arguments_json: str, arguments: dict[str, Any]
+    ) -> ToolCall:
+        """A call whose ``arguments_json`` the caller already decoded into ``arguments``
+        (which it hands over: it must not change it afterwards)."""
+        call = cls(id=id, name=name, arguments_json=arguments_json)
+        object.__setattr__(call, "_decoded", arguments)
+        return call
+
     def arguments(self) -> dict[str, Any]:
-        value = json.loads(self.arguments_json)
-        assert isinstance(value, dict)
-        return value
+        """The decoded arguments, shared by every reader of this call: read, never
+        modify (copy first)."""
+        decoded = getattr(self, "_decoded", None)  # unset when a store built the call fast
+        if decoded is None:
+            decoded = json.loads(self.arguments_json)
+            assert isinstance(decoded, dict)
+            object.__setattr__(self, "_decoded", decoded)
+        return decoded
+
+    def argument_digest(self) -> str:
+        """:func:`argument_digest` of this call's arguments."""
+        return _digest(self.arguments())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from plait.domain._jsonschema import SchemaError, Validator, compile_schema
 from plait.domain.errors import ValidationError
 
 __all__ = ["EffectClass", "ToolSpec"]
@@ -31,15 +30,16 @@ class EffectClass(StrEnum):
 class ToolSpec:
     """A tool's contract. No executor and no credentials live here.
 
-    ``parameters`` is a JSON Schema for the arguments object; it is compiled once at
-    construction, so a schema plait cannot enforce fails here rather than being ignored.
+    ``parameters`` is a JSON Schema (Draft 2020-12) for the arguments object. It is
+    checked and compiled when its tool is registered (see
+    :mod:`plait.application.arguments`), so a schema plait cannot enforce fails there
+    rather than being ignored.
     """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
     effect: EffectClass = EffectClass.SIDE_EFFECT
-    _validator: Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -51,15 +51,4 @@ class ToolSpec:
                 f"tool {self.name!r}: the parameters schema must describe an object",
                 tool=self.name,
             )
-        try:
-            validator = compile_schema(self.parameters)
-        except SchemaError as e:
-            raise ValidationError(
-                f"tool {self.name!r}: invalid parameters schema: {e}", tool=self.name
-            ) from e
         object.__setattr__(self, "effect", EffectClass(self.effect))
-        object.__setattr__(self, "_validator", validator)
-
-    def check_arguments(self, arguments: object) -> list[str]:
-        """Errors of ``arguments`` against the schema; empty when valid."""
-        return self._validator(arguments)

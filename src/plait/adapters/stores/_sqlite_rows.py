@@ -162,8 +162,9 @@ _new = object.__new__
 
 
 def _setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...] | None:
-    """Slot setters for ``names`` if they are exactly the fields of ``cls``, else None."""
-    if {f.name for f in dataclasses.fields(cls)} != set(names):
+    """Slot setters for ``names`` if they are exactly the fields of ``cls`` set by its
+    ``__init__``, else None (a cache field such as ``ToolCall._decoded`` stays unset)."""
+    if {f.name for f in dataclasses.fields(cls) if f.init} != set(names):
         return None
     try:
         return tuple(cls.__dict__[n].__set__ for n in names)

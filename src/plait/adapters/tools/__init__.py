@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from plait.adapters.tools.command import command_tools
+from plait.adapters.tools._limits import WorkspaceLimits
 from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
-from plait.adapters.tools.workspace import WorkspaceLimits, workspace_tools
 from plait.application.ports import Tool
 from plait.domain.policy import Policy
+
+if TYPE_CHECKING:
+    from plait.adapters.tools.command import command_tools
+    from plait.adapters.tools.workspace import workspace_tools
 
 __all__ = [
     "Limits",
@@ -36,7 +40,24 @@ def session_tools(
     (its file rules bind the file tools through the governance checks, and again on the
     real path when a write is made), and its ``protect_git`` keeps every tool out of git
     repositories' config and hooks."""
+    # imported here, not above: start-up time (see __getattr__)
+    from plait.adapters.tools.command import command_tools
+    from plait.adapters.tools.workspace import workspace_tools
+
     return [
         *workspace_tools(limits=limits, protected=protected, policy=policy),
         *command_tools(sandbox, protected=protected, policy=policy),
     ]
+
+
+def __getattr__(name: str) -> Any:
+    # The tools' typed arguments import pydantic: only when tools are built (start-up time)
+    if name == "command_tools":
+        from plait.adapters.tools.command import command_tools
+
+        return command_tools
+    if name == "workspace_tools":
+        from plait.adapters.tools.workspace import workspace_tools
+
+        return workspace_tools
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

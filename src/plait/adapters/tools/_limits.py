@@ -1,27 +1,13 @@
-"""What every file tool shares: the limits of one call and argument checking."""
+"""What every file tool shares: the limits of one call."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from plait.domain.errors import ToolError
-
-__all__ = [
-    "ABSENT",
-    "CHUNK",
-    "MiB",
-    "WorkspaceLimits",
-    "arg",
-    "bool_arg",
-    "int_arg",
-    "plural",
-    "str_arg",
-]
+__all__ = ["CHUNK", "MiB", "WorkspaceLimits", "plural"]
 
 MiB = 1024 * 1024
 CHUNK = 64 * 1024  # longest piece of a line read at once
-ABSENT = "absent"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,39 +36,6 @@ class WorkspaceLimits:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"WorkspaceLimits.{name} must be a positive int")
-
-
-# --- arguments ------------------------------------------------------------------------------
-
-
-def arg(args: dict[str, Any], key: str, kind: type, default: Any) -> Any:
-    value = args.get(key, default)
-    if value is None and default is None:
-        return None
-    # bool is an int subclass: an int argument must not accept true/false
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ToolError(f"argument {key!r} must be of type {kind.__name__}", argument=key)
-    return value
-
-
-def str_arg(args: dict[str, Any], key: str, default: str | None = None) -> str:
-    value = arg(args, key, str, default)
-    if value is None:
-        raise ToolError(f"argument {key!r} is required", argument=key)
-    assert isinstance(value, str)
-    return value
-
-
-def int_arg(args: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
-    value = arg(args, key, int, default)
-    if value is not None and not lo <= value <= hi:
-        raise ToolError(f"argument {key!r} must be between {lo} and {hi}", argument=key)
-    assert value is None or isinstance(value, int)
-    return value
-
-
-def bool_arg(args: dict[str, Any], key: str) -> bool:
-    return bool(arg(args, key, bool, False))
 
 
 def plural(n: int, word: str) -> str:

@@ -14,21 +14,13 @@ import fnmatch
 import os
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
 
 from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
-from plait.adapters.tools._limits import (
-    CHUNK,
-    WorkspaceLimits,
-    arg,
-    bool_arg,
-    int_arg,
-    plural,
-    str_arg,
-)
+from plait.adapters.tools._limits import CHUNK, WorkspaceLimits, plural
 from plait.adapters.tools._match import Matcher, matcher
 from plait.adapters.tools._paths import Workspace, is_binary, open_child_file
+from plait.adapters.tools._specs import SearchText
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.domain.errors import ToolError
 
@@ -185,18 +177,17 @@ def _glob_matches(glob: str | None, e: TreeEntry) -> bool:
 
 
 def search_text(
-    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
+    ws: Workspace, args: SearchText, limits: WorkspaceLimits, deadline: Deadline
 ) -> str:
-    pattern = str_arg(args, "pattern")
-    if not pattern:
-        raise ToolError("pattern must not be empty")
-    path = str_arg(args, "path", ".")
-    glob = arg(args, "glob", str, None)
+    pattern, path, glob = args.pattern, args.path, args.glob
+    if args.max_results > limits.max_search_matches:  # the configured limit may be lower
+        raise ToolError(
+            f"max_results may be at most {limits.max_search_matches} here",
+            argument="max_results",
+        )
     search = _Search(
-        matcher=matcher(
-            pattern, regex=bool_arg(args, "regex"), ignore_case=bool_arg(args, "ignore_case")
-        ),
-        max_results=int_arg(args, "max_results", 100, 1, limits.max_search_matches) or 100,
+        matcher=matcher(pattern, regex=args.regex, ignore_case=args.ignore_case),
+        max_results=args.max_results,
         limits=limits,
         deadline=deadline,
     )

@@ -1,36 +1,105 @@
-"""What the model is told about the workspace tools: names, descriptions, argument
-schemas and declared effect classes."""
+"""What the model is told about the workspace tools, declared once: each tool's arguments
+are a typed model; its JSON schema (what the model sees and every call is checked
+against) and the value its executor receives both come from that model."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from plait.domain.tools import EffectClass
+from pydantic import Field, field_validator
 
-__all__ = ["SPECS"]
+from plait.application.typed_tools import ToolArguments, arguments_schema
+from plait.domain.tools import EffectClass, ToolSpec
+
+__all__ = [
+    "ABSENT",
+    "SPECS",
+    "EditFile",
+    "ListDir",
+    "ReadFile",
+    "SearchText",
+    "WriteFile",
+]
 
 _WHERE = " Relative to the workspace root (an absolute path must lie inside it)."
+ABSENT = "absent"
 
 
-def _object(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
+def _path(description: str, **default: Any) -> Any:
+    return Field(**default, min_length=1, description=description + _WHERE)
 
 
-def _p(type_: str, description: str, **extra: Any) -> dict[str, Any]:
-    if type_ == "path":
-        return {"type": "string", "minLength": 1, "description": description + _WHERE, **extra}
-    return {"type": type_, "description": description, **extra}
+class ReadFile(ToolArguments):
+    path: str = _path("File to read.")
+    offset_line: int = Field(1, ge=1, description="First line to return, 1-based.")
+    max_lines: int | None = Field(
+        None,
+        ge=1,
+        description="Return at most this many lines (default: to the end, within the size limit).",
+    )
+
+
+class ListDir(ToolArguments):
+    path: str = _path("Directory to list (default: the workspace root).", default=".")
+    recursive: bool = Field(False, description="Also list everything below, depth first.")
+
+
+class SearchText(ToolArguments):
+    pattern: str = Field(
+        min_length=1,
+        description="Text to find (a regular expression if regex is true), within single lines.",
+    )
+    path: str = _path("File or directory to search (default: the root).", default=".")
+    regex: bool = Field(
+        False,
+        description="Treat pattern as a regular expression (RE2: no lookaround, no "
+        "backreferences).",
+    )
+    ignore_case: bool = Field(False, description="Match regardless of case.")
+    glob: str | None = Field(
+        None,
+        min_length=1,
+        description="Only search files matching this fnmatch pattern, e.g. '*.py': matched "
+        "against the file name, or against the path from the workspace root if it has a '/'.",
+    )
+    max_results: int = Field(100, ge=1, le=1000, description="Stop after this many matching lines.")
+
+
+class WriteFile(ToolArguments):
+    path: str = _path("File to write.")
+    content: str = Field(description="The complete new content.")
+    expected_sha256: str | None = Field(
+        None,
+        pattern="^((sha256:)?[0-9a-fA-F]{64}|absent)$",
+        description="sha256 (hex) of the content the file must have now, or 'absent' if it "
+        "must not exist yet.",
+    )
+
+    @field_validator("expected_sha256")
+    @classmethod
+    def _plain_hex(cls, value: str | None) -> str | None:
+        """Lower-case hex without the ``sha256:`` prefix, or ``absent``."""
+        if value is None:
+            return None
+        value = value.lower().removeprefix("sha256:")
+        if value != ABSENT and not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("expected_sha256 must be 64 hex digits or 'absent'")
+        return value
+
+
+class EditFile(ToolArguments):
+    path: str = _path("File to edit.")
+    old_string: str = Field(
+        min_length=1, description="Text to replace, exactly as in the file, whitespace included."
+    )
+    new_string: str = Field(description="Replacement text (may be empty, to delete).")
+    replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
 
 
 _READ, _WRITE = EffectClass.READ_ONLY, EffectClass.SIDE_EFFECT
 
-
-SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
+_DESCRIPTIONS: list[tuple[str, str, type[ToolArguments], EffectClass]] = [
     (
         "read_file",
         "Read a UTF-8 text file of the workspace, whole or a range of lines. Returns the "
@@ -38,16 +107,7 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
         "shown, whether more follows (and the offset_line to continue with) and, when the "
         "end was reached, the file's sha256 (usable as write_file's expected_sha256). "
         "Binary files are refused.",
-        _object(
-            ["path"],
-            path=_p("path", "File to read."),
-            offset_line=_p("integer", "First line to return, 1-based.", minimum=1, default=1),
-            max_lines=_p(
-                "integer",
-                "Return at most this many lines (default: to the end, within the size limit).",
-                minimum=1,
-            ),
-        ),
+        ReadFile,
         _READ,
     ),
     (
@@ -56,11 +116,7 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
         "symbolic links in '@'. Recursive listings show paths relative to the listed "
         "directory, do not enter .git or links, and stop after a bounded number of entries "
         "(said at the end).",
-        _object(
-            [],
-            path=_p("path", "Directory to list (default: the workspace root).", default="."),
-            recursive=_p("boolean", "Also list everything below, depth first.", default=False),
-        ),
+        ListDir,
         _READ,
     ),
     (
@@ -70,34 +126,7 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
         "workspace's text files. Returns 'path:line: text' per matching line, paths relative "
         "to the workspace root. Skips binary files, .git and symbolic links; stops after "
         "max_results matches and says so.",
-        _object(
-            ["pattern"],
-            pattern=_p(
-                "string",
-                "Text to find (a regular expression if regex is true), within single lines.",
-                minLength=1,
-            ),
-            path=_p("path", "File or directory to search (default: the root).", default="."),
-            regex=_p(
-                "boolean",
-                "Treat pattern as a regular expression (RE2: no lookaround, no backreferences).",
-                default=False,
-            ),
-            ignore_case=_p("boolean", "Match regardless of case.", default=False),
-            glob=_p(
-                "string",
-                "Only search files matching this fnmatch pattern, e.g. '*.py': matched against "
-                "the file name, or against the path from the workspace root if it has a '/'.",
-                minLength=1,
-            ),
-            max_results=_p(
-                "integer",
-                "Stop after this many matching lines.",
-                minimum=1,
-                maximum=1000,
-                default=100,
-            ),
-        ),
+        SearchText,
         _READ,
     ),
     (
@@ -108,17 +137,7 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
         "'absent', does not exist yet) — and if the file already holds exactly this content "
         "the call succeeds as 'already written', so retrying is safe. Returns the bytes "
         "written and the new sha256.",
-        _object(
-            ["path", "content"],
-            path=_p("path", "File to write."),
-            content=_p("string", "The complete new content."),
-            expected_sha256=_p(
-                "string",
-                "sha256 (hex) of the content the file must have now, or 'absent' if it must "
-                "not exist yet.",
-                pattern="^((sha256:)?[0-9a-fA-F]{64}|absent)$",
-            ),
-        ),
+        WriteFile,
         _WRITE,
     ),
     (
@@ -126,19 +145,16 @@ SPECS: list[tuple[str, str, dict[str, Any], EffectClass]] = [
         "Replace an exact string in a UTF-8 workspace file. old_string must occur exactly "
         "once (include surrounding lines to make it unique) unless replace_all is true. The "
         "file is rewritten atomically. Returns the number of replacements and the new sha256.",
-        _object(
-            ["path", "old_string", "new_string"],
-            path=_p("path", "File to edit."),
-            old_string=_p(
-                "string",
-                "Text to replace, exactly as in the file, whitespace included.",
-                minLength=1,
-            ),
-            new_string=_p("string", "Replacement text (may be empty, to delete)."),
-            replace_all=_p(
-                "boolean", "Replace every occurrence instead of exactly one.", default=False
-            ),
-        ),
+        EditFile,
         _WRITE,
     ),
 ]
+
+SPECS: list[tuple[ToolSpec, type[ToolArguments]]] = [
+    (
+        ToolSpec(name=name, description=text, parameters=arguments_schema(model), effect=effect),
+        model,
+    )
+    for name, text, model, effect in _DESCRIPTIONS
+]
+"""Each workspace tool's spec, and the model its arguments are parsed into."""

@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import Field
+
 from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._proc import Capture, Outcome, run_process
 from plait.adapters.tools.sandbox import (
@@ -33,6 +35,7 @@ from plait.adapters.tools.sandbox import (
     with_policy,
 )
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.typed_tools import ToolArguments, arguments_schema, parse_arguments
 from plait.domain.errors import ToolError
 from plait.domain.policy import Policy
 from plait.domain.tools import EffectClass, ToolSpec
@@ -49,38 +52,28 @@ _HEADER_ROOM = 1000
 notice the runner appends when it keeps the spooled output as an artifact."""
 _NOTICE_ROOM = 200
 
-_TIMEOUT = {
-    "type": "number",
-    "exclusiveMinimum": 0,
-    "description": "Wall-clock limit in seconds; the whole process tree is killed at it.",
-}
-_RUN_COMMAND = {
-    "type": "object",
-    "properties": {
-        "command": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_COMMAND_CHARS,
-            "description": f"Shell command line, run with /bin/sh -c (at most "
-            f"{MAX_COMMAND_CHARS} characters: write a longer script to a file first).",
-        },
-        "cwd": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory to run in, relative to the workspace root (default: "
-            "the root).",
-        },
-        "timeout_seconds": _TIMEOUT,
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
-_RUN_TESTS = {
-    "type": "object",
-    "properties": {"timeout_seconds": _TIMEOUT},
-    "required": [],
-    "additionalProperties": False,
-}
+_TIMEOUT = "Wall-clock limit in seconds; the whole process tree is killed at it."
+
+
+class RunCommand(ToolArguments):
+    command: str = Field(
+        min_length=1,
+        max_length=MAX_COMMAND_CHARS,
+        description=f"Shell command line, run with /bin/sh -c (at most {MAX_COMMAND_CHARS} "
+        "characters: write a longer script to a file first).",
+    )
+    cwd: str | None = Field(
+        None,
+        min_length=1,
+        description="Directory to run in, relative to the workspace root (default: the root).",
+    )
+    timeout_seconds: float | None = Field(None, gt=0, description=_TIMEOUT)
+
+
+class RunTests(ToolArguments):
+    timeout_seconds: float | None = Field(None, gt=0, description=_TIMEOUT)
+
+
 _SANDBOX_TEXT = (
     " It runs in a sandbox: only the workspace (read-write) and the system directories "
     "(read-only) exist, /tmp is private and empty, there is no network unless configured, "
@@ -106,13 +99,13 @@ def command_tools(
     runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected), protect_git)
 
     async def run_command(invocation: ToolInvocation) -> ToolOutput:
-        args = invocation.call.arguments()
+        args = parse_arguments(RunCommand, invocation.call.arguments())
         return await runner.run(
             invocation,
             tool="run_command",
-            command=args["command"],
-            cwd=args.get("cwd"),
-            seconds=args.get("timeout_seconds"),
+            command=args.command,
+            cwd=args.cwd,
+            seconds=args.timeout_seconds,
         )
 
     tools = [
@@ -120,7 +113,7 @@ def command_tools(
             spec=ToolSpec(
                 name="run_command",
                 description="Run a shell command in the workspace." + _SANDBOX_TEXT,
-                parameters=_RUN_COMMAND,
+                parameters=arguments_schema(RunCommand),
                 effect=EffectClass.SIDE_EFFECT,
             ),
             execute=run_command,
@@ -131,8 +124,7 @@ def command_tools(
     if test_command is not None:
 
         async def run_tests(invocation: ToolInvocation) -> ToolOutput:
-            args = invocation.call.arguments()
-            seconds = args.get("timeout_seconds")
+            seconds = parse_arguments(RunTests, invocation.call.arguments()).timeout_seconds
             return await runner.run(
                 invocation, tool="run_tests", command=test_command, cwd=None, seconds=seconds
             )
@@ -142,7 +134,7 @@ def command_tools(
                 spec=ToolSpec(
                     name="run_tests",
                     description=f"Run the project's tests ({test_command})." + _SANDBOX_TEXT,
-                    parameters=_RUN_TESTS,
+                    parameters=arguments_schema(RunTests),
                     effect=settings.effect_of(test_command),
                 ),
                 execute=run_tests,
@@ -159,20 +151,24 @@ class _Runner:
         self.protected = protected
         self.protect_git = protect_git
 
-    def _timeout(self, value: Any) -> float:
+    def _timeout(self, value: float | None) -> float:
         s = self.settings
         if value is None:
             return min(s.timeout_seconds, s.max_timeout_seconds)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ToolError(f"timeout_seconds must be a positive number (got {value!r})")
-        if value > s.max_timeout_seconds:
+        if value > s.max_timeout_seconds:  # the configured maximum: not in the schema
             raise ToolError(
                 f"timeout_seconds may be at most {s.max_timeout_seconds:g} (got {value:g})"
             )
         return float(value)
 
     async def run(
-        self, invocation: ToolInvocation, *, tool: str, command: str, cwd: Any, seconds: Any
+        self,
+        invocation: ToolInvocation,
+        *,
+        tool: str,
+        command: str,
+        cwd: str | None,
+        seconds: float | None,
     ) -> ToolOutput:
         if invocation.workspace is None:
             raise ToolError("this session has no workspace")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Callable, Sequence
 from contextlib import closing
@@ -20,16 +19,7 @@ from typing import IO, Any
 
 from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
-from plait.adapters.tools._limits import (
-    ABSENT,
-    CHUNK,
-    WorkspaceLimits,
-    arg,
-    bool_arg,
-    int_arg,
-    plural,
-    str_arg,
-)
+from plait.adapters.tools._limits import CHUNK, WorkspaceLimits, plural
 from plait.adapters.tools._paths import (
     SNIFF_BYTES,
     Entry,
@@ -41,9 +31,18 @@ from plait.adapters.tools._paths import (
     replace_file,
 )
 from plait.adapters.tools._search import search_text
-from plait.adapters.tools._specs import SPECS
+from plait.adapters.tools._specs import (
+    ABSENT,
+    SPECS,
+    EditFile,
+    ListDir,
+    ReadFile,
+    SearchText,
+    WriteFile,
+)
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.typed_tools import ToolArguments, parse_arguments
 from plait.domain.errors import ToolError
 from plait.domain.policy import Action, CallFacts, Policy
 from plait.domain.tools import EffectClass, ToolSpec
@@ -107,12 +106,8 @@ def _storable(text: str) -> str:
 # --- read_file ------------------------------------------------------------------------------
 
 
-def _read_file(
-    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
-) -> str:
-    path = str_arg(args, "path")
-    first = int_arg(args, "offset_line", 1, 1, 10**12) or 1
-    max_lines = int_arg(args, "max_lines", None, 1, 10**12)
+def _read_file(ws: Workspace, args: ReadFile, limits: WorkspaceLimits, deadline: Deadline) -> str:
+    path, first, max_lines = args.path, args.offset_line, args.max_lines
     with ws.open(path) as entry:
         fd = _require_file(entry)
         if is_binary(fd):
@@ -208,11 +203,8 @@ def _read_lines(r: _Lines, f: IO[bytes]) -> str:
 _SUFFIX = {"dir": "/", "link": "@", "file": "", "other": ""}
 
 
-def _list_dir(
-    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
-) -> str:
-    path = str_arg(args, "path", ".")
-    recursive = bool_arg(args, "recursive")
+def _list_dir(ws: Workspace, args: ListDir, limits: WorkspaceLimits, deadline: Deadline) -> str:
+    path, recursive = args.path, args.recursive
     with ws.open(path) as entry:
         if entry.fd is None:
             raise ToolError(f"{path!r} does not exist", path=path)
@@ -270,18 +262,9 @@ def _write_target(entry: Entry) -> tuple[int, str]:
     return entry.parent_fd, entry.name
 
 
-def _write_file(
-    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
-) -> str:
-    path = str_arg(args, "path")
-    data = _encode(str_arg(args, "content"), "content")
-    expected = arg(args, "expected_sha256", str, None)
-    if expected is not None:
-        expected = expected.lower().removeprefix("sha256:")
-        if expected != ABSENT and not re.fullmatch(r"[0-9a-f]{64}", expected):
-            raise ToolError(
-                "expected_sha256 must be 64 hex digits or 'absent'", argument="expected_sha256"
-            )
+def _write_file(ws: Workspace, args: WriteFile, limits: WorkspaceLimits, deadline: Deadline) -> str:
+    path, expected = args.path, args.expected_sha256  # lower-case hex, or 'absent'
+    data = _encode(args.content, "content")
     new_sha = _sha256(data)
     try:
         entry = ws.open(path, write=True)
@@ -319,15 +302,8 @@ def _write_file(
     return f"{verb} {path!r}: {plural(len(data), 'byte')} written; sha256 {new_sha}"
 
 
-def _edit_file(
-    ws: Workspace, args: dict[str, Any], limits: WorkspaceLimits, deadline: Deadline
-) -> str:
-    path = str_arg(args, "path")
-    old = str_arg(args, "old_string")
-    new = str_arg(args, "new_string")
-    replace_all = bool_arg(args, "replace_all")
-    if not old:
-        raise ToolError("old_string must not be empty", argument="old_string")
+def _edit_file(ws: Workspace, args: EditFile, limits: WorkspaceLimits, deadline: Deadline) -> str:
+    path, old, new, replace_all = args.path, args.old_string, args.new_string, args.replace_all
     if old == new:
         raise ToolError("old_string and new_string are identical: nothing to change")
     with ws.open(path, write=True) as entry:
@@ -379,13 +355,13 @@ def _edit_file(
 
 # --- wiring ---------------------------------------------------------------------------------
 
-_Run = Callable[[Workspace, dict[str, Any], WorkspaceLimits, Deadline], str]
-_RUNS: dict[str, _Run] = {
-    "read_file": _read_file,
-    "list_dir": _list_dir,
-    "search_text": search_text,
-    "write_file": _write_file,
-    "edit_file": _edit_file,
+_Run = Callable[[Workspace, Any, WorkspaceLimits, Deadline], str]
+_RUNS: dict[type[ToolArguments], _Run] = {
+    ReadFile: _read_file,
+    ListDir: _list_dir,
+    SearchText: search_text,
+    WriteFile: _write_file,
+    EditFile: _edit_file,
 }
 
 
@@ -414,11 +390,17 @@ class _Shield:
         return denied
 
 
-def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, shield: _Shield) -> Tool:
+def _tool(
+    spec: ToolSpec,
+    model: type[ToolArguments],
+    limits: WorkspaceLimits,
+    shield: _Shield,
+) -> Tool:
+    run = _RUNS[model]
     git = shield.policy.protect_git if shield.policy is not None else True
     write_denied = shield.write_denied(spec.name)
 
-    def blocking(root: str, args: dict[str, Any], deadline: Deadline) -> str:
+    def blocking(root: str, args: ToolArguments, deadline: Deadline) -> str:
         guard = Guard(shield.paths, known=shield.known)
         with Workspace(root, guard=guard, protect_git=git, write_denied=write_denied) as ws:
             try:
@@ -429,7 +411,7 @@ def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, shield: _Shield) -
     async def execute(invocation: ToolInvocation) -> ToolOutput:
         if invocation.workspace is None:
             raise ToolError("this session has no workspace")
-        args = invocation.call.arguments()
+        args = parse_arguments(model, invocation.call.arguments())
         # The thread cannot be killed: it checks this deadline between lines, files and
         # entries, and stops there once the runner's time limit passed or we stop waiting.
         deadline = Deadline(invocation.time_limit_seconds, cap=limits.max_call_seconds)
@@ -443,7 +425,7 @@ def _tool(spec: ToolSpec, run: _Run, limits: WorkspaceLimits, shield: _Shield) -
     # Reading tools stop at their next check when cancelled. A write is short and bounded
     # by its size; a cancelled run waits for it and records what really happened.
     read_only = spec.effect is EffectClass.READ_ONLY
-    effect_of = _write_effect if spec.name == "write_file" else None
+    effect_of = _write_effect if model is WriteFile else None
     return Tool(spec=spec, execute=execute, stoppable=read_only, effect_of=effect_of)
 
 
@@ -470,12 +452,4 @@ def workspace_tools(
     limits = limits or WorkspaceLimits()
     paths = tuple(os.fspath(p) for p in protected)
     shielded = _Shield(paths, Guard(paths), policy)
-    return [
-        _tool(
-            ToolSpec(name=name, description=text, parameters=schema, effect=effect),
-            _RUNS[name],
-            limits,
-            shielded,
-        )
-        for name, text, schema, effect in SPECS
-    ]
+    return [_tool(spec, model, limits, shielded) for spec, model in SPECS]

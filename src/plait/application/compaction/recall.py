@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import Field, model_validator
+
 from plait.application.compaction._render import render_message
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.retention import expiries_of
-from plait.domain.errors import ArtifactNotFoundError, ToolError
+from plait.application.typed_tools import ToolArguments, arguments_schema, parse_arguments
+from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
 from plait.domain.retention import Expiry
@@ -42,6 +45,23 @@ __all__ = [
 
 MAX_SLICE = 32_000
 
+
+class RecallArguments(ToolArguments):
+    message_id: str | None = Field(None, min_length=1)
+    artifact_id: str | None = Field(None, min_length=1)
+    offset: int | None = Field(None, ge=0)
+    length: int | None = Field(None, ge=1, le=MAX_SLICE)
+    query: str | None = Field(None, min_length=1)
+    limit: int | None = Field(None, ge=1, le=50)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RecallArguments:
+        given = [self.message_id, self.artifact_id, self.query]
+        if sum(value is not None for value in given) != 1:
+            raise ValueError("give exactly one of message_id, artifact_id or query")
+        return self
+
+
 RECALL_SPEC = ToolSpec(
     name="recall",
     description=(
@@ -53,18 +73,7 @@ RECALL_SPEC = ToolSpec(
         "that does not exist in this session is reported as missing; one whose content the "
         "retention policy removed is reported as expired."
     ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "message_id": {"type": "string", "minLength": 1},
-            "artifact_id": {"type": "string", "minLength": 1},
-            "offset": {"type": "integer", "minimum": 0},
-            "length": {"type": "integer", "minimum": 1, "maximum": MAX_SLICE},
-            "query": {"type": "string", "minLength": 1},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "additionalProperties": False,
-    },
+    parameters=arguments_schema(RecallArguments),
     effect=EffectClass.READ_ONLY,
 )
 
@@ -248,17 +257,14 @@ def recall_tool(store: Any) -> Tool:
     :class:`~plait.application.ports.ArtifactStore`."""
 
     async def execute(invocation: ToolInvocation) -> ToolOutput:
-        args = invocation.call.arguments()
-        given = [k for k in ("message_id", "artifact_id", "query") if k in args]
-        if len(given) != 1:
-            raise ToolError("give exactly one of message_id, artifact_id or query")
+        args = parse_arguments(RecallArguments, invocation.call.arguments())
         sid = invocation.session_id
-        if "message_id" in args:
-            return await _by_message(store, sid, args["message_id"])
-        if "artifact_id" in args:
-            offset = int(args.get("offset", 0))
-            length = int(args.get("length", 8_000))
-            return await _by_artifact(store, sid, args["artifact_id"], offset, length)
-        return await _by_query(store, sid, args["query"], int(args.get("limit", 10)))
+        if args.message_id is not None:
+            return await _by_message(store, sid, args.message_id)
+        if args.artifact_id is not None:
+            offset, length = args.offset or 0, args.length or 8_000
+            return await _by_artifact(store, sid, args.artifact_id, offset, length)
+        assert args.query is not None
+        return await _by_query(store, sid, args.query, args.limit or 10)
 
     return Tool(spec=RECALL_SPEC, execute=execute)

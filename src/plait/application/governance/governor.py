@@ -28,7 +28,7 @@ from plait.domain.governance import (
     Decision,
     Verdict,
 )
-from plait.domain.messages import Message, ToolCall, Usage, argument_digest
+from plait.domain.messages import Message, ToolCall, Usage
 from plait.domain.policy import Action, CallFacts, Policy, PolicyVerdict
 from plait.domain.tools import EffectClass, ToolSpec
 
@@ -170,7 +170,7 @@ class Governor:
             session_id=session_id,
             call_id=call.id,
             tool_name=call.name,
-            args_digest=argument_digest(call.arguments_json),
+            args_digest=call.argument_digest(),
             scope=scope,
             workspace_state=state,
             now=now,

@@ -1,0 +1,294 @@
+"""Checking a tool call's arguments against its tool's JSON Schema.
+
+Validation is the maintained ``jsonschema`` library's, Draft 2020-12, for every tool
+whatever its source (built-in, typed Python function, MCP server). A schema is checked once,
+when its tool is registered (:class:`~plait.application.ports.Tool` does it): a schema
+that is not valid Draft 2020-12, or that refers to a ``$ref`` plait cannot resolve, is a
+configuration error naming the tool. The compiled validator is kept per spec.
+
+The messages go back to the model as corrections, so each names the JSON path of the
+value and says what was expected, briefly: values are shortened, never echoed whole.
+
+This lives in the application layer, not the domain: the domain has no third-party
+dependencies, and checking a call is a step of the loop (see :mod:`.validation`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from copy import deepcopy
+from fractions import Fraction
+from functools import cache
+from typing import TYPE_CHECKING, Any, cast
+
+from plait.domain.errors import ValidationError
+from plait.domain.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaViolation
+    from jsonschema.protocols import Validator
+
+__all__ = ["MAX_ERRORS", "ArgumentSchema", "argument_errors", "argument_schema"]
+
+MAX_ERRORS = 20
+"""At most this many problems are reported for one call (the first ones, by path)."""
+_SHORT = 60
+
+
+def _multiple_of(
+    validator: Any, divisor: float, instance: object, schema: Mapping[str, Any]
+) -> Iterator[SchemaViolation]:
+    """``multipleOf`` in exact decimal arithmetic: 0.3 is a multiple of 0.1 (in floats it
+    is not, and jsonschema's check says so)."""
+    if not validator.is_type(instance, "number"):
+        return
+    try:
+        exact = (Fraction(repr(instance)) / Fraction(repr(divisor))).denominator == 1
+    except (ValueError, OverflowError, ZeroDivisionError):  # inf, nan
+        exact = False
+    if not exact:
+        from jsonschema.exceptions import ValidationError as Violation  # lazy: start-up time
+
+        yield Violation(f"{instance!r} is not a multiple of {divisor!r}")
+
+
+@cache
+def _validator_class() -> type[Validator]:
+    # jsonschema is imported when the first schema is compiled: start-up time (~0.1 s)
+    from jsonschema import Draft202012Validator, validators
+
+    extended: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, {"multipleOf": _multiple_of}
+    )
+    return extended
+
+
+class ArgumentSchema:
+    """A tool's compiled argument schema. Build it with :func:`argument_schema`."""
+
+    __slots__ = ("_validator", "tool")
+
+    def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
+        self.tool = tool
+        from jsonschema.exceptions import SchemaError  # lazy: start-up time
+
+        validator_class = _validator_class()
+        try:
+            validator_class.check_schema(cast(Any, schema))
+        except SchemaError as e:
+            where = _pointer(e.absolute_path)
+            raise ValidationError(
+                f"tool {tool!r}: invalid parameters schema at {where}: {e.message}", tool=tool
+            ) from None
+        self._validator = validator_class(deepcopy(schema))  # later edits change nothing
+        if isinstance(schema, Mapping):
+            _check_refs(tool, schema)
+
+    def errors(self, arguments: object) -> list[str]:
+        """What is wrong with ``arguments``, each naming its JSON path; empty when valid."""
+        try:
+            if self._validator.is_valid(cast(Any, arguments)):  # the usual case, twice as fast
+                return []
+            found = sorted(self._validator.iter_errors(cast(Any, arguments)), key=_path_key)
+        except RecursionError:
+            return ["$: value is nested too deeply to validate"]
+        messages = dict.fromkeys(m for error in found for m in _describe(error))
+        return list(messages)[:MAX_ERRORS]  # jsonschema repeats some (e.g. 'required')
+
+
+_cache: dict[int, tuple[ToolSpec, ArgumentSchema]] = {}
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 4096
+
+
+def argument_schema(spec: ToolSpec) -> ArgumentSchema:
+    """The compiled schema of ``spec`` (compiled once per spec; raises
+    a :class:`~plait.domain.errors.ValidationError` naming the tool for a bad schema)."""
+    cached = _cache.get(id(spec))
+    if cached is not None and cached[0] is spec:
+        return cached[1]
+    compiled = ArgumentSchema(spec.name, spec.parameters)
+    with _cache_lock:
+        if len(_cache) >= _CACHE_SIZE:  # specs come and go with MCP tool lists
+            _cache.pop(next(iter(_cache)))
+        _cache[id(spec)] = (spec, compiled)  # holding the spec keeps its id unique
+    return compiled
+
+
+def argument_errors(spec: ToolSpec, arguments: object) -> list[str]:
+    """Errors of ``arguments`` against ``spec``'s schema; empty when valid."""
+    return argument_schema(spec).errors(arguments)
+
+
+# --- schema checks at registration ----------------------------------------------------------
+
+
+def _check_refs(tool: str, schema: Mapping[str, Any]) -> None:
+    """Every ``$ref`` must resolve inside the schema: plait never fetches a remote one."""
+    # jsonschema's reference resolver, imported with it (start-up time)
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    resource = Resource.from_contents(dict(schema), default_specification=DRAFT202012)
+    resolver = Registry().with_resource("", resource).resolver()
+    for ref in _refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise ValidationError(
+                f"tool {tool!r}: invalid parameters schema: $ref {ref!r} does not resolve "
+                "within the schema",
+                tool=tool,
+            ) from None
+
+
+def _refs(node: object) -> Iterable[str]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                yield value
+            elif key not in ("enum", "const", "default", "examples"):
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _refs(item)
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def _path_key(error: SchemaViolation) -> list[tuple[int, int, str]]:
+    """Errors in a stable order: by path (array indexes numerically), then schema order."""
+    return [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in error.absolute_path]
+
+
+def _path(parts: Iterable[object]) -> str:
+    text = "$"
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            text += f".{part}"
+        else:
+            text += f"[{part!r}]"
+    return text
+
+
+def _pointer(parts: Iterable[object]) -> str:
+    return "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _count(number: int, word: str) -> str:
+    if number == 1:
+        return f"1 {word}"
+    return f"{number} {word[:-1]}ies" if word.endswith("y") else f"{number} {word}s"
+
+
+_SIZES = {
+    "minLength": ("at least", "character", len),
+    "maxLength": ("at most", "character", len),
+    "minItems": ("at least", "item", len),
+    "maxItems": ("at most", "item", len),
+    "minProperties": ("at least", "property", len),
+    "maxProperties": ("at most", "property", len),
+}
+_BOUNDS = {
+    "minimum": "less than minimum",
+    "maximum": "greater than maximum",
+    "exclusiveMinimum": "not greater than exclusiveMinimum",
+    "exclusiveMaximum": "not less than exclusiveMaximum",
+    "multipleOf": "not a multiple of",
+}
+
+
+def _describe(error: SchemaViolation, where: str | None = None) -> list[str]:
+    where = _path(error.absolute_path) if where is None else where
+    value = error.instance
+    if error.validator == "required" and isinstance(value, Mapping):
+        required: Any = error.validator_value
+        missing = [name for name in required if name not in value]
+        return [f"{where}: missing required property {name!r}" for name in missing]
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        extra = _unexpected(error)
+        if extra:
+            return [f"{where}: unexpected property {name!r}" for name in extra]
+    return [f"{where}: {_reason(error)}"]
+
+
+def _unexpected(error: SchemaViolation) -> list[str]:
+    if not isinstance(error.instance, Mapping) or not isinstance(error.schema, Mapping):
+        return []
+    known = error.schema.get("properties", {})
+    patterns = error.schema.get("patternProperties", {})
+    return [
+        str(name)
+        for name in error.instance
+        if name not in known and not any(re.search(p, str(name)) for p in patterns)
+    ]
+
+
+def _reason(error: SchemaViolation) -> str:
+    keyword = error.validator
+    value: Any = error.instance
+    bound: Any = error.validator_value
+    if keyword == "type":
+        wanted = " or ".join(bound) if isinstance(bound, list) else str(bound)
+        return f"expected {wanted}, got {_type_name(value)}"
+    if keyword == "additionalProperties" and bound is False and _unexpected(error):
+        return "; ".join(f"unexpected property {name!r}" for name in _unexpected(error))
+    if keyword == "items" and bound is False and isinstance(value, list):
+        allowed = len(error.schema.get("prefixItems", ())) if isinstance(error.schema, dict) else 0
+        return f"expected at most {_count(allowed, 'item')}, got {len(value)}"
+    if keyword in _SIZES:
+        side, word, size = _SIZES[keyword]
+        return f"expected {side} {_count(int(bound), word)}, got {size(value)}"
+    if keyword in _BOUNDS:
+        return f"{_short(value)} is {_BOUNDS[keyword]} {bound!r}"
+    if keyword == "pattern":
+        return f"{_short(value)} does not match pattern {bound!r}"
+    if keyword == "enum":
+        return f"{_short(value)} is not one of {_short(bound)}"
+    if keyword == "const":
+        return f"{_short(value)} is not equal to const {_short(bound)}"
+    if keyword in ("anyOf", "oneOf"):
+        if keyword == "oneOf" and not error.context:
+            return "value matches more than one option in oneOf, expected exactly one"
+        options: dict[int, list[str]] = {}
+        for sub in error.context or ():
+            index = sub.schema_path[0] if sub.schema_path else 0
+            inner = list(sub.absolute_path)[len(error.absolute_path) :]
+            reasons = _describe(sub, _path([*error.absolute_path, *inner]) if inner else "")
+            options.setdefault(int(index), []).extend(r.removeprefix(": ") for r in reasons)
+        parts = [f"option {i}: {'; '.join(why)}" for i, why in sorted(options.items())]
+        return f"value does not match any schema in {keyword} ({'; '.join(parts)})"
+    if keyword == "not":
+        return "value must not match the 'not' schema"
+    if keyword == "uniqueItems":
+        return "items must be unique"
+    if keyword == "contains":
+        return "no item matches the 'contains' schema"
+    if keyword is None and error.schema is False:
+        return "no value is allowed here (schema is false)"
+    message = str(error.message)
+    return message if len(message) <= 200 else message[:197] + "..."
