@@ -147,9 +147,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _public(value: Any) -> Any:
+    """``dataclasses.asdict`` without private fields (a call's decoded-arguments cache
+    is no part of the message)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _public(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not f.name.startswith("_")
+        }
+    if isinstance(value, list | tuple):
+        return [_public(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _public(item) for key, item in value.items()}
+    return value
+
+
 def message_to_archive(message: Message) -> dict[str, Any]:
     """The whole message as plain JSON data (the archive's and the digest's shape)."""
-    data: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(message), default=_plain))
+    data: dict[str, Any] = json.loads(json.dumps(_public(message), default=_plain))
     return data
 
 
