@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from plait.application.events import RunEvent
 from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval, ApprovalUse
@@ -43,6 +44,7 @@ __all__ = [
     "RawToolCall",
     "RetentionStore",
     "RunQueue",
+    "RunTelemetry",
     "SessionStore",
     "SummaryStore",
     "TextSink",
@@ -554,4 +556,32 @@ class LeftoverSweeper(Protocol):
     def sweep(self, workspace: str, *, older_than: float) -> list[str]:
         """Remove such files last modified before ``older_than`` (epoch seconds; a live
         writer's fresh temporary file is left alone); return their paths."""
+        ...
+
+
+class RunTelemetry(Protocol):
+    """Traces and metrics of runs (DESIGN §9), e.g. OpenTelemetry. The loop tells it when
+    this process begins driving a run (a *segment*: the run's start, or its continuation
+    after a crash, a worker's claim or a person's answer), every run event, and when the
+    segment stops. Off (``None``), nothing is called."""
+
+    def begin(self, run: Run, how: str) -> str | None:
+        """This process starts driving ``run`` (``how``: ``started``, ``queued``,
+        ``claimed``, ``recovered``, ``resumed``). Returns the trace context to store with
+        the run when it has none yet (else ``None``); a run that has one continues that
+        trace, its new span linked to the stored one."""
+        ...
+
+    def observe(self, event: RunEvent) -> None:
+        """A run event (quick, must not raise)."""
+        ...
+
+    def end(self, run: Run, error: BaseException | None = None) -> None:
+        """The segment ended: the run ended or waits (``run``'s status says which), or
+        ``error`` stopped this process driving it (lease lost, store failure)."""
+        ...
+
+    def forked(self, source_session_id: str, session: Session, parent_trace: str | None) -> None:
+        """A fork created ``session`` from ``source_session_id``; ``parent_trace``: the
+        trace context of the source session's latest run, which the fork's span links to."""
         ...
