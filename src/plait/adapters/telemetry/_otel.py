@@ -133,11 +133,8 @@ class OtelTelemetry:
         self.tokens_saved = meter.create_counter(
             "plait.compaction.tokens_saved", unit="{token}", description="Context tokens saved"
         )
-        self.queue_depth = meter.create_histogram(
-            "plait.queue.depth", unit="{run}", description="Queued runs seen by a worker's claim"
-        )
         self.claim_latency = meter.create_histogram(
-            "plait.queue.claim_latency", unit="s", description="Submitted to claimed"
+            "plait.queue.claim_latency", unit="s", description="Queued run: submitted to claimed"
         )
 
     @classmethod
@@ -206,6 +203,8 @@ class OtelTelemetry:
             span = self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
             context = traceparent(span) if span.get_span_context().is_valid else None
         self._segments[run.id] = _Segment(run=run, span=span, provider=_provider(run))
+        if how == "claimed":  # run times are epoch seconds (the system clock's)
+            self.claim_latency.record(max(time.time() - run.started_at, 0.0))
         return context
 
     def observe(self, event: RunEvent) -> None:
@@ -239,12 +238,6 @@ class OtelTelemetry:
             },
         )
         span.end()
-
-    def queue_claimed(self, depth: int | None, waited_seconds: float) -> None:
-        """A worker claimed a queued run: the queue's depth then and how long it waited."""
-        if depth is not None:
-            self.queue_depth.record(depth)
-        self.claim_latency.record(max(waited_seconds, 0.0))
 
     # --- events -------------------------------------------------------------------------
 
