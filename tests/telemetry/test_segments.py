@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
 
 from plait.adapters.http.events import encode_event
 from plait.adapters.stores.memory import MemoryStore
@@ -108,3 +109,24 @@ def test_contents_are_recorded_only_when_capture_is_on() -> None:
     assert "secret argument" in captured["execute_tool"]["gen_ai.tool.call.result"]
     assert "echo it" in captured["invoke_agent"]["gen_ai.input.messages"]
     assert "Echoed." in captured["invoke_agent"]["gen_ai.output.messages"]
+
+
+def test_a_failed_run_sets_error_status_and_its_stable_code(otel: Otel) -> None:
+    service, _ = agent(otel, {"error": "authentication"})
+
+    async def go() -> str:
+        session = await service.create_session()
+        run = (await service.send(session.id, "hello")).run
+        assert run.status is RunStatus.FAILED and run.error is not None
+        return run.error.code
+
+    code = asyncio.run(go())
+    spans = {s.name.split(" ")[0]: s for s in otel.finished()}
+    root, chat = spans["invoke_agent"], spans["chat"]
+    assert root.status.status_code is StatusCode.ERROR and attrs(root)["error.type"] == code
+    assert attrs(root)["plait.run.status"] == "failed"
+    assert chat.status.status_code is StatusCode.ERROR
+    assert attrs(chat)["error.type"] == "authentication"
+    assert {a.get("error.type") for a, _ in otel.points("gen_ai.client.operation.duration")} == {
+        "authentication"
+    }

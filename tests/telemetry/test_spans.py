@@ -128,6 +128,7 @@ def test_a_run_with_tools_retry_denial_compaction_and_approval(otel: Otel) -> No
     flags = int(root.context.trace_flags)
     assert stored == f"00-{trace_id:032x}-{root.context.span_id:016x}-{flags:02x}"
     assert resumed.parent is not None and resumed.parent.span_id == root.context.span_id
+    assert root.status.status_code is StatusCode.UNSET  # waiting for a person is no error
     assert [link.context.span_id for link in resumed.links] == [root.context.span_id]
     for segment, how, status in (
         (root, "started", "awaiting_approval"),

@@ -110,7 +110,7 @@ class _Attempts:
     def spend(self, role: ModelRole, attempt: int) -> None:
         self.driver.check_budget(self.a, before_model_call=True)
         self.a.usage.model_calls += 1
-        self.driver.journal.emit(self.a, ModelCallStarted(self.a.run.id, self.step, attempt))
+        self.driver.journal.emit(self.a, ModelCallStarted(self.a.run.id, self.step, attempt, role))
 
     def settled(
         self, role: ModelRole, attempt: int, model: str, outcome: ModelResponse | ModelError

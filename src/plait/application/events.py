@@ -37,6 +37,8 @@ class ModelCallStarted:
     run_id: str
     step: int
     attempt: int
+    role: str = "assistant"
+    """``assistant`` or ``reviewer`` (the ModelCaller's role)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -56,6 +56,8 @@ __all__ = ["AGENT_NAME", "OtelTelemetry"]
 AGENT_NAME = "plait"
 _SCOPE = "plait"
 _PROPAGATOR = TraceContextTextMapPropagator()
+_FAILED = frozenset({RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED})
+"""Run statuses whose segment span is an error (waiting and cancelled runs are not)."""
 _TOOL_ERRORS = frozenset({ToolStatus.FAILED, ToolStatus.UNKNOWN, ToolStatus.CANCELLED})
 _PROVIDERS = {"gemini": "gcp.gemini", "google": "gcp.gemini", "deepseek": "deepseek"}
 
@@ -284,6 +286,7 @@ class OtelTelemetry:
                 "plait.run.id": segment.run.id,
                 "plait.step": event.step,
                 "plait.model.attempt": event.attempt,
+                "plait.model.role": event.role,
             },
         )
         segment.chat = _Timed(span)
@@ -466,7 +469,7 @@ class OtelTelemetry:
         span.set_attribute("gen_ai.usage.input_tokens", run.usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", run.usage.output_tokens)
         span.set_attribute("plait.run.steps", run.usage.steps)
-        if code is None and run.error is not None and run.status is not RunStatus.COMPLETED:
+        if code is None and run.error is not None and run.status in _FAILED:
             code = run.error.code
         if code is not None:
             span.set_status(Status(StatusCode.ERROR, code))
