@@ -130,3 +130,40 @@ def test_a_failed_run_sets_error_status_and_its_stable_code(otel: Otel) -> None:
     assert {a.get("error.type") for a, _ in otel.points("gen_ai.client.operation.duration")} == {
         "authentication"
     }
+
+
+def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Otel) -> None:
+    from plait.application.governance.gate import GovernedGate
+    from plait.application.governance.governor import Governor
+    from plait.application.governance.reviewer import Reviewer
+    from plait.domain.policy import Action, Policy, ToolRule
+
+    policy = Policy(rules=(ToolRule(name="review-echo", action=Action.REVIEW, tools=("echo",)),))
+    store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
+    model = ScriptedModel(
+        {
+            "version": 1,
+            "assistant": [ECHO, {"text": "Echoed."}],
+            "reviewer": [{"structured": {"decision": "allow", "reason": "harmless echo"}}],
+        }
+    )
+    governor = Governor(
+        policy=policy, approvals=store, clock=clock, ids=ids,
+        reviewer=Reviewer(config=policy.reviewer, name=model.name),
+    )  # fmt: skip
+    service = AgentService(
+        store=store, artifacts=store, model=model, tools=[echo_tool().tool], clock=clock,
+        ids=ids, owner="test", gate=GovernedGate(governor), telemetry=otel.telemetry,
+    )  # fmt: skip
+
+    async def go() -> None:
+        session = await service.create_session()
+        assert (await service.send(session.id, "echo it")).run.status is RunStatus.COMPLETED
+
+    asyncio.run(go())
+    roles = [attrs(s)["plait.model.role"] for s in otel.finished() if s.name.startswith("chat")]
+    assert roles == ["assistant", "reviewer", "assistant"]
+    (tool,) = [s for s in otel.finished() if s.name == "execute_tool echo"]
+    assert attrs(tool)["plait.gate.decision"] == "allow"
+    assert attrs(tool)["plait.gate.decided_by"] == f"reviewer:{model.name}"
+    assert attrs(tool)["plait.gate.reason"].startswith("harmless echo")

@@ -15,6 +15,7 @@ with a link to it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from plait.domain.session import Session
 __all__ = ["AGENT_NAME", "OtelTelemetry"]
 
 AGENT_NAME = "plait"
+log = logging.getLogger("plait.telemetry")
 _SCOPE = "plait"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _FAILED = frozenset({RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED})
@@ -180,6 +182,13 @@ class OtelTelemetry:
     # --- the port -----------------------------------------------------------------------
 
     def begin(self, run: Run, how: str) -> str | None:
+        try:
+            return self._begin(run, how)
+        except Exception:  # telemetry never stops a run
+            log.exception("telemetry: the run's span could not be started")
+            return None
+
+    def _begin(self, run: Run, how: str) -> str | None:
         self._close(run.id, None, "superseded")  # a segment this process left open
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -213,16 +222,17 @@ class OtelTelemetry:
         try:
             self._observe(event)
         except Exception:  # telemetry never stops a run
-            import logging
-
-            logging.getLogger("plait.telemetry").exception("telemetry: event dropped")
+            log.exception("telemetry: event dropped")
 
     def end(self, run: Run, error: BaseException | None = None) -> None:
         segment = self._segments.get(run.id)
         if segment is None:
             return
         segment.run = run
-        self._close(run.id, error, None)
+        try:
+            self._close(run.id, error, None)
+        except Exception:
+            log.exception("telemetry: the run's span could not be ended")
 
     def forked(self, source_session_id: str, session: Session, parent_trace: str | None) -> None:
         parent = _parent(parent_trace) if parent_trace else None
