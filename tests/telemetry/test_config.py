@@ -40,12 +40,16 @@ def test_the_table_is_read_and_merged(project: Path) -> None:
     )
     config = load_config()
     assert dict(config.telemetry) == {
-        "enabled": True, "capture_content": True, "exporter": "console",
-    }  # fmt: skip
+        "enabled": True,
+        "capture_content": True,
+        "exporter": "console",
+    }
     settings = TelemetrySettings.from_mapping(config.telemetry)
     assert (settings.enabled, settings.capture_content, settings.exporter) == (
-        True, True, "console",
-    )  # fmt: skip
+        True,
+        True,
+        "console",
+    )
 
 
 @pytest.mark.parametrize(
@@ -125,8 +129,13 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
 def test_off_nothing_from_opentelemetry_is_imported(project: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(project / "cfg")}
     done = subprocess.run(
-        [sys.executable, "-c", OFF_RUN], cwd=project, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", OFF_RUN],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"

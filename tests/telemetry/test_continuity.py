@@ -29,8 +29,13 @@ def proc(command: str, case: Path, receiver: Received) -> subprocess.CompletedPr
     env.pop("OTEL_SERVICE_NAME", None)
     return subprocess.run(
         [sys.executable, "-m", "tests.telemetry.traced_proc", command, str(case / "plait.db")],
-        cwd=case, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=case,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_a_run_killed_mid_tool_and_recovered_elsewhere_is_one_linked_trace(

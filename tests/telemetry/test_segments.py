@@ -27,9 +27,15 @@ def agent(otel: Otel, *turns: dict[str, Any]) -> tuple[AgentService, MemoryStore
     store = MemoryStore()
     model = ScriptedModel({"version": 1, "assistant": list(turns)})
     service = AgentService(
-        store=store, artifacts=store, model=model, tools=[echo_tool().tool],
-        clock=FixedClock(), ids=SequentialIds(), owner="test", telemetry=otel.telemetry,
-    )  # fmt: skip
+        store=store,
+        artifacts=store,
+        model=model,
+        tools=[echo_tool().tool],
+        clock=FixedClock(),
+        ids=SequentialIds(),
+        owner="test",
+        telemetry=otel.telemetry,
+    )
     return service, store
 
 
@@ -148,13 +154,23 @@ def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Ote
         }
     )
     governor = Governor(
-        policy=policy, approvals=store, clock=clock, ids=ids,
+        policy=policy,
+        approvals=store,
+        clock=clock,
+        ids=ids,
         reviewer=Reviewer(config=policy.reviewer, name=model.name),
-    )  # fmt: skip
+    )
     service = AgentService(
-        store=store, artifacts=store, model=model, tools=[echo_tool().tool], clock=clock,
-        ids=ids, owner="test", gate=GovernedGate(governor), telemetry=otel.telemetry,
-    )  # fmt: skip
+        store=store,
+        artifacts=store,
+        model=model,
+        tools=[echo_tool().tool],
+        clock=clock,
+        ids=ids,
+        owner="test",
+        gate=GovernedGate(governor),
+        telemetry=otel.telemetry,
+    )
 
     async def go() -> None:
         session = await service.create_session()

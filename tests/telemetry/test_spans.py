@@ -41,12 +41,15 @@ EDIT = ToolSpec(
 POLICY = Policy(
     rules=(
         ToolRule(
-            name="no-deploy", action=Action.DENY, tools=("edit_file",), paths=("deploy/**",),
+            name="no-deploy",
+            action=Action.DENY,
+            tools=("edit_file",),
+            paths=("deploy/**",),
             reason="deploy config is off limits",
         ),
         ToolRule(name="ask-edits", action=Action.APPROVE, tools=("edit_file",)),
     )
-)  # fmt: skip
+)
 
 
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
@@ -75,19 +78,34 @@ def service(otel: Otel, scripted: ScriptedModel) -> tuple[AgentService, MemorySt
         model=scripted.name, meter=CharMeter(), context_window=WINDOW, max_output_tokens=300
     )
     compaction = CompactionService(
-        store=store, profiles=ModelProfiles([profile]), summarizer=scripted, clock=clock,
-        ids=ids, settings=CompactionSettings(summary_max_tokens=300),
-    )  # fmt: skip
+        store=store,
+        profiles=ModelProfiles([profile]),
+        summarizer=scripted,
+        clock=clock,
+        ids=ids,
+        settings=CompactionSettings(summary_max_tokens=300),
+    )
     governor = Governor(
-        policy=POLICY, approvals=store, clock=clock, ids=ids,
+        policy=POLICY,
+        approvals=store,
+        clock=clock,
+        ids=ids,
         reviewer=Reviewer(config=POLICY.reviewer, name=scripted.name),
-    )  # fmt: skip
+    )
     editor = RecordingTool(EDIT, output="edited")
     agent = AgentService(
-        store=store, artifacts=store, model=scripted, tools=[echo_tool().tool, editor.tool],
-        clock=clock, ids=ids, owner="test", gate=GovernedGate(governor), compaction=compaction,
-        retry=RetryPolicy(max_attempts=3, base_delay=0.0), telemetry=otel.telemetry,
-    )  # fmt: skip
+        store=store,
+        artifacts=store,
+        model=scripted,
+        tools=[echo_tool().tool, editor.tool],
+        clock=clock,
+        ids=ids,
+        owner="test",
+        gate=GovernedGate(governor),
+        compaction=compaction,
+        retry=RetryPolicy(max_attempts=3, base_delay=0.0),
+        telemetry=otel.telemetry,
+    )
     return agent, store, editor
 
 
@@ -164,8 +182,10 @@ def test_a_run_with_tools_retry_denial_compaction_and_approval(otel: Otel) -> No
     assert tools["c1"].name == "execute_tool echo"
     c1 = attrs(tools["c1"])
     assert (c1["gen_ai.tool.name"], c1["plait.tool.status"], c1["plait.tool.effect"]) == (
-        "echo", "succeeded", "read_only",
-    )  # fmt: skip
+        "echo",
+        "succeeded",
+        "read_only",
+    )
     assert c1["plait.gate.decision"] == "allow"
     assert "gen_ai.tool.call.arguments" not in c1  # content capture is off
     denied = attrs(tools["c3"])

@@ -39,9 +39,14 @@ def test_the_trace_context_is_stored_and_survives_a_claim(store_url: str) -> Non
         try:
             model = ScriptedModel({"version": 1})
             service = AgentService(
-                store=store, artifacts=store, model=model, clock=FixedClock(),
-                ids=SequentialIds(), owner="api", telemetry=otel.telemetry,
-            )  # fmt: skip
+                store=store,
+                artifacts=store,
+                model=model,
+                clock=FixedClock(),
+                ids=SequentialIds(),
+                owner="api",
+                telemetry=otel.telemetry,
+            )
             session = await service.create_session()
             queued = await service.submit(session.id, "hello")
             assert queued.trace_context is not None and queued.trace_context.startswith("00-")

@@ -119,15 +119,24 @@ class _Attempts:
             return  # only telemetry reads it: no event to build otherwise
         if isinstance(outcome, ModelError):
             ended = ModelCallEnded(
-                run_id=self.a.run.id, step=self.step, attempt=attempt, role=role, model=model,
+                run_id=self.a.run.id,
+                step=self.step,
+                attempt=attempt,
+                role=role,
+                model=model,
                 error_code=outcome.model_code.lower(),
-            )  # fmt: skip
+            )
         else:
             ended = ModelCallEnded(
-                run_id=self.a.run.id, step=self.step, attempt=attempt, role=role, model=model,
-                response_model=outcome.model, usage=outcome.usage,
+                run_id=self.a.run.id,
+                step=self.step,
+                attempt=attempt,
+                role=role,
+                model=model,
+                response_model=outcome.model,
+                usage=outcome.usage,
                 tool_calls=len(outcome.tool_calls),
-            )  # fmt: skip
+            )
         self.driver.journal.emit(self.a, ended)
 
     @property

@@ -206,9 +206,12 @@ class OtelTelemetry:
         linked = trace.get_current_span(parent).get_span_context() if parent else None
         if linked is not None and linked.is_valid:
             span = self.tracer.start_span(
-                name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes,
+                name,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
                 links=[Link(linked, {"plait.link": "previous_segment"})],
-            )  # fmt: skip
+            )
             context = None
         else:
             span = self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
