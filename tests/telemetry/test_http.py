@@ -27,7 +27,7 @@ def test_a_posted_message_and_a_fork_through_the_api_are_traced(tmp_path: Path) 
         next(lives, None)
     spans = otel.finished()
     segments = [s for s in spans if s.name == "invoke_agent plait"]
-    by_segment = {dict(s.attributes or {})["plait.run.segment"]: s for s in segments}
+    by_segment = {str(dict(s.attributes or {})["plait.run.segment"]): s for s in segments}
     assert sorted(by_segment) == ["claimed", "queued"]
     queued, claimed = by_segment["queued"], by_segment["claimed"]
     assert dict(claimed.attributes or {})["plait.run.id"] == run["run_id"]
