@@ -60,6 +60,7 @@ def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
                 await asyncio.sleep(0.01)
         stop.set()
         await task
+        assert await store.count_queued_runs() == 0
         return queued.id
 
     run_id = asyncio.run(go())
@@ -73,6 +74,7 @@ def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
     assert claimed.context.trace_id == submitted.context.trace_id
     assert attrs(claimed)["plait.run.id"] == run_id
     assert len(otel.points("plait.queue.claim_latency")) == 1
+    assert [attributes for attributes, _ in otel.points("plait.queue.depth")] == [{}]
 
 
 def test_a_fork_links_to_its_source_sessions_trace(otel: Otel) -> None:

@@ -53,6 +53,8 @@ def test_the_trace_context_is_stored_and_survives_a_claim(store_url: str) -> Non
             assert (await store.get_run(queued.id)).trace_context == queued.trace_context
             if not hasattr(store, "claim_queued_run"):
                 return  # a store no worker serves
+            queue: Any = store
+            assert await queue.count_queued_runs() == 1
             now = FixedClock().now()
             if isinstance(store, StartingQueue):
                 claimed = await store.claim_and_start_run(
@@ -60,6 +62,7 @@ def test_the_trace_context_is_stored_and_survives_a_claim(store_url: str) -> Non
                 )
                 assert isinstance(claimed, ClaimedRun)
                 run = claimed.run
+                assert await queue.count_queued_runs() == 0  # started in the claim
             else:
                 run = await store.claim_queued_run(owner="w", now=now, expires_at=now + 60)
             assert run is not None and run.trace_context == queued.trace_context

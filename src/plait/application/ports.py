@@ -513,6 +513,10 @@ class RunQueue(Protocol):
         token (as :meth:`SessionStore.claim_run`); ``None`` if none."""
         ...
 
+    async def count_queued_runs(self) -> int:
+        """How many runs are ``queued`` (the queue's depth, for telemetry)."""
+        ...
+
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:
@@ -579,6 +583,10 @@ class RunTelemetry(Protocol):
     def end(self, run: Run, error: BaseException | None = None) -> None:
         """The segment ended: the run ended or waits (``run``'s status says which), or
         ``error`` stopped this process driving it (lease lost, store failure)."""
+        ...
+
+    def queue_depth(self, depth: int) -> None:
+        """A worker polled the queue and saw ``depth`` queued runs."""
         ...
 
     def forked(self, source_session_id: str, session: Session, parent_trace: str | None) -> None:

@@ -193,6 +193,7 @@ class Worker:
         try:
             while not stop.is_set():
                 await self._claim_while_free(stop)
+                await self._report_depth()
                 if clock.monotonic() >= next_sweep:
                     next_sweep = clock.monotonic() + self.service.lease_seconds / 2
                     await self._recover_stale()
@@ -221,6 +222,16 @@ class Worker:
                 model_spec=self.service.models.spec,
             )  # fmt: skip
         return await self.queue.claim_queued_run(owner=self.owner, now=now, expires_at=expires_at)
+
+    async def _report_depth(self) -> None:
+        """Telemetry's queue depth, once per poll (no query with telemetry off)."""
+        telemetry = self.service.journal.telemetry
+        if telemetry is None:
+            return
+        try:
+            telemetry.queue_depth(await self.queue.count_queued_runs())
+        except PlaitError as e:
+            log.warning("cannot count queued runs: %s", e.message)
 
     async def _recover_stale(self) -> None:
         try:

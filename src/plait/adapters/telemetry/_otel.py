@@ -137,6 +137,9 @@ class OtelTelemetry:
         self.tokens_saved = meter.create_counter(
             "plait.compaction.tokens_saved", unit="{token}", description="Context tokens saved"
         )
+        self.queue_depth_gauge = meter.create_gauge(
+            "plait.queue.depth", unit="{run}", description="Queued runs seen by a worker's poll"
+        )
         self.claim_latency = meter.create_histogram(
             "plait.queue.claim_latency", unit="s", description="Queued run: submitted to claimed"
         )
@@ -236,6 +239,9 @@ class OtelTelemetry:
             self._close(run.id, error, None)
         except Exception:
             log.exception("telemetry: the run's span could not be ended")
+
+    def queue_depth(self, depth: int) -> None:
+        self.queue_depth_gauge.set(depth)
 
     def forked(self, source_session_id: str, session: Session, parent_trace: str | None) -> None:
         parent = _parent(parent_trace) if parent_trace else None
