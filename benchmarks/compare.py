@@ -3,6 +3,7 @@
     uv run python benchmarks/compare.py --reps 3            # plait + peers (if their venv exists)
     uv run python benchmarks/compare.py --reps 5 --no-peers  # plait only
     uv run python benchmarks/compare.py --reps 7 --no-peers --floor  # plait + the bare loops
+    uv run python benchmarks/compare.py --reps 5 --no-peers --telemetry  # + W1, telemetry on
 
 The peers' venv is made by ``bash ../shared/peer-bench/setup_venv.sh`` (outside the repo).
 Each peer x workload runs in its own process, as in peer-bench's run_all.sh; W2 gets a
@@ -69,6 +70,9 @@ def main() -> None:
     )
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--floor", action="store_true", help="run the bare loops (stdlib only)")
+    p.add_argument(
+        "--telemetry", action="store_true", help="also run W1 with telemetry on (plait-otel)"
+    )
     a = p.parse_args()
 
     env = dict(os.environ)
@@ -89,6 +93,8 @@ def main() -> None:
     }
 
     configs = [("plait", sys.executable, HERE / "drv_plait.py", "", "w1,build,w2,w3")]
+    if a.telemetry:  # W1 again with OpenTelemetry on (spans and metrics, exported nowhere)
+        configs.append(("plait-otel", sys.executable, HERE / "drv_plait.py", "telemetry", "w1"))
     peer_py = a.peervenv / "bin" / "python"
     if a.floor and not a.peer_bench.is_dir():
         raise SystemExit(f"--floor needs the peer benchmark at {a.peer_bench} (--peer-bench)")

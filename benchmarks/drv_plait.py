@@ -186,9 +186,30 @@ class CountingStore(SqliteStore):
         return super().commit_soon(commit, after=after, hold=hold)
 
 
-def build_agent(store: SqliteStore, model: FakeModel, tool_bytes: int) -> AgentService:
+def bench_telemetry() -> Any:
+    """OpenTelemetry on, as a service would run it (batched span export, metrics), its
+    exporter dropping what it is sent: the cost measured is plait's and the SDK's."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from plait.adapters.telemetry._otel import OtelTelemetry
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    return OtelTelemetry(tracer_provider=provider, meter_provider=MeterProvider())
+
+
+def build_agent(
+    store: SqliteStore, model: FakeModel, tool_bytes: int, telemetry: Any = None
+) -> AgentService:
     fn = model.answer if isinstance(model, SlowModel) else model
     return AgentService(
+        telemetry=telemetry,
         store=store,
         artifacts=store,
         model=FunctionModel(fn, name="fake"),
@@ -207,7 +228,8 @@ async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
     t_setup = time.perf_counter()
     store = CountingStore(a.db)
     model = SlowModel(a.steps, a.model_ms / 1e3) if a.model_ms else FakeModel(a.steps)
-    agent = build_agent(store, model, a.tool_bytes)
+    telemetry = bench_telemetry() if a.variant == "telemetry" else None
+    agent = build_agent(store, model, a.tool_bytes, telemetry)
     session = await agent.create_session()
     t0 = time.perf_counter()
     result = await agent.send(session.id, "please call echo repeatedly")
@@ -231,7 +253,10 @@ async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
         persisted_messages=len(history),
         commits=store.writes,
         db_bytes=db_bytes(a.db),
+        telemetry=telemetry is not None,
     )
+    if telemetry is not None:
+        telemetry.shutdown()
     await store.close()
 
 

@@ -31,6 +31,10 @@ Format::
     raw_history_days = 90                       # `plait retention expire` default age
     mode = "archive"                            # "expire" (default) or "archive"
 
+    [telemetry]                                 # README: Telemetry (OpenTelemetry)
+    enabled = true                              # default false; needs plait[otel]
+    capture_content = false                     # message contents and tool arguments
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -56,7 +60,7 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction", "retention")
+_TOP = ("model", "models", "sandbox", "compaction", "retention", "telemetry")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +88,8 @@ class Config:
     """The merged ``[compaction]`` tables, checked by ``CompactionSettings.from_mapping``."""
     retention: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[retention]`` tables, checked by ``RetentionSettings.from_mapping``."""
+    telemetry: Mapping[str, Any] = field(default_factory=dict)
+    """The merged ``[telemetry]`` tables, checked by ``TelemetrySettings.from_mapping``."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -149,6 +155,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     sandbox: dict[str, Any] = {}
     compaction: dict[str, Any] = {}
     retention: dict[str, Any] = {}
+    telemetry: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -162,7 +169,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction], [retention]",
+                    "[sandbox], [compaction], [retention], [telemetry]",
                     file=source,
                     key=key,
                 )
@@ -186,6 +193,9 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         if not isinstance(data.get("retention", {}), dict):
             raise ConfigError(f"{source}: retention must be a table", file=source, key="retention")
         retention.update(data.get("retention", {}))
+        if not isinstance(data.get("telemetry", {}), dict):
+            raise ConfigError(f"{source}: telemetry must be a table", file=source, key="telemetry")
+        telemetry.update(data.get("telemetry", {}))
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
@@ -193,4 +203,5 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         sandbox=sandbox,
         compaction=compaction,
         retention=retention,
+        telemetry=telemetry,
     )

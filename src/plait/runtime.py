@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         IdGenerator,
         LeftoverSweeper,
         ModelClient,
+        RunTelemetry,
         SessionStore,
         TokenMeter,
         Tool,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Runtime",
     "configured_retention",
+    "configured_telemetry",
     "data_dir",
     "default_db_url",
     "governed_gate",
@@ -254,12 +256,36 @@ def _retention(store: object, clock: Clock) -> RetentionService | None:
     return RetentionService(store=store, clock=clock)
 
 
-def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) -> ForkService | None:
+def _forks(
+    store: object,
+    clock: Clock,
+    snapshots: WorkspaceSnapshots | None,
+    telemetry: RunTelemetry | None,
+) -> ForkService | None:
     from plait.application.fork import ForkService
 
     if not hasattr(store, "fork_session"):
         return None
-    return ForkService(store=store, clock=clock, snapshots=snapshots)  # type: ignore[arg-type]
+    return ForkService(store=store, clock=clock, snapshots=snapshots, telemetry=telemetry)  # type: ignore[arg-type]
+
+
+def configured_telemetry() -> RunTelemetry | None:
+    """The OpenTelemetry adapter of the ``[telemetry]`` settings (``None``: off, the
+    default; then nothing from OpenTelemetry is imported). ConfigError naming the file for
+    a bad table, or naming the extra to install when the SDK is missing."""
+    from plait.config import load_config
+
+    config = load_config()
+    if not config.telemetry:
+        return None
+    from plait.adapters.telemetry import TelemetrySettings, open_telemetry
+
+    try:
+        settings = TelemetrySettings.from_mapping(config.telemetry, os.environ)
+        return open_telemetry(settings)
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: [telemetry]: {e.message}", **e.details) from e
 
 
 def _chosen_model(
@@ -344,13 +370,16 @@ class Runtime:
         gate: ToolGate | None = None,
         snapshots: WorkspaceSnapshots | None = None,
         model_spec: str | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
         (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
-        ``model_spec`` is recorded on runs so recovery and resume reopen that model."""
+        ``model_spec`` is recorded on runs so recovery and resume reopen that model;
+        ``telemetry``: traces and metrics of runs and forks (``None``: off)."""
         self.store = store
+        self.telemetry = telemetry
         self.artifacts = artifacts
         self.model = model
         where = location or f"(a {type(store).__name__})"
@@ -360,7 +389,7 @@ class Runtime:
         """Compaction over this store and model (``None``: the store keeps no summaries)."""
         compacting = self.compaction is not None
         self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
-        self.forks = _forks(store, clock, snapshots)  # None: the store cannot fork
+        self.forks = _forks(store, clock, snapshots, telemetry)  # None: the store cannot fork
         self.retention = _retention(store, clock)  # None: the store keeps no tombstones
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
@@ -380,6 +409,7 @@ class Runtime:
             compaction=self.compaction,
             model_spec=model_spec,
             model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
+            telemetry=telemetry,
         )
 
     def approval_desk(self) -> ApprovalDesk:
@@ -409,7 +439,8 @@ class Runtime:
         False`` refuses a missing store; ``store_only=True`` implies it (no model, no tools).
         Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
-        else the built-in default policy, see docs/policy.md)."""
+        else the built-in default policy, see docs/policy.md). Unless a ``telemetry`` is
+        given, the ``[telemetry]`` table decides (:func:`configured_telemetry`)."""
         from plait.adapters.stores._redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
@@ -422,6 +453,8 @@ class Runtime:
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
+        if "telemetry" not in options:
+            options["telemetry"] = configured_telemetry()
         if "snapshots" not in options:
             from plait.adapters.snapshots import GitSnapshots
 
@@ -440,3 +473,6 @@ class Runtime:
 
     async def close(self) -> None:
         await self.store.close()
+        shutdown = getattr(self.telemetry, "shutdown", None)
+        if shutdown is not None:  # flush what is still buffered
+            shutdown()

@@ -71,6 +71,9 @@ class _Budget:
     def spend(self, role: ModelRole, attempt: int) -> None:
         self.spent += 1
 
+    def settled(self, role: ModelRole, attempt: int, model: str, outcome: object) -> None:
+        pass
+
     @property
     def deadline(self) -> float | None:
         return None

@@ -39,6 +39,9 @@ class Attempts:
             raise BudgetExhaustedError("no model calls left", limit="max_model_calls")
         self.spent.append((role, attempt))
 
+    def settled(self, role: ModelRole, attempt: int, model: str, outcome: object) -> None:
+        pass
+
 
 def context() -> Context[Any]:
     return Context(instructions="i", tools=(), items=Prefix([]), output_type=AssistantMessage)

@@ -139,6 +139,7 @@ def serve_live(
     serve_workers: int = 2,
     workspace_root: Path | None = None,
     max_body_bytes: int = 4096,
+    telemetry: Any = None,
 ) -> Iterator[Live]:
     """A live server; ``model`` (default: :func:`behaviour`) drives the in-process
     worker's runs (``None`` and ``serve_workers=0``: an API process without a model)."""
@@ -164,6 +165,7 @@ def serve_live(
         ids=ids,
         lease_seconds=5.0,
         gate=gate,
+        telemetry=telemetry,
     )
     db = pg_url or f"sqlite:///{path}"
     settings = Settings(

@@ -23,6 +23,7 @@ from plait.application.ports import (
     CommitResult,
     IdGenerator,
     QueuedCommits,
+    RunTelemetry,
     SessionStore,
     Tool,
 )
@@ -92,8 +93,11 @@ class RunJournal:
         ids: IdGenerator,
         owner: str,
         checkpoint: Callable[[str], None] | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         self.store = store
+        self.telemetry = telemetry
+        """Told of every run event, whoever observes the run (``None``: off)."""
         self.clock = clock
         self.ids = ids
         self.owner = owner
@@ -115,6 +119,8 @@ class RunJournal:
         self._deliver(a, event)
 
     def _deliver(self, a: ActiveRun, event: RunEvent) -> None:
+        if self.telemetry is not None:
+            self.telemetry.observe(event)
         if a.observer is None:
             return
         try:

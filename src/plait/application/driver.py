@@ -49,7 +49,13 @@ from plait.application._run_state import (
 )
 from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
-from plait.application.events import ModelCallStarted, RunEnded, RunObserver, ToolStarted
+from plait.application.events import (
+    ModelCallEnded,
+    ModelCallStarted,
+    RunEnded,
+    RunObserver,
+    ToolStarted,
+)
 from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict, policy_of
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
@@ -68,6 +74,7 @@ from plait.domain.errors import (
     BudgetExhaustedError,
     InvalidModelOutputError,
     LeaseLostError,
+    ModelError,
     PlaitError,
     StoreError,
 )
@@ -103,7 +110,34 @@ class _Attempts:
     def spend(self, role: ModelRole, attempt: int) -> None:
         self.driver.check_budget(self.a, before_model_call=True)
         self.a.usage.model_calls += 1
-        self.driver.journal.emit(self.a, ModelCallStarted(self.a.run.id, self.step, attempt))
+        self.driver.journal.emit(self.a, ModelCallStarted(self.a.run.id, self.step, attempt, role))
+
+    def settled(
+        self, role: ModelRole, attempt: int, model: str, outcome: ModelResponse | ModelError
+    ) -> None:
+        if self.driver.journal.telemetry is None:
+            return  # only telemetry reads it: no event to build otherwise
+        if isinstance(outcome, ModelError):
+            ended = ModelCallEnded(
+                run_id=self.a.run.id,
+                step=self.step,
+                attempt=attempt,
+                role=role,
+                model=model,
+                error_code=outcome.model_code.lower(),
+            )
+        else:
+            ended = ModelCallEnded(
+                run_id=self.a.run.id,
+                step=self.step,
+                attempt=attempt,
+                role=role,
+                model=model,
+                response_model=outcome.model,
+                usage=outcome.usage,
+                tool_calls=len(outcome.tool_calls),
+            )
+        self.driver.journal.emit(self.a, ended)
 
     @property
     def deadline(self) -> float | None:
@@ -244,16 +278,26 @@ class RunDriver:
         a.caller = caller
         return a
 
-    async def drive(self, a: ActiveRun, *, pending: bool) -> RunResult:
+    async def drive(self, a: ActiveRun, *, pending: bool, how: str = "recovered") -> RunResult:
         """Run the loop until the run ends or waits; ``pending``: first settle the calls
-        of the last assistant message that have no result (recovery, resume)."""
+        of the last assistant message that have no result (recovery, resume). ``how``
+        this process came to drive a run taken over (telemetry: ``recovered``,
+        ``claimed``, ``resumed``); a run that is not ``pending`` was just started (its
+        telemetry segment began with its first write)."""
         self.active[a.run.id] = a
         a.run = replace(a.run, policy=policy_of(self.gate))  # it decides the calls from here
+        telemetry = self.journal.telemetry
+        if telemetry is not None and pending:  # a started run began with its first write
+            context = telemetry.begin(a.run, how)
+            if context is not None:  # stored with the run's next write
+                a.run = replace(a.run, trace_context=context)
         heartbeat = asyncio.create_task(self.leases.keep(a))
         try:
             await self._loop(a, pending=pending)
             await self.journal.durable(a)
-        except BaseException:
+        except BaseException as e:
+            if telemetry is not None:
+                telemetry.end(a.run, e)
             await self.journal.abandon(a)
             raise
         finally:
@@ -261,6 +305,8 @@ class RunDriver:
             self.active.pop(a.run.id, None)
             self.compaction.release(a.run.id)  # a view kept for a next step
         self.journal.emit(a, RunEnded(a.run))
+        if telemetry is not None:
+            telemetry.end(a.run)
         if a.external_cancel:
             raise asyncio.CancelledError
         return RunResult(a.run, tuple(a.added))
@@ -596,7 +642,7 @@ class RunDriver:
             # Only here does "started" change what recovery may do: persist it first.
             await self.journal.commit(a, (), executions=(record,))
             self.journal.hit("execution_started")
-        self.journal.emit(a, ToolStarted(a.run.id, call))
+        self.journal.emit(a, ToolStarted(a.run.id, call, record.effect.value))
         b = a.run.budget
         invocation = ToolInvocation(
             call=call,

@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from plait.domain.messages import ToolCall
+from plait.domain.messages import ToolCall, Usage
 from plait.domain.runs import Run
 from plait.domain.session import StoredMessage
 
 __all__ = [
     "CompactionEvent",
     "MessageSaved",
+    "ModelCallEnded",
     "ModelCallStarted",
     "RunEnded",
     "RunEvent",
@@ -36,6 +37,26 @@ class ModelCallStarted:
     run_id: str
     step: int
     attempt: int
+    role: str = "assistant"
+    """``assistant`` or ``reviewer`` (the ModelCaller's role)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallEnded:
+    """One model call attempt came back (``error_code``: empty on success, else the
+    ModelError's code in lower case, e.g. ``transient``; a retry follows when it is
+    retryable and attempts are left)."""
+
+    run_id: str
+    step: int
+    attempt: int
+    role: str
+    model: str
+    """The model the call was sent to (its name)."""
+    response_model: str | None = None
+    usage: Usage | None = None
+    tool_calls: int = 0
+    error_code: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +82,8 @@ class ToolDecided:
 class ToolStarted:
     run_id: str
     call: ToolCall
+    effect: str = ""
+    """The call's effect class (``read_only``, ``idempotent``, ``side_effect``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +117,7 @@ class CompactionEvent:
 RunEvent = (
     RunStarted
     | ModelCallStarted
+    | ModelCallEnded
     | MessageSaved
     | ToolDecided
     | ToolStarted

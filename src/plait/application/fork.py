@@ -35,6 +35,7 @@ from plait.application.ports import (
     Clock,
     ForkableStore,
     ForkCommit,
+    RunTelemetry,
     WorkspaceSnapshots,
 )
 from plait.domain.errors import (
@@ -103,10 +104,13 @@ class ForkService:
         store: ForkableStore,
         clock: Clock,
         snapshots: WorkspaceSnapshots | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.snapshots = snapshots
+        self.telemetry = telemetry
+        """Told of each branch made, with the source session's trace (``None``: off)."""
         self.summaries = SummaryInheritance(store)
 
     async def fork_session(
@@ -151,7 +155,15 @@ class ForkService:
             self._discard(taken)
             return await self._repeat(stored, source.id, through_message_id, snapshot)
         await self.summaries.install(branch_id, inherited)
+        if self.telemetry is not None:
+            self.telemetry.forked(source.id, branch, await self._source_trace(source.id))
         return ForkResult(replace(branch, version=seq), record, created=True)
+
+    async def _source_trace(self, session_id: str) -> str | None:
+        """The trace context of the source session's latest run that has one."""
+        runs = await self.store.list_runs(session_id=session_id)
+        traced = [r for r in runs if r.trace_context]
+        return max(traced, key=lambda r: r.started_at).trace_context if traced else None
 
     async def _fork_point(self, source: Session, through_message_id: str) -> int:
         """The seq of ``through_message_id`` once it is known to end a complete unit."""

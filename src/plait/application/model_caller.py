@@ -81,6 +81,12 @@ class AttemptBudget(Protocol):
         """Count one model call; raise BudgetExhaustedError when none is left."""
         ...
 
+    def settled(
+        self, role: ModelRole, attempt: int, model: str, outcome: ModelResponse | ModelError
+    ) -> None:
+        """An attempt came back with a response or a ModelError (telemetry)."""
+        ...
+
     @property
     def deadline(self) -> float | None:
         """The run's deadline on the clock's monotonic scale, or None."""
@@ -204,8 +210,9 @@ class ModelCaller:
                 role=role, context=context, max_output_tokens=max_output_tokens, on_text=on_text
             )
             try:
-                return await self._attempt(model, request, budget.deadline)
+                response = await self._attempt(model, request, budget.deadline)
             except ModelError as e:
+                budget.settled(role, attempt, model.name, e)
                 code = e.model_code
                 if code == ModelErrorCode.CONTEXT_WINDOW_EXCEEDED and not overflowed:
                     smaller = await (on_overflow or self.on_overflow)(role, context, e)
@@ -222,6 +229,9 @@ class ModelCaller:
                 if wait is None:
                     raise
                 await self._wait(wait, budget.deadline, e)
+            else:
+                budget.settled(role, attempt, model.name, response)
+                return response
 
     async def _attempt(
         self, model: ModelClient, request: ModelRequest, deadline: float | None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from plait.application.arguments import argument_schema
+from plait.application.events import RunEvent
 from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval, ApprovalUse
@@ -44,6 +45,7 @@ __all__ = [
     "RawToolCall",
     "RetentionStore",
     "RunQueue",
+    "RunTelemetry",
     "SessionStore",
     "SummaryStore",
     "TextSink",
@@ -515,6 +517,10 @@ class RunQueue(Protocol):
         token (as :meth:`SessionStore.claim_run`); ``None`` if none."""
         ...
 
+    async def count_queued_runs(self) -> int:
+        """How many runs are ``queued`` (the queue's depth, for telemetry)."""
+        ...
+
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:
@@ -558,4 +564,36 @@ class LeftoverSweeper(Protocol):
     def sweep(self, workspace: str, *, older_than: float) -> list[str]:
         """Remove such files last modified before ``older_than`` (epoch seconds; a live
         writer's fresh temporary file is left alone); return their paths."""
+        ...
+
+
+class RunTelemetry(Protocol):
+    """Traces and metrics of runs (DESIGN §9), e.g. OpenTelemetry. The loop tells it when
+    this process begins driving a run (a *segment*: the run's start, or its continuation
+    after a crash, a worker's claim or a person's answer), every run event, and when the
+    segment stops. Off (``None``), nothing is called."""
+
+    def begin(self, run: Run, how: str) -> str | None:
+        """This process starts driving ``run`` (``how``: ``started``, ``queued``,
+        ``claimed``, ``recovered``, ``resumed``). Returns the trace context to store with
+        the run when it has none yet (else ``None``); a run that has one continues that
+        trace, its new span linked to the stored one."""
+        ...
+
+    def observe(self, event: RunEvent) -> None:
+        """A run event (quick, must not raise)."""
+        ...
+
+    def end(self, run: Run, error: BaseException | None = None) -> None:
+        """The segment ended: the run ended or waits (``run``'s status says which), or
+        ``error`` stopped this process driving it (lease lost, store failure)."""
+        ...
+
+    def queue_depth(self, depth: int) -> None:
+        """A worker polled the queue and saw ``depth`` queued runs."""
+        ...
+
+    def forked(self, source_session_id: str, session: Session, parent_trace: str | None) -> None:
+        """A fork created ``session`` from ``source_session_id``; ``parent_trace``: the
+        trace context of the source session's latest run, which the fork's span links to."""
         ...

@@ -44,6 +44,7 @@ from plait.application.ports import (
     IdGenerator,
     LeftoverSweeper,
     ModelClient,
+    RunTelemetry,
     SessionStore,
     TextSink,
     TokenMeter,
@@ -128,9 +129,11 @@ class AgentService:
         model_spec: str | None = None,
         model_factory: ModelFactory | None = None,
         sweeper: LeftoverSweeper | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> None:
         """``compaction``: summaries, constraints and recall in the assistant's context,
-        with the post-step and overflow triggers (DESIGN §8); ``None``: whole history."""
+        with the post-step and overflow triggers (DESIGN §8); ``None``: whole history.
+        ``telemetry``: traces and metrics of the runs (``None``: off)."""
         _check_config(tools, lease_seconds)
         self.store = store
         self.artifacts = artifacts
@@ -153,6 +156,7 @@ class AgentService:
             ids=ids,
             owner=owner or ids.new("worker"),
             checkpoint=checkpoint,
+            telemetry=telemetry,
         )
         self.driver = _compose_driver(
             store, self.journal, self.caller, tools, lease_seconds=lease_seconds,
@@ -270,16 +274,22 @@ class AgentService:
             deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
             policy=policy_of(self.driver.gate),
         )
+        if self.journal.telemetry is not None:  # the run's trace, stored with it
+            run = replace(run, trace_context=self.journal.telemetry.begin(run, "started"))
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run_id)
-        result = await self.store.start_run(
-            Commit(
-                session_id=session_id,
-                expected_version=session.version,
-                messages=(user,),
-                run=run,
-                lease_owner=self.owner,
-            )
+        commit = Commit(
+            session_id=session_id,
+            expected_version=session.version,
+            messages=(user,),
+            run=run,
+            lease_owner=self.owner,
         )
+        try:
+            result = await self.store.start_run(commit)
+        except BaseException as e:
+            if self.journal.telemetry is not None:
+                self.journal.telemetry.end(run, e)
+            raise
         history = [s.message for s in stored]
         history.append(user)
         a = self.driver.activate(run, session, result.version, history, observer, on_text)
@@ -309,7 +319,20 @@ class AgentService:
         if self.caller.has_model:  # else the worker checks it against its model
             self.check_can_run(budget)
         run, commit = queued(session_id, text, budget, self.ids, self.clock.now(), owner=owner)
-        await self.store.start_run(commit)
+        telemetry = self.journal.telemetry
+        if telemetry is None:
+            await self.store.start_run(commit)
+            return run
+        # The run's trace begins here (a short span: queued); the worker continues it.
+        context = telemetry.begin(run, "queued")
+        run = replace(run, trace_context=context)
+        commit = replace(commit, run=run)
+        try:
+            await self.store.start_run(commit)
+        except BaseException as e:
+            telemetry.end(run, e)
+            raise
+        telemetry.end(run)
         return run
 
     async def execute(
@@ -334,7 +357,7 @@ class AgentService:
             await self.journal.finish(a, RunStatus.FAILED, RunError(code=e.code, message=e.message))
             self.journal.emit(a, RunEnded(a.run))
             return RunResult(a.run, tuple(a.added))
-        return await self.driver.drive(a, pending=True)
+        return await self.driver.drive(a, pending=True, how="claimed")
 
     async def cancel(self, run_id: str, *, force: bool = False) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
@@ -513,7 +536,7 @@ class AgentService:
             a.run = replace(a.run, deadline_at=self.clock.now() + window)
             a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
-        return await self.driver.drive(a, pending=True)
+        return await self.driver.drive(a, pending=True, how="resumed")
 
 
 def _compose_driver(

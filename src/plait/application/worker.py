@@ -252,6 +252,7 @@ class Worker:
                         await self._recover_stale()
                         asked = True
                     asked = await self._claim_while_free(stop) or asked
+                    await self._report_depth()
                 except StoreUnavailableError as e:
                     self._store_down(e)
                     await self._sleep(stop, self._backoff.delay())
@@ -311,6 +312,16 @@ class Worker:
             if run_id not in self._tasks:
                 await self._release(run_id, in_outage=True)
                 self._orphans.discard(run_id)
+
+    async def _report_depth(self) -> None:
+        """Telemetry's queue depth, once per poll (no query with telemetry off)."""
+        telemetry = self.service.journal.telemetry
+        if telemetry is None:
+            return
+        try:
+            telemetry.queue_depth(await self.queue.count_queued_runs())
+        except PlaitError as e:
+            log.warning("cannot count queued runs: %s", e.message)
 
     async def _recover_stale(self) -> None:
         try:

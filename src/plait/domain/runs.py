@@ -123,6 +123,10 @@ class Run:
     """The tool policy (its source, e.g. a file path) of the process that last started or
     continued the run, which decides its calls from then on (after an approval too);
     ``None``: no governing policy, or a run recorded before plait kept this."""
+    trace_context: str | None = None
+    """The W3C ``traceparent`` of the span that began the run's trace (telemetry on): a
+    process that continues the run (recovery, a worker's claim, a resume after an
+    approval) opens its span in that trace, linked to it. ``None``: no trace recorded."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))

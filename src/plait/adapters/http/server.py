@@ -204,7 +204,9 @@ def context_for(rt: Any, settings: Settings) -> Any:
         queue=rt.store,
         service=rt.service,
         auth=Authenticator(rt.store),
-        forks=ForkService(store=rt.store, clock=rt.service.clock),
+        forks=ForkService(
+            store=rt.store, clock=rt.service.clock, telemetry=getattr(rt, "telemetry", None)
+        ),
         workspace_root=settings.workspace_root,
         max_body_bytes=settings.max_body_bytes,
         feed=feed,

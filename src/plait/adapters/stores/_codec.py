@@ -392,6 +392,7 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         "model_spec": r.model_spec,
         "deadline_at": r.deadline_at,
         "policy": r.policy,
+        "trace_context": r.trace_context,
     }
 
 
@@ -420,6 +421,7 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         model_spec=d.get("model_spec"),
         deadline_at=d.get("deadline_at"),
         policy=d.get("policy"),
+        trace_context=d.get("trace_context"),
     )
 
 

@@ -82,6 +82,12 @@ _ADD_KEY = (
 _FIND_KEY = "SELECT id, principal, role, key_hash, created_at FROM api_keys WHERE key_hash = %s"
 
 
+async def count_queued(conn: Conn) -> int:
+    """The queue's depth (the ``runs_live`` partial index covers it)."""
+    row = await (await conn.execute("SELECT count(*) FROM runs WHERE status = 'queued'")).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) -> Any:
     """One statement: atomic in autocommit or inside a transaction."""
     return await (await conn.execute(_CLAIM, (owner, expires_at, now))).fetchone()

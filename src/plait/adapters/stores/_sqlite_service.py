@@ -47,6 +47,10 @@ def _ensure(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+COUNT_QUEUED = "SELECT count(*) FROM runs WHERE status = 'queued'"
+"""The queue's depth (the ``runs_live`` partial index covers it)."""
+
+
 def claim_queued(
     conn: sqlite3.Connection, run_cols: str, owner: str, now: float, expires_at: float
 ) -> tuple[Any, ...] | None:

@@ -304,6 +304,11 @@ class MemoryStore:
                     return claimed
             return None
 
+    async def count_queued_runs(self) -> int:
+        with self._lock:
+            self._check_open()
+            return sum(1 for run in self._all_runs() if run.status is RunStatus.QUEUED)
+
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:

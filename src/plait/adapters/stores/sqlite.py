@@ -401,6 +401,12 @@ class SqliteStore:
         row = await self._db.write(lambda c: claim(c, RUN_COLS, owner, now, expires_at))
         return None if row is None else run_from_row(row)
 
+    async def count_queued_runs(self) -> int:
+        def count(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(_service.COUNT_QUEUED).fetchone()[0])
+
+        return await self._db.read(count)
+
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
     ) -> list[RunEventRecord]:

@@ -1,0 +1,187 @@
+"""Continuity inside one process: a queued run claimed by a worker continues the trace
+its submission began; a fork links to its source session's trace; content capture."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from plait.adapters.http.events import encode_event
+from plait.adapters.stores.memory import MemoryStore
+from plait.application.fork import ForkService
+from plait.application.service import AgentService
+from plait.application.worker import Worker
+from plait.domain.runs import RunStatus
+from plait.testing import FixedClock, ScriptedModel, SequentialIds, echo_tool
+from tests.telemetry.conftest import Otel, make_otel
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def agent(otel: Otel, *turns: dict[str, Any]) -> tuple[AgentService, MemoryStore]:
+    store = MemoryStore()
+    model = ScriptedModel({"version": 1, "assistant": list(turns)})
+    service = AgentService(
+        store=store,
+        artifacts=store,
+        model=model,
+        tools=[echo_tool().tool],
+        clock=FixedClock(),
+        ids=SequentialIds(),
+        owner="test",
+        telemetry=otel.telemetry,
+    )
+    return service, store
+
+
+ECHO = {"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "secret argument"}}]}
+
+
+def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
+    otel: Otel,
+) -> None:
+    service, store = agent(otel, {"text": "Hi."})
+
+    async def go() -> str:
+        session = await service.create_session()
+        queued = await service.submit(session.id, "hello")
+        assert queued.trace_context is not None
+        assert (await store.get_run(queued.id)).trace_context == queued.trace_context
+        worker = Worker(service=service, queue=store, encode=encode_event, poll_seconds=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        async with asyncio.timeout(10):
+            while not (await store.get_run(queued.id)).status.terminal:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        stop.set()
+        await task
+        assert await store.count_queued_runs() == 0
+        return queued.id
+
+    run_id = asyncio.run(go())
+    submitted, claimed = [s for s in otel.finished() if s.name == "invoke_agent plait"]
+    assert attrs(submitted)["plait.run.segment"] == "queued"
+    assert attrs(submitted)["plait.run.status"] == "queued"
+    assert attrs(claimed)["plait.run.segment"] == "claimed"
+    assert attrs(claimed)["plait.run.status"] == "completed"
+    assert claimed.parent is not None and claimed.parent.span_id == submitted.context.span_id
+    assert [link.context.span_id for link in claimed.links] == [submitted.context.span_id]
+    assert claimed.context.trace_id == submitted.context.trace_id
+    assert attrs(claimed)["plait.run.id"] == run_id
+    assert len(otel.points("plait.queue.claim_latency")) == 1
+    assert [attributes for attributes, _ in otel.points("plait.queue.depth")] == [{}]
+
+
+def test_a_fork_links_to_its_source_sessions_trace(otel: Otel) -> None:
+    service, store = agent(otel, {"text": "Hi."})
+    forks = ForkService(store=store, clock=FixedClock(), telemetry=otel.telemetry)
+
+    async def go() -> tuple[str, str]:
+        session = await service.create_session()
+        result = await service.send(session.id, "hello")
+        answer = result.messages[-1].message.id
+        branch = await forks.fork_session(session.id, answer, "req-1")
+        return session.id, branch.branch.id
+
+    source, branch = asyncio.run(go())
+    (root,) = [s for s in otel.finished() if s.name == "invoke_agent plait"]
+    (fork,) = [s for s in otel.finished() if s.name == "fork_session"]
+    assert [link.context.span_id for link in fork.links] == [root.context.span_id]
+    assert fork.links[0].context.trace_id == root.context.trace_id
+    assert attrs(fork)["plait.fork.source_session_id"] == source
+    assert attrs(fork)["gen_ai.conversation.id"] == branch
+
+
+def test_contents_are_recorded_only_when_capture_is_on() -> None:
+    def run(otel: Otel) -> dict[str, dict[str, Any]]:
+        service, _ = agent(otel, ECHO, {"text": "Echoed."})
+
+        async def go() -> None:
+            session = await service.create_session()
+            assert (await service.send(session.id, "echo it")).run.status is RunStatus.COMPLETED
+
+        asyncio.run(go())
+        return {s.name.split(" ")[0]: attrs(s) for s in otel.finished()}
+
+    plain = run(make_otel())
+    captured = run(make_otel(capture_content=True))
+    keys = ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+    assert not any(k in plain["execute_tool"] for k in keys)
+    assert "gen_ai.input.messages" not in plain["invoke_agent"]
+    assert "secret argument" in captured["execute_tool"]["gen_ai.tool.call.arguments"]
+    assert "secret argument" in captured["execute_tool"]["gen_ai.tool.call.result"]
+    assert "echo it" in captured["invoke_agent"]["gen_ai.input.messages"]
+    assert "Echoed." in captured["invoke_agent"]["gen_ai.output.messages"]
+
+
+def test_a_failed_run_sets_error_status_and_its_stable_code(otel: Otel) -> None:
+    service, _ = agent(otel, {"error": "authentication"})
+
+    async def go() -> str:
+        session = await service.create_session()
+        run = (await service.send(session.id, "hello")).run
+        assert run.status is RunStatus.FAILED and run.error is not None
+        return run.error.code
+
+    code = asyncio.run(go())
+    spans = {s.name.split(" ")[0]: s for s in otel.finished()}
+    root, chat = spans["invoke_agent"], spans["chat"]
+    assert root.status.status_code is StatusCode.ERROR and attrs(root)["error.type"] == code
+    assert attrs(root)["plait.run.status"] == "failed"
+    assert chat.status.status_code is StatusCode.ERROR
+    assert attrs(chat)["error.type"] == "authentication"
+    assert {a.get("error.type") for a, _ in otel.points("gen_ai.client.operation.duration")} == {
+        "authentication"
+    }
+
+
+def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Otel) -> None:
+    from plait.application.governance.gate import GovernedGate
+    from plait.application.governance.governor import Governor
+    from plait.application.governance.reviewer import Reviewer
+    from plait.domain.policy import Action, Policy, ToolRule
+
+    policy = Policy(rules=(ToolRule(name="review-echo", action=Action.REVIEW, tools=("echo",)),))
+    store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
+    model = ScriptedModel(
+        {
+            "version": 1,
+            "assistant": [ECHO, {"text": "Echoed."}],
+            "reviewer": [{"structured": {"decision": "allow", "reason": "harmless echo"}}],
+        }
+    )
+    governor = Governor(
+        policy=policy,
+        approvals=store,
+        clock=clock,
+        ids=ids,
+        reviewer=Reviewer(config=policy.reviewer, name=model.name),
+    )
+    service = AgentService(
+        store=store,
+        artifacts=store,
+        model=model,
+        tools=[echo_tool().tool],
+        clock=clock,
+        ids=ids,
+        owner="test",
+        gate=GovernedGate(governor),
+        telemetry=otel.telemetry,
+    )
+
+    async def go() -> None:
+        session = await service.create_session()
+        assert (await service.send(session.id, "echo it")).run.status is RunStatus.COMPLETED
+
+    asyncio.run(go())
+    roles = [attrs(s)["plait.model.role"] for s in otel.finished() if s.name.startswith("chat")]
+    assert roles == ["assistant", "reviewer", "assistant"]
+    (tool,) = [s for s in otel.finished() if s.name == "execute_tool echo"]
+    assert attrs(tool)["plait.gate.decision"] == "allow"
+    assert attrs(tool)["plait.gate.decided_by"] == f"reviewer:{model.name}"
+    assert attrs(tool)["plait.gate.reason"].startswith("harmless echo")

@@ -1,0 +1,73 @@
+"""Every store keeps a run's trace context (in the run's JSON: no schema change), through
+a worker's claim too."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plait.adapters.stores import open_store
+from plait.application.claiming import ClaimedRun, StartingQueue
+from plait.application.service import AgentService
+from plait.testing import FixedClock, ScriptedModel, SequentialIds
+from tests.pg import empty_database
+from tests.telemetry.conftest import make_otel
+
+
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    kind = request.param
+    if kind == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        empty_database(url)
+        return url
+    return {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{tmp_path / 'plait.db'}",
+        "jsonl": f"jsonl:///{tmp_path / 'store'}",
+    }[kind]
+
+
+def test_the_trace_context_is_stored_and_survives_a_claim(store_url: str) -> None:
+    otel = make_otel()
+
+    async def go() -> None:
+        store: Any = open_store(store_url)
+        try:
+            model = ScriptedModel({"version": 1})
+            service = AgentService(
+                store=store,
+                artifacts=store,
+                model=model,
+                clock=FixedClock(),
+                ids=SequentialIds(),
+                owner="api",
+                telemetry=otel.telemetry,
+            )
+            session = await service.create_session()
+            queued = await service.submit(session.id, "hello")
+            assert queued.trace_context is not None and queued.trace_context.startswith("00-")
+            assert (await store.get_run(queued.id)).trace_context == queued.trace_context
+            if not hasattr(store, "claim_queued_run"):
+                return  # a store no worker serves
+            queue: Any = store
+            assert await queue.count_queued_runs() == 1
+            now = FixedClock().now()
+            if isinstance(store, StartingQueue):
+                claimed = await store.claim_and_start_run(
+                    owner="w", now=now, expires_at=now + 60, model="scripted", model_spec=None
+                )
+                assert isinstance(claimed, ClaimedRun)
+                run = claimed.run
+                assert await queue.count_queued_runs() == 0  # started in the claim
+            else:
+                run = await store.claim_queued_run(owner="w", now=now, expires_at=now + 60)
+            assert run is not None and run.trace_context == queued.trace_context
+            assert (await store.get_run(queued.id)).trace_context == queued.trace_context
+        finally:
+            await store.close()
+
+    asyncio.run(go())
