@@ -145,6 +145,7 @@ def message_json(sm: StoredMessage, expiry: Expiry | None = None) -> dict[str, A
             if m.usage is None
             else {"input_tokens": m.usage.input_tokens, "output_tokens": m.usage.output_tokens}
         )
+        out["output"] = m.output
     else:
         r = m.result
         out["step"] = m.step
@@ -192,6 +193,7 @@ def run_json(r: Run) -> dict[str, Any]:
         if r.lease is None
         else {"owner": r.lease.owner, "expires_at": iso(r.lease.expires_at)},
         "cancel_requested": r.cancel_requested,
+        "output_schema": None if r.output_schema is None else r.output_schema.schema(),
     }
 
 

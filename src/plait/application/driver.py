@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from plait.application._answers import ask_for_answer, check_answer
 from plait.application._budget import check_budget, check_cancel, check_time_left
 from plait.application._journal import RunJournal
 from plait.application._lease import LeaseKeeper
@@ -372,9 +373,14 @@ class RunDriver:
         step = a.usage.steps + 1
         corrections: list[Correction] = []
         attempts = _Attempts(self, a, step)
+        schema = a.run.output_schema
+        output: Any = None
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections, guard)
+            if schema is not None:
+                native = (a.caller or self.caller).model.capabilities.structured_output
+                context = ask_for_answer(context, schema, native=native)
             try:
                 response = await self.ask(a, "assistant", context, attempts)
             except StopRun as stop:  # an overflow compacted away: retry as a new step
@@ -385,20 +391,23 @@ class RunDriver:
                     raise
                 return await self._step(a, guard)
             checked = check_output(response, self.specs, a.used_call_ids)
-            if checked.ok:
+            problems = checked.problems
+            if checked.ok and not checked.calls and schema is not None:
+                output, problems = check_answer(schema, response)
+            if not problems:
                 break
             if len(corrections) >= b.max_corrections:
                 e = InvalidModelOutputError(
                     f"the model's output was still invalid after {len(corrections)} "
-                    f"correction(s): " + "; ".join(checked.problems),
-                    problems=list(checked.problems),
+                    f"correction(s): " + "; ".join(problems),
+                    problems=list(problems),
                 )
                 raise StopRun(RunStatus.FAILED, e.code, e.message)
             corrections.append(
-                Correction(rejected_text=render_rejected(response), problems=checked.problems)
+                Correction(rejected_text=render_rejected(response), problems=problems)
             )
             a.usage.corrections += 1
-        return await self._save_turn(a, step, response, checked.calls, guard)
+        return await self._save_turn(a, step, response, checked.calls, guard, output)
 
     async def _save_turn(
         self,
@@ -407,6 +416,7 @@ class RunDriver:
         response: ModelResponse,
         calls: tuple[ToolCall, ...],
         guard: _Guard,
+        output: Any = None,
     ) -> list[tuple[ToolCall, ExecutionRecord]]:
         now = self.clock.now()
         message = AssistantMessage(
@@ -419,6 +429,7 @@ class RunDriver:
             model=response.model or (a.caller or self.caller).model.name,
             usage=response.usage,
             vendor_state=response.vendor_state,
+            output=output,
         )
         # The last result's commit may be in flight: this one is queued behind it (see commit)
         if a.cancel_requested:

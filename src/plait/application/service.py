@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from plait.application._answers import OutputType, final_output, output_schema_of
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
 from plait.application._queued import begin_claimed, can_queue, check_can_queue, queued
@@ -242,9 +243,13 @@ class AgentService:
         budget: Budget | None = None,
         observer: RunObserver | None = None,
         on_text: TextSink | None = None,
+        output_type: OutputType | None = None,
     ) -> RunResult:
         """Append a user message and run the loop until the run ends or waits.
         ``on_text`` receives the assistant's text as it streams (models that stream).
+        ``output_type`` (a JSON Schema dict, an OutputSchema or a pydantic model class):
+        the final answer must match it (a typed answer); its validated value is the final
+        message's ``output`` and the result's ``output`` (a model instance for a class).
 
         Raises :class:`~plait.domain.errors.SessionBusyError` if the session already has an
         active run (here or in another process); nothing is written then.
@@ -253,6 +258,7 @@ class AgentService:
             raise ValidationError("the message text is empty")
         _check_text("the message text", text)
         budget = budget or self.budget
+        output_schema = output_schema_of(output_type)
         self.check_can_run(budget)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
@@ -269,6 +275,7 @@ class AgentService:
             lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds),
             deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
             policy=policy_of(self.driver.gate),
+            output_schema=output_schema,
         )
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run_id)
         result = await self.store.start_run(
@@ -287,13 +294,13 @@ class AgentService:
         self.journal.emit(a, RunStarted(run))
         self.journal.emit(a, MessageSaved(run_id, a.added[-1]))
         self.journal.hit("user_saved")
-        return await self.driver.drive(a, pending=False)
+        return final_output(await self.driver.drive(a, pending=False), output_type)
 
     # --- service mode: queued runs (a worker drives them) ---------------------------------
 
     async def submit(
         self, session_id: str, text: str, *, budget: Budget | None = None,
-        owner: str | None = None,
+        owner: str | None = None, output_type: OutputType | None = None,
     ) -> Run:  # fmt: skip
         """Store a user message and a ``queued`` run for it in one commit (one store
         call, no read first) and return at once; a worker
@@ -308,7 +315,11 @@ class AgentService:
         budget = budget or self.budget
         if self.caller.has_model:  # else the worker checks it against its model
             self.check_can_run(budget)
-        run, commit = queued(session_id, text, budget, self.ids, self.clock.now(), owner=owner)
+        now = self.clock.now()
+        output_schema = output_schema_of(output_type)
+        run, commit = queued(
+            session_id, text, budget, self.ids, now, owner=owner, output_schema=output_schema
+        )
         await self.store.start_run(commit)
         return run
 

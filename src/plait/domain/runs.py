@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from plait.domain.answers import OutputSchema
 from plait.domain.errors import ValidationError
 
 __all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
@@ -123,6 +124,8 @@ class Run:
     """The tool policy (its source, e.g. a file path) of the process that last started or
     continued the run, which decides its calls from then on (after an approval too);
     ``None``: no governing policy, or a run recorded before plait kept this."""
+    output_schema: OutputSchema | None = None
+    """The schema the run's final answer must match (a typed answer), or None."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))
