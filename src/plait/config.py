@@ -31,6 +31,11 @@ Format::
     raw_history_days = 90                       # `plait retention expire` default age
     mode = "archive"                            # "expire" (default) or "archive"
 
+    [agents.reviewer]                           # README: Sub-agents; a table per agent,
+    instructions = "Review the diff."           # project over user, key by key
+    tools = ["read_file", "grep"]
+    max_model_calls = 10
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -56,7 +61,7 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction", "retention")
+_TOP = ("model", "models", "sandbox", "compaction", "retention", "agents")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +89,9 @@ class Config:
     """The merged ``[compaction]`` tables, checked by ``CompactionSettings.from_mapping``."""
     retention: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[retention]`` tables, checked by ``RetentionSettings.from_mapping``."""
+    agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The merged ``[agents.NAME]`` tables (sub-agents), checked by
+    ``SubAgent.from_mapping``."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -149,6 +157,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     sandbox: dict[str, Any] = {}
     compaction: dict[str, Any] = {}
     retention: dict[str, Any] = {}
+    agents: dict[str, dict[str, Any]] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -162,7 +171,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction], [retention]",
+                    "[sandbox], [compaction], [retention], [agents.NAME]",
                     file=source,
                     key=key,
                 )
@@ -186,6 +195,13 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         if not isinstance(data.get("retention", {}), dict):
             raise ConfigError(f"{source}: retention must be a table", file=source, key="retention")
         retention.update(data.get("retention", {}))
+        tables = data.get("agents", {})
+        if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+            raise ConfigError(
+                f"{source}: agents must be tables [agents.NAME]", file=source, key="agents"
+            )
+        for name, table in tables.items():
+            agents.setdefault(name, {}).update(table)
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
@@ -193,4 +209,5 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         sandbox=sandbox,
         compaction=compaction,
         retention=retention,
+        agents=agents,
     )

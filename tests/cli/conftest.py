@@ -54,6 +54,7 @@ RUN_FIELDS = {
     "cancel_requested",
     "policy",
     "output_schema",
+    "parent",
 }
 USAGE_FIELDS = {
     "steps",

@@ -28,6 +28,7 @@ from plait.domain.errors import (
 from plait.domain.messages import AssistantMessage
 from plait.domain.runs import RunStatus
 from plait.domain.session import ForkOrigin, Session
+from plait.domain.subagents import ParentCall
 from tests.contract.approval_contract import ApprovalContract
 from tests.contract.base import started, stored
 from tests.contract.builders import (
@@ -186,6 +187,21 @@ class StoreContract(
             await store.commit(Commit(session_id="s1", expected_version=1, messages=(answer,)))
             assert await store.read_messages("s1") == stored(user("m1"), answer)
             assert (await store.get_run("r1")).output_schema == schema
+
+        self.run(go)
+
+    def test_a_sub_agent_run_keeps_its_parent_call(self) -> None:
+        link = ParentCall(session_id="s0", run_id="r0", call_id="call_ä")
+
+        async def go(store: Store) -> None:
+            await store.create_session(new_session())
+            run = new_run(parent=link)
+            await store.start_run(
+                Commit(session_id="s1", expected_version=0, run=run, messages=(user("m1"),))
+            )
+            assert (await store.get_run("r1")).parent == link
+            (listed,) = await store.list_runs(session_id="s1")
+            assert listed.parent == link
 
         self.run(go)
 

@@ -71,6 +71,7 @@ from plait.domain.errors import (
     LeaseLostError,
     PlaitError,
     StoreError,
+    SubAgentWaitingError,
 )
 from plait.domain.messages import (
     AssistantMessage,
@@ -630,6 +631,13 @@ class RunDriver:
                 time_limit=limit,
                 on_cancel=lambda: self._note_cancel(a),
             )
+        except SubAgentWaitingError as e:  # executed again when the run is resumed
+            raise StopRun(
+                RunStatus.AWAITING_APPROVAL,
+                "approval_required",
+                f"call {call.id} ({call.name}): {e.message}",
+                (record,),
+            ) from None
         finally:
             a.interruptible = False
         self.journal.hit("tool_returned")

@@ -8,6 +8,7 @@ artifacts; the write side (sending, cancelling, recovering, resolving) is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
@@ -18,6 +19,7 @@ from plait.domain.messages import ArtifactRef
 from plait.domain.retention import Expiry
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.subagents import ParentCall
 from plait.domain.summary import Constraint, Summary
 
 __all__ = ["LeaseInfo", "Queries", "RunDetail", "StoreInfo"]
@@ -117,12 +119,42 @@ class Queries:
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
-        """Approval requests, newest first (none: a store that keeps no approvals)."""
+        """Approval requests, newest first (none: a store that keeps no approvals). A
+        session's requests include those of its sub-agents' child runs: one inbox."""
         lister = getattr(self._store, "list_approvals", None)
         if lister is None:
             return []
         found: list[Approval] = await lister(session_id=session_id, run_id=run_id)
+        if session_id is not None:
+            for child in await self._child_sessions(session_id):
+                found += await lister(session_id=child, run_id=run_id)
+            found.sort(key=lambda a: a.requested_at, reverse=True)
         return found
+
+    async def _child_sessions(self, session_id: str) -> list[str]:
+        """The sessions of the session's sub-agent runs, and of theirs."""
+        runs = await self._store.list_runs()
+        children: dict[str, set[str]] = {}
+        for run in runs:
+            if run.parent is not None:
+                children.setdefault(run.parent.session_id, set()).add(run.session_id)
+        out: list[str] = []
+        todo = [session_id]
+        while todo:
+            for child in sorted(children.get(todo.pop(), ())):
+                if child not in out and child != session_id:
+                    out.append(child)
+                    todo.append(child)
+        return out
+
+    async def parents(self, approvals: Sequence[Approval]) -> dict[str, ParentCall]:
+        """The parent call of each approval's run that is a sub-agent's, by run id."""
+        out: dict[str, ParentCall] = {}
+        for run_id in {a.run_id for a in approvals}:
+            run = await self._store.get_run(run_id)
+            if run.parent is not None:
+                out[run_id] = run.parent
+        return out
 
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         """Newest first; an unknown session raises SessionNotFoundError."""

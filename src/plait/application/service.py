@@ -62,6 +62,7 @@ from plait.domain.messages import (
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
 from plait.domain.session import Session, StoredMessage
+from plait.domain.subagents import ParentCall
 from plait.domain.text import id_problem, text_problem
 
 __all__ = [
@@ -162,6 +163,10 @@ class AgentService:
         )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
+        self.subagents: dict[str, AgentService] = {}
+        """The services of this agent's sub-agents, by name (the composition root fills
+        it): a child run is continued by its own agent's service (its instructions,
+        tools and model), whoever is asked to continue it."""
         self.approvals = Approvals(store, clock)
         """A person's answers to calls that wait (approve, deny)."""
         self.models = RunModels(self.caller, model_spec, model_factory)
@@ -244,12 +249,16 @@ class AgentService:
         observer: RunObserver | None = None,
         on_text: TextSink | None = None,
         output_type: OutputType | None = None,
+        run_id: str | None = None,
+        parent: ParentCall | None = None,
     ) -> RunResult:
         """Append a user message and run the loop until the run ends or waits.
         ``on_text`` receives the assistant's text as it streams (models that stream).
         ``output_type`` (a JSON Schema dict, an OutputSchema or a pydantic model class):
         the final answer must match it (a typed answer); its validated value is the final
         message's ``output`` and the result's ``output`` (a model instance for a class).
+        ``run_id`` and ``parent``: a sub-agent's run (its id derived from the parent's
+        call, see :mod:`plait.application.subagents`).
 
         Raises :class:`~plait.domain.errors.SessionBusyError` if the session already has an
         active run (here or in another process); nothing is written then.
@@ -263,7 +272,7 @@ class AgentService:
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()
-        run_id = self.ids.new("run")
+        run_id = run_id or self.ids.new("run")
         run = Run(
             id=run_id,
             session_id=session_id,
@@ -276,6 +285,7 @@ class AgentService:
             deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
             policy=policy_of(self.driver.gate),
             output_schema=output_schema,
+            parent=parent,
         )
         user = UserMessage(id=self.ids.new("msg"), text=text, created_at=now, run_id=run_id)
         result = await self.store.start_run(
@@ -430,6 +440,10 @@ class AgentService:
         """
         if force and run_id is None:
             raise ConfigError("a forced recovery names its run: pass run_id (--run RUN)")
+        if run_id is not None and (child := await self._child_service(run_id)) is not None:
+            return await child.recover(
+                run_id=run_id, observer=observer, on_text=on_text, force=force
+            )
         self.models.check_can_run()
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
@@ -441,6 +455,10 @@ class AgentService:
         )  # fmt: skip
         reports: list[RecoveryReport] = []
         for run in candidates:
+            if run.parent is not None and run_id is None:
+                detail = f"a sub-agent's run: run {run.parent.run_id} continues it"
+                reports.append(RecoveryReport(run.id, "skipped", detail))
+                continue
             reports.append(
                 await recoverer.recover(run, observer=observer, on_text=on_text, force=force)
             )
@@ -510,6 +528,9 @@ class AgentService:
         unknown call is resolved; a queued one on a store no worker can serve (it starts
         here); one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
+        child = await self._child_service(run_id)
+        if child is not None:
+            return await self._resume_child(child, run_id, observer, on_text)
         self.models.check_can_run()
         run = await resumable(self.store, run_id, queued=not can_queue(self.store))
         caller = self.models.caller_for(run)
@@ -525,6 +546,31 @@ class AgentService:
             a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True)
+
+    async def _child_service(self, run_id: str) -> AgentService | None:
+        """The service of the sub-agent whose run ``run_id`` is (None: not a child run
+        of this agent's)."""
+        if not self.subagents:
+            return None
+        run = await self.store.get_run(run_id)
+        return None if run.parent is None else self.subagents.get(run.parent.agent)
+
+    async def _resume_child(
+        self,
+        child: AgentService,
+        run_id: str,
+        observer: RunObserver | None,
+        on_text: TextSink | None,
+    ) -> RunResult:
+        """Continue a child run with its agent's service; once it has ended, a parent
+        that waited for it goes on too (its call is executed again and finds the answer)."""
+        result = await child.resume(run_id, observer=observer, on_text=on_text)
+        parent = result.run.parent
+        if parent is not None and result.run.status.terminal:
+            waiting = await self.store.get_run(parent.run_id)
+            if waiting.status is RunStatus.AWAITING_APPROVAL:
+                await self.resume(parent.run_id, observer=observer, on_text=on_text)
+        return result
 
 
 def _compose_driver(

@@ -37,6 +37,7 @@ __all__ = [
     "SessionNotFoundError",
     "StoreError",
     "StoreNotFoundError",
+    "SubAgentWaitingError",
     "SummaryConflictError",
     "SummaryInvalidError",
     "TokenMeterModelUnconfiguredError",
@@ -240,6 +241,13 @@ class ToolError(PlaitError):
 
 class PolicyError(PlaitError):
     code = "policy_error"
+
+
+class SubAgentWaitingError(PlaitError):
+    """A delegation's child run waits for a person (an approval): the parent's call
+    cannot settle yet, so the parent run waits too (it goes on once the child ends)."""
+
+    code = "subagent_waiting"
 
 
 class ApprovalRefusedError(PolicyError):

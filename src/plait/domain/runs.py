@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import ValidationError
+from plait.domain.subagents import ParentCall
 
 __all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
 
@@ -126,6 +127,8 @@ class Run:
     ``None``: no governing policy, or a run recorded before plait kept this."""
     output_schema: OutputSchema | None = None
     """The schema the run's final answer must match (a typed answer), or None."""
+    parent: ParentCall | None = None
+    """A sub-agent's run: the parent run's call it answers (None for a top-level run)."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))

@@ -167,6 +167,11 @@ class RunOut(BaseModel):
     output_schema: dict[str, Any] | None = Field(
         default=None, description="the JSON Schema the final answer must match, or null"
     )
+    parent: dict[str, str] | None = Field(
+        default=None,
+        description="a sub-agent's run: the parent's call it answers "
+        "({session_id, run_id, call_id}), or null",
+    )
 
 
 class RunsOut(BaseModel):

@@ -42,6 +42,7 @@ from plait.domain.messages import (
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, ExecutionState, ForkOrigin, Session
+from plait.domain.subagents import ParentCall
 from plait.domain.tools import EffectClass
 
 __all__ = [
@@ -401,6 +402,14 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         "output_schema": None
         if r.output_schema is None
         else {"name": r.output_schema.name, "schema": r.output_schema.schema()},
+        "parent": None
+        if r.parent is None
+        else {
+            "session_id": r.parent.session_id,
+            "run_id": r.parent.run_id,
+            "call_id": r.parent.call_id,
+            "agent": r.parent.agent,
+        },
     }
 
 
@@ -430,6 +439,7 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         deadline_at=d.get("deadline_at"),
         policy=d.get("policy"),
         output_schema=_output_schema(d.get("output_schema")),
+        parent=None if d.get("parent") is None else ParentCall(**d["parent"]),
     )
 
 

@@ -1,0 +1,175 @@
+"""Delegation to a sub-agent: one tool call of the parent run, one durable child run.
+
+The child's session and run ids derive from the call's idempotency key
+(:func:`~plait.domain.subagents.child_ids`), and the tool is ``idempotent``: recovery of a
+parent whose process died during the call executes it again with the same key, which
+finds the child instead of starting a second one. A child that finished gives its answer
+at once; one still ``running`` (its process died with the parent's) is taken over and
+continued first. Either way the parent's call is never marked ``unknown``.
+
+The child's budget is its share, capped by what the parent has left (model calls, tokens,
+time); when it ends, its model calls and tokens are charged to the parent run. A cancel
+of the parent reaches the child: the child runs in the parent call's task, so the same
+cancellation ends it ``cancelled``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.domain.errors import (
+    RunNotFoundError,
+    SessionNotFoundError,
+    SubAgentWaitingError,
+    ToolError,
+)
+from plait.domain.messages import AssistantMessage
+from plait.domain.runs import Budget, Run, RunStatus
+from plait.domain.session import Session
+from plait.domain.subagents import ParentCall, SubAgent, child_ids
+from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:
+    from plait.application.driver import RunDriver
+    from plait.application.service import AgentService
+
+__all__ = ["Delegation"]
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {"type": "string", "minLength": 1, "description": "what the sub-agent must do"}
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+class Delegation:
+    """The tool through which a parent run delegates to ``agent``, whose runs ``child``
+    drives. ``parent``: the driver of the parent's runs (set by the composition root once
+    it is built), charged with the child's usage."""
+
+    def __init__(self, agent: SubAgent, child: AgentService) -> None:
+        self.agent = agent
+        self.child = child
+        self.parent: RunDriver | None = None
+
+    @property
+    def tool(self) -> Tool:
+        description = self.agent.description or f"Delegate a task to the {self.agent.name} agent."
+        spec = ToolSpec(
+            name=self.agent.tool_name,
+            description=description + " It works on its own and returns its final answer.",
+            parameters=_PARAMETERS,
+            effect=EffectClass.IDEMPOTENT,
+        )
+        return Tool(spec=spec, execute=self.execute)
+
+    async def execute(self, invocation: ToolInvocation) -> ToolOutput:
+        store = self.child.store
+        session_id, run_id = child_ids(invocation.idempotency_key)
+        parent_run = await store.get_run(invocation.run_id)
+        try:
+            child = await store.get_run(run_id)
+        except RunNotFoundError:
+            child = await self._start(invocation, parent_run, session_id, run_id)
+        else:
+            if child.status is RunStatus.RUNNING:  # its process died with the parent's
+                await self.child.recover(run_id=run_id, force=True)
+                child = await store.get_run(run_id)
+        if child.status in (RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_RESOLUTION):
+            why = f": {child.error.message}" if child.error is not None else ""
+            raise SubAgentWaitingError(
+                f"its {self.agent.name} agent's run {child.id} is "
+                f"{child.status.value}{why}; the call goes on once that run ends",
+                child_run_id=child.id,
+            )
+        self._charge(invocation.run_id, child)
+        return await self._answer(child)
+
+    async def _start(
+        self, invocation: ToolInvocation, parent_run: Run, session_id: str, run_id: str
+    ) -> Run:
+        store = self.child.store
+        try:
+            await store.get_session(session_id)
+        except SessionNotFoundError:
+            parent = await store.get_session(invocation.session_id)
+            await store.create_session(
+                Session(
+                    id=session_id,
+                    created_at=self.child.clock.now(),
+                    owner=parent.owner,
+                    workspace=invocation.workspace,
+                    title=f"{self.agent.name} for {invocation.call.id} of {parent_run.id}",
+                )
+            )
+        task = invocation.call.arguments()["task"]
+        link = ParentCall(
+            session_id=invocation.session_id,
+            run_id=parent_run.id,
+            call_id=invocation.call.id,
+            agent=self.agent.name,
+        )
+        result = await self.child.send(
+            session_id, task, budget=self._budget(parent_run), run_id=run_id, parent=link
+        )
+        return result.run
+
+    def _budget(self, parent: Run) -> Budget:
+        """The agent's share, capped by what the parent run has left."""
+        used = parent.usage
+        active = self.parent.active.get(parent.id) if self.parent is not None else None
+        if active is not None:
+            used = active.usage.freeze()
+        limits = parent.budget
+        budget = self.child.budget
+        calls = _least(self.agent.max_model_calls, budget.max_model_calls)
+        if limits.max_model_calls is not None:
+            calls = _least(calls, max(limits.max_model_calls - used.model_calls, 1))
+        tokens = _least(self.agent.max_total_tokens, budget.max_total_tokens)
+        if limits.max_total_tokens is not None:
+            tokens = _least(tokens, max(limits.max_total_tokens - used.total_tokens, 1))
+        deadline = budget.deadline_seconds
+        if parent.deadline_at is not None:
+            left = max(parent.deadline_at - self.child.clock.now(), 0.001)
+            deadline = left if deadline is None else min(deadline, left)
+        return replace(
+            budget,
+            max_model_calls=calls,
+            max_total_tokens=tokens,
+            max_steps=_least(self.agent.max_steps, budget.max_steps),
+            deadline_seconds=deadline,
+        )
+
+    def _charge(self, parent_run_id: str, child: Run) -> None:
+        """The child's model calls and tokens count against the parent run."""
+        active = self.parent.active.get(parent_run_id) if self.parent is not None else None
+        if active is None:
+            return
+        active.usage.model_calls += child.usage.model_calls
+        active.usage.input_tokens += child.usage.input_tokens
+        active.usage.output_tokens += child.usage.output_tokens
+
+    async def _answer(self, child: Run) -> ToolOutput:
+        if child.status is not RunStatus.COMPLETED:
+            why = f": {child.error.message}" if child.error is not None else ""
+            raise ToolError(
+                f"the {self.agent.name} agent's run {child.id} ended {child.status.value}{why}"
+            )
+        stored = await self.child.store.read_messages(child.session_id)
+        answers = [
+            s.message
+            for s in stored
+            if isinstance(s.message, AssistantMessage) and s.message.run_id == child.id
+        ]
+        return ToolOutput(content=answers[-1].text if answers else "")
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
