@@ -452,6 +452,7 @@ class Runtime:
                     retry=retry,
                     model_spec=model_spec,
                 ),
+                self.forks,
             )
             for agent in subagents
         ]

@@ -4,6 +4,7 @@ charge, a crash of the parent's process while the child runs, and cancel."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,9 +12,11 @@ import pytest
 from plait.adapters.shapes import approval_json
 from plait.adapters.stores.memory import MemoryStore
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.domain.errors import ConfigError
 from plait.domain.messages import AssistantMessage, ToolResultMessage, ToolStatus, UserMessage
 from plait.domain.policy_toml import parse_policy
 from plait.domain.runs import Budget, RunStatus
+from plait.domain.session import ForkOrigin
 from plait.domain.subagents import ParentCall, SubAgent, child_ids
 from plait.domain.tools import EffectClass, ToolSpec
 from plait.runtime import Runtime, governed_gate
@@ -288,3 +291,73 @@ def test_a_childs_approval_reaches_the_parents_inbox_and_both_go_on_once_approve
     assert _result_of(store, session.id, "d1").result.content == "counted: 3 things"
     assert len(tally.invocations) == 1
     assert len(run(store.list_runs())) == 2
+
+
+def test_a_fork_context_child_starts_from_the_parents_last_complete_point() -> None:
+    store, clock, agents, tally = MemoryStore(), FixedClock(), Agents(), tally_tool()
+    forking = replace(COUNTER, context="fork")
+    rt = Runtime(
+        store=store,
+        artifacts=store,
+        model=FunctionModel(agents, name="fn"),
+        tools=[tally.tool],
+        clock=clock,
+        ids=SequentialIds(),
+        owner="worker-0",
+        subagents=[forking],
+    )
+    session = run(rt.service.create_session())
+    result = run(rt.service.send(session.id, "count the figs"))
+    assert result.run.status is RunStatus.COMPLETED
+    (child,) = [r for r in run(store.list_runs()) if r.parent is not None]
+    branch = run(store.get_session(child.session_id))
+    user_id = result.messages[0].message.id
+    assert branch.fork_origin == ForkOrigin(
+        parent_session_id=session.id, fork_point_message_id=user_id
+    )
+    first_child_request = next(r for r in agents.requests if _child(r))
+    items = list(first_child_request.context.items)
+    assert [(m.kind, m.id) for m in items][:1] == [("user", user_id)]
+    assert len(items) == 2  # the parent's message, then the task
+    assert _result_of(store, session.id, "d1").result.content == "counted: 3 things"
+
+
+def test_a_sub_agent_naming_a_tool_the_agent_lacks_is_refused() -> None:
+    store = MemoryStore()
+    with pytest.raises(ConfigError, match="names tools the agent does not have: grep"):
+        Runtime(
+            store=store,
+            artifacts=store,
+            model=FunctionModel(Agents(), name="fn"),
+            tools=[tally_tool().tool],
+            clock=FixedClock(),
+            ids=SequentialIds(),
+            subagents=[replace(COUNTER, tools=("tally", "grep"))],
+        )
+
+
+def test_a_child_longer_than_the_tool_timeout_is_bounded_by_the_run_deadline_only() -> None:
+    """The delegate call is not cut by tool_timeout_seconds: the child keeps to its own
+    budget (here it answers after the tool timeout would have passed)."""
+    store, clock, slow, tally = MemoryStore(), FixedClock(), Agents(), tally_tool()
+
+    async def later(request: ModelRequest) -> ModelResponse:
+        if _child(request) and isinstance(request.context.items[-1], ToolResultMessage):
+            await asyncio.sleep(0.05)  # longer than the parent's 0.01 s tool timeout
+        return await slow(request)
+
+    rt = Runtime(
+        store=store,
+        artifacts=store,
+        model=FunctionModel(later, name="fn"),
+        tools=[tally.tool],
+        clock=clock,
+        ids=SequentialIds(),
+        owner="worker-0",
+        subagents=[COUNTER],
+        budget=Budget(tool_timeout_seconds=0.01),
+    )
+    session = run(rt.service.create_session())
+    result = run(rt.service.send(session.id, "count the dates"))
+    assert result.run.status is RunStatus.COMPLETED
+    assert _result_of(store, session.id, "d1").result.content == "counted: 3 things"

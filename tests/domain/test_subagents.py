@@ -40,6 +40,7 @@ def test_agents_tables_merge_project_over_user(tmp_path: Path) -> None:
         ({"instructions": "x", "tools": [1]}, "tools must be tool names"),
         ({}, "needs instructions"),
         ({"instructions": "x", "max_model_calls": 0}, "must be a positive integer"),
+        ({"instructions": "x", "context": "copy"}, "context must be 'fresh' or 'fork'"),
     ],
 )
 def test_a_bad_agents_table_is_an_error_naming_what(table: dict[str, object], message: str) -> None:

@@ -618,7 +618,7 @@ class RunDriver:
             idempotency_key=record.idempotency_key,
             output_cap_bytes=b.tool_output_cap_bytes,
         )
-        limit = b.tool_timeout_seconds
+        limit = None if tool.own_deadline else b.tool_timeout_seconds
         if a.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
             left = max(a.deadline - self.clock.monotonic(), 0.0)
             limit = left if limit is None else min(limit, left)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
 from plait.application.retention import expiries_of
+from plait.domain.errors import RunNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
@@ -151,7 +152,10 @@ class Queries:
         """The parent call of each approval's run that is a sub-agent's, by run id."""
         out: dict[str, ParentCall] = {}
         for run_id in {a.run_id for a in approvals}:
-            run = await self._store.get_run(run_id)
+            try:
+                run = await self._store.get_run(run_id)
+            except RunNotFoundError:  # a request whose run is gone names no parent
+                continue
             if run.parent is not None:
                 out[run_id] = run.parent
         return out

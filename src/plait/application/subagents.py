@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import (
+    ConfigError,
     RunNotFoundError,
     SessionNotFoundError,
     SubAgentWaitingError,
@@ -33,6 +34,7 @@ from plait.domain.tools import EffectClass, ToolSpec
 
 if TYPE_CHECKING:
     from plait.application.driver import RunDriver
+    from plait.application.fork import ForkService
     from plait.application.service import AgentService
 
 __all__ = ["Delegation"]
@@ -52,9 +54,18 @@ class Delegation:
     drives. ``parent``: the driver of the parent's runs (set by the composition root once
     it is built), charged with the child's usage."""
 
-    def __init__(self, agent: SubAgent, child: AgentService) -> None:
+    def __init__(
+        self, agent: SubAgent, child: AgentService, forks: ForkService | None = None
+    ) -> None:
+        if agent.context == "fork" and forks is None:
+            raise ConfigError(
+                f"sub-agent {agent.name!r} forks its parent's context, but this store "
+                "cannot fork sessions; use context = 'fresh' or a store that forks",
+                subagent=agent.name,
+            )
         self.agent = agent
         self.child = child
+        self.forks = forks
         self.parent: RunDriver | None = None
 
     @property
@@ -66,7 +77,7 @@ class Delegation:
             parameters=_PARAMETERS,
             effect=EffectClass.IDEMPOTENT,
         )
-        return Tool(spec=spec, execute=self.execute)
+        return Tool(spec=spec, execute=self.execute, own_deadline=True)
 
     async def execute(self, invocation: ToolInvocation) -> ToolOutput:
         store = self.child.store
@@ -75,6 +86,8 @@ class Delegation:
         try:
             child = await store.get_run(run_id)
         except RunNotFoundError:
+            if self.agent.context == "fork":
+                session_id = await self._fork(invocation)
             child = await self._start(invocation, parent_run, session_id, run_id)
         else:
             if child.status is RunStatus.RUNNING:  # its process died with the parent's
@@ -118,6 +131,23 @@ class Delegation:
             session_id, task, budget=self._budget(parent_run), run_id=run_id, parent=link
         )
         return result.run
+
+    async def _fork(self, invocation: ToolInvocation) -> str:
+        """A fork of the parent's session through its last complete point before the
+        delegating call (the same branch again when the call is executed again)."""
+        assert self.forks is not None
+        stored = await self.child.store.read_messages(invocation.session_id)
+        at = next(
+            i
+            for i, s in enumerate(stored)
+            if isinstance(s.message, AssistantMessage)
+            and any(c.id == invocation.call.id for c in s.message.tool_calls)
+        )
+        through = stored[at - 1].message.id
+        made = await self.forks.fork_session(
+            invocation.session_id, through, request_id=f"delegate-{invocation.idempotency_key}"
+        )
+        return made.branch.id
 
     def _budget(self, parent: Run) -> Budget:
         """The agent's share, capped by what the parent run has left."""

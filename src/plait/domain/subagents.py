@@ -20,6 +20,7 @@ from plait.domain.errors import ValidationError
 __all__ = ["ParentCall", "SubAgent", "child_ids"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,47}$")
+_CONTEXTS = ("fresh", "fork")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,8 +48,17 @@ class SubAgent:
     max_model_calls: int | None = None
     max_total_tokens: int | None = None
     max_steps: int | None = None
+    context: str = "fresh"
+    """``fresh``: the child starts from the task alone; ``fork``: from a fork of the
+    parent's session at its last complete point before the delegating call (needs a
+    store that can fork)."""
 
     def __post_init__(self) -> None:
+        if self.context not in _CONTEXTS:
+            raise ValidationError(
+                f"sub-agent {self.name!r}: context must be 'fresh' or 'fork', not {self.context!r}",
+                field="context",
+            )
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValidationError(
                 f"sub-agent name {self.name!r} must match {_NAME.pattern}", field="name"
@@ -76,6 +86,7 @@ class SubAgent:
             "max_model_calls": int,
             "max_total_tokens": int,
             "max_steps": int,
+            "context": str,
         }
         for key, value in table.items():
             if key not in types:
@@ -97,6 +108,7 @@ class SubAgent:
             max_model_calls=table.get("max_model_calls"),
             max_total_tokens=table.get("max_total_tokens"),
             max_steps=table.get("max_steps"),
+            context=table.get("context", "fresh"),
         )
 
     @property

@@ -208,9 +208,10 @@ def _tree(a: argparse.Namespace, out: _Output) -> int:
             parent = s.fork_origin.parent_session_id if s.fork_origin else None
             kids.setdefault(parent if parent in ids else None, []).append(s)
         delegated = await _delegated(queries, family)
-        for s, link in delegated.items():
-            kids.setdefault(link.session_id, []).append(s)
-        links = {s.id: link for s, link in delegated.items()}
+        for s, link in delegated.values():
+            if s.id not in ids:  # a fork-context child is in the family already
+                kids.setdefault(link.session_id, []).append(s)
+        links = {sid: link for sid, (_, link) in delegated.items()}
 
         def node(s: Session) -> dict[str, Any]:
             return {
@@ -247,20 +248,20 @@ def _tree(a: argparse.Namespace, out: _Output) -> int:
     return _run(a, go)
 
 
-async def _delegated(queries: Queries, family: list[Session]) -> dict[Session, ParentCall]:
+async def _delegated(
+    queries: Queries, family: list[Session]
+) -> dict[str, tuple[Session, ParentCall]]:
     """The sessions of sub-agent runs started from the family's sessions (and from
-    theirs), each with the call that started it."""
+    theirs), by id, each with the call that started it."""
     runs = [r for r in await queries.list_runs() if r.parent is not None]
-    out: dict[Session, ParentCall] = {}
-    known = {s.id for s in family}
-    todo = list(known)
+    out: dict[str, tuple[Session, ParentCall]] = {}
+    todo = [s.id for s in family]
     while todo:
         here = todo.pop()
         for run in runs:
             link = run.parent
-            if link is not None and link.session_id == here and run.session_id not in known:
-                known.add(run.session_id)
-                out[await queries.get_session(run.session_id)] = link
+            if link is not None and link.session_id == here and run.session_id not in out:
+                out[run.session_id] = (await queries.get_session(run.session_id), link)
                 todo.append(run.session_id)
     return out
 
