@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
 from plait.application.retention import expiries_of
-from plait.domain.errors import RunNotFoundError
+from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
@@ -127,38 +127,14 @@ class Queries:
             return []
         found: list[Approval] = await lister(session_id=session_id, run_id=run_id)
         if session_id is not None:
-            for child in await self._child_sessions(session_id):
+            for child in await sub_agent_sessions(self._store, session_id):
                 found += await lister(session_id=child, run_id=run_id)
             found.sort(key=lambda a: a.requested_at, reverse=True)
         return found
 
-    async def _child_sessions(self, session_id: str) -> list[str]:
-        """The sessions of the session's sub-agent runs, and of theirs."""
-        runs = await self._store.list_runs()
-        children: dict[str, set[str]] = {}
-        for run in runs:
-            if run.parent is not None:
-                children.setdefault(run.parent.session_id, set()).add(run.session_id)
-        out: list[str] = []
-        todo = [session_id]
-        while todo:
-            for child in sorted(children.get(todo.pop(), ())):
-                if child not in out and child != session_id:
-                    out.append(child)
-                    todo.append(child)
-        return out
-
     async def parents(self, approvals: Sequence[Approval]) -> dict[str, ParentCall]:
         """The parent call of each approval's run that is a sub-agent's, by run id."""
-        out: dict[str, ParentCall] = {}
-        for run_id in {a.run_id for a in approvals}:
-            try:
-                run = await self._store.get_run(run_id)
-            except RunNotFoundError:  # a request whose run is gone names no parent
-                continue
-            if run.parent is not None:
-                out[run_id] = run.parent
-        return out
+        return await parent_calls(self._store, approvals)
 
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         """Newest first; an unknown session raises SessionNotFoundError."""

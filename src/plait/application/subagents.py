@@ -15,10 +15,11 @@ cancellation ends it ``cancelled``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.ports import SessionStore, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import (
     ConfigError,
     RunNotFoundError,
@@ -26,6 +27,7 @@ from plait.domain.errors import (
     SubAgentWaitingError,
     ToolError,
 )
+from plait.domain.governance import Approval
 from plait.domain.messages import AssistantMessage
 from plait.domain.runs import Budget, Run, RunStatus
 from plait.domain.session import Session
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from plait.application.fork import ForkService
     from plait.application.service import AgentService
 
-__all__ = ["Delegation"]
+__all__ = ["Delegation", "parent_calls", "sub_agent_sessions"]
 
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -203,3 +205,33 @@ def _least(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     return a if b is None else min(a, b)
+
+
+async def sub_agent_sessions(store: SessionStore, session_id: str) -> list[str]:
+    """The sessions of the session's sub-agent runs, and of theirs (one approvals inbox
+    for a session and its children)."""
+    children: dict[str, set[str]] = {}
+    for run in await store.list_runs():
+        if run.parent is not None:
+            children.setdefault(run.parent.session_id, set()).add(run.session_id)
+    out: list[str] = []
+    todo = [session_id]
+    while todo:
+        for child in sorted(children.get(todo.pop(), ())):
+            if child not in out and child != session_id:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+async def parent_calls(store: SessionStore, approvals: Sequence[Approval]) -> dict[str, ParentCall]:
+    """The parent call of each approval's run that is a sub-agent's, by run id."""
+    out: dict[str, ParentCall] = {}
+    for run_id in {a.run_id for a in approvals}:
+        try:
+            run = await store.get_run(run_id)
+        except RunNotFoundError:  # a request whose run is gone names no parent
+            continue
+        if run.parent is not None:
+            out[run_id] = run.parent
+    return out
