@@ -361,3 +361,28 @@ def test_a_child_longer_than_the_tool_timeout_is_bounded_by_the_run_deadline_onl
     result = run(rt.service.send(session.id, "count the dates"))
     assert result.run.status is RunStatus.COMPLETED
     assert _result_of(store, session.id, "d1").result.content == "counted: 3 things"
+
+
+def test_cancelling_a_parent_that_waits_for_its_childs_approval_cancels_both() -> None:
+    store, clock, agents, tally = MemoryStore(), FixedClock(), Agents(), tally_tool()
+    model = FunctionModel(agents, name="fn")
+    ids = SequentialIds()
+    policy = parse_policy(TALLY_NEEDS_APPROVAL, "policy.toml")
+    rt = Runtime(
+        store=store,
+        artifacts=store,
+        model=model,
+        tools=[tally.tool],
+        clock=clock,
+        ids=ids,
+        owner="worker-0",
+        subagents=[COUNTER],
+        gate=governed_gate(policy, store, clock, ids, model),
+    )
+    session = run(rt.service.create_session())
+    waiting = run(rt.service.send(session.id, "count the limes"))
+    assert waiting.run.status is RunStatus.AWAITING_APPROVAL
+    cancelled = run(rt.service.cancel(waiting.run.id))
+    assert cancelled.status is RunStatus.CANCELLED
+    assert {r.status for r in run(store.list_runs())} == {RunStatus.CANCELLED}
+    assert tally.invocations == []

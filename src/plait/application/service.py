@@ -363,7 +363,18 @@ class AgentService:
         next commit. A run waiting for a person (resolution or approval) is ended here:
         its pending calls get ``cancelled`` results and an unresolved one an ``unknown``
         result. ``force``: a running run whose process is known to be gone is taken over
-        before its lease expires and ended here the same way."""
+        before its lease expires and ended here the same way. The runs of sub-agents it
+        delegated to are cancelled with it (those it drives stop with its task)."""
+        run = await self._cancel_one(run_id, force=force)
+        if self.subagents:
+            for child in await self.store.list_runs():
+                link = child.parent
+                if link is not None and link.run_id == run_id and not child.status.terminal:
+                    service = self.subagents.get(link.agent, self)
+                    await service.cancel(child.id, force=force)
+        return run
+
+    async def _cancel_one(self, run_id: str, *, force: bool) -> Run:
         active = self._active.get(run_id)
         if active is not None:
             active.cancel_requested = True
