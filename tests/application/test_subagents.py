@@ -11,9 +11,15 @@ import pytest
 
 from plait.adapters.shapes import approval_json
 from plait.adapters.stores.memory import MemoryStore
-from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse, RawToolCall
 from plait.domain.errors import ConfigError
-from plait.domain.messages import AssistantMessage, ToolResultMessage, ToolStatus, UserMessage
+from plait.domain.messages import (
+    AssistantMessage,
+    ToolResultMessage,
+    ToolStatus,
+    Usage,
+    UserMessage,
+)
 from plait.domain.policy_toml import parse_policy
 from plait.domain.runs import Budget, RunStatus
 from plait.domain.session import ForkOrigin
@@ -386,3 +392,36 @@ def test_cancelling_a_parent_that_waits_for_its_childs_approval_cancels_both() -
     assert cancelled.status is RunStatus.CANCELLED
     assert {r.status for r in run(store.list_runs())} == {RunStatus.CANCELLED}
     assert tally.invocations == []
+
+
+def test_the_childs_cost_ceiling_is_what_the_parent_has_left() -> None:
+    store, clock, agents, tally = MemoryStore(), FixedClock(), Agents(), tally_tool()
+
+    async def priced(request: ModelRequest) -> ModelResponse:
+        response = await agents(request)
+        return replace(response, usage=Usage(input_tokens=100_000, output_tokens=0))
+
+    prices = ModelCapabilities(
+        price_input_per_mtok=2.0,
+        price_output_per_mtok=8.0,
+        context_window=128_000,
+        structured_output=True,
+    )
+    rt = Runtime(
+        store=store,
+        artifacts=store,
+        model=FunctionModel(priced, name="fn", capabilities=prices),
+        tools=[tally.tool],
+        clock=clock,
+        ids=SequentialIds(),
+        owner="worker-0",
+        subagents=[COUNTER],
+        budget=Budget(max_cost_usd=1.0),
+    )
+    session = run(rt.service.create_session())
+    result = run(rt.service.send(session.id, "count the kiwis"))
+    assert result.run.status is RunStatus.COMPLETED
+    (child,) = [r for r in run(store.list_runs()) if r.parent is not None]
+    assert child.budget.max_cost_usd == pytest.approx(0.8)  # $1 less the parent's $0.20
+    # the parent was charged the child's 200k input tokens: 4 calls of 100k in all
+    assert result.run.usage.input_tokens == 400_000

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from plait.application.model_caller import ModelCaller, cost_usd
 from plait.application.ports import SessionStore, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import (
     ConfigError,
@@ -165,6 +166,12 @@ class Delegation:
         tokens = _least(self.agent.max_total_tokens, budget.max_total_tokens)
         if limits.max_total_tokens is not None:
             tokens = _least(tokens, max(limits.max_total_tokens - used.total_tokens, 1))
+        cost = budget.max_cost_usd
+        if limits.max_cost_usd is not None:  # at the parent's prices, as its own calls
+            caps = (active.caller if active and active.caller else self.parent_caller()).model
+            spent = cost_usd(caps.capabilities, used.input_tokens, used.output_tokens) or 0.0
+            left = max(limits.max_cost_usd - spent, 0.000001)
+            cost = left if cost is None else min(cost, left)
         deadline = budget.deadline_seconds
         if parent.deadline_at is not None:
             left = max(parent.deadline_at - self.child.clock.now(), 0.001)
@@ -175,7 +182,12 @@ class Delegation:
             max_total_tokens=tokens,
             max_steps=_least(self.agent.max_steps, budget.max_steps),
             deadline_seconds=deadline,
+            max_cost_usd=cost,
         )
+
+    def parent_caller(self) -> ModelCaller:
+        """The parent's model caller (the child's when the parent's is not known)."""
+        return self.parent.caller if self.parent is not None else self.child.caller
 
     def _charge(self, parent_run_id: str, child: Run) -> None:
         """The child's model calls and tokens count against the parent run."""
