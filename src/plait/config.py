@@ -34,6 +34,10 @@ Format::
     [telemetry]                                 # README: Telemetry (OpenTelemetry)
     enabled = true                              # default false; needs plait[otel]
     capture_content = false                     # message contents and tool arguments
+    [agents.reviewer]                           # README: Sub-agents; a table per agent,
+    instructions = "Review the diff."           # project over user, key by key
+    tools = ["read_file", "grep"]
+    max_model_calls = 10
 
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
@@ -60,7 +64,7 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction", "retention", "telemetry")
+_TOP = ("model", "models", "sandbox", "compaction", "retention", "telemetry", "agents")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +94,9 @@ class Config:
     """The merged ``[retention]`` tables, checked by ``RetentionSettings.from_mapping``."""
     telemetry: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[telemetry]`` tables, checked by ``TelemetrySettings.from_mapping``."""
+    agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The merged ``[agents.NAME]`` tables (sub-agents), checked by
+    ``SubAgent.from_mapping``."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -156,6 +163,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     compaction: dict[str, Any] = {}
     retention: dict[str, Any] = {}
     telemetry: dict[str, Any] = {}
+    agents: dict[str, dict[str, Any]] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -169,7 +177,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction], [retention], [telemetry]",
+                    "[sandbox], [compaction], [retention], [telemetry], [agents.NAME]",
                     file=source,
                     key=key,
                 )
@@ -196,6 +204,13 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         if not isinstance(data.get("telemetry", {}), dict):
             raise ConfigError(f"{source}: telemetry must be a table", file=source, key="telemetry")
         telemetry.update(data.get("telemetry", {}))
+        tables = data.get("agents", {})
+        if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+            raise ConfigError(
+                f"{source}: agents must be tables [agents.NAME]", file=source, key="agents"
+            )
+        for name, table in tables.items():
+            agents.setdefault(name, {}).update(table)
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
@@ -204,4 +219,5 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         compaction=compaction,
         retention=retention,
         telemetry=telemetry,
+        agents=agents,
     )

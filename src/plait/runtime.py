@@ -16,6 +16,7 @@ from plait.application.gate import AllowAll, ToolGate
 from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
 from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
+from plait.application.subagents import Delegation
 from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
@@ -44,11 +45,13 @@ if TYPE_CHECKING:
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
     from plait.domain.retention import RetentionSettings
+    from plait.domain.subagents import SubAgent
     from plait.domain.tools import ToolSpec
 
 __all__ = [
     "Runtime",
     "configured_retention",
+    "configured_subagents",
     "configured_telemetry",
     "data_dir",
     "default_db_url",
@@ -153,6 +156,58 @@ def _stages(
     }
 
 
+def _child_service(
+    agent: SubAgent,
+    tools: Sequence[Tool],
+    *,
+    store: SessionStore,
+    artifacts: ArtifactStore,
+    model: ModelClient | None,
+    clock: Clock,
+    ids: IdGenerator,
+    budget: Budget | None,
+    owner: str | None,
+    lease_seconds: float,
+    gate: ToolGate | None,
+    retry: RetryPolicy | None,
+    model_spec: str | None,
+) -> AgentService:
+    """The service that drives ``agent``'s runs: its instructions, model and tools, the
+    parent's store, gate (so its approvals reach the same inbox) and owner."""
+    by_name = {t.spec.name: t for t in tools}
+    names = agent.tools if agent.tools is not None else tuple(by_name)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ConfigError(
+            f"sub-agent {agent.name!r} names tools the agent does not have: "
+            f"{', '.join(unknown)} (available: {', '.join(sorted(by_name)) or 'none'})",
+            subagent=agent.name,
+        )
+    child_tools = [by_name[n] for n in names]
+    child_model = model
+    if agent.model is not None:
+        child_model = open_model(agent.model, tools=[t.spec for t in child_tools])
+    stages = _stages(
+        child_tools, agent.instructions, child_model, clock, artifacts, None, retry, None
+    )
+    return AgentService(
+        store=store,
+        artifacts=artifacts,
+        model=child_model,
+        tools=child_tools,
+        clock=clock,
+        ids=ids,
+        instructions=agent.instructions,
+        budget=budget,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        **stages,
+        gate=gate or AllowAll(),
+        model_spec=agent.model or model_spec,
+        model_factory=lambda spec: open_model(spec, tools=[t.spec for t in child_tools]),
+    )
+
+
 def _policy(policy: Policy | str | None) -> Policy:
     from plait.adapters.policy_file import policy_from
     from plait.domain.policy import Policy
@@ -182,9 +237,13 @@ def governed_gate(
     named = own or model
     reviewer = Reviewer(config=chosen.reviewer, model=own, name=named.name if named else "reviewer")
     governor = Governor(
-        policy=chosen, approvals=approvals, clock=clock, ids=ids, reviewer=reviewer,
+        policy=chosen,
+        approvals=approvals,
+        clock=clock,
+        ids=ids,
+        reviewer=reviewer,
         probe=FileProbe(),
-    )  # fmt: skip
+    )
     return GovernedGate(governor)
 
 
@@ -227,6 +286,19 @@ def _configured_compaction() -> CompactionSettings:
     except ConfigError as e:
         where = ", ".join(config.sources) or "config"
         raise ConfigError(f"{where}: [compaction]: {e.message}", **e.details) from e
+
+
+def configured_subagents() -> list[SubAgent]:
+    """The ``[agents.NAME]`` sub-agents of the config files."""
+    from plait.config import load_config
+    from plait.domain.subagents import SubAgent
+
+    config = load_config()
+    try:
+        return [SubAgent.from_mapping(name, table) for name, table in config.agents.items()]
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: {e.message}", **e.details) from e
 
 
 def configured_retention() -> RetentionSettings:
@@ -298,6 +370,7 @@ def _chosen_model(
     if store_only:
         return None, None
     options.setdefault("compaction", _configured_compaction())
+    options.setdefault("subagents", configured_subagents())
     if model is not None and not isinstance(model, str):
         return model, None
     spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
@@ -371,13 +444,16 @@ class Runtime:
         snapshots: WorkspaceSnapshots | None = None,
         model_spec: str | None = None,
         telemetry: RunTelemetry | None = None,
+        subagents: Sequence[SubAgent] = (),
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
         (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
         ``model_spec`` is recorded on runs so recovery and resume reopen that model;
-        ``telemetry``: traces and metrics of runs and forks (``None``: off)."""
+        ``telemetry``: traces and metrics of runs and forks (``None``: off);
+        ``subagents``: each gets a ``delegate_NAME`` tool and a service of its own for its
+        child runs (see :mod:`plait.application.subagents`)."""
         self.store = store
         self.telemetry = telemetry
         self.artifacts = artifacts
@@ -393,6 +469,29 @@ class Runtime:
         self.retention = _retention(store, clock)  # None: the store keeps no tombstones
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
+        delegations = [
+            Delegation(
+                agent,
+                _child_service(
+                    agent,
+                    tools,
+                    store=store,
+                    artifacts=artifacts,
+                    model=model,
+                    clock=clock,
+                    ids=ids,
+                    budget=budget,
+                    owner=owner,
+                    lease_seconds=lease_seconds,
+                    gate=gate,
+                    retry=retry,
+                    model_spec=model_spec,
+                ),
+                self.forks,
+            )
+            for agent in subagents
+        ]
+        tools = [*tools, *(d.tool for d in delegations)]
         self.service = AgentService(
             store=store,
             artifacts=artifacts,
@@ -411,6 +510,9 @@ class Runtime:
             model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
             telemetry=telemetry,
         )
+        for delegation in delegations:
+            delegation.parent = self.service.driver
+            self.service.subagents[delegation.agent.name] = delegation.child
 
     def approval_desk(self) -> ApprovalDesk:
         """Decisions about waiting calls and what then happens to their run (the CLI's

@@ -36,7 +36,7 @@ SESSION_FIELDS = {
 MESSAGE_BASE = {"seq", "message_id", "kind", "run_id", "created_at"}
 MESSAGE_FIELDS = {
     "user": MESSAGE_BASE | {"text"},
-    "assistant": MESSAGE_BASE | {"text", "step", "model", "tool_calls", "usage"},
+    "assistant": MESSAGE_BASE | {"text", "step", "model", "tool_calls", "usage", "output"},
     "tool_result": MESSAGE_BASE
     | {"step", "call_id", "tool_name", "status", "content", "reason", "artifact"},
 }
@@ -53,6 +53,8 @@ RUN_FIELDS = {
     "lease",
     "cancel_requested",
     "policy",
+    "output_schema",
+    "parent",
 }
 USAGE_FIELDS = {
     "steps",

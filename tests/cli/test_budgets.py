@@ -29,7 +29,7 @@ def test_max_steps_ends_a_looping_run(plait: Plait, workspace: Path, tmp_path: P
     r = plait("send", sid, "loop", "--model", model, "--max-steps", "1", "--json")
     assert r.code == 1, r.err
     run = r.json
-    check_run(run, "messages")
+    check_run(run, "messages", "output")
     assert run["status"] == "budget_exhausted"
     assert run["error"]["code"] == "max_steps"
     assert "1 steps" in run["error"]["message"]

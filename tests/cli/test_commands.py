@@ -85,7 +85,7 @@ def test_send_json_two_tool_calls(plait: Plait, workspace: Path, model: str) -> 
     r = plait("send", sid, "What do the notes say?", "--model", model, "--json")
     assert r.code == 0, r.err
     run = r.json
-    check_run(run, "messages")
+    check_run(run, "messages", "output")
     assert run["session_id"] == sid
     assert run["status"] == "completed"
     assert run["error"] is None

@@ -203,7 +203,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
 
     resumed = plait("runs", "resume", c.run_id, "--model", c.model, "--json")
     assert resumed.code == 0, resumed.err
-    check_run(resumed.json, "messages")
+    check_run(resumed.json, "messages", "output")
     assert resumed.json["status"] == "completed"
     assert [m.get("text") for m in resumed.json["messages"]] == ["Written and verified."]
 

@@ -15,6 +15,7 @@ import pytest
 
 from plait.adapters.stores import Store
 from plait.application.ports import Commit, CommitResult
+from plait.domain.answers import OutputSchema
 from plait.domain.errors import (
     ArtifactNotFoundError,
     ConfigError,
@@ -24,8 +25,10 @@ from plait.domain.errors import (
     SessionBusyError,
     SessionNotFoundError,
 )
+from plait.domain.messages import AssistantMessage
 from plait.domain.runs import RunStatus
 from plait.domain.session import ForkOrigin, Session
+from plait.domain.subagents import ParentCall
 from tests.contract.approval_contract import ApprovalContract
 from tests.contract.base import started, stored
 from tests.contract.builders import (
@@ -159,6 +162,46 @@ class StoreContract(
             assert r.version == len(history)
             assert await store.read_messages("s1") == stored(*history)
             assert (await store.get_session("s1")).version == len(history)
+
+        self.run(go)
+
+    def test_a_typed_answer_and_its_run_schema_round_trip(self) -> None:
+        schema = OutputSchema.create(
+            {"type": "object", "properties": {"n": {"type": ["integer", "null"]}}}, name="Count"
+        )
+        answer = AssistantMessage(
+            id="m2",
+            text='{"n": null}',
+            created_at=1_003.0,
+            run_id="r1",
+            step=1,
+            output={"n": None, "ä": [1, 2.5, "🔍"]},
+        )
+
+        async def go(store: Store) -> None:
+            await store.create_session(new_session())
+            run = new_run(output_schema=schema)
+            await store.start_run(
+                Commit(session_id="s1", expected_version=0, run=run, messages=(user("m1"),))
+            )
+            await store.commit(Commit(session_id="s1", expected_version=1, messages=(answer,)))
+            assert await store.read_messages("s1") == stored(user("m1"), answer)
+            assert (await store.get_run("r1")).output_schema == schema
+
+        self.run(go)
+
+    def test_a_sub_agent_run_keeps_its_parent_call(self) -> None:
+        link = ParentCall(session_id="s0", run_id="r0", call_id="call_ä")
+
+        async def go(store: Store) -> None:
+            await store.create_session(new_session())
+            run = new_run(parent=link)
+            await store.start_run(
+                Commit(session_id="s1", expected_version=0, run=run, messages=(user("m1"),))
+            )
+            assert (await store.get_run("r1")).parent == link
+            (listed,) = await store.list_runs(session_id="s1")
+            assert listed.parent == link
 
         self.run(go)
 

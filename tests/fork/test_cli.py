@@ -108,18 +108,21 @@ def test_fork_show_tree_and_history(
             "fork_point_message_id": None,
             "version": 6,
             "workspace": str(ws),
+            "delegated_by": None,
             "children": [
                 {
                     "session_id": branch,
                     "fork_point_message_id": "m3",
                     "version": 3,
                     "workspace": str(ws),
+                    "delegated_by": None,
                     "children": [
                         {
                             "session_id": grandchild,
                             "fork_point_message_id": "m1",
                             "version": 1,
                             "workspace": str(ws),
+                            "delegated_by": None,
                             "children": [],
                         }
                     ],

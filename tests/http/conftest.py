@@ -4,6 +4,7 @@ SQLite store with an in-process worker, and keys for three principals."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +36,8 @@ from tests.pg import empty_database
 
 async def behaviour(request: ModelRequest) -> ModelResponse:
     """``tool ...``: one echo call, then an answer; ``slow``: waits (until cancelled);
-    ``stream``: streams three text deltas; anything else: answered at once (a denied
+    ``stream``: streams three text deltas; ``typed``: asked for an output schema, a text
+    answer first then (corrected) a JSON one; anything else: answered at once (a denied
     call is answered by quoting its reason)."""
     items = request.context.items
     last_user = next(m for m in reversed(items) if isinstance(m, UserMessage))
@@ -49,6 +51,10 @@ async def behaviour(request: ModelRequest) -> ModelResponse:
     if text.startswith("tool") and not answered_tool:
         call = RawToolCall(id=f"call_{len(items)}", name="echo", arguments={"text": text})
         return ModelResponse(text="calling echo", tool_calls=(call,))
+    if text.startswith("typed") and request.context.output_schema is not None:
+        if not request.context.corrections:
+            return ModelResponse(text="a text answer")
+        return ModelResponse(text=json.dumps({"echo": text}))
     last = items[-1]
     if isinstance(last, ToolResultMessage) and last.result.status is ToolStatus.DENIED:
         return ModelResponse(text=f"understood, not doing it: {last.result.reason}")

@@ -174,7 +174,7 @@ def test_codec_covers_every_field() -> None:
     assert _names(UserMessage) == {"id", "text", "created_at", "run_id", "kind"}
     assert _names(AssistantMessage) == {
         "id", "text", "created_at", "tool_calls", "run_id", "step", "model", "usage",
-        "vendor_state", "kind",
+        "vendor_state", "output", "kind",
     }  # fmt: skip
     assert _names(ToolResultMessage) == {
         "id", "tool_name", "result", "created_at", "run_id", "step", "kind"

@@ -15,6 +15,7 @@ from plait.domain.messages import ArtifactRef, Message, ToolResultMessage, UserM
 from plait.domain.retention import Expiry
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.subagents import ParentCall
 
 if TYPE_CHECKING:
     from plait.application.compaction import CompactionOutcome, ContextView
@@ -145,6 +146,7 @@ def message_json(sm: StoredMessage, expiry: Expiry | None = None) -> dict[str, A
             if m.usage is None
             else {"input_tokens": m.usage.input_tokens, "output_tokens": m.usage.output_tokens}
         )
+        out["output"] = m.output
     else:
         r = m.result
         out["step"] = m.step
@@ -192,6 +194,8 @@ def run_json(r: Run) -> dict[str, Any]:
         if r.lease is None
         else {"owner": r.lease.owner, "expires_at": iso(r.lease.expires_at)},
         "cancel_requested": r.cancel_requested,
+        "output_schema": None if r.output_schema is None else r.output_schema.schema(),
+        "parent": parent_json(r.parent),
     }
 
 
@@ -214,10 +218,19 @@ def execution_json(e: ExecutionRecord) -> dict[str, Any]:
     }
 
 
-def approval_json(a: Approval, now: float) -> dict[str, Any]:
+def parent_json(p: ParentCall | None) -> dict[str, Any] | None:
+    """A sub-agent run's link to the parent call it answers."""
+    if p is None:
+        return None
+    return {"session_id": p.session_id, "run_id": p.run_id, "call_id": p.call_id, "agent": p.agent}
+
+
+def approval_json(a: Approval, now: float, parent: ParentCall | None = None) -> dict[str, Any]:
     """An approval request and its decision; ``state`` is as of ``now`` (``pending``,
-    ``approved``, ``denied``, ``expired`` or ``consumed``)."""
+    ``approved``, ``denied``, ``expired`` or ``consumed``). ``parent``: the request
+    comes from a sub-agent's run, which answers that call of its parent."""
     return {
+        "parent": parent_json(parent),
         "approval_id": a.id,
         "state": a.state(now),
         "status": a.status.value,

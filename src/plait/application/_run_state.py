@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from plait.application.events import RunObserver
 from plait.application.model_caller import ModelCaller
@@ -45,6 +46,9 @@ class RunResult:
     run: Run
     messages: tuple[StoredMessage, ...]
     """What this run added to the history, in order (the user message first)."""
+    output: Any = None
+    """A completed typed run's answer: the validated JSON value, or an instance of the
+    pydantic model ``send(output_type=...)`` named (None for an untyped run)."""
 
 
 @dataclass(slots=True)

@@ -47,6 +47,7 @@ from plait.application._run_state import (
     pending_calls,
     render_rejected,
 )
+from plait.application.answers import ask_for_answer, check_answer
 from plait.application.compaction.stage import CompactionStage, NoCompaction
 from plait.application.context_builder import ContextBuilder
 from plait.application.events import (
@@ -77,6 +78,7 @@ from plait.domain.errors import (
     ModelError,
     PlaitError,
     StoreError,
+    SubAgentWaitingError,
 )
 from plait.domain.messages import (
     AssistantMessage,
@@ -418,9 +420,14 @@ class RunDriver:
         step = a.usage.steps + 1
         corrections: list[Correction] = []
         attempts = _Attempts(self, a, step)
+        schema = a.run.output_schema
+        output: Any = None
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections, guard)
+            if schema is not None:
+                native = (a.caller or self.caller).model.capabilities.structured_output
+                context = ask_for_answer(context, schema, native=native)
             try:
                 response = await self.ask(a, "assistant", context, attempts)
             except StopRun as stop:  # an overflow compacted away: retry as a new step
@@ -431,20 +438,23 @@ class RunDriver:
                     raise
                 return await self._step(a, guard)
             checked = check_output(response, self.specs, a.used_call_ids)
-            if checked.ok:
+            problems = checked.problems
+            if checked.ok and not checked.calls and schema is not None:
+                output, problems = check_answer(schema, response)
+            if not problems:
                 break
             if len(corrections) >= b.max_corrections:
                 e = InvalidModelOutputError(
                     f"the model's output was still invalid after {len(corrections)} "
-                    f"correction(s): " + "; ".join(checked.problems),
-                    problems=list(checked.problems),
+                    f"correction(s): " + "; ".join(problems),
+                    problems=list(problems),
                 )
                 raise StopRun(RunStatus.FAILED, e.code, e.message)
             corrections.append(
-                Correction(rejected_text=render_rejected(response), problems=checked.problems)
+                Correction(rejected_text=render_rejected(response), problems=problems)
             )
             a.usage.corrections += 1
-        return await self._save_turn(a, step, response, checked.calls, guard)
+        return await self._save_turn(a, step, response, checked.calls, guard, output)
 
     async def _save_turn(
         self,
@@ -453,6 +463,7 @@ class RunDriver:
         response: ModelResponse,
         calls: tuple[ToolCall, ...],
         guard: _Guard,
+        output: Any = None,
     ) -> list[tuple[ToolCall, ExecutionRecord]]:
         now = self.clock.now()
         message = AssistantMessage(
@@ -465,6 +476,7 @@ class RunDriver:
             model=response.model or (a.caller or self.caller).model.name,
             usage=response.usage,
             vendor_state=response.vendor_state,
+            output=output,
         )
         # The last result's commit may be in flight: this one is queued behind it (see commit)
         if a.cancel_requested:
@@ -652,7 +664,7 @@ class RunDriver:
             idempotency_key=record.idempotency_key,
             output_cap_bytes=b.tool_output_cap_bytes,
         )
-        limit = b.tool_timeout_seconds
+        limit = None if tool.own_deadline else b.tool_timeout_seconds
         if a.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
             left = max(a.deadline - self.clock.monotonic(), 0.0)
             limit = left if limit is None else min(limit, left)
@@ -665,6 +677,13 @@ class RunDriver:
                 time_limit=limit,
                 on_cancel=lambda: self._note_cancel(a),
             )
+        except SubAgentWaitingError as e:  # executed again when the run is resumed
+            raise StopRun(
+                RunStatus.AWAITING_APPROVAL,
+                "approval_required",
+                f"call {call.id} ({call.name}): {e.message}",
+                (record,),
+            ) from None
         finally:
             a.interruptible = False
         self.journal.hit("tool_returned")

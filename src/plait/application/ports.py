@@ -191,6 +191,10 @@ class Tool:
     """The effect class of one call, from its arguments, where the tool can prove more
     than ``spec.effect`` says: e.g. a compare-and-write with a content hash is
     idempotent. Recorded with the call when it is requested, so recovery uses it."""
+    own_deadline: bool = False
+    """The call keeps to a deadline of its own (a sub-agent's child run, whose budget is
+    within the run's): the run's ``tool_timeout_seconds`` does not apply to it, only the
+    run's deadline."""
 
     def __post_init__(self) -> None:
         argument_schema(self.spec)  # registering a tool checks its schema, naming the tool

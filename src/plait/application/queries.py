@@ -8,16 +8,19 @@ artifacts; the write side (sending, cancelling, recovering, resolving) is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from plait.application.ports import ArtifactStore, Clock, SessionStore
 from plait.application.retention import expiries_of
+from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
 from plait.domain.retention import Expiry
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.subagents import ParentCall
 from plait.domain.summary import Constraint, Summary
 
 __all__ = ["LeaseInfo", "Queries", "RunDetail", "StoreInfo"]
@@ -117,12 +120,21 @@ class Queries:
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
-        """Approval requests, newest first (none: a store that keeps no approvals)."""
+        """Approval requests, newest first (none: a store that keeps no approvals). A
+        session's requests include those of its sub-agents' child runs: one inbox."""
         lister = getattr(self._store, "list_approvals", None)
         if lister is None:
             return []
         found: list[Approval] = await lister(session_id=session_id, run_id=run_id)
+        if session_id is not None:
+            for child in await sub_agent_sessions(self._store, session_id):
+                found += await lister(session_id=child, run_id=run_id)
+            found.sort(key=lambda a: a.requested_at, reverse=True)
         return found
+
+    async def parents(self, approvals: Sequence[Approval]) -> dict[str, ParentCall]:
+        """The parent call of each approval's run that is a sub-agent's, by run id."""
+        return await parent_calls(self._store, approvals)
 
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         """Newest first; an unknown session raises SessionNotFoundError."""

@@ -22,6 +22,7 @@ from plait.application._queued import begin_claimed, can_queue, check_can_queue,
 from plait.application._recovery import Recoverer, RecoveryReport
 from plait.application._run_state import RunResult, idempotency_key
 from plait.application._waiting import resolution, resumable, unknown_call
+from plait.application.answers import OutputType, final_output, output_schema_of
 from plait.application.capabilities import RunModelsNeeded, check_run_capabilities
 from plait.application.claiming import ClaimedRun
 from plait.application.compaction import CompactionService
@@ -62,6 +63,7 @@ from plait.domain.messages import (
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
 from plait.domain.session import Session, StoredMessage
+from plait.domain.subagents import ParentCall
 from plait.domain.text import id_problem, text_problem
 
 __all__ = [
@@ -165,6 +167,10 @@ class AgentService:
         )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
+        self.subagents: dict[str, AgentService] = {}
+        """The services of this agent's sub-agents, by name (the composition root fills
+        it): a child run is continued by its own agent's service (its instructions,
+        tools and model), whoever is asked to continue it."""
         self.approvals = Approvals(store, clock)
         """A person's answers to calls that wait (approve, deny)."""
         self.models = RunModels(self.caller, model_spec, model_factory)
@@ -246,9 +252,17 @@ class AgentService:
         budget: Budget | None = None,
         observer: RunObserver | None = None,
         on_text: TextSink | None = None,
+        output_type: OutputType | None = None,
+        run_id: str | None = None,
+        parent: ParentCall | None = None,
     ) -> RunResult:
         """Append a user message and run the loop until the run ends or waits.
         ``on_text`` receives the assistant's text as it streams (models that stream).
+        ``output_type`` (a JSON Schema dict, an OutputSchema or a pydantic model class):
+        the final answer must match it (a typed answer); its validated value is the final
+        message's ``output`` and the result's ``output`` (a model instance for a class).
+        ``run_id`` and ``parent``: a sub-agent's run (its id derived from the parent's
+        call, see :mod:`plait.application.subagents`).
 
         Raises :class:`~plait.domain.errors.SessionBusyError` if the session already has an
         active run (here or in another process); nothing is written then.
@@ -257,11 +271,12 @@ class AgentService:
             raise ValidationError("the message text is empty")
         _check_text("the message text", text)
         budget = budget or self.budget
+        output_schema = output_schema_of(output_type)
         self.check_can_run(budget)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()
-        run_id = self.ids.new("run")
+        run_id = run_id or self.ids.new("run")
         run = Run(
             id=run_id,
             session_id=session_id,
@@ -273,6 +288,8 @@ class AgentService:
             lease=Lease(owner=self.owner, expires_at=now + self.lease_seconds),
             deadline_at=None if budget.deadline_seconds is None else now + budget.deadline_seconds,
             policy=policy_of(self.driver.gate),
+            output_schema=output_schema,
+            parent=parent,
         )
         if self.journal.telemetry is not None:  # the run's trace, stored with it
             run = replace(run, trace_context=self.journal.telemetry.begin(run, "started"))
@@ -297,13 +314,13 @@ class AgentService:
         self.journal.emit(a, RunStarted(run))
         self.journal.emit(a, MessageSaved(run_id, a.added[-1]))
         self.journal.hit("user_saved")
-        return await self.driver.drive(a, pending=False)
+        return final_output(await self.driver.drive(a, pending=False), output_type)
 
     # --- service mode: queued runs (a worker drives them) ---------------------------------
 
     async def submit(
         self, session_id: str, text: str, *, budget: Budget | None = None,
-        owner: str | None = None,
+        owner: str | None = None, output_type: OutputType | None = None,
     ) -> Run:  # fmt: skip
         """Store a user message and a ``queued`` run for it in one commit (one store
         call, no read first) and return at once; a worker
@@ -318,7 +335,11 @@ class AgentService:
         budget = budget or self.budget
         if self.caller.has_model:  # else the worker checks it against its model
             self.check_can_run(budget)
-        run, commit = queued(session_id, text, budget, self.ids, self.clock.now(), owner=owner)
+        now = self.clock.now()
+        output_schema = output_schema_of(output_type)
+        run, commit = queued(
+            session_id, text, budget, self.ids, now, owner=owner, output_schema=output_schema
+        )
         telemetry = self.journal.telemetry
         if telemetry is None:
             await self.store.start_run(commit)
@@ -365,7 +386,18 @@ class AgentService:
         next commit. A run waiting for a person (resolution or approval) is ended here:
         its pending calls get ``cancelled`` results and an unresolved one an ``unknown``
         result. ``force``: a running run whose process is known to be gone is taken over
-        before its lease expires and ended here the same way."""
+        before its lease expires and ended here the same way. The runs of sub-agents it
+        delegated to are cancelled with it (those it drives stop with its task)."""
+        run = await self._cancel_one(run_id, force=force)
+        if self.subagents:
+            for child in await self.store.list_runs():
+                link = child.parent
+                if link is not None and link.run_id == run_id and not child.status.terminal:
+                    service = self.subagents.get(link.agent, self)
+                    await service.cancel(child.id, force=force)
+        return run
+
+    async def _cancel_one(self, run_id: str, *, force: bool) -> Run:
         active = self._active.get(run_id)
         if active is not None:
             active.cancel_requested = True
@@ -442,6 +474,10 @@ class AgentService:
         """
         if force and run_id is None:
             raise ConfigError("a forced recovery names its run: pass run_id (--run RUN)")
+        if run_id is not None and (child := await self._child_service(run_id)) is not None:
+            return await child.recover(
+                run_id=run_id, observer=observer, on_text=on_text, force=force
+            )
         self.models.check_can_run()
         if run_id is not None:
             candidates = [await self.store.get_run(run_id)]
@@ -453,6 +489,10 @@ class AgentService:
         )  # fmt: skip
         reports: list[RecoveryReport] = []
         for run in candidates:
+            if run.parent is not None and run_id is None:
+                detail = f"a sub-agent's run: run {run.parent.run_id} continues it"
+                reports.append(RecoveryReport(run.id, "skipped", detail))
+                continue
             reports.append(
                 await recoverer.recover(run, observer=observer, on_text=on_text, force=force)
             )
@@ -522,6 +562,9 @@ class AgentService:
         unknown call is resolved; a queued one on a store no worker can serve (it starts
         here); one awaiting approval at once (the gate is asked again
         about the waiting call, and lets it run if an approval now allows it)."""
+        child = await self._child_service(run_id)
+        if child is not None:
+            return await self._resume_child(child, run_id, observer, on_text)
         self.models.check_can_run()
         run = await resumable(self.store, run_id, queued=not can_queue(self.store))
         caller = self.models.caller_for(run)
@@ -537,6 +580,31 @@ class AgentService:
             a.deadline = self.clock.monotonic() + window
         await self.journal.commit(a, (), run=a.run)
         return await self.driver.drive(a, pending=True, how="resumed")
+
+    async def _child_service(self, run_id: str) -> AgentService | None:
+        """The service of the sub-agent whose run ``run_id`` is (None: not a child run
+        of this agent's)."""
+        if not self.subagents:
+            return None
+        run = await self.store.get_run(run_id)
+        return None if run.parent is None else self.subagents.get(run.parent.agent)
+
+    async def _resume_child(
+        self,
+        child: AgentService,
+        run_id: str,
+        observer: RunObserver | None,
+        on_text: TextSink | None,
+    ) -> RunResult:
+        """Continue a child run with its agent's service; once it has ended, a parent
+        that waited for it goes on too (its call is executed again and finds the answer)."""
+        result = await child.resume(run_id, observer=observer, on_text=on_text)
+        parent = result.run.parent
+        if parent is not None and result.run.status.terminal:
+            waiting = await self.store.get_run(parent.run_id)
+            if waiting.status is RunStatus.AWAITING_APPROVAL:
+                await self.resume(parent.run_id, observer=observer, on_text=on_text)
+        return result
 
 
 def _compose_driver(

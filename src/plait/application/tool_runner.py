@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
-from plait.domain.errors import PlaitError, PolicyError
+from plait.domain.errors import PlaitError, PolicyError, SubAgentWaitingError
 from plait.domain.messages import ArtifactRef, ToolCall, ToolResult, ToolStatus
 from plait.domain.text import printable
 from plait.domain.tools import EffectClass
@@ -59,6 +59,8 @@ class ToolRunner:
             on_cancel()
             status = unsure if unsure is ToolStatus.UNKNOWN else ToolStatus.CANCELLED
             return _failure(call, status, "cancelled while running")
+        except SubAgentWaitingError:
+            raise  # not an outcome: the driver makes the run wait
         except PolicyError as e:  # refused before it acted (e.g. plait's own store)
             why = printable(e.message)
             return ToolResult(call_id=call.id, status=ToolStatus.DENIED, content=why, reason=why)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Generic, TypeVar, overload
 
+from plait.domain.answers import OutputSchema
 from plait.domain.messages import Message
 from plait.domain.tools import ToolSpec
 
@@ -92,3 +93,7 @@ class Context(Generic[T]):
     corrections: tuple[Correction, ...] = ()
     compacted: CompactedRange | None = None
     """Which history range a summary replaces in ``items`` (compaction), if any."""
+    output_schema: OutputSchema | None = None
+    """The schema the final answer must match: adapters with a native structured-output
+    mode send it (OpenAI ``response_format``/``text.format``, Gemini
+    ``responseJsonSchema``, Anthropic a forced ``final_answer`` tool)."""

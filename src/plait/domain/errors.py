@@ -38,6 +38,7 @@ __all__ = [
     "StoreError",
     "StoreNotFoundError",
     "StoreUnavailableError",
+    "SubAgentWaitingError",
     "SummaryConflictError",
     "SummaryInvalidError",
     "TokenMeterModelUnconfiguredError",
@@ -250,6 +251,13 @@ class ToolError(PlaitError):
 
 class PolicyError(PlaitError):
     code = "policy_error"
+
+
+class SubAgentWaitingError(PlaitError):
+    """A delegation's child run waits for a person (an approval): the parent's call
+    cannot settle yet, so the parent run waits too (it goes on once the child ends)."""
+
+    code = "subagent_waiting"
 
 
 class ApprovalRefusedError(PolicyError):

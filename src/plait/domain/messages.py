@@ -176,6 +176,9 @@ class AssistantMessage:
     model: str | None = None
     usage: Usage | None = None
     vendor_state: VendorState | None = None
+    output: Any = None
+    """A final answer of a run with an output schema: the validated JSON value (None
+    otherwise)."""
     kind: Literal["assistant"] = "assistant"
 
     def __post_init__(self) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from plait.domain.answers import OutputSchema
 from plait.domain.errors import ValidationError
+from plait.domain.subagents import ParentCall
 
 __all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
 
@@ -127,6 +129,10 @@ class Run:
     """The W3C ``traceparent`` of the span that began the run's trace (telemetry on): a
     process that continues the run (recovery, a worker's claim, a resume after an
     approval) opens its span in that trace, linked to it. ``None``: no trace recorded."""
+    output_schema: OutputSchema | None = None
+    """The schema the run's final answer must match (a typed answer), or None."""
+    parent: ParentCall | None = None
+    """A sub-agent's run: the parent run's call it answers (None for a top-level run)."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))

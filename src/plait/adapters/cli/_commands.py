@@ -238,7 +238,8 @@ def print_result(out: Out, result: RunResult, *, shown: bool = False) -> int:
     run = result.run
     texts = [] if shown else [message_text(m) for m in result.messages]
     out.emit(
-        run_json(run) | {"messages": [message_json(m) for m in result.messages]},
+        run_json(run)
+        | {"messages": [message_json(m) for m in result.messages], "output": result.output},
         lambda: "\n".join([*texts, "", run_text(run)] if texts else [run_text(run)]),
     )
     return exit_for(run.status)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from plait.adapters.cli._parser import UsageError
+from plait.application.answers import output_schema_of
+from plait.domain.answers import OutputSchema
 from plait.domain.errors import ConfigError
 
 __all__ = ["InputError", "Out", "check_argv", "decode_utf8", "printable", "read_message"]
@@ -103,6 +105,23 @@ def read_message(text: str | None, file: str | None) -> str:
     if text is None:
         raise UsageError("no message: give TEXT, --file PATH, or pipe it on standard input")
     return text
+
+
+def read_output_schema(path: str | None) -> OutputSchema | None:
+    """``send --output-schema FILE``: the JSON Schema the final answer must match."""
+    if path is None:
+        return None
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(
+            f"cannot read --output-schema {path!r}: {e.strerror or type(e).__name__}", path=path
+        ) from None
+    try:
+        schema = json.loads(decode_utf8(raw, f"--output-schema {path!r}"))
+    except ValueError as e:
+        raise InputError(f"--output-schema {path!r} is not JSON: {e}", path=path) from None
+    return output_schema_of(OutputSchema.create(schema))  # a schema that is no JSON Schema: now
 
 
 def _non_empty(text: str, where: str) -> str:

@@ -171,6 +171,12 @@ def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--server", metavar="URL", help="send through a running `plait serve` (the run is queued)"
     )
     send.add_argument("--api-key", help="bearer key for --server (default: $PLAIT_API_KEY)")
+    send.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema file: the final answer must be JSON matching it (a typed answer; "
+        "--json prints its value as `output`)",
+    )
     model_opt(send)
     policy_opt(send)
     budget_opts(send)

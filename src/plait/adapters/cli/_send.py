@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from plait.adapters.cli._commands import exit_for, print_result
-from plait.adapters.cli._io import Out, read_message
+from plait.adapters.cli._io import Out, read_message, read_output_schema
 from plait.adapters.cli._live import json_lines, terminal_progress
 from plait.adapters.cli._parser import budget
 from plait.adapters.shapes import event_json, run_json
@@ -22,22 +22,35 @@ def prepare_send(a: argparse.Namespace) -> None:
     """Read and check the message (and the budget) before anything is opened."""
     a.message = read_message(a.text, a.file)
     a.budget = budget(a)
+    a.answer_schema = read_output_schema(a.output_schema)
 
 
 async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     if a.events:
         result = await rt.service.send(
-            a.session_id, a.message, budget=a.budget, observer=json_lines
+            a.session_id,
+            a.message,
+            budget=a.budget,
+            observer=json_lines,
+            output_type=a.answer_schema,
         )
         Out.line(event_json("run", run_json(result.run)))
         return exit_for(result.run.status)
     if out.json or not sys.stdout.isatty():
-        return print_result(out, await rt.service.send(a.session_id, a.message, budget=a.budget))
+        result = await rt.service.send(
+            a.session_id, a.message, budget=a.budget, output_type=a.answer_schema
+        )
+        return print_result(out, result)
     from rich.console import Console
 
     console = Console()
     with terminal_progress(console) as observe:
         result = await rt.service.send(
-            a.session_id, a.message, budget=a.budget, observer=observe, on_text=observe.on_text
+            a.session_id,
+            a.message,
+            budget=a.budget,
+            observer=observe,
+            on_text=observe.on_text,
+            output_type=a.answer_schema,
         )
     return print_result(out, result, shown=True)

@@ -7,10 +7,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.adapters.shapes import fork_json, iso, session_json, workspace_json
+from plait.adapters.shapes import fork_json, iso, parent_json, session_json, workspace_json
 from plait.domain.errors import ConfigError, MessageNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
+from plait.domain.subagents import ParentCall
 
 if TYPE_CHECKING:
     from plait.application.fork import ForkService
@@ -199,13 +200,18 @@ def _show(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _tree(a: argparse.Namespace, out: _Output) -> int:
-    async def go(_queries: Queries, forks: ForkService) -> int:
+    async def go(queries: Queries, forks: ForkService) -> int:
         family = await forks.family(a.session_id)
         ids = {s.id for s in family}
         kids: dict[str | None, list[Session]] = {}
         for s in family:
             parent = s.fork_origin.parent_session_id if s.fork_origin else None
             kids.setdefault(parent if parent in ids else None, []).append(s)
+        delegated = await _delegated(queries, family)
+        for s, link in delegated.values():
+            if s.id not in ids:  # a fork-context child is in the family already
+                kids.setdefault(link.session_id, []).append(s)
+        links = {sid: link for sid, (_, link) in delegated.items()}
 
         def node(s: Session) -> dict[str, Any]:
             return {
@@ -215,12 +221,15 @@ def _tree(a: argparse.Namespace, out: _Output) -> int:
                 else None,
                 "version": s.version,
                 "workspace": s.workspace,
+                "delegated_by": parent_json(links.get(s.id)),
                 "children": [node(c) for c in kids.get(s.id, [])],
             }
 
         def draw(s: Session, prefix: str, last: bool, top: bool) -> list[str]:
             mark = "" if top else ("└── " if last else "├── ")
             where = f"  through {s.fork_origin.fork_point_message_id}" if s.fork_origin else ""
+            if (link := links.get(s.id)) is not None:
+                where = f"  sub-agent {link.agent} for call {link.call_id} of {link.run_id}"
             here = "  ← this session" if s.id == a.session_id else ""
             lines = [f"{prefix}{mark}{s.id}{where}  ({_count(s.version)}){here}"]
             below = prefix if top else prefix + ("    " if last else "│   ")
@@ -237,6 +246,24 @@ def _tree(a: argparse.Namespace, out: _Output) -> int:
         return 0
 
     return _run(a, go)
+
+
+async def _delegated(
+    queries: Queries, family: list[Session]
+) -> dict[str, tuple[Session, ParentCall]]:
+    """The sessions of sub-agent runs started from the family's sessions (and from
+    theirs), by id, each with the call that started it."""
+    runs = [r for r in await queries.list_runs() if r.parent is not None]
+    out: dict[str, tuple[Session, ParentCall]] = {}
+    todo = [s.id for s in family]
+    while todo:
+        here = todo.pop()
+        for run in runs:
+            link = run.parent
+            if link is not None and link.session_id == here and run.session_id not in out:
+                out[run.session_id] = (await queries.get_session(run.session_id), link)
+                todo.append(run.session_id)
+    return out
 
 
 COMMANDS: dict[tuple[str, ...], Command] = {

@@ -252,7 +252,8 @@ def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
                 for x in found
             )
 
-        out.emit([approval_json(x, now) for x in found], text)
+        parents = await rt.queries.parents(found)
+        out.emit([approval_json(x, now, parents.get(x.run_id)) for x in found], text)
         return 0
 
     return _run(a, go)

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from plait.adapters.cli._io import Out, read_message
+from plait.adapters.cli._io import Out, read_message, read_output_schema
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import RunStatus
 
@@ -119,10 +119,16 @@ def send_remote(a: argparse.Namespace, out: Out) -> int:
         raise ConfigError("--server needs an API key: --api-key KEY or PLAIT_API_KEY")
     client = _Client(a.server, key)
     text = read_message(a.text, a.file)
-    body = {"text": text, "budget": _budget_body(a)}
+    body: dict[str, Any] = {"text": text, "budget": _budget_body(a)}
+    schema = read_output_schema(a.output_schema)
+    if schema is not None:
+        body["output_schema"] = schema.schema()
     run = client.json("POST", f"/v1/sessions/{a.session_id}/messages", body)
     finished = _follow(client, run["run_id"], out)
     page = client.json("GET", f"/v1/sessions/{a.session_id}/messages?limit=1000")
     added = [m for m in page["messages"] if m["run_id"] == run["run_id"]]
-    out.emit(finished | {"messages": added}, f"run {finished['run_id']}: {finished['status']}")
+    answers = [m.get("output") for m in added if m["kind"] == "assistant"]
+    output = answers[-1] if answers else None
+    shown = f"run {finished['run_id']}: {finished['status']}"
+    out.emit(finished | {"messages": added, "output": output}, shown)
     return 0 if finished["status"] == RunStatus.COMPLETED.value else 1

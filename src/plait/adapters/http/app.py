@@ -354,7 +354,9 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
         with GET /v1/runs/{run_id}/events."""
         budget = _budget(ctx, body.budget)
         owner = None if who.admin else who.name  # the store refuses others' as not found
-        run = await ctx.service.submit(session_id, body.text, budget=budget, owner=owner)
+        run = await ctx.service.submit(
+            session_id, body.text, budget=budget, owner=owner, output_type=body.output_schema
+        )
         log.info("run queued", extra={"run_id": run.id, "session_id": session_id})
         return run_json(run)
 

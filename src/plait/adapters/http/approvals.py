@@ -15,6 +15,7 @@ from plait.adapters.cli.governance import approval_json
 from plait.adapters.http.auth import Principal
 from plait.adapters.http.models import Text
 from plait.application.approvals import ApprovalDesk
+from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.errors import ApprovalNotFoundError, SessionNotFoundError
 
 __all__ = ["approval_routes"]
@@ -60,7 +61,11 @@ def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> A
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         now = time.time()
         found = await store.list_approvals(session_id=session_id)
-        return {"approvals": [approval_json(a, now) for a in found]}
+        for child in await sub_agent_sessions(store, session_id):  # one inbox
+            found += await store.list_approvals(session_id=child)
+        found.sort(key=lambda x: x.requested_at, reverse=True)
+        parents = await parent_calls(store, found)
+        return {"approvals": [approval_json(a, now, parents.get(a.run_id)) for a in found]}
 
     @r.post("/approvals/{approval_id}/approve", response_model=dict[str, Any])
     async def approve(approval_id: str, body: ApproveIn, who: Who) -> dict[str, Any]:

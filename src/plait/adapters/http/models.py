@@ -86,6 +86,11 @@ class MessageIn(BaseModel):
     model_config = _Strict
     text: Text = Field(min_length=1, max_length=100_000, pattern=r"\S")
     budget: BudgetIn | None = None
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="a JSON Schema the run's final answer must match (a typed answer); its "
+        "validated value is the final assistant message's `output`",
+    )
 
 
 class ForkIn(BaseModel):
@@ -158,6 +163,14 @@ class RunOut(BaseModel):
         default=None,
         description="the tool policy (its source) the run's calls are decided under: that "
         "of the process that last started or continued it (after an approval too)",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="the JSON Schema the final answer must match, or null"
+    )
+    parent: dict[str, str] | None = Field(
+        default=None,
+        description="a sub-agent's run: the parent's call it answers "
+        "({session_id, run_id, call_id}), or null",
     )
 
 

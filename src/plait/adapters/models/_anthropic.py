@@ -5,17 +5,27 @@ blocks, and handed back verbatim only to the same vendor and model family."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from plait.adapters.models._common import Target, correction_text, cut_off, iter_turns, result_text
 from plait.adapters.models._errors import classify
 from plait.adapters.models._schema import plain_schema
 from plait.application.ports import ModelResponse, RawToolCall
+from plait.domain.answers import OutputSchema
 from plait.domain.context import Context
 from plait.domain.messages import AssistantMessage, ToolStatus, Usage, UserMessage
 from plait.domain.tools import ToolSpec
 
-__all__ = ["DEFAULT_MAX_TOKENS", "MessagesStream", "build_request", "parse_response"]
+__all__ = [
+    "ANSWER_TOOL",
+    "DEFAULT_MAX_TOKENS",
+    "MessagesStream",
+    "answer_tool",
+    "build_request",
+    "parse_response",
+    "take_answer",
+]
 
 DEFAULT_MAX_TOKENS = 8192
 _THINKING = ("thinking", "redacted_thinking")
@@ -23,6 +33,58 @@ _THINKING = ("thinking", "redacted_thinking")
 
 def tool_param(spec: ToolSpec) -> dict[str, Any]:
     return {"name": spec.name, "description": spec.description, "input_schema": plain_schema(spec)}
+
+
+ANSWER_TOOL = "final_answer"
+"""The tool a typed final answer is asked for through (Anthropic has no native JSON mode:
+a forced tool call is its documented way to get JSON in a schema)."""
+
+
+def _wrapped(answer: OutputSchema) -> bool:
+    """A tool's input is an object: an answer of another type is wrapped in ``answer``."""
+    return answer.schema().get("type") != "object"
+
+
+def answer_tool(answer: OutputSchema) -> dict[str, Any]:
+    schema = answer.schema()
+    if _wrapped(answer):
+        schema = {"type": "object", "properties": {"answer": schema}, "required": ["answer"]}
+    return {
+        "name": ANSWER_TOOL,
+        "description": "Give your final answer (call this instead of replying in text).",
+        "input_schema": schema,
+    }
+
+
+def take_answer(answer: OutputSchema, response: ModelResponse) -> ModelResponse:
+    """The final-answer tool call of ``response`` as its answer (text: the JSON; the
+    decoded value in ``structured``); the rest of the response is left as it is."""
+    calls = [c for c in response.tool_calls if c.name == ANSWER_TOOL]
+    if not calls:
+        return response
+    (call, *_) = calls
+    value: Any = call.arguments
+    if isinstance(value, str):
+        try:
+            value = json.loads(value or "{}")
+        except ValueError:  # not JSON: the text fails validation, a correction follows
+            return replace(response, text=value, tool_calls=())
+    if _wrapped(answer) and isinstance(value, dict):
+        value = value.get("answer")
+    text = json.dumps(value, ensure_ascii=False)
+    state = response.vendor_state
+    if state is not None and isinstance(state.data.get("blocks"), list):
+        blocks = [
+            {"type": "text", "text": text}
+            if b.get("type") == "tool_use" and b.get("id") == call.id
+            else b
+            for b in state.data["blocks"]
+        ]
+        state = replace(state, data={**state.data, "blocks": blocks})
+    others = tuple(c for c in response.tool_calls if c.name != ANSWER_TOOL)
+    if others:  # an answer beside real calls is no final answer: the calls go on
+        return replace(response, tool_calls=others)
+    return replace(response, text=text, tool_calls=(), structured=value, vendor_state=state)
 
 
 def _assistant_content(target: Target, m: AssistantMessage) -> list[dict[str, Any]]:
@@ -97,6 +159,14 @@ def build_request(
         body["system"] = context.instructions
     if context.tools:
         body["tools"] = [tool_param(t) for t in context.tools]
+    if context.output_schema is not None:
+        body["tools"] = [*body.get("tools", ()), answer_tool(context.output_schema)]
+        if thinking_budget:  # extended thinking takes no forced tool choice
+            body["tool_choice"] = {"type": "auto"}
+        elif context.tools:  # some tool (a real one, or the answer) must be called
+            body["tool_choice"] = {"type": "any"}
+        else:
+            body["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
     if thinking_budget:
         body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
     if stream:

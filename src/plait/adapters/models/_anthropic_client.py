@@ -104,7 +104,7 @@ class AnthropicModel:
             return cast("dict[str, Any]", json.loads(await raw.text()))
 
         async with mapped_errors("anthropic", sdk_errors(anthropic, "anthropic")):
-            return await create(
+            response = await create(
                 sdk.messages,
                 body,
                 stream=messages.MessagesStream(self.target) if streaming else None,
@@ -113,3 +113,5 @@ class AnthropicModel:
                 parse=partial(messages.parse_response, self.target),
                 alive=alive,
             )
+        answer = request.context.output_schema
+        return response if answer is None else messages.take_answer(answer, response)

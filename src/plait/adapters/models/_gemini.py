@@ -17,7 +17,7 @@ from plait.adapters.models._common import (
     result_text,
 )
 from plait.adapters.models._errors import classify
-from plait.adapters.models._schema import gemini_schema
+from plait.adapters.models._schema import answer_gemini_schema, gemini_schema
 from plait.application.ports import ModelResponse, RawToolCall
 from plait.domain.context import Context
 from plait.domain.errors import ModelError, ModelErrorCode
@@ -99,8 +99,14 @@ def build_request(
         body["systemInstruction"] = {"parts": [{"text": context.instructions}]}
     if context.tools:
         body["tools"] = [{"functionDeclarations": [tool_declaration(t) for t in context.tools]}]
+    config: dict[str, Any] = {}
     if max_output_tokens is not None:
-        body["generationConfig"] = {"maxOutputTokens": max_output_tokens}
+        config["maxOutputTokens"] = max_output_tokens
+    if context.output_schema is not None:
+        config["responseMimeType"] = "application/json"
+        config["responseJsonSchema"] = answer_gemini_schema(context.output_schema)
+    if config:
+        body["generationConfig"] = config
     return body
 
 

@@ -19,7 +19,7 @@ from plait.adapters.models._common import (
     result_text,
 )
 from plait.adapters.models._errors import classify
-from plait.adapters.models._schema import openai_strict
+from plait.adapters.models._schema import answer_openai_strict, openai_strict
 from plait.application.ports import ModelResponse, RawToolCall
 from plait.domain.context import Context
 from plait.domain.errors import ModelError, ModelErrorCode
@@ -110,6 +110,12 @@ def build_request(
     body: dict[str, Any] = {"model": target.model, "messages": messages}
     if context.tools:
         body["tools"] = [tool_param(t) for t in context.tools]
+    if context.output_schema is not None:
+        schema, strict = answer_openai_strict(context.output_schema)
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": context.output_schema.name, "schema": schema, "strict": strict},
+        }
     if max_output_tokens is not None:
         body[max_tokens_field] = max_output_tokens
     if stream:

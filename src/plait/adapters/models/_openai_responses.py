@@ -9,7 +9,7 @@ from typing import Any
 
 from plait.adapters.models._common import Target, correction_text, cut_off, iter_turns, result_text
 from plait.adapters.models._errors import classify
-from plait.adapters.models._schema import openai_strict
+from plait.adapters.models._schema import answer_openai_strict, openai_strict
 from plait.application.ports import ModelResponse, RawToolCall
 from plait.domain.context import Context
 from plait.domain.messages import AssistantMessage, ToolCall, Usage, UserMessage
@@ -89,6 +89,11 @@ def build_request(
         body["instructions"] = context.instructions
     if context.tools:
         body["tools"] = [tool_param(t) for t in context.tools]
+    if context.output_schema is not None:
+        schema, strict = answer_openai_strict(context.output_schema)
+        name = context.output_schema.name
+        text_format = {"type": "json_schema", "name": name, "schema": schema, "strict": strict}
+        body["text"] = {"format": text_format}
     if reasoning:
         body["include"] = ["reasoning.encrypted_content"]
     if max_output_tokens is not None:

@@ -8,10 +8,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from plait.domain.answers import OutputSchema
 from plait.domain.errors import ConfigError
 from plait.domain.tools import ToolSpec
 
-__all__ = ["gemini_schema", "openai_strict", "plain_schema"]
+__all__ = [
+    "answer_gemini_schema",
+    "answer_openai_strict",
+    "gemini_schema",
+    "openai_strict",
+    "plain_schema",
+]
 
 _CHILD_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 _CHILD_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -70,7 +77,15 @@ def openai_strict(spec: ToolSpec) -> tuple[dict[str, Any], bool]:
     """(schema, strict): strict when every object lists all its properties as required,
     forbids additional properties and uses only the strict-mode keywords; otherwise the
     same schema in non-strict mode (plait still validates each call against it)."""
-    schema = plain_schema(spec)
+    return _strict(plain_schema(spec))
+
+
+def answer_openai_strict(answer: OutputSchema) -> tuple[dict[str, Any], bool]:
+    """(schema, strict) for a typed final answer, by the same rule as a tool's."""
+    return _strict(answer.schema())
+
+
+def _strict(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     for _, node in _walk(schema, "#"):
         if not _OPENAI_STRICT.issuperset(node):
             return schema, False
@@ -86,17 +101,25 @@ def openai_strict(spec: ToolSpec) -> tuple[dict[str, Any], bool]:
 def gemini_schema(spec: ToolSpec) -> dict[str, Any]:
     """The schema for Gemini's ``parametersJsonSchema``; a keyword outside Gemini's subset
     is a :class:`ConfigError` naming the tool, the keyword and where it is."""
-    schema = plain_schema(spec)
+    return _gemini(plain_schema(spec), f"tool {spec.name!r}", "the tool's", tool=spec.name)
+
+
+def answer_gemini_schema(answer: OutputSchema) -> dict[str, Any]:
+    """The schema for Gemini's ``responseJsonSchema``; refused like a tool's schema."""
+    return _gemini(answer.schema(), "the output schema", "the output", output_schema=answer.name)
+
+
+def _gemini(schema: dict[str, Any], what: str, whose: str, **details: str) -> dict[str, Any]:
     for path, node in _walk(schema, "#"):
         for key in node:
             if key not in _GEMINI and key not in _ANNOTATIONS_DROPPED:
                 raise ConfigError(
-                    f"tool {spec.name!r}: Gemini cannot express the JSON Schema keyword "
-                    f"{key!r} (at {path}); rewrite the tool's schema without it or choose "
+                    f"{what}: Gemini cannot express the JSON Schema keyword "
+                    f"{key!r} (at {path}); rewrite {whose} schema without it or choose "
                     "another provider",
-                    tool=spec.name,
                     keyword=key,
                     provider="gemini",
+                    **details,
                 )
     for _, node in _walk(schema, "#"):
         for key in _ANNOTATIONS_DROPPED.intersection(node):

@@ -10,10 +10,11 @@ Shapes (version 1), keys whose value would be ``None`` are omitted from messages
 - user message: ``{schema_version, kind: "user", id, text, created_at, run_id?}``
 - assistant message: ``{..., kind: "assistant", step, model?, tool_calls?: [[id, name,
   arguments_json], ...], usage?: {input_tokens, output_tokens}, vendor_state?: {vendor,
-  version, data}}``
+  version, data}, output?: the validated value of a typed final answer}``
 - tool result message: ``{..., kind: "tool_result", step, tool_name, call_id, status,
   content, reason?, artifact?: {id, sha256, size, media_type}}``
-- session, run, execution record: every field, enums as their values.
+- session, run, execution record: every field, enums as their values (a run's
+  ``output_schema``: ``{name, schema}`` or null, absent in runs stored before it).
 
 The SQLite store keeps messages in columns; :func:`assistant_extra` and
 :func:`tool_result_extra` encode the sparse remainder (the same sub-shapes as above).
@@ -25,6 +26,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from plait.domain.answers import OutputSchema
 from plait.domain.errors import CorruptStoreError, PlaitError
 from plait.domain.messages import (
     ArtifactRef,
@@ -40,6 +42,7 @@ from plait.domain.messages import (
 )
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, ExecutionState, ForkOrigin, Session
+from plait.domain.subagents import ParentCall
 from plait.domain.tools import EffectClass
 
 __all__ = [
@@ -141,8 +144,9 @@ def artifact_from_dict(d: dict[str, Any]) -> ArtifactRef:
 
 
 def assistant_extra(m: AssistantMessage) -> dict[str, Any] | None:
-    """The sparse part of an assistant message: tool calls, usage, vendor state."""
-    if not m.tool_calls and m.usage is None and m.vendor_state is None:
+    """The sparse part of an assistant message: tool calls, usage, vendor state, the
+    typed answer's value."""
+    if not m.tool_calls and m.usage is None and m.vendor_state is None and m.output is None:
         return None
     extra: dict[str, Any] = {}
     if m.tool_calls:
@@ -151,6 +155,8 @@ def assistant_extra(m: AssistantMessage) -> dict[str, Any] | None:
         extra["usage"] = _usage_to_dict(m.usage)
     if m.vendor_state is not None:
         extra["vendor_state"] = _vendor_to_dict(m.vendor_state)
+    if m.output is not None:
+        extra["output"] = m.output
     return extra
 
 
@@ -205,6 +211,7 @@ def assistant_from_parts(
         vendor_state=None
         if vendor is None
         else VendorState(vendor=vendor["vendor"], version=vendor["version"], data=vendor["data"]),
+        output=extra.get("output"),
     )
 
 
@@ -393,6 +400,17 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         "deadline_at": r.deadline_at,
         "policy": r.policy,
         "trace_context": r.trace_context,
+        "output_schema": None
+        if r.output_schema is None
+        else {"name": r.output_schema.name, "schema": r.output_schema.schema()},
+        "parent": None
+        if r.parent is None
+        else {
+            "session_id": r.parent.session_id,
+            "run_id": r.parent.run_id,
+            "call_id": r.parent.call_id,
+            "agent": r.parent.agent,
+        },
     }
 
 
@@ -422,7 +440,13 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         deadline_at=d.get("deadline_at"),
         policy=d.get("policy"),
         trace_context=d.get("trace_context"),
+        output_schema=_output_schema(d.get("output_schema")),
+        parent=None if d.get("parent") is None else ParentCall(**d["parent"]),
     )
+
+
+def _output_schema(d: dict[str, Any] | None) -> OutputSchema | None:
+    return None if d is None else OutputSchema.create(d["schema"], name=d["name"])
 
 
 def run_from_dict(d: Any) -> Run:

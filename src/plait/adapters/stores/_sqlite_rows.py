@@ -176,7 +176,7 @@ _USER = _setters(UserMessage, ("id", "text", "created_at", "run_id", "kind"))
 _ASSISTANT = _setters(
     AssistantMessage,
     ("id", "text", "created_at", "tool_calls", "run_id", "step", "model", "usage",
-     "vendor_state", "kind"),
+     "vendor_state", "output", "kind"),
 )  # fmt: skip
 _TOOL_MSG = _setters(
     ToolResultMessage, ("id", "tool_name", "result", "created_at", "run_id", "step", "kind")
@@ -194,9 +194,19 @@ FAST = False
 if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STORED:
     FAST = True
     _u_id, _u_text, _u_at, _u_run, _u_kind = _USER
-    _a_id, _a_text, _a_at, _a_calls, _a_run, _a_step, _a_model, _a_usage, _a_vs, _a_kind = (
-        _ASSISTANT
-    )
+    (
+        _a_id,
+        _a_text,
+        _a_at,
+        _a_calls,
+        _a_run,
+        _a_step,
+        _a_model,
+        _a_usage,
+        _a_vs,
+        _a_out,
+        _a_kind,
+    ) = _ASSISTANT
     _t_id, _t_name, _t_result, _t_at, _t_run, _t_step, _t_kind = _TOOL_MSG
     _r_call, _r_status, _r_content, _r_reason, _r_artifact = _RESULT
     _c_id, _c_name, _c_args = _CALL
@@ -222,6 +232,7 @@ if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STOR
         model: str | None,
         usage: Usage | None,
         vendor_state: VendorState | None,
+        output: Any = None,
     ) -> AssistantMessage:
         o = _new(AssistantMessage)
         _a_id(o, id)
@@ -233,6 +244,7 @@ if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STOR
         _a_model(o, model)
         _a_usage(o, usage)
         _a_vs(o, vendor_state)
+        _a_out(o, output)
         _a_kind(o, "assistant")
         return o
 
@@ -296,10 +308,11 @@ else:  # pragma: no cover - only when the domain changed under us
         model: str | None,
         usage: Usage | None,
         vendor_state: VendorState | None,
+        output: Any = None,
     ) -> AssistantMessage:
         return AssistantMessage(
             id=id, text=text, created_at=at, tool_calls=calls, run_id=run_id, step=step,
-            model=model, usage=usage, vendor_state=vendor_state,
+            model=model, usage=usage, vendor_state=vendor_state, output=output,
         )  # fmt: skip
 
     def _tool_message(
@@ -370,7 +383,7 @@ def _assistant_with_extra(
         if vs is None
         else VendorState(vendor=vs["vendor"], version=vs["version"], data=vs["data"])
     )
-    return _assistant(mid, text, at, tool_calls, run_id, step, name, usage, vendor)
+    return _assistant(mid, text, at, tool_calls, run_id, step, name, usage, vendor, x.get("output"))
 
 
 def decode_messages(rows: list[Any]) -> list[StoredMessage]:
