@@ -21,6 +21,7 @@ from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
+from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = [
     "ApprovalStore",
@@ -51,6 +52,8 @@ __all__ = [
     "ToolExecutor",
     "ToolInvocation",
     "ToolOutput",
+    "WebhookSender",
+    "WebhookStore",
     "WorkspaceSnapshots",
 ]
 
@@ -539,6 +542,65 @@ class RunQueue(Protocol):
         ...
 
 
+class WebhookStore(Protocol):
+    """Webhook endpoints and their outbox (see :mod:`plait.domain.webhooks`). The store
+    writes an event and its deliveries in the same transaction as the state change the
+    event announces; these methods register endpoints and move deliveries along."""
+
+    async def add_webhook(self, endpoint: Endpoint) -> None: ...
+
+    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
+        """Every endpoint, or those registered by ``principal``."""
+        ...
+
+    async def get_webhook(self, endpoint_id: str) -> Endpoint:
+        """Raises :class:`~plait.domain.errors.WebhookNotFoundError`."""
+        ...
+
+    async def remove_webhook(self, endpoint_id: str) -> None:
+        """The endpoint and its deliveries; raises ``WebhookNotFoundError``."""
+        ...
+
+    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
+        """Active again, failure count reset, its pending deliveries due ``now``."""
+        ...
+
+    async def list_deliveries(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        status: DeliveryStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        """Newest first; ``principal``: of that principal's endpoints only."""
+        ...
+
+    async def claim_deliveries(
+        self, *, owner: str, now: float, expires_at: float, limit: int
+    ) -> list[DeliveryJob]:
+        """Lease up to ``limit`` due pending deliveries of active endpoints to ``owner``
+        until ``expires_at`` (counting an attempt); one whose lease expired (its worker
+        died mid-delivery) is due again. Two claimers never get the same delivery."""
+        ...
+
+    async def finish_delivery(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        *,
+        now: float,
+        ok: bool,
+        status_code: int | None,
+        error: str | None,
+        retry_at: float | None,
+        pause_after: int,
+    ) -> None:
+        """Record an attempt: delivered, or due again at ``retry_at`` (``None``: failed
+        for good); the endpoint is paused after ``pause_after`` consecutive failures."""
+        ...
+
+
 class KeyStore(Protocol):
     """API keys, stored by their SHA-256 only."""
 
@@ -555,3 +617,10 @@ class LeftoverSweeper(Protocol):
         """Remove such files last modified before ``older_than`` (epoch seconds; a live
         writer's fresh temporary file is left alone); return their paths."""
         ...
+
+
+class WebhookSender(Protocol):
+    """POSTs one signed delivery; returns the HTTP status, raises ``OSError`` (or a
+    subclass) when nothing came back (refused, reset, timed out)."""
+
+    async def post(self, url: str, *, body: str, headers: Mapping[str, str]) -> int: ...
