@@ -1,0 +1,114 @@
+"""A ``plait worker`` process SIGKILLed between the event's commit and the end of its
+delivery (the receiver has the request but has not answered), then another worker: the
+delivery arrives again with the same ``webhook-id`` (a duplicate on the wire, one event
+after deduplication by id) and is recorded as delivered after two attempts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from plait.adapters.system import RandomIds, SystemClock
+from plait.application.webhooks import WebhookService
+from plait.domain.webhooks import Delivery, DeliveryStatus
+from plait.runtime import Runtime
+from tests.webhooks.receiver import Receiver
+
+
+def _prepare(url: str, receiver_url: str) -> tuple[str, str]:
+    async def go() -> tuple[str, str]:
+        rt = Runtime.open(db=url, tools=())
+        try:
+            hooks = WebhookService(store=rt.store, clock=SystemClock(), ids=RandomIds())
+            endpoint = await hooks.add(receiver_url, ["run.finished"], principal=None)
+            session = await rt.service.create_session(owner="ana")
+            run = await rt.service.submit(session.id, "hello")
+            return endpoint.secret, run.id
+        finally:
+            await rt.close()
+
+    return asyncio.run(go())
+
+
+def _deliveries(url: str) -> list[Delivery]:
+    async def go() -> list[Delivery]:
+        rt = Runtime.open(db=url, store_only=True)
+        try:
+            found: list[Delivery] = await rt.store.list_deliveries()
+            return found
+        finally:
+            await rt.close()
+
+    return asyncio.run(go())
+
+
+def _worker(tmp_path: Path, url: str, script: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
+    env.update(
+        PLAIT_DB=url, PLAIT_MODEL=f"scripted:{script}", PLAIT_GRACE_SECONDS="5",
+        PLAIT_WEBHOOK_LEASE_SECONDS="3", PLAIT_WEBHOOK_TIMEOUT_SECONDS="2",
+        PLAIT_WEBHOOK_POLL_SECONDS="0.1",
+    )  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "plait", "worker", "--json"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[str], sig: int) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    return proc.communicate(timeout=30)
+
+
+def test_a_worker_killed_mid_delivery_causes_a_retry_never_a_loss(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'plait.db'}"
+    script = tmp_path / "m.json"
+    script.write_text(json.dumps({"version": 1, "assistant": [{"text": "hi there"}]}))
+    receiver = Receiver()
+    release = threading.Event()
+    receiver.hold = release  # the first request is received, never answered
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        receiver.secret, run_id = _prepare(url, receiver.url)
+        first = _worker(tmp_path, url, script)
+        procs.append(first)
+        assert receiver.arrived.wait(60), _stop(first, signal.SIGKILL)
+        first.kill()  # SIGKILL while the delivery is in flight
+        first.communicate(timeout=30)
+        assert first.returncode == -signal.SIGKILL
+        [delivery] = _deliveries(url)
+        assert delivery.status is DeliveryStatus.PENDING and delivery.attempts == 1
+        receiver.hold = None
+        release.set()
+        second = _worker(tmp_path, url, script)
+        procs.append(second)
+        deadline = time.monotonic() + 60
+        while _deliveries(url)[0].status is not DeliveryStatus.DELIVERED:
+            assert second.poll() is None, second.communicate()
+            assert time.monotonic() < deadline, "the delivery was not retried"
+            time.sleep(0.1)
+        _, err = _stop(second, signal.SIGTERM)
+        assert second.returncode == 0, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        release.set()
+        receiver.stop()
+    [msg_id] = receiver.events
+    assert receiver.wire == [msg_id, msg_id]  # a duplicate on the wire, deduplicated by id
+    payload: dict[str, Any] = receiver.events[msg_id]
+    assert payload["type"] == "run.finished" and payload["data"]["run_id"] == run_id
+    [delivery] = _deliveries(url)
+    assert delivery.event_id == msg_id and delivery.attempts == 2
+    assert not receiver.rejected
