@@ -1,4 +1,4 @@
-"""Webhooks over a SQLite store: each event kind written in its state change's
+"""Webhooks over the SQLite and the PostgreSQL store: each event kind written in its state change's
 transaction and delivered signed (verified with the Standard Webhooks reference
 library), a principal's endpoint gets its own sessions' events only, a receiver that is
 down gets everything once it is back, a failing endpoint is paused, bad input is refused."""
@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from plait.adapters.stores import open_store
+from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.adapters.webhook_sender import HttpxSender
@@ -26,6 +27,7 @@ from plait.domain.runs import RunStatus
 from plait.domain.service import EventType, NewRunEvent
 from plait.domain.webhooks import EVENT_TYPES, DeliveryStatus, EndpointStatus
 from plait.testing import FunctionModel
+from tests.pg import empty_database
 from tests.webhooks.receiver import Receiver
 
 T = TypeVar("T")
@@ -35,10 +37,19 @@ def answer(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="done")
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'plait.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    empty_database(url)
+    return url
+
+
 class World:
-    def __init__(self, path: Path) -> None:
-        store = open_store(f"sqlite:///{path / 'plait.db'}")
-        assert isinstance(store, SqliteStore)
+    def __init__(self, url: str) -> None:
+        store = open_store(url)
+        assert isinstance(store, SqliteStore | PostgresStore)
         self.store = store
         self.clock = SystemClock()
         self.service = AgentService(
@@ -65,9 +76,9 @@ class World:
         await self.store.close()
 
 
-def run(path: Path, body: Callable[[World], Awaitable[T]]) -> T:
+def run(url: str, body: Callable[[World], Awaitable[T]]) -> T:
     async def go() -> T:
-        world = World(path)
+        world = World(url)
         try:
             return await body(world)
         finally:
@@ -81,7 +92,7 @@ async def drain(dispatcher: WebhookDispatcher) -> None:
         pass
 
 
-def test_every_event_kind_is_delivered_signed_once(tmp_path: Path) -> None:
+def test_every_event_kind_is_delivered_signed_once(db: str) -> None:
     receiver = Receiver()
 
     async def body(w: World) -> None:
@@ -125,12 +136,12 @@ def test_every_event_kind_is_delivered_signed_once(tmp_path: Path) -> None:
         assert all(d.attempts == 1 for d in listed)
 
     try:
-        run(tmp_path, body)
+        run(db, body)
     finally:
         receiver.stop()
 
 
-def test_a_principal_endpoint_gets_only_its_own_sessions_events(tmp_path: Path) -> None:
+def test_a_principal_endpoint_gets_only_its_own_sessions_events(db: str) -> None:
     mine, everyone = Receiver(), Receiver()
 
     async def body(w: World) -> None:
@@ -142,22 +153,20 @@ def test_a_principal_endpoint_gets_only_its_own_sessions_events(tmp_path: Path) 
         await drain(w.dispatcher())
         assert [p["data"]["run_id"] for p in mine.events.values()] == [ana_run]
         assert {p["data"]["run_id"] for p in everyone.events.values()} == {ana_run, bob_run}
-        assert [e.id for e in await w.hooks.list(principal="bob")] == []
+        assert [e.id for e in await w.hooks.endpoints(principal="bob")] == []
         with pytest.raises(WebhookNotFoundError):
             await w.hooks.deliveries(principal="bob", endpoint_id=ana.id)
         with pytest.raises(WebhookNotFoundError):
             await w.hooks.remove(ana.id, principal="bob")
 
     try:
-        run(tmp_path, body)
+        run(db, body)
     finally:
         mine.stop()
         everyone.stop()
 
 
-def test_a_receiver_down_for_a_while_gets_every_delivery_when_it_returns(
-    tmp_path: Path,
-) -> None:
+def test_a_receiver_down_for_a_while_gets_every_delivery_when_it_returns(db: str) -> None:
     receiver = Receiver()
 
     async def body(w: World) -> None:
@@ -179,12 +188,12 @@ def test_a_receiver_down_for_a_while_gets_every_delivery_when_it_returns(
         assert len(delivered) == 3 and all(d.attempts == 4 for d in delivered)
 
     try:
-        run(tmp_path, body)
+        run(db, body)
     finally:
         receiver.stop()
 
 
-def test_an_endpoint_that_keeps_failing_is_paused_until_resumed(tmp_path: Path) -> None:
+def test_an_endpoint_that_keeps_failing_is_paused_until_resumed(db: str) -> None:
     receiver = Receiver()
     receiver.status = 503
 
@@ -209,12 +218,12 @@ def test_an_endpoint_that_keeps_failing_is_paused_until_resumed(tmp_path: Path) 
         assert len(set(receiver.wire)) == 1
 
     try:
-        run(tmp_path, body)
+        run(db, body)
     finally:
         receiver.stop()
 
 
-def test_a_delivery_out_of_retries_is_failed_and_resume_requeues_it(tmp_path: Path) -> None:
+def test_a_delivery_out_of_retries_is_failed_and_resume_requeues_it(db: str) -> None:
     receiver = Receiver()
     receiver.status = 500
 
@@ -232,12 +241,12 @@ def test_a_delivery_out_of_retries_is_failed_and_resume_requeues_it(tmp_path: Pa
         assert delivery.status is DeliveryStatus.DELIVERED
 
     try:
-        run(tmp_path, body)
+        run(db, body)
     finally:
         receiver.stop()
 
 
-def test_bad_input_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+def test_bad_input_is_refused_with_a_clear_error(db: str) -> None:
     async def body(w: World) -> None:
         with pytest.raises(ValidationError, match="http:// or https://"):
             await w.hooks.add("ftp://example.test/x", ["run.finished"], principal=None)
@@ -247,12 +256,12 @@ def test_bad_input_is_refused_with_a_clear_error(tmp_path: Path) -> None:
             await w.hooks.add("http://127.0.0.1:1/x", [" "], principal=None)
         with pytest.raises(WebhookNotFoundError):
             await w.hooks.resume("wh_nope", principal=None)
-        assert await w.hooks.list(principal=None) == []
+        assert await w.hooks.endpoints(principal=None) == []
 
-    run(tmp_path, body)
+    run(db, body)
 
 
-def test_no_endpoint_no_events(tmp_path: Path) -> None:
+def test_no_endpoint_no_events(db: str) -> None:
     """Without endpoints nothing is queued: deliveries go to endpoints that existed when
     the event was committed."""
     receiver = Receiver()
@@ -268,6 +277,6 @@ def test_no_endpoint_no_events(tmp_path: Path) -> None:
         assert len(receiver.wire) == 1
 
     try:
-        run(tmp_path, body)
+        run(db, body)
     finally:
         receiver.stop()

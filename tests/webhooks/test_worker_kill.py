@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.webhooks import WebhookService
 from plait.domain.webhooks import Delivery, DeliveryStatus
@@ -27,6 +28,7 @@ def _prepare(url: str, receiver_url: str) -> tuple[str, str]:
     async def go() -> tuple[str, str]:
         rt = Runtime.open(db=url, tools=())
         try:
+            assert isinstance(rt.store, SqliteStore)
             hooks = WebhookService(store=rt.store, clock=SystemClock(), ids=RandomIds())
             endpoint = await hooks.add(receiver_url, ["run.finished"], principal=None)
             session = await rt.service.create_session(owner="ana")
@@ -42,8 +44,8 @@ def _deliveries(url: str) -> list[Delivery]:
     async def go() -> list[Delivery]:
         rt = Runtime.open(db=url, store_only=True)
         try:
-            found: list[Delivery] = await rt.store.list_deliveries()
-            return found
+            assert isinstance(rt.store, SqliteStore)
+            return await rt.store.list_deliveries()
         finally:
             await rt.close()
 

@@ -65,7 +65,7 @@ class WebhookService:
         await self.store.add_webhook(endpoint)
         return endpoint
 
-    async def list(self, *, principal: str | None) -> list[Endpoint]:
+    async def endpoints(self, *, principal: str | None) -> list[Endpoint]:
         return await self.store.list_webhooks(principal=principal)
 
     async def get(self, endpoint_id: str, *, principal: str | None) -> Endpoint:

@@ -79,7 +79,7 @@ def _add(a: argparse.Namespace, out: Any) -> int:
 
 
 def _list(a: argparse.Namespace, out: Any) -> int:
-    endpoints = _with_service(a, lambda s: s.list(principal=None))
+    endpoints = _with_service(a, lambda s: s.endpoints(principal=None))
     lines = [
         f"{e.id}  {e.status.value:<6}  {e.url}  {','.join(e.events)}"
         + (f"  principal={e.principal}" if e.principal else "")

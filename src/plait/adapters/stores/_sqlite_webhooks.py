@@ -17,16 +17,20 @@ from typing import Any
 from plait.adapters.stores import _approvals_sqlite
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores._webhook_rows import (
-    DELIVERY_COLS,
+    DUE,
     ENDPOINT_COLS,
-    EVENT_COLS,
+    JOB,
+    REMOVE,
+    RESUME_DELIVERIES,
+    RESUME_ENDPOINT,
     TERMINAL,
+    deliveries_query,
     delivery_from_row,
     endpoint_from_row,
     endpoint_row,
+    finish_statements,
     job_from_row,
     not_found,
-    paused_reason,
 )
 from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
 
@@ -45,7 +49,8 @@ _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _OWNER = "(SELECT owner FROM sessions WHERE id = {sid})"
 _EVENT = (
     "INSERT OR IGNORE INTO webhook_events (id, type, at, session_id, run_id, owner, data) "
-    "VALUES ({id}, '{type}', " + _NOW + ", {sid}, {rid}, " + _OWNER + ", json_object({data}));"
+    "SELECT {id}, '{type}', " + _NOW + ", {sid}, {rid}, " + _OWNER + ", json_object({data}) "
+    "WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE instr(events, ',{type},') > 0);"
 )
 
 
@@ -181,23 +186,14 @@ def get(conn: sqlite3.Connection, endpoint_id: str) -> Endpoint:
 
 def remove(conn: sqlite3.Connection, endpoint_id: str) -> None:
     get(conn, endpoint_id)
-    conn.execute("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", (endpoint_id,))
-    conn.execute("DELETE FROM webhook_endpoints WHERE id = ?", (endpoint_id,))
+    for statement in REMOVE:
+        conn.execute(statement, (endpoint_id,))
 
 
 def resume(conn: sqlite3.Connection, endpoint_id: str, now: float) -> Endpoint:
     get(conn, endpoint_id)
-    conn.execute(
-        "UPDATE webhook_endpoints SET status = 'active', failures = 0, paused_reason = NULL "
-        "WHERE id = ?",
-        (endpoint_id,),
-    )
-    conn.execute(
-        "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, "
-        "attempts = CASE WHEN status = 'failed' THEN 0 ELSE attempts END "
-        "WHERE endpoint_id = ? AND status IN ('pending', 'failed')",
-        (now, endpoint_id),
-    )
+    conn.execute(RESUME_ENDPOINT, (endpoint_id,))
+    conn.execute(RESUME_DELIVERIES, (now, endpoint_id))
     return get(conn, endpoint_id)
 
 
@@ -210,24 +206,8 @@ def deliveries(
 ) -> list[Delivery]:
     if not _has(conn):
         return []
-    where, args = ["1 = 1"], []
-    if endpoint_id is not None:
-        where.append("d.endpoint_id = ?")
-        args.append(endpoint_id)
-    if status is not None:
-        where.append("d.status = ?")
-        args.append(status.value)
-    if principal is not None:
-        where.append("e.principal = ?")
-        args.append(principal)
-    rows = conn.execute(
-        f"SELECT {DELIVERY_COLS} FROM webhook_deliveries d "
-        "JOIN webhook_events ev ON ev.id = d.event_id "
-        "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
-        f"WHERE {' AND '.join(where)} ORDER BY d.created_at DESC, d.event_id DESC LIMIT ?",
-        (*args, limit),
-    )
-    return [delivery_from_row(r) for r in rows]
+    sql, args = deliveries_query(endpoint_id, status, principal, limit)
+    return [delivery_from_row(r) for r in conn.execute(sql, args)]
 
 
 def claim(
@@ -238,26 +218,11 @@ def claim(
         return []
     keys = conn.execute(
         "UPDATE webhook_deliveries SET lease_owner = ?, lease_expires_at = ?, "
-        "attempts = attempts + 1 WHERE rowid IN ("
-        "SELECT d.rowid FROM webhook_deliveries d "
-        "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
-        "WHERE d.status = 'pending' AND e.status = 'active' AND d.next_attempt_at <= ? "
-        "AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= ?) "
-        "ORDER BY d.next_attempt_at, d.created_at LIMIT ?) RETURNING endpoint_id, event_id",
+        f"attempts = attempts + 1 WHERE (endpoint_id, event_id) IN ({DUE}) "
+        "RETURNING endpoint_id, event_id",
         (owner, expires_at, now, now, limit),
     ).fetchall()
-    ev_cols = ", ".join(f"ev.{c.strip()}" for c in EVENT_COLS.split(","))
-    jobs = []
-    for endpoint_id, event_id in keys:
-        row = conn.execute(
-            f"SELECT {DELIVERY_COLS}, {ev_cols}, e.url, e.secret FROM webhook_deliveries d "
-            "JOIN webhook_events ev ON ev.id = d.event_id "
-            "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
-            "WHERE d.endpoint_id = ? AND d.event_id = ?",
-            (endpoint_id, event_id),
-        ).fetchone()
-        jobs.append(job_from_row(tuple(row)))
-    return jobs
+    return [job_from_row(tuple(conn.execute(JOB, tuple(key)).fetchone())) for key in keys]
 
 
 def finish(
@@ -274,28 +239,14 @@ def finish(
 ) -> None:
     """Inside a write transaction. A delivery no longer pending (another worker delivered
     it after this one's lease expired) is left as it is."""
-    key = (endpoint_id, event_id)
-    if ok:
-        conn.execute(
-            "UPDATE webhook_deliveries SET status = 'delivered', delivered_at = ?, "
-            "lease_owner = NULL, lease_expires_at = NULL, last_error = NULL, "
-            "last_status_code = ? WHERE endpoint_id = ? AND event_id = ? "
-            "AND status = 'pending'",
-            (now, status_code, *key),
-        )
-        conn.execute("UPDATE webhook_endpoints SET failures = 0 WHERE id = ?", (endpoint_id,))
-        return
-    status = DeliveryStatus.FAILED if retry_at is None else DeliveryStatus.PENDING
-    conn.execute(
-        "UPDATE webhook_deliveries SET status = ?, next_attempt_at = coalesce(?, "
-        "next_attempt_at), lease_owner = NULL, lease_expires_at = NULL, last_error = ?, "
-        "last_status_code = ? WHERE endpoint_id = ? AND event_id = ? AND status = 'pending'",
-        (status.value, retry_at, error, status_code, *key),
-    )
-    conn.execute(
-        "UPDATE webhook_endpoints SET failures = failures + 1, "
-        "status = CASE WHEN failures + 1 >= ? THEN 'paused' ELSE status END, "
-        "paused_reason = CASE WHEN failures + 1 >= ? AND status = 'active' THEN ? "
-        "ELSE paused_reason END WHERE id = ?",
-        (pause_after, pause_after, paused_reason(pause_after, error), endpoint_id),
-    )
+    for sql, args in finish_statements(
+        endpoint_id,
+        event_id,
+        now=now,
+        ok=ok,
+        status_code=status_code,
+        error=error,
+        retry_at=retry_at,
+        pause_after=pause_after,
+    ):
+        conn.execute(sql, args)

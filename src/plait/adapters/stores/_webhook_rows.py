@@ -19,13 +19,20 @@ from plait.domain.webhooks import (
 
 __all__ = [
     "DELIVERY_COLS",
+    "DUE",
     "ENDPOINT_COLS",
     "EVENT_COLS",
+    "JOB",
+    "REMOVE",
+    "RESUME_DELIVERIES",
+    "RESUME_ENDPOINT",
     "TERMINAL",
+    "deliveries_query",
     "delivery_from_row",
     "endpoint_from_row",
     "endpoint_row",
     "event_from_row",
+    "finish_statements",
     "job_from_row",
     "not_found",
     "paused_reason",
@@ -116,3 +123,103 @@ def job_from_row(row: Sequence[Any]) -> DeliveryJob:
 
 def paused_reason(pause_after: int, error: str | None) -> str:
     return f"paused after {pause_after} consecutive failed attempts (last: {error})"
+
+
+# --- SQL both stores run (``?`` placeholders; PostgreSQL's module swaps in ``%s``) -------
+
+REMOVE = (
+    "DELETE FROM webhook_deliveries WHERE endpoint_id = ?",
+    "DELETE FROM webhook_endpoints WHERE id = ?",
+)
+RESUME_ENDPOINT = (
+    "UPDATE webhook_endpoints SET status = 'active', failures = 0, paused_reason = NULL "
+    "WHERE id = ?"
+)
+RESUME_DELIVERIES = (
+    "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, "
+    "attempts = CASE WHEN status = 'failed' THEN 0 ELSE attempts END "
+    "WHERE endpoint_id = ? AND status IN ('pending', 'failed')"
+)
+_EV_COLS = ", ".join(f"ev.{c.strip()}" for c in EVENT_COLS.split(","))
+JOB = (
+    f"SELECT {DELIVERY_COLS}, {_EV_COLS}, e.url, e.secret FROM webhook_deliveries d "
+    "JOIN webhook_events ev ON ev.id = d.event_id "
+    "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
+    "WHERE d.endpoint_id = ? AND d.event_id = ?"
+)
+"""A claimed delivery with its event, URL and secret (see :func:`job_from_row`)."""
+DUE = (
+    "SELECT d.endpoint_id, d.event_id FROM webhook_deliveries d "
+    "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
+    "WHERE d.status = 'pending' AND e.status = 'active' AND d.next_attempt_at <= ? "
+    "AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= ?) "
+    "ORDER BY d.next_attempt_at, d.created_at LIMIT ?"
+)
+"""Due deliveries of active endpoints: never leased, or whose lease expired (a worker
+died mid-delivery)."""
+
+
+def deliveries_query(
+    endpoint_id: str | None, status: DeliveryStatus | None, principal: str | None, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    where, args = ["1 = 1"], []
+    if endpoint_id is not None:
+        where.append("d.endpoint_id = ?")
+        args.append(endpoint_id)
+    if status is not None:
+        where.append("d.status = ?")
+        args.append(status.value)
+    if principal is not None:
+        where.append("e.principal = ?")
+        args.append(principal)
+    sql = (
+        f"SELECT {DELIVERY_COLS} FROM webhook_deliveries d "
+        "JOIN webhook_events ev ON ev.id = d.event_id "
+        "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
+        f"WHERE {' AND '.join(where)} ORDER BY d.created_at DESC, d.event_id DESC LIMIT ?"
+    )
+    return sql, (*args, limit)
+
+
+def finish_statements(
+    endpoint_id: str,
+    event_id: str,
+    *,
+    now: float,
+    ok: bool,
+    status_code: int | None,
+    error: str | None,
+    retry_at: float | None,
+    pause_after: int,
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """Record an attempt. A delivery no longer pending (another worker delivered it
+    after this one's lease expired) is left as it is."""
+    key = (endpoint_id, event_id)
+    if ok:
+        return [
+            (
+                "UPDATE webhook_deliveries SET status = 'delivered', delivered_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, last_error = NULL, "
+                "last_status_code = ? WHERE endpoint_id = ? AND event_id = ? "
+                "AND status = 'pending'",
+                (now, status_code, *key),
+            ),
+            ("UPDATE webhook_endpoints SET failures = 0 WHERE id = ?", (endpoint_id,)),
+        ]
+    status = DeliveryStatus.FAILED if retry_at is None else DeliveryStatus.PENDING
+    return [
+        (
+            "UPDATE webhook_deliveries SET status = ?, next_attempt_at = coalesce(?, "
+            "next_attempt_at), lease_owner = NULL, lease_expires_at = NULL, last_error = ?, "
+            "last_status_code = ? WHERE endpoint_id = ? AND event_id = ? "
+            "AND status = 'pending'",
+            (status.value, retry_at, error, status_code, *key),
+        ),
+        (
+            "UPDATE webhook_endpoints SET failures = failures + 1, "
+            "status = CASE WHEN failures + 1 >= ? THEN 'paused' ELSE status END, "
+            "paused_reason = CASE WHEN failures + 1 >= ? AND status = 'active' THEN ? "
+            "ELSE paused_reason END WHERE id = ?",
+            (pause_after, pause_after, paused_reason(pause_after, error), endpoint_id),
+        ),
+    ]
