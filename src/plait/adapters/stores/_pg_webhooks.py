@@ -237,7 +237,13 @@ async def finish(
     pause_after: int,
 ) -> None:
     for sql, args in finish_statements(
-        endpoint_id, event_id, now=now, ok=ok, status_code=status_code, error=error,
-        retry_at=retry_at, pause_after=pause_after,
+        endpoint_id,
+        event_id,
+        now=now,
+        ok=ok,
+        status_code=status_code,
+        error=error,
+        retry_at=retry_at,
+        pause_after=pause_after,
     ):
         await conn.execute(_pg(sql), args)

@@ -415,9 +415,7 @@ class PostgresStore:
     async def claim_deliveries(
         self, *, owner: str, now: float, expires_at: float, limit: int
     ) -> list[DeliveryJob]:
-        return await self._write(
-            lambda conn: webhooks.claim(conn, owner, now, expires_at, limit)
-        )
+        return await self._write(lambda conn: webhooks.claim(conn, owner, now, expires_at, limit))
 
     async def finish_delivery(
         self,
@@ -433,8 +431,15 @@ class PostgresStore:
     ) -> None:
         await self._write(
             lambda conn: webhooks.finish(
-                conn, endpoint_id, event_id, now=now, ok=ok, status_code=status_code,
-                error=error, retry_at=retry_at, pause_after=pause_after,
+                conn,
+                endpoint_id,
+                event_id,
+                now=now,
+                ok=ok,
+                status_code=status_code,
+                error=error,
+                retry_at=retry_at,
+                pause_after=pause_after,
             )
         )
 
