@@ -16,19 +16,32 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.webhooks import WebhookService
 from plait.domain.webhooks import Delivery, DeliveryStatus
 from plait.runtime import Runtime
+from tests.pg import empty_database
 from tests.webhooks.receiver import Receiver
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'plait.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    empty_database(url)
+    return url
 
 
 def _prepare(url: str, receiver_url: str) -> tuple[str, str]:
     async def go() -> tuple[str, str]:
         rt = Runtime.open(db=url, tools=())
         try:
-            assert isinstance(rt.store, SqliteStore)
+            assert isinstance(rt.store, SqliteStore | PostgresStore)
             hooks = WebhookService(store=rt.store, clock=SystemClock(), ids=RandomIds())
             endpoint = await hooks.add(receiver_url, ["run.finished"], principal=None)
             session = await rt.service.create_session(owner="ana")
@@ -44,7 +57,7 @@ def _deliveries(url: str) -> list[Delivery]:
     async def go() -> list[Delivery]:
         rt = Runtime.open(db=url, store_only=True)
         try:
-            assert isinstance(rt.store, SqliteStore)
+            assert isinstance(rt.store, SqliteStore | PostgresStore)
             return await rt.store.list_deliveries()
         finally:
             await rt.close()
@@ -71,8 +84,8 @@ def _stop(proc: subprocess.Popen[str], sig: int) -> tuple[str, str]:
     return proc.communicate(timeout=30)
 
 
-def test_a_worker_killed_mid_delivery_causes_a_retry_never_a_loss(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'plait.db'}"
+def test_a_worker_killed_mid_delivery_causes_a_retry_never_a_loss(tmp_path: Path, db: str) -> None:
+    url = db
     script = tmp_path / "m.json"
     script.write_text(json.dumps({"version": 1, "assistant": [{"text": "hi there"}]}))
     receiver = Receiver()
