@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from plait.adapters.stores import open_store
+from plait.adapters.stores.memory import MemoryStore
 from plait.adapters.stores.postgres import PostgresStore
 from plait.adapters.stores.sqlite import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
@@ -37,8 +38,10 @@ def answer(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="done")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory://"
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'plait.db'}"
     url: str = request.getfixturevalue("pg_url")
@@ -49,7 +52,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class World:
     def __init__(self, url: str) -> None:
         store = open_store(url)
-        assert isinstance(store, SqliteStore | PostgresStore)
+        assert isinstance(store, MemoryStore | SqliteStore | PostgresStore)
         self.store = store
         self.clock = SystemClock()
         self.service = AgentService(
