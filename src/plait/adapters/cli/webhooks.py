@@ -43,25 +43,22 @@ def register(sub: Any, common: Common) -> None:
 
 
 def _with_service(a: argparse.Namespace, op: Callable[[Any], Awaitable[Any]]) -> Any:
-    from plait.adapters.stores import open_store
-    from plait.adapters.system import RandomIds, SystemClock
-    from plait.application.webhooks import WebhookService
-    from plait.runtime import default_db_url
+    from plait.runtime import webhook_runtime
 
-    url = getattr(a, "db", None) or default_db_url()
-    store: Any = open_store(url)
-    if not hasattr(store, "claim_deliveries"):
-        raise ConfigError(
-            f"the store {url!r} cannot hold webhooks (no workers send from it); use "
-            "sqlite:///... or postgresql://...",
-            url=url,
-        )
+    runtime = webhook_runtime(getattr(a, "db", None))
 
     async def go() -> Any:
         try:
-            return await op(WebhookService(store=store, clock=SystemClock(), ids=RandomIds()))
+            service = runtime.webhooks
+            if service is None:
+                where = runtime.queries.store_info().location
+                raise ConfigError(
+                    f"the store {where} cannot hold webhooks (no workers send from it); "
+                    "use sqlite:///... or postgresql://..."
+                )
+            return await op(service)
         finally:
-            await store.close()
+            await runtime.close()
 
     return asyncio.run(go())
 
