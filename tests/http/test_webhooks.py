@@ -77,3 +77,33 @@ def test_bad_webhooks_are_refused(live: Live) -> None:
         assert "unknown webhook events" in error(bad_event, 400, "invalid_value")["message"]
         error(alice.post("/v1/webhooks/wh_nope/resume"), 404, "not_found")
         assert alice.get("/v1/webhooks").json()["webhooks"] == []
+
+
+def test_a_call_waiting_for_approval_is_announced(gated: Live) -> None:
+    """Through the real gate: the policy asks a person about ``echo``; the approval
+    request and the run's end each reach the endpoint once."""
+    receiver = Receiver()
+    try:
+        with gated.client("alice") as alice:
+            hook = alice.post(
+                "/v1/webhooks",
+                json={"url": receiver.url, "events": ["approval.needed", "run.finished"]},
+            ).json()
+            receiver.secret = hook["secret"]
+            sid = new_session(alice)["session_id"]
+            run = alice.post(f"/v1/sessions/{sid}/messages", json={"text": "tool please"}).json()
+            assert wait_terminal(alice, run["run_id"])["status"] == "awaiting_approval"
+            [needed] = _delivered(alice, hook["id"])
+            assert needed["type"] == "approval.needed"
+            data = receiver.events[needed["event_id"]]["data"]
+            assert data["run_id"] == run["run_id"] and data["tool_name"] == "echo"
+            [approval] = alice.get(f"/v1/sessions/{sid}/approvals").json()["approvals"]
+            assert data["approval_id"] == approval["approval_id"]
+            r = alice.post(f"/v1/approvals/{approval['approval_id']}/approve", json={})
+            assert r.status_code == 200, r.text
+            assert wait_terminal(alice, run["run_id"])["status"] == "completed"
+            found = _delivered(alice, hook["id"])
+            assert sorted(d["type"] for d in found) == ["approval.needed", "run.finished"]
+            assert len(receiver.wire) == 2 and not receiver.rejected
+    finally:
+        receiver.stop()
