@@ -31,6 +31,11 @@ Format::
     raw_history_days = 90                       # `plait retention expire` default age
     mode = "archive"                            # "expire" (default) or "archive"
 
+    [webhooks.ops]                              # README: Webhooks; an endpoint for every
+    url = "https://ops.example/hooks"           # principal's events, registered by the
+    events = ["run.finished", "outcome.unknown"]  # workers at start-up (id cfg_ops)
+    secret_env = "OPS_WEBHOOK_SECRET"           # holds its whsec_ secret
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -56,7 +61,7 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction", "retention")
+_TOP = ("model", "models", "sandbox", "compaction", "retention", "webhooks")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +89,9 @@ class Config:
     """The merged ``[compaction]`` tables, checked by ``CompactionSettings.from_mapping``."""
     retention: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[retention]`` tables, checked by ``RetentionSettings.from_mapping``."""
+    webhooks: Mapping[str, Any] = field(default_factory=dict)
+    """``[webhooks.NAME]`` tables by name (project over user, whole tables), checked by
+    :func:`plait.domain.webhooks.configured_endpoints`."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -149,6 +157,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     sandbox: dict[str, Any] = {}
     compaction: dict[str, Any] = {}
     retention: dict[str, Any] = {}
+    webhooks: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -162,7 +171,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction], [retention]",
+                    "[sandbox], [compaction], [retention], [webhooks.NAME]",
                     file=source,
                     key=key,
                 )
@@ -186,6 +195,9 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         if not isinstance(data.get("retention", {}), dict):
             raise ConfigError(f"{source}: retention must be a table", file=source, key="retention")
         retention.update(data.get("retention", {}))
+        if not isinstance(data.get("webhooks", {}), dict):
+            raise ConfigError(f"{source}: webhooks must be a table", file=source, key="webhooks")
+        webhooks.update({name: (source, t) for name, t in data.get("webhooks", {}).items()})
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
@@ -193,4 +205,5 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         sandbox=sandbox,
         compaction=compaction,
         retention=retention,
+        webhooks=webhooks,
     )

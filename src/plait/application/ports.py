@@ -549,6 +549,11 @@ class WebhookStore(Protocol):
 
     async def add_webhook(self, endpoint: Endpoint) -> None: ...
 
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        """Add, or update the url, events, secret and principal of the endpoint with that
+        id, keeping its status, failures and deliveries (endpoints of the config)."""
+        ...
+
     async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
         """Every endpoint, or those registered by ``principal``."""
         ...

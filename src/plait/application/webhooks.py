@@ -17,7 +17,7 @@ import logging
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plait.application.ports import Clock, IdGenerator, WebhookSender, WebhookStore
 from plait.domain.errors import PlaitError, WebhookNotFoundError
@@ -64,6 +64,12 @@ class WebhookService:
         )
         await self.store.add_webhook(endpoint)
         return endpoint
+
+    async def put_configured(self, endpoints: list[Endpoint]) -> None:
+        """Register (or update) the endpoints of the config; their status is kept."""
+        now = self.clock.now()
+        for endpoint in endpoints:
+            await self.store.put_webhook(replace(endpoint, created_at=now))
 
     async def endpoints(self, *, principal: str | None) -> list[Endpoint]:
         return await self.store.list_webhooks(principal=principal)

@@ -15,13 +15,14 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from plait.domain.errors import ValidationError
+from plait.domain.errors import ConfigError, ValidationError
 
 __all__ = [
     "EVENT_TYPES",
@@ -34,6 +35,7 @@ __all__ = [
     "WebhookEvent",
     "check_events",
     "check_url",
+    "configured_endpoints",
     "event_body",
     "new_secret",
     "retry_delay",
@@ -177,3 +179,52 @@ def retry_delay(attempts: int, schedule: tuple[float, ...], jitter: float) -> fl
     if attempts < 1 or attempts > len(schedule):
         return None
     return schedule[attempts - 1] * (1.0 + 0.2 * jitter)
+
+
+def configured_endpoints(tables: Mapping[str, Any], env: Mapping[str, str]) -> list[Endpoint]:
+    """The ``[webhooks.NAME]`` endpoints of the config (``tables``: name -> (file, table)):
+    ``url``, ``events``, ``secret_env`` (the environment variable holding the ``whsec_``
+    secret); id ``cfg_NAME``, for every principal's events. Errors name the file and key."""
+    out = []
+    for name, (source, table) in sorted(tables.items()):
+        where = f"{source}: [webhooks.{name}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where} must be a table", file=source, key=name)
+        unknown = sorted(set(table) - {"url", "events", "secret_env"})
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown keys {unknown}; known: url, events, secret_env",
+                file=source,
+                key=name,
+            )
+        url, events, secret_env = table.get("url"), table.get("events"), table.get("secret_env")
+        if (
+            not isinstance(url, str)
+            or not isinstance(secret_env, str)
+            or not (isinstance(events, list) and all(isinstance(e, str) for e in events))
+        ):
+            raise ConfigError(
+                f"{where} needs url (a string), events (a list of strings) and secret_env "
+                "(the name of the variable holding its whsec_ secret)",
+                file=source,
+                key=name,
+            )
+        secret = env.get(secret_env, "")
+        if not secret:
+            raise ConfigError(
+                f"{where}: ${secret_env} (its secret_env) is not set", file=source, key=name
+            )
+        if not secret.startswith("whsec_"):
+            raise ConfigError(
+                f"{where}: ${secret_env} must hold a whsec_ secret", file=source, key=name
+            )
+        try:
+            check_url(url)
+            checked = check_events(events)
+            secret_key(secret)
+        except ValidationError as e:
+            raise ConfigError(f"{where}: {e.message}", file=source, key=name) from None
+        out.append(
+            Endpoint(id=f"cfg_{name}", url=url, events=checked, secret=secret, principal=None)
+        )
+    return out

@@ -288,6 +288,14 @@ async def _no_webhooks() -> None:
     return None
 
 
+def _configured_webhooks() -> list[Any]:
+    """The ``[webhooks.NAME]`` endpoints of the config files."""
+    from plait.config import load_config
+    from plait.domain.webhooks import configured_endpoints
+
+    return configured_endpoints(load_config().webhooks, os.environ)
+
+
 def start_webhooks(rt: Any, settings: Settings, stop: asyncio.Event) -> asyncio.Future[None]:
     """The webhook delivery loop of a worker (until ``stop``), on a store with an
     outbox; an awaitable that ends with it (and closes its HTTP client)."""
@@ -297,6 +305,7 @@ def start_webhooks(rt: Any, settings: Settings, stop: asyncio.Event) -> asyncio.
     store = rt.store
     if not hasattr(store, "claim_deliveries"):
         return asyncio.ensure_future(_no_webhooks())
+    configured = _configured_webhooks()  # a bad table stops the start-up, here
     sender = HttpxSender(timeout=settings.webhook_timeout_seconds)
     dispatcher = WebhookDispatcher(
         store=store,
@@ -311,6 +320,8 @@ def start_webhooks(rt: Any, settings: Settings, stop: asyncio.Event) -> asyncio.
 
     async def go() -> None:
         try:
+            if configured and rt.webhooks is not None:
+                await rt.webhooks.put_configured(configured)
             await dispatcher.run(stop)
         finally:
             await sender.close()

@@ -125,6 +125,18 @@ class MemoryWebhooks:
     def add(self, endpoint: Endpoint) -> None:
         self.endpoints[endpoint.id] = endpoint
 
+    def put(self, endpoint: Endpoint) -> None:
+        old = self.endpoints.get(endpoint.id)
+        if old is not None:
+            endpoint = replace(
+                old,
+                url=endpoint.url,
+                events=endpoint.events,
+                secret=endpoint.secret,
+                principal=endpoint.principal,
+            )
+        self.endpoints[endpoint.id] = endpoint
+
     def listing(self, principal: str | None) -> list[Endpoint]:
         found = [e for e in self.endpoints.values() if principal in (None, e.principal)]
         return sorted(found, key=lambda e: (e.created_at, e.id))

@@ -23,6 +23,7 @@ from plait.adapters.stores._webhook_rows import (
     REMOVE,
     RESUME_DELIVERIES,
     RESUME_ENDPOINT,
+    UPSERT,
     deliveries_query,
     delivery_from_row,
     endpoint_from_row,
@@ -156,6 +157,10 @@ async def add(conn: Conn, endpoint: Endpoint) -> None:
         "(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
         endpoint_row(endpoint),
     )
+
+
+async def put(conn: Conn, endpoint: Endpoint) -> None:
+    await conn.execute(_pg(UPSERT), endpoint_row(endpoint))
 
 
 async def listing(conn: Conn, principal: str | None) -> list[Endpoint]:

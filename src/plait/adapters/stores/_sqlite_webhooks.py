@@ -24,6 +24,7 @@ from plait.adapters.stores._webhook_rows import (
     RESUME_DELIVERIES,
     RESUME_ENDPOINT,
     TERMINAL,
+    UPSERT,
     deliveries_query,
     delivery_from_row,
     endpoint_from_row,
@@ -161,6 +162,11 @@ def add(conn: sqlite3.Connection, endpoint: Endpoint) -> None:
         f"INSERT INTO webhook_endpoints ({ENDPOINT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         endpoint_row(endpoint),
     )
+
+
+def put(conn: sqlite3.Connection, endpoint: Endpoint) -> None:
+    _ensure(conn)
+    conn.execute(UPSERT, endpoint_row(endpoint))
 
 
 def listing(conn: sqlite3.Connection, principal: str | None) -> list[Endpoint]:

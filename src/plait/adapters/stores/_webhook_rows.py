@@ -27,6 +27,7 @@ __all__ = [
     "RESUME_DELIVERIES",
     "RESUME_ENDPOINT",
     "TERMINAL",
+    "UPSERT",
     "deliveries_query",
     "delivery_from_row",
     "endpoint_from_row",
@@ -127,6 +128,11 @@ def paused_reason(pause_after: int, error: str | None) -> str:
 
 # --- SQL both stores run (``?`` placeholders; PostgreSQL's module swaps in ``%s``) -------
 
+UPSERT = (
+    f"INSERT INTO webhook_endpoints ({ENDPOINT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET url = excluded.url, events = excluded.events, "
+    "secret = excluded.secret, principal = excluded.principal"
+)
 REMOVE = (
     "DELETE FROM webhook_deliveries WHERE endpoint_id = ?",
     "DELETE FROM webhook_endpoints WHERE id = ?",

@@ -527,6 +527,11 @@ class MemoryStore:
             self._check_open()
             self._webhooks.add(endpoint)
 
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            self._check_open()
+            self._webhooks.put(endpoint)
+
     async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
         with self._lock:
             self._check_open()

@@ -388,6 +388,9 @@ class PostgresStore:
     async def add_webhook(self, endpoint: Endpoint) -> None:
         await self._write(lambda conn: webhooks.add(conn, endpoint))
 
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        await self._write(lambda conn: webhooks.put(conn, endpoint))
+
     async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
         return await self._read(lambda conn: webhooks.listing(conn, principal))
 

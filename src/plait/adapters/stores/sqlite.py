@@ -400,6 +400,9 @@ class SqliteStore:
     async def add_webhook(self, endpoint: Endpoint) -> None:
         await self._db.write(lambda c: _webhooks.add(c, endpoint))
 
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        await self._db.write(lambda c: _webhooks.put(c, endpoint))
+
     async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
         return await self._db.read(lambda c: _webhooks.listing(c, principal))
 
