@@ -19,7 +19,7 @@ class HttpxSender:
     async def post(self, url: str, *, body: str, headers: Mapping[str, str]) -> int:
         try:
             response = await self._client.post(url, content=body.encode(), headers=dict(headers))
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as e:
             raise OSError(f"{type(e).__name__}: {e}") from e
         return response.status_code
 

@@ -141,6 +141,9 @@ class WebhookDispatcher:
             except PlaitError as e:
                 log.error("webhook deliveries: %s", e.message, extra={"code": e.code})
                 done = 0
+            except Exception:  # a bug must not stop every later delivery of this worker
+                log.exception("webhook deliveries failed")
+                done = 0
             if done == 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.poll_seconds)
