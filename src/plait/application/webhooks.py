@@ -135,6 +135,7 @@ class WebhookDispatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop`` is set; store errors are logged and retried at the next poll."""
+        log.info("webhook deliveries: polling every %s s", self.poll_seconds)
         while not stop.is_set():
             try:
                 done = await self.run_once()
