@@ -13,6 +13,11 @@ from typing import Any
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 64  # a batch of deliveries connects at once
+    daemon_threads = True
+
+
 class Receiver:
     def __init__(self, port: int = 0) -> None:
         self.secret: str | None = None
@@ -46,8 +51,7 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", self.port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
