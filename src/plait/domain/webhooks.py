@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from plait.domain.errors import ConfigError, ValidationError
 __all__ = [
     "EVENT_TYPES",
     "RETRY_SECONDS",
+    "URL_PATTERN",
     "Delivery",
     "DeliveryJob",
     "DeliveryStatus",
@@ -115,12 +117,19 @@ class DeliveryJob:
     secret: str
 
 
+URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][!-~]*)?$"
+"""http(s), a host name or IPv4 address, a port, then printable ASCII without spaces."""
+
+
 def check_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if not isinstance(url, str) or re.fullmatch(URL_PATTERN, url) is None:
         raise ValidationError(
-            f"a webhook URL must be http:// or https:// with a host, got {url!r}", url=url
+            "a webhook URL must be http:// or https:// with a host name or IPv4 address "
+            f"(printable ASCII, no spaces), got {url!r}",
+            url=url,
         )
+    if not urlsplit(url).hostname:
+        raise ValidationError(f"a webhook URL needs a host, got {url!r}", url=url)
     return url
 
 

@@ -5,7 +5,7 @@ principal's events (no ``principal``) or for one principal's."""
 
 # No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,18 +13,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from plait.adapters.http.auth import Principal
 from plait.adapters.shapes import delivery_json, webhook_json
 from plait.application.webhooks import WebhookService
-from plait.domain.webhooks import DeliveryStatus
+from plait.domain.webhooks import URL_PATTERN, DeliveryStatus
 
-__all__ = ["webhook_routes"]
+__all__ = ["EventName", "webhook_routes"]
+
+
+EventName = Literal["run.finished", "approval.needed", "outcome.unknown", "compaction.failed"]
 
 
 class WebhookIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=1, max_length=2000)
-    events: list[str] = Field(min_length=1, max_length=16)
-    principal: str | None = Field(
+    url: str = Field(min_length=1, max_length=2000, pattern=URL_PATTERN)
+    events: list[EventName] = Field(min_length=1, max_length=16)
+    principal: (
+        Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x20\x7f-\x9f]+$")]
+        | None
+    ) = Field(
         default=None,
-        max_length=200,
         description="admins only: whose sessions' events (default: every principal's)",
     )
 
