@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from plait.application.ports import Clock, IdGenerator, WebhookSender, WebhookStore
@@ -51,9 +51,7 @@ class WebhookService:
     ids: IdGenerator
     random_bytes: Callable[[int], bytes] = os.urandom
 
-    async def add(
-        self, url: str, events: list[str] | tuple[str, ...], *, principal: str | None
-    ) -> Endpoint:
+    async def add(self, url: str, events: Sequence[str], *, principal: str | None) -> Endpoint:
         endpoint = Endpoint(
             id=self.ids.new("wh"),
             url=check_url(url),

@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -133,7 +133,9 @@ def check_url(url: str) -> str:
     return url
 
 
-def check_events(events: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+def check_events(events: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(events, str):  # one name, not its characters
+        events = [events]
     names = tuple(dict.fromkeys(e.strip() for e in events if e.strip()))
     if not names:
         raise ValidationError(
