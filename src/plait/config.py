@@ -38,6 +38,10 @@ Format::
     instructions = "Review the diff."           # project over user, key by key
     tools = ["read_file", "grep"]
     max_model_calls = 10
+    [webhooks.ops]                              # README: Webhooks; an endpoint for every
+    url = "https://ops.example/hooks"           # principal's events, registered by the
+    events = ["run.finished", "outcome.unknown"]  # workers at start-up (id cfg_ops)
+    secret_env = "OPS_WEBHOOK_SECRET"           # holds its whsec_ secret
 
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
@@ -64,7 +68,16 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction", "retention", "telemetry", "agents")
+_TOP = (
+    "model",
+    "models",
+    "sandbox",
+    "compaction",
+    "retention",
+    "telemetry",
+    "agents",
+    "webhooks",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +110,9 @@ class Config:
     agents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """The merged ``[agents.NAME]`` tables (sub-agents), checked by
     ``SubAgent.from_mapping``."""
+    webhooks: Mapping[str, Any] = field(default_factory=dict)
+    """``[webhooks.NAME]`` tables by name (project over user, whole tables), checked by
+    :func:`plait.domain.webhooks.configured_endpoints`."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -164,6 +180,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     retention: dict[str, Any] = {}
     telemetry: dict[str, Any] = {}
     agents: dict[str, dict[str, Any]] = {}
+    webhooks: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -177,7 +194,8 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction], [retention], [telemetry], [agents.NAME]",
+                    "[sandbox], [compaction], [retention], [telemetry], [agents.NAME], "
+                    "[webhooks.NAME]",
                     file=source,
                     key=key,
                 )
@@ -211,6 +229,9 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             )
         for name, table in tables.items():
             agents.setdefault(name, {}).update(table)
+        if not isinstance(data.get("webhooks", {}), dict):
+            raise ConfigError(f"{source}: webhooks must be a table", file=source, key="webhooks")
+        webhooks.update({name: (source, t) for name, t in data.get("webhooks", {}).items()})
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
@@ -220,4 +241,5 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         retention=retention,
         telemetry=telemetry,
         agents=agents,
+        webhooks=webhooks,
     )

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         WorkspaceSnapshots,
     )
     from plait.application.retention import RetentionService
+    from plait.application.webhooks import WebhookService
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
     from plait.domain.retention import RetentionSettings
@@ -328,6 +329,33 @@ def _retention(store: object, clock: Clock) -> RetentionService | None:
     return RetentionService(store=store, clock=clock)
 
 
+def _webhooks(store: object, clock: Clock, ids: IdGenerator) -> WebhookService | None:
+    from plait.application.webhooks import WebhookService
+
+    if not hasattr(store, "claim_deliveries"):
+        return None
+    return WebhookService(store=store, clock=clock, ids=ids)  # type: ignore[arg-type]
+
+
+def webhook_runtime(db: str | None = None) -> Runtime:
+    """A runtime without a model or tools over the store named by ``db``, created if
+    missing (an endpoint may be registered before the first run): ``plait webhooks``."""
+    from plait.adapters.stores._redact import redact_url
+    from plait.adapters.system import RandomIds, SystemClock
+
+    url = db or default_db_url()
+    store = _open_store(url, create=True)
+    return Runtime(
+        store=store,
+        artifacts=store,
+        model=None,
+        tools=(),
+        clock=SystemClock(),
+        ids=RandomIds(),
+        location=redact_url(url),
+    )
+
+
 def _forks(
     store: object,
     clock: Clock,
@@ -467,6 +495,7 @@ class Runtime:
         self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
         self.forks = _forks(store, clock, snapshots, telemetry)  # None: the store cannot fork
         self.retention = _retention(store, clock)  # None: the store keeps no tombstones
+        self.webhooks = _webhooks(store, clock, ids)  # None: the store has no outbox
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
         delegations = [

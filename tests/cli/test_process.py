@@ -179,6 +179,12 @@ def test_the_help_covers_every_documented_command() -> None:
             "retention",
             "retention expire",
             "retention restore",
+            "webhooks",
+            "webhooks add",
+            "webhooks list",
+            "webhooks deliveries",
+            "webhooks remove",
+            "webhooks resume",
         ]
     )
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from plait.application.events import CompactionEvent
     from plait.application.retention import ExpiredItem, RestoreReport, RetentionReport
     from plait.domain.summary import Constraint, Summary
+from plait.domain.webhooks import Delivery, Endpoint
 
 __all__ = [
     "NOT_ROLLED_BACK",
@@ -30,6 +31,7 @@ __all__ = [
     "compaction_event_json",
     "constraint_json",
     "context_item_source",
+    "delivery_json",
     "error_json",
     "event_json",
     "execution_json",
@@ -45,6 +47,7 @@ __all__ = [
     "snapshot_json",
     "summary_json",
     "view_json",
+    "webhook_json",
     "workspace_json",
 ]
 
@@ -462,4 +465,32 @@ def compaction_event_json(e: CompactionEvent) -> dict[str, Any]:
         "tokens_before": e.tokens_before,
         "tokens_after": e.tokens_after,
         "insufficient": e.insufficient,
+    }
+
+
+def webhook_json(e: Endpoint) -> dict[str, Any]:
+    """An endpoint, without its secret (shown once, when it is added)."""
+    return {
+        "id": e.id,
+        "url": e.url,
+        "events": list(e.events),
+        "principal": e.principal,
+        "status": e.status.value,
+        "consecutive_failures": e.failures,
+        "paused_reason": e.paused_reason,
+        "created_at": iso(e.created_at),
+    }
+
+
+def delivery_json(d: Delivery) -> dict[str, Any]:
+    return {
+        "webhook_id": d.endpoint_id,
+        "event_id": d.event_id,
+        "type": d.event_type,
+        "status": d.status.value,
+        "attempts": d.attempts,
+        "next_attempt_at": iso(d.next_attempt_at) if d.status.value == "pending" else None,
+        "last_error": d.last_error,
+        "last_status_code": d.last_status_code,
+        "delivered_at": iso(d.delivered_at),
     }

@@ -23,6 +23,7 @@ from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
+from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = [
     "ApprovalStore",
@@ -54,6 +55,8 @@ __all__ = [
     "ToolExecutor",
     "ToolInvocation",
     "ToolOutput",
+    "WebhookSender",
+    "WebhookStore",
     "WorkspaceSnapshots",
 ]
 
@@ -553,6 +556,70 @@ class RunQueue(Protocol):
         ...
 
 
+class WebhookStore(Protocol):
+    """Webhook endpoints and their outbox (see :mod:`plait.domain.webhooks`). The store
+    writes an event and its deliveries in the same transaction as the state change the
+    event announces; these methods register endpoints and move deliveries along."""
+
+    async def add_webhook(self, endpoint: Endpoint) -> None: ...
+
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        """Add, or update the url, events, secret and principal of the endpoint with that
+        id, keeping its status, failures and deliveries (endpoints of the config)."""
+        ...
+
+    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
+        """Every endpoint, or those registered by ``principal``."""
+        ...
+
+    async def get_webhook(self, endpoint_id: str) -> Endpoint:
+        """Raises :class:`~plait.domain.errors.WebhookNotFoundError`."""
+        ...
+
+    async def remove_webhook(self, endpoint_id: str) -> None:
+        """The endpoint and its deliveries; raises ``WebhookNotFoundError``."""
+        ...
+
+    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
+        """Active again, failure count reset, its pending deliveries due ``now``."""
+        ...
+
+    async def list_deliveries(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        status: DeliveryStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        """Newest first; ``principal``: of that principal's endpoints only."""
+        ...
+
+    async def claim_deliveries(
+        self, *, owner: str, now: float, expires_at: float, limit: int
+    ) -> list[DeliveryJob]:
+        """Lease up to ``limit`` due pending deliveries of active endpoints to ``owner``
+        until ``expires_at`` (counting an attempt); one whose lease expired (its worker
+        died mid-delivery) is due again. Two claimers never get the same delivery."""
+        ...
+
+    async def finish_delivery(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        *,
+        now: float,
+        ok: bool,
+        status_code: int | None,
+        error: str | None,
+        retry_at: float | None,
+        pause_after: int,
+    ) -> None:
+        """Record an attempt: delivered, or due again at ``retry_at`` (``None``: failed
+        for good); the endpoint is paused after ``pause_after`` consecutive failures."""
+        ...
+
+
 class KeyStore(Protocol):
     """API keys, stored by their SHA-256 only."""
 
@@ -601,3 +668,10 @@ class RunTelemetry(Protocol):
         """A fork created ``session`` from ``source_session_id``; ``parent_trace``: the
         trace context of the source session's latest run, which the fork's span links to."""
         ...
+
+
+class WebhookSender(Protocol):
+    """POSTs one signed delivery; returns the HTTP status, raises ``OSError`` (or a
+    subclass) when nothing came back (refused, reset, timed out)."""
+
+    async def post(self, url: str, *, body: str, headers: Mapping[str, str]) -> int: ...

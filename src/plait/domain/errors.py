@@ -44,6 +44,7 @@ __all__ = [
     "TokenMeterModelUnconfiguredError",
     "ToolError",
     "ValidationError",
+    "WebhookNotFoundError",
 ]
 
 
@@ -297,3 +298,9 @@ class SummaryInvalidError(CompactionError):
     smaller than its source) and was not activated."""
 
     code = "summary_invalid"
+
+
+class WebhookNotFoundError(NotFoundError):
+    """No webhook endpoint with that id (or not one of the caller's)."""
+
+    code = "webhook_not_found"

@@ -65,6 +65,9 @@ def register(sub: Any, common: Common) -> None:
         help="runs at once ($PLAIT_WORKER_CONCURRENCY, default 4)",
     )
     common(wk)
+    from plait.adapters.cli import webhooks
+
+    webhooks.register(sub, common)
 
 
 def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
@@ -152,3 +155,12 @@ COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
     ("serve",): _serve,
     ("worker",): _worker,
 }
+
+
+def _webhook_commands() -> None:
+    from plait.adapters.cli.webhooks import COMMANDS as WEBHOOK_COMMANDS
+
+    COMMANDS.update(WEBHOOK_COMMANDS)
+
+
+_webhook_commands()

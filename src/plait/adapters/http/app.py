@@ -125,6 +125,11 @@ def create_app(ctx: ApiContext) -> FastAPI:
     if (stage := compaction_stage(ctx)) is not None:
         routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
+    if hasattr(ctx.store, "claim_deliveries"):
+        from plait.adapters.http.webhooks import webhook_routes
+
+        hooks = webhook_routes(ctx, _principal_dependency(ctx))
+        app.include_router(hooks, prefix="/v1", responses=ERRORS)
     return app
 
 

@@ -18,6 +18,13 @@ override them; logs are JSON lines on stderr carrying run and session ids.
 ``PLAIT_MAX_BODY_BYTES``   largest request body (default 1000000)
 ``PLAIT_WORKSPACE_ROOT``   directory under which each principal's sessions name workspaces
 ``PLAIT_LOG_LEVEL``        ``debug``, ``info`` (default), ``warning``, ``error``
+``PLAIT_WEBHOOK_RETRY_SECONDS``  waits between webhook attempts, comma-separated
+                           (default 5,30,120,600,3600,10800,21600,43200; +0-20% jitter)
+``PLAIT_WEBHOOK_LEASE_SECONDS``  a delivery's lease: a killed worker's is resent after
+                           (default 60)
+``PLAIT_WEBHOOK_TIMEOUT_SECONDS``  one webhook POST (default 10)
+``PLAIT_WEBHOOK_POLL_SECONDS``  how often idle workers look for due deliveries (default 1)
+``PLAIT_WEBHOOK_PAUSE_AFTER``  consecutive failures that pause an endpoint (default 20)
 =========================  ==========================================================
 """
 
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from plait.domain.errors import ConfigError
+from plait.domain.webhooks import PAUSE_AFTER, RETRY_SECONDS
 
 T = TypeVar("T")
 
@@ -111,6 +119,21 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _floats(env: Mapping[str, str], name: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        values = tuple(float(part) for part in raw.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be comma-separated numbers of seconds, got {raw!r}", name=name
+        ) from None
+    if any(v < 0 for v in values):
+        raise ConfigError(f"{name} may not hold negative waits, got {raw!r}", name=name)
+    return values
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     db: str
@@ -125,6 +148,11 @@ class Settings:
     max_body_bytes: int = 1_000_000
     workspace_root: Path | None = None
     log_level: str = "info"
+    webhook_retry_seconds: tuple[float, ...] = RETRY_SECONDS
+    webhook_lease_seconds: float = 60.0
+    webhook_timeout_seconds: float = 10.0
+    webhook_poll_seconds: float = 1.0
+    webhook_pause_after: int = PAUSE_AFTER
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Settings:
@@ -152,6 +180,11 @@ class Settings:
             max_body_bytes=_int(e, "PLAIT_MAX_BODY_BYTES", 1_000_000, low=1024),
             workspace_root=Path(root) if root else None,
             log_level=level,
+            webhook_retry_seconds=_floats(e, "PLAIT_WEBHOOK_RETRY_SECONDS", RETRY_SECONDS),
+            webhook_lease_seconds=_float(e, "PLAIT_WEBHOOK_LEASE_SECONDS", 60.0),
+            webhook_timeout_seconds=_float(e, "PLAIT_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+            webhook_poll_seconds=_float(e, "PLAIT_WEBHOOK_POLL_SECONDS", 1.0),
+            webhook_pause_after=_int(e, "PLAIT_WEBHOOK_PAUSE_AFTER", PAUSE_AFTER, low=1),
         )
         fields = {k: v for k, v in given.items() if k in cls.__dataclass_fields__}
         return cls(**{**{f: getattr(base, f) for f in cls.__dataclass_fields__}, **fields})
@@ -258,17 +291,64 @@ def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None
     )
 
 
+async def _no_webhooks() -> None:
+    return None
+
+
+def _configured_webhooks() -> list[Any]:
+    """The ``[webhooks.NAME]`` endpoints of the config files."""
+    from plait.config import load_config
+    from plait.domain.webhooks import configured_endpoints
+
+    return configured_endpoints(load_config().webhooks, os.environ)
+
+
+def start_webhooks(rt: Any, settings: Settings, stop: asyncio.Event) -> asyncio.Future[None]:
+    """The webhook delivery loop of a worker (until ``stop``), on a store with an
+    outbox; an awaitable that ends with it (and closes its HTTP client)."""
+    from plait.adapters.webhook_sender import HttpxSender
+    from plait.application.webhooks import WebhookDispatcher
+
+    store = rt.store
+    if not hasattr(store, "claim_deliveries"):
+        return asyncio.ensure_future(_no_webhooks())
+    configured = _configured_webhooks()  # a bad table stops the start-up, here
+    sender = HttpxSender(timeout=settings.webhook_timeout_seconds)
+    dispatcher = WebhookDispatcher(
+        store=store,
+        sender=sender,
+        clock=rt.service.clock,
+        owner=rt.service.owner,
+        lease_seconds=max(settings.webhook_lease_seconds, settings.webhook_timeout_seconds),
+        poll_seconds=settings.webhook_poll_seconds,
+        schedule=settings.webhook_retry_seconds,
+        pause_after=settings.webhook_pause_after,
+    )
+
+    async def go() -> None:
+        try:
+            if configured and rt.webhooks is not None:
+                await rt.webhooks.put_configured(configured)
+            await dispatcher.run(stop)
+        finally:
+            await sender.close()
+
+    return asyncio.ensure_future(go())
+
+
 def _worker_hook(rt: Any, settings: Settings, concurrency: int, feed: Any) -> Any:
     async def hook() -> AsyncIterator[None]:
         stop = asyncio.Event()
         task = asyncio.create_task(
             _supervise(lambda: _make_worker(rt, settings, concurrency, feed), stop)
         )
+        webhooks = start_webhooks(rt, settings, stop)
         try:
             yield
         finally:
             stop.set()
             await task
+            await webhooks
 
     return hook
 
@@ -354,9 +434,12 @@ async def run_worker(settings: Settings) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    webhooks = start_webhooks(rt, settings, stop)
     try:
         stats = await worker.run(stop)
     finally:
+        stop.set()
+        await webhooks
         await rt.close()
     return {
         "worker": worker.owner,

@@ -27,6 +27,7 @@ from plait.adapters.stores._pg_functions import (
     COMMIT_FUNCTION_V10,
     COMMIT_FUNCTION_V11,
 )
+from plait.adapters.stores._pg_webhooks import MIGRATION as WEBHOOKS_MIGRATION
 from plait.adapters.stores._redact import redact_url
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
 from plait.adapters.stores._unstorable import unstorable
@@ -167,6 +168,12 @@ MIGRATIONS += (
         """CREATE TABLE message_expiries (
             message_pk BIGINT PRIMARY KEY REFERENCES messages (pk), data TEXT NOT NULL)""",
     ),
+)
+
+MIGRATIONS += (
+    # 13: webhooks: endpoints, the event outbox written by triggers in the transaction of
+    # the state change, and its deliveries (see _pg_webhooks).
+    WEBHOOKS_MIGRATION,
 )
 
 LATEST = len(MIGRATIONS)

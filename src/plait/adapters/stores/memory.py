@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
+from plait.adapters.stores._memory_webhooks import MemoryWebhooks
 from plait.adapters.stores._retention import check_restores, check_tombstones, replace_bodies
 from plait.adapters.stores._service_rows import ServiceBook
 from plait.adapters.stores._session_pages import OwnerIndex
@@ -52,6 +54,7 @@ from plait.domain.runs import Lease, Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
+from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = ["MemoryStore"]
 
@@ -74,6 +77,7 @@ class MemoryStore:
         self._summary_ids: set[str] = set()
         self._forks: dict[str, ForkRecord] = {}
         self._service = ServiceBook()
+        self._webhooks = MemoryWebhooks()
         self._expired: dict[str, list[tuple[Message, Expiry]]] = {}
         """message id -> (tombstone body, record); the body object identifies it (ids are
         unique per session only)."""
@@ -146,6 +150,7 @@ class MemoryStore:
                 raise duplicate_run(commit.run.id)
             state.apply(change)
             self._run_sessions[commit.run.id] = state.session.id
+            self._run_changed(state, None, commit.run.id)
             return state.result(change)
 
     async def commit(self, commit: Commit) -> CommitResult:
@@ -154,8 +159,17 @@ class MemoryStore:
             self._check_open()
             state = self._state(commit.session_id)
             change = state.plan_commit(commit)
+            before = None if commit.run is None else state.runs.get(commit.run.id)
             state.apply(change)
+            if commit.run is not None:
+                self._run_changed(state, before, commit.run.id)
             return state.result(change)
+
+    def _run_changed(self, state: SessionState, before: Run | None, run_id: str) -> None:
+        """The webhook events of a run's new status, in the same write."""
+        after = state.runs.get(run_id)
+        if after is not None:
+            self._webhooks.run_changed(before, after, state.session.owner, time.time())
 
     # --- retention ------------------------------------------------------------------------
 
@@ -315,7 +329,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             self._check_token(run_id, lease_token, events=True)
-            return self._service.append(run_id, events)
+            return self._append_events(run_id, events)
 
     async def append_run_events_batch(
         self,
@@ -333,8 +347,16 @@ class MemoryStore:
                 except LeaseLostError:
                     out[run_id] = []
                     continue
-                out[run_id] = self._service.append(run_id, events)
+                out[run_id] = self._append_events(run_id, events)
             return out
+
+    def _append_events(self, run_id: str, events: Sequence[NewRunEvent]) -> list[RunEventRecord]:
+        written = self._service.append(run_id, events)
+        if written and self._webhooks.endpoints and run_id in self._run_sessions:
+            state, run = self._run_state(run_id)
+            owner = state.session.owner
+            self._webhooks.events_appended(run, owner, written[0].seq, events, time.time())
+        return written
 
     def _check_token(self, run_id: str, lease_token: int | None, *, events: bool = False) -> None:
         """Fencing of a run's writes outside commits (events, approval requests). A run's
@@ -410,7 +432,12 @@ class MemoryStore:
             self._check_open()
             self._state(approval.session_id)
             self._check_token(approval.run_id, lease_token)
-            return self._keep(request_in(self._approvals, approval))
+            planned = request_in(self._approvals, approval)
+            kept = self._keep(planned)
+            if planned[1]:  # a new request, not the one already pending for the call
+                owner = self._state(approval.session_id).session.owner
+                self._webhooks.approval_added(approval, owner, time.time())
+            return kept
 
     async def get_approval(self, approval_id: str) -> Approval:
         with self._lock:
@@ -497,6 +524,82 @@ class MemoryStore:
             history = self._state(session_id).read(0, through_seq)
         hits = [sm for sm in reversed(history) if matches(terms, sm.message)]
         return hits[: max(limit, 0)]
+
+    # --- webhooks (see _memory_webhooks) ---------------------------------------------------
+
+    async def add_webhook(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            self._check_open()
+            self._webhooks.add(endpoint)
+
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            self._check_open()
+            self._webhooks.put(endpoint)
+
+    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
+        with self._lock:
+            self._check_open()
+            return self._webhooks.listing(principal)
+
+    async def get_webhook(self, endpoint_id: str) -> Endpoint:
+        with self._lock:
+            self._check_open()
+            return self._webhooks.get(endpoint_id)
+
+    async def remove_webhook(self, endpoint_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._webhooks.remove(endpoint_id)
+
+    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
+        with self._lock:
+            self._check_open()
+            return self._webhooks.resume(endpoint_id, now)
+
+    async def list_deliveries(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        status: DeliveryStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        with self._lock:
+            self._check_open()
+            return self._webhooks.listing_deliveries(endpoint_id, status, principal, limit)
+
+    async def claim_deliveries(
+        self, *, owner: str, now: float, expires_at: float, limit: int
+    ) -> list[DeliveryJob]:
+        with self._lock:
+            self._check_open()
+            return self._webhooks.claim(now, expires_at, limit)
+
+    async def finish_delivery(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        *,
+        now: float,
+        ok: bool,
+        status_code: int | None,
+        error: str | None,
+        retry_at: float | None,
+        pause_after: int,
+    ) -> None:
+        with self._lock:
+            self._check_open()
+            self._webhooks.finish(
+                endpoint_id,
+                event_id,
+                now=now,
+                ok=ok,
+                status_code=status_code,
+                error=error,
+                retry_at=retry_at,
+                pause_after=pause_after,
+            )
 
     async def close(self) -> None:
         with self._lock:

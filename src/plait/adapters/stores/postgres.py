@@ -27,6 +27,7 @@ from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores import _pg_webhooks as webhooks
 from plait.adapters.stores._health import CommitHealth
 from plait.adapters.stores._pg_context_cache import ContextCache
 from plait.adapters.stores._pg_schema import redact, translate, upgrade
@@ -64,6 +65,7 @@ from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
+from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = ["PostgresStore"]
 
@@ -443,6 +445,69 @@ class PostgresStore:
 
     async def find_api_key(self, key_hash: str) -> ApiKey | None:
         return await self._read(lambda conn: service.find_key(conn, key_hash))
+
+    # --- webhooks: endpoints and the outbox (see _pg_webhooks) -----------------------------
+
+    async def add_webhook(self, endpoint: Endpoint) -> None:
+        await self._write(lambda conn: webhooks.add(conn, endpoint))
+
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        await self._write(lambda conn: webhooks.put(conn, endpoint))
+
+    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
+        return await self._read(lambda conn: webhooks.listing(conn, principal))
+
+    async def get_webhook(self, endpoint_id: str) -> Endpoint:
+        return await self._read(lambda conn: webhooks.get(conn, endpoint_id))
+
+    async def remove_webhook(self, endpoint_id: str) -> None:
+        await self._write(lambda conn: webhooks.remove(conn, endpoint_id))
+
+    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
+        return await self._write(lambda conn: webhooks.resume(conn, endpoint_id, now))
+
+    async def list_deliveries(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        status: DeliveryStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        return await self._read(
+            lambda conn: webhooks.deliveries(conn, endpoint_id, status, principal, limit)
+        )
+
+    async def claim_deliveries(
+        self, *, owner: str, now: float, expires_at: float, limit: int
+    ) -> list[DeliveryJob]:
+        return await self._write(lambda conn: webhooks.claim(conn, owner, now, expires_at, limit))
+
+    async def finish_delivery(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        *,
+        now: float,
+        ok: bool,
+        status_code: int | None,
+        error: str | None,
+        retry_at: float | None,
+        pause_after: int,
+    ) -> None:
+        await self._write(
+            lambda conn: webhooks.finish(
+                conn,
+                endpoint_id,
+                event_id,
+                now=now,
+                ok=ok,
+                status_code=status_code,
+                error=error,
+                retry_at=retry_at,
+                pause_after=pause_after,
+            )
+        )
 
     # --- approvals (see _pg_approvals) ----------------------------------------------------
 

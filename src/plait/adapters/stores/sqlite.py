@@ -41,6 +41,7 @@ from plait.adapters.stores import (
 )
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
+from plait.adapters.stores import _sqlite_webhooks as _webhooks
 from plait.adapters.stores._long_lived import long_lived
 from plait.adapters.stores._session_pages import session_page_sql
 from plait.adapters.stores._sqlite_conn import (
@@ -82,6 +83,7 @@ from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
+from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -393,6 +395,69 @@ class SqliteStore:
             raise artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    # --- webhooks: endpoints and the outbox (see _sqlite_webhooks) -------------------------
+
+    async def add_webhook(self, endpoint: Endpoint) -> None:
+        await self._db.write(lambda c: _webhooks.add(c, endpoint))
+
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        await self._db.write(lambda c: _webhooks.put(c, endpoint))
+
+    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
+        return await self._db.read(lambda c: _webhooks.listing(c, principal))
+
+    async def get_webhook(self, endpoint_id: str) -> Endpoint:
+        return await self._db.read(lambda c: _webhooks.get(c, endpoint_id))
+
+    async def remove_webhook(self, endpoint_id: str) -> None:
+        await self._db.write(lambda c: _webhooks.remove(c, endpoint_id))
+
+    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
+        return await self._db.write(lambda c: _webhooks.resume(c, endpoint_id, now))
+
+    async def list_deliveries(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        status: DeliveryStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        return await self._db.read(
+            lambda c: _webhooks.deliveries(c, endpoint_id, status, principal, limit)
+        )
+
+    async def claim_deliveries(
+        self, *, owner: str, now: float, expires_at: float, limit: int
+    ) -> list[DeliveryJob]:
+        return await self._db.write(lambda c: _webhooks.claim(c, owner, now, expires_at, limit))
+
+    async def finish_delivery(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        *,
+        now: float,
+        ok: bool,
+        status_code: int | None,
+        error: str | None,
+        retry_at: float | None,
+        pause_after: int,
+    ) -> None:
+        await self._db.write(
+            lambda c: _webhooks.finish(
+                c,
+                endpoint_id,
+                event_id,
+                now=now,
+                ok=ok,
+                status_code=status_code,
+                error=error,
+                retry_at=retry_at,
+                pause_after=pause_after,
+            )
+        )
 
     # --- service mode: queue, events, keys (see _sqlite_service) --------------------------
 
