@@ -60,7 +60,7 @@ def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
                 await asyncio.sleep(0.01)
         stop.set()
         await task
-        assert await store.count_queued_runs() == 0
+        assert await store.count_queued_runs(now=service.clock.now()) == 0
         return queued.id
 
     run_id = asyncio.run(go())
