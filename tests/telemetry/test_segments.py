@@ -185,3 +185,54 @@ def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Ote
     assert attrs(tool)["plait.gate.decision"] == "allow"
     assert attrs(tool)["plait.gate.decided_by"] == f"reviewer:{model.name}"
     assert attrs(tool)["plait.gate.reason"].startswith("harmless echo")
+
+
+def test_a_claimed_run_its_worker_cannot_run_gets_its_failed_segment(otel: Otel) -> None:
+    """The worker's model fails the capability check in ``execute`` before the run is
+    driven: the run fails ``config_error`` and its claimed segment says so."""
+    store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
+    api = AgentService(
+        store=store,
+        artifacts=store,
+        model=ScriptedModel({"version": 1}),
+        clock=clock,
+        ids=ids,
+        owner="api",
+        telemetry=otel.telemetry,
+    )
+    no_tools = ScriptedModel({"version": 1, "capabilities": {"tool_calls": False}})
+    worker = AgentService(
+        store=store,
+        artifacts=store,
+        model=no_tools,
+        tools=[echo_tool().tool],
+        clock=clock,
+        ids=ids,
+        owner="w",
+        telemetry=otel.telemetry,
+    )
+
+    async def go() -> str:
+        session = await api.create_session()
+        queued = await api.submit(session.id, "hello")
+        now = clock.now()
+        claimed = await store.claim_queued_run(owner="w", now=now, expires_at=now + 60)
+        assert claimed is not None
+        run = (await worker.execute(claimed)).run
+        assert run.status is RunStatus.FAILED and run.error is not None
+        assert run.error.code == "config_error"
+        assert (await store.get_run(queued.id)).trace_context == queued.trace_context
+        return queued.id
+
+    run_id = asyncio.run(go())
+    submitted, failed = [s for s in otel.finished() if s.name == "invoke_agent plait"]
+    assert attrs(failed)["plait.run.segment"] == "claimed"
+    assert attrs(failed)["plait.run.id"] == run_id
+    assert attrs(failed)["plait.run.status"] == "failed"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert attrs(failed)["error.type"] == "config_error"
+    assert failed.parent is not None and failed.parent.span_id == submitted.context.span_id
+    assert {a["plait.run.status"]: v for a, v in otel.points("plait.runs")} == {
+        "queued": 1,
+        "failed": 1,
+    }
