@@ -140,7 +140,9 @@ def test_a_failed_run_sets_error_status_and_its_stable_code(otel: Otel) -> None:
     }
 
 
-def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Otel) -> None:
+def reviewed(otel: Otel, reviewer: list[dict[str, Any]]) -> tuple[AgentService, ScriptedModel]:
+    """A service whose policy sends every echo call to the Reviewer role (the run's model,
+    answering ``reviewer``)."""
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
     from plait.application.governance.reviewer import Reviewer
@@ -149,11 +151,7 @@ def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Ote
     policy = Policy(rules=(ToolRule(name="review-echo", action=Action.REVIEW, tools=("echo",)),))
     store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
     model = ScriptedModel(
-        {
-            "version": 1,
-            "assistant": [ECHO, {"text": "Echoed."}],
-            "reviewer": [{"structured": {"decision": "allow", "reason": "harmless echo"}}],
-        }
+        {"version": 1, "assistant": [ECHO, {"text": "Echoed."}], "reviewer": reviewer}
     )
     governor = Governor(
         policy=policy,
@@ -173,12 +171,38 @@ def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Ote
         gate=GovernedGate(governor),
         telemetry=otel.telemetry,
     )
+    return service, model
+
+
+def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Otel) -> None:
+    decision = {"structured": {"decision": "allow", "reason": "harmless echo"}}
+    service, model = reviewed(otel, [decision])
 
     async def go() -> None:
         session = await service.create_session()
         assert (await service.send(session.id, "echo it")).run.status is RunStatus.COMPLETED
 
     asyncio.run(go())
+    spans = otel.finished()
+    (review,) = [s for s in spans if s.name == "review echo"]
+    (tool,) = [s for s in spans if s.name == "execute_tool echo"]
+    (judged,) = [s for s in spans if s.name.startswith("chat") and s.parent == review.context]
+    assert attrs(judged)["plait.model.role"] == "reviewer"
+    assert review.parent is not None and review.parent.span_id == tool.context.span_id
+    assert review.status.status_code is StatusCode.UNSET
+    outcome = attrs(review)
+    assert outcome["plait.review.decision"] == "allow"
+    assert outcome["plait.review.reason"] == "harmless echo"
+    assert outcome["plait.review.reviewer"] == model.name
+    assert outcome["plait.review.model_calls"] == 1
+    assert outcome["gen_ai.tool.call.id"] == "c1"
+    assert outcome["gen_ai.evaluation.score.label"] == "allow"
+    assert outcome["gen_ai.evaluation.explanation"] == "harmless echo"
+    (result,) = review.events
+    assert result.name == "gen_ai.evaluation.result"
+    assert dict(result.attributes or {})["gen_ai.evaluation.score.label"] == "allow"
+    assistant = [s for s in spans if attrs(s).get("plait.model.role") == "assistant"]
+    assert all(s.parent is not None and s.parent != review.context for s in assistant)
     roles = [attrs(s)["plait.model.role"] for s in otel.finished() if s.name.startswith("chat")]
     assert roles == ["assistant", "reviewer", "assistant"]
     (tool,) = [s for s in otel.finished() if s.name == "execute_tool echo"]
@@ -236,3 +260,30 @@ def test_a_claimed_run_its_worker_cannot_run_gets_its_failed_segment(otel: Otel)
         "queued": 1,
         "failed": 1,
     }
+
+
+def test_a_review_that_goes_wrong_is_an_error_span_and_asks_a_person(otel: Otel) -> None:
+    """The reviewer answers nothing valid (past its corrections): the fail-closed
+    ``ask_user`` decision, and the review span's error status and ``error.type``."""
+    from plait.domain.policy import ReviewerConfig
+
+    asked = ReviewerConfig().max_corrections + 1  # the first answer, then each correction
+    service, _ = reviewed(otel, [{"text": "sure, fine"}] * asked)
+
+    async def go() -> RunStatus:
+        session = await service.create_session()
+        return (await service.send(session.id, "echo it")).run.status
+
+    assert asyncio.run(go()) is RunStatus.AWAITING_APPROVAL
+    spans = otel.finished()
+    (review,) = [s for s in spans if s.name == "review echo"]
+    judged = [s for s in spans if s.parent is not None and s.parent == review.context]
+    assert len(judged) == asked and all(attrs(s)["plait.model.role"] == "reviewer" for s in judged)
+    assert review.status.status_code is StatusCode.ERROR
+    outcome = attrs(review)
+    assert outcome["error.type"] == "invalid_model_output"
+    assert outcome["plait.review.decision"] == "ask_user"
+    assert outcome["plait.review.model_calls"] == asked
+    assert "correction" in str(outcome["plait.review.reason"])
+    (tool,) = [s for s in spans if s.name == "execute_tool echo"]
+    assert attrs(tool)["plait.gate.decision"] == "needs_approval"

@@ -632,6 +632,7 @@ class RunDriver:
         request = GateRequest(
             call=call, spec=tool.spec, effect=record.effect, record=record, session=a.session,
             run=a.run, reviewer=reviewer, history=Prefix(a.history),
+            on_review=functools.partial(self.journal.emit, a),
         )  # fmt: skip
         return self.journal.decided(a, call, await self.gate.decide(request))
 

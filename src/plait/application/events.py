@@ -18,6 +18,7 @@ __all__ = [
     "MessageSaved",
     "ModelCallEnded",
     "ModelCallStarted",
+    "ReviewEvent",
     "RunEnded",
     "RunEvent",
     "RunObserver",
@@ -114,6 +115,25 @@ class CompactionEvent:
     insufficient: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReviewEvent:
+    """The Reviewer role judging one call: ``started`` before its first model call, then
+    ``decided`` with its decision (``allow``, ``deny``, ``ask_user``; empty when the
+    run's stop ended the review) and why. ``error_code``: set when the review itself went
+    wrong (``model_timeout``, ``invalid_model_output``, ``budget_exhausted``, the model
+    call's failure code, ...) and the decision is the fail-closed ``ask_user``."""
+
+    run_id: str
+    call: ToolCall
+    phase: Literal["started", "decided"]
+    reviewer: str
+    """The reviewer's name (its model's, once a response names it)."""
+    verdict: str = ""
+    reason: str = ""
+    model_calls: int = 0
+    error_code: str = ""
+
+
 RunEvent = (
     RunStarted
     | ModelCallStarted
@@ -123,6 +143,7 @@ RunEvent = (
     | ToolStarted
     | RunEnded
     | CompactionEvent
+    | ReviewEvent
 )
 
 

@@ -4,7 +4,9 @@ Semantic conventions: OpenTelemetry semconv 1.37 GenAI attributes (status "devel
 as shipped in ``opentelemetry-semantic-conventions`` 0.66b2 (schema 1.44): spans
 ``invoke_agent {agent}`` (one per *segment*: each stretch of a run one process drives),
 ``chat {model}`` (one per model call attempt) and ``execute_tool {tool}``; plait's own
-``compaction``, ``await_approval {tool}`` and ``fork_session``. Names are literals here:
+``compaction``, ``review {tool}`` (the Reviewer role's decision about a call, with the
+conventions' ``gen_ai.evaluation.*`` attributes: they define no span for an evaluation),
+``await_approval {tool}`` and ``fork_session``. Names are literals here:
 the conventions' incubating module is not imported at run time.
 
 Continuity: the first segment's span is the run's root; its W3C ``traceparent`` is stored
@@ -42,6 +44,7 @@ from plait.application.events import (
     MessageSaved,
     ModelCallEnded,
     ModelCallStarted,
+    ReviewEvent,
     RunEnded,
     RunEvent,
     ToolDecided,
@@ -61,6 +64,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _FAILED = frozenset({RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED})
 """Run statuses whose segment span is an error (waiting and cancelled runs are not)."""
 _TOOL_ERRORS = frozenset({ToolStatus.FAILED, ToolStatus.UNKNOWN, ToolStatus.CANCELLED})
+_EVALUATION = "plait.tool_call_review"
+"""``gen_ai.evaluation.name`` of a review: the Reviewer role's judgement of one call."""
 _PROVIDERS = {"gemini": "gcp.gemini", "google": "gcp.gemini", "deepseek": "deepseek"}
 
 
@@ -96,6 +101,7 @@ class _Segment:
     tools: dict[str, _Timed] = field(default_factory=dict)
     waits: dict[str, Span] = field(default_factory=dict)
     compaction: Span | None = None
+    review: Span | None = None
     step: tuple[int, float] | None = None
 
 
@@ -282,6 +288,8 @@ class OtelTelemetry:
             self._message_saved(segment, event)
         elif isinstance(event, CompactionEvent):
             self._compaction(segment, event)
+        elif isinstance(event, ReviewEvent):
+            self._review(segment, event)
         elif isinstance(event, RunEnded):
             segment.run = event.run
 
@@ -293,9 +301,11 @@ class OtelTelemetry:
         if segment.chat is not None:  # an attempt that never came back
             segment.chat.span.end()
         model = segment.run.model or "unknown"
+        reviewing = event.role == "reviewer" and segment.review is not None
+        parent = segment.review if reviewing and segment.review is not None else segment.span
         span = self.tracer.start_span(
             f"chat {model}",
-            context=trace.set_span_in_context(segment.span),
+            context=trace.set_span_in_context(parent),
             kind=SpanKind.CLIENT,
             attributes={
                 "gen_ai.operation.name": "chat",
@@ -384,6 +394,48 @@ class OtelTelemetry:
                 context=trace.set_span_in_context(timed.span),
                 attributes={"gen_ai.tool.call.id": event.call.id, "plait.run.id": segment.run.id},
             )
+
+    def _review(self, segment: _Segment, event: ReviewEvent) -> None:
+        """``review {tool}``: the Reviewer role judging one call, a child of the call's
+        ``execute_tool`` span and the parent of the reviewer's ``chat`` spans. The GenAI
+        conventions have no operation for it; its outcome uses their evaluation
+        attributes (``gen_ai.evaluation.*``, as on a ``gen_ai.evaluation.result`` event)."""
+        call = event.call
+        if event.phase == "started":
+            if segment.review is not None:  # a review that never reported its end
+                segment.review.end()
+            timed = self._tool_span(segment, call.id, call.name, call)
+            segment.review = self.tracer.start_span(
+                f"review {call.name}",
+                context=trace.set_span_in_context(timed.span),
+                attributes={
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id,
+                    "gen_ai.evaluation.name": _EVALUATION,
+                    "plait.run.id": segment.run.id,
+                    "plait.review.reviewer": event.reviewer,
+                },
+            )
+            return
+        span, segment.review = segment.review, None
+        if span is None:
+            return
+        span.set_attribute("plait.review.reviewer", event.reviewer)
+        span.set_attribute("plait.review.model_calls", event.model_calls)
+        if event.verdict:
+            outcome = {
+                "gen_ai.evaluation.name": _EVALUATION,
+                "gen_ai.evaluation.score.label": event.verdict,
+                "gen_ai.evaluation.explanation": event.reason[:500],
+            }
+            span.set_attributes(outcome)
+            span.set_attribute("plait.review.decision", event.verdict)
+            span.set_attribute("plait.review.reason", event.reason[:500])
+            span.add_event("gen_ai.evaluation.result", outcome)
+        if event.error_code:
+            span.set_status(Status(StatusCode.ERROR, event.error_code))
+            span.set_attribute("error.type", event.error_code)
+        span.end()
 
     def _message_saved(self, segment: _Segment, event: MessageSaved) -> None:
         message = event.stored.message
@@ -474,6 +526,8 @@ class OtelTelemetry:
             open_spans.append(segment.chat.span)
         if segment.compaction is not None:
             open_spans.append(segment.compaction)
+        if segment.review is not None:
+            open_spans.append(segment.review)
         for span in open_spans:
             if code is not None:
                 span.set_status(Status(StatusCode.ERROR, code))
