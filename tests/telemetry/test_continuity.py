@@ -66,7 +66,17 @@ def test_a_run_killed_mid_tool_and_recovered_elsewhere_is_one_linked_trace(
     assert segment.attributes["plait.run.status"] == "completed"
     assert segment.attributes["plait.run.id"] == outcome["run"]
     children = {s.name for s in later if s.parent_span_id == segment.span_id}
-    assert children == {"execute_tool read_note", "chat scripted"}
+    assert children == {"recover_run", "chat scripted"}
+    # recovery itself: the call that had started (read_only) is run again, under it
+    (recovery,) = [s for s in later if s.name == "recover_run"]
+    assert recovery.links == ((trace_id, root_span_id),)
+    assert recovery.attributes["plait.recovery.pending_calls"] == 1
+    assert recovery.attributes["plait.recovery.rerun"] == 1
+    assert recovery.attributes["plait.recovery.reexecuted_idempotent"] == 0
+    assert recovery.attributes["plait.recovery.settled_unknown"] == 0
+    assert recovery.attributes["plait.run.status"] == "running"  # the loop went on
+    (tool,) = [s for s in later if s.name == "execute_tool read_note"]
+    assert tool.parent_span_id == recovery.span_id
     assert {s.service for s in spans} == {"plait-test"}
     assert all(h.get("x-team") == "plait" for h in receiver.headers)  # OTEL_EXPORTER_OTLP_HEADERS
     assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"} <= receiver.metrics

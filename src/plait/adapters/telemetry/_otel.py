@@ -4,10 +4,11 @@ Semantic conventions: OpenTelemetry semconv 1.37 GenAI attributes (status "devel
 as shipped in ``opentelemetry-semantic-conventions`` 0.66b2 (schema 1.44): spans
 ``invoke_agent {agent}`` (one per *segment*: each stretch of a run one process drives),
 ``chat {model}`` (one per model call attempt) and ``execute_tool {tool}``; plait's own
-``compaction``, ``review {tool}`` (the Reviewer role's decision about a call, with the
-conventions' ``gen_ai.evaluation.*`` attributes: they define no span for an evaluation),
-``await_approval {tool}`` and ``fork_session``. Names are literals here:
-the conventions' incubating module is not imported at run time.
+``compaction``, ``recover_run`` (a run taken over: the open calls of its last persisted
+point settled, linked to the stretch it continues), ``review {tool}`` (the Reviewer role's
+decision about a call, with the conventions' ``gen_ai.evaluation.*`` attributes: they
+define no span for an evaluation), ``await_approval {tool}`` and ``fork_session``. Names
+are literals here: the conventions' incubating module is not imported at run time.
 
 Continuity: the first segment's span is the run's root; its W3C ``traceparent`` is stored
 with the run (``Run.trace_context``). A later segment (recovery, a worker's claim, a resume
@@ -44,6 +45,7 @@ from plait.application.events import (
     MessageSaved,
     ModelCallEnded,
     ModelCallStarted,
+    RecoveryEvent,
     ReviewEvent,
     RunEnded,
     RunEvent,
@@ -102,6 +104,9 @@ class _Segment:
     waits: dict[str, Span] = field(default_factory=dict)
     compaction: Span | None = None
     review: Span | None = None
+    recovery: Span | None = None
+    previous: Any = None
+    """The span context of the stretch this segment continues (its stored trace)."""
     step: tuple[int, float] | None = None
 
 
@@ -213,19 +218,22 @@ class OtelTelemetry:
         stored = run.trace_context
         parent = _parent(stored) if stored else None
         linked = trace.get_current_span(parent).get_span_context() if parent else None
-        if linked is not None and linked.is_valid:
+        previous = linked if linked is not None and linked.is_valid else None
+        if previous is not None:
             span = self.tracer.start_span(
                 name,
                 context=parent,
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
-                links=[Link(linked, {"plait.link": "previous_segment"})],
+                links=[Link(previous, {"plait.link": "previous_segment"})],
             )
             context = None
         else:
             span = self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
             context = traceparent(span) if span.get_span_context().is_valid else None
-        self._segments[run.id] = _Segment(run=run, span=span, provider=_provider(run))
+        self._segments[run.id] = _Segment(
+            run=run, span=span, provider=_provider(run), previous=previous
+        )
         if how == "claimed":  # run times are epoch seconds (the system clock's)
             self.claim_latency.record(max(time.time() - run.started_at, 0.0))
         return context
@@ -290,6 +298,8 @@ class OtelTelemetry:
             self._compaction(segment, event)
         elif isinstance(event, ReviewEvent):
             self._review(segment, event)
+        elif isinstance(event, RecoveryEvent):
+            self._recovery(segment, event)
         elif isinstance(event, RunEnded):
             segment.run = event.run
 
@@ -373,9 +383,10 @@ class OtelTelemetry:
         }
         if self.capture_content:
             attributes["gen_ai.tool.call.arguments"] = call.arguments_json
+        parent = segment.span if segment.recovery is None else segment.recovery
         span = self.tracer.start_span(
             f"execute_tool {name}",
-            context=trace.set_span_in_context(segment.span),
+            context=trace.set_span_in_context(parent),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
@@ -432,6 +443,41 @@ class OtelTelemetry:
             span.set_attribute("plait.review.decision", event.verdict)
             span.set_attribute("plait.review.reason", event.reason[:500])
             span.add_event("gen_ai.evaluation.result", outcome)
+        if event.error_code:
+            span.set_status(Status(StatusCode.ERROR, event.error_code))
+            span.set_attribute("error.type", event.error_code)
+        span.end()
+
+    def _recovery(self, segment: _Segment, event: RecoveryEvent) -> None:
+        """``recover_run``: the inspection of the run's last persisted point and the
+        settling of its open calls (their ``execute_tool`` spans are its children), in the
+        segment that took the run over, linked to the stretch it continues."""
+        if event.phase == "started":
+            if segment.recovery is not None:
+                segment.recovery.end()
+            previous = segment.previous
+            links = [Link(previous, {"plait.link": "previous_segment"})] if previous else []
+            segment.recovery = self.tracer.start_span(
+                "recover_run",
+                context=trace.set_span_in_context(segment.span),
+                links=links,
+                attributes={
+                    "plait.run.id": segment.run.id,
+                    "gen_ai.conversation.id": segment.run.session_id,
+                    "plait.recovery.session_version": event.session_version,
+                    "plait.recovery.pending_calls": event.pending,
+                    "plait.recovery.rerun": event.rerun,
+                    "plait.recovery.reexecuted_idempotent": event.idempotent,
+                    "plait.recovery.settled_unknown": event.unknown,
+                    "plait.recovery.not_started": event.not_started,
+                },
+            )
+            return
+        span, segment.recovery = segment.recovery, None
+        if span is None:
+            return
+        if event.status:
+            span.set_attribute("plait.run.status", event.status)
         if event.error_code:
             span.set_status(Status(StatusCode.ERROR, event.error_code))
             span.set_attribute("error.type", event.error_code)
@@ -528,6 +574,8 @@ class OtelTelemetry:
             open_spans.append(segment.compaction)
         if segment.review is not None:
             open_spans.append(segment.review)
+        if segment.recovery is not None:
+            open_spans.append(segment.recovery)
         for span in open_spans:
             if code is not None:
                 span.set_status(Status(StatusCode.ERROR, code))
