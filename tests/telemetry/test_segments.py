@@ -16,7 +16,7 @@ from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.runs import RunStatus
 from plait.testing import FixedClock, ScriptedModel, SequentialIds, echo_tool
-from tests.telemetry.conftest import Otel, make_otel
+from tests.telemetry.conftest import Otel, make_otel, parent_id
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
@@ -69,8 +69,11 @@ def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
     assert attrs(submitted)["plait.run.status"] == "queued"
     assert attrs(claimed)["plait.run.segment"] == "claimed"
     assert attrs(claimed)["plait.run.status"] == "completed"
-    assert claimed.parent is not None and claimed.parent.span_id == submitted.context.span_id
-    assert [link.context.span_id for link in claimed.links] == [submitted.context.span_id]
+    (root,) = [s for s in otel.finished() if s.name == "plait.run"]
+    assert root.parent is None
+    assert {parent_id(submitted), parent_id(claimed)} == {root.context.span_id}
+    assert attrs(root)["plait.run.id"] == run_id
+    assert [link.context.span_id for link in claimed.links] == [root.context.span_id]
     assert claimed.context.trace_id == submitted.context.trace_id
     assert attrs(claimed)["plait.run.id"] == run_id
     assert len(otel.points("plait.queue.claim_latency")) == 1
@@ -89,7 +92,7 @@ def test_a_fork_links_to_its_source_sessions_trace(otel: Otel) -> None:
         return session.id, branch.branch.id
 
     source, branch = asyncio.run(go())
-    (root,) = [s for s in otel.finished() if s.name == "invoke_agent plait"]
+    (root,) = [s for s in otel.finished() if s.name == "plait.run"]
     (fork,) = [s for s in otel.finished() if s.name == "fork_session"]
     assert [link.context.span_id for link in fork.links] == [root.context.span_id]
     assert fork.links[0].context.trace_id == root.context.trace_id
@@ -255,7 +258,8 @@ def test_a_claimed_run_its_worker_cannot_run_gets_its_failed_segment(otel: Otel)
     assert attrs(failed)["plait.run.status"] == "failed"
     assert failed.status.status_code is StatusCode.ERROR
     assert attrs(failed)["error.type"] == "config_error"
-    assert failed.parent is not None and failed.parent.span_id == submitted.context.span_id
+    (root,) = [s for s in otel.finished() if s.name == "plait.run"]
+    assert {parent_id(failed), parent_id(submitted)} == {root.context.span_id}
     assert {a["plait.run.status"]: v for a, v in otel.points("plait.runs")} == {
         "queued": 1,
         "failed": 1,

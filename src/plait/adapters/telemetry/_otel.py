@@ -10,10 +10,11 @@ decision about a call, with the conventions' ``gen_ai.evaluation.*`` attributes:
 define no span for an evaluation), ``await_approval {tool}`` and ``fork_session``. Names
 are literals here: the conventions' incubating module is not imported at run time.
 
-Continuity: the first segment's span is the run's root; its W3C ``traceparent`` is stored
-with the run (``Run.trace_context``). A later segment (recovery, a worker's claim, a resume
-after a person's answer), in whatever process, is a child of that span in the same trace,
-with a link to it.
+Continuity: a run's trace begins with its root span ``plait.run``, ended (so exported) as
+soon as the run begins: a process killed mid-run cannot leave the trace without its root.
+Its W3C ``traceparent`` is stored with the run (``Run.trace_context``). Every segment is a
+child of it; a later one (recovery, a worker's claim, a resume after a person's answer),
+in whatever process, is in the same trace with a link to it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _FAILED = frozenset({RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED})
 """Run statuses whose segment span is an error (waiting and cancelled runs are not)."""
 _TOOL_ERRORS = frozenset({ToolStatus.FAILED, ToolStatus.UNKNOWN, ToolStatus.CANCELLED})
+_ROOT = "plait.run"
+"""The run's root span: ended as the run begins, the parent of every segment."""
 _EVALUATION = "plait.tool_call_review"
 """``gen_ai.evaluation.name`` of a review: the Reviewer role's judgement of one call."""
 _PROVIDERS = {"gemini": "gcp.gemini", "google": "gcp.gemini", "deepseek": "deepseek"}
@@ -228,9 +231,25 @@ class OtelTelemetry:
                 links=[Link(previous, {"plait.link": "previous_segment"})],
             )
             context = None
-        else:
-            span = self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
-            context = traceparent(span) if span.get_span_context().is_valid else None
+        else:  # the run's root: a marker ended (so exported) at once, which a killed
+            # process cannot take with it; every segment is its child
+            anchor = self.tracer.start_span(
+                _ROOT,
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    "gen_ai.agent.name": AGENT_NAME,
+                    "gen_ai.conversation.id": run.session_id,
+                    "plait.run.id": run.id,
+                },
+            )
+            anchor.end()
+            span = self.tracer.start_span(
+                name,
+                context=trace.set_span_in_context(anchor),
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+            )
+            context = traceparent(anchor) if anchor.get_span_context().is_valid else None
         self._segments[run.id] = _Segment(
             run=run, span=span, provider=_provider(run), previous=previous
         )
