@@ -38,6 +38,11 @@ class Otel:
         return out
 
 
+def parent_id(span: ReadableSpan) -> int | None:
+    """The span id of ``span``'s parent (a stored parent is remote, a live one is not)."""
+    return None if span.parent is None else span.parent.span_id
+
+
 def make_otel(*, capture_content: bool = False) -> Otel:
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()

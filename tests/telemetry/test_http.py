@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.http.conftest import serve_live
 from tests.http.test_api import new_session, wait_terminal
-from tests.telemetry.conftest import make_otel
+from tests.telemetry.conftest import make_otel, parent_id
 
 
 def test_a_posted_message_and_a_fork_through_the_api_are_traced(tmp_path: Path) -> None:
@@ -31,8 +31,10 @@ def test_a_posted_message_and_a_fork_through_the_api_are_traced(tmp_path: Path) 
     assert sorted(by_segment) == ["claimed", "queued"]
     queued, claimed = by_segment["queued"], by_segment["claimed"]
     assert dict(claimed.attributes or {})["plait.run.id"] == run["run_id"]
-    assert claimed.parent is not None and claimed.parent.span_id == queued.context.span_id
-    assert [link.context.span_id for link in claimed.links] == [queued.context.span_id]
+    (root,) = [s for s in spans if s.name == "plait.run"]
+    assert root.parent is None
+    assert {parent_id(queued), parent_id(claimed)} == {root.context.span_id}
+    assert [link.context.span_id for link in claimed.links] == [root.context.span_id]
     (fork,) = [s for s in spans if s.name == "fork_session"]
-    assert [link.context.span_id for link in fork.links] == [queued.context.span_id]
+    assert [link.context.span_id for link in fork.links] == [root.context.span_id]
     assert dict(fork.attributes or {})["gen_ai.conversation.id"] == branch.json()["session_id"]

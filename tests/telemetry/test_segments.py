@@ -16,7 +16,7 @@ from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.runs import RunStatus
 from plait.testing import FixedClock, ScriptedModel, SequentialIds, echo_tool
-from tests.telemetry.conftest import Otel, make_otel
+from tests.telemetry.conftest import Otel, make_otel, parent_id
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
                 await asyncio.sleep(0.01)
         stop.set()
         await task
-        assert await store.count_queued_runs() == 0
+        assert await store.count_queued_runs(now=service.clock.now()) == 0
         return queued.id
 
     run_id = asyncio.run(go())
@@ -69,8 +69,11 @@ def test_a_queued_run_claimed_by_a_worker_continues_the_trace_of_its_submission(
     assert attrs(submitted)["plait.run.status"] == "queued"
     assert attrs(claimed)["plait.run.segment"] == "claimed"
     assert attrs(claimed)["plait.run.status"] == "completed"
-    assert claimed.parent is not None and claimed.parent.span_id == submitted.context.span_id
-    assert [link.context.span_id for link in claimed.links] == [submitted.context.span_id]
+    (root,) = [s for s in otel.finished() if s.name == "plait.run"]
+    assert root.parent is None
+    assert {parent_id(submitted), parent_id(claimed)} == {root.context.span_id}
+    assert attrs(root)["plait.run.id"] == run_id
+    assert [link.context.span_id for link in claimed.links] == [root.context.span_id]
     assert claimed.context.trace_id == submitted.context.trace_id
     assert attrs(claimed)["plait.run.id"] == run_id
     assert len(otel.points("plait.queue.claim_latency")) == 1
@@ -89,7 +92,7 @@ def test_a_fork_links_to_its_source_sessions_trace(otel: Otel) -> None:
         return session.id, branch.branch.id
 
     source, branch = asyncio.run(go())
-    (root,) = [s for s in otel.finished() if s.name == "invoke_agent plait"]
+    (root,) = [s for s in otel.finished() if s.name == "plait.run"]
     (fork,) = [s for s in otel.finished() if s.name == "fork_session"]
     assert [link.context.span_id for link in fork.links] == [root.context.span_id]
     assert fork.links[0].context.trace_id == root.context.trace_id
@@ -140,7 +143,9 @@ def test_a_failed_run_sets_error_status_and_its_stable_code(otel: Otel) -> None:
     }
 
 
-def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Otel) -> None:
+def reviewed(otel: Otel, reviewer: list[dict[str, Any]]) -> tuple[AgentService, ScriptedModel]:
+    """A service whose policy sends every echo call to the Reviewer role (the run's model,
+    answering ``reviewer``)."""
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
     from plait.application.governance.reviewer import Reviewer
@@ -149,11 +154,7 @@ def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Ote
     policy = Policy(rules=(ToolRule(name="review-echo", action=Action.REVIEW, tools=("echo",)),))
     store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
     model = ScriptedModel(
-        {
-            "version": 1,
-            "assistant": [ECHO, {"text": "Echoed."}],
-            "reviewer": [{"structured": {"decision": "allow", "reason": "harmless echo"}}],
-        }
+        {"version": 1, "assistant": [ECHO, {"text": "Echoed."}], "reviewer": reviewer}
     )
     governor = Governor(
         policy=policy,
@@ -173,15 +174,120 @@ def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Ote
         gate=GovernedGate(governor),
         telemetry=otel.telemetry,
     )
+    return service, model
+
+
+def test_a_reviewed_call_has_the_reviewers_model_call_and_its_decision(otel: Otel) -> None:
+    decision = {"structured": {"decision": "allow", "reason": "harmless echo"}}
+    service, model = reviewed(otel, [decision])
 
     async def go() -> None:
         session = await service.create_session()
         assert (await service.send(session.id, "echo it")).run.status is RunStatus.COMPLETED
 
     asyncio.run(go())
+    spans = otel.finished()
+    (review,) = [s for s in spans if s.name == "review echo"]
+    (tool,) = [s for s in spans if s.name == "execute_tool echo"]
+    (judged,) = [s for s in spans if s.name.startswith("chat") and s.parent == review.context]
+    assert attrs(judged)["plait.model.role"] == "reviewer"
+    assert review.parent is not None and review.parent.span_id == tool.context.span_id
+    assert review.status.status_code is StatusCode.UNSET
+    outcome = attrs(review)
+    assert outcome["plait.review.decision"] == "allow"
+    assert outcome["plait.review.reason"] == "harmless echo"
+    assert outcome["plait.review.reviewer"] == model.name
+    assert outcome["plait.review.model_calls"] == 1
+    assert outcome["gen_ai.tool.call.id"] == "c1"
+    assert outcome["gen_ai.evaluation.score.label"] == "allow"
+    assert outcome["gen_ai.evaluation.explanation"] == "harmless echo"
+    (result,) = review.events
+    assert result.name == "gen_ai.evaluation.result"
+    assert dict(result.attributes or {})["gen_ai.evaluation.score.label"] == "allow"
+    assistant = [s for s in spans if attrs(s).get("plait.model.role") == "assistant"]
+    assert all(s.parent is not None and s.parent != review.context for s in assistant)
     roles = [attrs(s)["plait.model.role"] for s in otel.finished() if s.name.startswith("chat")]
     assert roles == ["assistant", "reviewer", "assistant"]
     (tool,) = [s for s in otel.finished() if s.name == "execute_tool echo"]
     assert attrs(tool)["plait.gate.decision"] == "allow"
     assert attrs(tool)["plait.gate.decided_by"] == f"reviewer:{model.name}"
     assert attrs(tool)["plait.gate.reason"].startswith("harmless echo")
+
+
+def test_a_claimed_run_its_worker_cannot_run_gets_its_failed_segment(otel: Otel) -> None:
+    """The worker's model fails the capability check in ``execute`` before the run is
+    driven: the run fails ``config_error`` and its claimed segment says so."""
+    store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
+    api = AgentService(
+        store=store,
+        artifacts=store,
+        model=ScriptedModel({"version": 1}),
+        clock=clock,
+        ids=ids,
+        owner="api",
+        telemetry=otel.telemetry,
+    )
+    no_tools = ScriptedModel({"version": 1, "capabilities": {"tool_calls": False}})
+    worker = AgentService(
+        store=store,
+        artifacts=store,
+        model=no_tools,
+        tools=[echo_tool().tool],
+        clock=clock,
+        ids=ids,
+        owner="w",
+        telemetry=otel.telemetry,
+    )
+
+    async def go() -> str:
+        session = await api.create_session()
+        queued = await api.submit(session.id, "hello")
+        now = clock.now()
+        claimed = await store.claim_queued_run(owner="w", now=now, expires_at=now + 60)
+        assert claimed is not None
+        run = (await worker.execute(claimed)).run
+        assert run.status is RunStatus.FAILED and run.error is not None
+        assert run.error.code == "config_error"
+        assert (await store.get_run(queued.id)).trace_context == queued.trace_context
+        return queued.id
+
+    run_id = asyncio.run(go())
+    submitted, failed = [s for s in otel.finished() if s.name == "invoke_agent plait"]
+    assert attrs(failed)["plait.run.segment"] == "claimed"
+    assert attrs(failed)["plait.run.id"] == run_id
+    assert attrs(failed)["plait.run.status"] == "failed"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert attrs(failed)["error.type"] == "config_error"
+    (root,) = [s for s in otel.finished() if s.name == "plait.run"]
+    assert {parent_id(failed), parent_id(submitted)} == {root.context.span_id}
+    assert {a["plait.run.status"]: v for a, v in otel.points("plait.runs")} == {
+        "queued": 1,
+        "failed": 1,
+    }
+
+
+def test_a_review_that_goes_wrong_is_an_error_span_and_asks_a_person(otel: Otel) -> None:
+    """The reviewer answers nothing valid (past its corrections): the fail-closed
+    ``ask_user`` decision, and the review span's error status and ``error.type``."""
+    from plait.domain.policy import ReviewerConfig
+
+    asked = ReviewerConfig().max_corrections + 1  # the first answer, then each correction
+    service, _ = reviewed(otel, [{"text": "sure, fine"}] * asked)
+
+    async def go() -> RunStatus:
+        session = await service.create_session()
+        return (await service.send(session.id, "echo it")).run.status
+
+    assert asyncio.run(go()) is RunStatus.AWAITING_APPROVAL
+    spans = otel.finished()
+    (review,) = [s for s in spans if s.name == "review echo"]
+    judged = [s for s in spans if s.parent is not None and s.parent == review.context]
+    assert len(judged) == asked and all(attrs(s)["plait.model.role"] == "reviewer" for s in judged)
+    assert review.status.status_code is StatusCode.ERROR
+    outcome = attrs(review)
+    assert outcome["error.type"] == "invalid_model_output"
+    assert outcome["plait.review.decision"] == "ask_user"
+    assert outcome["plait.review.model_calls"] == asked
+    assert "correction" in str(outcome["plait.review.reason"])
+    (tool,) = [s for s in spans if s.name == "execute_tool echo"]
+    assert attrs(tool)["plait.gate.decision"] == "needs_approval"

@@ -28,7 +28,7 @@ from plait.testing import (
     SequentialIds,
     echo_tool,
 )
-from tests.telemetry.conftest import Otel
+from tests.telemetry.conftest import Otel, parent_id
 
 WINDOW = 3_000
 BIG = "x" * 2_200
@@ -138,18 +138,21 @@ def test_a_run_with_tools_retry_denial_compaction_and_approval(otel: Otel) -> No
     spans = otel.finished()
     agents = by_name(spans, "invoke_agent")
     assert [s.name for s in agents] == ["invoke_agent plait", "invoke_agent plait"]
-    root, resumed = agents
-    assert root.parent is None
+    first, resumed = agents
+    (root,) = by_name(spans, "plait.run")  # the run's root: ended as the run began
+    assert root.parent is None and root.end_time is not None
+    assert attrs(root)["plait.run.id"] == run_id
     trace_id = root.context.trace_id
     assert {s.context.trace_id for s in spans} == {trace_id}  # one trace, both segments
     stored = asyncio.run(store.get_run(run_id)).trace_context
     flags = int(root.context.trace_flags)
     assert stored == f"00-{trace_id:032x}-{root.context.span_id:016x}-{flags:02x}"
-    assert resumed.parent is not None and resumed.parent.span_id == root.context.span_id
-    assert root.status.status_code is StatusCode.UNSET  # waiting for a person is no error
+    assert {parent_id(first), parent_id(resumed)} == {root.context.span_id}
+    assert not first.links
+    assert first.status.status_code is StatusCode.UNSET  # waiting for a person is no error
     assert [link.context.span_id for link in resumed.links] == [root.context.span_id]
     for segment, how, status in (
-        (root, "started", "awaiting_approval"),
+        (first, "started", "awaiting_approval"),
         (resumed, "resumed", "completed"),
     ):
         attributes = attrs(segment)

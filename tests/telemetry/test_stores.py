@@ -12,6 +12,7 @@ import pytest
 from plait.adapters.stores import open_store
 from plait.application.claiming import ClaimedRun, StartingQueue
 from plait.application.service import AgentService
+from plait.domain.runs import RunStatus
 from plait.testing import FixedClock, ScriptedModel, SequentialIds
 from tests.pg import empty_database
 from tests.telemetry.conftest import make_otel
@@ -54,19 +55,64 @@ def test_the_trace_context_is_stored_and_survives_a_claim(store_url: str) -> Non
             if not hasattr(store, "claim_queued_run"):
                 return  # a store no worker serves
             queue: Any = store
-            assert await queue.count_queued_runs() == 1
             now = FixedClock().now()
+            assert await queue.count_queued_runs(now=now) == 1
             if isinstance(store, StartingQueue):
                 claimed = await store.claim_and_start_run(
                     owner="w", now=now, expires_at=now + 60, model="scripted", model_spec=None
                 )
                 assert isinstance(claimed, ClaimedRun)
                 run = claimed.run
-                assert await queue.count_queued_runs() == 0  # started in the claim
+                assert await queue.count_queued_runs(now=now) == 0  # started in the claim
             else:
                 run = await store.claim_queued_run(owner="w", now=now, expires_at=now + 60)
+                assert run is not None and run.status is RunStatus.QUEUED  # claimed, not started
+                assert await queue.count_queued_runs(now=now) == 0  # a live lease: not queued
+                assert await queue.count_queued_runs(now=now + 61) == 1  # its lease expired
             assert run is not None and run.trace_context == queued.trace_context
             assert (await store.get_run(queued.id)).trace_context == queued.trace_context
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def queue_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        empty_database(url)
+        return url
+    return {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'plait.db'}"}[request.param]
+
+
+def test_the_queue_depth_leaves_out_runs_a_worker_claimed_but_has_not_started(
+    queue_url: str,
+) -> None:
+    """``claim_queued_run`` leases a run that stays ``queued`` until its worker starts it
+    (stores without a combined claim-and-start): the depth counts only free ones."""
+
+    async def go() -> None:
+        store: Any = open_store(queue_url)
+        try:
+            service = AgentService(
+                store=store,
+                artifacts=store,
+                model=ScriptedModel({"version": 1}),
+                clock=FixedClock(),
+                ids=SequentialIds(),
+                owner="api",
+            )
+            for _ in range(3):
+                session = await service.create_session()
+                await service.submit(session.id, "hello")
+            now = FixedClock().now()
+            assert await store.count_queued_runs(now=now) == 3
+            claimed = await store.claim_queued_run(owner="w", now=now, expires_at=now + 60)
+            assert claimed is not None and claimed.status is RunStatus.QUEUED
+            assert (await store.get_run(claimed.id)).status is RunStatus.QUEUED
+            assert await store.count_queued_runs(now=now) == 2  # leased: a worker has it
+            assert await store.count_queued_runs(now=now + 60) == 3  # its lease expired
         finally:
             await store.close()
 

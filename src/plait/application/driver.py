@@ -53,6 +53,7 @@ from plait.application.context_builder import ContextBuilder
 from plait.application.events import (
     ModelCallEnded,
     ModelCallStarted,
+    RecoveryEvent,
     RunEnded,
     RunObserver,
     ToolStarted,
@@ -176,6 +177,37 @@ class _Guard:
             a.interruptible = False
 
 
+def _recovery_plan(
+    run_id: str, version: int, work: Sequence[tuple[ToolCall, ExecutionRecord]]
+) -> RecoveryEvent:
+    """How recovery settles the open calls, in :meth:`RunDriver._run_calls`' order (it
+    stops at the first call whose outcome is unknown)."""
+    rerun = idempotent = unknown = not_started = 0
+    for _call, record in work:
+        started = record.state is ExecutionState.STARTED
+        if record.result_status is ToolStatus.UNKNOWN or (
+            started and record.effect is EffectClass.SIDE_EFFECT
+        ):
+            unknown += 1
+            break
+        if record.effect is EffectClass.READ_ONLY:  # only a side effect's start is written
+            rerun += 1
+        elif record.effect is EffectClass.IDEMPOTENT:
+            idempotent += 1
+        else:
+            not_started += 1
+    return RecoveryEvent(
+        run_id=run_id,
+        phase="started",
+        session_version=version,
+        pending=len(work),
+        rerun=rerun,
+        idempotent=idempotent,
+        unknown=unknown,
+        not_started=not_started,
+    )
+
+
 def _answered(a: ActiveRun) -> bool:
     """The run's last saved message is its final answer (an assistant message without
     calls): only a post-step check was left to do before it ended."""
@@ -295,7 +327,7 @@ class RunDriver:
                 a.run = replace(a.run, trace_context=context)
         heartbeat = asyncio.create_task(self.leases.keep(a))
         try:
-            await self._loop(a, pending=pending)
+            await self._loop(a, pending=pending, recovering=pending and how == "recovered")
             await self.journal.durable(a)
         except BaseException as e:
             if telemetry is not None:
@@ -319,10 +351,12 @@ class RunDriver:
 
     # --- the loop ---------------------------------------------------------------------------
 
-    async def _loop(self, a: ActiveRun, *, pending: bool) -> None:
+    async def _loop(self, a: ActiveRun, *, pending: bool, recovering: bool = False) -> None:
         guard = _Guard(self, a)
         try:
-            if pending:
+            if recovering:
+                await self._recover_calls(a, await self._pending_work(a))
+            elif pending:
                 await self._run_calls(a, await self._pending_work(a))
             self.compaction.check_run(a)  # a model it cannot measure: before any call
             if pending and _answered(a):  # stopped in its final answer's post-step check
@@ -350,6 +384,31 @@ class RunDriver:
         except Exception as e:
             log.exception("run %s: internal error; the run fails", a.run.id)
             await self._fail(a, e)
+
+    async def _recover_calls(
+        self, a: ActiveRun, work: Sequence[tuple[ToolCall, ExecutionRecord]]
+    ) -> None:
+        """:meth:`_run_calls` for a run taken over, reported as its recovery (events:
+        telemetry's ``recover_run`` span)."""
+        self.journal.emit(a, _recovery_plan(a.run.id, a.version, work))
+        try:
+            await self._run_calls(a, work)
+        except StopRun as stop:
+            failed = stop.status in (RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED)
+            code = stop.error.code if failed else ""
+            settled = RecoveryEvent(
+                run_id=a.run.id, phase="settled", status=stop.status.value, error_code=code
+            )
+            self.journal.emit(a, settled)
+            raise
+        except BaseException as e:
+            code = e.code if isinstance(e, PlaitError) else type(e).__name__
+            self.journal.emit(
+                a, RecoveryEvent(run_id=a.run.id, phase="settled", status="", error_code=code)
+            )
+            raise
+        status = RunStatus.RUNNING.value
+        self.journal.emit(a, RecoveryEvent(run_id=a.run.id, phase="settled", status=status))
 
     async def _fail(self, a: ActiveRun, e: Exception) -> None:
         """End the run ``failed`` after an unexpected error, every call of its last step
@@ -644,6 +703,7 @@ class RunDriver:
         request = GateRequest(
             call=call, spec=tool.spec, effect=record.effect, record=record, session=a.session,
             run=a.run, reviewer=reviewer, history=Prefix(a.history),
+            on_review=functools.partial(self.journal.emit, a),
         )  # fmt: skip
         return self.journal.decided(a, call, await self.gate.decide(request))
 

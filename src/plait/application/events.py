@@ -18,6 +18,8 @@ __all__ = [
     "MessageSaved",
     "ModelCallEnded",
     "ModelCallStarted",
+    "RecoveryEvent",
+    "ReviewEvent",
     "RunEnded",
     "RunEvent",
     "RunObserver",
@@ -114,6 +116,54 @@ class CompactionEvent:
     insufficient: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReviewEvent:
+    """The Reviewer role judging one call: ``started`` before its first model call, then
+    ``decided`` with its decision (``allow``, ``deny``, ``ask_user``; empty when the
+    run's stop ended the review) and why. ``error_code``: set when the review itself went
+    wrong (``model_timeout``, ``invalid_model_output``, ``budget_exhausted``, the model
+    call's failure code, ...) and the decision is the fail-closed ``ask_user``."""
+
+    run_id: str
+    call: ToolCall
+    phase: Literal["started", "decided"]
+    reviewer: str
+    """The reviewer's name (its model's, once a response names it)."""
+    verdict: str = ""
+    reason: str = ""
+    model_calls: int = 0
+    error_code: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryEvent:
+    """Recovery of a run taken over from a stopped process (DESIGN §4): ``started`` once
+    the last persisted point is read (the open calls of its last assistant message,
+    classed by how they are settled: run again, run again with the same idempotency key,
+    settled ``unknown``, or never started and run now; only a side effect's start is
+    written, so the others are run again whether or not they had started), then
+    ``settled`` when those calls are paired (``status``: the run's status then;
+    ``running``: the loop goes on)."""
+
+    run_id: str
+    phase: Literal["started", "settled"]
+    session_version: int = 0
+    """The session's version recovery continues from (its last persisted point)."""
+    pending: int = 0
+    """Calls of the last assistant message without a result."""
+    rerun: int = 0
+    """``read_only`` calls: run again."""
+    idempotent: int = 0
+    """``idempotent`` calls: run again with the same idempotency key."""
+    unknown: int = 0
+    """``side_effect`` calls that had started (or were left ``unknown``): settled
+    ``unknown``, the run waits for a person (the calls after the first are not reached)."""
+    not_started: int = 0
+    """``side_effect`` calls that never started: they run now."""
+    status: str = ""
+    error_code: str = ""
+
+
 RunEvent = (
     RunStarted
     | ModelCallStarted
@@ -123,6 +173,8 @@ RunEvent = (
     | ToolStarted
     | RunEnded
     | CompactionEvent
+    | ReviewEvent
+    | RecoveryEvent
 )
 
 

@@ -18,11 +18,12 @@ default: everything that validated runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, cast
 
+from plait.application.events import ReviewEvent
 from plait.application.ports import ModelClient, ModelResponse
 from plait.domain.context import Context
 from plait.domain.errors import ValidationError
@@ -97,6 +98,8 @@ class GateRequest:
     history: Sequence[Message] = ()
     """The session's history up to and including the call's assistant message (read
     only): what a reviewer needs to judge the call against the user's constraints."""
+    on_review: Callable[[ReviewEvent], None] | None = None
+    """Where a gate that asks the Reviewer role reports its review (the run's events)."""
 
 
 class ToolGate(Protocol):

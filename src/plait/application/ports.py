@@ -524,8 +524,10 @@ class RunQueue(Protocol):
         token (as :meth:`SessionStore.claim_run`); ``None`` if none."""
         ...
 
-    async def count_queued_runs(self) -> int:
-        """How many runs are ``queued`` (the queue's depth, for telemetry)."""
+    async def count_queued_runs(self, *, now: float) -> int:
+        """How many ``queued`` runs no worker holds a live lease on at ``now`` (the
+        queue's depth, for telemetry): a run claimed by :meth:`claim_queued_run` stays
+        ``queued`` until its worker starts it, and is not counted."""
         ...
 
     async def append_run_events(

@@ -375,8 +375,21 @@ class AgentService:
         try:  # the API process may have had no model (or another one) to check it with
             self.check_can_run(a.run.budget, model)
         except ConfigError as e:
-            await self.journal.finish(a, RunStatus.FAILED, RunError(code=e.code, message=e.message))
+            telemetry = self.journal.telemetry
+            if telemetry is not None:  # its segment: the claim, then the failure
+                context = telemetry.begin(a.run, "claimed")
+                if context is not None:  # stored with the failure's write
+                    a.run = replace(a.run, trace_context=context)
+            try:
+                error = RunError(code=e.code, message=e.message)
+                await self.journal.finish(a, RunStatus.FAILED, error)
+            except BaseException as failed:
+                if telemetry is not None:
+                    telemetry.end(a.run, failed)
+                raise
             self.journal.emit(a, RunEnded(a.run))
+            if telemetry is not None:
+                telemetry.end(a.run)
             return RunResult(a.run, tuple(a.added))
         return await self.driver.drive(a, pending=True, how="claimed")
 

@@ -319,7 +319,7 @@ class Worker:
         if telemetry is None:
             return
         try:
-            telemetry.queue_depth(await self.queue.count_queued_runs())
+            telemetry.queue_depth(await self.queue.count_queued_runs(now=self.service.clock.now()))
         except PlaitError as e:
             log.warning("cannot count queued runs: %s", e.message)
 

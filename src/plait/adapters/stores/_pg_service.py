@@ -82,9 +82,15 @@ _ADD_KEY = (
 _FIND_KEY = "SELECT id, principal, role, key_hash, created_at FROM api_keys WHERE key_hash = %s"
 
 
-async def count_queued(conn: Conn) -> int:
-    """The queue's depth (the ``runs_live`` partial index covers it)."""
-    row = await (await conn.execute("SELECT count(*) FROM runs WHERE status = 'queued'")).fetchone()
+async def count_queued(conn: Conn, now: float) -> int:
+    """The queue's depth: queued runs no worker holds a live lease on (a run claimed by
+    ``claim_queued`` stays ``queued`` until its worker starts it); the ``runs_live``
+    partial index covers it."""
+    sql = (
+        "SELECT count(*) FROM runs WHERE status = 'queued' "
+        "AND (lease_owner IS NULL OR lease_expires_at <= %s)"
+    )
+    row = await (await conn.execute(sql, (now,))).fetchone()
     return 0 if row is None else int(row[0])
 
 

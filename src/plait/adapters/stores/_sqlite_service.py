@@ -47,8 +47,12 @@ def _ensure(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
-COUNT_QUEUED = "SELECT count(*) FROM runs WHERE status = 'queued'"
-"""The queue's depth (the ``runs_live`` partial index covers it)."""
+COUNT_QUEUED = (
+    "SELECT count(*) FROM runs WHERE status = 'queued' "
+    "AND (lease_owner IS NULL OR lease_expires_at <= ?)"
+)
+"""The queue's depth: queued runs no worker holds a live lease on (a claimed run stays
+``queued`` until its worker starts it); the ``runs_live`` partial index covers it."""
 
 
 def claim_queued(

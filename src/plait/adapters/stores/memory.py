@@ -318,10 +318,15 @@ class MemoryStore:
                     return claimed
             return None
 
-    async def count_queued_runs(self) -> int:
+    async def count_queued_runs(self, *, now: float) -> int:
         with self._lock:
             self._check_open()
-            return sum(1 for run in self._all_runs() if run.status is RunStatus.QUEUED)
+            return sum(
+                1
+                for run in self._all_runs()
+                if run.status is RunStatus.QUEUED
+                and (run.lease is None or run.lease.expires_at <= now)
+            )
 
     async def append_run_events(
         self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None

@@ -390,8 +390,8 @@ class PostgresStore:
         row = await self._read(lambda conn: service.claim_queued(conn, owner, now, expires_at))
         return None if row is None else run_from_row(row)
 
-    async def count_queued_runs(self) -> int:
-        return await self._read(service.count_queued)
+    async def count_queued_runs(self, *, now: float) -> int:
+        return await self._read(lambda conn: service.count_queued(conn, now))
 
     async def claim_and_start_run(
         self, *, owner: str, now: float, expires_at: float, model: str, model_spec: str | None

@@ -466,9 +466,9 @@ class SqliteStore:
         row = await self._db.write(lambda c: claim(c, RUN_COLS, owner, now, expires_at))
         return None if row is None else run_from_row(row)
 
-    async def count_queued_runs(self) -> int:
+    async def count_queued_runs(self, *, now: float) -> int:
         def count(conn: sqlite3.Connection) -> int:
-            return int(conn.execute(_service.COUNT_QUEUED).fetchone()[0])
+            return int(conn.execute(_service.COUNT_QUEUED, (now,)).fetchone()[0])
 
         return await self._db.read(count)
 

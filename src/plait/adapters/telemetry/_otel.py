@@ -4,13 +4,17 @@ Semantic conventions: OpenTelemetry semconv 1.37 GenAI attributes (status "devel
 as shipped in ``opentelemetry-semantic-conventions`` 0.66b2 (schema 1.44): spans
 ``invoke_agent {agent}`` (one per *segment*: each stretch of a run one process drives),
 ``chat {model}`` (one per model call attempt) and ``execute_tool {tool}``; plait's own
-``compaction``, ``await_approval {tool}`` and ``fork_session``. Names are literals here:
-the conventions' incubating module is not imported at run time.
+``compaction``, ``recover_run`` (a run taken over: the open calls of its last persisted
+point settled, linked to the stretch it continues), ``review {tool}`` (the Reviewer role's
+decision about a call, with the conventions' ``gen_ai.evaluation.*`` attributes: they
+define no span for an evaluation), ``await_approval {tool}`` and ``fork_session``. Names
+are literals here: the conventions' incubating module is not imported at run time.
 
-Continuity: the first segment's span is the run's root; its W3C ``traceparent`` is stored
-with the run (``Run.trace_context``). A later segment (recovery, a worker's claim, a resume
-after a person's answer), in whatever process, is a child of that span in the same trace,
-with a link to it.
+Continuity: a run's trace begins with its root span ``plait.run``, ended (so exported) as
+soon as the run begins: a process killed mid-run cannot leave the trace without its root.
+Its W3C ``traceparent`` is stored with the run (``Run.trace_context``). Every segment is a
+child of it; a later one (recovery, a worker's claim, a resume after a person's answer),
+in whatever process, is in the same trace with a link to it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from plait.application.events import (
     MessageSaved,
     ModelCallEnded,
     ModelCallStarted,
+    RecoveryEvent,
+    ReviewEvent,
     RunEnded,
     RunEvent,
     ToolDecided,
@@ -61,6 +67,10 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _FAILED = frozenset({RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED})
 """Run statuses whose segment span is an error (waiting and cancelled runs are not)."""
 _TOOL_ERRORS = frozenset({ToolStatus.FAILED, ToolStatus.UNKNOWN, ToolStatus.CANCELLED})
+_ROOT = "plait.run"
+"""The run's root span: ended as the run begins, the parent of every segment."""
+_EVALUATION = "plait.tool_call_review"
+"""``gen_ai.evaluation.name`` of a review: the Reviewer role's judgement of one call."""
 _PROVIDERS = {"gemini": "gcp.gemini", "google": "gcp.gemini", "deepseek": "deepseek"}
 
 
@@ -96,6 +106,10 @@ class _Segment:
     tools: dict[str, _Timed] = field(default_factory=dict)
     waits: dict[str, Span] = field(default_factory=dict)
     compaction: Span | None = None
+    review: Span | None = None
+    recovery: Span | None = None
+    previous: Any = None
+    """The span context of the stretch this segment continues (its stored trace)."""
     step: tuple[int, float] | None = None
 
 
@@ -207,19 +221,38 @@ class OtelTelemetry:
         stored = run.trace_context
         parent = _parent(stored) if stored else None
         linked = trace.get_current_span(parent).get_span_context() if parent else None
-        if linked is not None and linked.is_valid:
+        previous = linked if linked is not None and linked.is_valid else None
+        if previous is not None:
             span = self.tracer.start_span(
                 name,
                 context=parent,
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
-                links=[Link(linked, {"plait.link": "previous_segment"})],
+                links=[Link(previous, {"plait.link": "previous_segment"})],
             )
             context = None
-        else:
-            span = self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
-            context = traceparent(span) if span.get_span_context().is_valid else None
-        self._segments[run.id] = _Segment(run=run, span=span, provider=_provider(run))
+        else:  # the run's root: a marker ended (so exported) at once, which a killed
+            # process cannot take with it; every segment is its child
+            anchor = self.tracer.start_span(
+                _ROOT,
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    "gen_ai.agent.name": AGENT_NAME,
+                    "gen_ai.conversation.id": run.session_id,
+                    "plait.run.id": run.id,
+                },
+            )
+            anchor.end()
+            span = self.tracer.start_span(
+                name,
+                context=trace.set_span_in_context(anchor),
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+            )
+            context = traceparent(anchor) if anchor.get_span_context().is_valid else None
+        self._segments[run.id] = _Segment(
+            run=run, span=span, provider=_provider(run), previous=previous
+        )
         if how == "claimed":  # run times are epoch seconds (the system clock's)
             self.claim_latency.record(max(time.time() - run.started_at, 0.0))
         return context
@@ -282,6 +315,10 @@ class OtelTelemetry:
             self._message_saved(segment, event)
         elif isinstance(event, CompactionEvent):
             self._compaction(segment, event)
+        elif isinstance(event, ReviewEvent):
+            self._review(segment, event)
+        elif isinstance(event, RecoveryEvent):
+            self._recovery(segment, event)
         elif isinstance(event, RunEnded):
             segment.run = event.run
 
@@ -293,9 +330,11 @@ class OtelTelemetry:
         if segment.chat is not None:  # an attempt that never came back
             segment.chat.span.end()
         model = segment.run.model or "unknown"
+        reviewing = event.role == "reviewer" and segment.review is not None
+        parent = segment.review if reviewing and segment.review is not None else segment.span
         span = self.tracer.start_span(
             f"chat {model}",
-            context=trace.set_span_in_context(segment.span),
+            context=trace.set_span_in_context(parent),
             kind=SpanKind.CLIENT,
             attributes={
                 "gen_ai.operation.name": "chat",
@@ -363,9 +402,10 @@ class OtelTelemetry:
         }
         if self.capture_content:
             attributes["gen_ai.tool.call.arguments"] = call.arguments_json
+        parent = segment.span if segment.recovery is None else segment.recovery
         span = self.tracer.start_span(
             f"execute_tool {name}",
-            context=trace.set_span_in_context(segment.span),
+            context=trace.set_span_in_context(parent),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
@@ -384,6 +424,83 @@ class OtelTelemetry:
                 context=trace.set_span_in_context(timed.span),
                 attributes={"gen_ai.tool.call.id": event.call.id, "plait.run.id": segment.run.id},
             )
+
+    def _review(self, segment: _Segment, event: ReviewEvent) -> None:
+        """``review {tool}``: the Reviewer role judging one call, a child of the call's
+        ``execute_tool`` span and the parent of the reviewer's ``chat`` spans. The GenAI
+        conventions have no operation for it; its outcome uses their evaluation
+        attributes (``gen_ai.evaluation.*``, as on a ``gen_ai.evaluation.result`` event)."""
+        call = event.call
+        if event.phase == "started":
+            if segment.review is not None:  # a review that never reported its end
+                segment.review.end()
+            timed = self._tool_span(segment, call.id, call.name, call)
+            segment.review = self.tracer.start_span(
+                f"review {call.name}",
+                context=trace.set_span_in_context(timed.span),
+                attributes={
+                    "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": call.id,
+                    "gen_ai.evaluation.name": _EVALUATION,
+                    "plait.run.id": segment.run.id,
+                    "plait.review.reviewer": event.reviewer,
+                },
+            )
+            return
+        span, segment.review = segment.review, None
+        if span is None:
+            return
+        span.set_attribute("plait.review.reviewer", event.reviewer)
+        span.set_attribute("plait.review.model_calls", event.model_calls)
+        if event.verdict:
+            outcome = {
+                "gen_ai.evaluation.name": _EVALUATION,
+                "gen_ai.evaluation.score.label": event.verdict,
+                "gen_ai.evaluation.explanation": event.reason[:500],
+            }
+            span.set_attributes(outcome)
+            span.set_attribute("plait.review.decision", event.verdict)
+            span.set_attribute("plait.review.reason", event.reason[:500])
+            span.add_event("gen_ai.evaluation.result", outcome)
+        if event.error_code:
+            span.set_status(Status(StatusCode.ERROR, event.error_code))
+            span.set_attribute("error.type", event.error_code)
+        span.end()
+
+    def _recovery(self, segment: _Segment, event: RecoveryEvent) -> None:
+        """``recover_run``: the inspection of the run's last persisted point and the
+        settling of its open calls (their ``execute_tool`` spans are its children), in the
+        segment that took the run over, linked to the stretch it continues."""
+        if event.phase == "started":
+            if segment.recovery is not None:
+                segment.recovery.end()
+            previous = segment.previous
+            links = [Link(previous, {"plait.link": "previous_segment"})] if previous else []
+            segment.recovery = self.tracer.start_span(
+                "recover_run",
+                context=trace.set_span_in_context(segment.span),
+                links=links,
+                attributes={
+                    "plait.run.id": segment.run.id,
+                    "gen_ai.conversation.id": segment.run.session_id,
+                    "plait.recovery.session_version": event.session_version,
+                    "plait.recovery.pending_calls": event.pending,
+                    "plait.recovery.rerun": event.rerun,
+                    "plait.recovery.reexecuted_idempotent": event.idempotent,
+                    "plait.recovery.settled_unknown": event.unknown,
+                    "plait.recovery.not_started": event.not_started,
+                },
+            )
+            return
+        span, segment.recovery = segment.recovery, None
+        if span is None:
+            return
+        if event.status:
+            span.set_attribute("plait.run.status", event.status)
+        if event.error_code:
+            span.set_status(Status(StatusCode.ERROR, event.error_code))
+            span.set_attribute("error.type", event.error_code)
+        span.end()
 
     def _message_saved(self, segment: _Segment, event: MessageSaved) -> None:
         message = event.stored.message
@@ -474,6 +591,10 @@ class OtelTelemetry:
             open_spans.append(segment.chat.span)
         if segment.compaction is not None:
             open_spans.append(segment.compaction)
+        if segment.review is not None:
+            open_spans.append(segment.review)
+        if segment.recovery is not None:
+            open_spans.append(segment.recovery)
         for span in open_spans:
             if code is not None:
                 span.set_status(Status(StatusCode.ERROR, code))

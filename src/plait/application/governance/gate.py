@@ -25,6 +25,10 @@ __all__ = ["GovernedGate"]
 class _ReviewerFailed(Exception):
     """The reviewer's model call failed (after the caller's retries): ``ask_user``."""
 
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 class GovernedGate:
     """A ToolGate over a Governor."""
@@ -62,7 +66,7 @@ class GovernedGate:
                 return await ask_run(context, time_limit=time_limit)
             except StopRun as stop:
                 if stop.status is RunStatus.FAILED:
-                    raise _ReviewerFailed(stop.error.message) from None
+                    raise _ReviewerFailed(stop.error.message, stop.error.code) from None
                 raise
 
         b, u = request.run.budget, request.run.usage
@@ -79,6 +83,7 @@ class GovernedGate:
             model_calls_left=left,
             ask=ask,
             lease_token=request.run.lease_token,
+            report=request.on_review,
         )
         return _decision(outcome)
 

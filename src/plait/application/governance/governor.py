@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from plait.application.governance.facts import WorkspaceProbe, call_facts
-from plait.application.governance.reviewer import Ask, Reviewer
+from plait.application.governance.reviewer import Ask, Reviewer, ReviewSink
 from plait.application.ports import ApprovalStore, Clock, IdGenerator
 from plait.domain.errors import ApprovalRefusedError
 from plait.domain.governance import (
@@ -111,10 +111,12 @@ class Governor:
         model_calls_left: int | None = None,
         ask: Ask | None = None,
         lease_token: int | None = None,
+        report: ReviewSink | None = None,
     ) -> GateOutcome:
         """Decide one call. ``ask`` reaches the reviewer's model through the run (else
         the reviewer's own client is used); ``model_calls_left`` is what remains of the
-        run's model-call budget; ``lease_token`` fences the approval request it may write."""
+        run's model-call budget; ``lease_token`` fences the approval request it may write;
+        ``report`` is told about the reviewer's work (the run's events)."""
         now = self.clock.now()
         facts = self.facts(call, effect, workspace, calls_so_far)
         pv = self.policy.evaluate(facts)
@@ -135,7 +137,9 @@ class Governor:
         why = policy.reason
         review = _Review(policy, 0, Usage())
         if pv.action is Action.REVIEW:
-            review = await self._review(run_id, call, spec, history, why, model_calls_left, ask)
+            review = await self._review(
+                run_id, call, spec, history, why, model_calls_left, ask, report
+            )
             trail.append(review.decision)
             if review.decision.verdict is not Verdict.ASK_USER:
                 return GateOutcome(
@@ -235,6 +239,7 @@ class Governor:
         why: str,
         model_calls_left: int | None,
         ask: Ask | None,
+        report: ReviewSink | None = None,
     ) -> _Review:
         if self.reviewer is None:
             decision = Decision(
@@ -247,7 +252,9 @@ class Governor:
         used = self._review_calls.get(run_id, 0)
         share = max(self.reviewer.config.max_model_calls - used, 0)
         left = share if model_calls_left is None else min(share, max(model_calls_left, 0))
-        out = await self.reviewer.review(call, spec, history, why=why, calls_left=left, ask=ask)
+        out = await self.reviewer.review(
+            call, spec, history, why=why, calls_left=left, ask=ask, run_id=run_id, report=report
+        )
         self._review_calls[run_id] = used + out.model_calls
         d = out.decision
         decision = Decision(

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from plait.application.events import ReviewEvent
 from plait.application.ports import ModelClient, ModelRequest, ModelResponse
 from plait.domain.context import Context, Correction
 from plait.domain.errors import ConfigError, PlaitError
@@ -25,7 +26,14 @@ from plait.domain.messages import Message, ToolCall, ToolResultMessage, Usage, U
 from plait.domain.policy import ReviewerConfig
 from plait.domain.tools import ToolSpec
 
-__all__ = ["REVIEWER_INSTRUCTIONS", "Ask", "ReviewOutcome", "Reviewer", "parse_decision"]
+__all__ = [
+    "REVIEWER_INSTRUCTIONS",
+    "Ask",
+    "ReviewOutcome",
+    "ReviewSink",
+    "Reviewer",
+    "parse_decision",
+]
 
 
 class Ask(Protocol):
@@ -62,6 +70,12 @@ class ReviewOutcome:
     decision: Decision
     model_calls: int = 0
     usage: Usage = field(default_factory=Usage)
+    error_code: str = ""
+    """Why the review fell back to ``ask_user`` (empty: the reviewer decided)."""
+
+
+ReviewSink = Callable[[ReviewEvent], None]
+"""Where a review in a run is reported (the run's events: telemetry's review span)."""
 
 
 def parse_decision(response: ModelResponse) -> tuple[dict[str, str] | None, list[str]]:
@@ -175,9 +189,51 @@ class Reviewer:
         why: str,
         calls_left: int | None,
         ask: Ask | None = None,
+        run_id: str = "",
+        report: ReviewSink | None = None,
     ) -> ReviewOutcome:
         """A validated decision. ``calls_left`` is what remains of the run's model-call
-        budget and of the reviewer's share (``None``: unlimited)."""
+        budget and of the reviewer's share (``None``: unlimited). ``report`` (in a run,
+        ``run_id``'s) is told when the review starts and what it decided."""
+        if report is None:
+            return await self._review(call, spec, history, why, calls_left, ask)
+        report(ReviewEvent(run_id=run_id, call=call, phase="started", reviewer=self.name))
+        try:
+            out = await self._review(call, spec, history, why, calls_left, ask)
+        except BaseException as e:  # the run's stop (budget, cancel): the review ends too
+            code = getattr(e, "code", None) or getattr(getattr(e, "error", None), "code", None)
+            ended = ReviewEvent(
+                run_id=run_id,
+                call=call,
+                phase="decided",
+                reviewer=self.name,
+                error_code=str(code or type(e).__name__),
+            )
+            report(ended)
+            raise
+        d = out.decision
+        decided = ReviewEvent(
+            run_id=run_id,
+            call=call,
+            phase="decided",
+            reviewer=d.by_name or self.name,
+            verdict=d.verdict.value,
+            reason=d.reason,
+            model_calls=out.model_calls,
+            error_code=out.error_code,
+        )
+        report(decided)
+        return out
+
+    async def _review(
+        self,
+        call: ToolCall,
+        spec: ToolSpec | None,
+        history: Sequence[Message],
+        why: str,
+        calls_left: int | None,
+        ask: Ask | None,
+    ) -> ReviewOutcome:
         out = ReviewOutcome(decision=self._ask_user("not reviewed"))
         corrections: list[Correction] = []
         while True:
@@ -185,6 +241,7 @@ class Reviewer:
                 out.decision = self._ask_user(
                     "the reviewer could not judge the call: no model-call budget left for review"
                 )
+                out.error_code = "budget_exhausted"
                 return out
             context = self.context(call, spec, history, why, tuple(corrections))
             response = await self._ask(context, out, ask)
@@ -204,6 +261,7 @@ class Reviewer:
                     f"the reviewer's answer was still invalid after {len(corrections)} "
                     "correction(s): " + "; ".join(problems)
                 )
+                out.error_code = "invalid_model_output"
                 return out
             rejected = response.text or json.dumps(response.structured)
             corrections.append(Correction(rejected_text=rejected, problems=tuple(problems)))
@@ -223,6 +281,7 @@ class Reviewer:
             out.decision = self._ask_user(
                 f"the reviewer did not answer within {self.config.timeout_seconds:g} s"
             )
+            out.error_code = "model_timeout"
             return None
         except asyncio.CancelledError:
             raise
@@ -232,6 +291,7 @@ class Reviewer:
             log.warning("reviewer %s failed: %s", self.name, e)
             message = e.message if isinstance(e, PlaitError) else str(e)
             out.decision = self._ask_user(f"the reviewer failed: {type(e).__name__}: {message}")
+            out.error_code = str(getattr(e, "code", "") or type(e).__name__)
             return None
         u = response.usage
         out.usage = Usage(
