@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from plait.adapters.stores import _pg_tokens
 from plait.adapters.stores._retention import (
     check_restores,
     check_tombstones,
@@ -53,6 +54,7 @@ async def _keys(
 async def _put_body(conn: Conn, pk: int, body: Message) -> None:
     row = message_row(body)
     await conn.execute(_REPLACE, (row[2].encode(), row[9], pk))
+    await _pg_tokens.forget(conn, pk)  # counted from the body it replaces
 
 
 async def expire(conn: Conn, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from plait.adapters.stores import _sqlite_tokens
 from plait.adapters.stores._retention import (
     check_restores,
     check_tombstones,
@@ -61,6 +62,7 @@ def _keys(
 def _put_body(conn: sqlite3.Connection, pk: int, body: Message, indexed: bool) -> None:
     row = message_row(body)
     conn.execute(_REPLACE, (row[2], row[9], pk))
+    _sqlite_tokens.forget(conn, pk)  # counted from the body it replaces
     if indexed:  # the recall index holds the body's text too
         conn.execute(_FTS_FORGET, (search_text(body), pk))
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from plait.adapters.stores import _codec, _pg_retention
+from plait.adapters.stores import _codec, _pg_retention, _pg_tokens
 from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
@@ -488,6 +488,15 @@ class PostgresStore:
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
         return await self._read(lambda conn: _pg_retention.expiries(conn, session_id))
+
+    async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
+        return await self._read(lambda conn: _pg_tokens.read(conn, session_id, meter))
+
+    async def save_token_counts(
+        self, session_id: str, meter: str, counts: Mapping[str, int]
+    ) -> None:
+        if counts:
+            await self._write(lambda conn: _pg_tokens.save(conn, session_id, meter, counts))
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         return await self._read(lambda conn: more.message_seq(conn, session_id, message_id))

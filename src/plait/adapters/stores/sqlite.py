@@ -38,6 +38,7 @@ from plait.adapters.stores import (
     _sqlite_commit,
     _sqlite_fork,
     _sqlite_retention,
+    _sqlite_tokens,
 )
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
@@ -261,6 +262,17 @@ class SqliteStore:
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
         return await self._db.read(lambda conn: _sqlite_retention.expiries(conn, session_id))
+
+    # --- token counts (see _sqlite_tokens) ------------------------------------------------
+
+    async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
+        return await self._db.read(lambda conn: _sqlite_tokens.read(conn, session_id, meter))
+
+    async def save_token_counts(
+        self, session_id: str, meter: str, counts: Mapping[str, int]
+    ) -> None:
+        if counts:
+            await self._db.write(lambda conn: _sqlite_tokens.save(conn, session_id, meter, counts))
 
     # --- forks (see _sqlite_fork) ---------------------------------------------------------
 

@@ -130,6 +130,12 @@ class OpenAIMeter:
         return f"openai/{self._encoding_name}"
 
     @property
+    def fingerprint(self) -> str:
+        """What stored counts are kept under (the encoding's ranks are pinned by hash;
+        the version names the framing counted around each message)."""
+        return f"openai/{self._encoding_name}/v1"
+
+    @property
     def exact(self) -> bool:
         return True
 
