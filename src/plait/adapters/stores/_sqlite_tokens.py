@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
+from plait.adapters.stores import _sqlite_segments
+
 __all__ = ["forget", "read", "save"]
 
 _DDL = """CREATE TABLE IF NOT EXISTS message_tokens (
@@ -19,11 +21,10 @@ _DDL = """CREATE TABLE IF NOT EXISTS message_tokens (
 _READ = (
     "SELECT sm.message_id, t.tokens FROM session_messages AS sm "
     "JOIN message_tokens AS t ON t.message_pk = sm.message_pk AND t.meter = ? "
-    "WHERE sm.session_id = ?"
+    "WHERE sm.session_id = ? AND sm.seq BETWEEN ? AND ?"
 )
 _SAVE = (
-    "INSERT INTO message_tokens (message_pk, meter, tokens) "
-    "SELECT message_pk, ?, ? FROM session_messages WHERE session_id = ? AND message_id = ? "
+    "INSERT INTO message_tokens (message_pk, meter, tokens) VALUES (?, ?, ?) "
     "ON CONFLICT (message_pk, meter) DO UPDATE SET tokens = excluded.tokens"
 )
 _FORGET = "DELETE FROM message_tokens WHERE message_pk = ?"
@@ -35,7 +36,11 @@ def _missing_table(e: sqlite3.OperationalError) -> bool:
 
 def read(conn: sqlite3.Connection, session_id: str, meter: str) -> dict[str, int]:
     try:
-        rows = conn.execute(_READ, (meter, session_id)).fetchall()
+        rows = [
+            row
+            for part in _sqlite_segments.ranges(conn, session_id)
+            for row in conn.execute(_READ, (meter, *part)).fetchall()
+        ]
     except sqlite3.OperationalError as e:
         if _missing_table(e):
             return {}  # nothing was ever counted in this store
@@ -46,7 +51,13 @@ def read(conn: sqlite3.Connection, session_id: str, meter: str) -> dict[str, int
 def save(conn: sqlite3.Connection, session_id: str, meter: str, counts: Mapping[str, int]) -> None:
     """Run inside a write transaction."""
     conn.execute(_DDL)
-    conn.executemany(_SAVE, [(meter, int(n), session_id, mid) for mid, n in counts.items()])
+    parts = _sqlite_segments.segments(conn, session_id)
+    rows = []
+    for message_id, tokens in counts.items():
+        found = _sqlite_segments.member(conn, session_id, message_id, parts)
+        if found is not None:
+            rows.append((found[1], meter, int(tokens)))
+    conn.executemany(_SAVE, rows)
 
 
 def forget(conn: sqlite3.Connection, message_pk: int) -> None:

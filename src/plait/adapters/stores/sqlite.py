@@ -40,6 +40,7 @@ from plait.adapters.stores import (
     _sqlite_retention,
     _sqlite_tokens,
 )
+from plait.adapters.stores import _sqlite_segments as _segments
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores._long_lived import long_lived
@@ -103,7 +104,7 @@ _MESSAGE_COLS = (
 _READ_MESSAGES = (
     f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
     "JOIN messages AS m ON m.pk = sm.message_pk "
-    "WHERE sm.session_id = ? AND sm.seq > ? ORDER BY sm.seq LIMIT ?"
+    "WHERE sm.session_id = ? AND sm.seq > ? AND sm.seq <= ? ORDER BY sm.seq LIMIT ?"
 )
 _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
 
@@ -217,7 +218,12 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> list[StoredMessage]:
             with long_lived():  # a few objects per message, all kept
-                rows = conn.execute(_READ_MESSAGES, (session_id, after, lim)).fetchall()
+                rows: list[Any] = []
+                for owner, lo, hi in _segments.ranges(conn, session_id, after):
+                    want = -1 if lim < 0 else lim - len(rows)
+                    if want == 0:
+                        break
+                    rows += conn.execute(_READ_MESSAGES, (owner, lo - 1, hi, want)).fetchall()
                 if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
                     raise session_not_found(session_id)
                 return decode_messages(rows)
