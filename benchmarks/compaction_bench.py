@@ -7,7 +7,9 @@ A SQLite store (WAL, synchronous=FULL) holds a generated coding session (a user 
 then rounds of: assistant call, tool output of ~600 characters, assistant note). Timed:
 
 - cold: the first context build for the session in a fresh service (every message is
-  counted once, then cached per message id and meter);
+  counted once, then cached per message id and meter, and stored with the history);
+- resumed: the first build in another fresh service over the same store (a process
+  resuming the session: the stored counts are read, nothing is counted again);
 - per step: each step appends one round (three messages, committed) and builds the next
   context — the hot path a run takes before every model call (reads the active summary
   and the constraint records from the store, takes in the new messages' counts, sums);
@@ -107,6 +109,11 @@ async def main(messages: int, n_steps: int, db: Path) -> None:
     view = await svc.view("bench", history, model=MODEL, instructions="", tools=())
     cold = (time.perf_counter() - t) * 1000
     print(f"cold build (counts every message once): {cold:.1f} ms, {view.tokens.total} tokens")
+    t = time.perf_counter()
+    again = await service(store).view("bench", history, model=MODEL, instructions="", tools=())
+    resumed = (time.perf_counter() - t) * 1000
+    assert again.tokens == view.tokens
+    print(f"resumed build (a fresh service reads the stored counts): {resumed:.1f} ms")
 
     raw_t, raw_sent, _ = await steps(svc, store, history, n_steps, r)
     r += n_steps

@@ -181,3 +181,34 @@ class ForkChainContract(ContractBase):
             assert await store.expiries("s1") == {}
 
         self.run(go)
+
+
+async def copied_branch_reads_alike(store: Store) -> None:
+    """A store holding "old", a branch of s1 at 4 with its own x1, made before forks
+    referred to their prefix (a copied membership row per message): it reads, forks,
+    appends, searches and expires alike, beside branches made now."""
+    base = [m.id for m in history()]
+    assert await ids(store, "old") == [*base[:4], "x1"]
+    assert (await store.get_session("old")).version == 5
+    assert await store.message_seq("old", "m3") == 3
+    with pytest.raises(ConflictError):
+        await append(store, "old", said("m2", "again"))
+    # a new-style fork of the old-style branch, and of that one
+    await fork(store, "old", "new", 5)
+    await fork(store, "new", "newer", 2)
+    assert await ids(store, "new") == [*base[:4], "x1"]
+    assert await ids(store, "newer") == base[:2]
+    await append(store, "new", said("n1", "fresh"))
+    await append(store, "old", said("x2", "old grows"))
+    assert await ids(store, "new", after=4) == ["x1", "n1"]
+    assert await ids(store, "old", after=4) == ["x1", "x2"]
+    with pytest.raises(ConflictError):
+        await append(store, "new", said("x1", "taken in the prefix"))
+    hits = [sm.message.id for sm in await store.search_history("new", "zebra")]
+    assert hits == ["x1"]
+    # retention in the parent reaches the copied rows and the new segments alike
+    await store.expire_messages("s1", stones(history()[:1]))
+    parent = await store.read_messages("s1", limit=1)
+    for sid in ("old", "new", "newer"):
+        assert await store.read_messages(sid, limit=1) == parent
+        assert sorted(await store.expiries(sid)) == ["m1"]

@@ -8,13 +8,10 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from plait.adapters.stores._sqlite_conn import SCHEMA_VERSION
 from plait.adapters.stores.sqlite import SqliteStore
-from plait.domain.errors import ConflictError
-from tests.contract.fork_chain_contract import append, ids, said
-from tests.contract.retention_contract import fork, history, seed, stones
+from tests.contract.fork_chain_contract import append, copied_branch_reads_alike, said
+from tests.contract.retention_contract import fork, seed
 
 
 def _rows(path: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
@@ -77,35 +74,11 @@ def test_a_schema_2_store_with_copied_branches_is_upgraded_and_reads_alike(
     path = tmp_path / "plait.db"
     _make_schema_2_store(path)
     assert _rows(path, "SELECT count(*) FROM session_messages WHERE session_id = 'old'") == [(5,)]
-    base = [m.id for m in history()]
 
     async def go() -> None:
         store = SqliteStore(path)
         try:
-            assert await ids(store, "old") == [*base[:4], "x1"]
-            assert (await store.get_session("old")).version == 5
-            assert await store.message_seq("old", "m3") == 3
-            with pytest.raises(ConflictError):
-                await append(store, "old", said("m2", "again"))
-            # a new-style fork of the old-style branch, and of that one
-            await fork(store, "old", "new", 5)
-            await fork(store, "new", "newer", 2)
-            assert await ids(store, "new") == [*base[:4], "x1"]
-            assert await ids(store, "newer") == base[:2]
-            await append(store, "new", said("n1", "fresh"))
-            await append(store, "old", said("x2", "old grows"))
-            assert await ids(store, "new", after=4) == ["x1", "n1"]
-            assert await ids(store, "old", after=4) == ["x1", "x2"]
-            with pytest.raises(ConflictError):
-                await append(store, "new", said("x1", "taken in the prefix"))
-            hits = [sm.message.id for sm in await store.search_history("new", "zebra")]
-            assert hits == ["x1"]
-            # retention in the parent reaches the copied rows and the new segments alike
-            await store.expire_messages("s1", stones(history()[:1]))
-            parent = await store.read_messages("s1", limit=1)
-            for sid in ("old", "new", "newer"):
-                assert await store.read_messages(sid, limit=1) == parent
-                assert sorted(await store.expiries(sid)) == ["m1"]
+            await copied_branch_reads_alike(store)
         finally:
             await store.close()
 

@@ -22,10 +22,15 @@ from plait.adapters.stores._pg_functions import (
     CLAIM_FUNCTION,
     CLAIM_FUNCTION_V9,
     CLAIM_FUNCTION_V11,
+    CLAIM_FUNCTION_V14,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
     COMMIT_FUNCTION_V11,
+    COMMIT_FUNCTION_V14,
+    MEMBERS_FUNCTION,
+    SEGMENTS_DDL,
+    VERSION_FUNCTION,
 )
 from plait.adapters.stores._redact import redact_url
 from plait.adapters.stores._session_pages import OWNER_INDEX_PG
@@ -176,6 +181,18 @@ MIGRATIONS += (
         """CREATE TABLE message_tokens (
             message_pk BIGINT NOT NULL REFERENCES messages (pk), meter TEXT NOT NULL,
             tokens INTEGER NOT NULL, PRIMARY KEY (message_pk, meter))""",
+    ),
+    # 14 on this branch (15 once the webhooks' 13 is in): forks that do not copy — a
+    # branch refers to its ancestors' rows by seq segments (see _pg_segments); branches
+    # made before keep their copied rows and read alike.
+    (
+        SEGMENTS_DDL,
+        MEMBERS_FUNCTION,
+        VERSION_FUNCTION,
+        "DROP FUNCTION plait_commit",
+        COMMIT_FUNCTION_V14,
+        "DROP FUNCTION plait_claim",
+        CLAIM_FUNCTION_V14,
     ),
 )
 

@@ -12,21 +12,20 @@ __all__ = ["forget", "read", "save"]
 Conn = Any
 
 _READ = (
-    "SELECT sm.message_id, t.tokens FROM session_messages AS sm "
-    "JOIN message_tokens AS t ON t.message_pk = sm.message_pk AND t.meter = %s "
-    "WHERE sm.session_id = %s"
+    "SELECT sm.message_id, t.tokens FROM plait_members(%s) AS sm "
+    "JOIN message_tokens AS t ON t.message_pk = sm.message_pk AND t.meter = %s"
 )
 _SAVE = (
     "INSERT INTO message_tokens (message_pk, meter, tokens) "
     "SELECT sm.message_pk, %s, c.tokens FROM unnest(%s::text[], %s::int[]) AS c (id, tokens) "
-    "JOIN session_messages AS sm ON sm.session_id = %s AND sm.message_id = c.id "
+    "JOIN plait_members(%s) AS sm ON sm.message_id = c.id "
     "ON CONFLICT (message_pk, meter) DO UPDATE SET tokens = excluded.tokens"
 )
 _FORGET = "DELETE FROM message_tokens WHERE message_pk = %s"
 
 
 async def read(conn: Conn, session_id: str, meter: str) -> dict[str, int]:
-    rows = await (await conn.execute(_READ, (meter, session_id))).fetchall()
+    rows = await (await conn.execute(_READ, (session_id, meter))).fetchall()
     return {str(mid): int(tokens) for mid, tokens in rows}
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from plait.adapters.stores import _codec, _pg_retention, _pg_tokens
+from plait.adapters.stores import _codec, _pg_retention, _pg_segments, _pg_tokens
 from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
@@ -240,8 +240,13 @@ class PostgresStore:
         lim = None if limit is None else max(limit, 0)
 
         async def op(conn: Conn) -> list[StoredMessage]:
-            cur = await conn.execute(q.READ_MESSAGES, (session_id, after, lim))
-            rows = await cur.fetchall()
+            rows: list[Any] = []
+            for owner, lo, hi in await _pg_segments.ranges(conn, session_id, after):
+                want = None if lim is None else lim - len(rows)
+                if want == 0:
+                    break
+                cur = await conn.execute(q.READ_MESSAGES, (owner, lo - 1, hi, want))
+                rows += await cur.fetchall()
             if not rows:
                 exists = await (await conn.execute(q.SESSION_EXISTS, (session_id,))).fetchone()
                 if exists is None:
