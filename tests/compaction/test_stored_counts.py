@@ -260,3 +260,31 @@ def test_nothing_is_counted_for_a_model_without_a_window(
         assert meter.counted == N
 
     run(go())
+
+
+def test_a_tokenizer_stores_exactly_its_counts_and_estimates_store_none(tmp_path: Path) -> None:
+    from plait.adapters.tokens import EstimatingMeter, OpenAIMeter
+    from plait.application.compaction._context import meter_fingerprint
+    from plait.application.compaction.estimate import EstimateMeter
+
+    assert meter_fingerprint(EstimateMeter()) is None  # counting is cheaper than a read
+    assert meter_fingerprint(EstimatingMeter("m")) is None
+    o200k, cl100k = OpenAIMeter("o200k_base"), OpenAIMeter("cl100k_base")
+    assert meter_fingerprint(o200k) != meter_fingerprint(cl100k)
+    history = messages(PRIME_AFTER)
+
+    async def go() -> None:
+        store = await seeded(tmp_path / "p.db", history)
+        try:
+            assembler = ContextAssembler(
+                store=store, settings=CompactionSettings(), cache=CountCache()
+            )
+            profile = ModelProfile(model="m", meter=o200k, context_window=1_000_000)
+            await assembler.build("s1", history, profile=profile, instructions="", tools=())
+            stored = await store.read_token_counts("s1", o200k.fingerprint)
+            assert stored == {m.id: OpenAIMeter("o200k_base").count_message(m) for m in history}
+            assert await store.read_token_counts("s1", cl100k.fingerprint) == {}
+        finally:
+            await store.close()
+
+    run(go())

@@ -32,11 +32,6 @@ class EstimatingMeter:
         return f"estimate/{self._name}"
 
     @property
-    def fingerprint(self) -> str:
-        """What stored counts are kept under: the safety factor changes every count."""
-        return f"estimate/x{self._safety!r}/v1"
-
-    @property
     def exact(self) -> bool:
         return False
 

@@ -14,7 +14,8 @@ constraints the store holds now), that view is returned as it is instead of a ne
 
 Token counts outlive the process when the store keeps them (a
 :class:`~plait.application.ports.TokenCountStore`) and the meter names everything that
-decides its counts (a ``fingerprint``): a ledger far behind the history first reads the
+decides its counts (a ``fingerprint``; a tokenizer's, whose counting costs more than a
+read; estimates by characters declare none): a ledger far behind the history first reads the
 stored counts, and the counts it made itself are stored in batches. A session resumed in
 a fresh process is then not measured again. ``measure=False`` builds without counting
 anything (the token figures are 0): for a model without a window, whose context is never

@@ -28,11 +28,6 @@ class EstimateMeter:
         return self._name
 
     @property
-    def fingerprint(self) -> str:
-        """What stored counts are kept under: the counting does not depend on the name."""
-        return "estimate/chars3/v1"
-
-    @property
     def exact(self) -> bool:
         return False
 
