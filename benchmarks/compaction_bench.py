@@ -7,7 +7,10 @@ A SQLite store (WAL, synchronous=FULL) holds a generated coding session (a user 
 then rounds of: assistant call, tool output of ~600 characters, assistant note). Timed:
 
 - cold: the first context build for the session in a fresh service (every message is
-  counted once, then cached per message id and meter);
+  counted once, then cached per message id and meter, and stored with the history);
+- resumed: the first build in another fresh service over the same store (a process
+  resuming the session: with ``--meter openai`` the stored counts are read, nothing is
+  counted again; the estimate meter stores none, counting characters is cheaper);
 - per step: each step appends one round (three messages, committed) and builds the next
   context — the hot path a run takes before every model call (reads the active summary
   and the constraint records from the store, takes in the new messages' counts, sums);
@@ -27,13 +30,14 @@ import time
 from pathlib import Path
 
 from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.tokens import OpenAIMeter
 from plait.application.compaction import (
     CompactionService,
     ModelProfile,
     ModelProfiles,
 )
 from plait.application.compaction.estimate import EstimateMeter
-from plait.application.ports import Commit, ModelCapabilities
+from plait.application.ports import Commit, ModelCapabilities, TokenMeter
 from plait.domain.compaction import CompactionSettings
 from plait.domain.messages import Message, UserMessage
 from plait.domain.session import Session
@@ -43,8 +47,8 @@ from plait.testing import FixedClock, FunctionModel, SequentialIds
 WINDOW = 128_000
 
 
-def service(store: SqliteStore) -> CompactionService:
-    meter = EstimateMeter()
+def service(store: SqliteStore, meter_name: str = "estimate") -> CompactionService:
+    meter: TokenMeter = OpenAIMeter() if meter_name == "openai" else EstimateMeter()
     summarizer = FunctionModel(
         extractive_summary,
         name="extractive",
@@ -91,7 +95,7 @@ def pct(values: list[float], q: float) -> float:
     return sorted(values)[min(int(len(values) * q), len(values) - 1)]
 
 
-async def main(messages: int, n_steps: int, db: Path) -> None:
+async def main(messages: int, n_steps: int, db: Path, meter: str = "estimate") -> None:
     store = SqliteStore.open(db)
     await store.create_session(Session(id="bench", created_at=0.0))
     history: list[Message] = []
@@ -102,11 +106,17 @@ async def main(messages: int, n_steps: int, db: Path) -> None:
         r += 1
     print(f"session: {len(history)} messages in {db}")
 
-    svc = service(store)
+    svc = service(store, meter)
     t = time.perf_counter()
     view = await svc.view("bench", history, model=MODEL, instructions="", tools=())
     cold = (time.perf_counter() - t) * 1000
     print(f"cold build (counts every message once): {cold:.1f} ms, {view.tokens.total} tokens")
+    t = time.perf_counter()
+    fresh = service(store, meter)
+    again = await fresh.view("bench", history, model=MODEL, instructions="", tools=())
+    resumed = (time.perf_counter() - t) * 1000
+    assert again.tokens == view.tokens
+    print(f"resumed build (a fresh service reads the stored counts): {resumed:.1f} ms")
 
     raw_t, raw_sent, _ = await steps(svc, store, history, n_steps, r)
     r += n_steps
@@ -139,6 +149,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--messages", type=int, default=10_000)
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--meter", choices=["estimate", "openai"], default="estimate")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        asyncio.run(main(a.messages, a.steps, Path(d) / "bench.db"))
+        asyncio.run(main(a.messages, a.steps, Path(d) / "bench.db", a.meter))

@@ -2,16 +2,16 @@
 how the fork's cost scales with the prefix and with the parent's length.
 
     uv run python benchmarks/fork_bench.py w3 --db PATH   # one run, peer protocol: JSON line
-    uv run python benchmarks/fork_bench.py scale --reps 5 # the scaling table
+    uv run python benchmarks/fork_bench.py scale --reps 5 # the scaling table (--big: 500k)
 
 ``w3`` expects the session ``ses_main`` built by ``drv_plait.py build`` (as W2 does) and
 writes into the file it is given (``compare.py`` hands it a copy). Timed from opening the
 store until the branch holds the prefix plus one new user message (both commits durable,
 SQLite WAL, synchronous=FULL): ``ForkService.fork_session`` (access check, cut-point check
-on a window around the fork point, one transaction with the session row, the membership
-rows sharing the message bodies, and the request record) then one append. The id of the
-fork-point message is looked up beforehand, untimed (LangGraph's driver likewise knows its
-checkpoint id). Both histories are checked afterwards.
+on a window around the fork point, one transaction with the session row, the segments
+referring to the source's prefix (no row per message), and the request record) then one
+append. The id of the fork-point message is looked up beforehand, untimed (LangGraph's
+driver likewise knows its checkpoint id). Both histories are checked afterwards.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _driver(a: argparse.Namespace) -> None:
         "workload": "w3",
         "import_s": round(T_IMPORTED - T_IMPORT_START, 4),
         "persistence": "SqliteStore: WAL, synchronous=FULL; the branch shares message bodies "
-        "through membership rows (one transaction), then one append",
+        "by segments referring to the prefix (one transaction), then one append",
     }
     asyncio.run(w3(a, res))
     res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
@@ -170,6 +170,8 @@ def _baseline(peer_bench: Path, scratch: Path) -> float | None:
 
 def _scale(a: argparse.Namespace) -> None:
     cases = [(5000, 500), (5000, 2500), (5000, 5000), (50000, 2500), (50000, 25000)]
+    if a.big:  # the issue's third size (building it takes a while)
+        cases.append((500000, 250000))
     scratch = Path(tempfile.mkdtemp(prefix="plait-w3-"))
     base: list[float] = []
     try:
@@ -210,6 +212,7 @@ def main() -> None:
     p.add_argument("--history", type=int, default=int(os.environ.get("BENCH_HISTORY", 5000)))
     p.add_argument("--fork-at", type=int, default=int(os.environ.get("BENCH_FORK_AT", 2500)))
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--big", action="store_true", help="scale: also 500,000 forked at 250,000")
     p.add_argument("--variant", default="")
     p.add_argument("--peer-bench", type=Path, default=HERE.parent.parent / "shared" / "peer-bench")
     a = p.parse_args()

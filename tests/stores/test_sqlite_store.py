@@ -236,4 +236,4 @@ def test_a_schema_1_store_is_upgraded_with_lease_tokens(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert row[0] == str(SCHEMA_VERSION) == "2"
+    assert row[0] == str(SCHEMA_VERSION) == "3"

@@ -388,6 +388,25 @@ class ApprovalStore(Protocol):
         for the same call returns the record unchanged; for another call it is refused."""
 
 
+class TokenCountStore(Protocol):
+    """Optional for a store: each message's token count per meter, kept beside the history
+    so a process resuming a long session reads the counts instead of measuring every
+    message again. ``meter`` is a meter's ``fingerprint`` (only meters declaring one are
+    stored: the fingerprint names everything that decides their counts). Counts are a
+    cache of a pure function of the message: a lost write only means counting again."""
+
+    async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
+        """Message id -> tokens by ``meter`` of the session's history (those stored)."""
+        ...
+
+    async def save_token_counts(
+        self, session_id: str, meter: str, counts: Mapping[str, int]
+    ) -> None:
+        """Keep ``counts`` (message id -> tokens) of messages of the session's history;
+        ids the session does not hold are ignored."""
+        ...
+
+
 class SummaryStore(Protocol):
     """Summaries, constraint records and full-text search over a session's raw history
     (compaction, DESIGN §8). Raw history is never modified by any of these."""

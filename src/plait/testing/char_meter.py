@@ -27,6 +27,11 @@ class CharMeter:
         return self._name
 
     @property
+    def fingerprint(self) -> str:
+        """What stored counts are kept under (everything that decides a count)."""
+        return f"chars/{self._cpt}/{self._per_message}"
+
+    @property
     def exact(self) -> bool:
         return False
 

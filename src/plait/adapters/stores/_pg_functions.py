@@ -19,10 +19,15 @@ __all__ = [
     "CLAIM_FUNCTION",
     "CLAIM_FUNCTION_V9",
     "CLAIM_FUNCTION_V11",
+    "CLAIM_FUNCTION_V14",
     "COMMIT_FUNCTION",
     "COMMIT_FUNCTION_V8",
     "COMMIT_FUNCTION_V10",
     "COMMIT_FUNCTION_V11",
+    "COMMIT_FUNCTION_V14",
+    "MEMBERS_FUNCTION",
+    "SEGMENTS_DDL",
+    "VERSION_FUNCTION",
 ]
 
 COMMIT_FUNCTION = """
@@ -330,4 +335,63 @@ CLAIM_FUNCTION_V11 = (
     .replace(_RETURNING_V9, _RETURNING_V9.replace("u.data INTO r", "u.data, u.lease_token INTO r"))
     .replace(_OUT_V9, _OUT_V9 + ", o_token bigint")
     .replace(_LAST_V9, _LAST_V9 + ",\n        r.lease_token")
+)
+
+# Forks that do not copy (see _pg_segments): a branch holds only its own membership rows;
+# ``session_segments`` says which seq ranges of it are which ancestor's rows.
+# ``plait_members(p)`` is a session's resolved membership (its own rows for a session
+# without segments), ``plait_version(p)`` its highest seq (a branch without messages of
+# its own yet: its fork point). ``plait_commit`` reads the version through it and refuses
+# an id the branch's inherited prefix holds; ``plait_claim`` reads the history through
+# ``plait_members``. Made from the functions of migration 11 (frozen).
+SEGMENTS_DDL = """CREATE TABLE session_segments (
+    session_id TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    owner_id TEXT NOT NULL, PRIMARY KEY (session_id, lo))"""
+MEMBERS_FUNCTION = """
+CREATE FUNCTION plait_members(p text)
+RETURNS TABLE (seq integer, message_id text, message_pk bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT sm.seq, sm.message_id, sm.message_pk FROM session_messages AS sm
+    WHERE sm.session_id = p
+      AND NOT EXISTS (SELECT 1 FROM session_segments AS g WHERE g.session_id = p)
+    UNION ALL
+    SELECT sm.seq, sm.message_id, sm.message_pk FROM session_segments AS g
+    JOIN session_messages AS sm ON sm.session_id = g.owner_id AND sm.seq BETWEEN g.lo AND g.hi
+    WHERE g.session_id = p
+$$"""
+VERSION_FUNCTION = """
+CREATE FUNCTION plait_version(p text) RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT max(sm.seq) FROM session_messages AS sm WHERE sm.session_id = p),
+        (SELECT max(g.hi) FROM session_segments AS g
+         WHERE g.session_id = p AND g.owner_id <> p),
+        0)
+$$"""
+_CURRENT_V11 = """    v_current := (SELECT coalesce(max(sm.seq), 0) FROM session_messages AS sm
+                  WHERE sm.session_id = p_session);
+"""
+_INSERT_V11 = (
+    "    FOR i IN 1 .. coalesce(array_length(m_id, 1), 0) LOOP\n        INSERT INTO messages"
+)
+assert COMMIT_FUNCTION_V11.count(_CURRENT_V11) == 1
+assert COMMIT_FUNCTION_V11.count(_INSERT_V11) == 1
+COMMIT_FUNCTION_V14 = COMMIT_FUNCTION_V11.replace(
+    _CURRENT_V11, "    v_current := plait_version(p_session);\n"
+).replace(
+    _INSERT_V11,
+    """    FOR i IN 1 .. coalesce(array_length(m_id, 1), 0) LOOP
+        PERFORM 1 FROM session_segments AS g
+        JOIN session_messages AS sm ON sm.session_id = g.owner_id
+            AND sm.message_id = m_id[i] AND sm.seq BETWEEN g.lo AND g.hi
+        WHERE g.session_id = p_session AND g.owner_id <> p_session;
+        IF FOUND THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:duplicate_message',
+                DETAIL = json_build_array(m_id[i])::text;
+        END IF;
+        INSERT INTO messages""",
+)
+_MEMBERS_V11 = "    LEFT JOIN session_messages AS sm ON sm.session_id = s.id\n"
+assert CLAIM_FUNCTION_V11.count(_MEMBERS_V11) == 1
+CLAIM_FUNCTION_V14 = CLAIM_FUNCTION_V11.replace(
+    _MEMBERS_V11, "    LEFT JOIN LATERAL plait_members(s.id) AS sm ON TRUE\n"
 )

@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from plait.adapters.stores import _pg_segments
 from plait.adapters.stores._codec import dumps
 from plait.adapters.stores._fork import (
     check_fork_commit,
@@ -54,19 +55,12 @@ Conn = Any
 
 _EXISTS = "SELECT 1 FROM sessions WHERE id = %s"
 _LOCK = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
-_VERSION = "SELECT coalesce(max(seq), 0) FROM session_messages WHERE session_id = %s"
-_SEQ_OF = "SELECT seq FROM session_messages WHERE session_id = %s AND message_id = %s"
-_AT_SEQ = "SELECT message_id FROM session_messages WHERE session_id = %s AND seq = %s"
+_VERSION = "SELECT plait_version(%s)"
 _GET_RECORD = "SELECT data FROM fork_requests WHERE branch_session_id = %s"
 _PUT_RECORD = "INSERT INTO fork_requests (branch_session_id, data) VALUES (%s, %s)"
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
     "parent_session_id, fork_point_message_id, title) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-)
-_SHARE_PREFIX = (
-    "INSERT INTO session_messages (session_id, seq, message_id, message_pk) "
-    "SELECT %s, seq, message_id, message_pk FROM session_messages "
-    "WHERE session_id = %s AND seq <= %s ORDER BY seq"
 )
 _ACTIVE = "SELECT data FROM summaries WHERE session_id = %s ORDER BY generation DESC LIMIT 1"
 _ALL = "SELECT data FROM summaries WHERE session_id = %s ORDER BY generation"
@@ -97,7 +91,7 @@ _SCAN = (
     "SELECT sm.seq, m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, "
     "m.status, m.extra, m.schema_version FROM session_messages AS sm "
     "JOIN messages AS m ON m.pk = sm.message_pk "
-    "WHERE sm.session_id = %s AND sm.seq <= %s ORDER BY sm.seq DESC LIMIT 500"
+    "WHERE sm.session_id = %s AND sm.seq BETWEEN %s AND %s ORDER BY sm.seq DESC LIMIT 500"
 )
 
 
@@ -116,9 +110,9 @@ async def _session(conn: Conn, session_id: str, *, lock: bool = False) -> Sessio
 
 
 async def message_seq(conn: Conn, session_id: str, message_id: str) -> int | None:
-    row = await _fetchone(conn, _SEQ_OF, (session_id, message_id))
-    if row is not None:
-        return int(row[0])
+    found = await _pg_segments.member(conn, session_id, message_id)
+    if found is not None:
+        return found[0]
     if await _fetchone(conn, _EXISTS, (session_id,)) is None:
         raise session_not_found(session_id)
     return None
@@ -147,11 +141,11 @@ async def fork(conn: Conn, commit: ForkCommit) -> ForkRecord:
     # Lock the source so its prefix is read at one version while the branch is written.
     if await _fetchone(conn, _LOCK, (source,)) is None:
         raise session_not_found(source)
-    point = await _fetchone(conn, _AT_SEQ, (source, record.through_seq))
+    point = await _pg_segments.member_at(conn, source, record.through_seq)
     if point is None or point[0] != record.through_message_id:
         raise missing_point(commit)
     await conn.execute(_INSERT_SESSION, session_row(branch))
-    await conn.execute(_SHARE_PREFIX, (branch.id, source, record.through_seq))
+    await _pg_segments.add_fork(conn, source, branch.id, record.through_seq)
     await conn.execute(_PUT_RECORD, (branch.id, json.dumps(record_to_dict(record))))
     return record
 
@@ -229,15 +223,17 @@ async def search(
         return []
     upto = session.version if through_seq is None else through_seq
     hits: list[StoredMessage] = []
-    while upto > 0:
-        rows = await (await conn.execute(_SCAN, (session_id, upto))).fetchall()
-        if not rows:
-            break
-        decoded = decode_messages([(*r[:3], r[3].decode(), *r[4:]) for r in rows])
-        for sm in decoded:
-            if matches(terms, sm.message):
-                hits.append(sm)
-                if len(hits) >= limit:
-                    return hits
-        upto = decoded[-1].seq - 1
+    # newest first: the segments (disjoint seq ranges) from the last one back, 500 a page
+    for owner, lo, hi in reversed(await _pg_segments.ranges(conn, session_id, 0, upto)):
+        while hi >= lo:
+            rows = await (await conn.execute(_SCAN, (owner, lo, hi))).fetchall()
+            if not rows:
+                break
+            decoded = decode_messages([(*r[:3], r[3].decode(), *r[4:]) for r in rows])
+            for sm in decoded:
+                if matches(terms, sm.message):
+                    hits.append(sm)
+                    if len(hits) >= limit:
+                        return hits
+            hi = decoded[-1].seq - 1
     return hits

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from plait.adapters.stores import _pg_segments, _pg_tokens
 from plait.adapters.stores._retention import (
     check_restores,
     check_tombstones,
@@ -25,14 +26,13 @@ Conn = Any
 
 _LOCK = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
 _EXISTS = "SELECT 1 FROM sessions WHERE id = %s"
-_PK_OF = "SELECT message_pk FROM session_messages WHERE session_id = %s AND message_id = %s"
 _EXPIRED = "SELECT 1 FROM message_expiries WHERE message_pk = %s FOR UPDATE"
 _REPLACE = "UPDATE messages SET text = %s, extra = %s WHERE pk = %s"
 _RECORD = "INSERT INTO message_expiries (message_pk, data) VALUES (%s, %s)"
 _UNRECORD = "DELETE FROM message_expiries WHERE message_pk = %s"
 _READ = (
-    "SELECT sm.message_id, e.data FROM session_messages AS sm "
-    "JOIN message_expiries AS e ON e.message_pk = sm.message_pk WHERE sm.session_id = %s"
+    "SELECT sm.message_id, e.data FROM plait_members(%s) AS sm "
+    "JOIN message_expiries AS e ON e.message_pk = sm.message_pk"
 )
 
 
@@ -43,16 +43,17 @@ async def _keys(
         raise session_not_found(session_id)
     keys: list[tuple[int, Message]] = []
     for m in messages:
-        row = await (await conn.execute(_PK_OF, (session_id, m.id))).fetchone()
-        if row is None:
+        found = await _pg_segments.member(conn, session_id, m.id)
+        if found is None:
             raise not_held(session_id, m.id)  # the transaction rolls back
-        keys.append((int(row[0]), m))
+        keys.append((found[1], m))
     return keys
 
 
 async def _put_body(conn: Conn, pk: int, body: Message) -> None:
     row = message_row(body)
     await conn.execute(_REPLACE, (row[2].encode(), row[9], pk))
+    await _pg_tokens.forget(conn, pk)  # counted from the body it replaces
 
 
 async def expire(conn: Conn, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:

@@ -22,10 +22,15 @@ from plait.adapters.stores._pg_functions import (
     CLAIM_FUNCTION,
     CLAIM_FUNCTION_V9,
     CLAIM_FUNCTION_V11,
+    CLAIM_FUNCTION_V14,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
     COMMIT_FUNCTION_V11,
+    COMMIT_FUNCTION_V14,
+    MEMBERS_FUNCTION,
+    SEGMENTS_DDL,
+    VERSION_FUNCTION,
 )
 from plait.adapters.stores._pg_webhooks import MIGRATION as WEBHOOKS_MIGRATION
 from plait.adapters.stores._redact import redact_url
@@ -174,6 +179,24 @@ MIGRATIONS += (
     # 13: webhooks: endpoints, the event outbox written by triggers in the transaction of
     # the state change, and its deliveries (see _pg_webhooks).
     WEBHOOKS_MIGRATION,
+    # 14: token counts per message body and meter, so a resumed session is not measured
+    # again (see _pg_tokens).
+    (
+        """CREATE TABLE message_tokens (
+            message_pk BIGINT NOT NULL REFERENCES messages (pk), meter TEXT NOT NULL,
+            tokens INTEGER NOT NULL, PRIMARY KEY (message_pk, meter))""",
+    ),
+    # 15: forks that do not copy — a branch refers to its ancestors' rows by seq segments
+    # (see _pg_segments); branches made before keep their copied rows and read alike.
+    (
+        SEGMENTS_DDL,
+        MEMBERS_FUNCTION,
+        VERSION_FUNCTION,
+        "DROP FUNCTION plait_commit",
+        COMMIT_FUNCTION_V14,
+        "DROP FUNCTION plait_claim",
+        CLAIM_FUNCTION_V14,
+    ),
 )
 
 LATEST = len(MIGRATIONS)

@@ -15,7 +15,7 @@ CREATE_SCHEMA_TABLE = (
 SCHEMA_VERSION = "SELECT max(version) FROM plait_schema"
 RECORD_VERSION = "INSERT INTO plait_schema (version) VALUES (%s)"
 
-_VERSION_OF = "coalesce((SELECT max(seq) FROM session_messages WHERE session_id = s.id), 0)"
+_VERSION_OF = "plait_version(s.id)"
 _SESSION_COLS = (
     f"s.id, s.created_at, s.owner, s.workspace, {_VERSION_OF}, s.active_run_id, "
     "s.parent_session_id, s.fork_point_message_id, s.title"
@@ -34,7 +34,7 @@ GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = %s"
 # Lock first, then read the version in a second statement: under READ COMMITTED a new
 # statement sees everything committed while it waited for the lock.
 LOCK_SESSION = "SELECT active_run_id FROM sessions WHERE id = %s FOR UPDATE"
-SESSION_VERSION = "SELECT coalesce(max(seq), 0) FROM session_messages WHERE session_id = %s"
+SESSION_VERSION = "SELECT plait_version(%s)"
 
 
 def session_page(
@@ -62,8 +62,9 @@ _MESSAGE_COLS = (
 READ_MESSAGES = (
     f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
     "JOIN messages AS m ON m.pk = sm.message_pk "
-    "WHERE sm.session_id = %s AND sm.seq > %s ORDER BY sm.seq LIMIT %s"
+    "WHERE sm.session_id = %s AND sm.seq > %s AND sm.seq <= %s ORDER BY sm.seq LIMIT %s"
 )
+"""One segment of a session's history (see _pg_segments): its owner's rows in a range."""
 
 INSERT_RUN = (
     f"INSERT INTO runs ({RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, FALSE, %s, 0) "

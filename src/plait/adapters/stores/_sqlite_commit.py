@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from plait.adapters.stores import _sqlite_segments as _segments
 from plait.adapters.stores._sqlite_conn import RUN_COLS, VERSION_OF
 from plait.adapters.stores._sqlite_rows import execution_row, message_row, run_data
 from plait.adapters.stores._state import (
@@ -148,6 +149,11 @@ def _put_executions(conn: sqlite3.Connection, c: Commit, run: Run | None) -> Non
 def _put_messages(
     conn: sqlite3.Connection, sid: str, expected: int, messages: tuple[Message, ...]
 ) -> None:
+    parts = _segments.segments(conn, sid)
+    if len(parts) > 1:  # a branch: ids are unique across the prefix it refers to as well
+        for m in messages:
+            if _segments.ancestor_seq_of(conn, sid, m.id, parts) is not None:
+                raise duplicate_message(sid, m.id)
     members = []
     for seq, m in enumerate(messages, expected + 1):
         pk = conn.execute(_INSERT_MESSAGE, message_row(m)).lastrowid

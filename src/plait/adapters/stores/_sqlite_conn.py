@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from plait.adapters.stores._health import CommitHealth
 from plait.adapters.stores._session_pages import OWNER_INDEX_SQLITE
+from plait.adapters.stores._sqlite_segments import DDL as SEGMENTS_DDL
 from plait.adapters.stores._state import closed_error
 from plait.adapters.stores._unstorable import unstorable
 from plait.adapters.stores.offload import IoThread
@@ -38,9 +39,11 @@ from plait.domain.runs import RunStatus
 
 __all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the table layout, kept in ``meta``. Row shapes carry their own version.
-2: ``runs.lease_token`` (fencing); a version 1 store is upgraded when it is opened."""
+2: ``runs.lease_token`` (fencing); 3: ``session_segments`` (forks that do not copy, see
+:mod:`._sqlite_segments`; branches made before hold copied rows and stay readable). An
+older store is upgraded when it is opened."""
 
 T = TypeVar("T")
 
@@ -87,9 +90,14 @@ _DDL = (
     """CREATE TABLE IF NOT EXISTS artifacts (
         id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
         media_type TEXT NOT NULL, data BLOB NOT NULL)""",
+    SEGMENTS_DDL,
 )
-VERSION_OF = "coalesce((SELECT max(seq) FROM session_messages WHERE session_id = s.id), 0)"
-"""A session's version: its highest seq (no version column; see ``sessions``)."""
+VERSION_OF = (
+    "coalesce((SELECT max(seq) FROM session_messages WHERE session_id = s.id), "
+    "(SELECT max(hi) FROM session_segments WHERE session_id = s.id AND owner_id <> s.id), 0)"
+)
+"""A session's version: its highest seq (no version column; see ``sessions``); a branch
+without messages of its own yet: its fork point."""
 RUN_COLS = (
     "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
     "lease_token"
@@ -97,6 +105,8 @@ RUN_COLS = (
 _UPGRADES = {
     # 1 -> 2: the runs' fencing token (every claim makes it one higher).
     1: ("ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0",),
+    # 2 -> 3: where a branch's prefix lives (forks made from now on copy no rows).
+    2: (SEGMENTS_DDL,),
 }
 
 

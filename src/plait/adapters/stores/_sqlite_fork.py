@@ -1,7 +1,7 @@
-"""Forks on SQLite: the branch shares the source's immutable message bodies through new
-membership rows ``(session_id, seq, message_id, message_pk)``; nothing of the bodies is
-copied. The session row, the membership rows and the request record are written in the
-caller's one ``BEGIN IMMEDIATE`` transaction.
+"""Forks on SQLite: the branch refers to its source's prefix by segments (see
+:mod:`._sqlite_segments`): no membership row and no body is copied, so a fork costs the
+same at any prefix length. The session row, the segments and the request record are
+written in the caller's one ``BEGIN IMMEDIATE`` transaction.
 
 The ``fork_requests`` table is created by the first fork, in that same transaction, so a
 store made before forks existed needs no migration and read commands never write.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from plait.adapters.stores import _sqlite_segments as segments
 from plait.adapters.stores._fork import (
     check_fork_commit,
     missing_point,
@@ -32,23 +33,16 @@ _DDL = """CREATE TABLE IF NOT EXISTS fork_requests (
 _GET_RECORD = "SELECT data FROM fork_requests WHERE branch_session_id = ?"
 _PUT_RECORD = "INSERT INTO fork_requests (branch_session_id, data) VALUES (?, ?)"
 _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
-_SEQ_OF = "SELECT seq FROM session_messages WHERE session_id = ? AND message_id = ?"
-_AT_SEQ = "SELECT message_id FROM session_messages WHERE session_id = ? AND seq = ?"
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
     "parent_session_id, fork_point_message_id, title) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_SHARE_PREFIX = (
-    "INSERT INTO session_messages (session_id, seq, message_id, message_pk) "
-    "SELECT ?, seq, message_id, message_pk FROM session_messages "
-    "WHERE session_id = ? AND seq <= ? ORDER BY seq"
-)
 
 
 def message_seq(conn: sqlite3.Connection, session_id: str, message_id: str) -> int | None:
-    row = conn.execute(_SEQ_OF, (session_id, message_id)).fetchone()
-    if row is not None:
-        return int(row[0])
+    found = segments.member(conn, session_id, message_id)
+    if found is not None:
+        return found[0]
     if conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
         raise session_not_found(session_id)
     return None
@@ -81,11 +75,11 @@ def fork(conn: sqlite3.Connection, commit: ForkCommit) -> ForkRecord:
     source = record.source_session_id
     if conn.execute(_SESSION_EXISTS, (source,)).fetchone() is None:
         raise session_not_found(source)
-    point = conn.execute(_AT_SEQ, (source, record.through_seq)).fetchone()
+    point = segments.member_at(conn, source, record.through_seq)
     if point is None or point[0] != record.through_message_id:
         raise missing_point(commit)
     conn.execute(_INSERT_SESSION, session_row(branch))
-    conn.execute(_SHARE_PREFIX, (branch.id, source, record.through_seq))
+    segments.add_fork(conn, source, branch.id, record.through_seq)
     conn.execute(_DDL)
     conn.execute(_PUT_RECORD, (branch.id, json.dumps(record_to_dict(record))))
     return record

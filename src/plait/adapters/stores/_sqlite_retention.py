@@ -13,6 +13,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from plait.adapters.stores import _sqlite_segments, _sqlite_tokens
 from plait.adapters.stores._retention import (
     check_restores,
     check_tombstones,
@@ -30,7 +31,6 @@ __all__ = ["expire", "expiries", "restore"]
 _DDL = """CREATE TABLE IF NOT EXISTS message_expiries (
     message_pk INTEGER PRIMARY KEY, data TEXT NOT NULL)"""
 _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
-_PK_OF = "SELECT message_pk FROM session_messages WHERE session_id = ? AND message_id = ?"
 _EXPIRED = "SELECT 1 FROM message_expiries WHERE message_pk = ?"
 _REPLACE = "UPDATE messages SET text = ?, extra = ? WHERE pk = ?"
 _RECORD = "INSERT INTO message_expiries (message_pk, data) VALUES (?, ?)"
@@ -39,7 +39,8 @@ _FTS_EXISTS = "SELECT 1 FROM sqlite_master WHERE name = 'message_fts'"
 _FTS_FORGET = "UPDATE message_fts SET body = ? WHERE rowid = ?"
 _READ = (
     "SELECT sm.message_id, e.data FROM session_messages AS sm "
-    "JOIN message_expiries AS e ON e.message_pk = sm.message_pk WHERE sm.session_id = ?"
+    "JOIN message_expiries AS e ON e.message_pk = sm.message_pk "
+    "WHERE sm.session_id = ? AND sm.seq BETWEEN ? AND ?"
 )
 
 
@@ -50,17 +51,19 @@ def _keys(
         raise session_not_found(session_id)
     conn.execute(_DDL)
     keys: list[tuple[int, Message]] = []
+    parts = _sqlite_segments.segments(conn, session_id)
     for m in messages:
-        row = conn.execute(_PK_OF, (session_id, m.id)).fetchone()
-        if row is None:
+        found = _sqlite_segments.member(conn, session_id, m.id, parts)
+        if found is None:
             raise not_held(session_id, m.id)  # the transaction rolls back
-        keys.append((int(row[0]), m))
+        keys.append((found[1], m))
     return keys
 
 
 def _put_body(conn: sqlite3.Connection, pk: int, body: Message, indexed: bool) -> None:
     row = message_row(body)
     conn.execute(_REPLACE, (row[2], row[9], pk))
+    _sqlite_tokens.forget(conn, pk)  # counted from the body it replaces
     if indexed:  # the recall index holds the body's text too
         conn.execute(_FTS_FORGET, (search_text(body), pk))
 
@@ -100,7 +103,11 @@ def expiries(conn: sqlite3.Connection, session_id: str) -> dict[str, Expiry]:
     if conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
         raise session_not_found(session_id)
     try:
-        rows = conn.execute(_READ, (session_id,)).fetchall()
+        rows = [
+            row
+            for part in _sqlite_segments.ranges(conn, session_id)
+            for row in conn.execute(_READ, part).fetchall()
+        ]
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return {}  # nothing was ever expired in this store

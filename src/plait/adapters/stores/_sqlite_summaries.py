@@ -17,7 +17,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from plait.adapters.stores import _sqlite_segments
 from plait.adapters.stores._codec import dumps
+from plait.adapters.stores._sqlite_conn import VERSION_OF
 from plait.adapters.stores._sqlite_rows import decode_messages, json_value
 from plait.adapters.stores._state import session_not_found
 from plait.adapters.stores._summary_codec import summary_from_dict, summary_to_dict
@@ -56,10 +58,7 @@ _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
     "m.extra, m.schema_version"
 )
-_SESSION = (
-    "SELECT coalesce((SELECT max(seq) FROM session_messages WHERE session_id = ?), 0) "
-    "FROM sessions WHERE id = ?"
-)
+_SESSION = f"SELECT {VERSION_OF} FROM sessions AS s WHERE s.id = ?"
 _ACTIVE = "SELECT data FROM summaries WHERE session_id = ? ORDER BY generation DESC LIMIT 1"
 _ALL = "SELECT data FROM summaries WHERE session_id = ? ORDER BY generation"
 _INSERT = (
@@ -76,12 +75,12 @@ _MATCH = (
     f"SELECT sm.seq, {_MESSAGE_COLS} FROM message_fts AS f "
     "JOIN session_messages AS sm ON sm.message_pk = f.rowid AND sm.session_id = ? "
     "JOIN messages AS m ON m.pk = f.rowid "
-    "WHERE message_fts MATCH ? AND sm.seq <= ? ORDER BY sm.seq DESC"
+    "WHERE message_fts MATCH ? AND sm.seq BETWEEN ? AND ? ORDER BY sm.seq DESC"
 )
 _SCAN = (
     f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
     "JOIN messages AS m ON m.pk = sm.message_pk "
-    "WHERE sm.session_id = ? AND sm.seq <= ? ORDER BY sm.seq DESC"
+    "WHERE sm.session_id = ? AND sm.seq BETWEEN ? AND ? ORDER BY sm.seq DESC"
 )
 
 
@@ -99,7 +98,7 @@ def _ensure(conn: sqlite3.Connection) -> None:
 
 
 def _session(conn: sqlite3.Connection, session_id: str) -> Session:
-    row = conn.execute(_SESSION, (session_id, session_id)).fetchone()
+    row = conn.execute(_SESSION, (session_id,)).fetchone()
     if row is None:
         raise session_not_found(session_id)
     return Session(id=session_id, created_at=0.0, version=int(row[0]))
@@ -214,13 +213,15 @@ def search(
         return []
     upto = session.version if through_seq is None else through_seq
     fts = _fts_query(terms)
-    rows: Any
-    if fts is None:
-        rows = conn.execute(_SCAN, (session_id, upto))
-    else:
-        rows = conn.execute(_MATCH, (session_id, fts, upto))
+    rows: list[Any] = []
+    # newest first: the segments (disjoint seq ranges) from the last one back
+    for owner, lo, hi in reversed(list(_sqlite_segments.ranges(conn, session_id, 0, upto))):
+        if fts is None:
+            rows += conn.execute(_SCAN, (owner, lo, hi)).fetchall()
+        else:
+            rows += conn.execute(_MATCH, (owner, fts, lo, hi)).fetchall()
     hits: list[StoredMessage] = []
-    for sm in decode_messages(rows.fetchall()):
+    for sm in decode_messages(rows):
         if matches(terms, sm.message):
             hits.append(sm)
             if len(hits) >= limit:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from plait.adapters.stores import _codec, _pg_retention
+from plait.adapters.stores import _codec, _pg_retention, _pg_segments, _pg_tokens
 from plait.adapters.stores import _pg_approvals as approvals
 from plait.adapters.stores import _pg_more as more
 from plait.adapters.stores import _pg_service as service
@@ -242,8 +242,13 @@ class PostgresStore:
         lim = None if limit is None else max(limit, 0)
 
         async def op(conn: Conn) -> list[StoredMessage]:
-            cur = await conn.execute(q.READ_MESSAGES, (session_id, after, lim))
-            rows = await cur.fetchall()
+            rows: list[Any] = []
+            for owner, lo, hi in await _pg_segments.ranges(conn, session_id, after):
+                want = None if lim is None else lim - len(rows)
+                if want == 0:
+                    break
+                cur = await conn.execute(q.READ_MESSAGES, (owner, lo - 1, hi, want))
+                rows += await cur.fetchall()
             if not rows:
                 exists = await (await conn.execute(q.SESSION_EXISTS, (session_id,))).fetchone()
                 if exists is None:
@@ -556,6 +561,15 @@ class PostgresStore:
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
         return await self._read(lambda conn: _pg_retention.expiries(conn, session_id))
+
+    async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
+        return await self._read(lambda conn: _pg_tokens.read(conn, session_id, meter))
+
+    async def save_token_counts(
+        self, session_id: str, meter: str, counts: Mapping[str, int]
+    ) -> None:
+        if counts:
+            await self._write(lambda conn: _pg_tokens.save(conn, session_id, meter, counts))
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         return await self._read(lambda conn: more.message_seq(conn, session_id, message_id))

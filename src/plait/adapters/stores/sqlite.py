@@ -38,7 +38,9 @@ from plait.adapters.stores import (
     _sqlite_commit,
     _sqlite_fork,
     _sqlite_retention,
+    _sqlite_tokens,
 )
+from plait.adapters.stores import _sqlite_segments as _segments
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores import _sqlite_webhooks as _webhooks
@@ -104,7 +106,7 @@ _MESSAGE_COLS = (
 _READ_MESSAGES = (
     f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
     "JOIN messages AS m ON m.pk = sm.message_pk "
-    "WHERE sm.session_id = ? AND sm.seq > ? ORDER BY sm.seq LIMIT ?"
+    "WHERE sm.session_id = ? AND sm.seq > ? AND sm.seq <= ? ORDER BY sm.seq LIMIT ?"
 )
 _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
 
@@ -218,7 +220,12 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> list[StoredMessage]:
             with long_lived():  # a few objects per message, all kept
-                rows = conn.execute(_READ_MESSAGES, (session_id, after, lim)).fetchall()
+                rows: list[Any] = []
+                for owner, lo, hi in _segments.ranges(conn, session_id, after):
+                    want = -1 if lim < 0 else lim - len(rows)
+                    if want == 0:
+                        break
+                    rows += conn.execute(_READ_MESSAGES, (owner, lo - 1, hi, want)).fetchall()
                 if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
                     raise session_not_found(session_id)
                 return decode_messages(rows)
@@ -263,6 +270,17 @@ class SqliteStore:
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
         return await self._db.read(lambda conn: _sqlite_retention.expiries(conn, session_id))
+
+    # --- token counts (see _sqlite_tokens) ------------------------------------------------
+
+    async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
+        return await self._db.read(lambda conn: _sqlite_tokens.read(conn, session_id, meter))
+
+    async def save_token_counts(
+        self, session_id: str, meter: str, counts: Mapping[str, int]
+    ) -> None:
+        if counts:
+            await self._db.write(lambda conn: _sqlite_tokens.save(conn, session_id, meter, counts))
 
     # --- forks (see _sqlite_fork) ---------------------------------------------------------
 

@@ -130,6 +130,13 @@ class OpenAIMeter:
         return f"openai/{self._encoding_name}"
 
     @property
+    def fingerprint(self) -> str:
+        """What stored counts are kept under (the encoding's ranks are pinned by hash;
+        the version names the framing counted around each message). Estimating meters
+        declare none: counting characters costs less than reading a stored count."""
+        return f"openai/{self._encoding_name}/v1"
+
+    @property
     def exact(self) -> bool:
         return True
 

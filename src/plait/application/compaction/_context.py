@@ -11,10 +11,20 @@ A view records what it was built from (:class:`ViewBasis`). A caller that kept a
 pass it back as ``reuse``: when the next build would be made from an equal basis (same
 session, profile, history, instructions, tools, corrections, and the summary and
 constraints the store holds now), that view is returned as it is instead of a new one.
+
+Token counts outlive the process when the store keeps them (a
+:class:`~plait.application.ports.TokenCountStore`) and the meter names everything that
+decides its counts (a ``fingerprint``; a tokenizer's, whose counting costs more than a
+read; estimates by characters declare none): a ledger far behind the history first reads the
+stored counts, and the counts it made itself are stored in batches. A session resumed in
+a fresh process is then not measured again. ``measure=False`` builds without counting
+anything (the token figures are 0): for a model without a window, whose context is never
+checked against one.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +41,19 @@ from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import ToolSpec
 
 __all__ = ["ContextAssembler", "ContextView", "TokenBreakdown", "ViewBasis", "summary_applies"]
+
+log = logging.getLogger("plait.compaction")
+
+PRIME_AFTER = 64
+"""A ledger missing this many counts of the history reads the stored ones first."""
+SAVE_EVERY = 64
+"""Counts made in this process are stored once this many are waiting."""
+
+
+def meter_fingerprint(meter: TokenMeter) -> str | None:
+    """What a meter's stored counts are kept under; None: its counts are not stored."""
+    fingerprint = getattr(meter, "fingerprint", None)
+    return fingerprint if isinstance(fingerprint, str) and fingerprint else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +97,8 @@ class ViewBasis(NamedTuple):
     constraints: tuple[Constraint, ...]
     calibration: float
     """The profile's calibration factor (it changes with every run of the model)."""
+    measured: bool = True
+    """False: built without counting (``measure=False``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,14 +161,58 @@ class ContextAssembler:
         self.cache = cache
         self._ledgers: dict[tuple[str, str], Ledger] = {}
         self._preambles: dict[tuple[str, str], tuple[object, str, int]] = {}
+        self._primed: set[tuple[str, str]] = set()
 
-    def ledger(self, session_id: str, meter: TokenMeter, history: Sequence[Message]) -> Ledger:
-        key = (session_id, meter.name)
+    def ledger(
+        self, session_id: str, meter: TokenMeter | None, history: Sequence[Message]
+    ) -> Ledger:
+        """The (session, meter) ledger, synced with ``history``; ``meter=None``: one that
+        counts nothing."""
+        key = (session_id, "" if meter is None else meter.name)
         ledger = self._ledgers.get(key)
         if ledger is None or ledger.meter is not meter:
             ledger = self._ledgers[key] = Ledger(meter, self.cache)
         ledger.sync(history)
         return ledger
+
+    async def prime(self, session_id: str, meter: TokenMeter, history: Sequence[Message]) -> None:
+        """Read the stored counts of ``history`` by ``meter`` into the cache when many are
+        missing there (once per session and meter in this process); a failed read only
+        means counting them."""
+        read = getattr(self.store, "read_token_counts", None)
+        fingerprint = meter_fingerprint(meter)
+        key = (session_id, meter.name)
+        if read is None or fingerprint is None or key in self._primed:
+            return
+        counts = self.cache.of(meter)
+        missing = sum(1 for m in history if m.id not in counts)
+        if missing < PRIME_AFTER:
+            return
+        self._primed.add(key)
+        try:
+            stored: dict[str, int] = await read(session_id, fingerprint)
+        except Exception:
+            log.warning("reading the stored token counts of %s failed", session_id, exc_info=True)
+            return
+        for message_id, tokens in stored.items():
+            counts.setdefault(message_id, tokens)
+
+    async def keep_counts(self, session_id: str, ledger: Ledger, *, force: bool = False) -> None:
+        """Store the counts ``ledger`` made itself once :data:`SAVE_EVERY` are waiting
+        (``force``: any); dropped when the store keeps none. A failed write is logged (the
+        counts are only made again)."""
+        fresh = ledger.fresh
+        if not fresh or (len(fresh) < SAVE_EVERY and not force):
+            return
+        ledger.fresh = {}
+        save = getattr(self.store, "save_token_counts", None)
+        fingerprint = None if ledger.meter is None else meter_fingerprint(ledger.meter)
+        if save is None or fingerprint is None:
+            return
+        try:
+            await save(session_id, fingerprint, fresh)
+        except Exception:
+            log.warning("storing the token counts of %s failed", session_id, exc_info=True)
 
     def _preamble(
         self,
@@ -190,26 +259,33 @@ class ContextAssembler:
         summary: Summary | None = None,
         constraints: tuple[Constraint, ...] | None = None,
         reuse: ContextView | None = None,
+        measure: bool = True,
     ) -> ContextView:
         """The context for ``history`` (the session's whole history, in order). The active
         summary and constraints are read from the store unless given. ``reuse``: a view
-        built before; returned as it is if it was built from the same basis as this one."""
+        built before; returned as it is if it was built from the same basis as this one.
+        ``measure=False``: nothing is counted (every token figure is 0)."""
         summary, constraints = await self._read(session_id, summary, constraints)
         basis = ViewBasis(
             session_id=session_id, profile=profile, history_length=len(history),
             last_message_id=history[-1].id if history else None, instructions=instructions,
             tools=tools, output_type=output_type, corrections=corrections, summary=summary,
-            constraints=constraints, calibration=profile.calibration.factor,
+            constraints=constraints, calibration=profile.calibration.factor, measured=measure,
         )  # fmt: skip
         if reuse is not None and reuse.basis == basis:
             return reuse
-        return self._assemble(basis, history)
+        if measure:
+            await self.prime(session_id, profile.meter, history)
+        view = self._assemble(basis, history)
+        if measure:
+            await self.keep_counts(session_id, self._ledgers[(session_id, profile.meter.name)])
+        return view
 
     def _assemble(self, basis: ViewBasis, history: list[Message]) -> ContextView:
         session_id, profile, meter = basis.session_id, basis.profile, basis.profile.meter
         summary = basis.summary
         summary = summary if summary and summary_applies(summary, history) else None
-        ledger = self.ledger(session_id, meter, history)
+        ledger = self.ledger(session_id, meter if basis.measured else None, history)
         start = 0 if summary is None else summary.covered_through_seq
         preamble, preamble_tokens = self._preamble(session_id, meter, basis.constraints, summary)
         u = ledger.last_user
@@ -220,13 +296,17 @@ class ContextAssembler:
             instructions=basis.instructions, tools=basis.tools, items=items,
             output_type=basis.output_type, corrections=basis.corrections, compacted=compacted,
         )  # fmt: skip
-        tokens = TokenBreakdown(
-            instructions=self.cache.text(meter, basis.instructions),
-            tools=self.cache.tools(meter, basis.tools),
-            preamble=preamble_tokens,
-            pinned=0 if pinned is None else self.cache.message(meter, pinned),
-            tail=ledger.tokens(start),
-            corrections=_corrections(meter, basis.corrections),
+        tokens = (
+            TokenBreakdown(
+                instructions=self.cache.text(meter, basis.instructions),
+                tools=self.cache.tools(meter, basis.tools),
+                preamble=preamble_tokens,
+                pinned=0 if pinned is None else self.cache.message(meter, pinned),
+                tail=ledger.tokens(start),
+                corrections=_corrections(meter, basis.corrections),
+            )
+            if basis.measured
+            else TokenBreakdown()
         )
         budget = self.settings.budget_for(profile.context_window, profile.max_output_tokens)
         return ContextView(

@@ -4,7 +4,12 @@ Counting is the expensive part of building a context for a long session. A
 :class:`CountCache` remembers each message's count per meter (messages are immutable and
 keyed by id), and a :class:`Ledger` keeps running sums and the complete-unit cut points of
 one history, extended by the messages appended since it last looked. Building the next
-context then costs O(new messages), not O(history).
+context then costs O(new messages), not O(history). A ledger without a meter counts
+nothing (every count is 0): it still finds the cut points, the latest user request and
+the assistant turns, for a model without a window whose context is never measured.
+The counts a ledger made itself (not found in the cache) are listed in ``fresh`` until
+taken, so that they can be stored with the history (see
+:class:`~plait.application.ports.TokenCountStore`).
 """
 
 from __future__ import annotations
@@ -72,12 +77,13 @@ class Ledger:
         "_open",
         "assistants",
         "cuts",
+        "fresh",
         "last_user",
         "meter",
         "prefix",
     )
 
-    def __init__(self, meter: TokenMeter, cache: CountCache) -> None:
+    def __init__(self, meter: TokenMeter | None, cache: CountCache) -> None:
         self.meter = meter
         self._cache = cache
         self.prefix: list[int] = [0]
@@ -88,6 +94,8 @@ class Ledger:
         """Index of the latest user message (-1: none)."""
         self._open: set[str] = set()
         self._last_id: str | None = None
+        self.fresh: dict[str, int] = {}
+        """Counts this ledger measured itself (message id -> tokens), until taken."""
 
     def sync(self, history: Sequence[Message]) -> None:
         """Take in the messages appended since the last call (rebuilds if ``history`` is
@@ -99,15 +107,17 @@ class Ledger:
             n = 0
         if len(history) == n:
             return
-        counts, count = self._cache.of(self.meter), self.meter.count_message
+        meter, fresh = self.meter, self.fresh
+        counts: dict[str, int] = {} if meter is None else self._cache.of(meter)
         prefix, cuts, open_calls = self.prefix, self.cuts, self._open
         total, turns, assistants = prefix[-1], self.assistants[-1], self.assistants
         for k in range(n, len(history)):
             m = history[k]
-            c = counts.get(m.id)
-            if c is None:
-                c = counts[m.id] = count(m)
-            total += c
+            if meter is not None:
+                c = counts.get(m.id)
+                if c is None:
+                    c = counts[m.id] = fresh[m.id] = meter.count_message(m)
+                total += c
             prefix.append(total)
             if isinstance(m, ToolResultMessage):
                 assistants.append(turns)

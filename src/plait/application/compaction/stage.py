@@ -226,8 +226,10 @@ class CompactionStage:
         model: str,
         corrections: Sequence[Correction] = (),
         reuse: ContextView | None = None,
+        measure: bool = True,
     ) -> ContextView:
-        """``reuse``: a view built before, returned if nothing it was built from changed."""
+        """``reuse``: a view built before, returned if nothing it was built from changed.
+        ``measure=False``: nothing is counted (see ``ContextAssembler.build``)."""
         return await self.service.assembler.build(
             session_id,
             history,
@@ -237,7 +239,15 @@ class CompactionStage:
             output_type=AssistantMessage,
             corrections=tuple(corrections),
             reuse=reuse,
+            measure=measure,
         )
+
+    def _has_window(self, model: str) -> bool:
+        try:
+            self.service.profiles.get(model)
+        except TokenMeterModelUnconfiguredError:
+            return False
+        return True
 
     async def assistant_context(
         self,
@@ -302,11 +312,14 @@ class CompactionStage:
     ) -> Context[AssistantMessage]:
         """The context of the run's next call: the one its post-step check measured, when
         nothing it was built from changed since (else built afresh). A context measured
-        over the model's window is never returned (see :meth:`_fit`)."""
+        over the model's window is never returned (see :meth:`_fit`). For a model without
+        a window (no profile), nothing is counted: there is no window to check against."""
         state = self.state(a.run.id)
         measured, state.measured = state.measured, None
         model = self._routed(a)
-        view = await self.view(a.session.id, a.history, model, corrections, measured)
+        view = await self.view(
+            a.session.id, a.history, model, corrections, measured, self._has_window(model)
+        )
         if view.corrected_total > view.budget.window:
             context, tokens = await self._fit(a, view, model, corrections, guard)
         else:

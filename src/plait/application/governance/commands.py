@@ -13,8 +13,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import bashlex  # type: ignore[import-untyped]
-
 from plait.domain.policy import ParsedCommand
 
 __all__ = ["parse_command"]
@@ -35,6 +33,10 @@ def parse_command(command: str) -> ParsedCommand:
         return ParsedCommand(ok=False, problem="contains a NUL character")
     if not command.strip():
         return ParsedCommand(ok=True)
+    # Imported here, not at module level: the parser costs ~150 ms to import and only a
+    # policy with a command rule ever reaches this line (Runtime.open stays fast).
+    import bashlex  # type: ignore[import-untyped]
+
     try:
         trees = bashlex.parse(command)
     except Exception as e:  # bashlex raises its own errors, NotImplementedError, ...

@@ -1,0 +1,74 @@
+"""PostgreSQL forks that do not copy: a fork writes no membership row per message, and
+branches made before (a copied membership row per message, as migration 15 finds them)
+read, fork, append, search and expire alike beside branches made after."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from plait.adapters.stores.postgres import PostgresStore
+from tests.contract.fork_chain_contract import append, copied_branch_reads_alike, said
+from tests.contract.retention_contract import fork, seed
+from tests.pg import empty_database
+
+
+@pytest.fixture
+def url(pg_url: str) -> str:
+    empty_database(pg_url)
+    return pg_url
+
+
+def _rows(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return list(conn.execute(sql, args).fetchall())
+
+
+def test_a_fork_copies_no_membership_rows(url: str) -> None:
+    async def go() -> None:
+        store = PostgresStore(url)
+        try:
+            await seed(store)
+            await fork(store, "s1", "b1", 5)
+            await fork(store, "b1", "c1", 3)
+            await append(store, "b1", said("x1", "own"))
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+    members = "SELECT count(*) FROM session_messages WHERE session_id = %s"
+    assert _rows(url, members, "b1") == [(1,)]
+    assert _rows(url, members, "c1") == [(0,)]
+    segments = "SELECT owner_id, lo, hi FROM session_segments WHERE session_id = %s ORDER BY lo"
+    assert _rows(url, segments, "c1")[0] == ("s1", 1, 3)
+
+
+def test_branches_with_copied_rows_read_alike(url: str) -> None:
+    async def make() -> None:
+        store = PostgresStore(url)
+        try:
+            await seed(store)
+            await fork(store, "s1", "old", 4)
+            await append(store, "old", said("x1", "branch zebra"))
+        finally:
+            await store.close()
+
+    asyncio.run(make())
+    with psycopg.connect(url, autocommit=True) as conn:  # as forks stored branches before
+        conn.execute("DELETE FROM session_segments WHERE session_id = 'old'")
+        conn.execute(
+            "INSERT INTO session_messages (session_id, seq, message_id, message_pk) "
+            "SELECT 'old', seq, message_id, message_pk FROM session_messages "
+            "WHERE session_id = 's1' AND seq <= 4"
+        )
+
+    async def go() -> None:
+        store = PostgresStore(url)
+        try:
+            await copied_branch_reads_alike(store)
+        finally:
+            await store.close()
+
+    asyncio.run(go())
