@@ -27,6 +27,9 @@ Format::
     threshold = 0.8
     summarizer_model = "openai:gpt-4o-mini"     # default "": the session's model
 
+    [mcp.servers.time]                          # README: MCP servers
+    command = "mcp-server-time"
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -52,7 +55,7 @@ _FLOAT = (
     "idle_timeout_seconds",
 )
 _STR = ("spec", "base_url", "key_env")
-_TOP = ("model", "models", "sandbox", "compaction")
+_TOP = ("model", "models", "sandbox", "compaction", "mcp")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +81,9 @@ class Config:
     """The merged ``[sandbox]`` tables, checked by ``SandboxSettings.from_mapping``."""
     compaction: Mapping[str, Any] = field(default_factory=dict)
     """The merged ``[compaction]`` tables, checked by ``CompactionSettings.from_mapping``."""
+    mcp: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[mcp]`` table, ``servers`` merged server by server (project over user),
+    checked by :func:`plait.adapters.mcp.servers_from_mapping`."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -142,6 +148,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     sources: list[str] = []
     sandbox: dict[str, Any] = {}
     compaction: dict[str, Any] = {}
+    mcp_servers: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -155,7 +162,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
             if key not in _TOP:
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
-                    "[sandbox], [compaction]",
+                    "[sandbox], [compaction], [mcp.servers.NAME]",
                     file=source,
                     key=key,
                 )
@@ -176,10 +183,22 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
                 f"{source}: compaction must be a table", file=source, key="compaction"
             )
         compaction.update(data.get("compaction", {}))
+        mcp = data.get("mcp", {})
+        if not isinstance(mcp, dict) or not isinstance(mcp.get("servers", {}), dict):
+            raise ConfigError(f"{source}: mcp.servers must be a table", file=source, key="mcp")
+        unknown = sorted(set(mcp) - {"servers"})
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown key {unknown[0]!r} in [mcp]; known: [mcp.servers.NAME]",
+                file=source,
+                key=unknown[0],
+            )
+        mcp_servers.update(mcp.get("servers", {}))
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
         sources=tuple(sources),
         sandbox=sandbox,
         compaction=compaction,
+        mcp={"servers": mcp_servers} if mcp_servers else {},
     )

@@ -7,7 +7,7 @@ builds the real ones from a store URL and a model spec.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from plait.domain.runs import Budget
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from plait.adapters.mcp import McpManager, McpServerConfig, McpToolInfo
     from plait.adapters.tools import SandboxSettings
     from plait.application.approvals import ApprovalDesk
     from plait.application.compaction import CompactionService
@@ -198,6 +199,38 @@ def _configured_sandbox() -> SandboxSettings:
         raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
 
 
+def _configured_mcp() -> dict[str, McpServerConfig]:
+    """The ``[mcp.servers.NAME]`` tables of the config files (none without any)."""
+    from plait.adapters.mcp import servers_from_mapping
+    from plait.config import load_config
+
+    config = load_config()
+    try:
+        return servers_from_mapping(config.mcp)
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: {e.message}", **e.details) from e
+
+
+def _mcp_manager(
+    servers: Mapping[str, McpServerConfig] | None, url: str, policy: Policy | None
+) -> McpManager | None:
+    """The manager of the MCP servers a session offers (``None`` without any): stdio
+    servers get run_command's sandbox, with the policy's paths and the store hidden."""
+    chosen = _configured_mcp() if servers is None else dict(servers)
+    if not chosen:
+        return None
+    from plait.adapters.mcp import McpManager
+    from plait.adapters.stores import protected_paths
+    from plait.adapters.tools.sandbox import with_policy
+
+    return McpManager(
+        chosen,
+        sandbox=with_policy(_configured_sandbox(), policy),
+        protected=[str(p) for p in protected_paths(url)],
+    )
+
+
 def _configured_compaction() -> CompactionSettings:
     """The ``[compaction]`` settings of the config files (defaults without any)."""
     from plait.config import load_config
@@ -228,7 +261,7 @@ def _forks(store: object, clock: Clock, snapshots: WorkspaceSnapshots | None) ->
 def _chosen_model(
     model: str | ModelClient | None,
     store_only: bool,
-    tools: Sequence[Tool],
+    tools: Sequence[ToolSpec],
     options: dict[str, Any],
 ) -> tuple[ModelClient | None, str | None]:
     """The model client and its spec (``None`` when given as a client or not at all)."""
@@ -246,7 +279,7 @@ def _chosen_model(
         options.setdefault("meter_for", meter_for)
     from plait.application.compaction import RECALL_SPEC  # added with compaction on
 
-    return open_model(spec, tools=[*(t.spec for t in tools), RECALL_SPEC]), spec
+    return open_model(spec, tools=[*tools, RECALL_SPEC]), spec
 
 
 def _sweeper() -> LeftoverSweeper:
@@ -307,13 +340,16 @@ class Runtime:
         gate: ToolGate | None = None,
         snapshots: WorkspaceSnapshots | None = None,
         model_spec: str | None = None,
+        mcp: McpManager | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
         (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
-        ``model_spec`` is recorded on runs so recovery and resume reopen that model."""
+        ``model_spec`` is recorded on runs so recovery and resume reopen that model;
+        ``mcp``: the MCP servers' manager, stopped by :meth:`close`."""
         self.store = store
+        self.mcp = mcp
         self.artifacts = artifacts
         self.model = model
         where = location or f"(a {type(store).__name__})"
@@ -362,6 +398,7 @@ class Runtime:
         create: bool = True,
         store_only: bool = False,
         policy: Policy | str | None = None,
+        mcp_servers: Mapping[str, McpServerConfig] | None = None,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -370,15 +407,36 @@ class Runtime:
         False`` refuses a missing store; ``store_only=True`` implies it (no model, no tools).
         Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
-        else the built-in default policy, see docs/policy.md)."""
+        else the built-in default policy, see docs/policy.md). ``mcp_servers``: the MCP
+        servers whose tools the session also gets (default the ``[mcp.servers]`` of
+        plait.toml; ``{}`` for none); their destructive tools need approval unless a
+        policy rule names them."""
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()
         governed = not store_only and "gate" not in options
         chosen = _policy(policy) if governed else None
         tools = () if store_only else _session_tools(url, chosen) if tools is None else tools
-        model_client, spec = _chosen_model(model, store_only, tools, options)
-        store = _open_store(url, create=create and not store_only)
+        manager = None if store_only else _mcp_manager(mcp_servers, url, chosen)
+        infos: tuple[McpToolInfo, ...] = ()
+        try:
+            if manager is not None:
+                from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
+
+                infos = list_mcp_tools(manager)
+                if chosen is not None:
+                    chosen = with_destructive_rule(chosen, infos)
+            specs = [*(t.spec for t in tools), *(i.spec for i in infos)]
+            model_client, spec = _chosen_model(model, store_only, specs, options)
+            store = _open_store(url, create=create and not store_only)
+        except BaseException:
+            if manager is not None:
+                manager.close()
+            raise
+        if manager is not None:
+            from plait.adapters.mcp import mcp_tools
+
+            tools = [*tools, *mcp_tools(manager, infos, artifacts=store)]
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
@@ -395,8 +453,13 @@ class Runtime:
             ids=ids,
             location=url,
             model_spec=spec,
+            mcp=manager,
             **({"owner": process_owner()} | options),
         )
 
     async def close(self) -> None:
+        if self.mcp is not None:
+            import asyncio
+
+            await asyncio.to_thread(self.mcp.close)
         await self.store.close()

@@ -39,6 +39,9 @@ class ToolSpec:
     description: str
     parameters: Mapping[str, Any]
     effect: EffectClass = EffectClass.SIDE_EFFECT
+    validator: Validator | None = field(default=None, repr=False, compare=False)
+    """Checks arguments instead of plait's built-in validator (which refuses keywords it
+    cannot enforce): set by adapters that take schemas from elsewhere, e.g. MCP servers."""
     _validator: Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -52,7 +55,7 @@ class ToolSpec:
                 tool=self.name,
             )
         try:
-            validator = compile_schema(self.parameters)
+            validator = self.validator or compile_schema(self.parameters)
         except SchemaError as e:
             raise ValidationError(
                 f"tool {self.name!r}: invalid parameters schema: {e}", tool=self.name
