@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, ToolAnnotations
 
 LOG = os.environ.get("FAULT_LOG", "mcp-calls.log")
@@ -99,7 +100,7 @@ def bad_image() -> ImageContent:
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def fail() -> str:
     """A tool error (the result has isError set)."""
-    raise ValueError("this tool always fails")
+    raise ToolError("this tool always fails")
 
 
 @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))

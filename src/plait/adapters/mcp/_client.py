@@ -25,6 +25,7 @@ from typing import Any, TextIO, TypeVar, cast
 import mcp.types as mcp_types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+from mcp.shared.exceptions import MCPError
 
 from plait.adapters.mcp._config import McpServerConfig
 from plait.adapters.tools.sandbox import (
@@ -64,6 +65,8 @@ class _Connection:
         self._launch = launch
         self.session: ClientSession | None = None
         self.tools_changed = False
+        self.broken = False
+        """A request found the transport closed: start a new process for the next call."""
         self._stop = asyncio.Event()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
@@ -71,7 +74,8 @@ class _Connection:
 
     @property
     def alive(self) -> bool:
-        return self._task is not None and not self._task.done() and self.session is not None
+        running = self._task is not None and not self._task.done()
+        return running and self.session is not None and not self.broken
 
     def stderr_tail(self) -> str:
         with contextlib.suppress(OSError, ValueError):
@@ -234,6 +238,13 @@ def _log_progress(
     log.info("MCP %s/%s progress %g/%s %s", server, tool, done, total, message or "")
 
 
+def _connection_lost(error: BaseException) -> bool:
+    """Whether the transport closed under a request (the server died or hung up)."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_connection_lost(e) for e in error.exceptions)
+    return isinstance(error, MCPError) and error.code == mcp_types.CONNECTION_CLOSED
+
+
 def _message(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup) and error.exceptions:
         return _message(error.exceptions[0])
@@ -370,9 +381,11 @@ class McpManager:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if not connection.alive:
+            if _connection_lost(e) or not connection.alive:
+                connection.broken = True
                 tail = connection.stderr_tail()[-300:]
-                raise McpCallLost(f"MCP server {server!r} exited during the call: {tail}") from e
+                said = f" (its stderr ends with: {tail})" if tail else ""
+                raise McpCallLost(f"MCP server {server!r} exited during the call{said}") from e
             raise McpServerError(
                 f"MCP server {server!r} answered {tool!r} with an error: {_message(e)}",
                 server=server,
