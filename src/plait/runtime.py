@@ -436,6 +436,7 @@ class Runtime:
         if manager is not None:
             from plait.adapters.mcp import mcp_tools
 
+            manager.stop_unhidden()  # listed before a new store existed: restart hiding it
             tools = [*tools, *mcp_tools(manager, infos, artifacts=store)]
         clock, ids = SystemClock(), RandomIds()
         if governed:

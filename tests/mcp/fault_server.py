@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -114,6 +115,37 @@ async def add_tool(ctx: Context) -> str:
     server.add_tool(extra, annotations=ToolAnnotations(read_only_hint=True))
     await ctx.session.send_tool_list_changed()
     return "added"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def read_path(path: str) -> str:
+    """Read a file anywhere (the sandbox decides what exists)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return "read: " + file.read()
+    except OSError as e:
+        return f"error: {type(e).__name__}: {e}"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def write_path(path: str, text: str) -> str:
+    """Write a file anywhere (the sandbox decides what is writable)."""
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(text)
+        return "written"
+    except OSError as e:
+        return f"error: {type(e).__name__}: {e}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def connect(host: str, port: int) -> str:
+    """Open a TCP connection (the sandbox decides whether there is a network)."""
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return "connected"
+    except OSError as e:
+        return f"error: {type(e).__name__}: {e}"
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ class _Connection:
         self.tools_changed = False
         self.broken = False
         """A request found the transport closed: start a new process for the next call."""
+        self.hidden = frozenset(p for p in launch.protected if os.path.lexists(p))
+        """The protected paths that existed (so were hidden) when the sandbox was made."""
         self._stop = asyncio.Event()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
@@ -398,6 +400,22 @@ class McpManager:
         self._connections.clear()
         for connection in connections:
             await connection.stop()
+
+    async def _stop_unhidden(self, existing: frozenset[str]) -> int:
+        stale = [(key, c) for key, c in self._connections.items() if existing - c.hidden]
+        for key, connection in stale:
+            del self._connections[key]
+            await connection.stop()
+        return len(stale)
+
+    def stop_unhidden(self) -> int:
+        """Stop the servers started before a protected path (plait's store) existed: a
+        sandbox hides only what exists when it is made, so they start again, with the
+        store hidden, at their next call. Returns how many were stopped."""
+        if self._loop is None:
+            return 0
+        existing = frozenset(p for p in self._launch.protected if os.path.lexists(p))
+        return self.run_sync(self._stop_unhidden(existing))
 
     def tools_changed(self) -> list[str]:
         """Servers that said their tool list changed since it was last listed."""
