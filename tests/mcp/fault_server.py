@@ -30,6 +30,14 @@ def _log(event: str, **data: Any) -> None:
         os.fsync(log.fileno())
 
 
+def _lines() -> list[str]:
+    try:
+        with open(LOG, encoding="utf-8") as log:
+            return log.readlines()
+    except FileNotFoundError:
+        return []
+
+
 def _meta(ctx: Context) -> dict[str, Any]:
     meta = ctx.request_context.meta
     return dict(meta) if meta else {}
@@ -60,9 +68,11 @@ async def slow_write(seconds: float, ctx: Context) -> str:
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def slow_read(seconds: float) -> str:
-    """A read that takes ``seconds``."""
+    """A read that takes ``seconds`` the first time, no time when repeated."""
+    first = not any('"slow_read_started"' in line for line in _lines())
     _log("slow_read_started")
-    await asyncio.sleep(seconds)
+    if first:
+        await asyncio.sleep(seconds)
     return "read"
 
 
