@@ -44,7 +44,15 @@ if TYPE_CHECKING:
     from plait.domain.policy import Policy
     from plait.domain.tools import ToolSpec
 
-__all__ = ["Runtime", "data_dir", "default_db_url", "governed_gate", "open_model"]
+__all__ = [
+    "Runtime",
+    "configured_sandbox",
+    "data_dir",
+    "default_db_url",
+    "governed_gate",
+    "offered_tools",
+    "open_model",
+]
 
 
 def data_dir() -> Path:
@@ -186,7 +194,7 @@ def _reviewer_model(policy: Policy) -> ModelClient | None:
         ) from e
 
 
-def _configured_sandbox() -> SandboxSettings:
+def configured_sandbox() -> SandboxSettings:
     """The ``[sandbox]`` settings of the config files (defaults without any)."""
     from plait.adapters.tools import SandboxSettings
     from plait.config import load_config
@@ -226,9 +234,54 @@ def _mcp_manager(
 
     return McpManager(
         chosen,
-        sandbox=with_policy(_configured_sandbox(), policy),
+        sandbox=with_policy(configured_sandbox(), policy),
         protected=[str(p) for p in protected_paths(url)],
     )
+
+
+def offered_tools(
+    *,
+    db: str | None = None,
+    policy: Policy | str | None = None,
+    mcp_servers: Mapping[str, McpServerConfig] | None = None,
+) -> list[dict[str, Any]]:
+    """Every tool a session opened with these settings would offer (``plait tools
+    list``): name, source (``built-in`` or ``mcp:SERVER``), effect class, and the policy's
+    decision for a call naming no path or command (file and command tools are then
+    decided per call). Starts the MCP servers to list their tools, and stops them."""
+    from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
+    from plait.application.compaction import RECALL_SPEC
+    from plait.domain.policy import CallFacts
+
+    url = db or default_db_url()
+    chosen = _policy(policy)
+    # recall comes with compaction, which every store that keeps summaries has
+    builtin = [*(t.spec for t in _session_tools(url, chosen)), RECALL_SPEC]
+    rows: list[tuple[ToolSpec, str, bool | None]] = [(s, "built-in", None) for s in builtin]
+    manager = _mcp_manager(mcp_servers, url, chosen)
+    if manager is not None:
+        try:
+            infos = list_mcp_tools(manager)
+        finally:
+            manager.close()
+        chosen = with_destructive_rule(chosen, infos)
+        rows += [(i.spec, f"mcp:{i.server}", i.destructive) for i in infos]
+    out: list[dict[str, Any]] = []
+    for spec, source, destructive in rows:
+        read_only = spec.effect.value == "read_only"
+        verdict = chosen.evaluate(CallFacts(tool=spec.name, read_only=read_only))
+        out.append(
+            {
+                "name": spec.name,
+                "source": source,
+                "effect": spec.effect.value,
+                "destructive": destructive,
+                "decision": verdict.action.value,
+                "rule": verdict.rule,
+                "reason": verdict.reason,
+            }
+        )
+    return out
 
 
 def _configured_compaction() -> CompactionSettings:
@@ -294,7 +347,7 @@ def _session_tools(url: str, policy: Policy | None) -> Sequence[Tool]:
 
     # The sandbox enforces the policy's denied paths too (read-only / hidden).
     return session_tools(
-        protected=protected_paths(url), policy=policy, sandbox=_configured_sandbox()
+        protected=protected_paths(url), policy=policy, sandbox=configured_sandbox()
     )
 
 

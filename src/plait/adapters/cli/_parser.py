@@ -252,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.adapters.cli.models import register as register_models
 
     register_models(sub, common)
+    from plait.adapters.cli.mcp import register as register_mcp
+
+    register_mcp(sub, common, policy_opt)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")

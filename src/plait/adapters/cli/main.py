@@ -110,6 +110,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return COMPACTION_COMMANDS[key](args, out)
     if key in GOVERNANCE_COMMANDS:
         return GOVERNANCE_COMMANDS[key](args, out)
+    if args.command in ("tools", "mcp"):
+        from plait.adapters.cli.mcp import COMMANDS as MCP_COMMANDS
+
+        return MCP_COMMANDS[key](args, out)
     if args.command == "models":
         from plait.adapters.cli.models import COMMANDS as MODEL_COMMANDS
 
