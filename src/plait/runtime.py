@@ -247,8 +247,9 @@ def offered_tools(
 ) -> list[dict[str, Any]]:
     """Every tool a session opened with these settings would offer (``plait tools
     list``): name, source (``built-in`` or ``mcp:SERVER``), effect class, and the policy's
-    decision for a call naming no path or command (file and command tools are then
-    decided per call). Starts the MCP servers to list their tools, and stops them."""
+    decision; ``per_call`` marks tools decided per path or per sub-command, shown with the
+    decision for a workspace path no rule names (or the default for commands). Starts the
+    MCP servers to list their tools, and stops them."""
     from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
     from plait.application.compaction import RECALL_SPEC
     from plait.domain.policy import CallFacts
@@ -269,16 +270,24 @@ def offered_tools(
     out: list[dict[str, Any]] = []
     for spec, source, destructive in rows:
         read_only = spec.effect.value == "read_only"
-        verdict = chosen.evaluate(CallFacts(tool=spec.name, read_only=read_only))
+        named = set(spec.parameters.get("properties", {})) & set(chosen.path_arguments)
+        command = chosen.is_command_tool(spec.name)
+        # A call naming a workspace path no rule mentions (file tools are decided per path)
+        facts = CallFacts(tool=spec.name, read_only=read_only, paths=("f",) if named else ())
+        verdict = chosen.evaluate(facts)
+        action, rule = verdict.action.value, verdict.rule
+        if command:
+            action, rule = chosen.command.value, "defaults.command"
         out.append(
             {
                 "name": spec.name,
                 "source": source,
                 "effect": spec.effect.value,
                 "destructive": destructive,
-                "decision": verdict.action.value,
-                "rule": verdict.rule,
-                "reason": verdict.reason,
+                "decision": action,
+                "rule": rule,
+                "reason": verdict.reason if not command else "decided per sub-command",
+                "per_call": bool(named) or command,
             }
         )
     return out

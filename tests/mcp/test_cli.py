@@ -51,7 +51,13 @@ def test_tools_list_shows_source_effect_and_decision(
         "decision": "allow",
         "rule": "defaults.read",
         "reason": "a read-only tool",
+        "per_call": False,
     }
+    assert (rows["write_file"]["decision"], rows["write_file"]["per_call"]) == ("allow", True)
+    assert (rows["run_command"]["rule"], rows["run_command"]["per_call"]) == (
+        "defaults.command",
+        True,
+    )
     note = rows["mcp__fault__write_note"]
     assert (note["destructive"], note["decision"], note["rule"]) == (
         True,

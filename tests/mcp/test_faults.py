@@ -233,3 +233,38 @@ def test_a_destructive_call_waits_and_an_approval_binds_its_exact_arguments(
         assert [e.get("text") for e in server_log(ws)] == ["A"]
     finally:
         rig.close()
+
+
+def test_cancelling_the_caller_sends_the_cancellation_to_the_server(
+    tmp_path: Path, ws: Path
+) -> None:
+    from plait.application.ports import ToolInvocation
+    from plait.domain.messages import ToolCall
+
+    rig = Rig(tmp_path, ws, script())
+    try:
+        (hang,) = [t for t in rig.rt.tools if t.spec.name == "mcp__fault__hang"]
+        invocation = ToolInvocation(
+            call=ToolCall.create(id="c1", name=hang.spec.name, arguments={}),
+            session_id="s1",
+            run_id="r1",
+            workspace=str(ws),
+            idempotency_key="k1",
+        )
+
+        async def cancel_midway() -> None:
+            task = asyncio.ensure_future(hang.execute(invocation))
+            while "hang" not in [e["event"] for e in server_log(ws)]:
+                assert not task.done()
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        rig.do(cancel_midway())
+        deadline = time.monotonic() + 30
+        while "hang_cancelled" not in [e["event"] for e in server_log(ws)]:
+            assert time.monotonic() < deadline, server_log(ws)
+            time.sleep(0.05)
+    finally:
+        rig.close()

@@ -46,7 +46,8 @@ def tools_list(a: argparse.Namespace, out: _Output) -> int:
     def text() -> str:
         header = f"{'TOOL':<48} {'SOURCE':<16} {'EFFECT':<12} DECISION"
         lines = [
-            f"{r['name']:<48} {r['source']:<16} {r['effect']:<12} {r['decision']} ({r['rule']})"
+            f"{r['name']:<48} {r['source']:<16} {r['effect']:<12} {r['decision']} ({r['rule']}"
+            + ("; per call)" if r["per_call"] else ")")
             for r in rows
         ]
         return "\n".join([header, *lines])
