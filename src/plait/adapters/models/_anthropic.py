@@ -9,7 +9,7 @@ from typing import Any
 
 from plait.adapters.models._common import Target, correction_text, cut_off, iter_turns, result_text
 from plait.adapters.models._errors import classify
-from plait.adapters.models._schema import plain_schema
+from plait.adapters.models._schema import anthropic_schema
 from plait.application.ports import ModelResponse, RawToolCall
 from plait.domain.context import Context
 from plait.domain.messages import AssistantMessage, ToolStatus, Usage, UserMessage
@@ -22,7 +22,11 @@ _THINKING = ("thinking", "redacted_thinking")
 
 
 def tool_param(spec: ToolSpec) -> dict[str, Any]:
-    return {"name": spec.name, "description": spec.description, "input_schema": plain_schema(spec)}
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": anthropic_schema(spec),
+    }
 
 
 def _assistant_content(target: Target, m: AssistantMessage) -> list[dict[str, Any]]:
