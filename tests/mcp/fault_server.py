@@ -3,7 +3,8 @@ floods its output, changes its tool list and returns malformed results on reques
 
 Every call it receives is appended to ``mcp-calls.log`` in its working directory (the
 workspace), so tests can show what reached it (and what did not). Run as
-``python fault_server.py``; it speaks MCP on stdio.
+``python fault_server.py``: it speaks MCP on stdio (``--http PORT``: streamable HTTP on
+127.0.0.1:PORT).
 """
 
 from __future__ import annotations
@@ -158,5 +159,15 @@ def connect(host: str, port: int) -> str:
         return f"error: {type(e).__name__}: {e}"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def auth_header(ctx: Context) -> str:
+    """The Authorization header of the HTTP request carrying this call (HTTP only)."""
+    headers = ctx.headers or {}
+    return str(headers.get("authorization", "none"))
+
+
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":  # streamable HTTP on a loopback port
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()
