@@ -121,6 +121,14 @@ def test_every_content_kind_becomes_text_and_binaries_artifacts() -> None:
     ]  # structuredContent equal to a text block is not repeated
     other = mt.CallToolResult(content=[], structured_content={"t": 1})
     assert asyncio.run(describe_result(other, save)) == '[structuredContent]\n{"t": 1}'
+    wrapped = mt.CallToolResult(
+        content=[mt.TextContent(type="text", text="7")], structured_content={"result": 7}
+    )
+    assert asyncio.run(describe_result(wrapped, save)) == "7"
+    differs = mt.CallToolResult(
+        content=[mt.TextContent(type="text", text="a summary")], structured_content={"n": 2}
+    )
+    assert asyncio.run(describe_result(differs, save)) == 'a summary\n[structuredContent]\n{"n": 2}'
 
 
 @pytest.mark.parametrize(

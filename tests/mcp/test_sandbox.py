@@ -88,3 +88,52 @@ def test_writes_land_only_in_the_workspace(tmp_path: Path, manager_for: Any) -> 
     said = call(manager, "write_path", path=str(tmp_path / "next-to-ws.txt"), text="out")
     assert said.startswith("error: ")
     assert not (tmp_path / "next-to-ws.txt").exists()
+
+
+def test_a_server_run_outside_the_sandbox_is_marked_on_every_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plait.domain.policy import Action, Policy
+    from plait.domain.session import Session
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.chdir(ws)
+    call_peek = {"name": "mcp__fault__peek", "arguments": {}, "id": "c1"}
+    model = ScriptedModel(
+        {"version": 1, "assistant": [{"tool_calls": [call_peek]}, {"text": "done"}]}
+    )
+    rt = Runtime.open(
+        db=f"sqlite:///{tmp_path / 'plait.db'}",
+        model=model,
+        mcp_servers={"fault": fault_server(sandbox=False)},
+        policy=Policy(other=Action.ALLOW),
+    )
+
+    async def go() -> str:
+        try:
+            await rt.store.create_session(Session(id="s1", created_at=1.0, workspace=str(ws)))
+            result = await rt.service.send("s1", "peek")
+            (message,) = [m.message for m in result.messages if m.message.kind == "tool_result"]
+            return message.result.content
+        finally:
+            await rt.close()
+
+    content = asyncio.run(go())
+    assert content == "[ran outside the sandbox: MCP server 'fault']\npeeked"
+
+
+def test_without_bubblewrap_a_sandboxed_server_names_the_fix(
+    tmp_path: Path, manager_for: Any
+) -> None:
+    from plait.adapters.mcp import McpServerError, list_mcp_tools
+    from plait.adapters.tools import SandboxSettings
+
+    manager = manager_for(
+        fault_server(), workspace=tmp_path, sandbox=SandboxSettings(bwrap="no-such-bwrap")
+    )
+    with pytest.raises(McpServerError) as info:
+        list_mcp_tools(manager)
+    message = info.value.message
+    assert "MCP server 'fault'" in message and "no-such-bwrap" in message
+    assert "sandbox = false in [mcp.servers.fault]" in message

@@ -183,6 +183,12 @@ def _decode(data: str) -> bytes:
 
 
 def _same_json(text: str, value: object) -> bool:
+    """Whether the text block already says what ``structuredContent`` says: its JSON, or
+    (the SDKs' wrapping of a plain return value as ``{"result": ...}``) the wrapped value."""
+    if isinstance(value, dict) and list(value) == ["result"]:
+        inner = value["result"]
+        if text == inner or _same_json(text, inner):
+            return True
     try:
         return bool(json.loads(text) == value)
     except ValueError:
