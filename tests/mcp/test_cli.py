@@ -82,3 +82,15 @@ def test_mcp_check_lists_the_tools_and_names_a_broken_server(
     assert json.loads(captured.out)["error"]["code"] == "mcp_server_error"
     assert main(["mcp", "check", "nope"]) == 2
     assert "no MCP server 'nope' in plait.toml" in capsys.readouterr().err
+
+
+def test_commands_that_do_not_run_the_agent_do_not_start_the_servers(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_config(ws, '[mcp.servers.broken]\ncommand = "/bin/false"\n')
+    assert main(["sessions", "new", "--workspace", str(ws), "--json"]) == 0
+    session = json.loads(capsys.readouterr().out)["session_id"]
+    assert main(["sessions", "list"]) == 0
+    # sending runs the agent: the broken server is the one clear error
+    assert main(["send", session, "hi", "--model", "scripted:none.yaml"]) == 2
+    assert "MCP server 'broken' did not start" in capsys.readouterr().err

@@ -77,7 +77,15 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
     else:
         model = getattr(a, "model", None)
         policy = getattr(a, "policy", None)
-        runtime = Runtime.open(db=db, model=model, create=command.mode == "create", policy=policy)
+        # Only commands that run the agent start the MCP servers (to offer their tools).
+        servers = None if command.run in (send, cmd.runs_recover, cmd.runs_resume) else {}
+        runtime = Runtime.open(
+            db=db,
+            model=model,
+            create=command.mode == "create",
+            policy=policy,
+            mcp_servers=servers,
+        )
     try:
         return await command.run(runtime, a, out)
     finally:
