@@ -268,3 +268,20 @@ def test_cancelling_the_caller_sends_the_cancellation_to_the_server(
             time.sleep(0.05)
     finally:
         rig.close()
+
+
+def test_a_server_that_never_answers_is_one_error_and_its_stderr_is_quoted(
+    tmp_path: Path, ws: Path, manager_for: Any
+) -> None:
+    from plait.adapters.mcp import list_mcp_tools
+    from tests.mcp.conftest import python_server
+
+    mute = McpServerConfig(name="mute", command="/bin/sleep", args=("600",), startup_seconds=1.0)
+    with pytest.raises(McpServerError, match="MCP server 'mute' did not answer within 1 s"):
+        list_mcp_tools(manager_for(mute, workspace=ws))
+    # a real server refusing its arguments: the error names it and quotes what it said
+    git = python_server("git", "mcp-server-git", "--repository", ".")
+    with pytest.raises(McpServerError) as info:
+        list_mcp_tools(manager_for(git, workspace=ws))
+    assert info.value.message.startswith("MCP server 'git' did not start")
+    assert "is not a valid Git repository" in info.value.message

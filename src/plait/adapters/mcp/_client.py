@@ -94,8 +94,9 @@ class _Connection:
             async with asyncio.timeout(self.config.startup_seconds):
                 await asyncio.shield(self._ready)
         except TimeoutError:
+            error = self._error(f"did not answer within {self.config.startup_seconds:g} s")
             await self.stop()
-            raise self._error(f"did not answer within {self.config.startup_seconds:g} s") from None
+            raise error from None
         except McpServerError:
             await self.stop()
             raise
@@ -134,6 +135,8 @@ class _Connection:
 
     async def stop(self) -> None:
         self._stop.set()
+        if self._task is not None and not self._task.done() and self.session is None:
+            self._task.cancel()  # still starting: nothing to close gracefully
         if self._task is not None and not self._task.done():
             try:
                 async with asyncio.timeout(5):
