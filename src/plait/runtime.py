@@ -236,6 +236,8 @@ def _mcp_manager(
         chosen,
         sandbox=with_policy(configured_sandbox(), policy),
         protected=[str(p) for p in protected_paths(url)],
+        environ=os.environ,  # secrets named by env_from and ${NAME} headers
+        workspace=os.getcwd(),  # where servers start to list their tools
     )
 
 

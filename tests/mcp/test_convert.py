@@ -175,3 +175,20 @@ def test_plait_toml_servers_merge_project_over_user(tmp_path: Any) -> None:
     (project / "plait.toml").write_text("[mcp]\nclients = 1\n")
     with pytest.raises(ConfigError, match="unknown key 'clients' in \\[mcp\\]"):
         load_config(project, {"XDG_CONFIG_HOME": str(tmp_path / "config")})
+
+
+def test_mcp_errors_pickle() -> None:
+    import pickle
+
+    from plait.adapters.mcp import McpCallLost, McpServerError
+
+    error = McpServerError("MCP server 's' did not start", server="s")
+    back = pickle.loads(pickle.dumps(error))
+    assert (type(back), back.message, back.details, back.code) == (
+        McpServerError,
+        error.message,
+        {"server": "s"},
+        "mcp_server_error",
+    )
+    lost = pickle.loads(pickle.dumps(McpCallLost("gone")))
+    assert isinstance(lost, McpCallLost) and str(lost) == "gone"
