@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from plait.adapters.cli import _commands as cmd
 from plait.adapters.cli import service_cmds
@@ -78,7 +78,8 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
         model = getattr(a, "model", None)
         policy = getattr(a, "policy", None)
         # Only commands that run the agent start the MCP servers (to offer their tools).
-        servers = None if command.run in (send, cmd.runs_recover, cmd.runs_resume) else {}
+        runs_agent = command.run in (send, cmd.runs_recover, cmd.runs_resume)
+        servers: dict[str, Any] | None = None if runs_agent else {}
         runtime = Runtime.open(
             db=db,
             model=model,
