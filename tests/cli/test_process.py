@@ -176,6 +176,10 @@ def test_the_help_covers_every_documented_command() -> None:
             "models",
             "models list",
             "models check",
+            "tools",
+            "tools list",
+            "mcp",
+            "mcp check",
         ]
     )
 
