@@ -43,6 +43,9 @@ Format::
     events = ["run.finished", "outcome.unknown"]  # workers at start-up (id cfg_ops)
     secret_env = "OPS_WEBHOOK_SECRET"           # holds its whsec_ secret
 
+    [mcp.servers.time]                          # README: MCP servers
+    command = "mcp-server-time"
+
 Unknown keys and wrong types are errors naming the file and the key, never ignored.
 """
 
@@ -77,6 +80,7 @@ _TOP = (
     "telemetry",
     "agents",
     "webhooks",
+    "mcp",
 )
 
 
@@ -113,6 +117,9 @@ class Config:
     webhooks: Mapping[str, Any] = field(default_factory=dict)
     """``[webhooks.NAME]`` tables by name (project over user, whole tables), checked by
     :func:`plait.domain.webhooks.configured_endpoints`."""
+    mcp: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[mcp]`` table, ``servers`` merged server by server (project over user),
+    checked by :func:`plait.adapters.mcp.servers_from_mapping`."""
 
     def entry(self, name: str) -> ModelEntry | None:
         return self.models.get(name)
@@ -181,6 +188,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
     telemetry: dict[str, Any] = {}
     agents: dict[str, dict[str, Any]] = {}
     webhooks: dict[str, Any] = {}
+    mcp_servers: dict[str, Any] = {}
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
@@ -195,7 +203,7 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
                 raise ConfigError(
                     f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
                     "[sandbox], [compaction], [retention], [telemetry], [agents.NAME], "
-                    "[webhooks.NAME]",
+                    "[webhooks.NAME], [mcp.servers.NAME]",
                     file=source,
                     key=key,
                 )
@@ -232,6 +240,17 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         if not isinstance(data.get("webhooks", {}), dict):
             raise ConfigError(f"{source}: webhooks must be a table", file=source, key="webhooks")
         webhooks.update({name: (source, t) for name, t in data.get("webhooks", {}).items()})
+        mcp = data.get("mcp", {})
+        if not isinstance(mcp, dict) or not isinstance(mcp.get("servers", {}), dict):
+            raise ConfigError(f"{source}: mcp.servers must be a table", file=source, key="mcp")
+        unknown = sorted(set(mcp) - {"servers"})
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown key {unknown[0]!r} in [mcp]; known: [mcp.servers.NAME]",
+                file=source,
+                key=unknown[0],
+            )
+        mcp_servers.update(mcp.get("servers", {}))
     return Config(
         model=env.get("PLAIT_MODEL") or model,
         models=models,
@@ -242,4 +261,5 @@ def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -
         telemetry=telemetry,
         agents=agents,
         webhooks=webhooks,
+        mcp={"servers": mcp_servers} if mcp_servers else {},
     )

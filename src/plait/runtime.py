@@ -7,7 +7,7 @@ builds the real ones from a store URL and a model spec.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from plait.domain.runs import Budget
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from plait.adapters.mcp import McpManager, McpServerConfig, McpToolInfo
     from plait.adapters.tools import SandboxSettings
     from plait.application.approvals import ApprovalDesk
     from plait.application.compaction import CompactionService
@@ -52,11 +53,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Runtime",
     "configured_retention",
+    "configured_sandbox",
     "configured_subagents",
     "configured_telemetry",
     "data_dir",
     "default_db_url",
     "governed_gate",
+    "offered_tools",
     "open_model",
 ]
 
@@ -263,7 +266,7 @@ def _reviewer_model(policy: Policy) -> ModelClient | None:
         ) from e
 
 
-def _configured_sandbox() -> SandboxSettings:
+def configured_sandbox() -> SandboxSettings:
     """The ``[sandbox]`` settings of the config files (defaults without any)."""
     from plait.adapters.tools import SandboxSettings
     from plait.config import load_config
@@ -274,6 +277,94 @@ def _configured_sandbox() -> SandboxSettings:
     except ConfigError as e:
         where = ", ".join(config.sources) or "config"
         raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
+
+
+def _configured_mcp() -> dict[str, McpServerConfig]:
+    """The ``[mcp.servers.NAME]`` tables of the config files (none without any)."""
+    from plait.adapters.mcp import servers_from_mapping
+    from plait.config import load_config
+
+    config = load_config()
+    try:
+        return servers_from_mapping(config.mcp)
+    except ConfigError as e:
+        where = ", ".join(config.sources) or "config"
+        raise ConfigError(f"{where}: {e.message}", **e.details) from e
+
+
+def _mcp_manager(
+    servers: Mapping[str, McpServerConfig] | None, url: str, policy: Policy | None
+) -> McpManager | None:
+    """The manager of the MCP servers a session offers (``None`` without any): stdio
+    servers get run_command's sandbox, with the policy's paths and the store hidden."""
+    chosen = _configured_mcp() if servers is None else dict(servers)
+    if not chosen:
+        return None
+    from plait.adapters.mcp import McpManager
+    from plait.adapters.stores import protected_paths
+    from plait.adapters.tools.sandbox import with_policy
+
+    return McpManager(
+        chosen,
+        sandbox=with_policy(configured_sandbox(), policy),
+        protected=[str(p) for p in protected_paths(url)],
+        environ=os.environ,  # secrets named by env_from and ${NAME} headers
+        workspace=os.getcwd(),  # where servers start to list their tools
+    )
+
+
+def offered_tools(
+    *,
+    db: str | None = None,
+    policy: Policy | str | None = None,
+    mcp_servers: Mapping[str, McpServerConfig] | None = None,
+) -> list[dict[str, Any]]:
+    """Every tool a session opened with these settings would offer (``plait tools
+    list``): name, source (``built-in`` or ``mcp:SERVER``), effect class, and the policy's
+    decision; ``per_call`` marks tools decided per path or per sub-command, shown with the
+    decision for a workspace path no rule names (or the default for commands). Starts the
+    MCP servers to list their tools, and stops them."""
+    from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
+    from plait.application.compaction import RECALL_SPEC
+    from plait.domain.policy import CallFacts
+
+    url = db or default_db_url()
+    chosen = _policy(policy)
+    # recall comes with compaction, which every store that keeps summaries has
+    builtin = [*(t.spec for t in _session_tools(url, chosen)), RECALL_SPEC]
+    rows: list[tuple[ToolSpec, str, bool | None]] = [(s, "built-in", None) for s in builtin]
+    manager = _mcp_manager(mcp_servers, url, chosen)
+    if manager is not None:
+        try:
+            infos = list_mcp_tools(manager)
+        finally:
+            manager.close()
+        chosen = with_destructive_rule(chosen, infos)
+        rows += [(i.spec, f"mcp:{i.server}", i.destructive) for i in infos]
+    out: list[dict[str, Any]] = []
+    for spec, source, destructive in rows:
+        read_only = spec.effect.value == "read_only"
+        named = set(spec.parameters.get("properties", {})) & set(chosen.path_arguments)
+        command = chosen.is_command_tool(spec.name)
+        # A call naming a workspace path no rule mentions (file tools are decided per path)
+        facts = CallFacts(tool=spec.name, read_only=read_only, paths=("f",) if named else ())
+        verdict = chosen.evaluate(facts)
+        action, rule = verdict.action.value, verdict.rule
+        if command:
+            action, rule = chosen.command.value, "defaults.command"
+        out.append(
+            {
+                "name": spec.name,
+                "source": source,
+                "effect": spec.effect.value,
+                "destructive": destructive,
+                "decision": action,
+                "rule": rule,
+                "reason": verdict.reason if not command else "decided per sub-command",
+                "per_call": bool(named) or command,
+            }
+        )
+    return out
 
 
 def _configured_compaction() -> CompactionSettings:
@@ -391,7 +482,7 @@ def configured_telemetry() -> RunTelemetry | None:
 def _chosen_model(
     model: str | ModelClient | None,
     store_only: bool,
-    tools: Sequence[Tool],
+    tools: Sequence[ToolSpec],
     options: dict[str, Any],
 ) -> tuple[ModelClient | None, str | None]:
     """The model client and its spec (``None`` when given as a client or not at all)."""
@@ -410,7 +501,7 @@ def _chosen_model(
         options.setdefault("meter_for", meter_for)
     from plait.application.compaction import RECALL_SPEC  # added with compaction on
 
-    return open_model(spec, tools=[*(t.spec for t in tools), RECALL_SPEC]), spec
+    return open_model(spec, tools=[*tools, RECALL_SPEC]), spec
 
 
 def _sweeper() -> LeftoverSweeper:
@@ -425,7 +516,7 @@ def _session_tools(url: str, policy: Policy | None) -> Sequence[Tool]:
 
     # The sandbox enforces the policy's denied paths too (read-only / hidden).
     return session_tools(
-        protected=protected_paths(url), policy=policy, sandbox=_configured_sandbox()
+        protected=protected_paths(url), policy=policy, sandbox=configured_sandbox()
     )
 
 
@@ -473,6 +564,7 @@ class Runtime:
         model_spec: str | None = None,
         telemetry: RunTelemetry | None = None,
         subagents: Sequence[SubAgent] = (),
+        mcp: McpManager | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
@@ -481,9 +573,11 @@ class Runtime:
         ``model_spec`` is recorded on runs so recovery and resume reopen that model;
         ``telemetry``: traces and metrics of runs and forks (``None``: off);
         ``subagents``: each gets a ``delegate_NAME`` tool and a service of its own for its
-        child runs (see :mod:`plait.application.subagents`)."""
+        child runs (see :mod:`plait.application.subagents`); ``mcp``: the MCP servers'
+        manager, stopped by :meth:`close`."""
         self.store = store
         self.telemetry = telemetry
+        self.mcp = mcp
         self.artifacts = artifacts
         self.model = model
         where = location or f"(a {type(store).__name__})"
@@ -562,6 +656,7 @@ class Runtime:
         create: bool = True,
         store_only: bool = False,
         policy: Policy | str | None = None,
+        mcp_servers: Mapping[str, McpServerConfig] | None = None,
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -571,7 +666,10 @@ class Runtime:
         Unless a ``gate`` is given, tool calls are governed by ``policy``
         (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
         else the built-in default policy, see docs/policy.md). Unless a ``telemetry`` is
-        given, the ``[telemetry]`` table decides (:func:`configured_telemetry`)."""
+        given, the ``[telemetry]`` table decides (:func:`configured_telemetry`).
+        ``mcp_servers``: the MCP servers whose tools the session also gets (default the
+        ``[mcp.servers]`` of plait.toml; ``{}`` for none); their destructive tools need
+        approval unless a policy rule names them."""
         from plait.adapters.stores._redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
@@ -579,8 +677,27 @@ class Runtime:
         governed = not store_only and "gate" not in options
         chosen = _policy(policy) if governed else None
         tools = () if store_only else _session_tools(url, chosen) if tools is None else tools
-        model_client, spec = _chosen_model(model, store_only, tools, options)
-        store = _open_store(url, create=create and not store_only)
+        manager = None if store_only else _mcp_manager(mcp_servers, url, chosen)
+        infos: tuple[McpToolInfo, ...] = ()
+        try:
+            if manager is not None:
+                from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
+
+                infos = list_mcp_tools(manager)
+                if chosen is not None:
+                    chosen = with_destructive_rule(chosen, infos)
+            specs = [*(t.spec for t in tools), *(i.spec for i in infos)]
+            model_client, spec = _chosen_model(model, store_only, specs, options)
+            store = _open_store(url, create=create and not store_only)
+        except BaseException:
+            if manager is not None:
+                manager.close()
+            raise
+        if manager is not None:
+            from plait.adapters.mcp import mcp_tools
+
+            manager.stop_unhidden()  # listed before a new store existed: restart hiding it
+            tools = [*tools, *mcp_tools(manager, infos, artifacts=store)]
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
@@ -599,10 +716,15 @@ class Runtime:
             ids=ids,
             location=redact_url(url),
             model_spec=spec,
+            mcp=manager,
             **({"owner": process_owner()} | options),
         )
 
     async def close(self) -> None:
+        if self.mcp is not None:
+            import asyncio
+
+            await asyncio.to_thread(self.mcp.close)
         await self.store.close()
         shutdown = getattr(self.telemetry, "shutdown", None)
         if shutdown is not None:  # flush what is still buffered

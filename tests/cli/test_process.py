@@ -185,6 +185,10 @@ def test_the_help_covers_every_documented_command() -> None:
             "webhooks deliveries",
             "webhooks remove",
             "webhooks resume",
+            "tools",
+            "tools list",
+            "mcp",
+            "mcp check",
         ]
     )
 

@@ -271,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_retention(sub, common)
 
+    from plait.adapters.cli.mcp import register as register_mcp
+
+    register_mcp(sub, common, policy_opt)
+
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")
     ashow = asub.add_parser("show", help="print an artifact's bytes (or, with --json, its text)")

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from plait.adapters.cli import _commands as cmd
 from plait.adapters.cli import service_cmds
@@ -77,7 +77,16 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
     else:
         model = getattr(a, "model", None)
         policy = getattr(a, "policy", None)
-        runtime = Runtime.open(db=db, model=model, create=command.mode == "create", policy=policy)
+        # Only commands that run the agent start the MCP servers (to offer their tools).
+        runs_agent = command.run in (send, cmd.runs_recover, cmd.runs_resume)
+        servers: dict[str, Any] | None = None if runs_agent else {}
+        runtime = Runtime.open(
+            db=db,
+            model=model,
+            create=command.mode == "create",
+            policy=policy,
+            mcp_servers=servers,
+        )
     try:
         return await command.run(runtime, a, out)
     finally:
@@ -114,6 +123,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         from plait.adapters.cli.retention import COMMANDS as RETENTION_COMMANDS
 
         return RETENTION_COMMANDS[key](args, out)
+    if args.command in ("tools", "mcp"):
+        from plait.adapters.cli.mcp import COMMANDS as MCP_COMMANDS
+
+        return MCP_COMMANDS[key](args, out)
     if args.command == "models":
         from plait.adapters.cli.models import COMMANDS as MODEL_COMMANDS
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from plait.adapters.models._common import Target, correction_text, cut_off, iter_turns, result_text
 from plait.adapters.models._errors import classify
-from plait.adapters.models._schema import plain_schema
+from plait.adapters.models._schema import anthropic_schema
 from plait.application.ports import ModelResponse, RawToolCall
 from plait.domain.answers import OutputSchema
 from plait.domain.context import Context
@@ -32,7 +32,11 @@ _THINKING = ("thinking", "redacted_thinking")
 
 
 def tool_param(spec: ToolSpec) -> dict[str, Any]:
-    return {"name": spec.name, "description": spec.description, "input_schema": plain_schema(spec)}
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": anthropic_schema(spec),
+    }
 
 
 ANSWER_TOOL = "final_answer"

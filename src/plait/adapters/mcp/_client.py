@@ -1,0 +1,457 @@
+"""Long-lived MCP client sessions, one per (server, workspace), on a thread of their own.
+
+The SDK's sessions are bound to the event loop they were entered on, while plait's
+callers run on whatever loop is current (a CLI command, a worker, a test's loop). So the
+sessions live on one background loop owned by :class:`McpManager`; callers await
+futures chained to it. Cancelling a caller cancels the call on that loop, and the SDK
+then sends MCP's ``notifications/cancelled`` to the server.
+
+Servers start lazily (at the first listing or call), are reused by later calls, are
+started again when they died, and are stopped by :meth:`McpManager.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TextIO, TypeVar, cast
+
+import mcp.types as mcp_types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from plait.adapters.mcp._config import McpServerConfig
+from plait.adapters.tools.sandbox import (
+    SandboxSettings,
+    args_data,
+    bwrap_argv,
+    bwrap_options,
+    plan_mounts,
+    sandbox_env,
+    sandbox_problem,
+)
+from plait.domain.errors import ToolError
+
+__all__ = ["McpCallLost", "McpManager", "McpServerError"]
+
+log = logging.getLogger("plait.mcp")
+_T = TypeVar("_T")
+_STDERR_TAIL = 2000
+
+
+class McpServerError(ToolError):
+    """An MCP server could not be started, did not answer, or broke the protocol."""
+
+    code = "mcp_server_error"
+
+
+class McpCallLost(Exception):
+    """The server went away while a call was in flight: whether the call took effect is
+    not known. Deliberately not a :class:`ToolError`, so the runner settles the call by its
+    effect class (``unknown`` for a side effect, ``failed`` otherwise)."""
+
+
+class _Connection:
+    """One running server and its session, on the manager's loop."""
+
+    def __init__(self, config: McpServerConfig, workspace: str, launch: _Launch) -> None:
+        self.config = config
+        self.workspace = workspace
+        self._launch = launch
+        self.session: ClientSession | None = None
+        self.tools_changed = False
+        self.broken = False
+        """A request found the transport closed: start a new process for the next call."""
+        self.hidden = frozenset(p for p in launch.protected if os.path.lexists(p))
+        """The protected paths that existed (so were hidden) when the sandbox was made."""
+        self._stop = asyncio.Event()
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+        self._stderr: TextIO = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+
+    @property
+    def alive(self) -> bool:
+        running = self._task is not None and not self._task.done()
+        return running and self.session is not None and not self.broken
+
+    def stderr_tail(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self._stderr.flush()
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(size - _STDERR_TAIL, 0))
+            return self._stderr.read().strip()
+        return ""
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._main(), name=f"mcp:{self.config.name}")
+        try:
+            async with asyncio.timeout(self.config.startup_seconds):
+                await asyncio.shield(self._ready)
+        except TimeoutError:
+            error = self._error(f"did not answer within {self.config.startup_seconds:g} s")
+            await self.stop()
+            raise error from None
+        except McpServerError:
+            await self.stop()
+            raise
+
+    def _error(self, what: str) -> McpServerError:
+        tail = self.stderr_tail()
+        said = f"; its stderr ends with: {tail[-500:]}" if tail else ""
+        return McpServerError(
+            f"MCP server {self.config.name!r} {what}{said}", server=self.config.name
+        )
+
+    async def _main(self) -> None:
+        try:
+            async with (
+                self._launch(self.config, self.workspace, self._stderr) as (read, write),
+                ClientSession(read, write, message_handler=self._on_message) as session,
+            ):
+                await session.initialize()
+                self.session = session
+                self._ready.set_result(None)
+                await self._stop.wait()
+        except (Exception, asyncio.CancelledError) as e:
+            if not self._ready.done():
+                why = f"did not start ({type(e).__name__}: {_message(e)})"
+                self._ready.set_exception(self._error(why))
+            elif not self._stop.is_set():
+                log.warning("MCP server %r stopped: %s", self.config.name, _message(e))
+        finally:
+            self.session = None
+            if not self._ready.done():
+                self._ready.set_exception(self._error("exited before it answered"))
+
+    async def _on_message(self, message: object) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.tools_changed = True
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None and not self._task.done() and self.session is None:
+            self._task.cancel()  # still starting: nothing to close gracefully
+        if self._task is not None and not self._task.done():
+            try:
+                async with asyncio.timeout(5):
+                    await asyncio.shield(self._task)
+            except (TimeoutError, Exception):
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
+        # Retrieve a start failure nobody awaited, so asyncio does not log it.
+        if self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()
+        self._stderr.close()
+
+
+class _Launch:
+    """How a server's transport is opened: stdio inside (or, when configured, outside)
+    the sandbox, or streamable HTTP."""
+
+    def __init__(
+        self,
+        sandbox: SandboxSettings,
+        protected: Sequence[str],
+        environ: Mapping[str, str],
+    ) -> None:
+        self.sandbox = sandbox
+        self.protected = tuple(protected)
+        self.environ = dict(environ)
+
+    @contextlib.asynccontextmanager
+    async def __call__(
+        self, config: McpServerConfig, workspace: str, errlog: TextIO
+    ) -> AsyncIterator[tuple[Any, Any]]:
+        if config.url is not None:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            headers = config.resolved_headers(self.environ)
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=config.timeout_seconds) as http,
+                streamable_http_client(config.url, http_client=http) as streams,
+            ):
+                yield streams[0], streams[1]
+            return
+        params = self.stdio_params(config, workspace)
+        async with stdio_client(params, errlog=errlog) as streams:
+            yield streams[0], streams[1]
+
+    def stdio_params(self, config: McpServerConfig, workspace: str) -> StdioServerParameters:
+        """The process to start: the server's command, wrapped in bwrap unless the
+        config says ``sandbox = false``."""
+        assert config.command is not None
+        root = os.path.realpath(workspace)
+        cwd = os.path.realpath(os.path.join(root, config.cwd or "."))
+        if not (cwd == root or cwd.startswith(root + "/")):
+            raise McpServerError(
+                f"MCP server {config.name!r}: cwd {config.cwd!r} leaves the workspace",
+                server=config.name,
+            )
+        env = config.resolved_env(self.environ)
+        if not config.sandbox:
+            return StdioServerParameters(
+                command=config.command,
+                args=list(config.args),
+                env={**get_default_environment(), **env},
+                cwd=cwd,
+            )
+        problem = sandbox_problem(self.sandbox.bwrap)
+        if problem is not None:
+            raise McpServerError(
+                f"MCP server {config.name!r} cannot run sandboxed: {problem}; or set "
+                f"sandbox = false in [mcp.servers.{config.name}] to run it outside the sandbox",
+                server=config.name,
+            )
+        settings = SandboxSettings(
+            extra_ro_binds=(*self.sandbox.extra_ro_binds, *config.ro_binds),
+            extra_rw_binds=self.sandbox.extra_rw_binds,
+            read_only_paths=self.sandbox.read_only_paths,
+            hidden_paths=self.sandbox.hidden_paths,
+            env_allow=self.sandbox.env_allow,
+            env_set=self.sandbox.env_set,
+            path=self.sandbox.path,
+            bwrap=self.sandbox.bwrap,
+        )
+        mounts = plan_mounts(settings, root, self.protected)
+        inner_env = {**sandbox_env(settings, self.environ), **env}
+        # bwrap hands its own environment on; `env -i` makes the server's exactly ours.
+        command = [
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in inner_env.items()),
+            config.command,
+            *config.args,
+        ]
+        # bwrap's options name hidden paths: they reach it through a file descriptor, never
+        # on its command line (readable in /proc/1/cmdline inside the sandbox). The SDK
+        # starts the process, so a shell opens the options file as fd 3, removes it, and
+        # becomes bwrap.
+        options = bwrap_options(settings, mounts, cwd=cwd, network=config.network)
+        handle, path = tempfile.mkstemp(prefix="plait-bwrap-", suffix=".args")
+        try:
+            os.write(handle, args_data(options))
+        finally:
+            os.close(handle)
+        argv = [
+            "/bin/sh",
+            "-c",
+            'exec 3<"$0" && rm -f -- "$0" && exec "$@"',
+            path,
+            *bwrap_argv(settings, command=command, args_fd=3),
+        ]
+        return StdioServerParameters(command=argv[0], args=argv[1:], env={}, cwd=root)
+
+
+ProgressSink = Callable[[str, str, float, "float | None", "str | None"], None]
+
+
+def _log_progress(
+    server: str, tool: str, done: float, total: float | None, message: str | None
+) -> None:
+    log.info("MCP %s/%s progress %g/%s %s", server, tool, done, total, message or "")
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """Whether the transport closed under a request (the server died or hung up)."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_connection_lost(e) for e in error.exceptions)
+    return isinstance(error, MCPError) and error.code == mcp_types.CONNECTION_CLOSED
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, BaseExceptionGroup) and error.exceptions:
+        return _message(error.exceptions[0])
+    return str(error) or type(error).__name__
+
+
+class McpManager:
+    """Every configured server's sessions, owned by the runtime and closed with it."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerConfig],
+        *,
+        sandbox: SandboxSettings | None = None,
+        protected: Sequence[str] = (),
+        environ: Mapping[str, str] | None = None,
+        workspace: str | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> None:
+        """``on_progress`` receives the servers' progress notifications about calls
+        (server, tool, progress, total, message); by default they are logged."""
+        self.servers = dict(servers)
+        self._on_progress = on_progress or _log_progress
+        self.default_workspace = os.path.realpath(workspace or os.getcwd())
+        self._launch = _Launch(
+            sandbox or SandboxSettings(), protected, os.environ if environ is None else environ
+        )
+        self._connections: dict[tuple[str, str], _Connection] = {}
+        self._starting: dict[tuple[str, str], asyncio.Lock] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    # --- the background loop ----------------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._guard:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="plait-mcp", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
+
+    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Await ``coro`` on the manager's loop; cancelling the caller cancels it."""
+        return await asyncio.wrap_future(self._submit(coro))
+
+    def run_sync(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` on the manager's loop from synchronous code."""
+        return self._submit(coro).result()
+
+    # --- on the manager's loop --------------------------------------------------------
+
+    async def _connection(self, server: str, workspace: str | None) -> _Connection:
+        config = self.servers.get(server)
+        if config is None:
+            raise McpServerError(f"no MCP server named {server!r} is configured", server=server)
+        real = await asyncio.to_thread(os.path.realpath, workspace or self.default_workspace)
+        key = (server, real)
+        lock = self._starting.setdefault(key, asyncio.Lock())
+        async with lock:
+            current = self._connections.get(key)
+            if current is not None and current.alive:
+                return current
+            if current is not None:
+                log.info("MCP server %r is not running: starting it again", server)
+                await current.stop()
+            connection = _Connection(config, key[1], self._launch)
+            self._connections[key] = connection
+            await connection.start()
+            return connection
+
+    async def list_tools(self, server: str, workspace: str | None = None) -> list[mcp_types.Tool]:
+        """Every tool the server lists (all pages)."""
+        connection = await self._connection(server, workspace)
+        session = connection.session
+        assert session is not None
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(connection.config.timeout_seconds):
+                while True:
+                    params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                    page = await session.list_tools(params=params)
+                    tools += page.tools
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except TimeoutError:
+            raise connection._error("did not list its tools in time") from None
+        except Exception as e:
+            raise connection._error(f"could not list its tools: {_message(e)}") from e
+        connection.tools_changed = False
+        return tools
+
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        workspace: str | None,
+        meta: dict[str, Any],
+        time_limit: float | None,
+    ) -> mcp_types.CallToolResult:
+        """One ``tools/call``. A server that dies meanwhile raises :class:`McpCallLost`;
+        an error the server answers with is a :class:`McpServerError`."""
+        connection = await self._connection(server, workspace)
+        session = connection.session
+        assert session is not None
+        limit = connection.config.timeout_seconds
+        if time_limit is not None:
+            limit = min(limit, time_limit)
+        try:
+
+            async def report(progress: float, total: float | None, message: str | None) -> None:
+                self._on_progress(server, tool, progress, total, message)
+
+            async with asyncio.timeout(limit):
+                result = await session.call_tool(
+                    tool,
+                    arguments,
+                    progress_callback=report,
+                    meta=cast(mcp_types.RequestParamsMeta, meta),
+                )
+        except TimeoutError:
+            raise McpCallLost(
+                f"MCP server {server!r} did not answer within {limit:g} s (cancellation sent)"
+            ) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if _connection_lost(e) or not connection.alive:
+                connection.broken = True
+                tail = connection.stderr_tail()[-300:]
+                said = f" (its stderr ends with: {tail})" if tail else ""
+                raise McpCallLost(f"MCP server {server!r} exited during the call{said}") from e
+            raise McpServerError(
+                f"MCP server {server!r} answered {tool!r} with an error: {_message(e)}",
+                server=server,
+                tool=tool,
+            ) from e
+        return result
+
+    async def _close_all(self) -> None:
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            await connection.stop()
+
+    async def _stop_unhidden(self, existing: frozenset[str]) -> int:
+        stale = [(key, c) for key, c in self._connections.items() if existing - c.hidden]
+        for key, connection in stale:
+            del self._connections[key]
+            await connection.stop()
+        return len(stale)
+
+    def stop_unhidden(self) -> int:
+        """Stop the servers started before a protected path (plait's store) existed: a
+        sandbox hides only what exists when it is made, so they start again, with the
+        store hidden, at their next call. Returns how many were stopped."""
+        if self._loop is None:
+            return 0
+        existing = frozenset(p for p in self._launch.protected if os.path.lexists(p))
+        return self.run_sync(self._stop_unhidden(existing))
+
+    def tools_changed(self) -> list[str]:
+        """Servers that said their tool list changed since it was last listed."""
+        return sorted({c.config.name for c in self._connections.values() if c.tools_changed})
+
+    def close(self) -> None:
+        """Stop every server and the loop (idempotent)."""
+        with self._guard:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._close_all(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        if not thread.is_alive():
+            loop.close()
