@@ -1,0 +1,189 @@
+"""The web console in real headless Chromium (Debian's ``chromium``, driven by
+Playwright's Python API; nothing is downloaded): log in with a key, watch a live run,
+approve and deny waiting calls, and another principal's session is not reachable. Each
+page is checked for labelled, keyboard-reachable controls and photographed (into a temp
+dir; with ``PLAIT_CONSOLE_SHOTS=DIR`` into DIR, e.g. ``docs/console``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.http.conftest import ASK_ECHO, Live, serve_live
+from tests.http.test_api import new_session, wait_terminal
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+if shutil.which(CHROMIUM) is None:
+    pytest.skip("Debian's chromium is not installed (.ci/run installs it)", allow_module_level=True)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+def _serve(tmp_path: Path, **options: Any) -> Iterator[Live]:
+    """``serve_live``, set up in another thread: Playwright's sync API keeps an event
+    loop running in this one, where ``asyncio.run`` is refused."""
+    served = serve_live(tmp_path, **options)
+    with ThreadPoolExecutor(1) as pool:
+        live = pool.submit(next, served).result()
+    yield live
+    for _ in served:  # the server's teardown
+        pass
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    yield from _serve(tmp_path)
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[Live]:
+    yield from _serve(tmp_path, policy=ASK_ECHO)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = os.environ.get("PLAIT_CONSOLE_SHOTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        return Path(target)
+    return tmp_path_factory.mktemp("console-shots")
+
+
+def login(page: Any, live: Live, who: str, path: str = "/") -> None:
+    page.goto(live.url + path)
+    page.get_by_label("API key").fill(live.keys[who])
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_selector("#logout:not([hidden])")
+
+
+# Every control has an accessible name and is reachable with the keyboard (an equivalent
+# of axe-core's "label", "button-name" and "link-name" rules plus a tab-order check).
+A11Y = """() => {
+  const bad = [];
+  for (const e of document.querySelectorAll('a, button, input, select, textarea')) {
+    if (e.hidden || e.closest('[hidden]') || e.type === 'hidden') continue;
+    const labelled = (e.labels && e.labels.length && e.labels[0].textContent.trim())
+      || e.getAttribute('aria-label') || e.textContent.trim();
+    if (!labelled) bad.push('unlabelled ' + e.outerHTML.slice(0, 80));
+    if (e.tabIndex < 0 || e.disabled) bad.push('unreachable ' + e.outerHTML.slice(0, 80));
+  }
+  return bad;
+}"""
+
+
+def check_page(page: Any, shots: Path, name: str) -> None:
+    assert page.evaluate(A11Y) == []
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+
+
+def wait_status(c: Any, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + 15
+    while (run := c.get(f"/v1/runs/{run_id}").json())["status"] != status:
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+
+
+def test_login_watch_a_live_run_and_sessions_list(page: Any, live: Live, shots: Path) -> None:
+    with live.client("alice") as c:
+        sid = new_session(c, title="<b>not bold</b>")["session_id"]
+    page.goto(live.url + f"/console/sessions/{sid}")
+    assert page.get_by_label("API key").is_visible()
+    check_page(page, shots, "login")
+    page.get_by_label("API key").fill("wrong-key")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_selector("#status:has-text('unauthorized')")
+
+    login(page, live, "alice", f"/console/sessions/{sid}")
+    page.get_by_label("Message", exact=True).fill("stream <script>x</script> hello")
+    page.get_by_role("button", name="Send", exact=True).click()
+    page.wait_for_selector("text=answer to stream <script>x</script> hello")
+    page.wait_for_selector("#run:has-text('completed')")
+    assert page.locator("article.msg").count() == 2  # the user's message and the answer
+    check_page(page, shots, "session")
+
+    page.goto(live.url + "/")
+    page.wait_for_selector(f"a:has-text('{sid}')")
+    assert page.locator("td", has_text="<b>not bold</b>").count() == 1  # escaped, as text
+    assert page.locator("b", has_text="not bold").count() == 0
+    check_page(page, shots, "sessions")
+
+
+def test_approve_in_the_inbox_and_the_run_continues(page: Any, gated: Live, shots: Path) -> None:
+    with gated.client("alice") as c:
+        sid = new_session(c)["session_id"]
+        run_id = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool ping"}).json()["run_id"]
+        wait_status(c, run_id, "awaiting_approval")
+    login(page, gated, "alice", "/console/approvals")
+    card = page.locator("section.approval")
+    card.wait_for()
+    assert '"text": "tool ping"' in card.locator("pre.args").inner_text()  # exact arguments
+    assert "ask-echo" in card.inner_text()  # the rule that asked
+    check_page(page, shots, "approvals")
+    page.get_by_label("Approval lasts (seconds)").fill("600")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    page.wait_for_selector(".outcome:has-text('completed')")
+    with gated.client("alice") as c:
+        final = wait_terminal(c, run_id)
+        texts = [m.get("text") for m in c.get(f"/v1/sessions/{sid}/messages").json()["messages"]]
+    assert final["status"] == "completed"
+    assert "answer to tool ping" in texts
+
+
+def test_deny_on_the_session_page_and_the_model_reads_it(page: Any, gated: Live) -> None:
+    with gated.client("alice") as c:
+        sid = new_session(c)["session_id"]
+        run_id = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool rm"}).json()["run_id"]
+        wait_status(c, run_id, "awaiting_approval")
+    login(page, gated, "alice", f"/console/sessions/{sid}")
+    page.locator("section.approval").wait_for()
+    page.get_by_label("Reason for denying (the model reads it)").fill("not on a friday")
+    page.get_by_role("button", name="Deny", exact=True).click()
+    answer = page.locator("article.assistant", has_text="understood, not doing it:")
+    answer.wait_for()
+    assert "not on a friday" in answer.inner_text()  # the model read the denial
+    page.wait_for_selector("#run:has-text('completed')")
+    assert page.locator("span.status-denied").count() == 1
+
+
+def test_another_principals_session_is_not_reachable(page: Any, live: Live) -> None:
+    with live.client("alice") as c:
+        sid = new_session(c, title="alice's secret")["session_id"]
+    login(page, live, "bob", f"/console/sessions/{sid}")
+    page.wait_for_selector("#status:has-text('not_found')")
+    assert "alice's secret" not in page.content()
+    page.goto(live.url + "/")
+    page.wait_for_selector("#status:has-text('sessions')")
+    assert page.locator(f"a:has-text('{sid}')").count() == 0
+    page.get_by_role("button", name="Log out").click()
+    login(page, live, "root", "/")  # an admin sees everyone's
+    page.wait_for_selector(f"a:has-text('{sid}')")
