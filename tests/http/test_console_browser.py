@@ -7,17 +7,24 @@ dir; with ``PLAIT_CONSOLE_SHOTS=DIR`` into DIR, e.g. ``docs/console``)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from tests.http.conftest import ASK_ECHO, Live, serve_live
+from plait.adapters.stores.sqlite import SqliteStore
+from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
+from plait.testing import FunctionModel
+from tests.http.conftest import ASK_ECHO, Live, behaviour, serve_live
 from tests.http.test_api import new_session, wait_terminal
+from tests.http.test_resolve import _awaiting, _stranded
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -49,25 +56,50 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
-def _serve(tmp_path: Path, **options: Any) -> Iterator[Live]:
-    """``serve_live``, set up in another thread: Playwright's sync API keeps an event
-    loop running in this one, where ``asyncio.run`` is refused."""
-    served = serve_live(tmp_path, **options)
-    with ThreadPoolExecutor(1) as pool:
-        live = pool.submit(next, served).result()
+def _threaded(served: Iterator[Live]) -> Iterator[Live]:
+    """A live server set up in another thread: Playwright's sync API keeps an event loop
+    running in this one, where ``asyncio.run`` is refused."""
+    live = in_thread(next, served)
     yield live
     for _ in served:  # the server's teardown
         pass
 
 
+def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn, *args).result()
+
+
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[Live]:
-    yield from _serve(tmp_path)
+    yield from _threaded(serve_live(tmp_path))
 
 
 @pytest.fixture
 def gated(tmp_path: Path) -> Iterator[Live]:
-    yield from _serve(tmp_path, policy=ASK_ECHO)
+    yield from _threaded(serve_live(tmp_path, policy=ASK_ECHO))
+
+
+async def _summarizing(request: ModelRequest) -> ModelResponse:
+    """``behaviour``, and a summarizer whose one constraint cites the first message of
+    the transcript it is given."""
+    if request.role == "summarizer":
+        seen = " ".join(str(getattr(item, "text", "")) for item in request.context.items)
+        first = re.findall(r"msg_[0-9a-z]+", seen)[:1]
+        body = {
+            "goal": "echo",
+            "constraints": [{"text": "never touch deploy/", "source_ids": first}],
+        }
+        return ModelResponse(structured=body, model="m")
+    return await behaviour(request)
+
+
+@pytest.fixture
+def compacting(tmp_path: Path) -> Iterator[Live]:
+    """A server whose model has a context window (so compaction is on)."""
+    caps = ModelCapabilities(context_window=100_000, max_output_tokens=300, structured_output=True)
+    model = FunctionModel(_summarizing, name="m", capabilities=caps)
+    yield from _threaded(serve_live(tmp_path, model=model))
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +205,8 @@ def test_deny_on_the_session_page_and_the_model_reads_it(page: Any, gated: Live)
     assert "not on a friday" in answer.inner_text()  # the model read the denial
     page.wait_for_selector("#run:has-text('completed')")
     assert page.locator("span.status-denied").count() == 1
+    call_args = page.locator("article.assistant pre.args").first.inner_text()
+    assert '"text": "tool rm"' in call_args  # the call's arguments in the history
 
 
 def test_another_principals_session_is_not_reachable(page: Any, live: Live) -> None:
@@ -187,3 +221,75 @@ def test_another_principals_session_is_not_reachable(page: Any, live: Live) -> N
     page.get_by_role("button", name="Log out").click()
     login(page, live, "root", "/")  # an admin sees everyone's
     page.wait_for_selector(f"a:has-text('{sid}')")
+
+
+def test_resolve_an_unknown_outcome_and_the_run_continues(
+    page: Any, live: Live, shots: Path
+) -> None:
+    with live.client("alice") as c:
+        sid = new_session(c)["session_id"]
+    in_thread(_stranded, lambda: SqliteStore.open(live.store_path), sid, "tool deploy")
+    with live.client("alice") as c:
+        run_id = _awaiting(c, sid)["run_id"]
+    login(page, live, "alice", "/console/unknown")
+    card = page.locator("section.unknown")
+    card.wait_for()
+    assert '"text": "deployed"' in card.inner_text()  # the call, exactly
+    assert "whether its effect happened is unknown" in card.inner_text()  # what was recorded
+    check_page(page, shots, "unknown")
+    page.get_by_label("What happened").select_option("succeeded")
+    page.get_by_label("Note (what you verified)").fill("the line is there")
+    page.get_by_role("button", name="Resolve and continue").click()
+    page.wait_for_selector(".outcome:has-text('completed')")
+    with live.client("alice") as c:
+        assert wait_terminal(c, run_id)["status"] == "completed"
+        result = c.get(f"/v1/sessions/{sid}/messages").json()["messages"][2]
+    assert (result["status"], result["content"]) == (
+        "succeeded",
+        "the line is there (outcome verified by alice)",
+    )
+
+
+def test_fork_from_a_complete_point_and_see_the_tree(page: Any, live: Live, shots: Path) -> None:
+    with live.client("alice") as c:
+        sid = new_session(c, title="parent")["session_id"]
+        for text in ("tool one", "two"):
+            run = c.post(f"/v1/sessions/{sid}/messages", json={"text": text}).json()
+            assert wait_terminal(c, run["run_id"])["status"] == "completed"
+    login(page, live, "alice", f"/console/sessions/{sid}")
+    page.locator("article.msg").nth(5).wait_for()
+    # only complete points: not a user message, not an assistant turn with its call open
+    offered = page.locator("button.fork").all_inner_texts()
+    assert offered == ["Fork from message 3", "Fork from message 4", "Fork from message 6"]
+    with page.expect_navigation():
+        page.get_by_role("button", name="Fork from message 4").click()
+    page.wait_for_selector("#tree strong:has-text('(this session)')")
+    child = page.url.rsplit("/", 1)[1]
+    assert child != sid
+    assert page.locator(f"#tree a:has-text('{sid}')").count() == 1  # the parent, linked
+    assert page.locator("article.msg").count() == 4  # the history through the fork point
+    check_page(page, shots, "fork")
+
+
+def test_context_page_follows_a_claim_to_its_source(
+    page: Any, compacting: Live, shots: Path
+) -> None:
+    with compacting.client("alice") as c:
+        sid = new_session(c)["session_id"]
+        filler = " and ".join(["the notes say many things"] * 60)  # worth summarizing
+        for text in (f"tool first: never touch deploy/ {filler}", "tool second", "tool third"):
+            run = c.post(f"/v1/sessions/{sid}/messages", json={"text": text}).json()
+            assert wait_terminal(c, run["run_id"])["status"] == "completed"
+        done = c.post(f"/v1/sessions/{sid}/compact")
+        assert done.status_code == 200 and done.json()["status"] == "compacted", done.text
+    login(page, compacting, "alice", f"/console/sessions/{sid}/context")
+    page.locator(".bar").wait_for()
+    assert "Generation 1" in page.locator("#content").inner_text()
+    check_page(page, shots, "context")
+    link = page.locator("a.source").first
+    source = link.inner_text()
+    link.click()
+    target = page.locator(f"#m-{source}")
+    target.wait_for()
+    assert "target" in (target.get_attribute("class") or "")
+    assert "never touch deploy/" in target.inner_text()

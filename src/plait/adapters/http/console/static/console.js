@@ -329,7 +329,7 @@ async function familyTree(sessionId, session) {
     const label = s.session_id === sessionId
       ? el("strong", { text: s.session_id + " (this session)" })
       : el("a", { href: "/console/sessions/" + encodeURIComponent(s.session_id), text: s.session_id });
-    const how = s.fork_origin ? " — forked through message " + s.fork_origin.through_seq : "";
+    const how = s.fork_origin ? " — forked after message " + s.fork_origin.fork_point_message_id : "";
     return el("li", {}, label, how, children.length ? el("ul", { class: "tree" }, ...children.map(branch)) : null);
   }
   return el("section", { id: "tree", "aria-label": "Family tree" }, el("h2", { text: "Family tree" }),
