@@ -6,6 +6,7 @@ leaves with status 130. Each test has its own tmux server (``-L``)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,8 @@ from tests.sandbox.conftest import bwrap  # noqa: F401 (a fixture)
 pytestmark = pytest.mark.slow
 
 if shutil.which("tmux") is None:
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true but tmux is not installed", pytrace=False)
     pytest.skip("tmux is not installed (.ci/run installs it)", allow_module_level=True)
 
 

@@ -35,6 +35,8 @@ ARGS = [
 ]  # fmt: skip
 
 if shutil.which(CHROMIUM) is None:
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true but Debian's chromium is not installed", pytrace=False)
     pytest.skip("Debian's chromium is not installed (.ci/run installs it)", allow_module_level=True)
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -293,3 +295,30 @@ def test_context_page_follows_a_claim_to_its_source(
     target.wait_for()
     assert "target" in (target.get_attribute("class") or "")
     assert "never touch deploy/" in target.inner_text()
+
+
+def test_the_live_run_resumes_after_a_dropped_stream(page: Any, live: Live) -> None:
+    """The first event stream is cut after its first event: the page reconnects with
+    Last-Event-ID and shows every message once, and the run's end."""
+    with live.client("alice") as c:
+        sid = new_session(c)["session_id"]
+    asked: list[str | None] = []
+
+    def cut_the_first(route: Any) -> None:
+        asked.append(route.request.headers.get("last-event-id"))
+        if len(asked) > 1:
+            route.continue_()
+            return
+        blocks = route.fetch().text().split("\n\n")
+        upto = next(n for n, b in enumerate(blocks) if b.startswith("id:") or "\nid:" in b)
+        first = "\n\n".join(blocks[: upto + 1]) + "\n\n"
+        route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=first)
+
+    page.route("**/v1/runs/*/events", cut_the_first)
+    login(page, live, "alice", f"/console/sessions/{sid}")
+    page.get_by_label("Message", exact=True).fill("tool again")
+    page.get_by_role("button", name="Send", exact=True).click()
+    page.wait_for_selector("#run:has-text('completed')")
+    assert asked[0] == "0" and asked[1] is not None and int(asked[1]) > 0
+    assert page.locator("article.msg").count() == 4  # user, call, result, answer: once each
+    assert page.locator("article.assistant", has_text="answer to tool again").count() == 1
