@@ -101,7 +101,7 @@ def compacting(tmp_path: Path) -> Iterator[Live]:
     """A server whose model has a context window (so compaction is on)."""
     caps = ModelCapabilities(context_window=100_000, max_output_tokens=300, structured_output=True)
     model = FunctionModel(_summarizing, name="m", capabilities=caps)
-    yield from _threaded(serve_live(tmp_path, model=model))
+    yield from _threaded(serve_live(tmp_path, model=model, max_body_bytes=100_000))
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,23 @@ A11Y = """() => {
 }"""
 
 
+CONTROLS = """() => {
+  const shown = [...document.querySelectorAll('a, button, input, select, textarea')]
+    .filter((e) => !e.closest('[hidden]') && e.getClientRects().length);
+  shown.forEach((e, i) => { e.dataset.kb = String(i); });
+  return shown.length;
+}"""
+
+
 def check_page(page: Any, shots: Path, name: str) -> None:
     assert page.evaluate(A11Y) == []
+    # ... and the keyboard really reaches every one of them: Tab through the page
+    count = page.evaluate(CONTROLS)
+    reached = set()
+    for _ in range(2 * count + 4):
+        page.keyboard.press("Tab")
+        reached.add(page.evaluate("() => document.activeElement.dataset.kb || null"))
+    assert {str(n) for n in range(count)} <= reached, (name, count, reached)
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
 
@@ -170,6 +185,15 @@ def test_login_watch_a_live_run_and_sessions_list(page: Any, live: Live, shots: 
     assert page.locator("td", has_text="<b>not bold</b>").count() == 1  # escaped, as text
     assert page.locator("b", has_text="not bold").count() == 0
     check_page(page, shots, "sessions")
+    rows = page.locator("tbody tr")
+    page.get_by_label("Search").fill("no such title")
+    assert rows.count() == 0
+    page.get_by_label("Search").fill("NOT BOLD")
+    assert rows.count() == 1
+    page.get_by_label("Status").select_option("active")
+    assert rows.count() == 0  # its run ended
+    page.get_by_label("Status").select_option("idle")
+    assert rows.count() == 1
 
 
 def test_approve_in_the_inbox_and_the_run_continues(page: Any, gated: Live, shots: Path) -> None:
@@ -279,7 +303,8 @@ def test_context_page_follows_a_claim_to_its_source(
     with compacting.client("alice") as c:
         sid = new_session(c)["session_id"]
         filler = " and ".join(["the notes say many things"] * 60)  # worth summarizing
-        for text in (f"tool first: never touch deploy/ {filler}", "tool second", "tool third"):
+        big = "z" * 40_000  # over the tool output cap: the result keeps it as an artifact
+        for text in (f"tool first: never touch deploy/ {filler}", f"tool {big}", "tool third"):
             run = c.post(f"/v1/sessions/{sid}/messages", json={"text": text}).json()
             assert wait_terminal(c, run["run_id"])["status"] == "completed"
         done = c.post(f"/v1/sessions/{sid}/compact")
@@ -295,6 +320,12 @@ def test_context_page_follows_a_claim_to_its_source(
     target.wait_for()
     assert "target" in (target.get_attribute("class") or "")
     assert "never touch deploy/" in target.inner_text()
+    # an artifact opens in place, on the session page
+    opener = page.get_by_role("button", name=re.compile("^Open artifact "))
+    opener.first.click()
+    shown = page.locator("article.tool_result pre:not([hidden])", has_text="zzzzzzzzzz").last
+    shown.wait_for()
+    assert len(shown.inner_text()) >= 8_000
 
 
 def test_the_live_run_resumes_after_a_dropped_stream(page: Any, live: Live) -> None:

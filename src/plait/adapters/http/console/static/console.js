@@ -208,6 +208,10 @@ function unsettled(messages) {
 async function sessionsPage(content) {
   const search = el("input", { id: "search", type: "search" });
   const owner = el("input", { id: "owner", type: "text" });
+  const state = el("select", { id: "state" },
+    el("option", { value: "", text: "any" }),
+    el("option", { value: "active", text: "with an active run" }),
+    el("option", { value: "idle", text: "idle" }));
   const table = el("tbody");
   const more = el("button", { type: "button", id: "more", text: "Older sessions", hidden: true });
   let before = null;
@@ -218,6 +222,7 @@ async function sessionsPage(content) {
     for (const s of shown) {
       const hay = (s.session_id + " " + (s.title || "") + " " + (s.owner || "")).toLowerCase();
       if (needle && !hay.includes(needle)) continue;
+      if (state.value && (state.value === "active") !== Boolean(s.active_run_id)) continue;
       table.append(el("tr", {},
         el("td", {}, el("a", { href: "/console/sessions/" + encodeURIComponent(s.session_id), text: s.session_id })),
         el("td", { text: s.title || "" }),
@@ -245,10 +250,12 @@ async function sessionsPage(content) {
   }
   const filters = el("form", { class: "inline", "aria-label": "Filter sessions" },
     el("label", { for: "search", text: "Search" }), search,
+    el("label", { for: "state", text: "Status" }), state,
     el("label", { for: "owner", text: "Owner (admins)" }), owner,
     el("button", { type: "submit", text: "Apply" }));
   filters.addEventListener("submit", (e) => { e.preventDefault(); load(true); });
   search.addEventListener("input", draw);
+  state.addEventListener("change", draw);
   more.addEventListener("click", () => load(false));
   content.append(filters, el("table", {},
     el("caption", { text: "Sessions" }),
