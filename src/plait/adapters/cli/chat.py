@@ -33,6 +33,7 @@ from plait.adapters.shapes import error_json, event_json, run_json
 from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolStatus
 from plait.domain.runs import Budget, Run, RunStatus
+from plait.domain.session import ExecutionRecord
 
 if TYPE_CHECKING:
     from plait.application.approvals import Decided
@@ -195,8 +196,7 @@ class _Chat:
         return self.drive(start, run.id)
 
     def resolve(self, run: Run) -> Run | None:
-        detail = asyncio.run(self.rt.queries.run_detail(run.id))
-        unknown = [e for e in detail.executions if e.result_status is ToolStatus.UNKNOWN]
+        unknown = self.unknown_calls(run.id)
         if not unknown:
             return None
         record = unknown[0]
@@ -211,7 +211,7 @@ class _Chat:
         resolved = asyncio.run(
             self.service.resolve(run.id, record.call_id, status, note, by=f"user:{self.who}")
         )
-        if resolved.status is RunStatus.AWAITING_RESOLUTION:
+        if self.unknown_calls(run.id):
             return resolved  # another call to ask about
 
         async def start(**live: Any) -> RunResult:
@@ -219,6 +219,10 @@ class _Chat:
 
         self.say(f"[green]resolved {escape(record.call_id)} as {status}; continuing[/]")
         return self.drive(start, run.id)
+
+    def unknown_calls(self, run_id: str) -> list[ExecutionRecord]:
+        detail = asyncio.run(self.rt.queries.run_detail(run_id))
+        return [e for e in detail.executions if e.result_status is ToolStatus.UNKNOWN]
 
     def ask_outcome(self) -> tuple[str, str] | None:
         while True:
@@ -238,8 +242,7 @@ class _Chat:
     def unknown_after_cancel(self, run: Run) -> None:
         """A cancelled run whose side effect was cut short: its result says ``unknown``;
         ask what happened and tell the model in the next message."""
-        detail = asyncio.run(self.rt.queries.run_detail(run.id))
-        cut = [e for e in detail.executions if e.result_status is ToolStatus.UNKNOWN]
+        cut = self.unknown_calls(run.id)
         if not cut:
             return
         record = cut[0]
