@@ -41,10 +41,23 @@ async def _appends(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="appending", tool_calls=(call,))
 
 
+Stranded = tuple[Runtime, str, str, RecordingTool]
+
+
 @pytest.fixture
-def stranded(tmp_path: Path) -> Iterator[tuple[Runtime, str, str, RecordingTool]]:
-    """A run whose process died right after its side effect ran, recovered by this
-    "process" as ``awaiting_resolution``: (runtime, session, run, the tool)."""
+def stranded(crashed: Stranded) -> Stranded:
+    """``crashed``, recovered by this "process" as ``awaiting_resolution``."""
+    rt, _, run_id, _ = crashed
+    while asyncio.run(rt.queries.live_leases(run_id=run_id)):
+        time.sleep(0.05)  # the dead process's lease runs out
+    asyncio.run(rt.service.recover(run_id=run_id))
+    return crashed
+
+
+@pytest.fixture
+def crashed(tmp_path: Path) -> Iterator[Stranded]:
+    """A run whose process died right after its side effect ran (still ``running`` in
+    the store): (runtime, session, run, the tool)."""
     path = tmp_path / "chat.db"
     tool = RecordingTool(spec("append", EffectClass.SIDE_EFFECT), output="appended")
     model = FunctionModel(_appends, name="behaviour")
@@ -67,10 +80,6 @@ def stranded(tmp_path: Path) -> Iterator[tuple[Runtime, str, str, RecordingTool]
 
     session_id, run_id = asyncio.run(strand())
     rt = Runtime.open(db=f"sqlite:///{path}", model=model, tools=[tool.tool])
-
-    while asyncio.run(rt.queries.live_leases(run_id=run_id)):
-        time.sleep(0.05)  # the dead process's lease runs out
-    asyncio.run(rt.service.recover(run_id=run_id))
     try:
         yield rt, session_id, run_id, tool
     finally:
@@ -89,7 +98,7 @@ def _answering(chat: _Chat, answers: list[str], monkeypatch: pytest.MonkeyPatch)
 
 
 def test_chat_resolves_an_unknown_outcome_inline_and_continues(
-    stranded: tuple[Runtime, str, str, RecordingTool], monkeypatch: pytest.MonkeyPatch
+    stranded: Stranded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, session_id, run_id, tool = stranded
     chat = _Chat(rt, session_id, Budget())
@@ -111,7 +120,7 @@ def test_chat_resolves_an_unknown_outcome_inline_and_continues(
 
 
 def test_leaving_the_question_keeps_the_run_waiting(
-    stranded: tuple[Runtime, str, str, RecordingTool], monkeypatch: pytest.MonkeyPatch
+    stranded: Stranded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, session_id, run_id, _ = stranded
     chat = _Chat(rt, session_id, Budget())
@@ -122,3 +131,25 @@ def test_leaving_the_question_keeps_the_run_waiting(
     monkeypatch.setattr(chat.console, "input", leave)
     chat.settle(chat.waiting_run())
     assert asyncio.run(rt.queries.get_run(run_id)).status is RunStatus.AWAITING_RESOLUTION
+
+
+def test_interrupted_reads_back_a_run_left_running_and_asks_about_its_side_effect(
+    crashed: Stranded, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C left the run ``running`` in the store while its side effect had started
+    (the task died before anything more was written): the chat takes the run back as
+    ``awaiting_resolution`` (not "cancelled, not executed": it may have acted), says
+    so, asks what happened, and the run continues."""
+    rt, session_id, run_id, tool = crashed
+    chat = _Chat(rt, session_id, Budget())
+    run = chat.interrupted(None, frozenset())
+    assert run is not None and run.id == run_id
+    assert run.status is RunStatus.AWAITING_RESOLUTION
+    assert f"interrupted: run {run_id} is awaiting_resolution" in capsys.readouterr().out
+    _answering(chat, ["f", "nothing was appended"], monkeypatch)
+    chat.settle(run)
+    assert asyncio.run(rt.queries.get_run(run_id)).status is RunStatus.COMPLETED
+    history = [sm.message for sm in asyncio.run(rt.queries.history(session_id))]
+    result = history[2]
+    assert isinstance(result, ToolResultMessage) and result.result.status.value == "failed"
+    assert len(tool.calls) == 1

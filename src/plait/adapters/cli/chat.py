@@ -33,7 +33,8 @@ from plait.adapters.shapes import error_json, event_json, run_json
 from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolStatus
 from plait.domain.runs import Budget, Run, RunStatus
-from plait.domain.session import ExecutionRecord
+from plait.domain.session import ExecutionRecord, ExecutionState
+from plait.domain.tools import EffectClass
 
 if TYPE_CHECKING:
     from plait.application.approvals import Decided
@@ -110,13 +111,26 @@ class _Chat:
             self.say("[yellow]interrupted before the run started[/]")
             return None
         if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
-            # This process held the run and its task is gone: take it over now, so that a
-            # call whose outcome is unknown is recorded as such and asked about below.
-            reports = asyncio.run(self.service.recover(run_id=run.id, force=True))
-            run = asyncio.run(self.rt.queries.get_run(run.id)) if reports else run
+            run = asyncio.run(self.take_back(run))
         why = f" ({escape(terminal_safe(run.error.message))})" if run.error else ""
         self.say(f"[yellow]interrupted: run {run.id} is {run.status.value}{why}[/]")
         return run
+
+    async def take_back(self, run: Run) -> Run:
+        """This process drove ``run`` and its task is gone before the run was ended:
+        rather than leave the session busy, a side effect that had started is recovered
+        as ``awaiting_resolution`` (its outcome is unknown: asked about next); anything
+        else is ended as the person asked."""
+        detail = await self.rt.queries.run_detail(run.id)
+        started = [
+            e
+            for e in detail.executions
+            if e.state is ExecutionState.STARTED and e.effect is EffectClass.SIDE_EFFECT
+        ]
+        if started and run.status is RunStatus.RUNNING:
+            await self.service.recover(run_id=run.id, force=True)
+            return await self.rt.queries.get_run(run.id)
+        return await self.service.cancel(run.id, force=True)
 
     async def _call_arguments(self, call_id: str) -> dict[str, Any] | None:
         for sm in await self.rt.queries.history(self.session_id):
