@@ -17,7 +17,7 @@ from importlib.resources import files
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
 
-from plait.domain.errors import PlaitError
+from plait.adapters.http._errors import ApiError
 
 __all__ = ["PAGES", "console_routes"]
 
@@ -40,10 +40,6 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-
-
-class ConsoleNotFoundError(PlaitError):
-    code = "not_found"
 
 
 def _asset(name: str) -> str:
@@ -81,7 +77,7 @@ def console_routes() -> APIRouter:
     @r.get("/console/static/{name}")
     async def static(name: str) -> Response:
         if name not in _STATIC:
-            raise ConsoleNotFoundError(f"no console asset {name!r}", asset=name)
+            raise ApiError(f"no console asset {name!r}", status=404, code="not_found")
         return Response(_asset(name), media_type=_STATIC[name], headers=_HEADERS)
 
     return r
