@@ -152,6 +152,7 @@ def check_page(page: Any, shots: Path, name: str) -> None:
         page.keyboard.press("Tab")
         reached.add(page.evaluate("() => document.activeElement.dataset.kb || null"))
     assert {str(n) for n in range(count)} <= reached, (name, count, reached)
+    page.evaluate("() => document.activeElement.blur()")
     page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
 

@@ -161,8 +161,8 @@ function approvalCard(approval, call, onDecided) {
     el("p", {}, "Why it asks: ", el("strong", { text: approval.reason || "-" })),
     el("p", { text: "Call " + approval.call_id + ", run " + approval.run_id + ", session " +
       approval.session_id }),
-    el("p", { text: "Requested " + (approval.requested_at || "-") + "; expires " +
-      (approval.expires_at || "when decided") }),
+    el("p", { text: "Requested " + (approval.requested_at || "-") + "; " + (approval.expires_at
+      ? "valid until " + approval.expires_at : "no expiry yet (an approval lasts from when it is given)") }),
     el("p", { text: "Exact arguments:" }),
     el("pre", { class: "args", text: call ? pretty(call.arguments) : "(digest " + approval.args_digest + ")" }),
     approve, deny);
@@ -505,7 +505,8 @@ async function approvalsPage(content) {
       count += 1;
     }
   }
-  say(count ? count + " calls wait for a decision" : "Nothing waits for a decision.");
+  say(count ? count + (count === 1 ? " call waits" : " calls wait") + " for a decision"
+    : "Nothing waits for a decision.");
 }
 
 async function unknownPage(content) {
@@ -521,7 +522,8 @@ async function unknownPage(content) {
       count += 1;
     }
   }
-  say(count ? count + " calls have an unknown outcome" : "No call has an unknown outcome.");
+  say(count ? count + (count === 1 ? " call has" : " calls have") + " an unknown outcome"
+    : "No call has an unknown outcome.");
 }
 
 async function contextPage(content) {
