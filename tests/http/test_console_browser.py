@@ -96,12 +96,22 @@ async def _summarizing(request: ModelRequest) -> ModelResponse:
     return await behaviour(request)
 
 
+def _windowed(tmp_path: Path, window: int) -> Iterator[Live]:
+    caps = ModelCapabilities(context_window=window, max_output_tokens=300, structured_output=True)
+    model = FunctionModel(_summarizing, name="m", capabilities=caps)
+    yield from _threaded(serve_live(tmp_path, model=model, max_body_bytes=100_000))
+
+
 @pytest.fixture
 def compacting(tmp_path: Path) -> Iterator[Live]:
     """A server whose model has a context window (so compaction is on)."""
-    caps = ModelCapabilities(context_window=100_000, max_output_tokens=300, structured_output=True)
-    model = FunctionModel(_summarizing, name="m", capabilities=caps)
-    yield from _threaded(serve_live(tmp_path, model=model, max_body_bytes=100_000))
+    yield from _windowed(tmp_path, 100_000)
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[Live]:
+    """A 3,000-token window: a long message compacts during its run."""
+    yield from _windowed(tmp_path, 3_000)
 
 
 @pytest.fixture(scope="module")
@@ -354,3 +364,16 @@ def test_the_live_run_resumes_after_a_dropped_stream(page: Any, live: Live) -> N
     assert asked[0] == "0" and asked[1] is not None and int(asked[1]) > 0
     assert page.locator("article.msg").count() == 4  # user, call, result, answer: once each
     assert page.locator("article.assistant", has_text="answer to tool again").count() == 1
+
+
+def test_context_page_lists_the_compactions_of_the_runs(page: Any, small: Live) -> None:
+    with small.client("alice") as c:
+        sid = new_session(c)["session_id"]
+        run = c.post(f"/v1/sessions/{sid}/messages", json={"text": "tool " + "y" * 2_400})
+        assert wait_terminal(c, run.json()["run_id"])["status"] == "completed"
+    login(page, small, "alice", f"/console/sessions/{sid}/context")
+    entry = page.locator("#compactions li").first
+    entry.wait_for()
+    text = entry.inner_text()
+    assert text.startswith(f"run {run.json()['run_id']}, step 1: activated (pressure)")
+    assert "summarized messages 1..1" in text

@@ -567,10 +567,39 @@ async function contextPage(content) {
     : el("p", { text: "No constraints." }));
   content.append(el("h2", { text: "Compaction history" }));
   const runs = (await api("GET", "/sessions/" + encodeURIComponent(sessionId) + "/runs")).runs;
+  const history = el("ul", { id: "compactions" });
+  for (const run of runs.filter((r) => r.status !== "queued" && r.status !== "running").slice(0, 20)) {
+    for (const e of await endedRunEvents(run.run_id)) {
+      if (e.event !== "compaction" || e.data.phase === "started") continue;
+      history.append(el("li", { text: "run " + run.run_id + ", step " + e.data.step + ": " +
+        e.data.phase + " (" + e.data.trigger + ")" + (e.data.detail ? " — " + e.data.detail : "") }));
+    }
+  }
   content.append(el("p", { text: summary
-    ? "Summary generation " + summary.generation + " covers messages 1.." + summary.covers.through_seq +
-      " (" + runs.length + " runs in this session)"
-    : "Never compacted." }));
+    ? "The active summary is generation " + summary.generation + " and covers messages 1.." +
+      summary.covers.through_seq + "."
+    : "No summary is active." }),
+    history.children.length ? history
+      : el("p", { text: "No compaction during the last " + Math.min(runs.length, 20) + " runs." }));
+}
+
+async function endedRunEvents(runId) {
+  // The stream of a run that has stopped ends after its run_finished event.
+  const response = await fetch("/v1/runs/" + encodeURIComponent(runId) + "/events", {
+    headers: { Authorization: "Bearer " + sessionStorage.getItem(KEY), "Last-Event-ID": "0" },
+  });
+  if (!response.ok) return [];
+  const events = [];
+  for (const block of (await response.text()).split("\n\n")) {
+    let event = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event:")) event = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).trim());
+    }
+    if (data.length) events.push({ event, data: JSON.parse(data.join("\n")) });
+  }
+  return events;
 }
 
 const PAGES = {
