@@ -54,3 +54,80 @@ def test_send_through_the_server_takes_the_budget_flags(
     assert "declares none" in err["message"]
     with live.client() as c:
         assert len(c.get(f"/v1/sessions/{sid}/runs").json()["runs"]) == 1
+
+
+def _remote(live: Live, *argv: str) -> list[str]:
+    return [*argv, "--server", live.url, "--api-key", live.keys["alice"]]
+
+
+def test_send_through_the_server_prints_what_send_prints(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with live.client() as c:
+        sid = new_session(c)["session_id"]
+    assert main(["send", *_remote(live, sid, "tool remote")]) == 0
+    out = capsys.readouterr().out
+    assert "[1] user:\n    tool remote" in out
+    assert "[2] assistant (step 1):\n    calling echo" in out
+    assert '→ echo({"text": "tool remote"})  [call_1]' in out
+    assert "[3] echo [call_1] succeeded" in out
+    assert "[4] assistant (step 2):\n    answer to tool remote" in out
+    assert "  status      completed" in out
+    assert "2 steps, 2 model calls (0 corrections), 1 tool call" in out
+    assert "[assistant] \n" not in out and "[user]" not in out  # not the old bare lines
+
+
+def test_send_through_the_server_says_why_a_run_failed(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with live.client() as c:
+        sid = new_session(c)["session_id"]
+    assert main(["send", *_remote(live, sid, "tool once"), "--max-steps", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "  status      budget_exhausted" in out
+    assert "  error       max_steps: " in out
+
+
+def test_send_through_the_server_names_the_approvals_a_run_waits_for(
+    gated: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with gated.client() as c:
+        sid = new_session(c)["session_id"]
+    assert main(["send", *_remote(gated, sid, "tool gated")]) == 1
+    out = capsys.readouterr().out
+    with gated.client() as c:
+        (pending,) = c.get(f"/v1/sessions/{sid}/approvals").json()["approvals"]
+    assert "  status      awaiting_approval" in out
+    assert "waits for 1 decision:" in out
+    assert f"  {pending['approval_id']}  echo  call {pending['call_id']}  why: " in out
+    assert main(["send", *_remote(gated, sid, "tool again"), "--json"]) == 2  # session busy
+    capsys.readouterr()
+
+
+def test_send_through_the_server_events_are_json_lines(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with live.client() as c:
+        sid = new_session(c)["session_id"]
+    assert main(["send", *_remote(live, sid, "tool remote"), "--events"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [x["event"] for x in lines][-1] == "run"
+    kinds = [x["kind"] for x in lines if x["event"] == "message"]
+    assert kinds[-3:] == ["assistant", "tool_result", "assistant"]
+    assert lines[-1]["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--model", "scripted:x.json"), ("--policy", "p.yaml"), ("--db", "memory://")],
+)
+def test_send_through_the_server_refuses_local_flags(
+    live: Live, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    with live.client() as c:
+        sid = new_session(c)["session_id"]
+    assert main(["send", *_remote(live, sid, "hello"), flag, value, "--json"]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "usage" and f"{flag} does not apply with --server" in err["message"]
+    with live.client() as c:
+        assert c.get(f"/v1/sessions/{sid}/runs").json()["runs"] == []  # nothing was sent

@@ -4,6 +4,7 @@ message from a file or stdin, and refusing bytes that are not UTF-8."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,7 +15,15 @@ from plait.application.answers import output_schema_of
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import ConfigError
 
-__all__ = ["InputError", "Out", "check_argv", "decode_utf8", "printable", "read_message"]
+__all__ = [
+    "InputError",
+    "Out",
+    "check_argv",
+    "decode_utf8",
+    "printable",
+    "read_message",
+    "terminal_safe",
+]
 
 
 class InputError(ConfigError):
@@ -33,12 +42,29 @@ class Out:
         if self.json:
             print(json.dumps(data, ensure_ascii=False, indent=2))
         else:
-            print(text if isinstance(text, str) else text())
+            print(terminal_safe(text if isinstance(text, str) else text()))
 
     @staticmethod
     def line(data: Any) -> None:
         """One JSON line, flushed at once (for streams a reader follows live)."""
         print(json.dumps(data, ensure_ascii=False), flush=True)
+
+
+_CONTROLS = re.compile("\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    return "\n" if char == "\r\n" else char.encode("unicode_escape").decode("ascii")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every terminal control character (ESC and so every CSI/OSC sequence,
+    the C1 controls, BEL, backspace, a lone CR, DEL...) shown as a visible ``\\xNN``
+    escape, so tool output, file contents or model text cannot set the title, clear the
+    screen or overwrite a line; newlines and tabs are kept. Every human renderer passes
+    its text through this."""
+    return _CONTROLS.sub(_shown, text)
 
 
 def printable(text: str) -> str:

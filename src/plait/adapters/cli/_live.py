@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from plait.adapters.cli._io import Out
+from plait.adapters.cli._io import Out, terminal_safe
 from plait.adapters.shapes import compaction_event_json, event_json, message_json
 from plait.application.events import (
     CompactionEvent,
@@ -26,7 +26,7 @@ _ARGS_SHOWN = 160
 
 
 def short_args(arguments: dict[str, Any], limit: int = _ARGS_SHOWN) -> str:
-    text = json.dumps(arguments, ensure_ascii=False)
+    text = terminal_safe(json.dumps(arguments, ensure_ascii=False))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -38,15 +38,16 @@ def print_message(console: Any, sm: StoredMessage) -> None:
     m = sm.message
     if m.kind == "assistant":
         if m.text:
-            console.print(Markdown(m.text))
+            console.print(Markdown(terminal_safe(m.text)))
         for c in m.tool_calls:
             args = escape(short_args(c.arguments()))
-            console.print(f"  [cyan]→ {escape(c.name)}[/] [dim]{args}[/]", highlight=False)
+            name = escape(terminal_safe(c.name))
+            console.print(f"  [cyan]→ {name}[/] [dim]{args}[/]", highlight=False)
     elif m.kind == "tool_result":
         r = m.result
         ok = r.status.value == "succeeded"
         colour, mark = ("green", "✓") if ok else ("yellow", "✗")
-        first = (r.reason or r.content).strip().splitlines()
+        first = terminal_safe(r.reason or r.content).strip().splitlines()
         detail = escape(first[0][:120]) if first else ""
         console.print(
             f"  [{colour}]{mark} {escape(m.tool_name)} {r.status.value}[/] [dim]{detail}[/]",
@@ -84,7 +85,7 @@ class _Progress:
         from rich.markup import escape
 
         self._streamed += delta
-        tail = " ".join(self._streamed.split())[-100:]
+        tail = terminal_safe(" ".join(self._streamed.split())[-100:])
         self._status.update(f"[dim]{escape(tail)}[/]")
 
 
@@ -101,7 +102,7 @@ def print_compaction(console: Any, data: dict[str, Any]) -> None:
     from rich.markup import escape
 
     colour = "green" if data["phase"] == "activated" else "yellow"
-    detail = escape(str(data.get("detail") or ""))
+    detail = escape(terminal_safe(str(data.get("detail") or "")))
     console.print(
         f"  [{colour}]⇣ compaction {data['phase']}[/] [dim]({data['trigger']}, step "
         f"{data['step']}) {detail}[/]",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from plait.adapters.shapes import iso
+from plait.adapters.shapes import iso, message_json, run_json
 from plait.domain.retention import Expiry
 from plait.domain.runs import Run
 from plait.domain.session import Session, StoredMessage
@@ -14,7 +14,15 @@ from plait.domain.session import Session, StoredMessage
 if TYPE_CHECKING:
     from plait.application.queries import LeaseInfo
 
-__all__ = ["lease_hint", "message_text", "plural", "run_text", "session_line"]
+__all__ = [
+    "lease_hint",
+    "message_text",
+    "message_text_of",
+    "plural",
+    "run_text",
+    "run_text_of",
+    "session_line",
+]
 
 
 def plural(n: int, word: str) -> str:
@@ -55,42 +63,53 @@ def expired_line(sm: StoredMessage, e: Expiry) -> str:
 def message_text(sm: StoredMessage, expiry: Expiry | None = None) -> str:
     if expiry is not None:
         return expired_line(sm, expiry)
-    m = sm.message
-    if m.kind == "user":
-        return f"[{sm.seq}] user:\n{_indent(m.text)}"
-    if m.kind == "assistant":
-        lines = [f"[{sm.seq}] assistant (step {m.step}):"]
-        if m.text:
-            lines.append(_indent(m.text))
-        for c in m.tool_calls:
-            args = json.dumps(c.arguments(), ensure_ascii=False)
+    return message_text_of(message_json(sm))
+
+
+def message_text_of(m: dict[str, Any]) -> str:
+    """A message in its JSON shape (``message_json``; as the API serves it) for people:
+    local ``send`` and ``send --server`` print the same lines."""
+    seq = m["seq"]
+    if m["kind"] == "user":
+        return f"[{seq}] user:\n{_indent(m['text'])}"
+    if m["kind"] == "assistant":
+        lines = [f"[{seq}] assistant (step {m['step']}):"]
+        if m["text"]:
+            lines.append(_indent(m["text"]))
+        for c in m["tool_calls"]:
+            args = json.dumps(c["arguments"], ensure_ascii=False)
             if len(args) > 200:
                 args = args[:200] + "…"
-            lines.append(f"    → {c.name}({args})  [{c.id}]")
+            lines.append(f"    → {c['name']}({args})  [{c['call_id']}]")
         return "\n".join(lines)
-    r = m.result
-    head = f"[{sm.seq}] {m.tool_name} [{r.call_id}] {r.status.value}"
-    if r.reason and r.reason != r.content:
-        head += f": {r.reason}"
-    if r.artifact is not None:
-        head += f" (whole output: artifact {r.artifact.id}, {r.artifact.size} bytes)"
-    return head + ("\n" + _indent(r.content, 600) if r.content else "")
+    head = f"[{seq}] {m['tool_name']} [{m['call_id']}] {m['status']}"
+    if m["reason"] and m["reason"] != m["content"]:
+        head += f": {m['reason']}"
+    if (a := m["artifact"]) is not None:
+        head += f" (whole output: artifact {a['artifact_id']}, {a['size']} bytes)"
+    return head + ("\n" + _indent(m["content"], 600) if m["content"] else "")
 
 
 def run_text(r: Run) -> str:
-    u = r.usage
+    return run_text_of(run_json(r))
+
+
+def run_text_of(r: dict[str, Any]) -> str:
+    """A run in its JSON shape (``run_json``) for people."""
+    u = r["usage"]
     lines = [
-        f"run {r.id}  session {r.session_id}",
-        f"  status      {r.status.value}",
-        f"  model       {r.model}",
-        f"  started     {iso(r.started_at)}",
-        f"  ended       {iso(r.ended_at) or '-'}",
-        f"  usage       {plural(u.steps, 'step')}, {plural(u.model_calls, 'model call')} "
-        f"({plural(u.corrections, 'correction')}), {plural(u.tool_calls, 'tool call')}, "
-        f"{u.input_tokens} in / {u.output_tokens} out tokens",
+        f"run {r['run_id']}  session {r['session_id']}",
+        f"  status      {r['status']}",
+        f"  model       {r['model']}",
+        f"  started     {r['started_at']}",
+        f"  ended       {r['ended_at'] or '-'}",
+        f"  usage       {plural(u['steps'], 'step')}, "
+        f"{plural(u['model_calls'], 'model call')} "
+        f"({plural(u['corrections'], 'correction')}), {plural(u['tool_calls'], 'tool call')}, "
+        f"{u['input_tokens']} in / {u['output_tokens']} out tokens",
     ]
-    if r.error is not None:
-        lines.append(f"  error       {r.error.code}: {r.error.message}")
-    if r.lease is not None:
-        lines.append(f"  lease       {r.lease.owner} until {iso(r.lease.expires_at)}")
+    if (e := r["error"]) is not None:
+        lines.append(f"  error       {e['code']}: {e['message']}")
+    if (lease := r["lease"]) is not None:
+        lines.append(f"  lease       {lease['owner']} until {lease['expires_at']}")
     return "\n".join(lines)

@@ -186,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_ERROR
+    except KeyboardInterrupt:  # before the command started (parsing, opening)
+        print("plait: interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:

@@ -1,6 +1,9 @@
 """``plait send --server URL``: the same command against a running service. Posts the
 message (the run is queued), follows the run's event stream (resuming with Last-Event-ID
-if the connection drops) and prints what ``send`` prints. Standard library only."""
+if the connection drops) and prints what ``send`` prints: the run's messages, the run
+with its failure reason, the approvals a waiting run waits for, or with ``--events`` the
+same JSON lines. Flags that only a local run can honour (``--model``, ``--policy``,
+``--db``) are refused. HTTP with the standard library only."""
 
 from __future__ import annotations
 
@@ -10,9 +13,14 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
-from plait.adapters.cli._io import Out, read_message, read_output_schema
+from plait.adapters.cli._commands import exit_for
+from plait.adapters.cli._io import Out, read_message, read_output_schema, terminal_safe
+from plait.adapters.cli._parser import UsageError
+from plait.adapters.cli._render import message_text_of, plural, run_text_of
+from plait.adapters.shapes import event_json
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import RunStatus
 
@@ -65,8 +73,8 @@ def _error(e: urllib.error.HTTPError) -> RemoteError:
         return RemoteError(f"the service answered HTTP {e.code}", status=e.code)
 
 
-def _follow(client: _Client, run_id: str, out: Out) -> dict[str, Any]:
-    """Print the run's messages as they are saved; return the finished run."""
+def _follow(client: _Client, run_id: str, on_event: Callable[[str, Any], None]) -> dict[str, Any]:
+    """Pass each event of the run to ``on_event``; return the run once it stops."""
     last, tries = 0, 0
     while True:
         try:
@@ -83,13 +91,16 @@ def _follow(client: _Client, run_id: str, out: Out) -> dict[str, Any]:
                     elif line == "" and data_lines:
                         data = json.loads("\n".join(data_lines))
                         data_lines = []
+                        tries = 0
                         if event == "run_finished":
                             return dict(data["run"])
-                        if event == "message" and not out.json:
-                            m = data["message"]
-                            print(f"[{m['kind']}] {m.get('text') or m.get('content') or ''}")
-                        if event == "compaction" and not out.json and data["phase"] != "started":
-                            print(f"[compaction {data['phase']}] {data.get('detail') or ''}")
+                        if event == "error":
+                            err = data["error"]
+                            raise RemoteError(
+                                f"{err['message']} ({err['code']})", remote_code=err["code"]
+                            )
+                        on_event(event, data)
+                        event = "message"
         except (OSError, RemoteError):
             tries += 1
             if tries > 5:
@@ -113,7 +124,39 @@ def _budget_body(a: argparse.Namespace) -> dict[str, Any]:
     return {f: getattr(b, f) for f in _BUDGET_FIELDS if getattr(b, f) is not None}
 
 
+_LOCAL_ONLY = {
+    "model": "the service runs the model it was started with (PLAIT_MODEL where it runs)",
+    "policy": "the service decides calls under its own policy (PLAIT_POLICY where it runs)",
+    "db": "the service uses its own store",
+}
+"""Flags of ``send`` that do not apply to a server, and why (refused, not ignored)."""
+
+
+def _refuse_local_flags(a: argparse.Namespace) -> None:
+    for name, why in _LOCAL_ONLY.items():
+        if getattr(a, name, None) is not None:
+            raise UsageError(
+                f"--{name} does not apply with --server: {why}; leave it out",
+                command="plait send",
+                flag=f"--{name}",
+            )
+
+
+def _waiting_lines(run_id: str, waiting: list[dict[str, Any]], server: str) -> list[str]:
+    lines = [f"run {run_id} waits for {plural(len(waiting), 'decision')}:"]
+    for x in waiting:
+        lines.append(
+            f"  {x['approval_id']}  {x['tool_name']}  call {x['call_id']}  why: {x['reason']}"
+        )
+    lines.append(
+        f"  decide in the console ({server}/console/approvals) or with POST "
+        "/v1/approvals/ID/approve or /deny"
+    )
+    return lines
+
+
 def send_remote(a: argparse.Namespace, out: Out) -> int:
+    _refuse_local_flags(a)
     key = getattr(a, "api_key", None) or os.environ.get("PLAIT_API_KEY")
     if not key:
         raise ConfigError("--server needs an API key: --api-key KEY or PLAIT_API_KEY")
@@ -124,11 +167,40 @@ def send_remote(a: argparse.Namespace, out: Out) -> int:
     if schema is not None:
         body["output_schema"] = schema.schema()
     run = client.json("POST", f"/v1/sessions/{a.session_id}/messages", body)
-    finished = _follow(client, run["run_id"], out)
+    shown: set[str] = set()
+
+    def on_event(event: str, data: Any) -> None:
+        if a.events:
+            if event in ("message", "compaction"):
+                Out.line(event_json(event, data["message"] if event == "message" else data))
+            return
+        if out.json:
+            return
+        if event == "message":
+            shown.add(data["message"]["message_id"])
+            print(terminal_safe(message_text_of(data["message"])), flush=True)
+        elif event == "compaction" and data["phase"] != "started":
+            print(terminal_safe(f"[compaction {data['phase']}] {data.get('detail') or ''}"))
+
+    finished = _follow(client, run["run_id"], on_event)
+    waiting: list[dict[str, Any]] = []
+    if finished["status"] == RunStatus.AWAITING_APPROVAL.value:
+        found = client.json("GET", f"/v1/sessions/{a.session_id}/approvals")["approvals"]
+        waiting = [
+            x for x in found if x["run_id"] == finished["run_id"] and x["state"] == "pending"
+        ]
+    code = exit_for(RunStatus(finished["status"]))
+    if a.events:
+        Out.line(event_json("run", finished | ({"waiting_for": waiting} if waiting else {})))
+        return code
     page = client.json("GET", f"/v1/sessions/{a.session_id}/messages?limit=1000")
     added = [m for m in page["messages"] if m["run_id"] == run["run_id"]]
     answers = [m.get("output") for m in added if m["kind"] == "assistant"]
     output = answers[-1] if answers else None
-    shown = f"run {finished['run_id']}: {finished['status']}"
-    out.emit(finished | {"messages": added, "output": output}, shown)
-    return 0 if finished["status"] == RunStatus.COMPLETED.value else 1
+    texts = [message_text_of(m) for m in added if m["message_id"] not in shown]
+    lines = [*texts, "", run_text_of(finished)] if texts or shown else [run_text_of(finished)]
+    if waiting:
+        lines.extend(_waiting_lines(finished["run_id"], waiting, client.base))
+    result = finished | {"messages": added, "output": output, "waiting_for": waiting}
+    out.emit(result, "\n".join(lines))
+    return code

@@ -32,6 +32,7 @@ from plait.adapters.http._internal import InternalErrors, log_internal, request_
 from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.compaction import compaction_routes, compaction_stage
+from plait.adapters.http.console import console_routes
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
 from plait.adapters.http.workspaces import bind_directory, bind_workspace
@@ -130,6 +131,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
 
         hooks = webhook_routes(ctx, _principal_dependency(ctx))
         app.include_router(hooks, prefix="/v1", responses=ERRORS)
+    app.include_router(console_routes())  # the web console at / (pages call /v1)
     return app
 
 
