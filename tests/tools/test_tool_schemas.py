@@ -5,6 +5,8 @@ the JSON must be exactly what they generate (``scripts/tool_schemas.py`` rewrite
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,18 +61,25 @@ def test_the_check_script_fails_on_a_stale_file(tmp_path: Path) -> None:
         [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    original = _specs.SCHEMA_FILE.read_text(encoding="utf-8")
-    stale = json.loads(original)
+    # a copy of the package with one schema edited by hand: the source tree stays as it is
+    copy = tmp_path / "src" / "plait"
+    shutil.copytree(ROOT / "src" / "plait", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    cached = copy / "adapters" / "tools" / "_schemas.json"
+    stale = json.loads(cached.read_text(encoding="utf-8"))
     stale["read_file"]["properties"]["path"]["description"] = "something else"
-    _specs.SCHEMA_FILE.write_text(json.dumps(stale, indent=2) + "\n", encoding="utf-8")
-    try:
-        bad = subprocess.run(
-            [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
-        )
-    finally:
-        _specs.SCHEMA_FILE.write_text(original, encoding="utf-8")
-    assert bad.returncode == 1
-    assert "out of date: _schemas.json" in bad.stdout
+    cached.write_text(json.dumps(stale, indent=2) + "\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    bad = subprocess.run(
+        [sys.executable, str(script), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert bad.stdout.strip() == "out of date: _schemas.json (run scripts/tool_schemas.py)"
+    subprocess.run([sys.executable, str(script)], check=True, capture_output=True, env=env)
+    assert cached.read_text(encoding="utf-8") == _specs.SCHEMA_FILE.read_text(encoding="utf-8")
 
 
 async def _nothing(invocation: ToolInvocation) -> ToolOutput:
