@@ -281,10 +281,14 @@ def configured_sandbox() -> SandboxSettings:
 
 def _configured_mcp() -> dict[str, McpServerConfig]:
     """The ``[mcp.servers.NAME]`` tables of the config files (none without any)."""
-    from plait.adapters.mcp import servers_from_mapping
     from plait.config import load_config
 
     config = load_config()
+    if not config.mcp:
+        return {}
+    # imported only when servers are configured: the MCP SDK costs ~0.5 s of start-up
+    from plait.adapters.mcp import servers_from_mapping
+
     try:
         return servers_from_mapping(config.mcp)
     except ConfigError as e:

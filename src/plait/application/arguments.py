@@ -4,7 +4,9 @@ Validation is the maintained ``jsonschema`` library's, Draft 2020-12, for every 
 whatever its source (built-in, typed Python function, MCP server). A schema is checked once,
 when its tool is registered (:class:`~plait.application.ports.Tool` does it): a schema
 that is not valid Draft 2020-12, or that refers to a ``$ref`` plait cannot resolve, is a
-configuration error naming the tool. The compiled validator is kept per spec.
+configuration error naming the tool (the built-in tools' schemas, precomputed and checked
+by a test, are compiled at their first call instead). The compiled validator is kept per
+spec.
 
 The messages go back to the model as corrections, so each names the JSON path of the
 value and says what was expected, briefly: values are shortened, never echoed whole.
@@ -15,12 +17,14 @@ dependencies, and checking a call is a step of the loop (see :mod:`.validation`)
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from copy import deepcopy
 from fractions import Fraction
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from plait.domain.errors import ValidationError
@@ -30,7 +34,15 @@ if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError as SchemaViolation
     from jsonschema.protocols import Validator
 
-__all__ = ["MAX_ERRORS", "ArgumentSchema", "argument_errors", "argument_schema"]
+__all__ = [
+    "MAX_ERRORS",
+    "ArgumentSchema",
+    "argument_errors",
+    "argument_schema",
+    "cached_schemas",
+    "check_at_registration",
+    "known_valid",
+]
 
 MAX_ERRORS = 20
 """At most this many problems are reported for one call (the first ones, by path)."""
@@ -115,6 +127,37 @@ def argument_schema(spec: ToolSpec) -> ArgumentSchema:
             _cache.pop(next(iter(_cache)))
         _cache[id(spec)] = (spec, compiled)  # holding the spec keeps its id unique
     return compiled
+
+
+_known_valid: set[str] = set()
+
+
+def _canonical(schema: Mapping[str, Any]) -> str:
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
+def known_valid(schemas: Iterable[Mapping[str, Any]]) -> None:
+    """Mark ``schemas`` as already checked (the built-in tools' precomputed schemas, which
+    a test checks): registering a tool with one of them compiles nothing."""
+    _known_valid.update(_canonical(schema) for schema in schemas)
+
+
+def cached_schemas(path: Path) -> dict[str, dict[str, Any]]:
+    """The precomputed schemas in the JSON file ``path`` (tool name to schema, generated
+    from the tools' argument models by ``scripts/tool_schemas.py`` and checked equal to
+    them by a test), marked :func:`known_valid`."""
+    schemas: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    known_valid(schemas.values())
+    return schemas
+
+
+def check_at_registration(spec: ToolSpec) -> None:
+    """Refuse a bad schema when its tool is registered (a ValidationError naming the
+    tool), compiling it then; a schema marked :func:`known_valid` is compiled at its first
+    call instead: jsonschema is imported only when a call is checked (start-up time)."""
+    if isinstance(spec.parameters, Mapping) and _canonical(spec.parameters) in _known_valid:
+        return
+    argument_schema(spec)
 
 
 def argument_errors(spec: ToolSpec, arguments: object) -> list[str]:

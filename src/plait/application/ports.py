@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from plait.application.arguments import argument_schema
+from plait.application.arguments import check_at_registration
 from plait.application.events import RunEvent
 from plait.domain.context import Context
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot
@@ -200,7 +200,7 @@ class Tool:
     run's deadline."""
 
     def __post_init__(self) -> None:
-        argument_schema(self.spec)  # registering a tool checks its schema, naming the tool
+        check_at_registration(self.spec)  # a bad schema is refused here, naming the tool
 
 
 class Clock(Protocol):

@@ -372,3 +372,16 @@ def _docstring(doc: str) -> tuple[str, dict[str, str]]:
         elif current is not None:
             described[current] = f"{described[current]} {stripped}".strip()
     return " ".join(summary), described
+
+
+# --- precomputed schemas --------------------------------------------------------------------
+
+
+def schema_cache_text(models: Mapping[str, type[BaseModel]]) -> str:
+    """The JSON text of a precomputed schema file (see
+    :func:`plait.application.arguments.cached_schemas`): each tool's :func:`arguments_schema`
+    by tool name. ``scripts/tool_schemas.py`` writes it; a test checks it is current."""
+    import json
+
+    schemas = {name: arguments_schema(model) for name, model in models.items()}
+    return json.dumps(schemas, indent=2, ensure_ascii=False) + "\n"

@@ -14,15 +14,18 @@ import fnmatch
 import os
 from contextlib import closing
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._limits import CHUNK, WorkspaceLimits, plural
 from plait.adapters.tools._match import Matcher, matcher
 from plait.adapters.tools._paths import Workspace, is_binary, open_child_file
-from plait.adapters.tools._specs import SearchText
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.domain.errors import ToolError
+
+if TYPE_CHECKING:  # the typed model imports pydantic: parsed at the first call
+    from plait.adapters.tools._specs import SearchText
 
 __all__ = ["search_text"]
 

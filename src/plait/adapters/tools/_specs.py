@@ -1,29 +1,33 @@
-"""What the model is told about the workspace tools, declared once: each tool's arguments
-are a typed model; its JSON schema (what the model sees and every call is checked
-against) and the value its executor receives both come from that model."""
+"""The built-in tools' arguments, declared once as typed models: the JSON schema each
+tool shows the model (and every call is checked against) and the value its executor
+receives both come from these. The schemas are precomputed into ``_schemas.json``
+(``scripts/tool_schemas.py``; a test checks they are current), so that building the tools
+does not import pydantic: this module is imported at a tool's first call."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
-from plait.application.typed_tools import ToolArguments, arguments_schema
-from plait.domain.tools import EffectClass, ToolSpec
+from plait.adapters.tools._values import ABSENT, MAX_COMMAND_CHARS
+from plait.application.typed_tools import ToolArguments
 
 __all__ = [
-    "ABSENT",
-    "SPECS",
+    "MODELS",
+    "SCHEMA_FILE",
     "EditFile",
     "ListDir",
     "ReadFile",
+    "RunCommand",
+    "RunTests",
     "SearchText",
     "WriteFile",
 ]
 
 _WHERE = " Relative to the workspace root (an absolute path must lie inside it)."
-ABSENT = "absent"
 
 
 def _path(description: str, **default: Any) -> Any:
@@ -97,64 +101,38 @@ class EditFile(ToolArguments):
     replace_all: bool = Field(False, description="Replace every occurrence instead of exactly one.")
 
 
-_READ, _WRITE = EffectClass.READ_ONLY, EffectClass.SIDE_EFFECT
+_TIMEOUT = "Wall-clock limit in seconds; the whole process tree is killed at it."
 
-_DESCRIPTIONS: list[tuple[str, str, type[ToolArguments], EffectClass]] = [
-    (
-        "read_file",
-        "Read a UTF-8 text file of the workspace, whole or a range of lines. Returns the "
-        "content as is (no line numbers), then one bracketed line saying which lines were "
-        "shown, whether more follows (and the offset_line to continue with) and, when the "
-        "end was reached, the file's sha256 (usable as write_file's expected_sha256). "
-        "Binary files are refused.",
-        ReadFile,
-        _READ,
-    ),
-    (
-        "list_dir",
-        "List a workspace directory, one entry per line, sorted. Directories end in '/', "
-        "symbolic links in '@'. Recursive listings show paths relative to the listed "
-        "directory, do not enter .git or links, and stop after a bounded number of entries "
-        "(said at the end).",
-        ListDir,
-        _READ,
-    ),
-    (
-        "search_text",
-        "Find lines containing a string (or matching a regular expression, RE2 syntax: "
-        "Python's without lookaround and backreferences) in the "
-        "workspace's text files. Returns 'path:line: text' per matching line, paths relative "
-        "to the workspace root. Skips binary files, .git and symbolic links; stops after "
-        "max_results matches and says so.",
-        SearchText,
-        _READ,
-    ),
-    (
-        "write_file",
-        "Create or overwrite a workspace file with the given UTF-8 content, creating missing "
-        "parent directories; the write is atomic. Pass expected_sha256 to make it a "
-        "compare-and-write: it happens only if the file still has that sha256 (or, with "
-        "'absent', does not exist yet) — and if the file already holds exactly this content "
-        "the call succeeds as 'already written', so retrying is safe. Returns the bytes "
-        "written and the new sha256.",
-        WriteFile,
-        _WRITE,
-    ),
-    (
-        "edit_file",
-        "Replace an exact string in a UTF-8 workspace file. old_string must occur exactly "
-        "once (include surrounding lines to make it unique) unless replace_all is true. The "
-        "file is rewritten atomically. Returns the number of replacements and the new sha256.",
-        EditFile,
-        _WRITE,
-    ),
-]
 
-SPECS: list[tuple[ToolSpec, type[ToolArguments]]] = [
-    (
-        ToolSpec(name=name, description=text, parameters=arguments_schema(model), effect=effect),
-        model,
+class RunCommand(ToolArguments):
+    command: str = Field(
+        min_length=1,
+        max_length=MAX_COMMAND_CHARS,
+        description=f"Shell command line, run with /bin/sh -c (at most {MAX_COMMAND_CHARS} "
+        "characters: write a longer script to a file first).",
     )
-    for name, text, model, effect in _DESCRIPTIONS
-]
-"""Each workspace tool's spec, and the model its arguments are parsed into."""
+    cwd: str | None = Field(
+        None,
+        min_length=1,
+        description="Directory to run in, relative to the workspace root (default: the root).",
+    )
+    timeout_seconds: float | None = Field(None, gt=0, description=_TIMEOUT)
+
+
+class RunTests(ToolArguments):
+    timeout_seconds: float | None = Field(None, gt=0, description=_TIMEOUT)
+
+
+MODELS: dict[str, type[ToolArguments]] = {
+    "read_file": ReadFile,
+    "list_dir": ListDir,
+    "search_text": SearchText,
+    "write_file": WriteFile,
+    "edit_file": EditFile,
+    "run_command": RunCommand,
+    "run_tests": RunTests,
+}
+"""Each built-in tool's arguments model, by tool name."""
+
+SCHEMA_FILE = Path(__file__).with_name("_schemas.json")
+"""Where the schemas of :data:`MODELS` are precomputed."""

@@ -19,8 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field
-
+from plait.adapters.tools._catalog import SCHEMAS, parse
 from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._proc import Capture, Outcome, run_process
 from plait.adapters.tools.sandbox import (
@@ -35,7 +34,6 @@ from plait.adapters.tools.sandbox import (
     with_policy,
 )
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
-from plait.application.typed_tools import ToolArguments, arguments_schema, parse_arguments
 from plait.domain.errors import ToolError
 from plait.domain.policy import Policy
 from plait.domain.tools import EffectClass, ToolSpec
@@ -43,36 +41,10 @@ from plait.domain.tools import EffectClass, ToolSpec
 __all__ = ["command_tools"]
 
 _SHELL = "/bin/sh"
-MAX_COMMAND_CHARS = 32_000
-"""The longest command line: at 4 bytes a character it stays under Linux's limit of
-128 KiB for one argument of a program (``sh -c COMMAND``); the schema says so, so a
-longer one is a correction for the model, not a failed start."""
 _HEADER_ROOM = 1000
 """Bytes of the capped content kept for the status lines, the section headers and the
 notice the runner appends when it keeps the spooled output as an artifact."""
 _NOTICE_ROOM = 200
-
-_TIMEOUT = "Wall-clock limit in seconds; the whole process tree is killed at it."
-
-
-class RunCommand(ToolArguments):
-    command: str = Field(
-        min_length=1,
-        max_length=MAX_COMMAND_CHARS,
-        description=f"Shell command line, run with /bin/sh -c (at most {MAX_COMMAND_CHARS} "
-        "characters: write a longer script to a file first).",
-    )
-    cwd: str | None = Field(
-        None,
-        min_length=1,
-        description="Directory to run in, relative to the workspace root (default: the root).",
-    )
-    timeout_seconds: float | None = Field(None, gt=0, description=_TIMEOUT)
-
-
-class RunTests(ToolArguments):
-    timeout_seconds: float | None = Field(None, gt=0, description=_TIMEOUT)
-
 
 _SANDBOX_TEXT = (
     " It runs in a sandbox: only the workspace (read-write) and the system directories "
@@ -99,7 +71,7 @@ def command_tools(
     runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected), protect_git)
 
     async def run_command(invocation: ToolInvocation) -> ToolOutput:
-        args = parse_arguments(RunCommand, invocation.call.arguments())
+        args = parse("run_command", invocation.call.arguments())
         return await runner.run(
             invocation,
             tool="run_command",
@@ -113,7 +85,7 @@ def command_tools(
             spec=ToolSpec(
                 name="run_command",
                 description="Run a shell command in the workspace." + _SANDBOX_TEXT,
-                parameters=arguments_schema(RunCommand),
+                parameters=SCHEMAS["run_command"],
                 effect=EffectClass.SIDE_EFFECT,
             ),
             execute=run_command,
@@ -124,7 +96,7 @@ def command_tools(
     if test_command is not None:
 
         async def run_tests(invocation: ToolInvocation) -> ToolOutput:
-            seconds = parse_arguments(RunTests, invocation.call.arguments()).timeout_seconds
+            seconds = parse("run_tests", invocation.call.arguments()).timeout_seconds
             return await runner.run(
                 invocation, tool="run_tests", command=test_command, cwd=None, seconds=seconds
             )
@@ -134,7 +106,7 @@ def command_tools(
                 spec=ToolSpec(
                     name="run_tests",
                     description=f"Run the project's tests ({test_command})." + _SANDBOX_TEXT,
-                    parameters=arguments_schema(RunTests),
+                    parameters=SCHEMAS["run_tests"],
                     effect=settings.effect_of(test_command),
                 ),
                 execute=run_tests,

@@ -15,8 +15,9 @@ import stat
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from plait.adapters.tools._catalog import ABSENT, SPECS, parse
 from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._limits import CHUNK, WorkspaceLimits, plural
@@ -31,21 +32,14 @@ from plait.adapters.tools._paths import (
     replace_file,
 )
 from plait.adapters.tools._search import search_text
-from plait.adapters.tools._specs import (
-    ABSENT,
-    SPECS,
-    EditFile,
-    ListDir,
-    ReadFile,
-    SearchText,
-    WriteFile,
-)
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
-from plait.application.typed_tools import ToolArguments, parse_arguments
 from plait.domain.errors import ToolError
 from plait.domain.policy import Action, CallFacts, Policy
 from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:  # the typed models import pydantic: parsed at a tool's first call
+    from plait.adapters.tools._specs import EditFile, ListDir, ReadFile, WriteFile
 
 __all__ = ["WorkspaceLimits", "workspace_tools"]
 
@@ -356,12 +350,12 @@ def _edit_file(ws: Workspace, args: EditFile, limits: WorkspaceLimits, deadline:
 # --- wiring ---------------------------------------------------------------------------------
 
 _Run = Callable[[Workspace, Any, WorkspaceLimits, Deadline], str]
-_RUNS: dict[type[ToolArguments], _Run] = {
-    ReadFile: _read_file,
-    ListDir: _list_dir,
-    SearchText: search_text,
-    WriteFile: _write_file,
-    EditFile: _edit_file,
+_RUNS: dict[str, _Run] = {
+    "read_file": _read_file,
+    "list_dir": _list_dir,
+    "search_text": search_text,
+    "write_file": _write_file,
+    "edit_file": _edit_file,
 }
 
 
@@ -390,17 +384,12 @@ class _Shield:
         return denied
 
 
-def _tool(
-    spec: ToolSpec,
-    model: type[ToolArguments],
-    limits: WorkspaceLimits,
-    shield: _Shield,
-) -> Tool:
-    run = _RUNS[model]
+def _tool(spec: ToolSpec, limits: WorkspaceLimits, shield: _Shield) -> Tool:
+    run = _RUNS[spec.name]
     git = shield.policy.protect_git if shield.policy is not None else True
     write_denied = shield.write_denied(spec.name)
 
-    def blocking(root: str, args: ToolArguments, deadline: Deadline) -> str:
+    def blocking(root: str, args: Any, deadline: Deadline) -> str:
         guard = Guard(shield.paths, known=shield.known)
         with Workspace(root, guard=guard, protect_git=git, write_denied=write_denied) as ws:
             try:
@@ -411,7 +400,7 @@ def _tool(
     async def execute(invocation: ToolInvocation) -> ToolOutput:
         if invocation.workspace is None:
             raise ToolError("this session has no workspace")
-        args = parse_arguments(model, invocation.call.arguments())
+        args = parse(spec.name, invocation.call.arguments())
         # The thread cannot be killed: it checks this deadline between lines, files and
         # entries, and stops there once the runner's time limit passed or we stop waiting.
         deadline = Deadline(invocation.time_limit_seconds, cap=limits.max_call_seconds)
@@ -425,7 +414,7 @@ def _tool(
     # Reading tools stop at their next check when cancelled. A write is short and bounded
     # by its size; a cancelled run waits for it and records what really happened.
     read_only = spec.effect is EffectClass.READ_ONLY
-    effect_of = _write_effect if model is WriteFile else None
+    effect_of = _write_effect if spec.name == "write_file" else None
     return Tool(spec=spec, execute=execute, stoppable=read_only, effect_of=effect_of)
 
 
@@ -452,4 +441,4 @@ def workspace_tools(
     limits = limits or WorkspaceLimits()
     paths = tuple(os.fspath(p) for p in protected)
     shielded = _Shield(paths, Guard(paths), policy)
-    return [_tool(spec, model, limits, shielded) for spec, model in SPECS]
+    return [_tool(spec, limits, shielded) for spec in SPECS]

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
-
+from plait.application.arguments import cached_schemas
 from plait.application.compaction._render import render_message
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.retention import expiries_of
-from plait.application.typed_tools import ToolArguments, arguments_schema, parse_arguments
 from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
@@ -44,22 +43,9 @@ __all__ = [
 ]
 
 MAX_SLICE = 32_000
-
-
-class RecallArguments(ToolArguments):
-    message_id: str | None = Field(None, min_length=1)
-    artifact_id: str | None = Field(None, min_length=1)
-    offset: int | None = Field(None, ge=0)
-    length: int | None = Field(None, ge=1, le=MAX_SLICE)
-    query: str | None = Field(None, min_length=1)
-    limit: int | None = Field(None, ge=1, le=50)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> RecallArguments:
-        given = [self.message_id, self.artifact_id, self.query]
-        if sum(value is not None for value in given) != 1:
-            raise ValueError("give exactly one of message_id, artifact_id or query")
-        return self
+SCHEMA_FILE = Path(__file__).with_name("_recall_schema.json")
+"""recall's schema, precomputed from its arguments model (:mod:`._recall_args`, see
+``scripts/tool_schemas.py``) so that offering recall does not import pydantic."""
 
 
 RECALL_SPEC = ToolSpec(
@@ -73,7 +59,7 @@ RECALL_SPEC = ToolSpec(
         "that does not exist in this session is reported as missing; one whose content the "
         "retention policy removed is reported as expired."
     ),
-    parameters=arguments_schema(RecallArguments),
+    parameters=cached_schemas(SCHEMA_FILE)["recall"],
     effect=EffectClass.READ_ONLY,
 )
 
@@ -257,6 +243,10 @@ def recall_tool(store: Any) -> Tool:
     :class:`~plait.application.ports.ArtifactStore`."""
 
     async def execute(invocation: ToolInvocation) -> ToolOutput:
+        # the typed model imports pydantic: at the first call, not when recall is offered
+        from plait.application.compaction._recall_args import RecallArguments
+        from plait.application.typed_tools import parse_arguments
+
         args = parse_arguments(RecallArguments, invocation.call.arguments())
         sid = invocation.session_id
         if args.message_id is not None:

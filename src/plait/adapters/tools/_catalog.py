@@ -1,0 +1,90 @@
+"""What the model is told about the built-in tools, without importing their typed
+arguments models (pydantic, ~0.1 s of start-up): names, descriptions, effect classes, and
+the JSON schemas precomputed from the models (:mod:`._specs`, the one source of truth) into
+``_schemas.json``. The models are imported at a tool's first call (:func:`parse`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from plait.adapters.tools._values import ABSENT, MAX_COMMAND_CHARS
+from plait.application.arguments import cached_schemas
+from plait.domain.tools import EffectClass, ToolSpec
+
+__all__ = ["ABSENT", "MAX_COMMAND_CHARS", "SCHEMAS", "SPECS", "parse"]
+
+SCHEMAS = cached_schemas(Path(__file__).with_name("_schemas.json"))
+"""Each built-in tool's argument schema, by tool name."""
+
+_READ, _WRITE = EffectClass.READ_ONLY, EffectClass.SIDE_EFFECT
+
+_DESCRIPTIONS: list[tuple[str, str, EffectClass]] = [
+    (
+        "read_file",
+        "Read a UTF-8 text file of the workspace, whole or a range of lines. Returns the "
+        "content as is (no line numbers), then one bracketed line saying which lines were "
+        "shown, whether more follows (and the offset_line to continue with) and, when the "
+        "end was reached, the file's sha256 (usable as write_file's expected_sha256). "
+        "Binary files are refused.",
+        _READ,
+    ),
+    (
+        "list_dir",
+        "List a workspace directory, one entry per line, sorted. Directories end in '/', "
+        "symbolic links in '@'. Recursive listings show paths relative to the listed "
+        "directory, do not enter .git or links, and stop after a bounded number of entries "
+        "(said at the end).",
+        _READ,
+    ),
+    (
+        "search_text",
+        "Find lines containing a string (or matching a regular expression, RE2 syntax: "
+        "Python's without lookaround and backreferences) in the "
+        "workspace's text files. Returns 'path:line: text' per matching line, paths relative "
+        "to the workspace root. Skips binary files, .git and symbolic links; stops after "
+        "max_results matches and says so.",
+        _READ,
+    ),
+    (
+        "write_file",
+        "Create or overwrite a workspace file with the given UTF-8 content, creating missing "
+        "parent directories; the write is atomic. Pass expected_sha256 to make it a "
+        "compare-and-write: it happens only if the file still has that sha256 (or, with "
+        "'absent', does not exist yet) — and if the file already holds exactly this content "
+        "the call succeeds as 'already written', so retrying is safe. Returns the bytes "
+        "written and the new sha256.",
+        _WRITE,
+    ),
+    (
+        "edit_file",
+        "Replace an exact string in a UTF-8 workspace file. old_string must occur exactly "
+        "once (include surrounding lines to make it unique) unless replace_all is true. The "
+        "file is rewritten atomically. Returns the number of replacements and the new sha256.",
+        _WRITE,
+    ),
+]
+
+SPECS: list[ToolSpec] = [
+    ToolSpec(name=name, description=text, parameters=SCHEMAS[name], effect=effect)
+    for name, text, effect in _DESCRIPTIONS
+]
+"""Each workspace tool's spec."""
+
+
+@cache
+def _models() -> Mapping[str, Any]:
+    # the typed models import pydantic: at the first call, not when tools are built
+    from plait.adapters.tools._specs import MODELS
+
+    return MODELS
+
+
+def parse(tool: str, arguments: Mapping[str, Any]) -> Any:
+    """``arguments`` (already checked against the schema) parsed into ``tool``'s model; a
+    rule the schema does not carry raises :class:`~plait.domain.errors.ToolError`."""
+    from plait.application.typed_tools import parse_arguments  # pydantic: see _models
+
+    return parse_arguments(_models()[tool], arguments)
