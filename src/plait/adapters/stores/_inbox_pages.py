@@ -1,0 +1,90 @@
+"""What waits for a person, across sessions, a page at a time, newest first: pending
+approval requests and runs in one waiting status, optionally only one owner's (the owner
+of the session they belong to).
+
+The SQL stores answer from partial indexes, so a page costs what waits, not what was
+ever stored: approvals from ``approvals_pending`` (``requested_at`` of pending requests
+only), runs from ``runs_live`` (the statuses of runs not ended). A page after ``before``
+(the id of the previous page's last item) continues where that one stopped.
+"""
+
+from __future__ import annotations
+
+from plait.domain.runs import RunStatus
+
+__all__ = [
+    "APPROVALS_PENDING_PG",
+    "APPROVALS_PENDING_SQLITE",
+    "check_waiting",
+    "pending_approvals_sql",
+    "waiting_runs_sql",
+]
+
+APPROVALS_PENDING_SQLITE = (
+    "CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (requested_at) "
+    "WHERE status = 'pending'"
+)
+"""SQLite appends the rowid to every index entry: (requested_at, rowid) in order."""
+APPROVALS_PENDING_PG = (
+    "CREATE INDEX approvals_pending ON approvals (requested_at, ord) WHERE status = 'pending'"
+)
+
+
+def check_waiting(status: RunStatus) -> None:
+    """Only the statuses of runs not ended are listed this way (the live index)."""
+    if status.terminal:
+        raise ValueError(f"only runs not ended are listed by status, not {status.value!r}")
+
+
+def _where(
+    table: str, tie: str, at: str, mark: str, owner: str | None, before: str | None
+) -> tuple[list[str], list[object]]:
+    where: list[str] = []
+    args: list[object] = []
+    if owner is not None:
+        where.append(f"s.owner = {mark}")
+        args.append(owner)
+    if before is not None:
+        where.append(
+            f"(x.{at}, x.{tie}) < (SELECT b.{at}, b.{tie} FROM {table} AS b WHERE b.id = {mark})"
+        )
+        args.append(before)
+    return where, args
+
+
+def pending_approvals_sql(
+    tie: str, mark: str, *, owner: str | None, before: str | None, limit: object
+) -> tuple[str, tuple[object, ...]]:
+    """The page query (one column: the approval's data) and its parameters. ``tie``:
+    the creation-order column (``rowid``, ``ord``), ``mark`` the placeholder."""
+    where, args = _where("approvals", tie, "requested_at", mark, owner, before)
+    clause = " AND ".join(["x.status = 'pending'", *where])
+    sql = (
+        "SELECT x.data FROM approvals AS x JOIN sessions AS s ON s.id = x.session_id "
+        f"WHERE {clause} "
+        f"ORDER BY x.requested_at DESC, x.{tie} DESC LIMIT {mark}"
+    )
+    return sql, (*args, limit)
+
+
+def waiting_runs_sql(
+    cols: str,
+    tie: str,
+    mark: str,
+    *,
+    status: RunStatus,
+    owner: str | None,
+    before: str | None,
+    limit: object,
+) -> tuple[str, tuple[object, ...]]:
+    """The page query (``cols`` of ``runs``) and its parameters."""
+    check_waiting(status)
+    where, args = _where("runs", tie, "started_at", mark, owner, before)
+    columns = ", ".join(f"x.{c.strip()}" for c in cols.split(","))
+    clause = " AND ".join([f"x.status = {mark}", *where])
+    sql = (
+        f"SELECT {columns} FROM runs AS x JOIN sessions AS s ON s.id = x.session_id "
+        f"WHERE {clause} "
+        f"ORDER BY x.started_at DESC, x.{tie} DESC LIMIT {mark}"
+    )
+    return sql, (status.value, *args, limit)
