@@ -103,6 +103,7 @@ async def _side_effect(opener: Opener, tmp_path: Path) -> None:
         assert run.error.code == "unknown_effect"
         (record,) = await b.store.get_executions(run.id)
         assert record.result_status is ToolStatus.UNKNOWN
+        assert record.note is not None
         assert "cancelled while this call was running" in record.note
         # no result claims it was not executed: the call waits for a person
         assert [row[1] for row in shape(await b.store.read_messages(sid))] == [
