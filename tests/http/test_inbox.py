@@ -76,8 +76,11 @@ def test_pending_approvals_paged_and_isolated(kind: str, request: pytest.Fixture
             "/v1/approvals", params={"status": "pending", "before": listed[0]["approval_id"]}
         )
         error(r, 404, "not_found")
-        error(alice.get("/v1/approvals", params={"status": "pending", "before": "apr_x"}), 404,
-              "not_found")  # fmt: skip
+        error(
+            alice.get("/v1/approvals", params={"status": "pending", "before": "apr_x"}),
+            404,
+            "not_found",
+        )
         # a decided request leaves the inbox
         decided = alice.post(
             f"/v1/approvals/{listed[0]['approval_id']}/deny", json={"reason": "no"}

@@ -4,7 +4,7 @@ of the session they belong to).
 
 The SQL stores answer from partial indexes, so a page costs what waits, not what was
 ever stored: approvals from ``approvals_pending`` (``requested_at`` of pending requests
-only), runs from ``runs_live`` (the statuses of runs not ended). A page after ``before``
+only), runs from ``runs_waiting`` (runs that wait for a person only). A page after ``before``
 (the id of the previous page's last item) continues where that one stopped.
 """
 
@@ -15,6 +15,8 @@ from plait.domain.runs import RunStatus
 __all__ = [
     "APPROVALS_PENDING_PG",
     "APPROVALS_PENDING_SQLITE",
+    "RUNS_WAITING_PG",
+    "RUNS_WAITING_SQLITE",
     "check_waiting",
     "pending_approvals_sql",
     "waiting_runs_sql",
@@ -30,10 +32,27 @@ APPROVALS_PENDING_PG = (
 )
 
 
+_WAITING = "'awaiting_approval', 'awaiting_resolution'"
+RUNS_WAITING_SQLITE = (
+    "CREATE INDEX IF NOT EXISTS runs_waiting ON runs (status, started_at) "
+    f"WHERE status IN ({_WAITING})"
+)
+"""Only runs that wait for a person are in it, in page order (rowid appended)."""
+RUNS_WAITING_PG = (
+    f"CREATE INDEX runs_waiting ON runs (status, started_at, ord) WHERE status IN ({_WAITING})"
+)
+
+
+_JOIN = "s.id = x.session_id"
+"""With ``CROSS JOIN``: SQLite then reads what waits first (in page order) and looks up
+each one's session, rather than every session of the owner and all their approvals;
+PostgreSQL plans it as any inner join."""
+
+
 def check_waiting(status: RunStatus) -> None:
-    """Only the statuses of runs not ended are listed this way (the live index)."""
-    if status.terminal:
-        raise ValueError(f"only runs not ended are listed by status, not {status.value!r}")
+    """Only the statuses of runs waiting for a person are listed this way (the index)."""
+    if status not in (RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_RESOLUTION):
+        raise ValueError(f"only waiting runs are listed by status, not {status.value!r}")
 
 
 def _where(
@@ -58,9 +77,9 @@ def pending_approvals_sql(
     """The page query (one column: the approval's data) and its parameters. ``tie``:
     the creation-order column (``rowid``, ``ord``), ``mark`` the placeholder."""
     where, args = _where("approvals", tie, "requested_at", mark, owner, before)
-    clause = " AND ".join(["x.status = 'pending'", *where])
+    clause = " AND ".join(["x.status = 'pending'", _JOIN, *where])
     sql = (
-        "SELECT x.data FROM approvals AS x JOIN sessions AS s ON s.id = x.session_id "
+        "SELECT x.data FROM approvals AS x CROSS JOIN sessions AS s "
         f"WHERE {clause} "
         f"ORDER BY x.requested_at DESC, x.{tie} DESC LIMIT {mark}"
     )
@@ -81,10 +100,13 @@ def waiting_runs_sql(
     check_waiting(status)
     where, args = _where("runs", tie, "started_at", mark, owner, before)
     columns = ", ".join(f"x.{c.strip()}" for c in cols.split(","))
-    clause = " AND ".join([f"x.status = {mark}", *where])
+    # the status spelled out (an enum's value) after the index's own condition, word for
+    # word: SQLite uses a partial index only for a query that repeats its condition
+    waiting = f"x.status IN ({_WAITING}) AND x.status = '{status.value}'"
+    clause = " AND ".join([waiting, _JOIN, *where])
     sql = (
-        f"SELECT {columns} FROM runs AS x JOIN sessions AS s ON s.id = x.session_id "
+        f"SELECT {columns} FROM runs AS x CROSS JOIN sessions AS s "
         f"WHERE {clause} "
         f"ORDER BY x.started_at DESC, x.{tie} DESC LIMIT {mark}"
     )
-    return sql, (status.value, *args, limit)
+    return sql, (*args, limit)

@@ -325,7 +325,13 @@ class SqliteStore:
         (``None``: everyone's); ``before``: the previous page's last run id."""
         lim = -1 if limit is None else max(limit, 0)
         sql, args = waiting_runs_sql(
-            RUN_COLS, "rowid", "?", status=status, owner=owner, before=before, limit=lim
+            RUN_COLS,
+            "rowid",
+            "?",
+            status=status,
+            owner=owner,
+            before=before,
+            limit=lim,
         )
 
         def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
