@@ -124,7 +124,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     if hasattr(ctx.store, "decide_approval"):
         who = _principal_dependency(ctx)
         app.include_router(approval_routes(ctx, who), prefix="/v1", responses=ERRORS)
-    if hasattr(ctx.store, "list_pending_approvals"):
+    if hasattr(ctx.store, "list_pending_approvals") and hasattr(ctx.store, "list_waiting_runs"):
         routes = inbox_routes(ctx, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
     if (stage := compaction_stage(ctx)) is not None:

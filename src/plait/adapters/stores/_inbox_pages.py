@@ -10,7 +10,12 @@ only), runs from ``runs_waiting`` (runs that wait for a person only). A page aft
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 from plait.domain.runs import RunStatus
+
+T = TypeVar("T")
 
 __all__ = [
     "APPROVALS_PENDING_PG",
@@ -18,6 +23,7 @@ __all__ = [
     "RUNS_WAITING_PG",
     "RUNS_WAITING_SQLITE",
     "check_waiting",
+    "newest_page",
     "pending_approvals_sql",
     "waiting_runs_sql",
 ]
@@ -110,3 +116,24 @@ def waiting_runs_sql(
         f"ORDER BY x.started_at DESC, x.{tie} DESC LIMIT {mark}"
     )
     return sql, (*args, limit)
+
+
+def newest_page(
+    stored: Sequence[T],
+    *,
+    at: Callable[[T], float],
+    id_of: Callable[[T], str],
+    keep: Callable[[T], bool],
+    before: str | None,
+    limit: int | None,
+    missing: Callable[[str], Exception],
+) -> list[T]:
+    """The in-process stores' page: ``stored`` in storage order; newest ``at`` first,
+    the later-stored first among equal times, after ``before`` (any stored item, kept or
+    not: ``missing(before)`` if none has that id). A linear pass over what is stored."""
+    rank = {id_of(x): (at(x), n) for n, x in enumerate(stored)}
+    if before is not None and before not in rank:
+        raise missing(before)
+    found = [x for x in stored if keep(x) and (before is None or rank[id_of(x)] < rank[before])]
+    found.sort(key=lambda x: rank[id_of(x)], reverse=True)
+    return found if limit is None else found[: max(limit, 0)]
