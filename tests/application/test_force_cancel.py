@@ -123,7 +123,7 @@ def test_a_started_side_effect_is_unknown_not_cancelled(opener: Opener, tmp_path
     asyncio.run(_side_effect(opener, tmp_path))
 
 
-async def _idempotent_started(opener: Opener, tmp_path: Path) -> None:
+async def _one_running_one_not_started(opener: Opener, tmp_path: Path) -> None:
     """Two calls: ``c1`` (a side effect) running, ``c2`` never started: c1 is unknown,
     c2 waits unpaired with it (recovery's rule); cancelling the waiting run pairs both."""
     more = [call("other", {"text": "y"}, "c2")]
@@ -137,7 +137,7 @@ async def _idempotent_started(opener: Opener, tmp_path: Path) -> None:
 
 
 def test_a_call_that_never_started_is_still_cancelled(opener: Opener, tmp_path: Path) -> None:
-    asyncio.run(_idempotent_started(opener, tmp_path))
+    asyncio.run(_one_running_one_not_started(opener, tmp_path))
 
 
 async def _read_only(opener: Opener, tmp_path: Path) -> None:
