@@ -412,3 +412,27 @@ def test_resume_without_a_model_changes_nothing(plait: Plait, crashed_in_write: 
     assert (r.code, after["runs"][0]["status"]) == (2, "awaiting_resolution")
     assert "no model chosen" in r.err
     assert after == before
+
+
+def test_cancel_force_leaves_a_started_side_effect_unknown(
+    plait: Plait, crashed_in_write: Crashed
+) -> None:
+    c = crashed_in_write  # the write happened; its result was never saved
+    r = plait.ok("runs", "cancel", c.run_id, "--force")
+    assert f"run {c.run_id} awaits resolution, not cancelled" in r.out
+    run = plait.json("runs", "show", c.run_id)
+    assert run["status"] == "awaiting_resolution"
+    assert run["error"]["code"] == "unknown_effect"
+    # no result claims the write was not executed
+    assert [m["kind"] for m in plait.history(c.session_id)] == ["user", "assistant"]
+    plait.ok(
+        "runs", "resolve", c.run_id, "--call", "c_write", "--status", "succeeded", "--note", "ok"
+    )
+    r = plait("runs", "resume", c.run_id, "--model", c.model)
+    assert plait.json("runs", "show", c.run_id)["status"] == "cancelled", (r.out, r.err)
+    history = plait.history(c.session_id)
+    assert [(m["kind"], m.get("status")) for m in history] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool_result", "succeeded"),
+    ]

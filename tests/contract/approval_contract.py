@@ -11,16 +11,19 @@ from typing import Any
 import pytest
 
 from plait.adapters.stores import Store
+from plait.application.ports import Commit
 from plait.domain.errors import (
     ApprovalNotFoundError,
     ApprovalRefusedError,
+    RunNotFoundError,
     RunStateError,
     SessionNotFoundError,
 )
 from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
+from plait.domain.runs import RunStatus
 from plait.domain.session import ForkOrigin
 from tests.contract.base import ContractBase, started
-from tests.contract.builders import new_session
+from tests.contract.builders import new_run, new_session
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -206,3 +209,65 @@ class ApprovalContract(ContractBase):
                 await b.consume_approval("apr1", use(call_id="c2"))
 
         self.run2(go)
+
+
+async def _waiting(store: Store, sid: str, owner: str, at: float, status: RunStatus) -> None:
+    await store.create_session(new_session(sid, created_at=at, owner=owner))
+    run = new_run(f"r-{sid}", session_id=sid, started_at=at, status=status)
+    await store.start_run(Commit(session_id=sid, expected_version=0, run=run))
+
+
+class InboxContract(ContractBase):
+    """What waits for a person across sessions, newest first, a page at a time, one
+    owner's or everyone's (the stores that serve the API)."""
+
+    def test_pending_approvals_across_sessions_paged_by_owner(self) -> None:
+        async def go(store: Store) -> None:
+            inbox: Any = store
+            for n, owner in enumerate(("ana", "bob", "ana", "ana")):
+                sid = f"s{n}"
+                await _waiting(store, sid, owner, 1_000.0 + n, RunStatus.AWAITING_APPROVAL)
+                await store.request_approval(
+                    pending(f"apr{n}", session_id=sid, run_id=f"r-{sid}", requested_at=1_010.0)
+                )  # equal times: the later-stored first
+            ids = [a.id for a in await inbox.list_pending_approvals(owner="ana")]
+            assert ids == ["apr3", "apr2", "apr0"]
+            first = await inbox.list_pending_approvals(owner="ana", limit=2)
+            assert [a.id for a in first] == ["apr3", "apr2"]
+            # the cursor holds once it is decided (it left the inbox meanwhile)
+            await store.decide_approval(
+                "apr2", approve=False, grantor="ana", at=1_020.0, reason="no"
+            )
+            rest = await inbox.list_pending_approvals(owner="ana", before="apr2", limit=2)
+            assert [a.id for a in rest] == ["apr0"]
+            everyone = await inbox.list_pending_approvals()
+            assert [a.id for a in everyone] == ["apr3", "apr1", "apr0"]
+            assert await inbox.list_pending_approvals(owner="cy") == []
+            with pytest.raises(ApprovalNotFoundError):
+                await inbox.list_pending_approvals(before="apr-none")
+
+        self.run(go)
+
+    def test_waiting_runs_by_status_paged_by_owner(self) -> None:
+        async def go(store: Store) -> None:
+            inbox: Any = store
+            statuses = [RunStatus.AWAITING_RESOLUTION, RunStatus.AWAITING_APPROVAL]
+            for n, owner in enumerate(("ana", "bob", "ana", "ana", "ana")):
+                status = statuses[1] if n == 3 else statuses[0]
+                await _waiting(store, f"s{n}", owner, 1_000.0 + n, status)
+            await _waiting(store, "s9", "ana", 1_100.0, RunStatus.RUNNING)
+            waiting = RunStatus.AWAITING_RESOLUTION
+            ids = [r.id for r in await inbox.list_waiting_runs(waiting, owner="ana")]
+            assert ids == ["r-s4", "r-s2", "r-s0"]
+            page = await inbox.list_waiting_runs(waiting, owner="ana", before="r-s4", limit=1)
+            assert [r.id for r in page] == ["r-s2"]
+            everyone = await inbox.list_waiting_runs(waiting)
+            assert [r.id for r in everyone] == ["r-s4", "r-s2", "r-s1", "r-s0"]
+            asked = await inbox.list_waiting_runs(RunStatus.AWAITING_APPROVAL)
+            assert [r.id for r in asked] == ["r-s3"]
+            with pytest.raises(RunNotFoundError):
+                await inbox.list_waiting_runs(waiting, before="r-none")
+            with pytest.raises(ValueError, match="only waiting runs"):
+                await inbox.list_waiting_runs(RunStatus.RUNNING)
+
+        self.run(go)

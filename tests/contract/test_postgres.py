@@ -13,13 +13,14 @@ from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import ConflictError, StoreError
 from plait.domain.messages import UserMessage
 from plait.domain.service import EventType, NewRunEvent
+from tests.contract.approval_contract import InboxContract
 from tests.contract.builders import new_session, user
 from tests.contract.store_contract import StoreContract
 from tests.contract.summary_contract import SummaryContract
 from tests.pg import empty_database
 
 
-class TestPostgresStore(StoreContract):
+class TestPostgresStore(StoreContract, InboxContract):
     @pytest.fixture(autouse=True)
     def _pg(self, pg_url: str) -> None:
         self.pg_url = pg_url

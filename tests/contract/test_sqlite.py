@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from plait.adapters.stores import Store
 from plait.adapters.stores.sqlite import SqliteStore
+from tests.contract.approval_contract import InboxContract
 from tests.contract.store_contract import StoreContract
 
 
-class TestSqliteStore(StoreContract):
+class TestSqliteStore(StoreContract, InboxContract):
     def create_store(self) -> Store:
         return SqliteStore.open(self.tmp_path / "db" / "plait.db")
 

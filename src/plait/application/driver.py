@@ -345,6 +345,30 @@ class RunDriver:
             raise asyncio.CancelledError
         return RunResult(a.run, tuple(a.added))
 
+    async def hold_cut_short(self, a: ActiveRun, *, why: str) -> bool:
+        """A running run taken over to be ended (a forced cancel): a call whose start was
+        recorded and that has no result may have acted, so it is settled ``unknown`` and
+        the run waits for a person (as recovery does) instead of claiming it was not
+        executed. A read-only call that started has no effect: it may be cancelled.
+        Returns whether the run now awaits resolution."""
+        for call, record in await self._pending_work(a):
+            if record.result_status is ToolStatus.UNKNOWN or (
+                record.state is ExecutionState.STARTED
+                and record.effect is not EffectClass.READ_ONLY
+            ):
+                note = (
+                    record.note
+                    or f"{why} while this call was running; whether its effect happened is unknown"
+                )
+                unknown = replace(record, result_status=ToolStatus.UNKNOWN, note=note)
+                error = RunError(
+                    code="unknown_effect",
+                    message=f"call {call.id} ({call.name}): {note}; a person must resolve it",
+                )
+                await self.journal.finish(a, RunStatus.AWAITING_RESOLUTION, error, (unknown,))
+                return True
+        return False
+
     async def close_pending(self, a: ActiveRun, *, why: str) -> None:
         """Pair every open call of the run (unknown ones as ``unknown``)."""
         await self.journal.settle_unstarted(a, await self._pending_work(a), why)

@@ -399,7 +399,10 @@ class AgentService:
         next commit. A run waiting for a person (resolution or approval) is ended here:
         its pending calls get ``cancelled`` results and an unresolved one an ``unknown``
         result. ``force``: a running run whose process is known to be gone is taken over
-        before its lease expires and ended here the same way. The runs of sub-agents it
+        before its lease expires and ended here the same way, except that a call that had
+        started and may have acted (not read-only) is settled ``unknown``: the run then
+        awaits resolution, and ends ``cancelled`` once a person resolved it and it is
+        resumed (DESIGN §4: no effect is hidden). The runs of sub-agents it
         delegated to are cancelled with it (those it drives stop with its task)."""
         run = await self._cancel_one(run_id, force=force)
         if self.subagents:
@@ -427,6 +430,10 @@ class AgentService:
             return run
         waited = run.status.value.replace("_", " ")
         a = await self.driver.take_over(run, observer=None, force=force)
+        if run.status is RunStatus.RUNNING and await self.driver.hold_cut_short(
+            a, why="the run was cancelled"
+        ):
+            return a.run  # awaiting resolution: the cancel ends it once a person resolved
         await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
         await self.journal.finish(a, RunStatus.CANCELLED, cancelled)

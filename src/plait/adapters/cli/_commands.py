@@ -176,6 +176,12 @@ async def runs_cancel(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
         text = f"run {r.id} already ended ({r.status.value}); nothing to cancel"
     elif r.status.terminal:
         text = f"cancelled run {r.id} ({r.status.value})"
+    elif a.force and r.status is RunStatus.AWAITING_RESOLUTION:
+        why = r.error.message if r.error else "a call's outcome is unknown"
+        text = (
+            f"run {r.id} awaits resolution, not cancelled: {why}; record what happened "
+            f"(plait runs resolve {r.id} --call CALL ...), then `plait runs resume` ends it"
+        )
     else:
         text = f"cancellation requested for run {r.id}; it stops at its next step"
         leases = await rt.queries.live_leases(run_id=r.id)

@@ -33,6 +33,7 @@ from plait.adapters.http.approvals import approval_routes
 from plait.adapters.http.auth import Authenticator, Principal
 from plait.adapters.http.compaction import compaction_routes, compaction_stage
 from plait.adapters.http.console import console_routes
+from plait.adapters.http.inbox import inbox_routes
 from plait.adapters.http.limits import BodyLimit
 from plait.adapters.http.sse import event_stream
 from plait.adapters.http.workspaces import bind_directory, bind_workspace
@@ -123,6 +124,9 @@ def create_app(ctx: ApiContext) -> FastAPI:
     if hasattr(ctx.store, "decide_approval"):
         who = _principal_dependency(ctx)
         app.include_router(approval_routes(ctx, who), prefix="/v1", responses=ERRORS)
+    if hasattr(ctx.store, "list_pending_approvals") and hasattr(ctx.store, "list_waiting_runs"):
+        routes = inbox_routes(ctx, _principal_dependency(ctx))
+        app.include_router(routes, prefix="/v1", responses=ERRORS)
     if (stage := compaction_stage(ctx)) is not None:
         routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)

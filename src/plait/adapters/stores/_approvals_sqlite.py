@@ -16,9 +16,10 @@ from plait.adapters.stores._approvals import (
     plan_decision,
     plan_request,
 )
+from plait.adapters.stores._inbox_pages import APPROVALS_PENDING_SQLITE, pending_approvals_sql
 from plait.domain.governance import Approval, ApprovalUse
 
-__all__ = ["consume", "decide", "get", "listing", "request"]
+__all__ = ["consume", "decide", "get", "listing", "pending", "request"]
 
 _DDL = (
     """CREATE TABLE IF NOT EXISTS approvals (
@@ -26,6 +27,8 @@ _DDL = (
         call_id TEXT NOT NULL, status TEXT NOT NULL, requested_at REAL NOT NULL,
         data TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS approvals_by_call ON approvals (session_id, run_id, call_id)",
+    # a file from before the pending inbox gains it with its next request
+    APPROVALS_PENDING_SQLITE,
 )
 _COLS = "id, session_id, run_id, call_id, status, requested_at, data"
 
@@ -100,6 +103,18 @@ def listing(conn: sqlite3.Connection, session_id: str | None, run_id: str | None
         (session_id, run_id),
     ).fetchall()
     return [_decode(r[0]) for r in rows]
+
+
+def pending(
+    conn: sqlite3.Connection, *, owner: str | None, before: str | None, limit: int
+) -> list[Approval]:
+    """A page of pending requests across sessions (see ``_inbox_pages``)."""
+    if before is not None:
+        _load(conn, before)  # an unknown cursor is not_found, not an empty page
+    if not _exists(conn):
+        return []
+    sql, args = pending_approvals_sql("rowid", "?", owner=owner, before=before, limit=limit)
+    return [_decode(r[0]) for r in conn.execute(sql, args).fetchall()]
 
 
 def decide(

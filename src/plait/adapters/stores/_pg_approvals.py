@@ -15,12 +15,13 @@ from plait.adapters.stores._approvals import (
     plan_decision,
     plan_request,
 )
+from plait.adapters.stores._inbox_pages import pending_approvals_sql
 from plait.adapters.stores._pg_sql import FENCE as _FENCE
 from plait.adapters.stores._state import check_token, session_not_found
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.runs import RunStatus
 
-__all__ = ["consume", "decide", "get", "listing", "request"]
+__all__ = ["consume", "decide", "get", "listing", "pending", "request"]
 
 Conn = Any
 _COLS = "id, session_id, run_id, call_id, status, requested_at, data"
@@ -92,6 +93,16 @@ async def request(conn: Conn, approval: Approval, lease_token: int | None = None
 
 async def get(conn: Conn, approval_id: str) -> Approval:
     return await _load(conn, approval_id)
+
+
+async def pending(
+    conn: Conn, *, owner: str | None, before: str | None, limit: int | None
+) -> list[Approval]:
+    """A page of pending requests across sessions (see ``_inbox_pages``)."""
+    if before is not None:
+        await _load(conn, before)  # an unknown cursor is not_found, not an empty page
+    sql, args = pending_approvals_sql("ord", "%s", owner=owner, before=before, limit=limit)
+    return [_decode(r[0]) for r in await (await conn.execute(sql, args)).fetchall()]
 
 
 async def listing(conn: Conn, session_id: str | None, run_id: str | None) -> list[Approval]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait.adapters.stores import _pg_sql as q
+from plait.adapters.stores._inbox_pages import APPROVALS_PENDING_PG, RUNS_WAITING_PG
 from plait.adapters.stores._pg_functions import (
     CLAIM_FUNCTION,
     CLAIM_FUNCTION_V9,
@@ -197,6 +198,9 @@ MIGRATIONS += (
         "DROP FUNCTION plait_claim",
         CLAIM_FUNCTION_V14,
     ),
+    # 16: the pending approvals and the waiting runs of every session, a page at a time
+    # (the console's inbox; see _inbox_pages).
+    (APPROVALS_PENDING_PG, RUNS_WAITING_PG),
 )
 
 LATEST = len(MIGRATIONS)

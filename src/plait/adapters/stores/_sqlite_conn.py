@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from plait.adapters.stores._health import CommitHealth
+from plait.adapters.stores._inbox_pages import RUNS_WAITING_SQLITE
 from plait.adapters.stores._session_pages import OWNER_INDEX_SQLITE
 from plait.adapters.stores._sqlite_segments import DDL as SEGMENTS_DDL
 from plait.adapters.stores._state import closed_error
@@ -83,6 +84,7 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS runs_by_started ON runs (started_at)",
     # On status, not on the lease: renewing a lease must not rewrite an index page.
     f"CREATE INDEX IF NOT EXISTS runs_live ON runs (status) WHERE status IN ({LIVE})",
+    RUNS_WAITING_SQLITE,
     """CREATE TABLE IF NOT EXISTS executions (
         session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
         state TEXT NOT NULL, args_digest TEXT NOT NULL, data TEXT NOT NULL,
@@ -159,6 +161,7 @@ class SqliteConnection:
                 self._create_schema(conn)
             else:  # added after schema 1 shipped; a no-op once it exists
                 conn.execute(OWNER_INDEX_SQLITE)
+                conn.execute(RUNS_WAITING_SQLITE)
                 self._upgrade(conn)
         except BaseException as e:
             conn.close()

@@ -15,8 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from plait.adapters.stores._approvals import consume_in, decide_in, get_in, request_in, select
+from plait.adapters.stores._approvals import (
+    consume_in,
+    decide_in,
+    get_in,
+    not_found,
+    request_in,
+    select,
+)
 from plait.adapters.stores._fork import fork_state, prefix_seq, reject_plain_session
+from plait.adapters.stores._inbox_pages import check_waiting, newest_page
 from plait.adapters.stores._memory_webhooks import MemoryWebhooks
 from plait.adapters.stores._retention import check_restores, check_tombstones, replace_bodies
 from plait.adapters.stores._service_rows import ServiceBook
@@ -46,7 +54,7 @@ from plait.adapters.stores._summary_state import (
 from plait.application.ports import Commit, CommitResult, ForkCommit
 from plait.domain.errors import LeaseLostError, RunNotFoundError
 from plait.domain.forks import ForkRecord
-from plait.domain.governance import Approval, ApprovalUse
+from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import matches, search_terms
 from plait.domain.retention import Expiry, Tombstone
@@ -252,6 +260,29 @@ class MemoryStore:
             self._check_open()
             return self._run_state(run_id)[1]
 
+    async def list_waiting_runs(
+        self,
+        status: RunStatus,
+        *,
+        owner: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """Runs in ``status`` (one waiting for a person), newest first, of sessions owned
+        by ``owner`` (``None``: everyone's); ``before``: the previous page's last run id."""
+        check_waiting(status)
+        with self._lock:
+            self._check_open()
+            return newest_page(
+                self._all_runs(),
+                at=lambda r: r.started_at,
+                id_of=lambda r: r.id,
+                keep=lambda r: r.status is status and self._owned(r.session_id, owner),
+                before=before,
+                limit=limit,
+                missing=run_not_found,
+            )
+
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         with self._lock:
             self._check_open()
@@ -455,6 +486,29 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             return select(self._approvals, session_id=session_id, run_id=run_id)
+
+    async def list_pending_approvals(
+        self, *, owner: str | None = None, before: str | None = None, limit: int | None = None
+    ) -> list[Approval]:
+        """Pending approval requests, newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last approval id."""
+        with self._lock:
+            self._check_open()
+            return newest_page(
+                list(self._approvals.values()),
+                at=lambda a: a.requested_at,
+                id_of=lambda a: a.id,
+                keep=lambda a: (
+                    a.status is ApprovalStatus.PENDING and self._owned(a.session_id, owner)
+                ),
+                before=before,
+                limit=limit,
+                missing=not_found,
+            )
+
+    def _owned(self, session_id: str, owner: str | None) -> bool:
+        state = self._sessions.get(session_id)
+        return state is not None and (owner is None or state.session.owner == owner)
 
     async def decide_approval(
         self,

@@ -29,6 +29,7 @@ from plait.adapters.stores import _pg_service as service
 from plait.adapters.stores import _pg_sql as q
 from plait.adapters.stores import _pg_webhooks as webhooks
 from plait.adapters.stores._health import CommitHealth
+from plait.adapters.stores._inbox_pages import waiting_runs_sql
 from plait.adapters.stores._pg_context_cache import ContextCache
 from plait.adapters.stores._pg_schema import redact, translate, upgrade
 from plait.adapters.stores._postgres_commit import apply
@@ -287,6 +288,31 @@ class PostgresStore:
             raise run_not_found(run_id)
         return run_from_row(row)
 
+    async def list_waiting_runs(
+        self,
+        status: RunStatus,
+        *,
+        owner: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """Runs in ``status`` (one not ended), newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last run id."""
+        lim = None if limit is None else max(limit, 0)
+        sql, args = waiting_runs_sql(
+            q.RUN_COLS, "ord", "%s", status=status, owner=owner, before=before, limit=lim
+        )
+
+        async def op(conn: Conn) -> list[tuple[Any, ...]]:
+            if (
+                before is not None
+                and await (await conn.execute(q.GET_RUN, (before,))).fetchone() is None
+            ):
+                raise run_not_found(before)
+            return await (await conn.execute(sql, args)).fetchall()
+
+        return [run_from_row(r) for r in await self._read(op)]
+
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         async def op(conn: Conn) -> list[tuple[Any, ...]]:
             if session_id is None:
@@ -523,6 +549,16 @@ class PostgresStore:
 
     async def get_approval(self, approval_id: str) -> Approval:
         return await self._read(lambda conn: approvals.get(conn, approval_id))
+
+    async def list_pending_approvals(
+        self, *, owner: str | None = None, before: str | None = None, limit: int | None = None
+    ) -> list[Approval]:
+        """Pending approval requests, newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last approval id."""
+        lim = None if limit is None else max(limit, 0)
+        return await self._read(
+            lambda conn: approvals.pending(conn, owner=owner, before=before, limit=lim)
+        )
 
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None

@@ -44,6 +44,7 @@ from plait.adapters.stores import _sqlite_segments as _segments
 from plait.adapters.stores import _sqlite_service as _service
 from plait.adapters.stores import _sqlite_summaries as _summaries
 from plait.adapters.stores import _sqlite_webhooks as _webhooks
+from plait.adapters.stores._inbox_pages import waiting_runs_sql
 from plait.adapters.stores._long_lived import long_lived
 from plait.adapters.stores._session_pages import session_page_sql
 from plait.adapters.stores._sqlite_conn import (
@@ -312,6 +313,34 @@ class SqliteStore:
 
         return [run_from_row(r) for r in await self._db.read(op)]
 
+    async def list_waiting_runs(
+        self,
+        status: RunStatus,
+        *,
+        owner: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """Runs in ``status`` (one not ended), newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last run id."""
+        lim = -1 if limit is None else max(limit, 0)
+        sql, args = waiting_runs_sql(
+            RUN_COLS,
+            "rowid",
+            "?",
+            status=status,
+            owner=owner,
+            before=before,
+            limit=lim,
+        )
+
+        def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if before is not None and conn.execute(_GET_RUN, (before,)).fetchone() is None:
+                raise run_not_found(before)
+            return conn.execute(sql, args).fetchall()
+
+        return [run_from_row(r) for r in await self._db.read(op)]
+
     async def request_cancel(self, run_id: str) -> Run:
         rows = await self._db.write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
         if not rows:
@@ -560,6 +589,16 @@ class SqliteStore:
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
         return await self._db.read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
+
+    async def list_pending_approvals(
+        self, *, owner: str | None = None, before: str | None = None, limit: int | None = None
+    ) -> list[Approval]:
+        """Pending approval requests, newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last approval id."""
+        lim = -1 if limit is None else max(limit, 0)
+        return await self._db.read(
+            lambda conn: _approvals_sqlite.pending(conn, owner=owner, before=before, limit=lim)
+        )
 
     async def decide_approval(
         self,

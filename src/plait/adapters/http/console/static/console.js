@@ -466,14 +466,27 @@ async function sessionPage(content) {
   await refresh();
 }
 
-async function activeRuns() {
-  const sessions = (await api("GET", "/sessions?limit=500")).sessions.filter((s) => s.active_run_id);
-  const out = [];
-  for (const s of sessions) {
-    const run = await api("GET", "/runs/" + encodeURIComponent(s.active_run_id));
-    out.push({ session: s, run });
+async function waitingItems(path, status, key) {
+  // Every page of a cross-session listing, newest first (capped: the page says so).
+  const all = [];
+  let before = null;
+  for (let page = 0; page < 20; page++) {
+    const query = new URLSearchParams({ status, limit: "200" });
+    if (before) query.set("before", before);
+    const got = await api("GET", path + "?" + query);
+    all.push(...got[key]);
+    before = got.next_before;
+    if (!before) return { items: all, more: false };
   }
-  return out;
+  return { items: all, more: true };
+}
+
+function messagesOnce() {
+  const cache = new Map();
+  return (sessionId) => {
+    if (!cache.has(sessionId)) cache.set(sessionId, sessionMessages(sessionId));
+    return cache.get(sessionId);
+  };
 }
 
 async function sessionMessages(sessionId) {
@@ -493,37 +506,39 @@ function afterDecision(list, runId, card) {
 async function approvalsPage(content) {
   const list = el("section", { id: "inbox", "aria-label": "Waiting calls" });
   content.append(list);
-  let count = 0;
-  for (const { session, run } of await activeRuns()) {
-    if (run.status !== "awaiting_approval") continue;
-    const calls = callsById(await sessionMessages(session.session_id));
-    const found = (await api("GET", "/sessions/" + encodeURIComponent(session.session_id) + "/approvals")).approvals;
-    for (const a of found.filter((x) => x.state === "pending" && x.run_id === run.run_id)) {
-      const holder = el("div");
-      holder.append(approvalCard(a, calls.get(a.call_id), () => afterDecision(list, run.run_id, holder)));
-      list.append(holder);
-      count += 1;
-    }
+  const { items, more } = await waitingItems("/approvals", "pending", "approvals");
+  const messages = messagesOnce();
+  for (const a of items) {
+    const calls = callsById(await messages(a.session_id));
+    // a sub-agent's request answers a call of its parent's run: that run continues
+    const continues = a.parent ? a.parent.run_id : a.run_id;
+    const holder = el("div");
+    holder.append(approvalCard(a, calls.get(a.call_id), () => afterDecision(list, continues, holder)));
+    list.append(holder);
   }
-  say(count ? count + (count === 1 ? " call waits" : " calls wait") + " for a decision"
-    : "Nothing waits for a decision.");
+  const count = items.length;
+  say((count ? count + (count === 1 ? " call waits" : " calls wait") + " for a decision"
+    : "Nothing waits for a decision.") + (more ? " (the oldest are not shown)" : ""));
 }
 
 async function unknownPage(content) {
   const list = el("section", { id: "unknowns", "aria-label": "Unknown outcomes" });
   content.append(list);
+  const { items, more } = await waitingItems("/runs", "awaiting_resolution", "runs");
+  const messages = messagesOnce();
   let count = 0;
-  for (const { session, run } of await activeRuns()) {
-    if (run.status !== "awaiting_resolution") continue;
-    for (const call of unsettled(await sessionMessages(session.session_id))) {
+  for (const run of items) {
+    const calls = callsById(await messages(run.session_id));
+    for (const unknown of run.unknown_calls) {
+      const call = calls.get(unknown.call_id) || { call_id: unknown.call_id, name: unknown.tool_name, arguments: "(not in the history)" };
       const holder = el("div");
       holder.append(unknownCard(run, call, () => afterDecision(list, run.run_id, holder)));
       list.append(holder);
       count += 1;
     }
   }
-  say(count ? count + (count === 1 ? " call has" : " calls have") + " an unknown outcome"
-    : "No call has an unknown outcome.");
+  say((count ? count + (count === 1 ? " call has" : " calls have") + " an unknown outcome"
+    : "No call has an unknown outcome.") + (more ? " (the oldest are not shown)" : ""));
 }
 
 async function contextPage(content) {
