@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ LEASE = 1.0
 TAKEN = "lease was taken over"
 
 
-def _wait(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def _wait(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -84,6 +85,28 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=60)
 
 
+def _pause_outside_a_write(proc: subprocess.Popen[str], sqlite_file: Path | None) -> None:
+    """SIGSTOP ``proc``, but not while it holds SQLite's write lock (its heartbeat or an
+    event flush may be mid-commit): a process paused inside a write stalls every other
+    writer of a SQLite file until it resumes, which is SQLite's single-writer rule, not
+    the take-over this test is about. On PostgreSQL a paused worker holds no lock between
+    statements."""
+    while True:
+        os.kill(proc.pid, signal.SIGSTOP)
+        if sqlite_file is None:
+            return
+        probe = sqlite3.connect(sqlite_file, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # locked: let it finish that write, try again
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_worker_stopped_past_its_lease_writes_nothing_after_the_take_over(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -104,7 +127,7 @@ def test_a_worker_stopped_past_its_lease_writes_nothing_after_the_take_over(
     b: subprocess.Popen[str] | None = None
     try:
         _wait((tmp_path / "in-tool").exists, "worker A to enter the side effect")
-        os.kill(a.pid, signal.SIGSTOP)
+        _pause_outside_a_write(a, tmp_path / "plait.db" if kind == "sqlite" else None)
 
         async def get(service: AgentService) -> Run:
             return await service.get_run(run.id)
