@@ -175,9 +175,11 @@ def _child_service(
     gate: ToolGate | None,
     retry: RetryPolicy | None,
     model_spec: str | None,
+    telemetry: RunTelemetry | None,
 ) -> AgentService:
     """The service that drives ``agent``'s runs: its instructions, model and tools, the
-    parent's store, gate (so its approvals reach the same inbox) and owner."""
+    parent's store, gate (so its approvals reach the same inbox), owner and telemetry (its
+    runs are traced in the parent's trace)."""
     by_name = {t.spec.name: t for t in tools}
     names = agent.tools if agent.tools is not None else tuple(by_name)
     unknown = [n for n in names if n not in by_name]
@@ -209,6 +211,7 @@ def _child_service(
         gate=gate or AllowAll(),
         model_spec=agent.model or model_spec,
         model_factory=lambda spec: open_model(spec, tools=[t.spec for t in child_tools]),
+        telemetry=telemetry,
     )
 
 
@@ -613,6 +616,7 @@ class Runtime:
                     gate=gate,
                     retry=retry,
                     model_spec=model_spec,
+                    telemetry=telemetry,
                 ),
                 self.forks,
             )

@@ -233,14 +233,21 @@ class OtelTelemetry:
             context = None
         else:  # the run's root: a marker ended (so exported) at once, which a killed
             # process cannot take with it; every segment is its child
+            root: dict[str, Any] = {
+                "gen_ai.agent.name": AGENT_NAME,
+                "gen_ai.conversation.id": run.session_id,
+                "plait.run.id": run.id,
+            }
+            if run.parent is not None:  # a sub-agent's run: in the trace of its parent call
+                root["plait.parent.session_id"] = run.parent.session_id
+                root["plait.parent.run_id"] = run.parent.run_id
+                root["plait.parent.call_id"] = run.parent.call_id
+                root["plait.subagent"] = run.parent.agent
             anchor = self.tracer.start_span(
                 _ROOT,
+                context=self._delegating(run),
                 kind=SpanKind.INTERNAL,
-                attributes={
-                    "gen_ai.agent.name": AGENT_NAME,
-                    "gen_ai.conversation.id": run.session_id,
-                    "plait.run.id": run.id,
-                },
+                attributes=root,
             )
             anchor.end()
             span = self.tracer.start_span(
@@ -256,6 +263,18 @@ class OtelTelemetry:
         if how == "claimed":  # run times are epoch seconds (the system clock's)
             self.claim_latency.record(max(time.time() - run.started_at, 0.0))
         return context
+
+    def _delegating(self, run: Run) -> Any:
+        """The context a sub-agent's run is traced in: its parent's ``execute_tool`` span
+        for the delegating call (else the parent's segment) when this process drives the
+        parent; ``None`` (a trace of its own, its root naming the parent) otherwise."""
+        if run.parent is None:
+            return None
+        parent = self._segments.get(run.parent.run_id)
+        if parent is None:
+            return None
+        timed = parent.tools.get(run.parent.call_id)
+        return trace.set_span_in_context(timed.span if timed is not None else parent.span)
 
     def observe(self, event: RunEvent) -> None:
         try:
