@@ -310,6 +310,7 @@ def _mcp_manager(
         protected=[str(p) for p in protected_paths(url)],
         environ=os.environ,  # secrets named by env_from and ${NAME} headers
         workspace=os.getcwd(),  # where servers start to list their tools
+        protect_git=policy.protect_git if policy is not None else True,
     )
 
 

@@ -21,11 +21,18 @@ from plait.domain.policy import Action, Policy, ToolRule
 __all__ = ["destructive_rule", "list_mcp_tools", "mcp_tools", "with_destructive_rule"]
 
 DESTRUCTIVE_RULE = "mcp.destructive"
+_READ_ONLY = "ead-only file system"  # EROFS, as Python, Node and git word it
+GIT_READ_ONLY_NOTE = (
+    "\n[plait: the workspace's git directories are read-only for MCP servers (their config "
+    "and hooks run code on the host), so a tool that writes a repository (add, commit, "
+    "checkout, ...) fails; the policy's protect_git = false allows it]"
+)
 
 
 def _executor(manager: McpManager, info: McpToolInfo, artifacts: ArtifactStore | None) -> Tool:
     config = manager.servers[info.server]
     unsandboxed = config.command is not None and not config.sandbox
+    guards_git = manager.protect_git and config.command is not None and config.sandbox
 
     async def save(data: bytes, media_type: str) -> str:
         if artifacts is None:
@@ -47,6 +54,8 @@ def _executor(manager: McpManager, info: McpToolInfo, artifacts: ArtifactStore |
         text = await describe_result(result, save)
         if unsandboxed:
             text = f"[ran outside the sandbox: MCP server {info.server!r}]\n{text}"
+        if result.is_error and guards_git and _READ_ONLY in text:
+            text += GIT_READ_ONLY_NOTE
         return ToolOutput(content=text, failed=bool(result.is_error))
 
     return Tool(spec=info.spec, execute=execute)
