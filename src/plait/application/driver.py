@@ -70,6 +70,7 @@ from plait.application.ports import (
     ToolInvocation,
 )
 from plait.application.tool_runner import ToolRunner
+from plait.application.toolset import ToolSet
 from plait.application.validation import check_output
 from plait.domain.context import Context, Correction, Prefix
 from plait.domain.errors import (
@@ -231,7 +232,9 @@ class RunDriver:
         tools: Mapping[str, Tool],
         lease_seconds: float,
         compaction: CompactionStage | None = None,
+        toolset: ToolSet | None = None,
     ) -> None:
+        """``toolset``: where ``tools`` can change between steps (MCP servers' lists)."""
         self.store = store
         self.compaction = compaction or NoCompaction(context)
         self.journal = journal
@@ -241,6 +244,8 @@ class RunDriver:
         self.runner = runner
         self.tools = tools
         self.specs = {name: t.spec for name, t in tools.items()}
+        self.toolset = toolset
+        self._tools_version = toolset.version if toolset is not None else 0
         self.lease_seconds = lease_seconds
         self.leases = LeaseKeeper(store, journal, lease_seconds)
         self.active: dict[str, ActiveRun] = {}
@@ -354,6 +359,7 @@ class RunDriver:
     async def _loop(self, a: ActiveRun, *, pending: bool, recovering: bool = False) -> None:
         guard = _Guard(self, a)
         try:
+            await self.sync_tools()  # a resumed call finds the tools of now
             if recovering:
                 await self._recover_calls(a, await self._pending_work(a))
             elif pending:
@@ -471,12 +477,26 @@ class RunDriver:
         caps = (a.caller or self.caller).model.capabilities if before_model_call else None
         check_budget(a, self.clock.monotonic(), caps)
 
+    async def sync_tools(self) -> None:
+        """Take the tool set's new tools when it changed (a version compare otherwise):
+        the model is offered them, the gate and the runner get them; a call to a tool
+        that is gone fails (:meth:`_call`)."""
+        toolset = self.toolset
+        if toolset is None or await toolset.refresh() == self._tools_version:
+            return
+        self._tools_version = toolset.version
+        self.tools = toolset.tools
+        self.specs = {name: t.spec for name, t in toolset.tools.items()}
+        self.context.use_tools(toolset.specs)
+        self.compaction.use_tools(toolset.specs)
+
     async def _step(self, a: ActiveRun, guard: _Guard) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
         b = a.run.budget
         if b.max_steps is not None and a.usage.steps >= b.max_steps:
             raise StopRun.budget("max_steps", f"the run took its {b.max_steps} steps")
         step = a.usage.steps + 1
+        await self.sync_tools()
         corrections: list[Correction] = []
         attempts = _Attempts(self, a, step)
         schema = a.run.output_schema

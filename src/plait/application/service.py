@@ -52,6 +52,7 @@ from plait.application.ports import (
     Tool,
 )
 from plait.application.tool_runner import ToolRunner
+from plait.application.toolset import ToolSet
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
@@ -112,7 +113,7 @@ class AgentService:
         store: SessionStore,
         artifacts: ArtifactStore,
         model: ModelClient | None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool] | ToolSet = (),
         clock: Clock,
         ids: IdGenerator,
         instructions: str = DEFAULT_INSTRUCTIONS,
@@ -135,7 +136,10 @@ class AgentService:
     ) -> None:
         """``compaction``: summaries, constraints and recall in the assistant's context,
         with the post-step and overflow triggers (DESIGN §8); ``None``: whole history.
-        ``telemetry``: traces and metrics of the runs (``None``: off)."""
+        ``telemetry``: traces and metrics of the runs (``None``: off). ``tools`` as a
+        :class:`~plait.application.toolset.ToolSet` can change between steps."""
+        toolset = tools if isinstance(tools, ToolSet) else None
+        tools = list(tools.tools.values()) if isinstance(tools, ToolSet) else tools
         _check_config(tools, lease_seconds)
         self.store = store
         self.artifacts = artifacts
@@ -144,7 +148,6 @@ class AgentService:
         self.instructions = instructions
         self.budget = budget or Budget()
         self.lease_seconds = lease_seconds
-        self._tools = {t.spec.name: t for t in tools}
         self.caller = caller or ModelCaller(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         )
@@ -163,7 +166,7 @@ class AgentService:
         self.driver = _compose_driver(
             store, self.journal, self.caller, tools, lease_seconds=lease_seconds,
             instructions=instructions, artifacts=artifacts, context=context, meter=meter,
-            gate=gate, runner=runner, compaction=compaction,
+            gate=gate, runner=runner, compaction=compaction, toolset=toolset,
         )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
@@ -234,7 +237,7 @@ class AgentService:
         summarizer = (compaction.summarizer or model) if automatic and compaction else None
         needed = RunModelsNeeded(
             assistant=model,
-            tools=len(self._tools),
+            tools=len(self.driver.tools),
             reviewer=None if reviewer is None else reviewer[0],
             reviewer_max_output_tokens=None if reviewer is None else reviewer[1],
             summarizer=summarizer,
@@ -634,6 +637,7 @@ def _compose_driver(
     gate: ToolGate | None,
     runner: ToolRunner | None,
     compaction: CompactionService | None,
+    toolset: ToolSet | None = None,
 ) -> RunDriver:
     """The loop over the given stages, each defaulted when not given."""
     specs = tuple(t.spec for t in tools)
@@ -646,6 +650,7 @@ def _compose_driver(
         runner=runner or ToolRunner(artifacts),
         tools={t.spec.name: t for t in tools},
         lease_seconds=lease_seconds,
+        toolset=toolset,
         compaction=None
         if compaction is None
         else CompactionStage(compaction, instructions=instructions, tools=specs, emit=journal.emit),

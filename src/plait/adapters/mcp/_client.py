@@ -530,7 +530,21 @@ class McpManager:
 
     def tools_changed(self) -> list[str]:
         """Servers that said their tool list changed since it was last listed."""
-        return sorted({c.config.name for c in self._connections.values() if c.tools_changed})
+        return sorted({c.config.name for c, _ in self._changed()})
+
+    def _changed(self) -> list[tuple[_Connection, str]]:
+        return [(c, ws) for (_, ws), c in list(self._connections.items()) if c.tools_changed]
+
+    def changed_places(self) -> list[tuple[str, str]]:
+        """(server, workspace) of each running server that said its tool list changed
+        since it was last listed (no I/O: the flags its notifications set)."""
+        return sorted((c.config.name, ws) for c, ws in self._changed())
+
+    def forget_change(self, server: str, workspace: str) -> None:
+        """Stop reporting a change (its new list could not be read)."""
+        connection = self._connections.get((server, workspace))
+        if connection is not None:
+            connection.tools_changed = False
 
     def close(self) -> None:
         """Stop every server and the loop (idempotent)."""
