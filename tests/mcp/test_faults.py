@@ -195,6 +195,24 @@ def test_a_changed_tool_list_is_offered_at_the_next_step(tmp_path: Path, ws: Pat
         rig.close()
 
 
+def test_a_destructive_tool_that_appears_mid_run_waits_for_approval(
+    tmp_path: Path, ws: Path
+) -> None:
+    rig = Rig(tmp_path, ws, script([("add_tool", {"destructive": True})], [("extra", {})]))
+    try:
+        result = rig.send()
+        assert result.run.status is RunStatus.AWAITING_APPROVAL
+        (record,) = [
+            r
+            for r in rig.do(rig.rt.store.get_executions(result.run.id))
+            if r.tool_name == "mcp__fault__extra"
+        ]
+        assert record.decided_by == "policy:rules.mcp.destructive"
+        assert "extra" not in [e["event"] for e in server_log(ws)]
+    finally:
+        rig.close()
+
+
 def test_a_server_that_does_not_start_is_one_error_naming_it(tmp_path: Path, ws: Path) -> None:
     broken = McpServerConfig(name="broken", command="/bin/false")
     with pytest.raises(McpServerError, match="MCP server 'broken' did not start"):
