@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Runtime",
+    "configured_mcp",
     "configured_retention",
     "configured_sandbox",
     "configured_subagents",
@@ -281,7 +282,7 @@ def configured_sandbox() -> SandboxSettings:
         raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
 
 
-def _configured_mcp() -> dict[str, McpServerConfig]:
+def configured_mcp() -> dict[str, McpServerConfig]:
     """The ``[mcp.servers.NAME]`` tables of the config files (none without any)."""
     from plait.adapters.mcp import servers_from_mapping
     from plait.config import load_config
@@ -315,7 +316,7 @@ def _mcp_manager(
 ) -> McpManager | None:
     """The manager of the MCP servers a session offers (``None`` without any): stdio
     servers get run_command's sandbox, with the policy's paths and the store hidden."""
-    chosen = _configured_mcp() if servers is None else dict(servers)
+    chosen = configured_mcp() if servers is None else dict(servers)
     if not chosen:
         return None
     from plait.adapters.mcp import McpManager

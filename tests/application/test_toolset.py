@@ -36,6 +36,12 @@ class Source:
     def owns(self, name: str) -> bool:
         return name in self.listed
 
+    def groups(self) -> tuple[str, ...]:
+        return ("source",)
+
+    def group_of(self, name: str) -> str | None:
+        return "source" if name in self.listed else None
+
     def changed(self) -> bool:
         self.checks += 1
         return self.dirty

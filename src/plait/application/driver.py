@@ -93,7 +93,7 @@ from plait.domain.messages import (
 from plait.domain.runs import Lease, Run, RunError, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session
 from plait.domain.text import printable
-from plait.domain.tools import EffectClass
+from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["WAITING", "RunDriver"]
 
@@ -468,7 +468,7 @@ class RunDriver:
         records = {r.call_id: r for r in await self.store.get_executions(a.run.id)}
         now = self.clock.now()
         return [
-            (c, records.get(c.id) or self.journal.record(a, c, self.tools.get(c.name), now))
+            (c, records.get(c.id) or self.journal.record(a, c, self.tool(a, c.name), now))
             for c in calls
         ]
 
@@ -490,6 +490,16 @@ class RunDriver:
         self.context.use_tools(toolset.specs)
         self.compaction.use_tools(toolset.specs)
 
+    def offered(self, a: ActiveRun) -> tuple[Mapping[str, Tool], dict[str, ToolSpec]]:
+        """The tools the run is offered (and their specs by name): without a choice of
+        MCP servers recorded on the run, all of them."""
+        if self.toolset is None or a.run.mcp_servers is None:
+            return self.tools, self.specs
+        return self.toolset.chosen(a.run.mcp_servers)
+
+    def tool(self, a: ActiveRun, name: str) -> Tool | None:
+        return self.offered(a)[0].get(name)
+
     async def _step(self, a: ActiveRun, guard: _Guard) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
         b = a.run.budget
@@ -504,6 +514,9 @@ class RunDriver:
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections, guard)
+            if a.run.mcp_servers is not None and self.toolset is not None:
+                specs = tuple(self.offered(a)[1].values())
+                context = replace(context, tools=specs)  # the run's choice of servers
             if schema is not None:
                 native = (a.caller or self.caller).model.capabilities.structured_output
                 context = ask_for_answer(context, schema, native=native)
@@ -516,7 +529,7 @@ class RunDriver:
                 if not await self.compaction.recover(a, stop, step, guard):
                     raise
                 return await self._step(a, guard)
-            checked = check_output(response, self.specs, a.used_call_ids)
+            checked = check_output(response, self.offered(a)[1], a.used_call_ids)
             problems = checked.problems
             if checked.ok and not checked.calls and schema is not None:
                 output, problems = check_answer(schema, response)
@@ -569,7 +582,7 @@ class RunDriver:
             run = replace(a.run, usage=a.usage.freeze(), lease=lease)
         else:
             run = replace(a.run, usage=a.usage.freeze()).ended(RunStatus.COMPLETED, now)
-        records = tuple(self.journal.record(a, c, self.tools.get(c.name), now) for c in calls)
+        records = tuple(self.journal.record(a, c, self.tool(a, c.name), now) for c in calls)
         await self.journal.commit(a, (message,), run=run, executions=records)
         a.used_call_ids.update(c.id for c in calls)
         self.journal.hit("assistant_saved")
@@ -667,7 +680,7 @@ class RunDriver:
 
     async def _call(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
         """One call: review, then (if allowed) execute and save its result."""
-        tool = self.tools.get(call.name)
+        tool = self.tool(a, call.name)
         if tool is None:
             why = f"tool {call.name!r} is no longer available"
             await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)

@@ -26,6 +26,14 @@ class ToolSource(Protocol):
         """Whether the tool named ``name`` is one of the source's (as last listed)."""
         ...
 
+    def groups(self) -> tuple[str, ...]:
+        """The names a run can choose its tools by (the MCP servers')."""
+        ...
+
+    def group_of(self, name: str) -> str | None:
+        """The group (server) of the source's tool ``name``; ``None`` for another tool."""
+        ...
+
     def changed(self) -> bool:
         """Whether the source's tools changed since they were last listed (no I/O)."""
         ...
@@ -43,7 +51,29 @@ class ToolSet:
         self.version = 0
         self.tools: Mapping[str, Tool] = {}
         self.specs: tuple[ToolSpec, ...] = ()
+        self._chosen: dict[tuple[str, ...], tuple[Mapping[str, Tool], dict[str, ToolSpec]]] = {}
         self._set(tools)
+
+    def groups(self) -> tuple[str, ...]:
+        return self.source.groups() if self.source is not None else ()
+
+    def chosen(
+        self, groups: tuple[str, ...] | None
+    ) -> tuple[Mapping[str, Tool], dict[str, ToolSpec]]:
+        """The tools (and specs by name) of a run that chose ``groups`` (``None``: all):
+        the source's tools of other groups are left out. Kept until the next change."""
+        if groups is None or self.source is None:
+            return self.tools, {n: t.spec for n, t in self.tools.items()}
+        hit = self._chosen.get(groups)
+        if hit is None:
+            source = self.source
+            tools = {
+                n: t
+                for n, t in self.tools.items()
+                if (group := source.group_of(n)) is None or group in groups
+            }
+            hit = self._chosen[groups] = (tools, {n: t.spec for n, t in tools.items()})
+        return hit
 
     def _set(self, tools: Sequence[Tool]) -> None:
         names = [t.spec.name for t in tools]
@@ -51,6 +81,7 @@ class ToolSet:
             raise ConfigError(f"tool names must be unique, got {names}")
         self.tools = {t.spec.name: t for t in tools}
         self.specs = tuple(t.spec for t in tools)
+        self._chosen = {}
 
     def replace(self, tools: Sequence[Tool]) -> None:
         """Offer ``tools`` from the next step on."""

@@ -362,7 +362,12 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
         budget = _budget(ctx, body.budget)
         owner = None if who.admin else who.name  # the store refuses others' as not found
         run = await ctx.service.submit(
-            session_id, body.text, budget=budget, owner=owner, output_type=body.output_schema
+            session_id,
+            body.text,
+            budget=budget,
+            owner=owner,
+            output_type=body.output_schema,
+            mcp_servers=body.mcp_servers,
         )
         log.info("run queued", extra={"run_id": run.id, "session_id": session_id})
         return run_json(run)

@@ -112,6 +112,7 @@ class McpToolSource:
         self.manager = manager
         self.artifacts = artifacts
         self._names = frozenset(i.spec.name for i in infos)
+        self._server = {i.spec.name: i.server for i in infos}
         self.on_change = on_change
         self._by_server: dict[str, tuple[McpToolInfo, ...]] = {}
         for info in infos:
@@ -119,6 +120,12 @@ class McpToolSource:
 
     def owns(self, name: str) -> bool:
         return name in self._names
+
+    def groups(self) -> tuple[str, ...]:
+        return tuple(sorted(self.manager.servers))
+
+    def group_of(self, name: str) -> str | None:
+        return self._server.get(name)
 
     def changed(self) -> bool:
         return bool(self.manager.changed_places())
@@ -138,6 +145,7 @@ class McpToolSource:
         if self.on_change is not None:
             self.on_change(infos)
         self._names = frozenset(i.spec.name for i in infos)
+        self._server = {i.spec.name: i.server for i in infos}
         return mcp_tools(manager, infos, artifacts=self.artifacts)
 
 
