@@ -186,6 +186,10 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, 
 
 def test_the_http_message_body_chooses_the_servers(api: tuple[Any, list[Any]]) -> None:
     client, requests = api
+    document = client.get("/v1/openapi.json").json()
+    field = document["components"]["schemas"]["MessageIn"]["properties"]["mcp_servers"]
+    (array,) = [o for o in field["anyOf"] if o.get("type") == "array"]
+    assert array["items"]["enum"] == ["fa", "fb"]  # what a client may choose
     session = client.post("/v1/sessions", json={}).json()["session_id"]
     refused = client.post(
         f"/v1/sessions/{session}/messages", json={"text": "go", "mcp_servers": ["nope"]}
