@@ -18,6 +18,7 @@ from plait.application.queries import Queries
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.application.subagents import Delegation
 from plait.application.tool_runner import ToolRunner
+from plait.application.toolset import ToolSet
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         WorkspaceSnapshots,
     )
     from plait.application.retention import RetentionService
+    from plait.application.toolset import ToolSource
     from plait.application.webhooks import WebhookService
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Runtime",
+    "configured_mcp",
     "configured_retention",
     "configured_sandbox",
     "configured_subagents",
@@ -282,7 +285,7 @@ def configured_sandbox() -> SandboxSettings:
         raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
 
 
-def _configured_mcp() -> dict[str, McpServerConfig]:
+def configured_mcp() -> dict[str, McpServerConfig]:
     """The ``[mcp.servers.NAME]`` tables of the config files (none without any)."""
     from plait.config import load_config
 
@@ -299,12 +302,28 @@ def _configured_mcp() -> dict[str, McpServerConfig]:
         raise ConfigError(f"{where}: {e.message}", **e.details) from e
 
 
+def _renew_rule(
+    gate: object, base: Policy | None
+) -> Callable[[tuple[McpToolInfo, ...]], None] | None:
+    """What keeps a governed gate's destructive rule for MCP tools up to date when a
+    server's tool list changes (``None`` for another gate)."""
+    governor = getattr(gate, "governor", None)
+    if governor is None or base is None:
+        return None
+    from plait.adapters.mcp import with_destructive_rule
+
+    def renew(infos: tuple[McpToolInfo, ...]) -> None:
+        governor.policy = with_destructive_rule(base, infos)
+
+    return renew
+
+
 def _mcp_manager(
     servers: Mapping[str, McpServerConfig] | None, url: str, policy: Policy | None
 ) -> McpManager | None:
     """The manager of the MCP servers a session offers (``None`` without any): stdio
     servers get run_command's sandbox, with the policy's paths and the store hidden."""
-    chosen = _configured_mcp() if servers is None else dict(servers)
+    chosen = configured_mcp() if servers is None else dict(servers)
     if not chosen:
         return None
     from plait.adapters.mcp import McpManager
@@ -317,6 +336,7 @@ def _mcp_manager(
         protected=[str(p) for p in protected_paths(url)],
         environ=os.environ,  # secrets named by env_from and ${NAME} headers
         workspace=os.getcwd(),  # where servers start to list their tools
+        protect_git=policy.protect_git if policy is not None else True,
     )
 
 
@@ -572,6 +592,7 @@ class Runtime:
         telemetry: RunTelemetry | None = None,
         subagents: Sequence[SubAgent] = (),
         mcp: McpManager | None = None,
+        tool_source: ToolSource | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
@@ -581,7 +602,8 @@ class Runtime:
         ``telemetry``: traces and metrics of runs and forks (``None``: off);
         ``subagents``: each gets a ``delegate_NAME`` tool and a service of its own for its
         child runs (see :mod:`plait.application.subagents`); ``mcp``: the MCP servers'
-        manager, stopped by :meth:`close`."""
+        manager, stopped by :meth:`close`; ``tool_source``: where some of ``tools`` come
+        from and can change between steps (the MCP servers' lists)."""
         self.store = store
         self.telemetry = telemetry
         self.mcp = mcp
@@ -627,7 +649,7 @@ class Runtime:
             store=store,
             artifacts=artifacts,
             model=model,
-            tools=tools,
+            tools=tools if tool_source is None else ToolSet(tools, tool_source),
             clock=clock,
             ids=ids,
             instructions=instructions,
@@ -683,7 +705,7 @@ class Runtime:
 
         url = db or default_db_url()
         governed = not store_only and "gate" not in options
-        chosen = _policy(policy) if governed else None
+        chosen = base = _policy(policy) if governed else None
         tools = () if store_only else _session_tools(url, chosen) if tools is None else tools
         manager = None if store_only else _mcp_manager(mcp_servers, url, chosen)
         infos: tuple[McpToolInfo, ...] = ()
@@ -701,14 +723,17 @@ class Runtime:
             if manager is not None:
                 manager.close()
             raise
-        if manager is not None:
-            from plait.adapters.mcp import mcp_tools
-
-            manager.stop_unhidden()  # listed before a new store existed: restart hiding it
-            tools = [*tools, *mcp_tools(manager, infos, artifacts=store)]
         clock, ids = SystemClock(), RandomIds()
         if governed:
             options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
+        if manager is not None:
+            from plait.adapters.mcp import McpToolSource, mcp_tools
+
+            manager.stop_unhidden()  # listed before a new store existed: restart hiding it
+            tools = [*tools, *mcp_tools(manager, infos, artifacts=store)]
+            options["tool_source"] = McpToolSource(
+                manager, infos, artifacts=store, on_change=_renew_rule(options.get("gate"), base)
+            )
         if "telemetry" not in options:
             options["telemetry"] = configured_telemetry()
         if "snapshots" not in options:

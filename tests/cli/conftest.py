@@ -53,6 +53,7 @@ RUN_FIELDS = {
     "lease",
     "cancel_requested",
     "policy",
+    "mcp_servers",
     "output_schema",
     "parent",
 }

@@ -116,14 +116,17 @@ def fail() -> str:
 
 
 @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
-async def add_tool(ctx: Context) -> str:
-    """Add a tool named ``extra`` and tell the client its tool list changed."""
+async def add_tool(ctx: Context, destructive: bool = False) -> str:
+    """Add a tool named ``extra`` (read-only, or destructive) and tell the client its
+    tool list changed."""
 
     def extra() -> str:
         """A tool that appeared later."""
+        _log("extra")
         return "extra"
 
-    server.add_tool(extra, annotations=ToolAnnotations(read_only_hint=True))
+    hints = ToolAnnotations(destructive_hint=True) if destructive else None
+    server.add_tool(extra, annotations=hints or ToolAnnotations(read_only_hint=True))
     await ctx.session.send_tool_list_changed()
     return "added"
 

@@ -177,19 +177,38 @@ def test_a_hanging_call_times_out_and_the_server_is_told_to_cancel(
         rig.close()
 
 
-def test_a_changed_tool_list_is_noticed(tmp_path: Path, ws: Path) -> None:
-    rig = Rig(tmp_path, ws, script([("add_tool", {})]))
+def test_a_changed_tool_list_is_offered_at_the_next_step(tmp_path: Path, ws: Path) -> None:
+    model = script([("add_tool", {})], [("extra", {})])
+    rig = Rig(tmp_path, ws, model)
     try:
-        assert rig.send().run.status is RunStatus.COMPLETED
-        manager = rig.rt.mcp
-        assert manager is not None
-        deadline = time.monotonic() + 30
-        while manager.tools_changed() != ["fault"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        listed = manager.run_sync(manager.list_tools("fault", str(ws)))
-        assert "extra" in [t.name for t in listed]
-        assert manager.tools_changed() == []
+        result = rig.send()
+        assert result.run.status is RunStatus.COMPLETED
+        offered = [{t.name for t in r.context.tools} for r in model.requests]
+        assert "mcp__fault__extra" not in offered[0]
+        assert "mcp__fault__extra" in offered[1] and "mcp__fault__extra" in offered[2]
+        results = rig.results(result)
+        assert results["c0_0"].content == "added"
+        assert results["c1_0"].status is ToolStatus.SUCCEEDED
+        assert results["c1_0"].content == "extra"
+        assert rig.rt.mcp is not None and rig.rt.mcp.tools_changed() == []
+    finally:
+        rig.close()
+
+
+def test_a_destructive_tool_that_appears_mid_run_waits_for_approval(
+    tmp_path: Path, ws: Path
+) -> None:
+    rig = Rig(tmp_path, ws, script([("add_tool", {"destructive": True})], [("extra", {})]))
+    try:
+        result = rig.send()
+        assert result.run.status is RunStatus.AWAITING_APPROVAL
+        (record,) = [
+            r
+            for r in rig.do(rig.rt.store.get_executions(result.run.id))
+            if r.tool_name == "mcp__fault__extra"
+        ]
+        assert record.decided_by == "policy:rules.mcp.destructive"
+        assert "extra" not in [e["event"] for e in server_log(ws)]
     finally:
         rig.close()
 

@@ -175,6 +175,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "ended_at": iso(r.ended_at),
         "error": None if r.error is None else {"code": r.error.code, "message": r.error.message},
         "policy": r.policy,
+        "mcp_servers": None if r.mcp_servers is None else list(r.mcp_servers),
         "usage": {
             "steps": u.steps,
             "model_calls": u.model_calls,

@@ -87,6 +87,11 @@ class ContextBuilder:
         self._histories = histories
         self._tools_tokens: int | None = None
 
+    def use_tools(self, tools: tuple[ToolSpec, ...]) -> None:
+        """Offer ``tools`` from the next context on (the tool set changed)."""
+        self.tools = tools
+        self._tools_tokens = None
+
     def assistant(
         self, history: list[Message], corrections: Sequence[Correction] = ()
     ) -> Context[AssistantMessage]:

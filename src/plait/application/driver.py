@@ -70,6 +70,7 @@ from plait.application.ports import (
     ToolInvocation,
 )
 from plait.application.tool_runner import ToolRunner
+from plait.application.toolset import ToolSet
 from plait.application.validation import check_output
 from plait.domain.context import Context, Correction, Prefix
 from plait.domain.errors import (
@@ -92,7 +93,7 @@ from plait.domain.messages import (
 from plait.domain.runs import Lease, Run, RunError, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session
 from plait.domain.text import printable
-from plait.domain.tools import EffectClass
+from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["WAITING", "RunDriver"]
 
@@ -231,7 +232,9 @@ class RunDriver:
         tools: Mapping[str, Tool],
         lease_seconds: float,
         compaction: CompactionStage | None = None,
+        toolset: ToolSet | None = None,
     ) -> None:
+        """``toolset``: where ``tools`` can change between steps (MCP servers' lists)."""
         self.store = store
         self.compaction = compaction or NoCompaction(context)
         self.journal = journal
@@ -241,6 +244,8 @@ class RunDriver:
         self.runner = runner
         self.tools = tools
         self.specs = {name: t.spec for name, t in tools.items()}
+        self.toolset = toolset
+        self._tools_version = toolset.version if toolset is not None else 0
         self.lease_seconds = lease_seconds
         self.leases = LeaseKeeper(store, journal, lease_seconds)
         self.active: dict[str, ActiveRun] = {}
@@ -378,6 +383,7 @@ class RunDriver:
     async def _loop(self, a: ActiveRun, *, pending: bool, recovering: bool = False) -> None:
         guard = _Guard(self, a)
         try:
+            await self.sync_tools()  # a resumed call finds the tools of now
             if recovering:
                 await self._recover_calls(a, await self._pending_work(a))
             elif pending:
@@ -486,7 +492,7 @@ class RunDriver:
         records = {r.call_id: r for r in await self.store.get_executions(a.run.id)}
         now = self.clock.now()
         return [
-            (c, records.get(c.id) or self.journal.record(a, c, self.tools.get(c.name), now))
+            (c, records.get(c.id) or self.journal.record(a, c, self.tool(a, c.name), now))
             for c in calls
         ]
 
@@ -495,12 +501,36 @@ class RunDriver:
         caps = (a.caller or self.caller).model.capabilities if before_model_call else None
         check_budget(a, self.clock.monotonic(), caps)
 
+    async def sync_tools(self) -> None:
+        """Take the tool set's new tools when it changed (a version compare otherwise):
+        the model is offered them, the gate and the runner get them; a call to a tool
+        that is gone fails (:meth:`_call`)."""
+        toolset = self.toolset
+        if toolset is None or await toolset.refresh() == self._tools_version:
+            return
+        self._tools_version = toolset.version
+        self.tools = toolset.tools
+        self.specs = {name: t.spec for name, t in toolset.tools.items()}
+        self.context.use_tools(toolset.specs)
+        self.compaction.use_tools(toolset.specs)
+
+    def offered(self, a: ActiveRun) -> tuple[Mapping[str, Tool], dict[str, ToolSpec]]:
+        """The tools the run is offered (and their specs by name): without a choice of
+        MCP servers recorded on the run, all of them."""
+        if self.toolset is None or a.run.mcp_servers is None:
+            return self.tools, self.specs
+        return self.toolset.chosen(a.run.mcp_servers)
+
+    def tool(self, a: ActiveRun, name: str) -> Tool | None:
+        return self.offered(a)[0].get(name)
+
     async def _step(self, a: ActiveRun, guard: _Guard) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
         b = a.run.budget
         if b.max_steps is not None and a.usage.steps >= b.max_steps:
             raise StopRun.budget("max_steps", f"the run took its {b.max_steps} steps")
         step = a.usage.steps + 1
+        await self.sync_tools()
         corrections: list[Correction] = []
         attempts = _Attempts(self, a, step)
         schema = a.run.output_schema
@@ -508,6 +538,9 @@ class RunDriver:
         while True:
             self.check_budget(a, before_model_call=True)
             context = await self.compaction.context_for(a, corrections, guard)
+            if a.run.mcp_servers is not None and self.toolset is not None:
+                specs = tuple(self.offered(a)[1].values())
+                context = replace(context, tools=specs)  # the run's choice of servers
             if schema is not None:
                 native = (a.caller or self.caller).model.capabilities.structured_output
                 context = ask_for_answer(context, schema, native=native)
@@ -520,7 +553,7 @@ class RunDriver:
                 if not await self.compaction.recover(a, stop, step, guard):
                     raise
                 return await self._step(a, guard)
-            checked = check_output(response, self.specs, a.used_call_ids)
+            checked = check_output(response, self.offered(a)[1], a.used_call_ids)
             problems = checked.problems
             if checked.ok and not checked.calls and schema is not None:
                 output, problems = check_answer(schema, response)
@@ -573,7 +606,7 @@ class RunDriver:
             run = replace(a.run, usage=a.usage.freeze(), lease=lease)
         else:
             run = replace(a.run, usage=a.usage.freeze()).ended(RunStatus.COMPLETED, now)
-        records = tuple(self.journal.record(a, c, self.tools.get(c.name), now) for c in calls)
+        records = tuple(self.journal.record(a, c, self.tool(a, c.name), now) for c in calls)
         await self.journal.commit(a, (message,), run=run, executions=records)
         a.used_call_ids.update(c.id for c in calls)
         self.journal.hit("assistant_saved")
@@ -671,7 +704,7 @@ class RunDriver:
 
     async def _call(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
         """One call: review, then (if allowed) execute and save its result."""
-        tool = self.tools.get(call.name)
+        tool = self.tool(a, call.name)
         if tool is None:
             why = f"tool {call.name!r} is no longer available"
             await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)

@@ -52,6 +52,7 @@ from plait.application.ports import (
     Tool,
 )
 from plait.application.tool_runner import ToolRunner
+from plait.application.toolset import ToolSet
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
@@ -112,7 +113,7 @@ class AgentService:
         store: SessionStore,
         artifacts: ArtifactStore,
         model: ModelClient | None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool] | ToolSet = (),
         clock: Clock,
         ids: IdGenerator,
         instructions: str = DEFAULT_INSTRUCTIONS,
@@ -135,7 +136,10 @@ class AgentService:
     ) -> None:
         """``compaction``: summaries, constraints and recall in the assistant's context,
         with the post-step and overflow triggers (DESIGN §8); ``None``: whole history.
-        ``telemetry``: traces and metrics of the runs (``None``: off)."""
+        ``telemetry``: traces and metrics of the runs (``None``: off). ``tools`` as a
+        :class:`~plait.application.toolset.ToolSet` can change between steps."""
+        toolset = tools if isinstance(tools, ToolSet) else None
+        tools = list(tools.tools.values()) if isinstance(tools, ToolSet) else tools
         _check_config(tools, lease_seconds)
         self.store = store
         self.artifacts = artifacts
@@ -144,7 +148,6 @@ class AgentService:
         self.instructions = instructions
         self.budget = budget or Budget()
         self.lease_seconds = lease_seconds
-        self._tools = {t.spec.name: t for t in tools}
         self.caller = caller or ModelCaller(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         )
@@ -163,7 +166,7 @@ class AgentService:
         self.driver = _compose_driver(
             store, self.journal, self.caller, tools, lease_seconds=lease_seconds,
             instructions=instructions, artifacts=artifacts, context=context, meter=meter,
-            gate=gate, runner=runner, compaction=compaction,
+            gate=gate, runner=runner, compaction=compaction, toolset=toolset,
         )  # fmt: skip
         self._active = self.driver.active
         self.sweeper = sweeper
@@ -234,7 +237,7 @@ class AgentService:
         summarizer = (compaction.summarizer or model) if automatic and compaction else None
         needed = RunModelsNeeded(
             assistant=model,
-            tools=len(self._tools),
+            tools=len(self.driver.tools),
             reviewer=None if reviewer is None else reviewer[0],
             reviewer_max_output_tokens=None if reviewer is None else reviewer[1],
             summarizer=summarizer,
@@ -255,6 +258,7 @@ class AgentService:
         output_type: OutputType | None = None,
         run_id: str | None = None,
         parent: ParentCall | None = None,
+        mcp_servers: Sequence[str] | None = None,
     ) -> RunResult:
         """Append a user message and run the loop until the run ends or waits.
         ``on_text`` receives the assistant's text as it streams (models that stream).
@@ -262,7 +266,9 @@ class AgentService:
         the final answer must match it (a typed answer); its validated value is the final
         message's ``output`` and the result's ``output`` (a model instance for a class).
         ``run_id`` and ``parent``: a sub-agent's run (its id derived from the parent's
-        call, see :mod:`plait.application.subagents`).
+        call, see :mod:`plait.application.subagents`). ``mcp_servers``: the MCP servers
+        (configured names) whose tools the run is offered, recorded with it (``None``:
+        all; an unknown name is a ValidationError before anything is written).
 
         Raises :class:`~plait.domain.errors.SessionBusyError` if the session already has an
         active run (here or in another process); nothing is written then.
@@ -272,6 +278,7 @@ class AgentService:
         _check_text("the message text", text)
         budget = budget or self.budget
         output_schema = output_schema_of(output_type)
+        servers = self.check_mcp_servers(mcp_servers)
         self.check_can_run(budget)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
@@ -290,6 +297,7 @@ class AgentService:
             policy=policy_of(self.driver.gate),
             output_schema=output_schema,
             parent=parent,
+            mcp_servers=servers,
         )
         if self.journal.telemetry is not None:  # the run's trace, stored with it
             run = replace(run, trace_context=self.journal.telemetry.begin(run, "started"))
@@ -318,9 +326,28 @@ class AgentService:
 
     # --- service mode: queued runs (a worker drives them) ---------------------------------
 
+    def check_mcp_servers(self, names: Sequence[str] | None) -> tuple[str, ...] | None:
+        """``names`` as a run records them; a ValidationError naming an MCP server this
+        service does not have."""
+        if names is None:
+            return None
+        if isinstance(names, str):
+            raise ValidationError("mcp_servers must be a list of server names")
+        chosen = tuple(dict.fromkeys(names))
+        toolset = self.driver.toolset
+        known = toolset.groups() if toolset is not None else ()
+        unknown = [n for n in chosen if n not in known]
+        if unknown:
+            have = ", ".join(repr(k) for k in known) or "none"
+            raise ValidationError(
+                f"unknown MCP server {unknown[0]!r} (configured: {have})", server=unknown[0]
+            )
+        return chosen
+
     async def submit(
         self, session_id: str, text: str, *, budget: Budget | None = None,
         owner: str | None = None, output_type: OutputType | None = None,
+        mcp_servers: Sequence[str] | None = None,
     ) -> Run:  # fmt: skip
         """Store a user message and a ``queued`` run for it in one commit (one store
         call, no read first) and return at once; a worker
@@ -333,13 +360,15 @@ class AgentService:
             raise ValidationError("the message text is empty")
         _check_text("the message text", text)
         budget = budget or self.budget
+        servers = self.check_mcp_servers(mcp_servers)
         if self.caller.has_model:  # else the worker checks it against its model
             self.check_can_run(budget)
         now = self.clock.now()
         output_schema = output_schema_of(output_type)
         run, commit = queued(
-            session_id, text, budget, self.ids, now, owner=owner, output_schema=output_schema
-        )
+            session_id, text, budget, self.ids, now, owner=owner, output_schema=output_schema,
+            mcp_servers=servers,
+        )  # fmt: skip
         telemetry = self.journal.telemetry
         if telemetry is None:
             await self.store.start_run(commit)
@@ -641,6 +670,7 @@ def _compose_driver(
     gate: ToolGate | None,
     runner: ToolRunner | None,
     compaction: CompactionService | None,
+    toolset: ToolSet | None = None,
 ) -> RunDriver:
     """The loop over the given stages, each defaulted when not given."""
     specs = tuple(t.spec for t in tools)
@@ -653,6 +683,7 @@ def _compose_driver(
         runner=runner or ToolRunner(artifacts),
         tools={t.spec.name: t for t in tools},
         lease_seconds=lease_seconds,
+        toolset=toolset,
         compaction=None
         if compaction is None
         else CompactionStage(compaction, instructions=instructions, tools=specs, emit=journal.emit),

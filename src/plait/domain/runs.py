@@ -133,6 +133,10 @@ class Run:
     """The schema the run's final answer must match (a typed answer), or None."""
     parent: ParentCall | None = None
     """A sub-agent's run: the parent run's call it answers (None for a top-level run)."""
+    mcp_servers: tuple[str, ...] | None = None
+    """The MCP servers (configured names) whose tools the run is offered, chosen when it
+    was sent; a process that continues it offers those of them it has. ``None``: every
+    server of the process that drives it."""
 
     def with_usage(self, **changes: int) -> Run:
         return replace(self, usage=replace(self.usage, **changes))

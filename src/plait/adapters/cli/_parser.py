@@ -171,6 +171,17 @@ def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--server", metavar="URL", help="send through a running `plait serve` (the run is queued)"
     )
     send.add_argument("--api-key", help="bearer key for --server (default: $PLAIT_API_KEY)")
+    servers = send.add_mutually_exclusive_group()
+    servers.add_argument(
+        "--mcp",
+        metavar="NAME",
+        action="append",
+        help="offer only this MCP server's tools (a name from [mcp.servers]; repeat for "
+        "more); recorded with the run, which recovery continues with the same servers",
+    )
+    servers.add_argument(
+        "--no-mcp", action="store_true", help="offer no MCP server's tools to this run"
+    )
     send.add_argument(
         "--output-schema",
         metavar="FILE",

@@ -11,6 +11,7 @@ from plait.adapters.cli._io import Out, read_message, read_output_schema
 from plait.adapters.cli._live import json_lines, terminal_progress
 from plait.adapters.cli._parser import budget
 from plait.adapters.shapes import event_json, run_json
+from plait.domain.errors import ConfigError
 
 if TYPE_CHECKING:
     from plait.runtime import Runtime
@@ -23,6 +24,20 @@ def prepare_send(a: argparse.Namespace) -> None:
     a.message = read_message(a.text, a.file)
     a.budget = budget(a)
     a.answer_schema = read_output_schema(a.output_schema)
+    a.mcp_servers = None if not (a.mcp or a.no_mcp) else tuple(dict.fromkeys(a.mcp or ()))
+    a.mcp_configs = None
+    if a.mcp_servers is not None:
+        from plait.runtime import configured_mcp
+
+        configured = configured_mcp()
+        for name in a.mcp_servers:
+            if name not in configured:
+                have = ", ".join(repr(k) for k in sorted(configured)) or "none"
+                raise ConfigError(
+                    f"--mcp {name!r}: no such MCP server in [mcp.servers] (configured: {have})",
+                    server=name,
+                )
+        a.mcp_configs = {name: configured[name] for name in a.mcp_servers}
 
 
 async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
@@ -33,12 +48,17 @@ async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
             budget=a.budget,
             observer=json_lines,
             output_type=a.answer_schema,
+            mcp_servers=a.mcp_servers,
         )
         Out.line(event_json("run", run_json(result.run)))
         return exit_for(result.run.status)
     if out.json or not sys.stdout.isatty():
         result = await rt.service.send(
-            a.session_id, a.message, budget=a.budget, output_type=a.answer_schema
+            a.session_id,
+            a.message,
+            budget=a.budget,
+            output_type=a.answer_schema,
+            mcp_servers=a.mcp_servers,
         )
         return print_result(out, result)
     from rich.console import Console
@@ -52,5 +72,6 @@ async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
             observer=observe,
             on_text=observe.on_text,
             output_type=a.answer_schema,
+            mcp_servers=a.mcp_servers,
         )
     return print_result(out, result, shown=True)

@@ -80,6 +80,8 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
         # Only commands that run the agent start the MCP servers (to offer their tools).
         runs_agent = command.run in (send, cmd.runs_recover, cmd.runs_resume)
         servers: dict[str, Any] | None = None if runs_agent else {}
+        if command.run is send and a.mcp_configs is not None:
+            servers = a.mcp_configs  # only the servers the run chose (send --mcp)
         runtime = Runtime.open(
             db=db,
             model=model,

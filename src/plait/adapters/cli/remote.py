@@ -163,6 +163,8 @@ def send_remote(a: argparse.Namespace, out: Out) -> int:
     client = _Client(a.server, key)
     text = read_message(a.text, a.file)
     body: dict[str, Any] = {"text": text, "budget": _budget_body(a)}
+    if a.mcp or a.no_mcp:
+        body["mcp_servers"] = list(dict.fromkeys(a.mcp or ()))
     schema = read_output_schema(a.output_schema)
     if schema is not None:
         body["output_schema"] = schema.schema()

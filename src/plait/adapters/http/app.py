@@ -113,6 +113,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     _install_errors(app)
     _document_identifiers(app)
+    _document_mcp_servers(app, ctx.service)
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
     app.add_middleware(InternalErrors)  # outside BodyLimit: see _internal.py for why
     app.include_router(_ops_routes(ctx), prefix="/v1")
@@ -137,6 +138,29 @@ def create_app(ctx: ApiContext) -> FastAPI:
         app.include_router(hooks, prefix="/v1", responses=ERRORS)
     app.include_router(console_routes())  # the web console at / (pages call /v1)
     return app
+
+
+def _document_mcp_servers(app: FastAPI, service: AgentService) -> None:
+    """Publish the MCP server names a message may choose (``mcp_servers``) as an enum:
+    another name is refused (400 ``invalid_value``)."""
+    toolset = service.driver.toolset
+    names = list(toolset.groups()) if toolset is not None else []
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = plain()
+        schemas = document.get("components", {}).get("schemas", {})
+        field = schemas.get("MessageIn", {}).get("properties", {}).get("mcp_servers", {})
+        for option in field.get("anyOf", ()):
+            if option.get("type") == "array" and names:
+                option.setdefault("items", {})["enum"] = names
+            elif option.get("type") == "array":
+                option["maxItems"] = 0  # no server to choose: only []
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _document_identifiers(app: FastAPI) -> None:
@@ -366,7 +390,12 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
         budget = _budget(ctx, body.budget)
         owner = None if who.admin else who.name  # the store refuses others' as not found
         run = await ctx.service.submit(
-            session_id, body.text, budget=budget, owner=owner, output_type=body.output_schema
+            session_id,
+            body.text,
+            budget=budget,
+            owner=owner,
+            output_type=body.output_schema,
+            mcp_servers=body.mcp_servers,
         )
         log.info("run queued", extra={"run_id": run.id, "session_id": session_id})
         return run_json(run)

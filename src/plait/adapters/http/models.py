@@ -91,6 +91,12 @@ class MessageIn(BaseModel):
         description="a JSON Schema the run's final answer must match (a typed answer); its "
         "validated value is the final assistant message's `output`",
     )
+    mcp_servers: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None,
+        max_length=100,
+        description="the MCP servers (names from [mcp.servers]) whose tools the run is "
+        "offered, recorded with it; null: every server of the worker; []: none",
+    )
 
 
 class ForkIn(BaseModel):
@@ -159,6 +165,10 @@ class RunOut(BaseModel):
     budget: dict[str, Any]
     lease: LeaseOut | None
     cancel_requested: bool
+    mcp_servers: list[str] | None = Field(
+        default=None,
+        description="the MCP servers the run chose (null: every server of its worker)",
+    )
     policy: str | None = Field(
         default=None,
         description="the tool policy (its source) the run's calls are decided under: that "

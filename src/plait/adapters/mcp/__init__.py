@@ -7,6 +7,7 @@ from plait.adapters.mcp._client import McpCallLost, McpManager, McpServerError
 from plait.adapters.mcp._config import McpServerConfig, servers_from_mapping
 from plait.adapters.mcp._convert import IDEMPOTENCY_META_KEY, McpToolInfo, tool_name
 from plait.adapters.mcp.tools import (
+    McpToolSource,
     destructive_rule,
     list_mcp_tools,
     mcp_tools,
@@ -20,6 +21,7 @@ __all__ = [
     "McpServerConfig",
     "McpServerError",
     "McpToolInfo",
+    "McpToolSource",
     "destructive_rule",
     "list_mcp_tools",
     "mcp_tools",

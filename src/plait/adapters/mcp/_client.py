@@ -28,6 +28,7 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.shared.exceptions import MCPError
 
 from plait.adapters.mcp._config import McpServerConfig
+from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
     args_data,
@@ -61,10 +62,19 @@ class McpCallLost(Exception):
 class _Connection:
     """One running server and its session, on the manager's loop."""
 
-    def __init__(self, config: McpServerConfig, workspace: str, launch: _Launch) -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        workspace: str,
+        launch: _Launch,
+        git: GitScan | None = None,
+    ) -> None:
         self.config = config
         self.workspace = workspace
         self._launch = launch
+        self.git = git
+        """The workspace's git places bound read-only in the server's sandbox (``None``:
+        git is not protected from this server)."""
         self.session: ClientSession | None = None
         self.tools_changed = False
         self.broken = False
@@ -113,7 +123,10 @@ class _Connection:
     async def _main(self) -> None:
         try:
             async with (
-                self._launch(self.config, self.workspace, self._stderr) as (read, write),
+                self._launch(self.config, self.workspace, self._stderr, self.git) as (
+                    read,
+                    write,
+                ),
                 ClientSession(read, write, message_handler=self._on_message) as session,
             ):
                 await session.initialize()
@@ -162,14 +175,25 @@ class _Launch:
         sandbox: SandboxSettings,
         protected: Sequence[str],
         environ: Mapping[str, str],
+        protect_git: bool = True,
     ) -> None:
         self.sandbox = sandbox
         self.protected = tuple(protected)
         self.environ = dict(environ)
+        self.protect_git = protect_git
+
+    def guards_git(self, config: McpServerConfig) -> bool:
+        """Whether the server runs sandboxed with the workspace's git places read-only
+        (as for ``run_command``, unless the policy says ``protect_git = false``)."""
+        return self.protect_git and config.command is not None and config.sandbox
 
     @contextlib.asynccontextmanager
     async def __call__(
-        self, config: McpServerConfig, workspace: str, errlog: TextIO
+        self,
+        config: McpServerConfig,
+        workspace: str,
+        errlog: TextIO,
+        git: GitScan | None = None,
     ) -> AsyncIterator[tuple[Any, Any]]:
         if config.url is not None:
             import httpx2
@@ -182,13 +206,15 @@ class _Launch:
             ):
                 yield streams[0], streams[1]
             return
-        params = self.stdio_params(config, workspace)
+        params = self.stdio_params(config, workspace, git)
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams[0], streams[1]
 
-    def stdio_params(self, config: McpServerConfig, workspace: str) -> StdioServerParameters:
+    def stdio_params(
+        self, config: McpServerConfig, workspace: str, git: GitScan | None = None
+    ) -> StdioServerParameters:
         """The process to start: the server's command, wrapped in bwrap unless the
-        config says ``sandbox = false``."""
+        config says ``sandbox = false``; ``git``'s places are bound read-only."""
         assert config.command is not None
         root = os.path.realpath(workspace)
         cwd = os.path.realpath(os.path.join(root, config.cwd or "."))
@@ -222,7 +248,7 @@ class _Launch:
             path=self.sandbox.path,
             bwrap=self.sandbox.bwrap,
         )
-        mounts = plan_mounts(settings, root, self.protected)
+        mounts = plan_mounts(settings, root, self.protected, git=git.places if git else ())
         inner_env = {**sandbox_env(settings, self.environ), **env}
         # bwrap hands its own environment on; `env -i` makes the server's exactly ours.
         command = [
@@ -268,6 +294,22 @@ def _connection_lost(error: BaseException) -> bool:
     return isinstance(error, MCPError) and error.code == mcp_types.CONNECTION_CLOSED
 
 
+def _new_git(bound: GitScan | None, now: GitScan | None) -> bool:
+    """Whether the workspace has git places a running server's sandbox did not bind."""
+    if bound is None or now is None:
+        return False
+    return bool(set(now.places.items()) - set(bound.places.items()))
+
+
+def _undone(paths: list[str]) -> str:
+    shown = ", ".join(repr(p) for p in paths[:10]) + (" ..." if len(paths) > 10 else "")
+    return (
+        f"REFUSED: the MCP server made git repositories ({shown}); plait removed them (a "
+        "new `.git` is deleted, a new bare repository loses its HEAD): their config and "
+        "hooks would run code on the host when git is used here later"
+    )
+
+
 def _message(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup) and error.exceptions:
         return _message(error.exceptions[0])
@@ -286,14 +328,25 @@ class McpManager:
         environ: Mapping[str, str] | None = None,
         workspace: str | None = None,
         on_progress: ProgressSink | None = None,
+        protect_git: bool = True,
     ) -> None:
         """``on_progress`` receives the servers' progress notifications about calls
-        (server, tool, progress, total, message); by default they are logged."""
+        (server, tool, progress, total, message); by default they are logged.
+
+        With ``protect_git`` (the policy's, on by default) a sandboxed stdio server sees
+        the workspace's git places (``.git`` and bare repositories, nested ones included)
+        read-only, as ``run_command`` does: their config and hooks run code on the host
+        later. Git places that appeared since the server started make it start again
+        at its next call, and any a call created are undone after it."""
         self.servers = dict(servers)
         self._on_progress = on_progress or _log_progress
         self.default_workspace = os.path.realpath(workspace or os.getcwd())
+        self.protect_git = protect_git
         self._launch = _Launch(
-            sandbox or SandboxSettings(), protected, os.environ if environ is None else environ
+            sandbox or SandboxSettings(),
+            protected,
+            os.environ if environ is None else environ,
+            protect_git,
         )
         self._connections: dict[tuple[str, str], _Connection] = {}
         self._starting: dict[tuple[str, str], asyncio.Lock] = {}
@@ -332,14 +385,18 @@ class McpManager:
         real = await asyncio.to_thread(os.path.realpath, workspace or self.default_workspace)
         key = (server, real)
         lock = self._starting.setdefault(key, asyncio.Lock())
+        git = None
+        if self._launch.guards_git(config):
+            git = await asyncio.to_thread(scan_git, real)
         async with lock:
             current = self._connections.get(key)
-            if current is not None and current.alive:
+            if current is not None and current.alive and not _new_git(current.git, git):
                 return current
             if current is not None:
-                log.info("MCP server %r is not running: starting it again", server)
+                why = "is not running" if not current.alive else "has new git places to protect"
+                log.info("MCP server %r %s: starting it again", server, why)
                 await current.stop()
-            connection = _Connection(config, key[1], self._launch)
+            connection = _Connection(config, key[1], self._launch, git)
             self._connections[key] = connection
             await connection.start()
             return connection
@@ -380,11 +437,44 @@ class McpManager:
         """One ``tools/call``. A server that dies meanwhile raises :class:`McpCallLost`;
         an error the server answers with is a :class:`McpServerError`."""
         connection = await self._connection(server, workspace)
-        session = connection.session
-        assert session is not None
         limit = connection.config.timeout_seconds
         if time_limit is not None:
             limit = min(limit, time_limit)
+        try:
+            result = await self._call(connection, tool, arguments, meta=meta, limit=limit)
+        except BaseException:
+            # Whatever the call did, git repositories it made are undone (here, on this
+            # thread: a cancelled task cannot wait for another).
+            if connection.git is not None:
+                undo_new_git(connection.workspace, connection.git)
+            raise
+        undone: list[str] = []
+        if connection.git is not None:
+            undone = await asyncio.to_thread(undo_new_git, connection.workspace, connection.git)
+        if undone:
+            result = result.model_copy(
+                update={
+                    "content": [
+                        *result.content,
+                        mcp_types.TextContent(type="text", text=_undone(undone)),
+                    ],
+                    "is_error": True,
+                }
+            )
+        return result
+
+    async def _call(
+        self,
+        connection: _Connection,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        meta: dict[str, Any],
+        limit: float,
+    ) -> mcp_types.CallToolResult:
+        server = connection.config.name
+        session = connection.session
+        assert session is not None
         try:
 
             async def report(progress: float, total: float | None, message: str | None) -> None:
@@ -440,7 +530,21 @@ class McpManager:
 
     def tools_changed(self) -> list[str]:
         """Servers that said their tool list changed since it was last listed."""
-        return sorted({c.config.name for c in self._connections.values() if c.tools_changed})
+        return sorted({c.config.name for c, _ in self._changed()})
+
+    def _changed(self) -> list[tuple[_Connection, str]]:
+        return [(c, ws) for (_, ws), c in list(self._connections.items()) if c.tools_changed]
+
+    def changed_places(self) -> list[tuple[str, str]]:
+        """(server, workspace) of each running server that said its tool list changed
+        since it was last listed (no I/O: the flags its notifications set)."""
+        return sorted((c.config.name, ws) for c, ws in self._changed())
+
+    def forget_change(self, server: str, workspace: str) -> None:
+        """Stop reporting a change (its new list could not be read)."""
+        connection = self._connections.get((server, workspace))
+        if connection is not None:
+            connection.tools_changed = False
 
     def close(self) -> None:
         """Stop every server and the loop (idempotent)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 from plait.adapters.mcp._client import McpManager
 from plait.adapters.mcp._convert import (
@@ -18,14 +19,29 @@ from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOut
 from plait.domain.errors import ToolError
 from plait.domain.policy import Action, Policy, ToolRule
 
-__all__ = ["destructive_rule", "list_mcp_tools", "mcp_tools", "with_destructive_rule"]
+__all__ = [
+    "McpToolSource",
+    "destructive_rule",
+    "list_mcp_tools",
+    "mcp_tools",
+    "with_destructive_rule",
+]
+
+log = logging.getLogger("plait.mcp")
 
 DESTRUCTIVE_RULE = "mcp.destructive"
+_READ_ONLY = "ead-only file system"  # EROFS, as Python, Node and git word it
+GIT_READ_ONLY_NOTE = (
+    "\n[plait: the workspace's git directories are read-only for MCP servers (their config "
+    "and hooks run code on the host), so a tool that writes a repository (add, commit, "
+    "checkout, ...) fails; the policy's protect_git = false allows it]"
+)
 
 
 def _executor(manager: McpManager, info: McpToolInfo, artifacts: ArtifactStore | None) -> Tool:
     config = manager.servers[info.server]
     unsandboxed = config.command is not None and not config.sandbox
+    guards_git = manager.protect_git and config.command is not None and config.sandbox
 
     async def save(data: bytes, media_type: str) -> str:
         if artifacts is None:
@@ -47,6 +63,8 @@ def _executor(manager: McpManager, info: McpToolInfo, artifacts: ArtifactStore |
         text = await describe_result(result, save)
         if unsandboxed:
             text = f"[ran outside the sandbox: MCP server {info.server!r}]\n{text}"
+        if result.is_error and guards_git and _READ_ONLY in text:
+            text += GIT_READ_ONLY_NOTE
         return ToolOutput(content=text, failed=bool(result.is_error))
 
     return Tool(spec=info.spec, execute=execute)
@@ -62,6 +80,10 @@ def list_mcp_tools(
         config = manager.servers[name]
         for listed in manager.run_sync(manager.list_tools(name)):
             infos.append(tool_info(config, listed))
+    return _unique(infos)
+
+
+def _unique(infos: Sequence[McpToolInfo]) -> tuple[McpToolInfo, ...]:
     seen: dict[str, McpToolInfo] = {}
     for info in infos:
         if info.spec.name in seen:
@@ -71,6 +93,60 @@ def list_mcp_tools(
             )
         seen[info.spec.name] = info
     return tuple(infos)
+
+
+class McpToolSource:
+    """The tools of a tool set (:class:`~plait.application.toolset.ToolSet`) that come
+    from MCP servers: a server's list is read again when it said
+    ``notifications/tools/list_changed``; ``on_change`` gets the new infos (the runtime
+    renews the policy's destructive rule with them)."""
+
+    def __init__(
+        self,
+        manager: McpManager,
+        infos: Sequence[McpToolInfo],
+        *,
+        artifacts: ArtifactStore | None = None,
+        on_change: Callable[[tuple[McpToolInfo, ...]], None] | None = None,
+    ) -> None:
+        self.manager = manager
+        self.artifacts = artifacts
+        self._names = frozenset(i.spec.name for i in infos)
+        self._server = {i.spec.name: i.server for i in infos}
+        self.on_change = on_change
+        self._by_server: dict[str, tuple[McpToolInfo, ...]] = {}
+        for info in infos:
+            self._by_server[info.server] = (*self._by_server.get(info.server, ()), info)
+
+    def owns(self, name: str) -> bool:
+        return name in self._names
+
+    def groups(self) -> tuple[str, ...]:
+        return tuple(sorted(self.manager.servers))
+
+    def group_of(self, name: str) -> str | None:
+        return self._server.get(name)
+
+    def changed(self) -> bool:
+        return bool(self.manager.changed_places())
+
+    async def reload(self) -> list[Tool]:
+        manager = self.manager
+        for server, workspace in manager.changed_places():
+            config = manager.servers[server]
+            try:
+                listed = await manager.run(manager.list_tools(server, workspace))
+            except ToolError as e:  # keep what was offered; the calls report the server
+                log.warning("MCP server %r: its new tool list: %s", server, e.message)
+                manager.forget_change(server, workspace)
+                continue
+            self._by_server[server] = tuple(tool_info(config, t) for t in listed)
+        infos = _unique([i for server in sorted(self._by_server) for i in self._by_server[server]])
+        if self.on_change is not None:
+            self.on_change(infos)
+        self._names = frozenset(i.spec.name for i in infos)
+        self._server = {i.spec.name: i.server for i in infos}
+        return mcp_tools(manager, infos, artifacts=self.artifacts)
 
 
 def mcp_tools(

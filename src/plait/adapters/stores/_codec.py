@@ -399,6 +399,7 @@ def run_to_dict(r: Run) -> dict[str, Any]:
         "model_spec": r.model_spec,
         "deadline_at": r.deadline_at,
         "policy": r.policy,
+        "mcp_servers": None if r.mcp_servers is None else list(r.mcp_servers),
         "trace_context": r.trace_context,
         "output_schema": None
         if r.output_schema is None
@@ -439,6 +440,7 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
         model_spec=d.get("model_spec"),
         deadline_at=d.get("deadline_at"),
         policy=d.get("policy"),
+        mcp_servers=None if d.get("mcp_servers") is None else tuple(d["mcp_servers"]),
         trace_context=d.get("trace_context"),
         output_schema=_output_schema(d.get("output_schema")),
         parent=None if d.get("parent") is None else ParentCall(**d["parent"]),

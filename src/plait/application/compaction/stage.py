@@ -148,6 +148,9 @@ class NoCompaction:
     def check_model(self, model: str) -> None:
         return None
 
+    def use_tools(self, tools: tuple[ToolSpec, ...]) -> None:
+        return None  # the builder's tools are the driver's
+
     def check_run(self, a: RunView) -> None:
         return None
 
@@ -182,6 +185,10 @@ class CompactionStage:
     @property
     def auto(self) -> bool:
         return self.service.settings.auto
+
+    def use_tools(self, tools: tuple[ToolSpec, ...]) -> None:
+        """Offer ``tools`` from the next context on (the tool set changed)."""
+        self.tools = tools
 
     def state(self, run_id: str) -> RunCompaction:
         s = self._runs.get(run_id)
