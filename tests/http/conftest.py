@@ -7,7 +7,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from plait.application.ports import ModelClient, ModelRequest, ModelResponse, Ra
 from plait.domain.messages import ToolResultMessage, ToolStatus, UserMessage
 from plait.domain.policy import Action, Policy, ToolRule
 from plait.domain.service import Role
+from plait.domain.subagents import SubAgent
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, echo_tool
 from tests.pg import empty_database
@@ -146,6 +147,7 @@ def serve_live(
     workspace_root: Path | None = None,
     max_body_bytes: int = 4096,
     telemetry: Any = None,
+    subagents: Sequence[SubAgent] = (),
 ) -> Iterator[Live]:
     """A live server; ``model`` (default: :func:`behaviour`) drives the in-process
     worker's runs (``None`` and ``serve_workers=0``: an API process without a model)."""
@@ -172,6 +174,7 @@ def serve_live(
         lease_seconds=5.0,
         gate=gate,
         telemetry=telemetry,
+        subagents=subagents,
     )
     db = pg_url or f"sqlite:///{path}"
     settings = Settings(

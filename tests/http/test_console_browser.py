@@ -23,6 +23,7 @@ from plait.testing import FunctionModel
 from tests.http.conftest import ASK_ECHO, Live, behaviour, serve_live
 from tests.http.test_api import new_session, wait_terminal
 from tests.http.test_resolve import _awaiting, _stranded
+from tests.http.test_subagents_api import serve_delegating
 
 T = TypeVar("T")
 
@@ -75,6 +76,12 @@ def in_thread(fn: Callable[..., T], *args: Any) -> T:
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[Live]:
     yield from _threaded(serve_live(tmp_path))
+
+
+@pytest.fixture
+def delegating(tmp_path: Path) -> Iterator[Live]:
+    """A server whose model delegates each message to the ``helper`` sub-agent."""
+    yield from _threaded(serve_delegating(tmp_path))
 
 
 @pytest.fixture
@@ -377,3 +384,36 @@ def test_context_page_lists_the_compactions_of_the_runs(page: Any, small: Live) 
     text = entry.inner_text()
     assert text.startswith(f"run {run.json()['run_id']}, step 1: activated (pressure)")
     assert "summarized messages 1..1" in text
+
+
+def test_a_delegate_call_links_to_its_sub_agent_session_and_back(
+    page: Any, delegating: Live, shots: Path
+) -> None:
+    with delegating.client("alice") as c:
+        parent = new_session(c)["session_id"]
+        run = c.post(f"/v1/sessions/{parent}/messages", json={"text": "<i>sort</i> it"}).json()
+        assert wait_terminal(c, run["run_id"])["status"] == "completed"
+        (child,) = c.get(f"/v1/sessions/{parent}/subagents").json()["subagents"]
+    login(page, delegating, "alice", f"/console/sessions/{parent}")
+    page.wait_for_selector("text=the result: helped with <i>sort</i> it")
+    assert page.locator("i", has_text="sort").count() == 0  # escaped, as text
+    link = page.locator("#history .subagent-child a")
+    assert link.inner_text() == child["session_id"]
+    assert "sub-agent helper (completed)" in page.locator(".subagent-child").inner_text()
+    sub = page.locator("#tree li.subagent")
+    assert sub.locator("a").inner_text() == child["session_id"]
+    assert "sub-agent helper for call d1" in sub.inner_text()
+    check_page(page, shots, "subagent-parent")
+
+    link.click()
+    page.wait_for_selector("#parent-call")
+    assert page.url.endswith(f"/console/sessions/{child['session_id']}")
+    line = page.locator("#parent-call").inner_text()
+    assert line == f"sub-agent helper for call d1 of run {run['run_id']} in session {parent}"
+    page.wait_for_selector("text=helped with <i>sort</i> it")
+    tree = page.locator("#tree").inner_text()
+    assert f"{child['session_id']} (this session) — sub-agent helper for call d1" in tree
+    check_page(page, shots, "subagent-child")
+    page.locator("#parent-call a").click()
+    page.wait_for_selector("#history .subagent-child a")
+    assert page.url.endswith(f"/console/sessions/{parent}")

@@ -247,3 +247,29 @@ async def parent_calls(store: SessionStore, approvals: Sequence[Approval]) -> di
         if run.parent is not None:
             out[run_id] = run.parent
     return out
+
+
+async def sub_agent_children(store: SessionStore, session_id: str) -> list[Run]:
+    """The child runs started by the session's own delegate calls, in call order.
+
+    Reads only the session's runs and their execution records: a child's ids derive from
+    its call's idempotency key (:func:`child_ids`), so no scan of other sessions is needed.
+    A derived run counts only if it names that very call as its parent (a tool that merely
+    happens to be called ``delegate_…`` starts no child)."""
+    out: list[Run] = []
+    for run in reversed(await store.list_runs(session_id=session_id)):
+        for record in await store.get_executions(run.id):
+            if not record.tool_name.startswith("delegate_"):
+                continue
+            try:
+                child = await store.get_run(child_ids(record.idempotency_key)[1])
+            except RunNotFoundError:  # the call has not started its child (yet)
+                continue
+            parent = child.parent
+            if parent is not None and (parent.session_id, parent.run_id, parent.call_id) == (
+                session_id,
+                run.id,
+                record.call_id,
+            ):
+                out.append(child)
+    return out

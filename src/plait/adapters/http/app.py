@@ -44,6 +44,7 @@ from plait.application.ports import RunQueue, SessionStore
 from plait.application.readiness import CommitProbe
 from plait.application.retention import expiries_of
 from plait.application.service import AgentService
+from plait.application.subagents import sub_agent_children
 from plait.domain.errors import (
     PlaitError,
     SessionNotFoundError,
@@ -375,6 +376,27 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
     async def list_runs(session_id: str, who: Who) -> dict[str, Any]:
         await _own_session(ctx, who, session_id)
         return {"runs": [run_json(x) for x in await ctx.store.list_runs(session_id=session_id)]}
+
+    @r.get("/sessions/{session_id}/subagents", response_model=m.SubAgentsOut)
+    async def list_subagents(session_id: str, who: Who) -> dict[str, Any]:
+        """The child runs the session's delegate calls started (its sub-agents), in call
+        order; their sessions are the caller's as the parent is."""
+        await _own_session(ctx, who, session_id)
+        found = await sub_agent_children(ctx.store, session_id)
+        return {
+            "subagents": [
+                {
+                    "session_id": c.session_id,
+                    "run_id": c.id,
+                    "parent_run_id": c.parent.run_id,
+                    "call_id": c.parent.call_id,
+                    "agent": c.parent.agent,
+                    "status": c.status.value,
+                }
+                for c in found
+                if c.parent is not None
+            ]
+        }
 
     return r
 

@@ -188,6 +188,19 @@ class RunsOut(BaseModel):
     runs: list[RunOut]
 
 
+class SubAgentOut(BaseModel):
+    session_id: str = Field(description="the child's session")
+    run_id: str = Field(description="the child's run")
+    parent_run_id: str = Field(description="the parent's run whose call started the child")
+    call_id: str = Field(description="the parent's delegate call the child answers")
+    agent: str = Field(description="the sub-agent's name")
+    status: str = Field(description="the child run's status")
+
+
+class SubAgentsOut(BaseModel):
+    subagents: list[SubAgentOut]
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str

@@ -265,7 +265,11 @@ async function sessionsPage(content) {
   await load(true);
 }
 
-function messageNode(m, sessionId, canFork, onFork) {
+function sessionLink(id, text) {
+  return el("a", { href: "/console/sessions/" + encodeURIComponent(id), text: text || id });
+}
+
+function messageNode(m, sessionId, canFork, onFork, children) {
   const node = el("article", { class: "msg " + m.kind, id: "m-" + m.message_id, "data-seq": m.seq },
     el("h3", { text: "[" + m.seq + "] " + (m.kind === "tool_result" ? m.tool_name + " → " : "") + m.kind }));
   if (m.kind === "tool_result") {
@@ -293,6 +297,11 @@ function messageNode(m, sessionId, canFork, onFork) {
   for (const c of m.tool_calls || []) {
     node.append(el("p", { text: "→ " + c.name + " [" + c.call_id + "] with arguments:" }),
       el("pre", { class: "args", text: pretty(c.arguments) }));
+    const child = children && children.get(m.run_id + " " + c.call_id);
+    if (child) {
+      node.append(el("p", { class: "subagent-child" }, "sub-agent " + child.agent + " (" + child.status + ") runs in ",
+        sessionLink(child.session_id)));
+    }
   }
   if (canFork) {
     node.append(el("button", { type: "button", class: "fork", text: "Fork from message " + m.seq,
@@ -314,7 +323,7 @@ function completePoints(messages) {
   return points;
 }
 
-async function familyTree(sessionId, session) {
+async function familyTree(sessionId, session, subagents, parent) {
   const all = [];
   let before = null;
   for (let page = 0; page < 20; page++) {
@@ -327,20 +336,37 @@ async function familyTree(sessionId, session) {
   }
   const byId = new Map(all.map((s) => [s.session_id, s]));
   byId.set(sessionId, session);
+  // Sub-agent links: this session's children (from /subagents) and its parent (from its
+  // runs' `parent`); a fork's root is found through fork_origin.
+  const subOf = new Map([[sessionId, subagents.filter((c, i) =>
+    subagents.findIndex((x) => x.session_id === c.session_id) === i)]]);
   let root = session;
+  let delegatedBy = parent;
   while (root.fork_origin && byId.has(root.fork_origin.parent_session_id)) {
     root = byId.get(root.fork_origin.parent_session_id);
   }
-  function branch(s) {
-    const children = all.filter((c) => c.fork_origin && c.fork_origin.parent_session_id === s.session_id);
+  if (root.session_id === sessionId && delegatedBy) {
+    subOf.set(delegatedBy.session_id, [{ session_id: sessionId, agent: delegatedBy.agent, call_id: delegatedBy.call_id }]);
+    root = byId.get(delegatedBy.session_id) || { session_id: delegatedBy.session_id };
+    delegatedBy = null;
+  }
+  const seen = new Set();
+  function branch(s, sub) {
+    seen.add(s.session_id);
+    const subs = (subOf.get(s.session_id) || []).filter((c) => !seen.has(c.session_id));
+    const forks = all.filter((c) => c.fork_origin && c.fork_origin.parent_session_id === s.session_id &&
+      !seen.has(c.session_id) && !subs.some((x) => x.session_id === c.session_id));
     const label = s.session_id === sessionId
       ? el("strong", { text: s.session_id + " (this session)" })
-      : el("a", { href: "/console/sessions/" + encodeURIComponent(s.session_id), text: s.session_id });
-    const how = s.fork_origin ? " — forked after message " + s.fork_origin.fork_point_message_id : "";
-    return el("li", {}, label, how, children.length ? el("ul", { class: "tree" }, ...children.map(branch)) : null);
+      : sessionLink(s.session_id);
+    const how = sub ? " — sub-agent " + sub.agent + " for call " + sub.call_id
+      : s.fork_origin ? " — forked after message " + s.fork_origin.fork_point_message_id : "";
+    const kids = [...forks.map((c) => branch(c, null)),
+      ...subs.map((c) => branch(byId.get(c.session_id) || { session_id: c.session_id }, c))];
+    return el("li", { class: sub ? "subagent" : null }, label, how, kids.length ? el("ul", { class: "tree" }, ...kids) : null);
   }
   return el("section", { id: "tree", "aria-label": "Family tree" }, el("h2", { text: "Family tree" }),
-    el("ul", { class: "tree" }, branch(root)));
+    el("ul", { class: "tree" }, branch(root, null)));
 }
 
 async function sessionPage(content) {
@@ -356,6 +382,7 @@ async function sessionPage(content) {
   const treeHolder = el("div");
   content.append(head, treeHolder, history, waiting, runLine, cancel, send);
   let messages = [];
+  let children = new Map();
   let following = null;
   let state = { last: 0 };
 
@@ -372,7 +399,7 @@ async function sessionPage(content) {
   function drawHistory() {
     const points = completePoints(messages);
     history.replaceChildren(el("h2", { text: "History" }),
-      ...messages.map((m) => messageNode(m, sessionId, points.has(m.message_id), fork)));
+      ...messages.map((m) => messageNode(m, sessionId, points.has(m.message_id), fork, children)));
     if (!messages.length) history.append(el("p", { text: "No messages yet." }));
     if (location.hash) {
       const target = document.getElementById(location.hash.slice(1));
@@ -383,12 +410,19 @@ async function sessionPage(content) {
   async function refresh() {
     const session = await api("GET", "/sessions/" + encodeURIComponent(sessionId));
     messages = (await api("GET", "/sessions/" + encodeURIComponent(sessionId) + "/messages?limit=1000")).messages;
+    const subagents = (await api("GET", "/sessions/" + encodeURIComponent(sessionId) + "/subagents")).subagents;
+    children = new Map(subagents.map((c) => [c.parent_run_id + " " + c.call_id, c]));
+    const ownRuns = (await api("GET", "/sessions/" + encodeURIComponent(sessionId) + "/runs")).runs;
+    const withParent = ownRuns.find((r) => r.parent);
+    const parent = withParent ? withParent.parent : null;
     head.replaceChildren(
       el("p", { text: "Session " + session.session_id + (session.title ? " — " + session.title : "") +
         " · owner " + (session.owner || "-") + " · workspace " + (session.workspace || "-") }),
+      parent ? el("p", { id: "parent-call" }, "sub-agent " + parent.agent + " for call " + parent.call_id +
+        " of run " + parent.run_id + " in session ", sessionLink(parent.session_id)) : null,
       el("a", { href: "/console/sessions/" + encodeURIComponent(sessionId) + "/context", text: "Context of the next call" }));
     drawHistory();
-    treeHolder.replaceChildren(await familyTree(sessionId, session));
+    treeHolder.replaceChildren(await familyTree(sessionId, session, subagents, parent));
     waiting.replaceChildren();
     cancel.hidden = !session.active_run_id;
     if (!session.active_run_id) {
