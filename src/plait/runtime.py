@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from plait.application.context_builder import ContextBuilder
 from plait.application.gate import AllowAll, ToolGate
@@ -196,6 +196,13 @@ def _child_service(
     child_model = model
     if agent.model is not None:
         child_model = open_model(agent.model, tools=[t.spec for t in child_tools])
+    if agent.policy is not None:  # its own rules; approvals in the same store (one inbox)
+        if not hasattr(store, "request_approval"):
+            raise ConfigError(
+                f"sub-agent {agent.name!r} has a policy, but this store keeps no approvals",
+                subagent=agent.name,
+            )
+        gate = governed_gate(agent.policy, cast("ApprovalStore", store), clock, ids, child_model)
     stages = _stages(
         child_tools, agent.instructions, child_model, clock, artifacts, None, retry, None
     )

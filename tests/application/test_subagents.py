@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from plait.adapters.shapes import approval_json
 from plait.adapters.stores.memory import MemoryStore
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse, RawToolCall
-from plait.domain.errors import ConfigError
+from plait.domain.errors import ConfigError, ValidationError
 from plait.domain.messages import (
     AssistantMessage,
     ToolResultMessage,
@@ -425,3 +426,42 @@ def test_the_childs_cost_ceiling_is_what_the_parent_has_left() -> None:
     assert child.budget.max_cost_usd == pytest.approx(0.8)  # $1 less the parent's $0.20
     # the parent was charged the child's 200k input tokens: 4 calls of 100k in all
     assert result.run.usage.input_tokens == 400_000
+
+
+def test_a_sub_agent_with_its_own_policy_is_governed_by_it(tmp_path: Path) -> None:
+    """The parent allows every call (no policy); the counter's own policy denies the
+    tally: the child's call is denied by its rule and the tool never runs."""
+    policy = tmp_path / "counter.toml"
+    policy.write_text(
+        'version = 1\n[[rules]]\nname = "no-tally"\ntools = ["tally"]\naction = "deny"\n'
+        'reason = "the counter may not tally"\n',
+        encoding="utf-8",
+    )
+    store, clock, agents, tally = MemoryStore(), FixedClock(), Agents(), tally_tool()
+    rt = Runtime(
+        store=store,
+        artifacts=store,
+        model=FunctionModel(agents, name="fn"),
+        tools=[tally.tool],
+        clock=clock,
+        ids=SequentialIds(),
+        owner="worker",
+        subagents=[replace(COUNTER, policy=str(policy))],
+        budget=Budget(max_model_calls=20),
+    )
+    session = run(rt.service.create_session())
+    result = run(rt.service.send(session.id, "count the apples"))
+    assert result.run.status is RunStatus.COMPLETED
+    assert tally.invocations == []
+    (parent_call,) = run(store.get_executions(result.run.id))
+    child_session, _ = child_ids(parent_call.idempotency_key)
+    denied = _result_of(store, child_session, "t1")
+    assert denied.result.status is ToolStatus.DENIED
+    assert "the counter may not tally" in (denied.result.reason or "")
+
+
+def test_a_sub_agent_policy_in_plait_toml_is_a_path() -> None:
+    agent = SubAgent.from_mapping("c", {"instructions": "x", "policy": "counter.toml"})
+    assert agent.policy == "counter.toml"
+    with pytest.raises(ValidationError, match="policy has the wrong type"):
+        SubAgent.from_mapping("c", {"instructions": "x", "policy": 3})

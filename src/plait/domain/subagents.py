@@ -1,6 +1,7 @@
 """Sub-agents: named agents a run delegates a task to, each task a durable child run.
 
-A :class:`SubAgent` is configuration (instructions, model, tool subset, budget share). A
+A :class:`SubAgent` is configuration (instructions, model, tool subset, policy, budget
+share). A
 delegation is one tool call of the parent run; the child is a session and a run of its
 own whose ids derive from the call's idempotency key (:func:`child_ids`), so a call
 executed again after a crash finds the child it started instead of starting another.
@@ -52,6 +53,9 @@ class SubAgent:
     """``fresh``: the child starts from the task alone; ``fork``: from a fork of the
     parent's session at its last complete point before the delegating call (needs a
     store that can fork)."""
+    policy: str | None = None
+    """A policy file (docs/policy.md) deciding the child's tool calls; None: the parent's
+    policy. Its approval requests reach the same inbox either way."""
 
     def __post_init__(self) -> None:
         if self.context not in _CONTEXTS:
@@ -87,6 +91,7 @@ class SubAgent:
             "max_total_tokens": int,
             "max_steps": int,
             "context": str,
+            "policy": str,
         }
         for key, value in table.items():
             if key not in types:
@@ -109,6 +114,7 @@ class SubAgent:
             max_total_tokens=table.get("max_total_tokens"),
             max_steps=table.get("max_steps"),
             context=table.get("context", "fresh"),
+            policy=table.get("policy"),
         )
 
     @property
