@@ -124,8 +124,8 @@ def _runtime(db: str, ledger: Path, *, lease: float, step_delay: float, owner: s
 def serve_main(a: argparse.Namespace) -> None:
     import uvicorn
 
-    from plait.adapters.http.app import create_app
-    from plait.adapters.http.server import Settings, configure_logging, context_for
+    from plait.entrypoints.http.app import create_app
+    from plait.entrypoints.http.server import Settings, configure_logging, context_for
 
     configure_logging("warning")
     rt = _runtime(a.db, Path(a.ledger), lease=a.lease, step_delay=a.step_delay, owner=None)
@@ -137,11 +137,11 @@ def serve_main(a: argparse.Namespace) -> None:
 
 
 def worker_main(a: argparse.Namespace) -> None:
-    """As ``plait worker`` runs (:func:`plait.adapters.http.server.run_worker`): an
+    """As ``plait worker`` runs (:func:`plait.entrypoints.http.server.run_worker`): an
     exception out of the worker ends the process with a non-zero status."""
-    from plait.adapters.http.events import encode_event
-    from plait.adapters.http.server import configure_logging, run_async
     from plait.application.worker import Worker
+    from plait.entrypoints.http.events import encode_event
+    from plait.entrypoints.http.server import configure_logging, run_async
 
     configure_logging("warning")
 

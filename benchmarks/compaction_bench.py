@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.tokens import OpenAIMeter
 from plait.application.compaction import (
     CompactionService,

@@ -35,7 +35,7 @@ from typing import Any  # noqa: E402
 
 T_IMPORT_START = time.perf_counter()
 import plait  # noqa: E402
-from plait.adapters.stores.sqlite import SqliteStore  # noqa: E402
+from plait.adapters.stores.sqlite.store import SqliteStore  # noqa: E402
 from plait.adapters.system import SystemClock  # noqa: E402
 from plait.application.fork import ForkService  # noqa: E402
 from plait.application.ports import Commit  # noqa: E402

@@ -37,7 +37,7 @@ def main() -> None:
         "import plait.runtime + service + sqlite store": [
             py,
             "-c",
-            "import plait.runtime, plait.application.service, plait.adapters.stores.sqlite",
+            "import plait.runtime, plait.application.service, plait.adapters.stores.sqlite.store",
         ],
     }
     # Runtime.open with defaults (the default SQLite store under XDG_DATA_HOME, the

@@ -127,7 +127,7 @@ def _runtime(db: str, ledger: Path, *, with_model: bool, lease: float) -> Any:
 
 
 def _settings(db: str, **kw: Any) -> Any:
-    from plait.adapters.http.server import Settings
+    from plait.entrypoints.http.server import Settings
 
     return Settings(db=db, log_level="warning", **kw)
 
@@ -135,8 +135,8 @@ def _settings(db: str, **kw: Any) -> Any:
 def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) -> None:
     import uvicorn
 
-    from plait.adapters.http.app import create_app
-    from plait.adapters.http.server import configure_logging, context_for
+    from plait.entrypoints.http.app import create_app
+    from plait.entrypoints.http.server import configure_logging, context_for
 
     configure_logging("warning")
     rt = _runtime(db, ledger, with_model=in_process > 0, lease=lease)
@@ -154,9 +154,9 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
-    from plait.adapters.http.events import encode_event
-    from plait.adapters.http.server import configure_logging, run_async
     from plait.application.worker import Worker
+    from plait.entrypoints.http.events import encode_event
+    from plait.entrypoints.http.server import configure_logging, run_async
 
     configure_logging("warning")
 
@@ -267,10 +267,10 @@ def _spawn(*args: str) -> subprocess.Popen[bytes]:
 
 
 def _key(db: str) -> str:
-    from plait.adapters.http.auth import create_key
     from plait.adapters.stores import open_store
     from plait.adapters.system import RandomIds, SystemClock
     from plait.domain.service import Role
+    from plait.entrypoints.http.auth import create_key
 
     async def go() -> str:
         store: Any = open_store(db)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.testing.postgres import Cluster, PostgresUnavailable, cluster
 
 __all__ = ["empty_database", "own_cluster"]

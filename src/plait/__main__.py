@@ -1,5 +1,5 @@
 """``python -m plait``: the same as the ``plait`` command."""
 
-from plait.adapters.cli import run
+from plait.entrypoints.cli import run
 
 run()

@@ -465,7 +465,7 @@ def _webhooks(store: object, clock: Clock, ids: IdGenerator) -> WebhookService |
 def webhook_runtime(db: str | None = None) -> Runtime:
     """A runtime without a model or tools over the store named by ``db``, created if
     missing (an endpoint may be registered before the first run): ``plait webhooks``."""
-    from plait.adapters.stores._redact import redact_url
+    from plait.adapters.stores.shared.redact import redact_url
     from plait.adapters.system import RandomIds, SystemClock
 
     url = db or default_db_url()
@@ -557,13 +557,13 @@ def _session_tools(url: str, policy: Policy | None) -> Sequence[Tool]:
 def _open_store(url: str, *, create: bool) -> Any:
     """The store named by ``url``, its blocking I/O off the event loop thread whoever uses
     it (issue 6 item 7): the SQLite store runs every call on its own I/O thread, a JSONL
-    store is wrapped in :class:`~plait.adapters.stores.offload.Offloaded`; PostgreSQL is
+    store is wrapped in :class:`~plait.adapters.stores.shared.offload.Offloaded`; PostgreSQL is
     asynchronous and the memory store does no I/O."""
     from plait.adapters.stores import open_store
 
     store = open_store(url, create=create)
     if url.startswith("jsonl:"):
-        from plait.adapters.stores.offload import Offloaded
+        from plait.adapters.stores.shared.offload import Offloaded
 
         return Offloaded(store)
     return store
@@ -707,7 +707,7 @@ class Runtime:
         ``mcp_servers``: the MCP servers whose tools the session also gets (default the
         ``[mcp.servers]`` of plait.toml; ``{}`` for none); their destructive tools need
         approval unless a policy rule names them."""
-        from plait.adapters.stores._redact import redact_url
+        from plait.adapters.stores.shared.redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.cli.main import main
+from plait.entrypoints.cli.main import main
 from plait.testing.fake_providers import DIALECTS, FakeHttpServer, FakeTurn, RecordedRequest, Reply
 
 

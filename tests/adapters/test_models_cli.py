@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.cli.main import main
 from plait.adapters.models._catalog import CATALOG_DATE
+from plait.entrypoints.cli.main import main
 from plait.testing.fake_providers import FakeProvider, FakeTurn, Reply
 from tests.adapters.test_runs import demo_turns
 

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 import yaml
 
-from plait.adapters.cli.demo import DEMO_PROJECT, DEMO_REQUEST, write_demo_project
 from plait.adapters.models import open_model
 from plait.application.model_caller import RetryPolicy
 from plait.application.ports import ModelClient
 from plait.config import Config, ModelEntry
 from plait.domain.messages import AssistantMessage, ToolResultMessage
 from plait.domain.runs import RunStatus
+from plait.entrypoints.cli.demo import DEMO_PROJECT, DEMO_REQUEST, write_demo_project
 from plait.runtime import Runtime
 from plait.testing.fake_providers import FakeProvider, FakeTurn, Reply, rate_limited
 from tests.adapters._clients import SPECS, client_for
 
-DEMO_SCRIPT = Path(__file__).parents[2] / "src/plait/adapters/cli/demo_data/script.yaml"
+DEMO_SCRIPT = Path(__file__).parents[2] / "src/plait/entrypoints/cli/demo_data/script.yaml"
 
 
 def demo_turns(thinking: bool = False) -> list[FakeTurn]:

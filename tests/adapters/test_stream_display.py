@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from plait.adapters.cli._live import _Progress, terminal_progress
+from plait.entrypoints.cli._live import _Progress, terminal_progress
 
 
 class _Status:

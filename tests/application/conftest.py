@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall, Tool
 from plait.application.service import AgentService
 from plait.domain.errors import PlaitError

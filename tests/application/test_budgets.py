@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelCapabilities, ToolInvocation
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget, RunStatus

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.capabilities import RunModelsNeeded, check_run_capabilities
 from plait.application.compaction import CompactionService, ModelProfiles
 from plait.application.governance.gate import GovernedGate

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application._journal import _Pending
 from plait.application.events import MessageSaved, ModelCallStarted, RunEvent, ToolStarted
 from plait.application.ports import Commit, CommitResult, ModelRequest, ModelResponse

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import ToolInvocation
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError

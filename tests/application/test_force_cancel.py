@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.events import RunEvent, ToolStarted
 from plait.application.ports import Tool, ToolInvocation, ToolOutput

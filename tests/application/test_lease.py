@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ToolInvocation, ToolOutput
 from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.tools import EffectClass

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.tools.leftovers import WorkspaceLeftovers
 from plait.testing import FixedClock
 from tests.application.conftest import make_rig, reply, run

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.adapters.tools import workspace_tools
 from plait.application.events import RunEvent, ToolStarted

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import plait.application.driver as driver_module
 from plait.adapters.stores import Store
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.tools import workspace_tools
 from plait.adapters.tools.command import command_tools
 from plait.application.gate import GateDecision, GateRequest, ToolGate
@@ -350,8 +350,8 @@ def test_serve_worker_settles_a_legacy_poisoned_run_instead_of_reclaiming_it_for
 ) -> None:  # fmt: skip
     """``serve``'s worker took the run over at every lease expiry, crashed the same way
     each time, and never said so."""
-    from plait.adapters.http.events import encode_event
     from plait.application.worker import Worker
+    from plait.entrypoints.http.events import encode_event
 
     store = open_store(kind, tmp_path, request)
     clock = FixedClock()

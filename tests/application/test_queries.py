@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.governance.approvals import Approvals
 from plait.application.ports import Commit
 from plait.application.queries import Queries

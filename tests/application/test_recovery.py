@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelResponse, ToolInvocation
 from plait.application.service import RunResult
 from plait.domain.errors import LeaseLostError, RunStateError, ValidationError

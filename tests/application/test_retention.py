@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 from plait.application.retention import RetentionRequest, RetentionService
 from plait.domain.messages import AssistantMessage, ToolResultMessage, UserMessage

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from plait.adapters.shapes import approval_json
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse, RawToolCall
 from plait.domain.errors import ConfigError, ValidationError
 from plait.domain.messages import (

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import ArtifactStore, ToolInvocation, ToolOutput
 from plait.application.tool_runner import ToolRunner
 from plait.domain.errors import ConfigError, ToolError

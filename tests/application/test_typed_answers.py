@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelCapabilities
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import ValidationError

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, Field, field_validator
 
 import plait
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.arguments import argument_errors
 from plait.application.ports import ModelRequest, Tool, ToolInvocation, ToolOutput
 from plait.application.tool_runner import ToolRunner

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
 from plait.adapters.shapes import execution_json, message_json, run_json, session_json
 from plait.adapters.stores import open_store
+from plait.entrypoints.cli.main import main
 from plait.testing import block_network
 
 # --- the documented JSON shapes (README, "JSON output") ---------------------------------------
@@ -290,9 +290,9 @@ def run_plait(
     env: Mapping[str, str] | None = None,
     timeout: float = 30,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m plait.adapters.cli.main ARGV`` in a fresh interpreter."""
+    """``python -m plait.entrypoints.cli.main ARGV`` in a fresh interpreter."""
     return subprocess.run(
-        [sys.executable, "-m", "plait.adapters.cli.main", *argv],
+        [sys.executable, "-m", "plait.entrypoints.cli.main", *argv],
         cwd=cwd,
         input=input,
         capture_output=True,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
 from plait.adapters.stores import open_store
+from plait.entrypoints.cli.main import main
 
 POLICY = """\
 version = 1

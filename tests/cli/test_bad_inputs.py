@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.cli.main import main
+from plait.entrypoints.cli.main import main
 from tests.cli.conftest import Plait, Result, call, child_env, write_script
 
 SCRIPT = {
@@ -331,7 +331,7 @@ def test_closed_stdout_exits_quietly(
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr("builtins.print", broken)
-    monkeypatch.setattr("plait.adapters.cli.main._quiet_stdout", lambda: None)
+    monkeypatch.setattr("plait.entrypoints.cli.main._quiet_stdout", lambda: None)
     code = main(["runs", "list", "--db", env.plait.db])
     assert code == 2
     assert capsys.readouterr().err == ""

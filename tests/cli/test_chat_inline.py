@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.chat import _Chat
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
 from plait.application.service import AgentService
 from plait.domain.messages import ToolResultMessage
 from plait.domain.runs import Budget, RunStatus
 from plait.domain.tools import EffectClass
+from plait.entrypoints.cli.chat import _Chat
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, RecordingTool
 from tests.application.conftest import spec

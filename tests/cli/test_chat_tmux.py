@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
+from plait.entrypoints.cli.main import main
 from tests.cli.conftest import call, write_script
 from tests.sandbox.conftest import bwrap  # noqa: F401 (a fixture)
 

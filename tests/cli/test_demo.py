@@ -125,7 +125,7 @@ def test_demo_into_a_given_store(plait: Plait, demo_tmp: Path, tmp_path: Path) -
 def test_demo_hint_under_uv_run_says_uv_run(monkeypatch: pytest.MonkeyPatch) -> None:
     # `uv run` puts the venv's `plait` on PATH for the child only: the hint must not be a
     # bare `plait`, which the user's own shell would not find.
-    from plait.adapters.cli import demo
+    from plait.entrypoints.cli import demo
 
     monkeypatch.setenv("UV", "/usr/bin/uv")
     monkeypatch.setattr("shutil.which", lambda name: sys.argv[0])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
+from plait.entrypoints.cli.main import main
 from tests.cli.conftest import Plait, Result, call, snapshot, write_script
 
 SCRIPT: dict[str, Any] = {

@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.console import Console
 
-from plait.adapters.cli._io import terminal_safe
-from plait.adapters.cli._live import print_message
+from plait.entrypoints.cli._io import terminal_safe
+from plait.entrypoints.cli._live import print_message
 from tests.cli.conftest import Plait, call, write_script
 
 TITLE = "\x1b]0;owned\x07"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import plait.adapters.cli
+import plait.entrypoints.cli
 
-CLI = Path(plait.adapters.cli.__file__).parent
-FORBIDDEN_MODULES = ("plait.adapters.stores", "plait.adapters.cli._json")
+CLI = Path(plait.entrypoints.cli.__file__).parent
+FORBIDDEN_MODULES = ("plait.adapters.stores", "plait.entrypoints.cli._json")
 CONSTRUCTORS = {
     "Session",
     "Run",

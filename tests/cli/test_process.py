@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.cli.main import build_parser
+from plait.entrypoints.cli.main import build_parser
 from tests.cli.conftest import (
     Plait,
     call,

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from plait.adapters.stores import open_store
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import SystemClock
 from plait.adapters.webhook_sender import HttpxSender
 from plait.application.webhooks import WebhookDispatcher

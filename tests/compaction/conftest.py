@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
 from plait.application.ports import Commit, ModelClient
 from plait.domain.compaction import CompactionSettings

@@ -183,7 +183,7 @@ def test_the_compaction_cap_of_a_run_holds_across_recovery(
 def test_the_summarizer_of_a_run_taken_over() -> None:
     """A model configured for the role summarizes every run; the process's own model
     only its own runs; a run driven with its recorded model is summarized by that one."""
-    from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.memory.store import MemoryStore
     from plait.application.compaction import CompactionService, ModelProfiles
     from plait.testing import FixedClock, ScriptedModel
 

@@ -9,7 +9,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
 from plait.application.compaction._calibration import MAX_RATIO, Calibration
 from plait.application.service import AgentService

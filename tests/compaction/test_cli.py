@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.session import Session
+from plait.entrypoints.cli.main import main
 from tests.compaction.conftest import coding_history, good_summary, run
 
 

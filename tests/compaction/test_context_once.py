@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import (
     CompactionService,
     ContextAssembler,

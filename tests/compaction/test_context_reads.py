@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.tokens import EstimatingMeter
 from plait.application.compaction._context import ContextAssembler
 from plait.application.compaction._ledger import CountCache

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.http.events import encode_event, sse_frame
 from plait.application.events import CompactionEvent
 from plait.application.worker import Worker
 from plait.domain.runs import RunStatus
 from plait.domain.service import EventType
+from plait.entrypoints.http.events import encode_event, sse_frame
 from tests.compaction.test_loop import echo_turns, scripted, service, summaries
 
 
@@ -55,7 +55,7 @@ def _event(**kw: Any) -> CompactionEvent:
 
 
 def test_send_events_prints_compaction_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    from plait.adapters.cli._live import json_lines
+    from plait.entrypoints.cli._live import json_lines
 
     json_lines(_event(detail="the summarizer gave no valid summary"))
     line = json.loads(capsys.readouterr().out)
@@ -66,7 +66,7 @@ def test_send_events_prints_compaction_lines(capsys: pytest.CaptureFixture[str])
 def test_the_terminal_shows_a_compaction_with_its_reason() -> None:
     from rich.console import Console
 
-    from plait.adapters.cli._live import terminal_progress
+    from plait.entrypoints.cli._live import terminal_progress
 
     console = Console(record=True, width=200, force_terminal=False)
     with terminal_progress(console) as progress:

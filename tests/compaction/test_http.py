@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from plait.adapters.http.app import create_app
-from plait.adapters.http.server import Settings, context_for
-from plait.adapters.stores.offload import Offloaded
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.shared.offload import Offloaded
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.server import Settings, context_for
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, echo_tool
 from tests.http.conftest import Live, _keys, behaviour, start_server
@@ -155,7 +155,7 @@ def test_someone_elses_session_is_not_found(live: Live) -> None:
 def test_plait_send_through_the_server_shows_compactions(
     small: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from plait.adapters.cli.main import main
+    from plait.entrypoints.cli.main import main
 
     with small.client() as c:
         sid = new_session(c)["session_id"]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
 from plait.application.ports import ModelCapabilities, ModelClient, ModelRequest, ModelResponse
 from plait.application.service import AgentService

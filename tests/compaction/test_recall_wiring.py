@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import RECALL_SPEC
 from plait.domain.messages import ToolResultMessage, ToolStatus
 from plait.domain.runs import RunStatus

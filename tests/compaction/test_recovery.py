@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import (
     CompactionOutcome,
     CompactionService,

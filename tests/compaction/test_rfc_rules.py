@@ -401,7 +401,7 @@ def test_a_spent_budget_skips_the_compaction_after_a_final_answer_and_completes(
 
 
 def test_a_recovered_run_whose_model_has_no_window_fails_before_any_call() -> None:
-    from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.memory.store import MemoryStore
     from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
     from plait.testing import CharMeter, FixedClock, SequentialIds, echo_tool
     from tests.application.test_recovery import Died, die_at
@@ -472,7 +472,7 @@ def test_a_cancel_while_a_final_answers_summary_is_activated_ends_the_run_cancel
 def test_a_crash_in_a_final_answers_post_step_check_is_recovered_without_a_new_answer() -> None:
     """The answer was saved (the run still running) and the process died before the check
     ran: recovery runs the check and completes the run; the model is not asked again."""
-    from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.memory.store import MemoryStore
     from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
     from plait.testing import CharMeter, FixedClock, SequentialIds, echo_tool
     from tests.application.test_recovery import Died, die_at

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores._summary_codec import summary_from_dict, summary_to_dict
-from plait.adapters.stores.jsonl import JsonlStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.shared.summary_codec import summary_from_dict, summary_to_dict
 from plait.domain.errors import CorruptStoreError
 from tests.compaction.conftest import run
 from tests.contract.base import started

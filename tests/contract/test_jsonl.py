@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.jsonl import JsonlStore
+from plait.adapters.stores.jsonl.store import JsonlStore
 from tests.contract.store_contract import StoreContract
 
 

@@ -7,8 +7,8 @@ import psycopg
 import pytest
 
 from plait.adapters.stores import Store
-from plait.adapters.stores._pg_arrays import Bytes, Floats, Ints, Texts
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.arrays import Bytes, Floats, Ints, Texts
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import ConflictError, StoreError
 from plait.domain.messages import UserMessage
@@ -91,7 +91,7 @@ def test_a_newer_schema_is_refused_untouched(pg_url: str) -> None:
 
 
 def test_db_upgrade_command(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from plait.adapters.cli.main import main
+    from plait.entrypoints.cli.main import main
 
     empty_database(pg_url)
     assert main(["db", "upgrade", "--db", pg_url, "--json"]) == 0
@@ -173,9 +173,9 @@ def test_migration_11_gives_existing_runs_a_lease_token(pg_url: str) -> None:
     reads with token 0 and its next claim fences the older holder."""
     from psycopg.conninfo import make_conninfo
 
-    from plait.adapters.stores import _pg_sql
-    from plait.adapters.stores._pg_schema import LATEST, MIGRATIONS
-    from plait.adapters.stores._sqlite_rows import run_data
+    from plait.adapters.stores.postgres import sql as _pg_sql
+    from plait.adapters.stores.postgres.schema import LATEST, MIGRATIONS
+    from plait.adapters.stores.shared.rows import run_data
     from plait.domain.errors import LeaseLostError
     from tests.contract.builders import new_run
 

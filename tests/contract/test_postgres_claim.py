@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.http.events import encode_event
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.claiming import StartingQueue
 from plait.application.ports import Commit, ModelRequest, ModelResponse, RawToolCall
@@ -20,6 +19,7 @@ from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.messages import ToolResultMessage, UserMessage
 from plait.domain.runs import Budget, RunStatus
+from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
 from tests.contract.builders import assistant, new_run, new_session, user
 from tests.pg import empty_database

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.application.ports import Commit
 from plait.domain.summary import Constraint
 from tests.contract.builders import assistant, new_session, user

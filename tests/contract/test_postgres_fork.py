@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.domain.errors import InvalidCutPointError, MessageNotFoundError
 from plait.domain.session import ForkOrigin
 from tests.fork.conftest import append, forks_over, seed, stored, user

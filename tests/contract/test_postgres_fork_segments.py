@@ -9,7 +9,7 @@ import asyncio
 import psycopg
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from tests.contract.fork_chain_contract import append, copied_branch_reads_alike, said
 from tests.contract.retention_contract import fork, seed
 from tests.pg import empty_database

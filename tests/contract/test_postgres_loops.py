@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.domain.errors import ConfigError
 from tests.contract.builders import new_session
 from tests.pg import empty_database

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.messages import UserMessage
 from tests.contract.retention_contract import RetentionContract, history, seed, stones

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.contract.service_contract import ServiceContract
 from tests.pg import empty_database
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.contract.approval_contract import InboxContract
 from tests.contract.store_contract import StoreContract
 

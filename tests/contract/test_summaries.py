@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.contract.summary_contract import SummaryContract
 
 

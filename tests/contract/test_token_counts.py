@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.contract.base import ContractBase
 from tests.contract.retention_contract import fork, history, seed, stones
 from tests.pg import empty_database

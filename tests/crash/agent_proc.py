@@ -115,7 +115,7 @@ def open_case_store(
         return open_store(store_url(kind, case_dir))
     if kind != "jsonl":
         raise SystemExit("a mid-line crash needs the jsonl store")
-    from plait.adapters.stores.jsonl import JsonlStore
+    from plait.adapters.stores.jsonl.store import JsonlStore
 
     return JsonlStore(case_dir / "store", checkpoint=mid_line)
 

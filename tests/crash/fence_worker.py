@@ -16,10 +16,9 @@ import signal
 import sys
 from pathlib import Path
 
-from plait.adapters.http.events import encode_event
 from plait.adapters.stores import open_store
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock, process_owner
 from plait.application.ports import (
     ModelRequest,
@@ -32,6 +31,7 @@ from plait.application.ports import (
 from plait.application.worker import Worker
 from plait.domain.messages import ToolResultMessage
 from plait.domain.tools import EffectClass, ToolSpec
+from plait.entrypoints.http.events import encode_event
 from plait.runtime import Runtime
 from plait.testing import FunctionModel
 

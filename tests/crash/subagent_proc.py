@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall, ToolInvocation
 from plait.domain.messages import ToolResultMessage, UserMessage

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from plait.adapters.cli.demo import DEMO_PROJECT
+from plait.entrypoints.cli.demo import DEMO_PROJECT
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -21,7 +21,7 @@ def test_the_shop_is_the_demo_project() -> None:
 
 
 def test_the_tax_script_is_the_demo_script() -> None:
-    demo = resources.files("plait.adapters.cli").joinpath("demo_data/script.yaml")
+    demo = resources.files("plait.entrypoints.cli").joinpath("demo_data/script.yaml")
     assert (EXAMPLES / "fix-the-tax.yaml").read_text(encoding="utf-8") == demo.read_text(
         encoding="utf-8"
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
 from plait.domain.errors import ConfigError, ModelError, ValidationError
 from plait.domain.messages import UserMessage
+from plait.entrypoints.cli.main import main
 from plait.eval.compaction import ARMS, report_text, run_eval
 from plait.eval.reader import ContextReader
 from plait.eval.scoring import METRICS, metrics

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.fork import ForkService
 from plait.application.ports import Commit, ForkableStore
 from plait.domain.messages import (

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
 from plait.adapters.stores import open_store
+from plait.entrypoints.cli.main import main
 from tests.fork.conftest import run, seed
 from tests.pg import empty_database
 
@@ -242,7 +242,7 @@ def test_a_fork_that_fails_after_the_snapshot_leaves_no_ref_or_worktree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from plait.adapters.snapshots import GitSnapshots
-    from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.memory.store import MemoryStore
     from plait.domain.errors import StoreError
     from tests.fork.conftest import forks_over
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit, ForkableStore, ForkCommit
 from plait.domain.errors import ConflictError, InvalidCutPointError, MessageNotFoundError
 from plait.domain.forks import ForkRecord

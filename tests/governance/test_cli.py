@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.governance import parse_ttl
-from plait.adapters.cli.main import main
 from plait.adapters.stores import open_store
 from plait.domain.errors import ConfigError
 from plait.domain.governance import Approval, ApprovalStatus
 from plait.domain.policy_toml import parse_policy
 from plait.domain.session import Session
+from plait.entrypoints.cli.governance import parse_ttl
+from plait.entrypoints.cli.main import main
 
 DOC = Path(__file__).parents[2] / "docs" / "policy.md"
 

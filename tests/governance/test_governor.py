@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.tools.probe import FileProbe
 from plait.application.governance.governor import GateOutcome, Governor
 from plait.application.governance.reviewer import Reviewer

@@ -55,7 +55,7 @@ class Plait:
 
     def __call__(self, *argv: str, code: int = 0) -> Any:
         done = subprocess.run(
-            [sys.executable, "-m", "plait.adapters.cli.main", *argv, "--json"],
+            [sys.executable, "-m", "plait.entrypoints.cli.main", *argv, "--json"],
             cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == code, done.stderr + done.stdout

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from dataclasses import replace
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
 from plait.domain.messages import ToolStatus
 from plait.domain.policy import Action, Policy, ToolRule

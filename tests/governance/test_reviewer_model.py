@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from plait.adapters.policy_file import policy_from
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.governance.gate import GovernedGate
 from plait.application.governance.governor import Governor
 from plait.application.governance.reviewer import Reviewer

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from plait.adapters.stores import open_store
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.governance.gate import GovernedGate
 from plait.application.governance.governor import Governor
 from plait.application.governance.reviewer import Reviewer

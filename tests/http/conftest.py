@@ -16,12 +16,9 @@ import httpx
 import pytest
 import uvicorn
 
-from plait.adapters.http.app import create_app
-from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import Settings, context_for, uvicorn_config
-from plait.adapters.stores.offload import Offloaded
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.shared.offload import Offloaded
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.governance.gate import GovernedGate
 from plait.application.governance.governor import Governor
@@ -30,6 +27,9 @@ from plait.domain.messages import ToolResultMessage, ToolStatus, UserMessage
 from plait.domain.policy import Action, Policy, ToolRule
 from plait.domain.service import Role
 from plait.domain.subagents import SubAgent
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.auth import create_key
+from plait.entrypoints.http.server import Settings, context_for, uvicorn_config
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, echo_tool
 from tests.pg import empty_database
@@ -97,7 +97,7 @@ def _keys_in(open_store: Callable[[], Any]) -> dict[str, str]:
 
 
 def start_server(app: Any, **config: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    """``config``: :func:`~plait.adapters.http.server.uvicorn_config`'s timeouts."""
+    """``config``: :func:`~plait.entrypoints.http.server.uvicorn_config`'s timeouts."""
     server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=0, **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

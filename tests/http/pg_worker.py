@@ -12,8 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from plait.adapters.http.events import encode_event
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import (
     ModelRequest,
@@ -26,6 +25,7 @@ from plait.application.ports import (
 from plait.application.worker import Worker
 from plait.domain.messages import ToolResultMessage
 from plait.domain.tools import EffectClass, ToolSpec
+from plait.entrypoints.http.events import encode_event
 from plait.runtime import Runtime
 from plait.testing import FunctionModel
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.governance import Approval
 from plait.domain.runs import Budget, Run, RunStatus

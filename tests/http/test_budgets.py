@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 from plait.domain.messages import Usage
 from plait.domain.runs import RunStatus

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
 from plait.testing import FunctionModel
 from tests.http.conftest import ASK_ECHO, Live, behaviour, serve_live

@@ -11,14 +11,14 @@ from typing import TypeGuard
 import httpx
 
 import plait.domain.errors as domain_errors
-from plait.adapters.http import _errors
-from plait.adapters.http._errors import HTTP_CODES, http_status_and_body, status_and_body
 from plait.domain.errors import PlaitError
+from plait.entrypoints.http import _errors
+from plait.entrypoints.http._errors import HTTP_CODES, http_status_and_body, status_and_body
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session
 
 ROOT = Path(__file__).resolve().parents[2]
-HTTP_SOURCES = ROOT / "src" / "plait" / "adapters" / "http"
+HTTP_SOURCES = ROOT / "src" / "plait" / "entrypoints" / "http"
 
 
 def _readme_codes() -> set[str]:

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session
 from tests.http.test_resolve import _awaiting, _stranded

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from plait.adapters.http.app import create_app
-from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import JsonLogs, Settings, context_for
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.domain.errors import ModelError
 from plait.domain.service import Role
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.auth import create_key
+from plait.entrypoints.http.server import JsonLogs, Settings, context_for
 from plait.runtime import Runtime
 from plait.testing import FixedClock, SequentialIds
 from tests.http.conftest import start_server

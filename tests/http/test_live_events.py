@@ -23,13 +23,13 @@ import httpx
 import psycopg
 import pytest
 
-from plait.adapters.http.app import create_app
-from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import Settings, context_for
-from plait.adapters.stores._pg_feed import PgEventFeed
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.feed import PgEventFeed
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.domain.service import Role
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.auth import create_key
+from plait.entrypoints.http.server import Settings, context_for
 from plait.runtime import Runtime
 from tests.http.conftest import start_server
 from tests.http.sse import read_events

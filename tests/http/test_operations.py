@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.cli.main import main
-from plait.adapters.http.app import create_app
-from plait.adapters.http.server import Settings, configure_logging, context_for
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.domain.runs import RunStatus
+from plait.entrypoints.cli.main import main
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.server import Settings, configure_logging, context_for
 from plait.runtime import Runtime
 from plait.testing import FixedClock, SequentialIds
 from tests.http.conftest import start_server
@@ -147,7 +147,6 @@ def test_a_worker_process_drains_and_exits_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_every_error_kind_maps_to_one_status_and_code() -> None:
-    from plait.adapters.http._errors import status_and_body
     from plait.domain.errors import (
         ApprovalRefusedError,
         ConflictError,
@@ -158,6 +157,7 @@ def test_every_error_kind_maps_to_one_status_and_code() -> None:
         SessionNotFoundError,
         ValidationError,
     )
+    from plait.entrypoints.http._errors import status_and_body
 
     cases = [
         (SessionNotFoundError("gone", session_id="s"), 404, "not_found"),

@@ -21,15 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plait.adapters.http.app import create_app
-from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import Settings, context_for
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.offload import Offloaded
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.shared.offload import Offloaded
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.domain.service import Role
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.auth import create_key
+from plait.entrypoints.http.server import Settings, context_for
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, echo_tool
 from tests.http.conftest import behaviour

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.service import AgentService
 from plait.domain.errors import ConfigError
@@ -86,7 +86,7 @@ def test_a_run_stuck_after_its_resolution_is_resumed_over_http(
 
 
 def test_requeue_is_refused_on_a_store_no_worker_can_serve(tmp_path: Any) -> None:
-    from plait.adapters.stores.jsonl import JsonlStore
+    from plait.adapters.stores.jsonl.store import JsonlStore
 
     async def go() -> None:
         store = JsonlStore(tmp_path / "store")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from plait.adapters.cli.main import main
+from plait.entrypoints.cli.main import main
 from tests.http.conftest import Live
 from tests.http.test_api import new_session
 

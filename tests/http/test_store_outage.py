@@ -167,7 +167,7 @@ def test_an_event_stream_cut_by_a_store_outage_ends_with_store_unavailable(
     """A stream whose store read fails on an outage ends with an ``error`` event saying
     ``store_unavailable`` (reconnect with Last-Event-ID), logged as a warning without a
     traceback: an outage is not a defect of the server."""
-    from plait.adapters.http.sse import _failed
+    from plait.entrypoints.http.sse import _failed
 
     frame = _failed("run_1", StoreUnavailableError("/srv/plait.db: disk full", path="/srv"))
     data = json.loads(frame.split("data: ", 1)[1])

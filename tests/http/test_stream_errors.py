@@ -14,16 +14,16 @@ from typing import Any
 import httpx
 import pytest
 
-from plait.adapters.http.app import create_app
-from plait.adapters.http.auth import create_key
-from plait.adapters.http.server import Settings, context_for
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import Commit
 from plait.domain.errors import StoreError
 from plait.domain.messages import UserMessage
 from plait.domain.runs import Budget, Run, RunStatus
 from plait.domain.service import EventType, NewRunEvent, Role
 from plait.domain.session import Session
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.auth import create_key
+from plait.entrypoints.http.server import Settings, context_for
 from plait.runtime import Runtime
 from plait.testing import FixedClock, SequentialIds
 from tests.http.conftest import start_server

@@ -9,8 +9,8 @@ from typing import Any, get_args
 
 import httpx
 
-from plait.adapters.http.webhooks import EventName
 from plait.domain.webhooks import EVENT_TYPES
+from plait.entrypoints.http.webhooks import EventName
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session, wait_terminal
 from tests.webhooks.receiver import Receiver

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.http.workspaces import principal_directory
+from plait.entrypoints.http.workspaces import principal_directory
 from tests.http.conftest import Live, serve_live
 from tests.http.test_api import error, new_session, wait_terminal
 from tests.pg import empty_database

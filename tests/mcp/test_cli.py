@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.cli.main import main
+from plait.entrypoints.cli.main import main
 from tests.mcp.conftest import FAULT_SERVER, HERE, PYTHON_BINDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("bwrap")]

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.cli.main import main
-from plait.adapters.http.app import create_app
-from plait.adapters.http.server import Settings, context_for
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
 from plait.domain.errors import ValidationError
 from plait.domain.policy import Action, Policy, ToolRule
 from plait.domain.runs import RunStatus
 from plait.domain.session import Session
+from plait.entrypoints.cli.main import main
+from plait.entrypoints.http.app import create_app
+from plait.entrypoints.http.server import Settings, context_for
 from plait.runtime import Runtime
 from plait.testing import FunctionModel, ScriptedModel
 from tests.http.conftest import _keys, start_server

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.tool_runner import ToolRunner
 from plait.domain.messages import ToolStatus
 from plait.domain.tools import EffectClass

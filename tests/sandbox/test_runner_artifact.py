@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.tool_runner import ToolRunner
 from plait.domain.messages import ToolResult, ToolStatus
 from plait.domain.tools import EffectClass

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.http.events import encode_event
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall, ToolInvocation
 from plait.application.service import AgentService
@@ -25,6 +24,7 @@ from plait.application.worker import Worker
 from plait.domain.messages import ToolResultMessage, ToolStatus
 from plait.domain.runs import RunStatus
 from plait.domain.tools import EffectClass
+from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, RecordingTool
 from tests.application.conftest import spec
 from tests.pg import empty_database

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse
 from plait.application.service import AgentService

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
+from plait.adapters.stores.postgres.store import PostgresStore
 from plait.application.approvals import ApprovalDesk
 from plait.application.ports import ModelRequest, ModelResponse
 from plait.domain.runs import RunStatus
@@ -89,7 +89,7 @@ def test_a_postgres_worker_s_starting_claim_records_its_policy(pg_url: str) -> N
 
 
 def test_an_ungoverned_run_records_no_policy() -> None:
-    from plait.adapters.stores.memory import MemoryStore
+    from plait.adapters.stores.memory.store import MemoryStore
     from plait.application.service import AgentService
     from plait.testing import FixedClock, SequentialIds
 

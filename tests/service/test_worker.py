@@ -7,8 +7,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from plait.adapters.http.events import encode_event
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
 from plait.application.service import AgentService
@@ -17,6 +16,7 @@ from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.runs import RunStatus
 from plait.domain.service import EventType
+from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
 
 

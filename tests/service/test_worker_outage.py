@@ -24,9 +24,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.http.events import encode_event
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.service import AgentService
@@ -34,6 +33,7 @@ from plait.application.worker import Backoff, Worker
 from plait.domain.errors import StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
 from plait.domain.tools import EffectClass, ToolSpec
+from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
 from plait.testing.postgres import Cluster
 from tests.pg import own_cluster
@@ -357,7 +357,7 @@ def test_the_api_process_worker_is_replaced_when_it_stops_on_another_error(
     """Found: ``serve``'s built-in worker stopped for good while the API went on
     answering 202. A worker that stops on an error other than an outage (which it lives
     through by itself) is logged and replaced after a backoff."""
-    from plait.adapters.http.server import _supervise
+    from plait.entrypoints.http.server import _supervise
 
     started: list[int] = []
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores import _codec
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.errors import CorruptStoreError
 from plait.domain.messages import (

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import psycopg
 
-from plait.adapters.stores import _approvals_sqlite
-from plait.adapters.stores._inbox_pages import pending_approvals_sql, waiting_runs_sql
-from plait.adapters.stores._pg_sql import RUN_COLS
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.sql import RUN_COLS
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.shared.inbox_pages import pending_approvals_sql, waiting_runs_sql
+from plait.adapters.stores.sqlite import approvals as _approvals_sqlite
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.domain.runs import RunStatus
 from tests.pg import empty_database
 

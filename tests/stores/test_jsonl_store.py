@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.jsonl import JsonlStore, StoreWarning
+from plait.adapters.stores.jsonl.store import JsonlStore, StoreWarning
 from plait.application.ports import Commit
 from plait.domain.errors import (
     ConfigError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from plait.adapters.stores._long_lived import long_lived
+from plait.adapters.stores.shared.long_lived import long_lived
 
 
 class Node:

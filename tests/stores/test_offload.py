@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.offload import IoThread, Offloaded, on_io_thread
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.shared.offload import IoThread, Offloaded, on_io_thread
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.gate import AllowAll
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.service import AgentService

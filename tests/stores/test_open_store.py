@@ -62,7 +62,7 @@ def test_unknown_urls_list_the_accepted_forms(url: str) -> None:
 
 
 def test_postgresql_opens_lazily_and_names_an_unreachable_server() -> None:
-    from plait.adapters.stores.postgres import PostgresStore
+    from plait.adapters.stores.postgres.store import PostgresStore
 
     store = open_store("postgresql://plait:secret@127.0.0.1:1/plait")
     assert isinstance(store, PostgresStore)  # nothing connected yet
@@ -103,7 +103,7 @@ LEAKY_URLS = [
 @pytest.mark.parametrize("url", LEAKY_URLS)
 def test_a_password_in_a_postgresql_url_is_never_printed(url: str) -> None:
     """Also given as ``?password=`` (an attack found it printed whole in the error)."""
-    from plait.adapters.stores.postgres import PostgresStore
+    from plait.adapters.stores.postgres.store import PostgresStore
 
     store = open_store(url)
     assert isinstance(store, PostgresStore)
@@ -140,7 +140,7 @@ def test_a_mistyped_store_url_does_not_print_its_password(url: str) -> None:
 
 
 def test_redacted_urls_keep_what_locates_the_store() -> None:
-    from plait.adapters.stores._redact import redact_url
+    from plait.adapters.stores.shared.redact import redact_url
 
     assert redact_url("postgresql://u:p@h:5/db?sslmode=require&password=x#f") == (
         "postgresql://u:***@h:5/db?sslmode=require&password=***#f"

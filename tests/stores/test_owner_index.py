@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores._jsonl_sessions import SessionFiles
-from plait.adapters.stores._session_pages import OwnerIndex
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.jsonl.sessions import SessionFiles
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.shared.session_pages import OwnerIndex
 from plait.domain.errors import CorruptStoreError, SessionNotFoundError
 from tests.contract.builders import new_session
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from plait.adapters.stores import Store
-from plait.adapters.stores.jsonl import JsonlStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.jsonl.store import JsonlStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.domain.errors import ValidationError
 from plait.domain.session import Session
 from tests.pg import empty_database

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores._retention import decode_expiry
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.shared.retention import decode_expiry
 from plait.application.retention import ARCHIVE_MEDIA_TYPE, RetentionService
 from plait.domain.errors import CorruptStoreError
 from plait.domain.retention import (

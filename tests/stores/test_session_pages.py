@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psycopg
 
-from plait.adapters.stores._pg_sql import session_page
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.sql import session_page
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.contract.builders import new_session
 from tests.pg import empty_database
 
@@ -40,7 +40,7 @@ def test_sqlite_lists_an_owners_sessions_from_the_index(tmp_path: Path) -> None:
 
 
 def session_page_sqlite(*, owner: str, before: str | None) -> tuple[str, tuple[object, ...]]:
-    from plait.adapters.stores._session_pages import session_page_sql
+    from plait.adapters.stores.shared.session_pages import session_page_sql
 
     return session_page_sql("s.id", "rowid", "?", owner=owner, before=before, limit=5)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.summary import Constraint
 from tests.contract.base import started

@@ -8,8 +8,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from plait.adapters.stores._sqlite_conn import SCHEMA_VERSION
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.sqlite.conn import SCHEMA_VERSION
+from plait.adapters.stores.sqlite.store import SqliteStore
 from tests.contract.fork_chain_contract import append, copied_branch_reads_alike, said
 from tests.contract.retention_contract import fork, seed
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores import _sqlite_rows
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.shared import rows as _sqlite_rows
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.errors import ConflictError, CorruptStoreError, PlaitError
 from plait.domain.messages import UserMessage
@@ -202,7 +202,7 @@ def test_two_processes_append_without_interleaving(tmp_path: Path) -> None:
 def test_a_schema_1_store_is_upgraded_with_lease_tokens(tmp_path: Path) -> None:
     """A store written before fencing (schema 1: no ``runs.lease_token``) opens, its runs
     read with token 0, and the next claim fences as everywhere else."""
-    from plait.adapters.stores._sqlite_conn import SCHEMA_VERSION
+    from plait.adapters.stores.sqlite.conn import SCHEMA_VERSION
     from plait.domain.errors import LeaseLostError
     from tests.contract.builders import lease, new_run
 

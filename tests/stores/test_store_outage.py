@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.domain.errors import StoreError, StoreUnavailableError
 from plait.domain.session import Session
 from plait.testing.postgres import Cluster

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ModelResponse
 from plait.domain.runs import RunStatus
 from plait.domain.tools import EffectClass

@@ -9,12 +9,12 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from plait.adapters.http.events import encode_event
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.fork import ForkService
 from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.runs import RunStatus
+from plait.entrypoints.http.events import encode_event
 from plait.testing import FixedClock, ScriptedModel, SequentialIds, echo_tool
 from tests.telemetry.conftest import Otel, make_otel, parent_id
 

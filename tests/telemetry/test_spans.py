@@ -9,7 +9,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
 from plait.application.governance.gate import GovernedGate
 from plait.application.governance.governor import Governor

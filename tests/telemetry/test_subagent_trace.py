@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plait.adapters.stores.memory import MemoryStore
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.domain.runs import Budget, RunStatus
 from plait.runtime import Runtime
 from plait.testing import FixedClock, FunctionModel, SequentialIds

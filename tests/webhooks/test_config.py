@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.http.server import Settings, start_webhooks
 from plait.application.ports import ModelRequest, ModelResponse
 from plait.config import load_config
 from plait.domain.errors import ConfigError
 from plait.domain.webhooks import configured_endpoints
+from plait.entrypoints.http.server import Settings, start_webhooks
 from plait.runtime import Runtime
 from plait.testing import FunctionModel
 from tests.webhooks.receiver import Receiver

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import pytest
 
 from plait.adapters.stores import open_store
-from plait.adapters.stores.memory import MemoryStore
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.memory.store import MemoryStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.adapters.webhook_sender import HttpxSender
 from plait.application.ports import Commit, ModelRequest, ModelResponse

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from plait.adapters.stores.postgres import PostgresStore
-from plait.adapters.stores.sqlite import SqliteStore
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.webhooks import WebhookService
 from plait.domain.webhooks import Delivery, DeliveryStatus

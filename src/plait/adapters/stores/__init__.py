@@ -3,10 +3,10 @@
 :class:`~plait.application.ports.ArtifactStore`.
 
 =====================  ===============================================================
-``memory://``          :class:`~plait.adapters.stores.memory.MemoryStore` (tests, demos)
-``sqlite:///PATH``     :class:`~plait.adapters.stores.sqlite.SqliteStore` (the default)
-``jsonl:///DIR``       :class:`~plait.adapters.stores.jsonl.JsonlStore` (inspection)
-``postgresql://...``   :class:`~plait.adapters.stores.postgres.PostgresStore` (service
+``memory://``          :class:`~plait.adapters.stores.memory.store.MemoryStore` (tests, demos)
+``sqlite:///PATH``     :class:`~plait.adapters.stores.sqlite.store.SqliteStore` (the default)
+``jsonl:///DIR``       :class:`~plait.adapters.stores.jsonl.store.JsonlStore` (inspection)
+``postgresql://...``   :class:`~plait.adapters.stores.postgres.store.PostgresStore` (service
                        mode: many processes and machines; libpq URL syntax)
 =====================  ===============================================================
 
@@ -32,10 +32,10 @@ from plait.application.ports import (
 from plait.domain.errors import ConfigError, StoreNotFoundError
 
 if TYPE_CHECKING:
-    from plait.adapters.stores.jsonl import JsonlStore, StoreWarning
-    from plait.adapters.stores.memory import MemoryStore
-    from plait.adapters.stores.postgres import PostgresStore
-    from plait.adapters.stores.sqlite import SqliteStore
+    from plait.adapters.stores.jsonl.store import JsonlStore, StoreWarning
+    from plait.adapters.stores.memory.store import MemoryStore
+    from plait.adapters.stores.postgres.store import PostgresStore
+    from plait.adapters.stores.sqlite.store import SqliteStore
 
 __all__ = [
     "JsonlStore",
@@ -71,7 +71,7 @@ def _path(url: str, scheme: str) -> Path:
 
 
 def _shown(url: str) -> str:
-    from plait.adapters.stores._redact import redact_url
+    from plait.adapters.stores.shared.redact import redact_url
 
     return redact_url(url)
 
@@ -112,19 +112,19 @@ def open_store(url: str, *, create: bool = True) -> Store:
     if not create:
         _require_existing(url)
     if url in ("memory://", "memory:"):
-        from plait.adapters.stores.memory import MemoryStore
+        from plait.adapters.stores.memory.store import MemoryStore
 
         return MemoryStore()
     if url.startswith("sqlite:///"):
-        from plait.adapters.stores.sqlite import SqliteStore
+        from plait.adapters.stores.sqlite.store import SqliteStore
 
         return SqliteStore.open(_path(url, "sqlite:///"))
     if url.startswith("jsonl:///"):
-        from plait.adapters.stores.jsonl import JsonlStore
+        from plait.adapters.stores.jsonl.store import JsonlStore
 
         return JsonlStore(_path(url, "jsonl:///"))
     if url.startswith(("postgresql://", "postgres://")):
-        from plait.adapters.stores.postgres import PostgresStore
+        from plait.adapters.stores.postgres.store import PostgresStore
 
         # A read command (create=False) must not write: it checks the schema instead of
         # migrating it.
@@ -135,19 +135,19 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
 def __getattr__(name: str) -> Any:
     if name == "MemoryStore":
-        from plait.adapters.stores.memory import MemoryStore
+        from plait.adapters.stores.memory.store import MemoryStore
 
         return MemoryStore
     if name == "PostgresStore":
-        from plait.adapters.stores.postgres import PostgresStore
+        from plait.adapters.stores.postgres.store import PostgresStore
 
         return PostgresStore
     if name == "SqliteStore":
-        from plait.adapters.stores.sqlite import SqliteStore
+        from plait.adapters.stores.sqlite.store import SqliteStore
 
         return SqliteStore
     if name in ("JsonlStore", "StoreWarning"):
-        from plait.adapters.stores import jsonl
+        from plait.adapters.stores.jsonl import store as jsonl
 
         return getattr(jsonl, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

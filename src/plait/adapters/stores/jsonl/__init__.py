@@ -1,0 +1,1 @@
+"""The JSONL store: one directory of plain files (inspection)."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL store (service mode: many processes and machines)."""

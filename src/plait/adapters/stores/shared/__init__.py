@@ -1,0 +1,1 @@
+"""What every store shares: the relational row codec and the rules each backend applies."""

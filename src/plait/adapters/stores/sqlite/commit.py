@@ -1,0 +1,169 @@
+"""One commit on SQLite (:meth:`SqliteStore.commit` and ``start_run``): the checks and
+writes of a :class:`~plait.application.ports.Commit`, inside the caller's one
+``BEGIN IMMEDIATE`` transaction, which holds the write lock, so check-then-write is safe.
+
+The version compare-and-set turns a lost race into
+:class:`~plait.domain.errors.ConflictError`, never an interleaving; the run's lease is
+fenced against the stored one, so a process that lost it cannot write.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from plait.adapters.stores.shared.rows import execution_row, message_row, run_data
+from plait.adapters.stores.shared.state import (
+    check_execution,
+    check_token,
+    duplicate_message,
+    duplicate_run,
+    resolve_lease,
+    run_not_found,
+    session_busy,
+    session_not_found,
+    version_conflict,
+)
+from plait.adapters.stores.sqlite import segments as _segments
+from plait.adapters.stores.sqlite.conn import RUN_COLS, VERSION_OF
+from plait.application.ports import Commit, CommitResult
+from plait.domain.messages import Message
+from plait.domain.runs import Run, RunStatus
+from plait.domain.session import ExecutionState
+
+__all__ = ["apply"]
+
+_SESSION_AND_RUN = (
+    f"SELECT {VERSION_OF}, s.active_run_id, r.session_id, r.lease_owner, r.lease_expires_at, "
+    "r.cancel_requested, s.owner, r.lease_token, r.status FROM sessions AS s "
+    "LEFT JOIN runs AS r ON r.id = coalesce(?, s.active_run_id) WHERE s.id = ?"
+)
+"""The session's version, active run and owner, with the commit's run (else the active
+one)."""
+_CLAIM_SESSION = "UPDATE sessions SET active_run_id = ? WHERE id = ? AND active_run_id IS NULL"
+_RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?"
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (id, kind, text, created_at, run_id, step, call_id, name, status, "
+    "extra, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_MEMBER = (
+    "INSERT INTO session_messages (session_id, seq, message_id, message_pk) VALUES (?, ?, ?, ?)"
+)
+_IS_MEMBER = "SELECT 1 FROM session_messages WHERE session_id = ? AND message_id = ?"
+_INSERT_RUN = (
+    f"INSERT INTO runs ({RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT (id) DO NOTHING"
+)
+_UPDATE_RUN = (
+    "UPDATE runs SET status = ?, started_at = ?, lease_owner = ?, lease_expires_at = ?, "
+    "data = ? WHERE id = ?"
+)
+_RUN_IN_SESSION = "SELECT 1 FROM runs WHERE id = ? AND session_id = ?"
+_GET_EXECUTION = (
+    "SELECT args_digest, state FROM executions WHERE session_id = ? AND run_id = ? AND call_id = ?"
+)
+_UPSERT_EXECUTION = (
+    "INSERT INTO executions (session_id, run_id, call_id, state, args_digest, data) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, run_id, call_id) "
+    "DO UPDATE SET state = excluded.state, data = excluded.data"
+)
+_EXEC_STATE = {s.value: s for s in ExecutionState}
+
+
+def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
+    sid = c.session_id
+    run = c.run
+    # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
+    rid = c.lease_run_id if run is None else run.id
+    row = conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
+    if row is None or (c.session_owner is not None and row[6] != c.session_owner):
+        raise session_not_found(sid)  # someone else's: as if it did not exist
+    current, active, run_session, owner, expires_at, cancel_flag, _, token, status = row
+    ended = status is not None and RunStatus(status).terminal
+    expected = current if c.expected_version is None else c.expected_version
+    cancel = False
+    if start:
+        assert run is not None
+        if active is not None:
+            raise session_busy(sid, active)
+        if current != expected:
+            raise version_conflict(sid, expected, current)
+        lease = run.lease
+        inserted = conn.execute(
+            _INSERT_RUN,
+            (
+                run.id, sid, run.status.value, run.started_at,
+                None if lease is None else lease.owner,
+                None if lease is None else lease.expires_at, run_data(run), run.lease_token,
+            ),
+        ).rowcount  # fmt: skip
+        if inserted != 1:
+            raise duplicate_run(run.id)
+        if not run.status.terminal:
+            conn.execute(_CLAIM_SESSION, (run.id, sid))
+    else:
+        if current != expected:
+            raise version_conflict(sid, expected, current)
+        if run is not None:
+            if run_session != sid:  # no such run, or another session's
+                raise run_not_found(run.id)
+            lease = resolve_lease(
+                run.id, owner, expires_at, run, c.lease_owner,
+                stored_token=token, ended=ended, lease_token=c.lease_token,
+            )  # fmt: skip
+            cancel = bool(cancel_flag)
+            conn.execute(
+                _UPDATE_RUN,
+                (
+                    run.status.value, run.started_at,
+                    None if lease is None else lease.owner,
+                    None if lease is None else lease.expires_at, run_data(run), run.id,
+                ),
+            )  # fmt: skip
+            if run.status.terminal and active == run.id:
+                conn.execute(_RELEASE_SESSION, (sid, run.id))
+        else:
+            if rid is not None:  # a run's write without its state: fenced all the same
+                held = None if run_session != sid else token
+                check_token(rid, held, c.lease_token, ended=ended, wanted=c.lease_owner)
+            if run_session is not None:
+                cancel = bool(cancel_flag)  # the active run's (or the fenced one's)
+    if c.executions:
+        _put_executions(conn, c, run)
+    if c.messages:
+        _put_messages(conn, sid, expected, c.messages)
+    return CommitResult(expected + len(c.messages), cancel)
+
+
+def _put_executions(conn: sqlite3.Connection, c: Commit, run: Run | None) -> None:
+    sid = c.session_id
+    for rec in c.executions:
+        row = conn.execute(_GET_EXECUTION, (sid, rec.run_id, rec.call_id)).fetchone()
+        if row is not None:
+            check_execution(row[0], _EXEC_STATE[row[1]], rec)
+        elif (run is None or run.id != rec.run_id) and conn.execute(
+            _RUN_IN_SESSION, (rec.run_id, sid)
+        ).fetchone() is None:
+            raise run_not_found(rec.run_id)
+    conn.executemany(_UPSERT_EXECUTION, [execution_row(e) for e in c.executions])
+
+
+def _put_messages(
+    conn: sqlite3.Connection, sid: str, expected: int, messages: tuple[Message, ...]
+) -> None:
+    parts = _segments.segments(conn, sid)
+    if len(parts) > 1:  # a branch: ids are unique across the prefix it refers to as well
+        for m in messages:
+            if _segments.ancestor_seq_of(conn, sid, m.id, parts) is not None:
+                raise duplicate_message(sid, m.id)
+    members = []
+    for seq, m in enumerate(messages, expected + 1):
+        pk = conn.execute(_INSERT_MESSAGE, message_row(m)).lastrowid
+        members.append((sid, seq, m.id, pk))
+    try:
+        conn.executemany(_INSERT_MEMBER, members)
+    except sqlite3.IntegrityError:
+        seen: set[str] = set()
+        for m in messages:
+            if m.id in seen or conn.execute(_IS_MEMBER, (sid, m.id)).fetchone():
+                raise duplicate_message(sid, m.id) from None
+            seen.add(m.id)
+        raise

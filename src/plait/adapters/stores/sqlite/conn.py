@@ -1,0 +1,352 @@
+"""The SQLite store's one connection: opening it (schema created or checked, WAL,
+``synchronous=FULL``), its transactions, and the translation of every ``sqlite3``
+exception at this edge (locked → ConflictError, corrupt or not a database →
+CorruptStoreError naming the file, disk full or an I/O error → StoreUnavailableError,
+anything else → StoreError).
+
+Every write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction; reads run without an
+explicit transaction. Both run on the store's own I/O thread
+(:class:`~plait.adapters.stores.shared.offload.IoThread`), never on the event loop's: a commit's
+fsync blocks nobody but the next call to this store. A lock serializes the callers (the
+thread is the only one, but the connection must stay safe whoever calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from plait.adapters.stores.shared.health import CommitHealth
+from plait.adapters.stores.shared.inbox_pages import RUNS_WAITING_SQLITE
+from plait.adapters.stores.shared.offload import IoThread
+from plait.adapters.stores.shared.session_pages import OWNER_INDEX_SQLITE
+from plait.adapters.stores.shared.state import closed_error
+from plait.adapters.stores.shared.unstorable import unstorable
+from plait.adapters.stores.sqlite.segments import DDL as SEGMENTS_DDL
+from plait.domain.errors import (
+    ConflictError,
+    CorruptStoreError,
+    PlaitError,
+    StoreError,
+    StoreUnavailableError,
+)
+from plait.domain.runs import RunStatus
+
+__all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
+
+SCHEMA_VERSION = 3
+"""Version of the table layout, kept in ``meta``. Row shapes carry their own version.
+2: ``runs.lease_token`` (fencing); 3: ``session_segments`` (forks that do not copy, see
+:mod:`._sqlite_segments`; branches made before hold copied rows and stay readable). An
+older store is upgraded when it is opened."""
+
+T = TypeVar("T")
+
+_UNAVAILABLE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+"""Transient failures of the file system under the store: disk full, I/O error, a
+file that cannot be opened (e.g. the WAL index when no space is left)."""
+
+LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
+
+_DDL = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # No version column: a session's version is its highest seq, so appending a message
+    # writes no session row (one page less per commit); the (session_id, seq) key makes a
+    # second writer at the same version fail instead of interleaving.
+    """CREATE TABLE IF NOT EXISTS sessions (
+        id TEXT PRIMARY KEY, created_at REAL NOT NULL, owner TEXT, workspace TEXT,
+        active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT)""",
+    "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
+    OWNER_INDEX_SQLITE,
+    # Immutable bodies under an integer key: appended at the end of one b-tree, and the
+    # history read joins on integers. Ids are unique per session (session_messages_by_id).
+    """CREATE TABLE IF NOT EXISTS messages (
+        pk INTEGER PRIMARY KEY, id TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+        created_at REAL NOT NULL, run_id TEXT, step INTEGER, call_id TEXT, name TEXT,
+        status TEXT, extra TEXT, schema_version INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS session_messages (
+        session_id TEXT NOT NULL, seq INTEGER NOT NULL, message_id TEXT NOT NULL,
+        message_pk INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS session_messages_by_id
+        ON session_messages (session_id, message_id)""",
+    """CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY, session_id TEXT NOT NULL, status TEXT NOT NULL,
+        started_at REAL NOT NULL, lease_owner TEXT, lease_expires_at REAL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0, data TEXT NOT NULL,
+        lease_token INTEGER NOT NULL DEFAULT 0)""",
+    "CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, started_at)",
+    "CREATE INDEX IF NOT EXISTS runs_by_started ON runs (started_at)",
+    # On status, not on the lease: renewing a lease must not rewrite an index page.
+    f"CREATE INDEX IF NOT EXISTS runs_live ON runs (status) WHERE status IN ({LIVE})",
+    RUNS_WAITING_SQLITE,
+    """CREATE TABLE IF NOT EXISTS executions (
+        session_id TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,
+        state TEXT NOT NULL, args_digest TEXT NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (session_id, run_id, call_id))""",
+    """CREATE TABLE IF NOT EXISTS artifacts (
+        id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+        media_type TEXT NOT NULL, data BLOB NOT NULL)""",
+    SEGMENTS_DDL,
+)
+VERSION_OF = (
+    "coalesce((SELECT max(seq) FROM session_messages WHERE session_id = s.id), "
+    "(SELECT max(hi) FROM session_segments WHERE session_id = s.id AND owner_id <> s.id), 0)"
+)
+"""A session's version: its highest seq (no version column; see ``sessions``); a branch
+without messages of its own yet: its fork point."""
+RUN_COLS = (
+    "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
+    "lease_token"
+)
+_UPGRADES = {
+    # 1 -> 2: the runs' fencing token (every claim makes it one higher).
+    1: ("ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0",),
+    # 2 -> 3: where a branch's prefix lives (forks made from now on copy no rows).
+    2: (SEGMENTS_DDL,),
+}
+
+
+def _version(conn: sqlite3.Connection) -> int | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None and str(row[0]).isdigit() else None
+
+
+class SqliteConnection:
+    """One ``sqlite3`` connection to ``path`` and its transactions."""
+
+    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+        self._path = path
+        self._busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self.health = CommitHealth()
+        self._io = IoThread(f"plait-sqlite-{path.name}")
+        self._io.start()  # it gets going while the file is opened
+        try:
+            self._conn: sqlite3.Connection | None = self._connect()
+        except BaseException:
+            self._io.stop()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise self.translate(e) from e
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+            # Read before anything writes: a file that is not a database, or a newer
+            # schema, must fail here and be left exactly as it was.
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if "meta" in tables:
+                self._check_schema(conn, older=True)
+            elif tables:
+                raise CorruptStoreError(
+                    f"{self._path} is a SQLite database but not a plait store (no meta table)",
+                    path=str(self._path),
+                )
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal" and str(self._path) != ":memory:":
+                raise StoreError(
+                    f"{self._path}: cannot switch to WAL mode (got {mode!r})",
+                    path=str(self._path),
+                )
+            conn.execute("PRAGMA synchronous = FULL")
+            if "meta" not in tables:
+                self._create_schema(conn)
+            else:  # added after schema 1 shipped; a no-op once it exists
+                conn.execute(OWNER_INDEX_SQLITE)
+                conn.execute(RUNS_WAITING_SQLITE)
+                self._upgrade(conn)
+        except BaseException as e:
+            conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise self.translate(e) from e
+            raise
+        return conn
+
+    def _check_schema(self, conn: sqlite3.Connection, *, older: bool = False) -> None:
+        """A store this plait can open (``older``: or upgrade); else CorruptStoreError."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            version = -1
+        if version > SCHEMA_VERSION:
+            raise CorruptStoreError(
+                f"{self._path} was written by a newer plait (store schema_version {version}, "
+                f"this plait knows {SCHEMA_VERSION}); upgrade plait to open it",
+                path=str(self._path),
+                schema_version=version,
+                supported=SCHEMA_VERSION,
+            )
+        if version != SCHEMA_VERSION and not (older and version in _UPGRADES):
+            raise CorruptStoreError(
+                f"{self._path} has an unknown store schema_version {row!r}",
+                path=str(self._path),
+            )
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Bring a store written by an older plait to :data:`SCHEMA_VERSION`, one step per
+        transaction (re-read under the write lock: a concurrent opener may have upgraded
+        first), and check the result. An up-to-date store takes no lock."""
+        while _version(conn) in _UPGRADES:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = _version(conn)
+                steps = None if version is None else _UPGRADES.get(version)
+                if version is not None and steps is not None:
+                    for statement in steps:
+                        conn.execute(statement)
+                    conn.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                        (str(version + 1),),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        self._check_schema(conn)
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _DDL:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        self._check_schema(conn)
+
+    def translate(self, e: sqlite3.Error) -> PlaitError:
+        name = getattr(e, "sqlite_errorname", "")
+        where = str(self._path)
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e):
+            return ConflictError(
+                f"{where}: another writer held the database for more than "
+                f"{self._busy_timeout_s:g} s ({e}); retry the operation",
+                path=where,
+                busy_timeout_s=self._busy_timeout_s,
+            )
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            return CorruptStoreError(f"{where} is not a valid plait SQLite store: {e}", path=where)
+        if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
+            return closed_error("sqlite")
+        if isinstance(e, sqlite3.IntegrityError):
+            return ConflictError(f"{where}: {e}", path=where)
+        if name.startswith(_UNAVAILABLE):
+            return StoreUnavailableError(
+                f"{where}: the store cannot write for now ({e}); retry later",
+                path=where,
+                sqlite_error=name,
+            )
+        return StoreError(f"{where}: sqlite error: {e}", path=where, sqlite_error=name)
+
+    def submit(
+        self,
+        op: Callable[[sqlite3.Connection], T],
+        *,
+        after: Callable[[], None] | None = None,
+        hold: bool = False,
+    ) -> asyncio.Future[T]:
+        """Queue a write transaction on the I/O thread now; its future resolves once it
+        is committed (durable) or has failed. ``after`` runs on the I/O thread once it is
+        committed; ``hold``: see :meth:`IoThread.submit`."""
+        if after is None:
+            return self._io.submit(lambda: self._write(op), hold=hold)
+
+        def write_then() -> T:
+            result = self._write(op)
+            after()
+            return result
+
+        return self._io.submit(write_then, hold=hold)
+
+    async def write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``op`` in one write transaction on the I/O thread."""
+        return await self._io.submit(lambda: self._write(op))
+
+    async def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``op`` (no explicit transaction) on the I/O thread."""
+        return await self._io.submit(lambda: self._read(op))
+
+    async def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailableError` unless the store can commit now: a recent
+        commit failed that way (see :class:`CommitHealth`), or a probe commit fails."""
+        self.health.check()
+
+        def probe(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('ready_probe', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (repr(time.time()),),
+            )
+
+        await self.write(probe)
+
+    async def close(self) -> None:
+        try:
+            await self._io.run(self._close)
+        finally:
+            self._io.stop()
+
+    def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise closed_error("sqlite")
+            changes = conn.total_changes
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = op(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                error = self.translate(e)
+                if isinstance(error, StoreUnavailableError):
+                    self.health.failed(error)
+                raise error from e
+            except UnicodeEncodeError as e:
+                raise unstorable(e, str(self._path)) from e
+            if conn.total_changes != changes:  # a commit that wrote: the disk took it
+                self.health.succeeded()
+            return result
+
+    def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise closed_error("sqlite")
+            try:
+                return op(conn)
+            except sqlite3.Error as e:
+                raise self.translate(e) from e
+            except UnicodeEncodeError as e:
+                raise unstorable(e, str(self._path)) from e
+
+    def _close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error as e:
+                    raise self.translate(e) from e

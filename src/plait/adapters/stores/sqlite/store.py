@@ -1,0 +1,685 @@
+"""The embedded default store: one SQLite file in WAL mode with ``synchronous=FULL``.
+
+Every port write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction (durable when the
+call returns; see :mod:`._sqlite_conn`, and :mod:`._sqlite_commit` for a commit's checks);
+reads run without an explicit transaction. Every call runs on the store's own I/O thread,
+never on the event loop thread, whoever uses the store (CLI, ``plait serve``, a library
+caller): one slow fsync never stalls the other sessions or the lease heartbeats of the
+process. Calls run one at a time in the order they were made; :meth:`SqliteStore.
+commit_soon` queues a commit at once and returns its future, for a caller that has other
+work to do while the commit becomes durable. No transaction is ever held open across an
+``await``.
+
+Several processes may share the file: ``PRAGMA busy_timeout`` makes a writer wait for the
+write lock instead of failing; the version compare-and-set inside the transaction turns a
+lost race into :class:`~plait.domain.errors.ConflictError`, never an interleaving. Every
+``sqlite3`` exception is translated at this edge (locked → ConflictError, corrupt or not a
+database → CorruptStoreError naming the file, disk full or an I/O error →
+StoreUnavailableError, anything else → StoreError).
+The table layout is in :mod:`._sqlite_conn`.
+
+Messages live in columns, not JSON blobs, because loading history is the hot read path:
+``extra`` holds compact JSON only for the sparse parts (tool calls, usage, vendor state,
+reason, artifact). Bodies are keyed by message id and joined through ``session_messages``
+so forks can share them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
+from plait.adapters.stores.shared.long_lived import long_lived
+from plait.adapters.stores.shared.rows import (
+    decode_messages,
+    json_value,
+    run_from_row,
+    session_from_row,
+    session_row,
+)
+from plait.adapters.stores.shared.session_pages import session_page_sql
+from plait.adapters.stores.shared.state import (
+    ARTIFACT_CHUNK,
+    artifact_not_found,
+    artifact_ref,
+    artifact_ref_of_file,
+    check_new_session,
+    check_token,
+    duplicate_session,
+    lease_lost,
+    run_not_found,
+    session_not_found,
+    validate_commit,
+)
+from plait.adapters.stores.sqlite import approvals as _approvals_sqlite
+from plait.adapters.stores.sqlite import commit as _sqlite_commit
+from plait.adapters.stores.sqlite import fork as _sqlite_fork
+from plait.adapters.stores.sqlite import retention as _sqlite_retention
+from plait.adapters.stores.sqlite import segments as _segments
+from plait.adapters.stores.sqlite import service as _service
+from plait.adapters.stores.sqlite import summaries as _summaries
+from plait.adapters.stores.sqlite import tokens as _sqlite_tokens
+from plait.adapters.stores.sqlite import webhooks as _webhooks
+from plait.adapters.stores.sqlite.conn import (
+    LIVE,
+    RUN_COLS,
+    SCHEMA_VERSION,
+    VERSION_OF,
+    SqliteConnection,
+)
+from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
+from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.domain.errors import LeaseLostError, StoreError
+from plait.domain.forks import ForkRecord
+from plait.domain.governance import Approval, ApprovalUse
+from plait.domain.messages import ArtifactRef, Message
+from plait.domain.recall import search_terms
+from plait.domain.retention import Expiry, Tombstone
+from plait.domain.runs import Run, RunStatus
+from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
+from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.summary import Constraint, Summary
+from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+
+_SESSION_COLS = (
+    f"s.id, s.created_at, s.owner, s.workspace, {VERSION_OF}, s.active_run_id, "
+    "s.parent_session_id, s.fork_point_message_id, s.title"
+)
+_INSERT_SESSION = (
+    "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
+    "parent_session_id, fork_point_message_id, title) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
+_MESSAGE_COLS = (
+    "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
+    "m.extra, m.schema_version"
+)
+_READ_MESSAGES = (
+    f"SELECT sm.seq, {_MESSAGE_COLS} FROM session_messages AS sm "
+    "JOIN messages AS m ON m.pk = sm.message_pk "
+    "WHERE sm.session_id = ? AND sm.seq > ? AND sm.seq <= ? ORDER BY sm.seq LIMIT ?"
+)
+_SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
+
+_GET_RUN = f"SELECT {RUN_COLS} FROM runs WHERE id = ?"
+_LIST_RUNS = f"SELECT {RUN_COLS} FROM runs ORDER BY started_at DESC, rowid DESC"
+_LIST_SESSION_RUNS = (
+    f"SELECT {RUN_COLS} FROM runs WHERE session_id = ? ORDER BY started_at DESC, rowid DESC"
+)
+_CANCEL = f"UPDATE runs SET cancel_requested = 1 WHERE id = ? RETURNING {RUN_COLS}"
+_CLAIM = (
+    "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_token = lease_token + 1 "
+    f"WHERE id = ? AND status IN ({LIVE})"
+    f" AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ?) RETURNING {RUN_COLS}"
+)
+_RENEW = (
+    "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? "
+    "AND (? IS NULL OR lease_token = ?)"
+)
+_LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHERE id = ?"
+_STALE = (
+    f"SELECT {RUN_COLS} FROM runs WHERE status IN ({LIVE}) "
+    "AND (lease_owner IS NULL OR lease_expires_at <= ?) ORDER BY started_at, rowid"
+)
+
+_LIST_EXECUTIONS = (
+    "SELECT data FROM executions WHERE session_id = (SELECT session_id FROM runs WHERE id = ?) "
+    "AND run_id = ? ORDER BY rowid"
+)
+
+_PUT_ARTIFACT = (
+    "INSERT INTO artifacts (id, sha256, size, media_type, data) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_PUT_ARTIFACT_SIZED = (
+    "INSERT INTO artifacts (id, sha256, size, media_type, data) VALUES (?, ?, ?, ?, zeroblob(?)) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = ?"
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+class SqliteStore:
+    """:class:`~plait.application.ports.SessionStore` and
+    :class:`~plait.application.ports.ArtifactStore` on one SQLite file."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
+        self._path = Path(path)
+        self._db = SqliteConnection(self._path, busy_timeout_s)
+        self._contexts = ContextCache()
+
+    @classmethod
+    def open(cls, path: str | Path, *, busy_timeout_s: float = 10.0) -> SqliteStore:
+        """Open (creating the file and its parent directories when missing)."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the directory of {path}: {e}", path=str(path)) from e
+        return cls(path, busy_timeout_s=busy_timeout_s)
+
+    io_off_loop = True
+    """Every call runs on the store's own I/O thread, never on the event loop's."""
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self._path)!r})"
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def create_session(self, session: Session) -> None:
+        check_new_session(session)
+
+        def op(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(_INSERT_SESSION, session_row(session))
+            except sqlite3.IntegrityError:
+                raise duplicate_session(session.id) from None
+
+        await self._db.write(op)
+
+    async def get_session(self, session_id: str) -> Session:
+        row = await self._db.read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
+        if row is None:
+            raise session_not_found(session_id)
+        return session_from_row(row)
+
+    async def list_sessions(
+        self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
+    ) -> list[Session]:
+        lim = -1 if limit is None else max(limit, 0)
+        sql, args = session_page_sql(
+            _SESSION_COLS, "rowid", "?", owner=owner, before=before, limit=lim
+        )
+
+        def op(conn: sqlite3.Connection) -> list[Any]:
+            if before is not None and conn.execute(_SESSION_EXISTS, (before,)).fetchone() is None:
+                raise session_not_found(before)
+            return conn.execute(sql, args).fetchall()
+
+        return [session_from_row(r) for r in await self._db.read(op)]
+
+    async def read_messages(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredMessage]:
+        lim = -1 if limit is None else max(limit, 0)
+
+        def op(conn: sqlite3.Connection) -> list[StoredMessage]:
+            with long_lived():  # a few objects per message, all kept
+                rows: list[Any] = []
+                for owner, lo, hi in _segments.ranges(conn, session_id, after):
+                    want = -1 if lim < 0 else lim - len(rows)
+                    if want == 0:
+                        break
+                    rows += conn.execute(_READ_MESSAGES, (owner, lo - 1, hi, want)).fetchall()
+                if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
+                    raise session_not_found(session_id)
+                return decode_messages(rows)
+
+        return await self._db.read(op)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def start_run(self, commit: Commit) -> CommitResult:
+        validate_commit(commit, start=True)
+        return await self._db.write(lambda conn: _sqlite_commit.apply(conn, commit, start=True))
+
+    async def commit(self, commit: Commit) -> CommitResult:
+        return await self.commit_soon(commit)
+
+    def commit_soon(
+        self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
+    ) -> asyncio.Future[CommitResult]:
+        """:meth:`commit`, queued on the I/O thread at once: the future resolves when the
+        commit is durable (or fails). Calls made after it are applied after it. See
+        :class:`~plait.application.ports.QueuedCommits` for ``after`` and ``hold``."""
+        validate_commit(commit, start=False)
+        return self._db.submit(lambda conn: self._apply(conn, commit), after=after, hold=hold)
+
+    def _apply(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult:
+        """On the I/O thread, in the commit's transaction (which holds the write lock)."""
+        result = _sqlite_commit.apply(conn, commit, start=False)
+        self._contexts.version = data_version(conn)
+        return result
+
+    # --- retention (see _sqlite_retention) ------------------------------------------------
+
+    async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
+        return await self._db.write(
+            lambda conn: _sqlite_retention.expire(conn, session_id, tombstones)
+        )
+
+    async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
+        return await self._db.write(
+            lambda conn: _sqlite_retention.restore(conn, session_id, messages)
+        )
+
+    async def expiries(self, session_id: str) -> dict[str, Expiry]:
+        return await self._db.read(lambda conn: _sqlite_retention.expiries(conn, session_id))
+
+    # --- token counts (see _sqlite_tokens) ------------------------------------------------
+
+    async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
+        return await self._db.read(lambda conn: _sqlite_tokens.read(conn, session_id, meter))
+
+    async def save_token_counts(
+        self, session_id: str, meter: str, counts: Mapping[str, int]
+    ) -> None:
+        if counts:
+            await self._db.write(lambda conn: _sqlite_tokens.save(conn, session_id, meter, counts))
+
+    # --- forks (see _sqlite_fork) ---------------------------------------------------------
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        return await self._db.read(lambda c: _sqlite_fork.message_seq(c, session_id, message_id))
+
+    async def fork_session(self, commit: ForkCommit) -> ForkRecord:
+        return await self._db.write(lambda conn: _sqlite_fork.fork(conn, commit))
+
+    async def get_fork_record(self, session_id: str) -> ForkRecord | None:
+        return await self._db.read(lambda conn: _sqlite_fork.get_record(conn, session_id))
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        row = await self._db.read(lambda conn: conn.execute(_GET_RUN, (run_id,)).fetchone())
+        if row is None:
+            raise run_not_found(run_id)
+        return run_from_row(row)
+
+    async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
+        def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if session_id is None:
+                return conn.execute(_LIST_RUNS).fetchall()
+            rows = conn.execute(_LIST_SESSION_RUNS, (session_id,)).fetchall()
+            if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
+                raise session_not_found(session_id)
+            return rows
+
+        return [run_from_row(r) for r in await self._db.read(op)]
+
+    async def list_waiting_runs(
+        self,
+        status: RunStatus,
+        *,
+        owner: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """Runs in ``status`` (one not ended), newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last run id."""
+        lim = -1 if limit is None else max(limit, 0)
+        sql, args = waiting_runs_sql(
+            RUN_COLS,
+            "rowid",
+            "?",
+            status=status,
+            owner=owner,
+            before=before,
+            limit=lim,
+        )
+
+        def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if before is not None and conn.execute(_GET_RUN, (before,)).fetchone() is None:
+                raise run_not_found(before)
+            return conn.execute(sql, args).fetchall()
+
+        return [run_from_row(r) for r in await self._db.read(op)]
+
+    async def request_cancel(self, run_id: str) -> Run:
+        rows = await self._db.write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
+        if not rows:
+            raise run_not_found(run_id)
+        return run_from_row(rows[0])
+
+    async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
+        def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            rows = conn.execute(_LIST_EXECUTIONS, (run_id, run_id)).fetchall()
+            if not rows and conn.execute(_LEASE, (run_id,)).fetchone() is None:
+                raise run_not_found(run_id)
+            return rows
+
+        rows = await self._db.read(op)
+        return [_codec.execution_from_dict(json_value(r[0], "execution record")) for r in rows]
+
+    async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
+        def op(conn: sqlite3.Connection) -> tuple[Any, ...]:
+            rows = conn.execute(_CLAIM, (owner, expires_at, run_id, now, owner)).fetchall()
+            if rows:
+                return tuple(rows[0])
+            self._lease_failure(conn, run_id, owner)
+            raise AssertionError("unreachable")
+
+        return run_from_row(await self._db.write(op))
+
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
+        def op(conn: sqlite3.Connection) -> None:
+            params = (expires_at, run_id, owner, lease_token, lease_token)
+            if conn.execute(_RENEW, params).rowcount != 1:
+                self._lease_failure(conn, run_id, owner, lease_token)
+
+        await self._db.write(op)
+
+    def _lease_failure(
+        self, conn: sqlite3.Connection, run_id: str, owner: str, lease_token: int | None = None
+    ) -> None:
+        row = conn.execute(_LEASE, (run_id,)).fetchone()
+        if row is None:
+            raise run_not_found(run_id)
+        ended = RunStatus(row[3]).terminal
+        check_token(run_id, row[2], lease_token, ended=ended, wanted=owner)
+        raise lease_lost(run_id, row[0], row[1], wanted=owner)
+
+    def _check_token(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        lease_token: int | None,
+        *,
+        events: bool = False,
+    ) -> None:
+        """Fencing of a run's writes outside commits (events, approval requests), inside
+        their write transaction. A run's last events are written after it ended
+        (``events``): only its token counts."""
+        if lease_token is None:
+            return
+        row = conn.execute(_LEASE, (run_id,)).fetchone()
+        stored = None if row is None else row[2]
+        ended = not events and row is not None and RunStatus(row[3]).terminal
+        check_token(run_id, stored, lease_token, ended=ended, wanted=None)
+
+    async def list_stale_runs(self, *, now: float) -> list[Run]:
+        return [
+            run_from_row(r)
+            for r in await self._db.read(lambda conn: conn.execute(_STALE, (now,)).fetchall())
+        ]
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
+        ref = artifact_ref(data, media_type)
+        row = (ref.id, ref.sha256, ref.size, ref.media_type, bytes(data))
+        await self._db.write(lambda conn: conn.execute(_PUT_ARTIFACT, row))
+        return ref
+
+    async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
+        """Streams the file into the blob in chunks (never whole in memory)."""
+        ref = artifact_ref_of_file(path, media_type)
+
+        def put(conn: sqlite3.Connection) -> None:
+            row = (ref.id, ref.sha256, ref.size, ref.media_type, ref.size)
+            cur = conn.execute(_PUT_ARTIFACT_SIZED, row)
+            if cur.rowcount == 0:
+                return  # already stored
+            rowid = conn.execute("SELECT rowid FROM artifacts WHERE id = ?", (ref.id,)).fetchone()
+            with open(path, "rb") as src, conn.blobopen("artifacts", "data", rowid[0]) as blob:
+                while chunk := src.read(ARTIFACT_CHUNK):
+                    blob.write(chunk)
+
+        await self._db.write(put)
+        return ref
+
+    async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
+        row = await self._db.read(lambda c: c.execute(_GET_ARTIFACT, (artifact_id,)).fetchone())
+        if row is None:
+            raise artifact_not_found(artifact_id)
+        aid, sha, size, media_type, data = row
+        return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+
+    # --- webhooks: endpoints and the outbox (see _sqlite_webhooks) -------------------------
+
+    async def add_webhook(self, endpoint: Endpoint) -> None:
+        await self._db.write(lambda c: _webhooks.add(c, endpoint))
+
+    async def put_webhook(self, endpoint: Endpoint) -> None:
+        await self._db.write(lambda c: _webhooks.put(c, endpoint))
+
+    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
+        return await self._db.read(lambda c: _webhooks.listing(c, principal))
+
+    async def get_webhook(self, endpoint_id: str) -> Endpoint:
+        return await self._db.read(lambda c: _webhooks.get(c, endpoint_id))
+
+    async def remove_webhook(self, endpoint_id: str) -> None:
+        await self._db.write(lambda c: _webhooks.remove(c, endpoint_id))
+
+    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
+        return await self._db.write(lambda c: _webhooks.resume(c, endpoint_id, now))
+
+    async def list_deliveries(
+        self,
+        *,
+        endpoint_id: str | None = None,
+        status: DeliveryStatus | None = None,
+        principal: str | None = None,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        return await self._db.read(
+            lambda c: _webhooks.deliveries(c, endpoint_id, status, principal, limit)
+        )
+
+    async def claim_deliveries(
+        self, *, owner: str, now: float, expires_at: float, limit: int
+    ) -> list[DeliveryJob]:
+        return await self._db.write(lambda c: _webhooks.claim(c, owner, now, expires_at, limit))
+
+    async def finish_delivery(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        *,
+        now: float,
+        ok: bool,
+        status_code: int | None,
+        error: str | None,
+        retry_at: float | None,
+        pause_after: int,
+    ) -> None:
+        await self._db.write(
+            lambda c: _webhooks.finish(
+                c,
+                endpoint_id,
+                event_id,
+                now=now,
+                ok=ok,
+                status_code=status_code,
+                error=error,
+                retry_at=retry_at,
+                pause_after=pause_after,
+            )
+        )
+
+    # --- service mode: queue, events, keys (see _sqlite_service) --------------------------
+
+    async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
+        claim = _service.claim_queued
+        row = await self._db.write(lambda c: claim(c, RUN_COLS, owner, now, expires_at))
+        return None if row is None else run_from_row(row)
+
+    async def count_queued_runs(self, *, now: float) -> int:
+        def count(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(_service.COUNT_QUEUED, (now,)).fetchone()[0])
+
+        return await self._db.read(count)
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
+    ) -> list[RunEventRecord]:
+        if not events:
+            return []
+
+        def op(conn: sqlite3.Connection) -> list[RunEventRecord]:
+            self._check_token(conn, run_id, lease_token, events=True)
+            return _service.append_events(conn, run_id, events)
+
+        return await self._db.write(op)
+
+    async def append_run_events_batch(
+        self,
+        batch: Mapping[str, Sequence[NewRunEvent]],
+        *,
+        lease_tokens: Mapping[str, int] | None = None,
+    ) -> dict[str, list[RunEventRecord]]:
+        out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
+        todo = {run_id: events for run_id, events in batch.items() if events}
+        tokens = lease_tokens or {}
+
+        def op(conn: sqlite3.Connection) -> dict[str, list[RunEventRecord]]:
+            fenced = {run_id: events for run_id, events in todo.items() if self._holds(
+                conn, run_id, tokens.get(run_id)
+            )}  # fmt: skip
+            return _service.append_batch(conn, fenced)
+
+        if todo:
+            out.update(await self._db.write(op))
+        return out
+
+    def _holds(self, conn: sqlite3.Connection, run_id: str, lease_token: int | None) -> bool:
+        try:
+            self._check_token(conn, run_id, lease_token, events=True)
+        except LeaseLostError:
+            return False
+        return True
+
+    async def read_run_events(
+        self, run_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[RunEventRecord]:
+        return await self._db.read(lambda conn: _service.read_events(conn, run_id, after, limit))
+
+    async def add_api_key(self, key: ApiKey) -> None:
+        await self._db.write(lambda conn: _service.add_key(conn, key))
+
+    async def find_api_key(self, key_hash: str) -> ApiKey | None:
+        return await self._db.read(lambda conn: _service.find_key(conn, key_hash))
+
+    # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
+
+    async def request_approval(
+        self, approval: Approval, *, lease_token: int | None = None
+    ) -> Approval:
+        def op(conn: sqlite3.Connection) -> Approval:
+            if conn.execute(_SESSION_EXISTS, (approval.session_id,)).fetchone() is None:
+                raise session_not_found(approval.session_id)
+            self._check_token(conn, approval.run_id, lease_token)
+            return _approvals_sqlite.request(conn, approval)
+
+        return await self._db.write(op)
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return await self._db.read(lambda conn: _approvals_sqlite.get(conn, approval_id))
+
+    async def list_approvals(
+        self, *, session_id: str | None = None, run_id: str | None = None
+    ) -> list[Approval]:
+        return await self._db.read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
+
+    async def list_pending_approvals(
+        self, *, owner: str | None = None, before: str | None = None, limit: int | None = None
+    ) -> list[Approval]:
+        """Pending approval requests, newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last approval id."""
+        lim = -1 if limit is None else max(limit, 0)
+        return await self._db.read(
+            lambda conn: _approvals_sqlite.pending(conn, owner=owner, before=before, limit=lim)
+        )
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        grantor: str,
+        at: float,
+        ttl_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        return await self._db.write(
+            lambda conn: _approvals_sqlite.decide(
+                conn, approval_id, approve=approve, grantor=grantor, at=at,
+                ttl_seconds=ttl_seconds, reason=reason,
+            )
+        )  # fmt: skip
+
+    async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
+        return await self._db.write(lambda conn: _approvals_sqlite.consume(conn, approval_id, use))
+
+    # --- summaries, constraints, search (see _sqlite_summaries) ----------------------------
+
+    async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
+        self._contexts.forget(summary.session_id)
+        try:
+            await self._db.write(
+                lambda conn: _summaries.activate(conn, summary, expected_generation)
+            )
+        finally:
+            self._contexts.forget(summary.session_id)
+
+    async def get_summary(self, session_id: str) -> Summary | None:
+        return await self._db.read(lambda conn: _summaries.get_active(conn, session_id))
+
+    async def list_summaries(self, session_id: str) -> list[Summary]:
+        return await self._db.read(lambda conn: _summaries.list_summaries(conn, session_id))
+
+    async def add_constraints(
+        self, session_id: str, constraints: Sequence[Constraint]
+    ) -> list[Constraint]:
+        items = list(constraints)
+        self._contexts.forget(session_id)
+        try:
+            return await self._db.write(lambda c: _summaries.add_constraints(c, session_id, items))
+        finally:
+            self._contexts.forget(session_id)
+
+    async def list_constraints(self, session_id: str) -> list[Constraint]:
+        return await self._db.read(lambda conn: _summaries.list_constraints(conn, session_id))
+
+    async def summary_and_constraints(
+        self, session_id: str
+    ) -> tuple[Summary | None, list[Constraint]]:
+        """:meth:`get_summary` and :meth:`list_constraints` from one snapshot: what every
+        step's context reads. Answered without I/O while no other connection committed
+        since this store last read them (see :mod:`._sqlite_context`)."""
+        known = self._contexts.get(session_id)
+        if known is not None:
+            return known
+
+        def op(conn: sqlite3.Connection) -> tuple[Summary | None, list[Constraint], int]:
+            found = read_context(conn, session_id)
+            self._contexts.version = found[2]  # here: in the order of the I/O thread's calls
+            return found
+
+        summary, constraints, version = await self._db.read(op)
+        self._contexts.put(session_id, summary, constraints, version)
+        return summary, constraints
+
+    async def search_history(
+        self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
+    ) -> list[StoredMessage]:
+        search_terms(query)  # a bad query fails before anything is written
+        await self._db.write(_summaries.catch_up_index)
+        return await self._db.read(
+            lambda conn: _summaries.search(conn, session_id, query, through_seq, max(limit, 0))
+        )
+
+    async def check_writable(self) -> None:
+        """Raise :class:`~plait.domain.errors.StoreUnavailableError` unless the store can
+        commit now (``GET /v1/ready``)."""
+        await self._db.check_writable()
+
+    async def close(self) -> None:
+        await self._db.close()

@@ -1,0 +1,251 @@
+"""The commands that read (through :class:`~plait.application.queries.Queries`) or control
+runs (through :class:`~plait.application.service.AgentService`). None of them opens a store
+or builds a domain object itself: they get a :class:`~plait.runtime.Runtime`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from plait.adapters.shapes import (
+    approval_json,
+    execution_json,
+    message_json,
+    run_json,
+    session_json,
+)
+from plait.domain.errors import RunStateError
+from plait.domain.runs import RunStatus
+from plait.entrypoints.cli._io import InputError, Out
+from plait.entrypoints.cli._parser import UsageError
+from plait.entrypoints.cli._render import lease_hint, message_text, run_text, session_line
+
+if TYPE_CHECKING:
+    from plait.application.service import RunResult
+    from plait.runtime import Runtime
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_RUN_NOT_COMPLETED",
+    "artifacts_show",
+    "history",
+    "print_result",
+    "runs_cancel",
+    "runs_list",
+    "runs_recover",
+    "runs_resolve",
+    "runs_resume",
+    "runs_show",
+    "sessions_list",
+    "sessions_new",
+]
+
+EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_ERROR = 0, 1, 2
+
+
+def exit_for(status: RunStatus) -> int:
+    return EXIT_OK if status is RunStatus.COMPLETED else EXIT_RUN_NOT_COMPLETED
+
+
+async def sessions_new(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    session = await rt.service.create_session(workspace=a.workspace, title=a.title)
+    out.emit(session_json(session), session.id)
+    return EXIT_OK
+
+
+async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    sessions = await rt.queries.list_sessions(limit=a.limit)
+    out.emit(
+        [session_json(s) for s in sessions],
+        lambda: "\n".join(session_line(s) for s in sessions) or "no sessions",
+    )
+    return EXIT_OK
+
+
+async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    from plait.adapters.shapes import workspace_json
+    from plait.entrypoints.cli.compaction import history_summaries
+    from plait.entrypoints.cli.forks import branch_lines
+
+    messages = await rt.queries.history(a.session_id)
+    session = await rt.queries.get_session(a.session_id)
+    fork = await rt.queries.fork_record(session.id) if session.fork_origin else None
+    head = branch_lines(session, fork)
+    data: dict[str, Any] = {"session_id": a.session_id}
+    if session.fork_origin is not None:  # a branch says what it is bound to
+        data["workspace"] = workspace_json(session, fork)
+    extra, tail = await history_summaries(rt.queries, session.id)
+    expired = await rt.queries.expiries(session.id)
+    out.emit(
+        data | {"messages": [message_json(m, expired.get(m.message.id)) for m in messages]} | extra,
+        lambda: (
+            "\n".join(
+                [*head, *(message_text(m, expired.get(m.message.id)) for m in messages), *tail]
+            )
+            or "no messages yet"
+        ),
+    )
+    return EXIT_OK
+
+
+async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    from plait.adapters.system import SystemClock
+    from plait.entrypoints.cli.governance import approval_lines, decision_line
+
+    detail = await rt.queries.run_detail(a.run_id)
+    r, executions = detail.run, detail.executions
+    approvals = await rt.queries.list_approvals(run_id=r.id)
+    now = SystemClock().now()
+    data = run_json(r) | {
+        "executions": [execution_json(e) for e in executions],
+        "approvals": [approval_json(x, now) for x in approvals],
+    }
+
+    def text() -> str:
+        lines = [run_text(r)]
+        for e in executions:
+            lines.append(
+                f"  call {e.call_id}  {e.tool_name}  {e.effect.value}  {e.state.value}"
+                + (f"  → {e.result_status.value}" if e.result_status else "")
+            )
+            lines.extend(decision_line(e))
+        lines.extend(approval_lines(approvals, now))
+        return "\n".join(lines)
+
+    out.emit(data, text)
+    return EXIT_OK
+
+
+async def runs_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    runs = await rt.queries.list_runs(session_id=a.session_id)
+    out.emit(
+        [run_json(r) for r in runs],
+        lambda: "\n".join(f"{r.id}  {r.session_id}  {r.status.value}" for r in runs) or "no runs",
+    )
+    return EXIT_OK
+
+
+async def artifacts_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    ref, data = await rt.queries.artifact(a.artifact_id)
+    if a.output:
+        try:
+            await asyncio.to_thread(Path(a.output).write_bytes, data)
+        except OSError as e:
+            raise InputError(
+                f"cannot write -o {a.output!r}: {e.strerror or type(e).__name__}; choose a "
+                "writable path",
+                path=a.output,
+            ) from None
+    if out.json:
+        try:
+            text: str | None = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        meta = {"artifact_id": ref.id, "sha256": ref.sha256, "size": ref.size}
+        out.emit(meta | {"media_type": ref.media_type, "text": None if a.output else text}, "")
+    elif not a.output:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    return EXIT_OK
+
+
+async def _check_force(rt: Runtime, run_id: str) -> None:
+    """A forced takeover only when the lease holder is not a live process on this host."""
+    from plait.adapters.system import owner_alive
+
+    for lease in await rt.queries.live_leases(run_id=run_id):
+        if owner_alive(lease.owner):
+            raise RunStateError(
+                f"run {run_id} is held by {lease.owner}, a process that is still running on "
+                "this host; stop that process first, or let it finish",
+                run_id=run_id,
+                owner=lease.owner,
+            )
+
+
+async def runs_cancel(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    before = await rt.service.get_run(a.run_id)
+    if a.force:
+        await _check_force(rt, a.run_id)
+    r = await rt.service.cancel(a.run_id, force=a.force)
+    if before.status.terminal:
+        text = f"run {r.id} already ended ({r.status.value}); nothing to cancel"
+    elif r.status.terminal:
+        text = f"cancelled run {r.id} ({r.status.value})"
+    elif a.force and r.status is RunStatus.AWAITING_RESOLUTION:
+        why = r.error.message if r.error else "a call's outcome is unknown"
+        text = (
+            f"run {r.id} awaits resolution, not cancelled: {why}; record what happened "
+            f"(plait runs resolve {r.id} --call CALL ...), then `plait runs resume` ends it"
+        )
+    else:
+        text = f"cancellation requested for run {r.id}; it stops at its next step"
+        leases = await rt.queries.live_leases(run_id=r.id)
+        if leases:
+            text += "\n" + lease_hint(leases[0], command="cancel")
+    out.emit(run_json(r), text)
+    return EXIT_OK
+
+
+async def runs_recover(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    if a.force:
+        if a.run_id is None:
+            raise UsageError("--force takes over one run: name it with --run RUN")
+        await _check_force(rt, a.run_id)
+    reports = await rt.service.recover(run_id=a.run_id, force=a.force)
+    data = [
+        {
+            "run_id": r.run_id,
+            "outcome": r.outcome,
+            "detail": r.detail,
+            "run": None if r.result is None else run_json(r.result.run),
+            "messages": [] if r.result is None else [message_json(m) for m in r.result.messages],
+        }
+        for r in reports
+    ]
+    waiting = [] if reports else await rt.queries.live_leases()
+
+    def text() -> str:
+        if reports:
+            return "\n".join(f"{r.run_id}: {r.outcome} ({r.detail})" for r in reports)
+        return "\n".join(["no run needs recovery", *(lease_hint(w) for w in waiting)])
+
+    out.emit(data, text)
+    driven = [r.result.run.status for r in reports if r.result is not None]
+    return max((exit_for(s) for s in driven), default=EXIT_OK)
+
+
+async def runs_resolve(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    r = await rt.service.resolve(a.run_id, a.call_id, a.status, a.note, by=a.by, queue=a.queue)
+    then = (
+        "queued for a worker"
+        if r.status is RunStatus.QUEUED
+        else f"continue with: plait runs resume {r.id}"
+    )
+    out.emit(run_json(r), f"call {a.call_id} of run {r.id} resolved as {a.status}; {then}")
+    return EXIT_OK
+
+
+async def runs_resume(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
+    if a.queue:
+        r = await rt.service.requeue(a.run_id)
+        out.emit(run_json(r), f"run {r.id} is {r.status.value}: a worker continues it")
+        return EXIT_OK
+    return print_result(out, await rt.service.resume(a.run_id))
+
+
+def print_result(out: Out, result: RunResult, *, shown: bool = False) -> int:
+    """The run and the messages it added (``shown``: the messages were already printed
+    live, so text mode prints only the run)."""
+    run = result.run
+    texts = [] if shown else [message_text(m) for m in result.messages]
+    out.emit(
+        run_json(run)
+        | {"messages": [message_json(m) for m in result.messages], "output": result.output},
+        lambda: "\n".join([*texts, "", run_text(run)] if texts else [run_text(run)]),
+    )
+    return exit_for(run.status)
