@@ -357,18 +357,25 @@ def summary_json(s: Summary) -> dict[str, Any]:
         ],
         "facts": {
             "files": [
-                {"path": x.path, "action": x.action, "content_hash": x.content_hash,
-                 "source_message_id": x.source_message_id}
+                {
+                    "path": x.path,
+                    "action": x.action,
+                    "content_hash": x.content_hash,
+                    "source_message_id": x.source_message_id,
+                }
                 for x in f.files
             ],
             "commands": [
-                {"command": x.command, "exit_status": x.exit_status,
-                 "tool_status": x.tool_status, "source_message_id": x.source_message_id}
+                {
+                    "command": x.command,
+                    "exit_status": x.exit_status,
+                    "tool_status": x.tool_status,
+                    "source_message_id": x.source_message_id,
+                }
                 for x in f.commands
             ],
             "failing_tests": [
-                {"name": x.name, "source_message_id": x.source_message_id}
-                for x in f.failing_tests
+                {"name": x.name, "source_message_id": x.source_message_id} for x in f.failing_tests
             ],
             "constraints": [constraint_json(c) for c in f.constraints],
         },
@@ -380,7 +387,7 @@ def summary_json(s: Summary) -> dict[str, Any]:
         "summary_tokens": s.summary_tokens,
         "meter": s.meter,
         "schema_version": s.schema_version,
-    }  # fmt: skip
+    }
 
 
 def outcome_json(o: CompactionOutcome) -> dict[str, Any]:

@@ -73,8 +73,17 @@ class GitSnapshots:
         root = self._dir / unique
         root.parent.mkdir(parents=True, exist_ok=True)
         try:
-            _git(top, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet",
-                 str(root), commit)  # fmt: skip
+            _git(
+                top,
+                "-c",
+                "core.hooksPath=/dev/null",
+                "worktree",
+                "add",
+                "--detach",
+                "--quiet",
+                str(root),
+                commit,
+            )
         except BaseException:
             _git(top, "update-ref", "-d", ref, check=False)
             raise

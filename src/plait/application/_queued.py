@@ -49,22 +49,36 @@ def check_can_queue(store: object, what: str) -> None:
 
 
 def queued(
-    session_id: str, text: str, budget: Budget, ids: IdGenerator, now: float, *,
-    owner: str | None, output_schema: OutputSchema | None = None,
+    session_id: str,
+    text: str,
+    budget: Budget,
+    ids: IdGenerator,
+    now: float,
+    *,
+    owner: str | None,
+    output_schema: OutputSchema | None = None,
     mcp_servers: tuple[str, ...] | None = None,
-) -> tuple[Run, Commit]:  # fmt: skip
+) -> tuple[Run, Commit]:
     """A ``queued`` run for ``text`` and the commit storing it with the user message,
     appended after the session's last message (no read of the session first), refused
     as not found if the session is not ``owner``'s (``None``: anyone's)."""
     run = Run(
-        id=ids.new("run"), session_id=session_id, status=RunStatus.QUEUED, budget=budget,
-        started_at=now, output_schema=output_schema, mcp_servers=mcp_servers,
-    )  # fmt: skip
+        id=ids.new("run"),
+        session_id=session_id,
+        status=RunStatus.QUEUED,
+        budget=budget,
+        started_at=now,
+        output_schema=output_schema,
+        mcp_servers=mcp_servers,
+    )
     user = UserMessage(id=ids.new("msg"), text=text, created_at=now, run_id=run.id)
     commit = Commit(
-        session_id=session_id, expected_version=None, messages=(user,), run=run,
+        session_id=session_id,
+        expected_version=None,
+        messages=(user,),
+        run=run,
         session_owner=owner,
-    )  # fmt: skip
+    )
     return run, commit
 
 

@@ -57,9 +57,13 @@ class Recoverer:
             return RecoveryReport(run.id, "skipped", e.message)
         try:
             a = await self.driver.take_over(
-                run, observer=observer, on_text=on_text, caller=caller, force=force,
+                run,
+                observer=observer,
+                on_text=on_text,
+                caller=caller,
+                force=force,
                 status=RunStatus.RUNNING if queued else None,
-            )  # fmt: skip
+            )
         except LeaseLostError as e:
             now_run = await self.store.get_run(run.id)
             detail = (

@@ -284,9 +284,12 @@ class Worker:
         if isinstance(self.queue, StartingQueue) and self.service.caller.has_model:
             model = self.service.model
             return await self.queue.claim_and_start_run(
-                owner=self.owner, now=now, expires_at=expires_at, model=model.name,
+                owner=self.owner,
+                now=now,
+                expires_at=expires_at,
+                model=model.name,
                 model_spec=self.service.models.spec,
-            )  # fmt: skip
+            )
         return await self.queue.claim_queued_run(owner=self.owner, now=now, expires_at=expires_at)
 
     def _store_down(self, e: StoreUnavailableError) -> None:

@@ -213,8 +213,16 @@ class Policy:
     bare ones included), whatever the rules say: the host's git runs them later."""
     command_tools: tuple[str, ...] = ("run_command",)
     path_arguments: tuple[str, ...] = (
-        "path", "paths", "file", "directory", "dir", "cwd", "source", "destination", "target",
-    )  # fmt: skip
+        "path",
+        "paths",
+        "file",
+        "directory",
+        "dir",
+        "cwd",
+        "source",
+        "destination",
+        "target",
+    )
     limits: Limits = field(default_factory=Limits)
     reviewer: ReviewerConfig = field(default_factory=ReviewerConfig)
     source: str = "built-in default"

@@ -98,8 +98,19 @@ def _chat_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
             out.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]}))
     out.append(chunk({}, "tool_calls" if t.calls else "stop"))
     usage = _chat_json(t, model)["usage"]
-    out.append((None, {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
-                       "model": model, "choices": [], "usage": usage}))  # fmt: skip
+    out.append(
+        (
+            None,
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            },
+        )
+    )
     return out
 
 
@@ -109,15 +120,36 @@ def _chat_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
 def _responses_json(t: FakeTurn, model: str) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     if t.thinking:
-        output.append({"type": "reasoning", "id": "rs_fake", "summary": [],
-                       "encrypted_content": "gAAAAfake-encrypted-reasoning"})  # fmt: skip
+        output.append(
+            {
+                "type": "reasoning",
+                "id": "rs_fake",
+                "summary": [],
+                "encrypted_content": "gAAAAfake-encrypted-reasoning",
+            }
+        )
     if t.text:
         content = [{"type": "output_text", "text": t.text, "annotations": []}]
-        output.append({"type": "message", "id": "msg_fake", "role": "assistant",
-                       "status": "completed", "content": content})  # fmt: skip
+        output.append(
+            {
+                "type": "message",
+                "id": "msg_fake",
+                "role": "assistant",
+                "status": "completed",
+                "content": content,
+            }
+        )
     for i, name, args in t.calls:
-        output.append({"type": "function_call", "id": f"fc_{i}", "call_id": i, "name": name,
-                       "arguments": json.dumps(args), "status": "completed"})  # fmt: skip
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": i,
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+        )
     return {
         "id": "resp_fake",
         "object": "response",
@@ -138,11 +170,24 @@ def _responses_json(t: FakeTurn, model: str) -> dict[str, Any]:
 def _responses_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
     final = _responses_json(t, model)
     started = {**final, "status": "in_progress", "output": [], "usage": None}
-    out: list[tuple[str | None, Any]] = [("response.created", {"type": "response.created",
-                                          "sequence_number": 0, "response": started})]  # fmt: skip
+    out: list[tuple[str | None, Any]] = [
+        (
+            "response.created",
+            {"type": "response.created", "sequence_number": 0, "response": started},
+        )
+    ]
     for w in _words(t.text) if t.text else []:
-        out.append(("response.output_text.delta", {"type": "response.output_text.delta",
-                    "item_id": "msg_fake", "output_index": 0, "delta": w}))  # fmt: skip
+        out.append(
+            (
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_fake",
+                    "output_index": 0,
+                    "delta": w,
+                },
+            )
+        )
     out.append(("response.completed", {"type": "response.completed", "response": final}))
     return out
 
@@ -175,13 +220,16 @@ def _anthropic_json(t: FakeTurn, model: str) -> dict[str, Any]:
 
 def _anthropic_block_events(n: int, b: dict[str, Any]) -> list[tuple[str | None, Any]]:
     kind = b["type"]
-    start = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
-             "text": {"type": "text", "text": ""},
-             "tool_use": {"type": "tool_use", "id": b.get("id"), "name": b.get("name"),
-                          "input": {}}}[kind]  # fmt: skip
+    start = {
+        "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+        "text": {"type": "text", "text": ""},
+        "tool_use": {"type": "tool_use", "id": b.get("id"), "name": b.get("name"), "input": {}},
+    }[kind]
     if kind == "thinking":
-        deltas = [{"type": "thinking_delta", "thinking": b["thinking"]},
-                  {"type": "signature_delta", "signature": b["signature"]}]  # fmt: skip
+        deltas = [
+            {"type": "thinking_delta", "thinking": b["thinking"]},
+            {"type": "signature_delta", "signature": b["signature"]},
+        ]
     elif kind == "text":
         deltas = [{"type": "text_delta", "text": w} for w in _words(b["text"])]
     else:
@@ -189,23 +237,37 @@ def _anthropic_block_events(n: int, b: dict[str, Any]) -> list[tuple[str | None,
     out: list[tuple[str | None, Any]] = [
         ("content_block_start", {"type": "content_block_start", "index": n, "content_block": start})
     ]
-    out += [("content_block_delta", {"type": "content_block_delta", "index": n, "delta": d})
-            for d in deltas]  # fmt: skip
+    out += [
+        ("content_block_delta", {"type": "content_block_delta", "index": n, "delta": d})
+        for d in deltas
+    ]
     out.append(("content_block_stop", {"type": "content_block_stop", "index": n}))
     return out
 
 
 def _anthropic_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
-    message = {**_anthropic_json(t, model), "content": [], "stop_reason": None,
-               "usage": {"input_tokens": t.input_tokens, "output_tokens": 1}}  # fmt: skip
+    message = {
+        **_anthropic_json(t, model),
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": t.input_tokens, "output_tokens": 1},
+    }
     out: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": message})
     ]
     for n, b in enumerate(_anthropic_blocks(t)):
         out += _anthropic_block_events(n, b)
     stop = "tool_use" if t.calls else "end_turn"
-    out.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop},
-                                  "usage": {"output_tokens": t.output_tokens}}))  # fmt: skip
+    out.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop},
+                "usage": {"output_tokens": t.output_tokens},
+            },
+        )
+    )
     out.append(("message_stop", {"type": "message_stop"}))
     return out
 
@@ -243,11 +305,34 @@ def _gemini_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
     for p in parts:
         pieces = [{"text": w} for w in _words(p["text"])] if "text" in p else [p]
         for piece in pieces:
-            out.append((None, {"candidates": [{"content": {"role": "model", "parts": [piece]},
-                        "index": 0}], "usageMetadata": usage, "modelVersion": model}))  # fmt: skip
-    out.append((None, {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
-                "finishReason": "STOP", "index": 0}], "usageMetadata": usage,
-                "modelVersion": model}))  # fmt: skip
+            out.append(
+                (
+                    None,
+                    {
+                        "candidates": [
+                            {"content": {"role": "model", "parts": [piece]}, "index": 0}
+                        ],
+                        "usageMetadata": usage,
+                        "modelVersion": model,
+                    },
+                )
+            )
+    out.append(
+        (
+            None,
+            {
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": [{"text": ""}]},
+                        "finishReason": "STOP",
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": usage,
+                "modelVersion": model,
+            },
+        )
+    )
     return out
 
 
@@ -269,15 +354,32 @@ DIALECTS = {
 def rate_limited(dialect: str, *, retry_after_ms: int = 50) -> Reply:
     """A 429 in the provider's error shape with ``retry-after-ms`` and ``retry-after``."""
     bodies: dict[str, dict[str, Any]] = {
-        "openai": {"error": {"message": "Rate limit reached. Please try again in 1s.",
-                             "type": "requests", "code": "rate_limit_exceeded"}},
-        "openai-responses": {"error": {"message": "Rate limit reached.", "type": "requests",
-                                       "code": "rate_limit_exceeded"}},
-        "anthropic": {"type": "error", "error": {"type": "rate_limit_error",
-                                                 "message": "Number of requests exceeded"}},
-        "gemini": {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
-                             "message": "Resource has been exhausted"}},
-    }  # fmt: skip
+        "openai": {
+            "error": {
+                "message": "Rate limit reached. Please try again in 1s.",
+                "type": "requests",
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "openai-responses": {
+            "error": {
+                "message": "Rate limit reached.",
+                "type": "requests",
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "anthropic": {
+            "type": "error",
+            "error": {"type": "rate_limit_error", "message": "Number of requests exceeded"},
+        },
+        "gemini": {
+            "error": {
+                "code": 429,
+                "status": "RESOURCE_EXHAUSTED",
+                "message": "Resource has been exhausted",
+            }
+        },
+    }
     body = bodies[dialect]
     headers = {"retry-after-ms": str(retry_after_ms), "retry-after": "1"}
     return Reply(status=429, body=body, headers=headers)

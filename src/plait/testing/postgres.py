@@ -159,8 +159,20 @@ def cluster(
         _chown(p)
     port = _free_port()
     try:
-        _run([str(bin_dir / "initdb"), "-D", str(data), "-U", "plait", "--auth=trust",
-              "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
+        _run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "plait",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ]
+        )
         opts = (
             f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={sock} "
             f"-c fsync={'on' if fsync else 'off'} -c max_connections={max_connections} "
@@ -174,12 +186,24 @@ def cluster(
         )
         running.start()
         try:
-            _run([str(bin_dir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "plait",
-                  "plait"])  # fmt: skip
+            _run(
+                [
+                    str(bin_dir / "createdb"),
+                    "-h",
+                    str(sock),
+                    "-p",
+                    str(port),
+                    "-U",
+                    "plait",
+                    "plait",
+                ]
+            )
             yield running
         finally:
-            _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                 check=False)  # fmt: skip
+            _run(
+                [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                check=False,
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

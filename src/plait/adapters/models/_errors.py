@@ -37,12 +37,39 @@ _OVERFLOW_TEXT = re.compile(
     r"|longer than the maximum model length",  # vLLM's decoder prompt check
     re.IGNORECASE,
 )
-_RATE = frozenset({"rate_limit_exceeded", "rate_limit_error", "resource_exhausted", "tokens",
-    "requests", "insufficient_quota"})  # fmt: skip
-_AUTH = frozenset({"authentication_error", "permission_error", "invalid_api_key",
-    "unauthenticated", "permission_denied", "unauthorized"})  # fmt: skip
-_TRANSIENT = frozenset({"overloaded_error", "api_error", "server_error", "internal",
-    "unavailable", "deadline_exceeded", "internal_server_error", "timeout", "aborted"})  # fmt: skip
+_RATE = frozenset(
+    {
+        "rate_limit_exceeded",
+        "rate_limit_error",
+        "resource_exhausted",
+        "tokens",
+        "requests",
+        "insufficient_quota",
+    }
+)
+_AUTH = frozenset(
+    {
+        "authentication_error",
+        "permission_error",
+        "invalid_api_key",
+        "unauthenticated",
+        "permission_denied",
+        "unauthorized",
+    }
+)
+_TRANSIENT = frozenset(
+    {
+        "overloaded_error",
+        "api_error",
+        "server_error",
+        "internal",
+        "unavailable",
+        "deadline_exceeded",
+        "internal_server_error",
+        "timeout",
+        "aborted",
+    }
+)
 _TRY_AGAIN = re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s)\b", re.IGNORECASE)
 
 

@@ -30,17 +30,71 @@ _CHILD_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _CHILD_ONE = ("items", "not", "additionalProperties", "if", "then", "else", "contains")
 
 # OpenAI structured outputs (strict): the documented subset.
-_OPENAI_STRICT = frozenset({"type", "properties", "required", "additionalProperties", "items",
-    "enum", "const", "anyOf", "$ref", "$defs", "definitions", "description", "title", "pattern",
-    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minItems", "maxItems", "default", "examples", "$comment"})  # fmt: skip
+_OPENAI_STRICT = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "description",
+        "title",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "default",
+        "examples",
+        "$comment",
+    }
+)
 # Gemini ``parametersJsonSchema``: the keywords Gemini documents. ``oneOf`` and ``allOf``
 # are left out on purpose: Gemini accepts and ignores them, which would loosen the schema.
-_GEMINI = frozenset({"type", "format", "title", "description", "enum", "items", "prefixItems",
-    "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "anyOf", "properties", "additionalProperties", "required", "$ref", "$defs", "$id",
-    "$anchor", "nullable", "minLength", "maxLength", "pattern", "minProperties",
-    "maxProperties", "default", "examples", "propertyOrdering"})  # fmt: skip
+_GEMINI = frozenset(
+    {
+        "type",
+        "format",
+        "title",
+        "description",
+        "enum",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "anyOf",
+        "properties",
+        "additionalProperties",
+        "required",
+        "$ref",
+        "$defs",
+        "$id",
+        "$anchor",
+        "nullable",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minProperties",
+        "maxProperties",
+        "default",
+        "examples",
+        "propertyOrdering",
+    }
+)
 _ANNOTATIONS_DROPPED = frozenset({"$schema", "$comment", "deprecated", "readOnly", "writeOnly"})
 _ROOT_REFUSED = ("anyOf", "oneOf", "allOf", "not", "enum", "const", "$ref")
 # OpenAI strict mode's documented limits and string formats.

@@ -267,11 +267,19 @@ class ContextAssembler:
         ``measure=False``: nothing is counted (every token figure is 0)."""
         summary, constraints = await self._read(session_id, summary, constraints)
         basis = ViewBasis(
-            session_id=session_id, profile=profile, history_length=len(history),
-            last_message_id=history[-1].id if history else None, instructions=instructions,
-            tools=tools, output_type=output_type, corrections=corrections, summary=summary,
-            constraints=constraints, calibration=profile.calibration.factor, measured=measure,
-        )  # fmt: skip
+            session_id=session_id,
+            profile=profile,
+            history_length=len(history),
+            last_message_id=history[-1].id if history else None,
+            instructions=instructions,
+            tools=tools,
+            output_type=output_type,
+            corrections=corrections,
+            summary=summary,
+            constraints=constraints,
+            calibration=profile.calibration.factor,
+            measured=measure,
+        )
         if reuse is not None and reuse.basis == basis:
             return reuse
         if measure:
@@ -293,9 +301,13 @@ class ContextAssembler:
         assert pinned is None or isinstance(pinned, UserMessage)
         items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
         context: Context[Any] = Context(
-            instructions=basis.instructions, tools=basis.tools, items=items,
-            output_type=basis.output_type, corrections=basis.corrections, compacted=compacted,
-        )  # fmt: skip
+            instructions=basis.instructions,
+            tools=basis.tools,
+            items=items,
+            output_type=basis.output_type,
+            corrections=basis.corrections,
+            compacted=compacted,
+        )
         tokens = (
             TokenBreakdown(
                 instructions=self.cache.text(meter, basis.instructions),

@@ -361,9 +361,12 @@ class CompactionStage:
         raw_corrected = raw if view.calibration == 1.0 else math.ceil(raw * view.calibration)
         if raw_corrected <= window:
             context: Context[AssistantMessage] = Context(
-                instructions=self.instructions, tools=self.tools, items=Prefix(a.history),
-                output_type=AssistantMessage, corrections=tuple(corrections),
-            )  # fmt: skip
+                instructions=self.instructions,
+                tools=self.tools,
+                items=Prefix(a.history),
+                output_type=AssistantMessage,
+                corrections=tuple(corrections),
+            )
             return context, raw
         e = ContextBudgetInsufficientError(
             f"the next request to model {model!r} measures {tried} tokens, over its "
@@ -384,18 +387,29 @@ class CompactionStage:
         is reported and leaves the context as it was (the run's stop propagates)."""
         try:
             outcome = await self.service.compact(
-                a.session.id, trigger="overflow", model=model, instructions=self.instructions,
-                tools=self.tools, on_start=self._announce(a, "overflow", step), guard=guard,
+                a.session.id,
+                trigger="overflow",
+                model=model,
+                instructions=self.instructions,
+                tools=self.tools,
+                on_start=self._announce(a, "overflow", step),
+                guard=guard,
                 run_model=self._run_model(a),
-            )  # fmt: skip
+            )
         except StopRun:
             raise
         except Exception as e:
             log.exception("compaction of run %s before a call raised", a.run.id)
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="failed", trigger="overflow", step=step,
-                detail=f"{type(e).__name__}: {e}",
-            ))  # fmt: skip
+            self._emit(
+                a,
+                CompactionEvent(
+                    run_id=a.run.id,
+                    phase="failed",
+                    trigger="overflow",
+                    step=step,
+                    detail=f"{type(e).__name__}: {e}",
+                ),
+            )
             return None
         self._charge(a, outcome, guard)
         self._report(a, outcome, step)
@@ -416,9 +430,12 @@ class CompactionStage:
         except TokenMeterModelUnconfiguredError:
             return True
         view = await self.service.assembler.build(
-            a.session.id, [*a.history, answer], profile=profile,
-            instructions=self.instructions, tools=self.tools,
-        )  # fmt: skip
+            a.session.id,
+            [*a.history, answer],
+            profile=profile,
+            instructions=self.instructions,
+            tools=self.tools,
+        )
         return view.over_threshold
 
     def _calibrate(self, a: RunView) -> None:
@@ -468,17 +485,29 @@ class CompactionStage:
         except StopRun as stop:
             if stop.status is not RunStatus.BUDGET_EXHAUSTED:
                 raise
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="skipped", trigger="pressure", step=step,
-                detail=f"not compacted: {stop.error.message}",
-            ))  # fmt: skip
+            self._emit(
+                a,
+                CompactionEvent(
+                    run_id=a.run.id,
+                    phase="skipped",
+                    trigger="pressure",
+                    step=step,
+                    detail=f"not compacted: {stop.error.message}",
+                ),
+            )
             return
         except Exception as e:  # operational: say so and go on with the full history
             log.exception("post-step compaction of run %s raised; going on", a.run.id)
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="failed", trigger="pressure", step=step,
-                detail=f"{type(e).__name__}: {e}",
-            ))  # fmt: skip
+            self._emit(
+                a,
+                CompactionEvent(
+                    run_id=a.run.id,
+                    phase="failed",
+                    trigger="pressure",
+                    step=step,
+                    detail=f"{type(e).__name__}: {e}",
+                ),
+            )
             return
         self._charge(a, outcome, guard)
         if outcome is not None:
@@ -524,10 +553,16 @@ class CompactionStage:
             raise
         except Exception as e:
             log.exception("overflow recovery of run %s raised; the error stands", a.run.id)
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="failed", trigger="overflow", step=step,
-                detail=f"{type(e).__name__}: {e}",
-            ))  # fmt: skip
+            self._emit(
+                a,
+                CompactionEvent(
+                    run_id=a.run.id,
+                    phase="failed",
+                    trigger="overflow",
+                    step=step,
+                    detail=f"{type(e).__name__}: {e}",
+                ),
+            )
             return False
         self._charge(a, outcome, guard)
         if outcome is None:
@@ -557,9 +592,9 @@ class CompactionStage:
 
     def _announce(self, a: RunView, trigger: str, step: int) -> Callable[[], None]:
         def started() -> None:
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="started", trigger=trigger, step=step
-            ))  # fmt: skip
+            self._emit(
+                a, CompactionEvent(run_id=a.run.id, phase="started", trigger=trigger, step=step)
+            )
 
         return started
 
@@ -573,12 +608,21 @@ class CompactionStage:
         if phase is None:
             return
         covered = None if outcome.summary is None else outcome.summary.covered_through_seq
-        self._emit(a, CompactionEvent(
-            run_id=a.run.id, phase=phase, trigger=outcome.trigger, step=step,
-            detail=outcome.detail, generation=outcome.generation_after,
-            covered_through_seq=covered, tokens_before=outcome.measured_tokens,
-            tokens_after=outcome.tokens_after, insufficient=outcome.insufficient,
-        ))  # fmt: skip
+        self._emit(
+            a,
+            CompactionEvent(
+                run_id=a.run.id,
+                phase=phase,
+                trigger=outcome.trigger,
+                step=step,
+                detail=outcome.detail,
+                generation=outcome.generation_after,
+                covered_through_seq=covered,
+                tokens_before=outcome.measured_tokens,
+                tokens_after=outcome.tokens_after,
+                insufficient=outcome.insufficient,
+            ),
+        )
 
     def succeeded(self, run_id: str) -> None:
         """A model request went through: consecutive overflow recoveries start over."""
