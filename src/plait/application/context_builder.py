@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plait.application.ports import ModelRole, TokenMeter
+from plait.application.ports import TokenMeter
 from plait.domain.context import Context, Correction, Prefix
 from plait.domain.messages import AssistantMessage, Message
 from plait.domain.tools import ToolSpec
@@ -104,19 +104,6 @@ class ContextBuilder:
             output_type=AssistantMessage,
             corrections=tuple(corrections),
         )
-
-    def for_role(
-        self,
-        role: ModelRole,
-        *,
-        instructions: str,
-        items: Sequence[Message],
-        output_type: type[Any],
-    ) -> Context[Any]:
-        """A context for another role (reviewer, summarizer): its own instructions, no
-        tools, the given items."""
-        del role  # the same shape for every non-assistant role, for now
-        return Context(instructions=instructions, tools=(), items=items, output_type=output_type)
 
     def count(self, context: Context[Any]) -> int:
         """Tokens of a whole context by this builder's meter; per-message counts cached."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plait.domain.context import Correction
-from plait.domain.errors import ConfigError, ModelError, ModelErrorCode
+from plait.domain.errors import ModelError, ModelErrorCode
 from plait.domain.messages import (
     AssistantMessage,
     Message,
@@ -133,7 +133,3 @@ def cut_off(provider: str, what: str) -> ModelError:
         status=None,
         body=None,
     )
-
-
-def refuse(what: str, **details: Any) -> ConfigError:
-    return ConfigError(what, **details)

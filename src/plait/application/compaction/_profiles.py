@@ -67,10 +67,6 @@ class ModelProfiles:
             max_output_tokens=client.capabilities.max_output_tokens,
         )
 
-    def declared_without_window(self, model: str) -> bool:
-        """A configured model whose context window nobody declared (not an unknown one)."""
-        return model in self._without_window
-
     def add(self, profile: ModelProfile) -> None:
         self._profiles[profile.model] = profile
 

@@ -256,17 +256,6 @@ class CompactionStage:
             return False
         return True
 
-    async def assistant_context(
-        self,
-        session_id: str,
-        history: list[Message],
-        model: str,
-        corrections: Sequence[Correction] = (),
-    ) -> Context[AssistantMessage]:
-        view = await self.view(session_id, history, model, corrections)
-        context: Context[AssistantMessage] = view.context
-        return context
-
     def _charge(
         self, run: RunView, outcome: CompactionOutcome | None, guard: CallGuard | None
     ) -> None:
