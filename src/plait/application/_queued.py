@@ -116,11 +116,11 @@ async def begin_claimed(
         return driver.activate(
             run.run, run.session, run.session.version, history, observer, on_text
         )
-    a = await take_claimed(driver, run, observer=observer, on_text=on_text)
-    window = a.run.budget.deadline_seconds  # counted from when a worker starts it
+    active = await take_claimed(driver, run, observer=observer, on_text=on_text)
+    window = active.run.budget.deadline_seconds  # counted from when a worker starts it
     deadline_at = None if window is None else clock.now() + window
-    a.run = replace(a.run, model=model[0], model_spec=model[1], deadline_at=deadline_at)
+    active.run = replace(active.run, model=model[0], model_spec=model[1], deadline_at=deadline_at)
     if window is not None:
-        a.deadline = clock.monotonic() + window
-    await journal.commit(a, (), run=a.run)
-    return a
+        active.deadline = clock.monotonic() + window
+    await journal.commit(active, (), run=active.run)
+    return active

@@ -44,9 +44,9 @@ def find_bin_dir() -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _as_user(cmd: list[str]) -> list[str]:
@@ -81,9 +81,9 @@ class Cluster:
     def _ctl(self, *args: str) -> None:
         try:
             _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args])
-        except PostgresUnavailable as e:
+        except PostgresUnavailable as exc:
             with contextlib.suppress(OSError):
-                e.args = (f"{e}\nserver log:\n{self.log.read_text()[-2000:]}",)
+                exc.args = (f"{exc}\nserver log:\n{self.log.read_text()[-2000:]}",)
             raise
 
     def stop(self, mode: str = "immediate") -> None:
@@ -155,8 +155,8 @@ def cluster(
     root = Path(tempfile.mkdtemp(prefix="plait-pg-"))
     data, sock = root / "data", root / "sock"
     sock.mkdir()
-    for p in (root, sock):
-        _chown(p)
+    for path in (root, sock):
+        _chown(path)
     port = _free_port()
     try:
         _run(

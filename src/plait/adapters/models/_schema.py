@@ -118,8 +118,8 @@ def _walk(schema: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for key in _CHILD_LISTS:
         children = schema.get(key)
         if isinstance(children, list):
-            for i, child in enumerate(children):
-                yield from _walk(child, f"{path}/{key}/{i}")
+            for index, child in enumerate(children):
+                yield from _walk(child, f"{path}/{key}/{index}")
     for key in _CHILD_ONE:
         yield from _walk(schema.get(key), f"{path}/{key}")
 

@@ -131,8 +131,8 @@ class ContextView:
     def corrected_total(self) -> int:
         """``tokens.total`` corrected by :attr:`calibration`: what the threshold and the
         budget are checked against."""
-        t = self.tokens.total
-        return t if self.calibration == 1.0 else math.ceil(t * self.calibration)
+        tokens = self.tokens.total
+        return tokens if self.calibration == 1.0 else math.ceil(tokens * self.calibration)
 
     @property
     def over_threshold(self) -> bool:
@@ -146,8 +146,11 @@ class ContextView:
 def summary_applies(summary: Summary, history: Sequence[Message]) -> bool:
     """Cheap check that ``summary`` covers a prefix of ``history`` (history is immutable,
     so the id at the covered seq identifies the prefix within one session)."""
-    k = summary.covered_through_seq
-    return 1 <= k <= len(history) and history[k - 1].id == summary.covered_through_message_id
+    covered = summary.covered_through_seq
+    return (
+        1 <= covered <= len(history)
+        and history[covered - 1].id == summary.covered_through_message_id
+    )
 
 
 class ContextAssembler:
@@ -296,8 +299,8 @@ class ContextAssembler:
         ledger = self.ledger(session_id, meter if basis.measured else None, history)
         start = 0 if summary is None else summary.covered_through_seq
         preamble, preamble_tokens = self._preamble(session_id, meter, basis.constraints, summary)
-        u = ledger.last_user
-        pinned = history[u] if 0 <= u < start else None
+        last_user = ledger.last_user
+        pinned = history[last_user] if 0 <= last_user < start else None
         assert pinned is None or isinstance(pinned, UserMessage)
         items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
         context: Context[Any] = Context(

@@ -46,8 +46,8 @@ class ModelProfiles:
         without one is known but cannot be measured: automatic compaction leaves it alone
         (:meth:`measurable` is False) and asking for its profile raises."""
         profiles = cls(meter_for=meter_for)
-        for c in clients:
-            profiles.learn(c)
+        for client in clients:
+            profiles.learn(client)
         return profiles
 
     def learn(self, client: ModelClient) -> None:
