@@ -389,16 +389,7 @@ class CompactionStage:
             raise
         except Exception as exc:
             log.exception("compaction of run %s before a call raised", active.run.id)
-            self._emit(
-                active,
-                CompactionEvent(
-                    run_id=active.run.id,
-                    phase="failed",
-                    trigger="overflow",
-                    step=step,
-                    detail=f"{type(exc).__name__}: {exc}",
-                ),
-            )
+            self._failed(active, "overflow", step, exc)
             return None
         self._charge(active, outcome, guard)
         self._report(active, outcome, step)
@@ -487,16 +478,7 @@ class CompactionStage:
             return
         except Exception as exc:  # operational: say so and go on with the full history
             log.exception("post-step compaction of run %s raised; going on", active.run.id)
-            self._emit(
-                active,
-                CompactionEvent(
-                    run_id=active.run.id,
-                    phase="failed",
-                    trigger="pressure",
-                    step=step,
-                    detail=f"{type(exc).__name__}: {exc}",
-                ),
-            )
+            self._failed(active, "pressure", step, exc)
             return
         self._charge(active, outcome, guard)
         if outcome is not None:
@@ -542,16 +524,7 @@ class CompactionStage:
             raise
         except Exception as exc:
             log.exception("overflow recovery of run %s raised; the error stands", active.run.id)
-            self._emit(
-                active,
-                CompactionEvent(
-                    run_id=active.run.id,
-                    phase="failed",
-                    trigger="overflow",
-                    step=step,
-                    detail=f"{type(exc).__name__}: {exc}",
-                ),
-            )
+            self._failed(active, "overflow", step, exc)
             return False
         self._charge(active, outcome, guard)
         if outcome is None:
@@ -567,6 +540,18 @@ class CompactionStage:
         return 0 if active is None else active.generation
 
     # --- events -----------------------------------------------------------------------------
+
+    def _failed(self, active: RunView, trigger: str, step: int, exc: Exception) -> None:
+        """Tell the run's observer that a compaction raised (the run goes on or stops as
+        its caller decides)."""
+        event = CompactionEvent(
+            run_id=active.run.id,
+            phase="failed",
+            trigger=trigger,
+            step=step,
+            detail=f"{type(exc).__name__}: {exc}",
+        )
+        self._emit(active, event)
 
     def _emit(self, active: RunView, event: CompactionEvent) -> None:
         if self._deliver is not None:
