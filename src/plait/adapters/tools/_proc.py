@@ -173,19 +173,19 @@ def _rlimits(limits: Limits, cgroup: PidsCgroup | None) -> tuple[_Rlimits, str |
         # SIGXCPU at the soft limit (reported as the CPU limit), SIGKILL a little later.
         values.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5))
     if limits.address_space_bytes is not None:
-        address_space = limits.address_space_bytes
-        values.append((resource.RLIMIT_AS, address_space, address_space))
+        limit = limits.address_space_bytes
+        values.append((resource.RLIMIT_AS, limit, limit))
     if limits.file_size_bytes is not None:
-        address_space = limits.file_size_bytes
-        values.append((resource.RLIMIT_FSIZE, address_space, address_space))
+        limit = limits.file_size_bytes
+        values.append((resource.RLIMIT_FSIZE, limit, limit))
     note = None
     if limits.max_processes is not None and cgroup is None:
         uid = os.getuid()
         if uid == 0:
             note = "process limit not enforced (root, and no pids cgroup could be made)"
         else:
-            address_space = limits.max_processes + _user_process_count(uid)
-            values.append((resource.RLIMIT_NPROC, address_space, address_space))
+            limit = limits.max_processes + _user_process_count(uid)
+            values.append((resource.RLIMIT_NPROC, limit, limit))
     procs = cgroup.procs_file if cgroup else None
     return _Rlimits(tuple(values), procs), note
 

@@ -156,36 +156,36 @@ class _Lines:
         return False
 
 
-def _read_lines(lines: _Lines, handle: IO[bytes]) -> str:
+def _read_lines(reader: _Lines, handle: IO[bytes]) -> str:
     at_start = True  # the next piece starts a new line
     skipped = 0
     while piece := handle.readline(CHUNK):
-        lines.digest.update(piece)
+        reader.digest.update(piece)
         starts_line = at_start
-        lines.line += starts_line
+        reader.line += starts_line
         at_start = piece.endswith(b"\n")
-        if lines.line < lines.first:
+        if reader.line < reader.first:
             skipped += len(piece)
-            lines.skip(skipped)
-        elif not lines.take(piece, starts_line):
+            reader.skip(skipped)
+        elif not reader.take(piece, starts_line):
             break
-    first, line, out = lines.first, lines.line, lines.out
-    if lines.stop is None and first > max(line, 1):
+    first, line, out = reader.first, reader.line, reader.out
+    if reader.stop is None and first > max(line, 1):
         raise ToolError(
-            f"offset_line {first} is past the end of {lines.path!r} ({plural(line, 'line')})",
-            path=lines.path,
+            f"offset_line {first} is past the end of {reader.path!r} ({plural(line, 'line')})",
+            path=reader.path,
         )
     text, replaced = _decode(bytes(out))
     notes: list[str] = []
-    if lines.stop is None:
+    if reader.stop is None:
         shown = f"lines {first}-{line} of {line}" if first > 1 else plural(line, "line")
         notes.append(f"end of file; {shown}" if line else "empty file")
         if out and not out.endswith(b"\n"):
             notes.append("no newline at end of file")
-        notes.append(f"sha256 {lines.digest.hexdigest()}")
+        notes.append(f"sha256 {reader.digest.hexdigest()}")
     else:
         notes.append(f"lines {first}-{line}" if line >= first else "no complete line")
-        notes.append(lines.stop)
+        notes.append(reader.stop)
     if replaced:
         notes.append("undecodable bytes are shown as U+FFFD")
     sep = "\n" if text and not text.endswith("\n") else ""
