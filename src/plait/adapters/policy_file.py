@@ -14,17 +14,19 @@ __all__ = ["load_policy", "policy_from"]
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
-    p = Path(path).expanduser()
+    file = Path(path).expanduser()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PolicyError(
             f"policy file {str(path)!r} does not exist; give an existing TOML file "
             "(see docs/policy.md) or leave --policy/PLAIT_POLICY unset for the built-in default",
             source=str(path),
         ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PolicyError(f"cannot read policy file {str(path)!r}: {e}", source=str(path)) from e
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(
+            f"cannot read policy file {str(path)!r}: {exc}", source=str(path)
+        ) from exc
     return parse_policy(text, str(path))
 
 

@@ -58,207 +58,225 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds")
 
 
-def session_json(s: Session) -> dict[str, Any]:
+def session_json(session: Session) -> dict[str, Any]:
     return {
-        "session_id": s.id,
-        "created_at": iso(s.created_at),
-        "workspace": s.workspace,
-        "title": s.title,
-        "owner": s.owner,
-        "version": s.version,
-        "active_run_id": s.active_run_id,
+        "session_id": session.id,
+        "created_at": iso(session.created_at),
+        "workspace": session.workspace,
+        "title": session.title,
+        "owner": session.owner,
+        "version": session.version,
+        "active_run_id": session.active_run_id,
         "fork_origin": None
-        if s.fork_origin is None
+        if session.fork_origin is None
         else {
-            "parent_session_id": s.fork_origin.parent_session_id,
-            "fork_point_message_id": s.fork_origin.fork_point_message_id,
+            "parent_session_id": session.fork_origin.parent_session_id,
+            "fork_point_message_id": session.fork_origin.fork_point_message_id,
         },
     }
 
 
-def artifact_json(a: ArtifactRef | None) -> dict[str, Any] | None:
-    if a is None:
+def artifact_json(artifact: ArtifactRef | None) -> dict[str, Any] | None:
+    if artifact is None:
         return None
-    return {"artifact_id": a.id, "sha256": a.sha256, "size": a.size, "media_type": a.media_type}
-
-
-def expiry_json(e: Expiry) -> dict[str, Any]:
     return {
-        "expired_at": iso(e.expired_at),
-        "policy": e.policy,
-        "mode": e.mode,
-        "digest": e.digest,
-        "archive_id": e.archive_id,
+        "artifact_id": artifact.id,
+        "sha256": artifact.sha256,
+        "size": artifact.size,
+        "media_type": artifact.media_type,
     }
 
 
-def _expired_item_json(x: ExpiredItem) -> dict[str, Any]:
+def expiry_json(expiry: Expiry) -> dict[str, Any]:
     return {
-        "session_id": x.session_id,
-        "seq": x.seq,
-        "message_id": x.message_id,
-        "kind": x.kind,
-        "created_at": iso(x.created_at),
-        "held_by": list(x.held_by),
+        "expired_at": iso(expiry.expired_at),
+        "policy": expiry.policy,
+        "mode": expiry.mode,
+        "digest": expiry.digest,
+        "archive_id": expiry.archive_id,
     }
 
 
-def retention_json(r: RetentionReport) -> dict[str, Any]:
+def _expired_item_json(item: ExpiredItem) -> dict[str, Any]:
     return {
-        "policy": r.policy,
-        "mode": r.mode,
-        "dry_run": r.dry_run,
-        "cutoff": iso(r.cutoff),
-        "expired": [_expired_item_json(x) for x in r.expired],
-        "held_back": [{"reason": h.reason, "messages": h.messages} for h in r.held_back],
-        "archive_id": r.archive_id,
+        "session_id": item.session_id,
+        "seq": item.seq,
+        "message_id": item.message_id,
+        "kind": item.kind,
+        "created_at": iso(item.created_at),
+        "held_by": list(item.held_by),
     }
 
 
-def restore_json(r: RestoreReport) -> dict[str, Any]:
+def retention_json(report: RetentionReport) -> dict[str, Any]:
     return {
-        "archive_id": r.archive_id,
-        "dry_run": r.dry_run,
-        "restored": [_expired_item_json(x) for x in r.restored],
-        "held_back": [{"reason": h.reason, "messages": h.messages} for h in r.held_back],
+        "policy": report.policy,
+        "mode": report.mode,
+        "dry_run": report.dry_run,
+        "cutoff": iso(report.cutoff),
+        "expired": [_expired_item_json(x) for x in report.expired],
+        "held_back": [{"reason": h.reason, "messages": h.messages} for h in report.held_back],
+        "archive_id": report.archive_id,
+    }
+
+
+def restore_json(report: RestoreReport) -> dict[str, Any]:
+    return {
+        "archive_id": report.archive_id,
+        "dry_run": report.dry_run,
+        "restored": [_expired_item_json(x) for x in report.restored],
+        "held_back": [{"reason": h.reason, "messages": h.messages} for h in report.held_back],
     }
 
 
 def message_json(sm: StoredMessage, expiry: Expiry | None = None) -> dict[str, Any]:
     """A message; with ``expiry`` (its content was removed by the retention policy) the
     text fields hold the tombstone's placeholder and ``expired`` says when and why."""
-    m = sm.message
+    message = sm.message
     out: dict[str, Any] = {
         "seq": sm.seq,
-        "message_id": m.id,
-        "kind": m.kind,
-        "run_id": m.run_id,
-        "created_at": iso(m.created_at),
+        "message_id": message.id,
+        "kind": message.kind,
+        "run_id": message.run_id,
+        "created_at": iso(message.created_at),
     }
-    if m.kind == "user":
-        out["text"] = m.text
-    elif m.kind == "assistant":
-        out["text"] = m.text
-        out["step"] = m.step
-        out["model"] = m.model
+    if message.kind == "user":
+        out["text"] = message.text
+    elif message.kind == "assistant":
+        out["text"] = message.text
+        out["step"] = message.step
+        out["model"] = message.model
         out["tool_calls"] = [
-            {"call_id": c.id, "name": c.name, "arguments": c.arguments()} for c in m.tool_calls
+            {"call_id": c.id, "name": c.name, "arguments": c.arguments()}
+            for c in message.tool_calls
         ]
         out["usage"] = (
             None
-            if m.usage is None
-            else {"input_tokens": m.usage.input_tokens, "output_tokens": m.usage.output_tokens}
+            if message.usage is None
+            else {
+                "input_tokens": message.usage.input_tokens,
+                "output_tokens": message.usage.output_tokens,
+            }
         )
-        out["output"] = m.output
+        out["output"] = message.output
     else:
-        r = m.result
-        out["step"] = m.step
-        out["call_id"] = r.call_id
-        out["tool_name"] = m.tool_name
-        out["status"] = r.status.value
-        out["content"] = r.content
-        out["reason"] = r.reason
-        out["artifact"] = artifact_json(r.artifact)
+        result = message.result
+        out["step"] = message.step
+        out["call_id"] = result.call_id
+        out["tool_name"] = message.tool_name
+        out["status"] = result.status.value
+        out["content"] = result.content
+        out["reason"] = result.reason
+        out["artifact"] = artifact_json(result.artifact)
     if expiry is not None:
         out["expired"] = expiry_json(expiry)
     return out
 
 
-def run_json(r: Run) -> dict[str, Any]:
-    b, u = r.budget, r.usage
+def run_json(run: Run) -> dict[str, Any]:
+    budget, usage = run.budget, run.usage
     return {
-        "run_id": r.id,
-        "session_id": r.session_id,
-        "status": r.status.value,
-        "model": r.model,
-        "started_at": iso(r.started_at),
-        "ended_at": iso(r.ended_at),
-        "error": None if r.error is None else {"code": r.error.code, "message": r.error.message},
-        "policy": r.policy,
-        "mcp_servers": None if r.mcp_servers is None else list(r.mcp_servers),
+        "run_id": run.id,
+        "session_id": run.session_id,
+        "status": run.status.value,
+        "model": run.model,
+        "started_at": iso(run.started_at),
+        "ended_at": iso(run.ended_at),
+        "error": None
+        if run.error is None
+        else {"code": run.error.code, "message": run.error.message},
+        "policy": run.policy,
+        "mcp_servers": None if run.mcp_servers is None else list(run.mcp_servers),
         "usage": {
-            "steps": u.steps,
-            "model_calls": u.model_calls,
-            "corrections": u.corrections,
-            "tool_calls": u.tool_calls,
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
+            "steps": usage.steps,
+            "model_calls": usage.model_calls,
+            "corrections": usage.corrections,
+            "tool_calls": usage.tool_calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
         },
         "budget": {
-            "max_steps": b.max_steps,
-            "deadline_seconds": b.deadline_seconds,
-            "max_model_calls": b.max_model_calls,
-            "max_total_tokens": b.max_total_tokens,
-            "max_cost_usd": b.max_cost_usd,
-            "max_corrections": b.max_corrections,
-            "tool_timeout_seconds": b.tool_timeout_seconds,
-            "tool_output_cap_bytes": b.tool_output_cap_bytes,
+            "max_steps": budget.max_steps,
+            "deadline_seconds": budget.deadline_seconds,
+            "max_model_calls": budget.max_model_calls,
+            "max_total_tokens": budget.max_total_tokens,
+            "max_cost_usd": budget.max_cost_usd,
+            "max_corrections": budget.max_corrections,
+            "tool_timeout_seconds": budget.tool_timeout_seconds,
+            "tool_output_cap_bytes": budget.tool_output_cap_bytes,
         },
         "lease": None
-        if r.lease is None
-        else {"owner": r.lease.owner, "expires_at": iso(r.lease.expires_at)},
-        "cancel_requested": r.cancel_requested,
-        "output_schema": None if r.output_schema is None else r.output_schema.schema(),
-        "parent": parent_json(r.parent),
+        if run.lease is None
+        else {"owner": run.lease.owner, "expires_at": iso(run.lease.expires_at)},
+        "cancel_requested": run.cancel_requested,
+        "output_schema": None if run.output_schema is None else run.output_schema.schema(),
+        "parent": parent_json(run.parent),
     }
 
 
-def execution_json(e: ExecutionRecord) -> dict[str, Any]:
+def execution_json(record: ExecutionRecord) -> dict[str, Any]:
     return {
-        "call_id": e.call_id,
-        "tool_name": e.tool_name,
-        "effect": e.effect.value,
-        "state": e.state.value,
-        "result_status": None if e.result_status is None else e.result_status.value,
-        "args_digest": e.args_digest,
-        "idempotency_key": e.idempotency_key,
-        "requested_at": iso(e.requested_at),
-        "started_at": iso(e.started_at),
-        "settled_at": iso(e.settled_at),
-        "decision": e.decision,
-        "decided_by": e.decided_by,
-        "decision_reason": e.decision_reason,
-        "reviewed_at": iso(e.reviewed_at),
+        "call_id": record.call_id,
+        "tool_name": record.tool_name,
+        "effect": record.effect.value,
+        "state": record.state.value,
+        "result_status": None if record.result_status is None else record.result_status.value,
+        "args_digest": record.args_digest,
+        "idempotency_key": record.idempotency_key,
+        "requested_at": iso(record.requested_at),
+        "started_at": iso(record.started_at),
+        "settled_at": iso(record.settled_at),
+        "decision": record.decision,
+        "decided_by": record.decided_by,
+        "decision_reason": record.decision_reason,
+        "reviewed_at": iso(record.reviewed_at),
     }
 
 
-def parent_json(p: ParentCall | None) -> dict[str, Any] | None:
+def parent_json(parent: ParentCall | None) -> dict[str, Any] | None:
     """A sub-agent run's link to the parent call it answers."""
-    if p is None:
+    if parent is None:
         return None
-    return {"session_id": p.session_id, "run_id": p.run_id, "call_id": p.call_id, "agent": p.agent}
+    return {
+        "session_id": parent.session_id,
+        "run_id": parent.run_id,
+        "call_id": parent.call_id,
+        "agent": parent.agent,
+    }
 
 
-def approval_json(a: Approval, now: float, parent: ParentCall | None = None) -> dict[str, Any]:
+def approval_json(
+    approval: Approval, now: float, parent: ParentCall | None = None
+) -> dict[str, Any]:
     """An approval request and its decision; ``state`` is as of ``now`` (``pending``,
     ``approved``, ``denied``, ``expired`` or ``consumed``). ``parent``: the request
     comes from a sub-agent's run, which answers that call of its parent."""
     return {
         "parent": parent_json(parent),
-        "approval_id": a.id,
-        "state": a.state(now),
-        "status": a.status.value,
-        "session_id": a.session_id,
-        "run_id": a.run_id,
-        "call_id": a.call_id,
-        "tool_name": a.tool_name,
-        "args_digest": a.args_digest,
-        "scope": list(a.scope),
-        "workspace_state": a.workspace_state,
-        "reason": a.reason,
-        "requested_at": iso(a.requested_at),
-        "grantor": a.grantor,
-        "decided_at": iso(a.decided_at),
-        "expires_at": iso(a.expires_at),
-        "denial_reason": a.denial_reason,
-        "consumed_by": a.consumed_by,
-        "consumed_at": iso(a.consumed_at),
+        "approval_id": approval.id,
+        "state": approval.state(now),
+        "status": approval.status.value,
+        "session_id": approval.session_id,
+        "run_id": approval.run_id,
+        "call_id": approval.call_id,
+        "tool_name": approval.tool_name,
+        "args_digest": approval.args_digest,
+        "scope": list(approval.scope),
+        "workspace_state": approval.workspace_state,
+        "reason": approval.reason,
+        "requested_at": iso(approval.requested_at),
+        "grantor": approval.grantor,
+        "decided_at": iso(approval.decided_at),
+        "expires_at": iso(approval.expires_at),
+        "denial_reason": approval.denial_reason,
+        "consumed_by": approval.consumed_by,
+        "consumed_at": iso(approval.consumed_at),
     }
 
 
-def error_json(e: PlaitError) -> dict[str, Any]:
+def error_json(error: PlaitError) -> dict[str, Any]:
     """``{"error": {code, message, details}}``: what a failed command prints."""
-    return {"error": e.to_dict()}
+    return {"error": error.to_dict()}
 
 
 def event_json(kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -276,30 +294,30 @@ NOT_ROLLED_BACK = (
 )
 
 
-def snapshot_json(s: WorkspaceSnapshot | None) -> dict[str, Any] | None:
-    if s is None:
+def snapshot_json(snapshot: WorkspaceSnapshot | None) -> dict[str, Any] | None:
+    if snapshot is None:
         return None
     return {
-        "repository": s.repository,
-        "source_workspace": s.source_workspace,
-        "ref": s.ref,
-        "commit": s.commit,
-        "worktree": s.worktree,
-        "not_covered": list(s.not_covered),
+        "repository": snapshot.repository,
+        "source_workspace": snapshot.source_workspace,
+        "ref": snapshot.ref,
+        "commit": snapshot.commit,
+        "worktree": snapshot.worktree,
+        "not_covered": list(snapshot.not_covered),
     }
 
 
-def fork_json(r: ForkRecord | None) -> dict[str, Any] | None:
-    if r is None:
+def fork_json(record: ForkRecord | None) -> dict[str, Any] | None:
+    if record is None:
         return None
     return {
-        "request_id": r.request_id,
-        "source_session_id": r.source_session_id,
-        "through_message_id": r.through_message_id,
-        "through_seq": r.through_seq,
-        "source_version": r.source_version,
-        "created_at": iso(r.created_at),
-        "snapshot": snapshot_json(r.snapshot),
+        "request_id": record.request_id,
+        "source_session_id": record.source_session_id,
+        "through_message_id": record.through_message_id,
+        "through_seq": record.through_seq,
+        "source_version": record.source_version,
+        "created_at": iso(record.created_at),
+        "snapshot": snapshot_json(record.snapshot),
     }
 
 
@@ -327,171 +345,183 @@ def workspace_json(session: Session, record: ForkRecord | None) -> dict[str, Any
 # --- compaction -----------------------------------------------------------------------------
 
 
-def constraint_json(c: Constraint) -> dict[str, Any]:
-    return {"text": c.text, "source_message_id": c.source_message_id}
+def constraint_json(constraint: Constraint) -> dict[str, Any]:
+    return {"text": constraint.text, "source_message_id": constraint.source_message_id}
 
 
-def summary_json(s: Summary) -> dict[str, Any]:
+def summary_json(summary: Summary) -> dict[str, Any]:
     """An activated summary: what it covers, what it kept, who made it."""
-    b, f = s.body, s.facts
+    body, facts = summary.body, summary.facts
     return {
-        "id": s.id,
-        "generation": s.generation,
+        "id": summary.id,
+        "generation": summary.generation,
         "covers": {
             "from_seq": 1,
-            "through_seq": s.covered_through_seq,
-            "through_message_id": s.covered_through_message_id,
-            "source_digest": s.source_digest,
+            "through_seq": summary.covered_through_seq,
+            "through_message_id": summary.covered_through_message_id,
+            "source_digest": summary.source_digest,
         },
-        "replaces_in_context": f"messages 1..{s.covered_through_seq}",
-        "goal": b.goal,
-        "constraints": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.constraints],
-        "decisions": [{"text": n.text, "source_ids": list(n.source_ids)} for n in b.decisions],
+        "replaces_in_context": f"messages 1..{summary.covered_through_seq}",
+        "goal": body.goal,
+        "constraints": [
+            {"text": n.text, "source_ids": list(n.source_ids)} for n in body.constraints
+        ],
+        "decisions": [{"text": n.text, "source_ids": list(n.source_ids)} for n in body.decisions],
         "open_questions": [
             {"text": q.text, "uncertainty": q.uncertainty, "source_ids": list(q.source_ids)}
-            for q in b.open_questions
+            for q in body.open_questions
         ],
         "evidence": [
             {"message_id": e.message_id, "artifact_id": e.artifact_id, "note": e.note}
-            for e in b.evidence
+            for e in body.evidence
         ],
         "facts": {
             "files": [
-                {"path": x.path, "action": x.action, "content_hash": x.content_hash,
-                 "source_message_id": x.source_message_id}
-                for x in f.files
+                {
+                    "path": x.path,
+                    "action": x.action,
+                    "content_hash": x.content_hash,
+                    "source_message_id": x.source_message_id,
+                }
+                for x in facts.files
             ],
             "commands": [
-                {"command": x.command, "exit_status": x.exit_status,
-                 "tool_status": x.tool_status, "source_message_id": x.source_message_id}
-                for x in f.commands
+                {
+                    "command": x.command,
+                    "exit_status": x.exit_status,
+                    "tool_status": x.tool_status,
+                    "source_message_id": x.source_message_id,
+                }
+                for x in facts.commands
             ],
             "failing_tests": [
                 {"name": x.name, "source_message_id": x.source_message_id}
-                for x in f.failing_tests
+                for x in facts.failing_tests
             ],
-            "constraints": [constraint_json(c) for c in f.constraints],
+            "constraints": [constraint_json(c) for c in facts.constraints],
         },
-        "model": s.model,
-        "template_version": s.template_version,
-        "trigger": s.trigger,
-        "created_at": iso(s.created_at),
-        "source_tokens": s.source_tokens,
-        "summary_tokens": s.summary_tokens,
-        "meter": s.meter,
-        "schema_version": s.schema_version,
-    }  # fmt: skip
-
-
-def outcome_json(o: CompactionOutcome) -> dict[str, Any]:
-    return {
-        "status": o.status,
-        "detail": o.detail,
-        "trigger": o.trigger,
-        "generation_before": o.generation_before,
-        "generation_after": o.generation_after,
-        "tokens_before": o.measured_tokens,
-        "tokens_after": o.tokens_after,
-        "threshold_tokens": o.threshold_tokens,
-        "insufficient": o.insufficient,
-        "summarizer": {
-            "calls": o.summarizer_calls,
-            "input_tokens": o.summarizer_input_tokens,
-            "output_tokens": o.summarizer_output_tokens,
-        },
-        "summary": None if o.summary is None else summary_json(o.summary),
+        "model": summary.model,
+        "template_version": summary.template_version,
+        "trigger": summary.trigger,
+        "created_at": iso(summary.created_at),
+        "source_tokens": summary.source_tokens,
+        "summary_tokens": summary.summary_tokens,
+        "meter": summary.meter,
+        "schema_version": summary.schema_version,
     }
 
 
-def context_item_source(m: Message) -> tuple[str, str]:
+def outcome_json(outcome: CompactionOutcome) -> dict[str, Any]:
+    return {
+        "status": outcome.status,
+        "detail": outcome.detail,
+        "trigger": outcome.trigger,
+        "generation_before": outcome.generation_before,
+        "generation_after": outcome.generation_after,
+        "tokens_before": outcome.measured_tokens,
+        "tokens_after": outcome.tokens_after,
+        "threshold_tokens": outcome.threshold_tokens,
+        "insufficient": outcome.insufficient,
+        "summarizer": {
+            "calls": outcome.summarizer_calls,
+            "input_tokens": outcome.summarizer_input_tokens,
+            "output_tokens": outcome.summarizer_output_tokens,
+        },
+        "summary": None if outcome.summary is None else summary_json(outcome.summary),
+    }
+
+
+def context_item_source(message: Message) -> tuple[str, str]:
     """(source, trust) of a context item."""
-    if m.id.startswith("ctx_preamble_"):
+    if message.id.startswith("ctx_preamble_"):
         return "plait: constraints and summary", "derived"
-    if isinstance(m, UserMessage):
+    if isinstance(message, UserMessage):
         return "user", "user"
-    if isinstance(m, ToolResultMessage):
-        return f"tool {m.tool_name}", "data"
+    if isinstance(message, ToolResultMessage):
+        return f"tool {message.tool_name}", "data"
     return "assistant", "model"
 
 
-def view_json(v: ContextView, *, items: bool) -> dict[str, Any]:
-    t = v.tokens
+def view_json(view: ContextView, *, items: bool) -> dict[str, Any]:
+    tokens = view.tokens
     data: dict[str, Any] = {
-        "model": v.model,
-        "meter": {"name": v.meter, "exact": v.exact},
+        "model": view.model,
+        "meter": {"name": view.meter, "exact": view.exact},
         "budget": {
-            "context_window": v.budget.window,
-            "reserved_output": v.budget.reserved_output,
-            "safety_margin": v.budget.safety_margin,
-            "input_budget": v.budget.input_budget,
-            "compaction_threshold": v.threshold_tokens,
+            "context_window": view.budget.window,
+            "reserved_output": view.budget.reserved_output,
+            "safety_margin": view.budget.safety_margin,
+            "input_budget": view.budget.input_budget,
+            "compaction_threshold": view.threshold_tokens,
         },
         "tokens": {
-            "instructions": t.instructions,
-            "tools": t.tools,
-            "constraints_and_summary": t.preamble,
-            "pinned_request": t.pinned,
-            "recent_history": t.tail,
-            "total": t.total,
-            "raw_history_alone": v.full_history_tokens,
+            "instructions": tokens.instructions,
+            "tools": tokens.tools,
+            "constraints_and_summary": tokens.preamble,
+            "pinned_request": tokens.pinned,
+            "recent_history": tokens.tail,
+            "total": tokens.total,
+            "raw_history_alone": view.full_history_tokens,
         },
-        "calibration": {"factor": v.calibration, "corrected_total": v.corrected_total},
-        "over_threshold": v.over_threshold,
-        "over_budget": v.over_budget,
-        "history_messages": v.history_messages,
-        "raw_tail_from_seq": v.tail_from_seq,
-        "pinned_message_id": v.pinned_message_id,
-        "summary": None if v.summary is None else summary_json(v.summary),
-        "constraints": [constraint_json(c) for c in v.constraints],
+        "calibration": {"factor": view.calibration, "corrected_total": view.corrected_total},
+        "over_threshold": view.over_threshold,
+        "over_budget": view.over_budget,
+        "history_messages": view.history_messages,
+        "raw_tail_from_seq": view.tail_from_seq,
+        "pinned_message_id": view.pinned_message_id,
+        "summary": None if view.summary is None else summary_json(view.summary),
+        "constraints": [constraint_json(c) for c in view.constraints],
     }
     if items:
         data["items"] = [
             {"id": m.id, "kind": m.kind, "source": s, "trust": trust}
-            for m in v.context.items
+            for m in view.context.items
             for s, trust in [context_item_source(m)]
         ]
     return data
 
 
-def compaction_event_json(e: CompactionEvent) -> dict[str, Any]:
+def compaction_event_json(event: CompactionEvent) -> dict[str, Any]:
     """A compaction in a run (run events, ``send --events``): ``phase`` is ``started``,
     ``activated``, ``failed`` (``detail`` says why) or ``skipped``."""
     return {
-        "phase": e.phase,
-        "trigger": e.trigger,
-        "step": e.step,
-        "detail": e.detail,
-        "generation": e.generation,
-        "covered_through_seq": e.covered_through_seq,
-        "tokens_before": e.tokens_before,
-        "tokens_after": e.tokens_after,
-        "insufficient": e.insufficient,
+        "phase": event.phase,
+        "trigger": event.trigger,
+        "step": event.step,
+        "detail": event.detail,
+        "generation": event.generation,
+        "covered_through_seq": event.covered_through_seq,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+        "insufficient": event.insufficient,
     }
 
 
-def webhook_json(e: Endpoint) -> dict[str, Any]:
+def webhook_json(endpoint: Endpoint) -> dict[str, Any]:
     """An endpoint, without its secret (shown once, when it is added)."""
     return {
-        "id": e.id,
-        "url": e.url,
-        "events": list(e.events),
-        "principal": e.principal,
-        "status": e.status.value,
-        "consecutive_failures": e.failures,
-        "paused_reason": e.paused_reason,
-        "created_at": iso(e.created_at),
+        "id": endpoint.id,
+        "url": endpoint.url,
+        "events": list(endpoint.events),
+        "principal": endpoint.principal,
+        "status": endpoint.status.value,
+        "consecutive_failures": endpoint.failures,
+        "paused_reason": endpoint.paused_reason,
+        "created_at": iso(endpoint.created_at),
     }
 
 
-def delivery_json(d: Delivery) -> dict[str, Any]:
+def delivery_json(delivery: Delivery) -> dict[str, Any]:
     return {
-        "webhook_id": d.endpoint_id,
-        "event_id": d.event_id,
-        "type": d.event_type,
-        "status": d.status.value,
-        "attempts": d.attempts,
-        "next_attempt_at": iso(d.next_attempt_at) if d.status.value == "pending" else None,
-        "last_error": d.last_error,
-        "last_status_code": d.last_status_code,
-        "delivered_at": iso(d.delivered_at),
+        "webhook_id": delivery.endpoint_id,
+        "event_id": delivery.event_id,
+        "type": delivery.event_type,
+        "status": delivery.status.value,
+        "attempts": delivery.attempts,
+        "next_attempt_at": iso(delivery.next_attempt_at)
+        if delivery.status.value == "pending"
+        else None,
+        "last_error": delivery.last_error,
+        "last_status_code": delivery.last_status_code,
+        "delivered_at": iso(delivery.delivered_at),
     }

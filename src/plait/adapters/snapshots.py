@@ -73,8 +73,17 @@ class GitSnapshots:
         root = self._dir / unique
         root.parent.mkdir(parents=True, exist_ok=True)
         try:
-            _git(top, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet",
-                 str(root), commit)  # fmt: skip
+            _git(
+                top,
+                "-c",
+                "core.hooksPath=/dev/null",
+                "worktree",
+                "add",
+                "--detach",
+                "--quiet",
+                str(root),
+                commit,
+            )
         except BaseException:
             _git(top, "update-ref", "-d", ref, check=False)
             raise
@@ -109,10 +118,10 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, check: bool =
         if not check:
             return ""
         raise ConfigError("--snapshot needs the `git` command, which is not installed") from None
-    except (OSError, subprocess.TimeoutExpired) as e:
+    except (OSError, subprocess.TimeoutExpired) as exc:
         if not check:
             return ""
-        raise SnapshotError(f"git {args[0]} failed in {cwd}: {e}", cwd=str(cwd)) from e
+        raise SnapshotError(f"git {args[0]} failed in {cwd}: {exc}", cwd=str(cwd)) from exc
     if out.returncode != 0:
         if not check:
             return ""

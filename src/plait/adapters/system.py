@@ -36,8 +36,8 @@ def owner_alive(owner: str) -> bool | None:
 def _zombie(pid: int) -> bool:
     """A killed process its parent has not reaped yet (Linux; elsewhere: no)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")

@@ -19,8 +19,8 @@ class HttpxSender:
     async def post(self, url: str, *, body: str, headers: Mapping[str, str]) -> int:
         try:
             response = await self._client.post(url, content=body.encode(), headers=dict(headers))
-        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as e:
-            raise OSError(f"{type(e).__name__}: {e}") from e
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
+            raise OSError(f"{type(exc).__name__}: {exc}") from exc
         return response.status_code
 
     async def close(self) -> None:

@@ -35,25 +35,27 @@ class LeaseKeeper:
         self.journal = journal
         self.lease_seconds = lease_seconds
 
-    async def keep(self, a: ActiveRun) -> None:
-        """Renew ``a``'s lease until cancelled (the driver cancels it when the run stops)."""
+    async def keep(self, active: ActiveRun) -> None:
+        """Renew the run's lease until cancelled (the driver cancels it when the run stops)."""
         period = self.lease_seconds / 3
         clock = self.journal.clock
         while True:
             await asyncio.sleep(period)
             try:
                 await self.store.renew_lease(
-                    a.run.id,
+                    active.run.id,
                     owner=self.journal.owner,
                     expires_at=clock.now() + self.lease_seconds,
-                    lease_token=a.run.lease_token,
+                    lease_token=active.run.lease_token,
                 )
             except LeaseLostError:
                 # Told once, by whoever stops the run (the worker's warning, the CLI's error).
-                log.info("run %s: lease lost; the run stops at its next commit", a.run.id)
-                a.lease_lost = True
-                if a.task is not None and a.interruptible:
-                    a.task.cancel()
+                log.info("run %s: lease lost; the run stops at its next commit", active.run.id)
+                active.lease_lost = True
+                if active.task is not None and active.interruptible:
+                    active.task.cancel()
                 return
-            except PlaitError as e:
-                log.warning("run %s: lease renewal failed (%s); retrying", a.run.id, e.message)
+            except PlaitError as exc:
+                log.warning(
+                    "run %s: lease renewal failed (%s); retrying", active.run.id, exc.message
+                )

@@ -47,11 +47,11 @@ class RunModels:
             )
         try:
             model = self.factory(run.model_spec)
-        except ConfigError as e:
+        except ConfigError as exc:
             raise ConfigError(
                 f"run was started with model {run.model!r} ({run.model_spec}), which "
-                f"cannot be opened here: {e.message}",
+                f"cannot be opened here: {exc.message}",
                 run_id=run.id,
                 model=run.model,
-            ) from e
+            ) from exc
         return self.caller.with_model(model)

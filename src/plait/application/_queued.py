@@ -49,22 +49,36 @@ def check_can_queue(store: object, what: str) -> None:
 
 
 def queued(
-    session_id: str, text: str, budget: Budget, ids: IdGenerator, now: float, *,
-    owner: str | None, output_schema: OutputSchema | None = None,
+    session_id: str,
+    text: str,
+    budget: Budget,
+    ids: IdGenerator,
+    now: float,
+    *,
+    owner: str | None,
+    output_schema: OutputSchema | None = None,
     mcp_servers: tuple[str, ...] | None = None,
-) -> tuple[Run, Commit]:  # fmt: skip
+) -> tuple[Run, Commit]:
     """A ``queued`` run for ``text`` and the commit storing it with the user message,
     appended after the session's last message (no read of the session first), refused
     as not found if the session is not ``owner``'s (``None``: anyone's)."""
     run = Run(
-        id=ids.new("run"), session_id=session_id, status=RunStatus.QUEUED, budget=budget,
-        started_at=now, output_schema=output_schema, mcp_servers=mcp_servers,
-    )  # fmt: skip
+        id=ids.new("run"),
+        session_id=session_id,
+        status=RunStatus.QUEUED,
+        budget=budget,
+        started_at=now,
+        output_schema=output_schema,
+        mcp_servers=mcp_servers,
+    )
     user = UserMessage(id=ids.new("msg"), text=text, created_at=now, run_id=run.id)
     commit = Commit(
-        session_id=session_id, expected_version=None, messages=(user,), run=run,
+        session_id=session_id,
+        expected_version=None,
+        messages=(user,),
+        run=run,
         session_owner=owner,
-    )  # fmt: skip
+    )
     return run, commit
 
 
@@ -102,11 +116,11 @@ async def begin_claimed(
         return driver.activate(
             run.run, run.session, run.session.version, history, observer, on_text
         )
-    a = await take_claimed(driver, run, observer=observer, on_text=on_text)
-    window = a.run.budget.deadline_seconds  # counted from when a worker starts it
+    active = await take_claimed(driver, run, observer=observer, on_text=on_text)
+    window = active.run.budget.deadline_seconds  # counted from when a worker starts it
     deadline_at = None if window is None else clock.now() + window
-    a.run = replace(a.run, model=model[0], model_spec=model[1], deadline_at=deadline_at)
+    active.run = replace(active.run, model=model[0], model_spec=model[1], deadline_at=deadline_at)
     if window is not None:
-        a.deadline = clock.monotonic() + window
-    await journal.commit(a, (), run=a.run)
-    return a
+        active.deadline = clock.monotonic() + window
+    await journal.commit(active, (), run=active.run)
+    return active

@@ -53,21 +53,25 @@ class Recoverer:
             )
         try:
             caller = self.models.caller_for(run)
-        except ConfigError as e:
-            return RecoveryReport(run.id, "skipped", e.message)
+        except ConfigError as exc:
+            return RecoveryReport(run.id, "skipped", exc.message)
         try:
-            a = await self.driver.take_over(
-                run, observer=observer, on_text=on_text, caller=caller, force=force,
+            active = await self.driver.take_over(
+                run,
+                observer=observer,
+                on_text=on_text,
+                caller=caller,
+                force=force,
                 status=RunStatus.RUNNING if queued else None,
-            )  # fmt: skip
-        except LeaseLostError as e:
+            )
+        except LeaseLostError as exc:
             now_run = await self.store.get_run(run.id)
             detail = (
-                e.message
+                exc.message
                 if now_run.status is RunStatus.RUNNING
                 else f"run is {now_run.status.value}, not running"
             )
             return RecoveryReport(run.id, "skipped", detail)
-        await sweep_leftovers(self.sweeper, a.session.workspace, run, self.clock.now())
-        result = await self.driver.drive(a, pending=True)
+        await sweep_leftovers(self.sweeper, active.session.workspace, run, self.clock.now())
+        result = await self.driver.drive(active, pending=True)
         return RecoveryReport(run.id, "resumed", f"run is {result.run.status.value}", result)

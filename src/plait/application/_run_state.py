@@ -64,9 +64,14 @@ class UsageCounters:
     output_tokens: int = 0
 
     @classmethod
-    def of(cls, u: RunUsage) -> UsageCounters:
+    def of(cls, usage: RunUsage) -> UsageCounters:
         return cls(
-            u.steps, u.model_calls, u.corrections, u.tool_calls, u.input_tokens, u.output_tokens
+            usage.steps,
+            usage.model_calls,
+            usage.corrections,
+            usage.tool_calls,
+            usage.input_tokens,
+            usage.output_tokens,
         )
 
     def freeze(self) -> RunUsage:
@@ -137,13 +142,13 @@ class StopRun(Exception):
 def pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:
     """Calls of the last assistant message (if it is the run's) without a result."""
     answered: set[str] = set()
-    for m in reversed(history):
-        if m.kind == "tool_result":
-            answered.add(m.result.call_id)
-        elif m.kind == "assistant":
-            if m.run_id != run_id:
+    for message in reversed(history):
+        if message.kind == "tool_result":
+            answered.add(message.result.call_id)
+        elif message.kind == "assistant":
+            if message.run_id != run_id:
                 return []
-            return [c for c in m.tool_calls if c.id not in answered]
+            return [c for c in message.tool_calls if c.id not in answered]
         else:
             return []
     return []
@@ -151,9 +156,9 @@ def pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:
 
 def call_ids(history: Iterable[Message]) -> set[str]:
     ids: set[str] = set()
-    for m in history:
-        if m.kind == "assistant" and m.tool_calls:
-            ids.update(c.id for c in m.tool_calls)
+    for message in history:
+        if message.kind == "assistant" and message.tool_calls:
+            ids.update(c.id for c in message.tool_calls)
     return ids
 
 
@@ -161,10 +166,10 @@ def render_rejected(response: ModelResponse) -> str:
     """The rejected output as the correction quotes it back: NUL characters and lone
     surrogates escaped (the provider's request must encode it), long parts cut."""
     parts = [printable(response.text, _QUOTED)] if response.text else []
-    for c in response.tool_calls:
-        args = c.arguments if isinstance(c.arguments, str) else repr(c.arguments)
-        call_id = None if c.id is None else printable(c.id, _QUOTED)
-        name = printable(c.name, _QUOTED)
+    for call in response.tool_calls:
+        args = call.arguments if isinstance(call.arguments, str) else repr(call.arguments)
+        call_id = None if call.id is None else printable(call.id, _QUOTED)
+        name = printable(call.name, _QUOTED)
         parts.append(
             f"[tool call id={call_id!r} name={name!r} arguments={printable(args, _QUOTED)}]"
         )
@@ -175,22 +180,24 @@ _QUOTED = 10_000
 """Characters of one part of a rejected output quoted back to the model."""
 
 
-def model_failure(e: Exception, role: str, time_limit: float | None) -> StopRun:
+def model_failure(exc: Exception, role: str, time_limit: float | None) -> StopRun:
     """How a failed model call ends the run: the call's timeout, a spent budget, the
     provider's error code (DESIGN §6), or an internal error of the client."""
-    if isinstance(e, TimeoutError):
+    if isinstance(exc, TimeoutError):
         within = "" if time_limit is None else f" within {time_limit:g} s"
         return StopRun(
             RunStatus.FAILED, "model_timeout", f"the {role} model did not answer{within}"
         )
-    if isinstance(e, BudgetExhaustedError):
-        return StopRun.budget(str(e.details.get("limit", "budget")), e.message)
-    if isinstance(e, ModelTimeoutError):  # retried as transient, and every retry timed out
-        return StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}")
-    if isinstance(e, ModelError):
-        return StopRun(RunStatus.FAILED, e.model_code.lower(), f"model call failed: {e.message}")
-    if isinstance(e, PlaitError):
-        return StopRun(RunStatus.FAILED, e.code, f"model call failed: {e.message}")
+    if isinstance(exc, BudgetExhaustedError):
+        return StopRun.budget(str(exc.details.get("limit", "budget")), exc.message)
+    if isinstance(exc, ModelTimeoutError):  # retried as transient, and every retry timed out
+        return StopRun(RunStatus.FAILED, exc.code, f"model call failed: {exc.message}")
+    if isinstance(exc, ModelError):
+        return StopRun(
+            RunStatus.FAILED, exc.model_code.lower(), f"model call failed: {exc.message}"
+        )
+    if isinstance(exc, PlaitError):
+        return StopRun(RunStatus.FAILED, exc.code, f"model call failed: {exc.message}")
     return StopRun(
-        RunStatus.FAILED, "model_internal_error", f"model call failed: {type(e).__name__}: {e}"
+        RunStatus.FAILED, "model_internal_error", f"model call failed: {type(exc).__name__}: {exc}"
     )

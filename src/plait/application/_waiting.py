@@ -118,5 +118,5 @@ async def sweep_leftovers(
     older_than = run.lease.expires_at if run.lease is not None else now
     try:
         await asyncio.to_thread(sweeper.sweep, workspace, older_than=older_than)
-    except OSError as e:
-        log.warning("run %s: could not sweep %s: %s", run.id, workspace, e)
+    except OSError as exc:
+        log.warning("run %s: could not sweep %s: %s", run.id, workspace, exc)

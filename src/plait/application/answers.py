@@ -51,8 +51,8 @@ def answer_schema(schema: OutputSchema) -> ArgumentSchema:
     if checker is None:
         try:
             checker = ArgumentSchema(schema.name, schema.schema())
-        except ValidationError as e:
-            message = e.message.replace(f"tool {schema.name!r}: invalid parameters schema", "")
+        except ValidationError as exc:
+            message = exc.message.replace(f"tool {schema.name!r}: invalid parameters schema", "")
             raise ValidationError(f"invalid output schema{message}", field="schema") from None
         if len(_checkers) > 1024:
             _checkers.clear()

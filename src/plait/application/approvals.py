@@ -119,21 +119,21 @@ class ApprovalDesk:
             return False
         driver = self.service.driver
         try:
-            a = await driver.take_over(run, observer=None)
+            active = await driver.take_over(run, observer=None)
         except LeaseLostError:
             return False  # someone else holds it now
-        if a.run.status is RunStatus.AWAITING_APPROVAL:
-            queued = replace(a.run, status=RunStatus.QUEUED, error=None, lease=None)
+        if active.run.status is RunStatus.AWAITING_APPROVAL:
+            queued = replace(active.run, status=RunStatus.QUEUED, error=None, lease=None)
         else:  # it moved on between our read and our claim: just let go of it
-            queued = replace(a.run, lease=None)
-        await driver.journal.commit(a, (), run=queued)
+            queued = replace(active.run, lease=None)
+        await driver.journal.commit(active, (), run=queued)
         return queued.status is RunStatus.QUEUED
 
     async def pending(self, run: Run) -> tuple[Approval, ...]:
         """The run's requests that still wait for a decision, oldest first."""
         found = await self.approvals.list_approvals(session_id=run.session_id, run_id=run.id)
         waiting = (a for a in found if a.status is ApprovalStatus.PENDING)
-        return tuple(sorted(waiting, key=lambda a: a.requested_at))
+        return tuple(sorted(waiting, key=lambda approval: approval.requested_at))
 
     async def _ready(self, run_id: str) -> tuple[Run | None, tuple[Approval, ...]]:
         """The run if it awaits approval and none of its requests is pending (else None),

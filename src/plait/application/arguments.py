@@ -89,10 +89,10 @@ class ArgumentSchema:
         validator_class = _validator_class()
         try:
             validator_class.check_schema(cast(Any, schema))
-        except SchemaError as e:
-            where = _pointer(e.absolute_path)
+        except SchemaError as exc:
+            where = _pointer(exc.absolute_path)
             raise ValidationError(
-                f"tool {tool!r}: invalid parameters schema at {where}: {e.message}", tool=tool
+                f"tool {tool!r}: invalid parameters schema at {where}: {exc.message}", tool=tool
             ) from None
         self._validator = validator_class(deepcopy(schema))  # later edits change nothing
         if isinstance(schema, Mapping):

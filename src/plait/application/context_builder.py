@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plait.application.ports import ModelRole, TokenMeter
+from plait.application.ports import TokenMeter
 from plait.domain.context import Context, Correction, Prefix
 from plait.domain.messages import AssistantMessage, Message
 from plait.domain.tools import ToolSpec
@@ -43,8 +43,8 @@ class ApproxMeter:
             )
             return 4 + self.count_text(message.text) + calls
         if message.kind == "tool_result":
-            r = message.result
-            return 4 + self.count_text(message.tool_name) + self.count_text(r.content)
+            result = message.result
+            return 4 + self.count_text(message.tool_name) + self.count_text(result.content)
         return 4 + self.count_text(message.text)
 
     def count_tools(self, tools: tuple[ToolSpec, ...]) -> int:
@@ -105,19 +105,6 @@ class ContextBuilder:
             corrections=tuple(corrections),
         )
 
-    def for_role(
-        self,
-        role: ModelRole,
-        *,
-        instructions: str,
-        items: Sequence[Message],
-        output_type: type[Any],
-    ) -> Context[Any]:
-        """A context for another role (reviewer, summarizer): its own instructions, no
-        tools, the given items."""
-        del role  # the same shape for every non-assistant role, for now
-        return Context(instructions=instructions, tools=(), items=items, output_type=output_type)
-
     def count(self, context: Context[Any]) -> int:
         """Tokens of a whole context by this builder's meter; per-message counts cached."""
         total = self.meter.count_text(context.instructions)
@@ -129,16 +116,16 @@ class ContextBuilder:
             else:
                 total += self.meter.count_tools(context.tools)
         total += self.count_items(context.items)
-        for c in context.corrections:
-            total += self.meter.count_text(c.rejected_text)
-            total += sum(self.meter.count_text(p) for p in c.problems)
+        for correction in context.corrections:
+            total += self.meter.count_text(correction.rejected_text)
+            total += sum(self.meter.count_text(p) for p in correction.problems)
         return total
 
     def count_items(self, items: Sequence[Message]) -> int:
         """Tokens of a history (or a prefix of one): what was summed for it before is
         reused when ``items`` extends it, so only the new messages are looked at."""
-        n = len(items)
-        if n == 0:
+        count = len(items)
+        if count == 0:
             return 0
         key, meter = items[0].id, self.meter.name
         known = self._sums.get(key)
@@ -146,16 +133,16 @@ class ContextBuilder:
         if (
             known is not None
             and known.meter == meter
-            and known.length <= n
+            and known.length <= count
             and items[known.length - 1].id == known.last_id
         ):
             start, total = known.length, known.tokens
-        last = items[n - 1] if start == n else None
-        for k in range(start, n):
-            last = items[k]
+        last = items[count - 1] if start == count else None
+        for index in range(start, count):
+            last = items[index]
             total += self.count_message(last)
         assert last is not None
-        self._sums[key] = _Sum(meter, n, last.id, total)
+        self._sums[key] = _Sum(meter, count, last.id, total)
         self._sums.move_to_end(key)
         if len(self._sums) > self._histories:
             self._sums.popitem(last=False)
@@ -167,8 +154,8 @@ class ContextBuilder:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        n = self.meter.count_message(message)
-        self._cache[key] = n
+        tokens = self.meter.count_message(message)
+        self._cache[key] = tokens
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
-        return n
+        return tokens

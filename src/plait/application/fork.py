@@ -163,7 +163,7 @@ class ForkService:
         """The trace context of the source session's latest run that has one."""
         runs = await self.store.list_runs(session_id=session_id)
         traced = [r for r in runs if r.trace_context]
-        return max(traced, key=lambda r: r.started_at).trace_context if traced else None
+        return max(traced, key=lambda run: run.started_at).trace_context if traced else None
 
     async def _fork_point(self, source: Session, through_message_id: str) -> int:
         """The seq of ``through_message_id`` once it is known to end a complete unit."""
@@ -193,7 +193,7 @@ class ForkService:
         """The session's whole family of forks (its root and every descendant) that the
         caller may read, oldest first."""
         await self.readable(session_id, caller)
-        sessions = {s.id: s for s in await self.store.list_sessions()}
+        sessions = {session.id: session for session in await self.store.list_sessions()}
         root = session_id
         while True:
             origin = sessions[root].fork_origin if root in sessions else None
@@ -201,16 +201,20 @@ class ForkService:
                 break
             root = origin.parent_session_id
         children: dict[str, list[Session]] = {}
-        for s in sessions.values():
-            if s.fork_origin is not None:
-                children.setdefault(s.fork_origin.parent_session_id, []).append(s)
+        for session in sessions.values():
+            if session.fork_origin is not None:
+                children.setdefault(session.fork_origin.parent_session_id, []).append(session)
         out: list[Session] = []
         todo = [sessions[root]]
         while todo:
-            s = todo.pop()
-            if can_read(s, caller):
-                out.append(s)
-            todo.extend(sorted(children.get(s.id, ()), key=lambda c: c.created_at, reverse=True))
+            session = todo.pop()
+            if can_read(session, caller):
+                out.append(session)
+            todo.extend(
+                sorted(
+                    children.get(session.id, ()), key=lambda child: child.created_at, reverse=True
+                )
+            )
         return out
 
     # --- steps ------------------------------------------------------------------------------

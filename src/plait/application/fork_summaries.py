@@ -44,32 +44,32 @@ class SummaryInheritance:
 
     async def choose(self, source_id: str, through_seq: int) -> Inheritance:
         chosen: Summary | None = None
-        for s in reversed(await self.store.list_summaries(source_id)):
-            if s.covered_through_seq > through_seq:
+        for summary in reversed(await self.store.list_summaries(source_id)):
+            if summary.covered_through_seq > through_seq:
                 continue  # it knows about messages after the fork point
-            prefix = await self.store.read_messages(source_id, limit=s.covered_through_seq)
+            prefix = await self.store.read_messages(source_id, limit=summary.covered_through_seq)
             ids = [sm.message.id for sm in prefix]
             if (
-                len(ids) == s.covered_through_seq
-                and ids[-1] == s.covered_through_message_id
-                and source_digest(ids) == s.source_digest
+                len(ids) == summary.covered_through_seq
+                and ids[-1] == summary.covered_through_message_id
+                and source_digest(ids) == summary.source_digest
             ):
-                chosen = s
+                chosen = summary
                 break
         kept = []
-        for c in await self.store.list_constraints(source_id):
-            seq = await self.store.message_seq(source_id, c.source_message_id)
+        for constraint in await self.store.list_constraints(source_id):
+            seq = await self.store.message_seq(source_id, constraint.source_message_id)
             if seq is not None and seq <= through_seq:
-                kept.append(c)
+                kept.append(constraint)
         return Inheritance(chosen, tuple(kept))
 
     async def install(self, branch_id: str, inherited: Inheritance) -> None:
         if inherited.constraints:
             await self.store.add_constraints(branch_id, inherited.constraints)
-        s = inherited.summary
-        if s is None or await self.store.get_summary(branch_id) is not None:
+        summary = inherited.summary
+        if summary is None or await self.store.get_summary(branch_id) is not None:
             return
-        key = hashlib.sha256(f"{s.id}\0{branch_id}".encode()).hexdigest()[:24]
-        copy = replace(s, id=f"sum_{key}", session_id=branch_id, generation=1)
+        key = hashlib.sha256(f"{summary.id}\0{branch_id}".encode()).hexdigest()[:24]
+        copy = replace(summary, id=f"sum_{key}", session_id=branch_id, generation=1)
         with contextlib.suppress(ConflictError):  # a concurrent retry installed it first
             await self.store.activate_summary(copy, expected_generation=0)

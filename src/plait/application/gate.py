@@ -33,9 +33,16 @@ from plait.domain.session import ExecutionRecord, Session
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
-    "AllowAll", "GateDecision", "GateRequest", "ReviewerCall", "ToolGate", "Verdict", "policy_of",
-    "reviewer_model_of", "reviewer_of",
-]  # fmt: skip
+    "AllowAll",
+    "GateDecision",
+    "GateRequest",
+    "ReviewerCall",
+    "ToolGate",
+    "Verdict",
+    "policy_of",
+    "reviewer_model_of",
+    "reviewer_of",
+]
 
 
 class Verdict(StrEnum):

@@ -211,11 +211,11 @@ class ModelCaller:
             )
             try:
                 response = await self._attempt(model, request, budget.deadline)
-            except ModelError as e:
-                budget.settled(role, attempt, model.name, e)
-                code = e.model_code
+            except ModelError as exc:
+                budget.settled(role, attempt, model.name, exc)
+                code = exc.model_code
                 if code == ModelErrorCode.CONTEXT_WINDOW_EXCEEDED and not overflowed:
-                    smaller = await (on_overflow or self.on_overflow)(role, context, e)
+                    smaller = await (on_overflow or self.on_overflow)(role, context, exc)
                     if smaller is None:
                         raise
                     context, overflowed = smaller, True
@@ -225,10 +225,10 @@ class ModelCaller:
                 retry += 1
                 if retry >= self.policy.max_attempts:
                     raise
-                wait = self.policy.delay(retry, e, self._jitter())
+                wait = self.policy.delay(retry, exc, self._jitter())
                 if wait is None:
                     raise
-                await self._wait(wait, budget.deadline, e)
+                await self._wait(wait, budget.deadline, exc)
             else:
                 budget.settled(role, attempt, model.name, response)
                 return response

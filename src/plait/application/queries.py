@@ -129,7 +129,7 @@ class Queries:
         if session_id is not None:
             for child in await sub_agent_sessions(self._store, session_id):
                 found += await lister(session_id=child, run_id=run_id)
-            found.sort(key=lambda a: a.requested_at, reverse=True)
+            found.sort(key=lambda approval: approval.requested_at, reverse=True)
         return found
 
     async def parents(self, approvals: Sequence[Approval]) -> dict[str, ParentCall]:

@@ -185,8 +185,8 @@ class RetentionService:
         for sid in scope:
             expired = await self._store.expiries(sid)
             for sm in await self._store.read_messages(sid):
-                m = sm.message
-                if m.created_at >= cutoff or m.id in expired:
+                message = sm.message
+                if message.created_at >= cutoff or message.id in expired:
                     continue
                 origin = tree.origin(sid, sm.seq)
                 if (origin, sm.seq) in seen:  # a shared body, met in another session
@@ -198,17 +198,19 @@ class RetentionService:
                 if reason is not None:
                     held[reason] += 1
                     continue
-                chosen[(origin, sm.seq)] = (m, holders)
+                chosen[(origin, sm.seq)] = (message, holders)
         items = tuple(
             ExpiredItem(
                 session_id=origin,
                 seq=seq,
-                message_id=m.id,
-                kind=m.kind,
-                created_at=m.created_at,
+                message_id=message.id,
+                kind=message.kind,
+                created_at=message.created_at,
                 held_by=tuple(holders),
             )
-            for (origin, seq), (m, holders) in sorted(chosen.items(), key=lambda x: x[0])
+            for (origin, seq), (message, holders) in sorted(
+                chosen.items(), key=lambda entry: entry[0]
+            )
         )
         report = RetentionReport(
             policy=policy,
@@ -224,9 +226,9 @@ class RetentionService:
         if request.mode == "archive":
             archive_id = await self._archive(chosen, policy, now)
         per_holder: dict[str, list[Tombstone]] = {}
-        for (_origin, _seq), (m, holders) in chosen.items():
+        for (_origin, _seq), (message, holders) in chosen.items():
             stone = tombstone(
-                m, expired_at=now, policy=policy, mode=request.mode, archive_id=archive_id
+                message, expired_at=now, policy=policy, mode=request.mode, archive_id=archive_id
             )
             for holder in holders:
                 per_holder.setdefault(holder, []).append(stone)
@@ -270,15 +272,15 @@ class RetentionService:
             if document.get("schema_version") != ARCHIVE_VERSION:
                 raise ValueError(f"unknown schema_version {document.get('schema_version')!r}")
             entries = [
-                (str(e["session_id"]), int(e["seq"]), str(e["digest"]), e["message"])
-                for e in document["messages"]
+                (str(exc["session_id"]), int(exc["seq"]), str(exc["digest"]), exc["message"])
+                for exc in document["messages"]
             ]
             originals = [message_from_archive(m) for *_, m in entries]
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValidationError(
-                f"artifact {archive_id!r} is not a plait history archive ({e})",
+                f"artifact {archive_id!r} is not a plait history archive ({exc})",
                 artifact_id=archive_id,
-            ) from e
+            ) from exc
         tree = await self._tree()
         held = Counter[str]()
         items: list[ExpiredItem] = []
@@ -344,7 +346,9 @@ class RetentionService:
                     "digest": body_digest(m),
                     "message": message_to_archive(m),
                 }
-                for (origin, seq), (m, holders) in sorted(chosen.items(), key=lambda x: x[0])
+                for (origin, seq), (m, holders) in sorted(
+                    chosen.items(), key=lambda entry: entry[0]
+                )
             ],
         }
         data = json.dumps(document, ensure_ascii=False, sort_keys=True).encode()

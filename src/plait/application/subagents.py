@@ -213,10 +213,10 @@ class Delegation:
         return ToolOutput(content=answers[-1].text if answers else "")
 
 
-def _least(a: int | None, b: int | None) -> int | None:
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
+def _least(first: int | None, second: int | None) -> int | None:
+    if first is None:
+        return second
+    return first if second is None else min(first, second)
 
 
 async def sub_agent_sessions(store: SessionStore, session_id: str) -> list[str]:

@@ -61,16 +61,16 @@ class ToolRunner:
             return _failure(call, status, "cancelled while running")
         except SubAgentWaitingError:
             raise  # not an outcome: the driver makes the run wait
-        except PolicyError as e:  # refused before it acted (e.g. plait's own store)
-            why = printable(e.message)
+        except PolicyError as exc:  # refused before it acted (e.g. plait's own store)
+            why = printable(exc.message)
             return ToolResult(call_id=call.id, status=ToolStatus.DENIED, content=why, reason=why)
-        except PlaitError as e:  # ToolError and its kin: the tool reports a failure
-            why = printable(e.message)
+        except PlaitError as exc:  # ToolError and its kin: the tool reports a failure
+            why = printable(exc.message)
             return ToolResult(call_id=call.id, status=ToolStatus.FAILED, content=why, reason=why)
-        except Exception as e:
+        except Exception as exc:
             log.exception("tool %s raised", call.name)
             reason = (
-                f"internal error in tool {call.name!r}: {type(e).__name__}: {printable(str(e))}"
+                f"internal error in tool {call.name!r}: {type(exc).__name__}: {printable(str(exc))}"
             )
             return ToolResult(call_id=call.id, status=unsure, content=reason, reason=reason)
         return await self.capped(call, output, invocation.output_cap_bytes)

@@ -141,8 +141,8 @@ def parse_arguments(model: type[ArgumentsT], arguments: Mapping[str, Any]) -> Ar
     argument."""
     try:
         return model.model_validate(arguments)
-    except pydantic.ValidationError as e:
-        problems = "; ".join(_problem(error) for error in e.errors(include_url=False))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(_problem(error) for error in exc.errors(include_url=False))
         raise ToolError(f"invalid arguments: {problems}") from None
 
 

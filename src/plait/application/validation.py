@@ -48,14 +48,14 @@ def check_output(
         problems.append(f"the message text {problem}")
     calls: list[ToolCall] = []
     seen: set[str] = set()
-    for n, raw in enumerate(response.tool_calls, 1):
+    for number, raw in enumerate(response.tool_calls, 1):
         if not raw.id:
-            problems.append(f"tool call {n}: missing call id")
+            problems.append(f"tool call {number}: missing call id")
             continue
         if (problem := id_problem(raw.id)) is not None:
-            problems.append(f"tool call {n}: call id {raw.id[:60]!a} {problem}")
+            problems.append(f"tool call {number}: call id {raw.id[:60]!a} {problem}")
             continue
-        where = f"tool call {n} ({raw.id})"
+        where = f"tool call {number} ({raw.id})"
         if raw.id in seen:
             problems.append(f"{where}: call id {raw.id!r} is repeated in this message")
             continue
@@ -78,8 +78,8 @@ def check_output(
             text = raw.arguments.strip() or "{}"
             try:
                 args = json.loads(text)
-            except ValueError as e:
-                problems.append(f"{where}: arguments are not valid JSON ({e})")
+            except ValueError as exc:
+                problems.append(f"{where}: arguments are not valid JSON ({exc})")
                 continue
         else:
             args = raw.arguments

@@ -137,8 +137,8 @@ class WebhookDispatcher:
         while not stop.is_set():
             try:
                 done = await self.run_once()
-            except PlaitError as e:
-                log.error("webhook deliveries: %s", e.message, extra={"code": e.code})
+            except PlaitError as exc:
+                log.error("webhook deliveries: %s", exc.message, extra={"code": exc.code})
                 done = 0
             except Exception:  # a bug must not stop every later delivery of this worker
                 log.exception("webhook deliveries failed")
@@ -173,8 +173,8 @@ class WebhookDispatcher:
             status = await self.sender.post(job.url, body=body, headers=headers)
             if not 200 <= status < 300:
                 error = f"HTTP {status}"
-        except OSError as e:
-            error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        except OSError as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         ok = error is None
         attempts = job.delivery.attempts
         retry_at: float | None = None

@@ -115,16 +115,18 @@ class _EventSink:
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
             token = self._token(run_id, event)
-            for e in self._encode(event, self._now()):
-                self._items.put_nowait((run_id, e, token))
+            for encoded in self._encode(event, self._now()):
+                self._items.put_nowait((run_id, encoded, token))
 
         return observe
 
     def text_sink(self, run_id: str) -> TextSink:
         def on_text(delta: str) -> None:
             if delta:
-                e = NewRunEvent(type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta})
-                self._items.put_nowait((run_id, e, self._token(run_id)))
+                encoded = NewRunEvent(
+                    type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta}
+                )
+                self._items.put_nowait((run_id, encoded, self._token(run_id)))
 
         return on_text
 
@@ -154,9 +156,9 @@ class _EventSink:
             for run_id, _, token in batch:  # a run's newest claim fences its older events
                 if token is not None and token > tokens.get(run_id, -1):
                     tokens[run_id] = token
-            for run_id, e, token in batch:
+            for run_id, encoded, token in batch:
                 if token is None or token == tokens[run_id]:
-                    by_run.setdefault(run_id, []).append(e)
+                    by_run.setdefault(run_id, []).append(encoded)
             try:
                 await self._write(by_run, tokens)
             finally:
@@ -170,15 +172,15 @@ class _EventSink:
             try:
                 written = await self._store.append_run_events_batch(by_run, lease_tokens=tokens)
                 break
-            except StoreUnavailableError as e:
+            except StoreUnavailableError as exc:
                 if waited >= self.outage_seconds or self._closing:
-                    log.error("run events lost to a store outage: %s", e.message)
+                    log.error("run events lost to a store outage: %s", exc.message)
                     return
                 delay = backoff.delay()
                 waited += delay
                 await asyncio.sleep(delay)
-            except PlaitError as e:
-                log.error("cannot persist run events: %s", e.message, extra={"code": e.code})
+            except PlaitError as exc:
+                log.error("cannot persist run events: %s", exc.message, extra={"code": exc.code})
                 return
         for run_id, events in by_run.items():
             if events and not written.get(run_id):
@@ -253,8 +255,8 @@ class Worker:
                         asked = True
                     asked = await self._claim_while_free(stop) or asked
                     await self._report_depth()
-                except StoreUnavailableError as e:
-                    self._store_down(e)
+                except StoreUnavailableError as exc:
+                    self._store_down(exc)
                     await self._sleep(stop, self._backoff.delay())
                     continue
                 if asked:  # the store answered
@@ -284,20 +286,23 @@ class Worker:
         if isinstance(self.queue, StartingQueue) and self.service.caller.has_model:
             model = self.service.model
             return await self.queue.claim_and_start_run(
-                owner=self.owner, now=now, expires_at=expires_at, model=model.name,
+                owner=self.owner,
+                now=now,
+                expires_at=expires_at,
+                model=model.name,
                 model_spec=self.service.models.spec,
-            )  # fmt: skip
+            )
         return await self.queue.claim_queued_run(owner=self.owner, now=now, expires_at=expires_at)
 
-    def _store_down(self, e: StoreUnavailableError) -> None:
+    def _store_down(self, exc: StoreUnavailableError) -> None:
         if self._outage is None:
             self.stats.outages += 1
             log.warning(
                 "store unavailable: %s; retrying with backoff",
-                e.message,
-                extra={"worker": self.owner, "code": e.code},
+                exc.message,
+                extra={"worker": self.owner, "code": exc.code},
             )
-        self._outage = e
+        self._outage = exc
 
     def _store_up(self) -> None:
         if self._outage is not None:
@@ -320,16 +325,16 @@ class Worker:
             return
         try:
             telemetry.queue_depth(await self.queue.count_queued_runs(now=self.service.clock.now()))
-        except PlaitError as e:
-            log.warning("cannot count queued runs: %s", e.message)
+        except PlaitError as exc:
+            log.warning("cannot count queued runs: %s", exc.message)
 
     async def _recover_stale(self) -> None:
         try:
             stale = await self.service.store.list_stale_runs(now=self.service.clock.now())
         except StoreUnavailableError:
             raise
-        except PlaitError as e:
-            log.error("cannot list stale runs: %s", e.message)
+        except PlaitError as exc:
+            log.error("cannot list stale runs: %s", exc.message)
             return
         for run in stale:
             if run.status is RunStatus.RUNNING and run.id not in self._tasks:
@@ -350,8 +355,8 @@ class Worker:
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
-            for w in waiters:
-                w.cancel()
+            for waiter in waiters:
+                waiter.cancel()
 
     def _spawn(self, claimed: Run | ClaimedRun, *, recover: bool) -> None:
         task = asyncio.create_task(self._drive(claimed, recover=recover))
@@ -384,25 +389,25 @@ class Worker:
                 log.info("run claimed", extra=ids)
                 result = await self.service.execute(claimed, observer=observer, on_text=on_text)
                 status = result.run.status.value
-        except LeaseLostError as e:
+        except LeaseLostError as exc:
             log.warning(
                 "run %s: its lease was taken over by another process; this worker stopped "
                 "the run and wrote nothing after the take-over (%s)",
                 run.id,
-                e.message,
-                extra={**ids, "code": e.code},
+                exc.message,
+                extra={**ids, "code": exc.code},
             )
             return
-        except StoreUnavailableError as e:
+        except StoreUnavailableError as exc:
             self._orphans.add(run.id)
             log.warning(
                 "run interrupted by a store outage; recovered once the store is back: %s",
-                e.message,
-                extra={**ids, "code": e.code},
+                exc.message,
+                extra={**ids, "code": exc.code},
             )
             return
-        except PlaitError as e:
-            log.error("run failed in the worker: %s", e.message, extra={**ids, "code": e.code})
+        except PlaitError as exc:
+            log.error("run failed in the worker: %s", exc.message, extra={**ids, "code": exc.code})
             return
         await self._sink.drain()
         self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
@@ -436,5 +441,5 @@ class Worker:
             if in_outage:
                 raise
             log.warning("cannot release lease: the store is unavailable", extra={"run_id": run_id})
-        except PlaitError as e:  # taken over meanwhile, or ended: nothing to release
-            log.warning("cannot release lease: %s", e.message, extra={"run_id": run_id})
+        except PlaitError as exc:  # taken over meanwhile, or ended: nothing to release
+            log.warning("cannot release lease: %s", exc.message, extra={"run_id": run_id})

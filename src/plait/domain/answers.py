@@ -39,8 +39,8 @@ class OutputSchema:
             )
         try:
             schema = json.loads(self.schema_json)
-        except (TypeError, ValueError) as e:
-            raise ValidationError(f"the output schema is not JSON: {e}", field="schema") from e
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"the output schema is not JSON: {exc}", field="schema") from exc
         if not isinstance(schema, dict):
             raise ValidationError("the output schema must be a JSON object", field="schema")
 
@@ -51,8 +51,8 @@ class OutputSchema:
             raise ValidationError("the output schema must be a JSON object", field="schema")
         try:
             text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError) as e:
-            raise ValidationError(f"the output schema is not JSON: {e}", field="schema") from e
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"the output schema is not JSON: {exc}", field="schema") from exc
         title = schema.get("title")
         if name is None and isinstance(title, str) and _NAME.match(title):
             name = title
@@ -78,6 +78,6 @@ def decode_answer(text: str, structured: Any = None) -> tuple[Any, list[str]]:
             return None, ["the final answer is empty; reply with only a JSON value"]
         try:
             structured = json.loads(body)
-        except ValueError as e:
-            return None, [f"the final answer is not valid JSON ({e}); reply with only JSON"]
+        except ValueError as exc:
+            return None, [f"the final answer is not valid JSON ({exc}); reply with only JSON"]
     return structured, []

@@ -181,22 +181,22 @@ def plan_compaction(
     stays raw. ``pressure``/``manual`` keep the newest units that fit in
     ``retained_tokens``; ``overflow`` keeps only the newest unit.
     """
-    n = len(prefix_tokens) - 1
-    if not cuts or n < 1:
+    count = len(prefix_tokens) - 1
+    if not cuts or count < 1:
         return None
     # The newest unit: the unsettled tail if there is one, else the last complete unit.
-    newest_start = cuts[-1] if cuts[-1] < n else (cuts[-2] if len(cuts) > 1 else 0)
-    candidates = [k for k in cuts if already_covered < k <= newest_start]
+    newest_start = cuts[-1] if cuts[-1] < count else (cuts[-2] if len(cuts) > 1 else 0)
+    candidates = [cut for cut in cuts if already_covered < cut <= newest_start]
     if not candidates:
         return None
-    total = prefix_tokens[n]
+    total = prefix_tokens[count]
     if trigger == "overflow":
-        k = candidates[-1]
+        cut = candidates[-1]
     else:
         fitting = [c for c in candidates if total - prefix_tokens[c] <= retained_tokens]
-        k = fitting[0] if fitting else candidates[-1]
+        cut = fitting[0] if fitting else candidates[-1]
     return CompactionPlan(
-        covered_through=k,
-        source_tokens=prefix_tokens[k],
-        kept_tokens=total - prefix_tokens[k],
+        covered_through=cut,
+        source_tokens=prefix_tokens[cut],
+        kept_tokens=total - prefix_tokens[cut],
     )

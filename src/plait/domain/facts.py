@@ -83,24 +83,24 @@ def harvest_facts(messages: Iterable[Message]) -> Facts:
     commands: list[CommandFact] = []
     tests: dict[str, FailingTest] = {}
     constraints: list[Constraint] = []
-    for m in messages:
-        if isinstance(m, AssistantMessage):
-            for c in m.tool_calls:
-                calls[c.id] = c
-        elif isinstance(m, UserMessage):
-            constraints.extend(extract_constraints(m))
-        elif isinstance(m, ToolResultMessage):
-            call = calls.get(m.call_id)
-            content = m.result.content
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            for tool_call in message.tool_calls:
+                calls[tool_call.id] = tool_call
+        elif isinstance(message, UserMessage):
+            constraints.extend(extract_constraints(message))
+        elif isinstance(message, ToolResultMessage):
+            call = calls.get(message.call_id)
+            content = message.result.content
             for pattern in _TESTS:
                 for name in pattern.findall(content):
-                    tests[name] = FailingTest(name=name, source_message_id=m.id)
+                    tests[name] = FailingTest(name=name, source_message_id=message.id)
             if call is None:
                 continue
             action = _FILE_TOOLS.get(call.name)
             path = call.arguments().get("path")
             if action is not None and isinstance(path, str):
-                if m.result.status.value != "succeeded":
+                if message.result.status.value != "succeeded":
                     continue
                 hashes = _SHA.findall(content)
                 key = (path, action)
@@ -109,7 +109,7 @@ def harvest_facts(messages: Iterable[Message]) -> Facts:
                     path=path,
                     action=action,
                     content_hash=("sha256:" + hashes[-1]) if hashes else None,
-                    source_message_id=m.id,
+                    source_message_id=message.id,
                 )
                 continue
             command = _command_of(call)
@@ -117,9 +117,9 @@ def harvest_facts(messages: Iterable[Message]) -> Facts:
                 commands.append(
                     CommandFact(
                         command=command,
-                        exit_status=_exit_status(m),
-                        tool_status=m.result.status.value,
-                        source_message_id=m.id,
+                        exit_status=_exit_status(message),
+                        tool_status=message.result.status.value,
+                        source_message_id=message.id,
                     )
                 )
     return Facts(
@@ -133,13 +133,13 @@ def harvest_facts(messages: Iterable[Message]) -> Facts:
 def merge_facts(earlier: Facts, later: Facts) -> Facts:
     """Facts of two consecutive ranges: the later range's entry wins for the same file or
     test; commands and constraints are concatenated."""
-    files = {(f.path, f.action): f for f in earlier.files}
-    for f in later.files:
-        files.pop((f.path, f.action), None)
-        files[(f.path, f.action)] = f
-    tests = {t.name: t for t in earlier.failing_tests}
-    for t in later.failing_tests:
-        tests[t.name] = t
+    files = {(file.path, file.action): file for file in earlier.files}
+    for file in later.files:
+        files.pop((file.path, file.action), None)
+        files[(file.path, file.action)] = file
+    tests = {test.name: test for test in earlier.failing_tests}
+    for test in later.failing_tests:
+        tests[test.name] = test
     seen = {(c.text, c.source_message_id) for c in earlier.constraints}
     constraints = earlier.constraints + tuple(
         c for c in later.constraints if (c.text, c.source_message_id) not in seen

@@ -57,27 +57,27 @@ _STRICTNESS = {Action.ALLOW: 0, Action.REVIEW: 1, Action.APPROVE: 2, Action.DENY
 
 @lru_cache(maxsize=512)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if pattern.startswith("**/", i):
+    out, pos, length = [], 0, len(pattern)
+    while pos < length:
+        char = pattern[pos]
+        if pattern.startswith("**/", pos):
             out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("/**", i) and i + 3 == n:
+            pos += 3
+        elif pattern.startswith("/**", pos) and pos + 3 == length:
             out.append("(?:/.*)?")
-            i += 3
-        elif pattern.startswith("**", i):
+            pos += 3
+        elif pattern.startswith("**", pos):
             out.append(".*")
-            i += 2
-        elif c == "*":
+            pos += 2
+        elif char == "*":
             out.append("[^/]*")
-            i += 1
-        elif c == "?":
+            pos += 1
+        elif char == "?":
             out.append("[^/]")
-            i += 1
+            pos += 1
         else:
-            out.append(re.escape(c))
-            i += 1
+            out.append(re.escape(char))
+            pos += 1
     return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
@@ -213,8 +213,16 @@ class Policy:
     bare ones included), whatever the rules say: the host's git runs them later."""
     command_tools: tuple[str, ...] = ("run_command",)
     path_arguments: tuple[str, ...] = (
-        "path", "paths", "file", "directory", "dir", "cwd", "source", "destination", "target",
-    )  # fmt: skip
+        "path",
+        "paths",
+        "file",
+        "directory",
+        "dir",
+        "cwd",
+        "source",
+        "destination",
+        "target",
+    )
     limits: Limits = field(default_factory=Limits)
     reviewer: ReviewerConfig = field(default_factory=ReviewerConfig)
     source: str = "built-in default"
@@ -223,9 +231,11 @@ class Policy:
         for name in ("read", "write", "command", "other", "protected_action"):
             object.__setattr__(self, name, Action(getattr(self, name)))
         names = [r.name for r in self.rules]
-        for n in names:
-            if names.count(n) > 1:
-                raise ValidationError(f"policy rule name {n!r} is used twice", rule=n)
+        for rule_name in names:
+            if names.count(rule_name) > 1:
+                raise ValidationError(
+                    f"policy rule name {rule_name!r} is used twice", rule=rule_name
+                )
 
     @classmethod
     def default(cls) -> Policy:
@@ -284,7 +294,7 @@ class Policy:
             return
         cmd = facts.command
         if not cmd.ok:
-            floor = max(self.command, Action.APPROVE, key=lambda a: a.strictness)
+            floor = max(self.command, Action.APPROVE, key=lambda action: action.strictness)
             yield PolicyVerdict(
                 action=floor,
                 rule="command.unparsable",
@@ -296,7 +306,7 @@ class Policy:
             yield self._subcommand(words, tool_rules)
         for target in cmd.unclear:
             yield PolicyVerdict(
-                action=max(self.write, Action.APPROVE, key=lambda a: a.strictness),
+                action=max(self.write, Action.APPROVE, key=lambda action: action.strictness),
                 rule="command.unclear_write",
                 reason=f"the command writes to {target!r}, whose place cannot be known "
                 "before it runs",
@@ -316,18 +326,18 @@ class Policy:
             r
             for r in rules
             if not r.commands
-            and (not r.paths or any(glob_match(p, g) for p in facts.paths for g in r.paths))
+            and (not r.paths or any(glob_match(path, g) for path in facts.paths for g in r.paths))
         ]
         if matching:
             return _rule_verdict(matching)
         if not facts.read_only:
-            for p in facts.paths:
-                hit = next((g for g in self.protected if glob_match(p, g)), None)
+            for path in facts.paths:
+                hit = next((g for g in self.protected if glob_match(path, g)), None)
                 if hit is not None:
                     return PolicyVerdict(
                         action=self.protected_action,
                         rule="protected",
-                        reason=f"{p!r} is a protected path (matches {hit!r})",
+                        reason=f"{path!r} is a protected path (matches {hit!r})",
                     )
         if facts.read_only:
             return PolicyVerdict(action=self.read, rule="defaults.read", reason="a read-only tool")
@@ -350,8 +360,10 @@ class Policy:
         ]
         shown = " ".join(words)
         if matching:
-            v = _rule_verdict(matching)
-            return PolicyVerdict(action=v.action, rule=v.rule, reason=f"`{shown}`: {v.reason}")
+            verdict = _rule_verdict(matching)
+            return PolicyVerdict(
+                action=verdict.action, rule=verdict.rule, reason=f"`{shown}`: {verdict.reason}"
+            )
         return PolicyVerdict(
             action=self.command,
             rule="defaults.command",
@@ -360,7 +372,7 @@ class Policy:
 
 
 def _rule_verdict(rules: list[ToolRule]) -> PolicyVerdict:
-    rule = max(rules, key=lambda r: r.action.strictness)
+    rule = max(rules, key=lambda rule: rule.action.strictness)
     return PolicyVerdict(
         action=rule.action,
         rule=f"rules.{rule.name}",

@@ -61,19 +61,19 @@ class _Ctx:
         counts: dict[str, int] = {}
         header: int | None = None
         key_re = re.compile(rf"^\s*[\"']?{re.escape(leaf)}[\"']?\s*=")
-        for n, raw in enumerate(self.lines, 1):
-            s = raw.strip()
-            m = re.match(r"^\[\[?\s*([^\]]+?)\s*\]", s)
-            if m:
-                current = m.group(1)
-                nth = counts.get(current, -1) + 1 if s.startswith("[[") else 0
+        for number, raw in enumerate(self.lines, 1):
+            stripped = raw.strip()
+            header_match = re.match(r"^\[\[?\s*([^\]]+?)\s*\]", stripped)
+            if header_match:
+                current = header_match.group(1)
+                nth = counts.get(current, -1) + 1 if stripped.startswith("[[") else 0
                 counts[current] = nth
                 if current == table and nth == index:
-                    header = n
+                    header = number
                 continue
             here = current == table and (table is None or counts.get(table) == index)
             if here and key_re.match(raw):
-                return n
+                return number
         return header
 
 
@@ -104,10 +104,10 @@ def _check_keys(
     table: str | None,
     index: int = 0,
 ) -> None:
-    for k in data:
-        if k not in allowed:
+    for key in data:
+        if key not in allowed:
             raise ctx.fail(
-                f"{prefix}{k}",
+                f"{prefix}{key}",
                 f"unknown key; accepted: {', '.join(sorted(allowed))}",
                 table=table,
                 index=index,
@@ -120,42 +120,49 @@ def _int(ctx: _Ctx, value: Any, key: str, table: str, *, minimum: int = 1) -> in
     return value
 
 
-def _rule(ctx: _Ctx, raw: Any, n: int) -> ToolRule:
-    key = f"rules[{n}]"
+def _rule(ctx: _Ctx, raw: Any, number: int) -> ToolRule:
+    key = f"rules[{number}]"
     if not isinstance(raw, dict):
-        raise ctx.fail(key, "must be a table ([[rules]])", table="rules", index=n)
-    _check_keys(ctx, raw, _RULE, f"{key}.", "rules", n)
+        raise ctx.fail(key, "must be a table ([[rules]])", table="rules", index=number)
+    _check_keys(ctx, raw, _RULE, f"{key}.", "rules", number)
     for required in ("name", "action"):
         if required not in raw:
-            raise ctx.fail(f"{key}.{required}", "is required", table="rules", index=n)
+            raise ctx.fail(f"{key}.{required}", "is required", table="rules", index=number)
     name = raw["name"]
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
         raise ctx.fail(
-            f"{key}.name", "must be 1-64 letters, digits, '_', '.', '-'", table="rules", index=n
+            f"{key}.name",
+            "must be 1-64 letters, digits, '_', '.', '-'",
+            table="rules",
+            index=number,
         )
     commands: list[tuple[str, ...]] = []
     for pattern in (
-        _str_list(ctx, raw.get("commands", []), f"{key}.commands", "rules", n)
+        _str_list(ctx, raw.get("commands", []), f"{key}.commands", "rules", number)
         if "commands" in raw
         else ()
     ):
         try:
             words = tuple(shlex.split(pattern))
-        except ValueError as e:
+        except ValueError as exc:
             raise ctx.fail(
-                f"{key}.commands", f"pattern {pattern!r}: {e}", table="rules", index=n
+                f"{key}.commands", f"pattern {pattern!r}: {exc}", table="rules", index=number
             ) from None
         if not words:
-            raise ctx.fail(f"{key}.commands", "a pattern must not be empty", table="rules", index=n)
+            raise ctx.fail(
+                f"{key}.commands", "a pattern must not be empty", table="rules", index=number
+            )
         commands.append(words)
     reason = raw.get("reason", "")
     if not isinstance(reason, str):
-        raise ctx.fail(f"{key}.reason", "must be a string", table="rules", index=n)
+        raise ctx.fail(f"{key}.reason", "must be a string", table="rules", index=number)
     return ToolRule(
         name=name,
-        action=_action(ctx, raw["action"], f"{key}.action", "rules", n),
-        tools=_str_list(ctx, raw.get("tools", ["*"]), f"{key}.tools", "rules", n),
-        paths=_str_list(ctx, raw["paths"], f"{key}.paths", "rules", n) if "paths" in raw else (),
+        action=_action(ctx, raw["action"], f"{key}.action", "rules", number),
+        tools=_str_list(ctx, raw.get("tools", ["*"]), f"{key}.tools", "rules", number),
+        paths=_str_list(ctx, raw["paths"], f"{key}.paths", "rules", number)
+        if "paths" in raw
+        else (),
         commands=tuple(commands),
         reason=reason,
     )
@@ -178,31 +185,33 @@ def _get_int(
 
 def _reviewer(ctx: _Ctx, raw: dict[str, Any]) -> ReviewerConfig:
     _check_keys(ctx, raw, _REVIEWER, "reviewer.", "reviewer")
-    d = ReviewerConfig()
-    instructions = raw.get("instructions", d.instructions)
+    reviewer = ReviewerConfig()
+    instructions = raw.get("instructions", reviewer.instructions)
     if not isinstance(instructions, str):
         raise ctx.fail("reviewer.instructions", "must be a string", table="reviewer")
-    model = raw.get("model", d.model)
+    model = raw.get("model", reviewer.model)
     if not isinstance(model, str) or (model != model.strip()):
         raise ctx.fail(
             "reviewer.model",
             'must be a model spec or a plait.toml model name (e.g. "anthropic:claude-haiku-4-5")',
             table="reviewer",
         )
-    timeout = raw.get("timeout_seconds", d.timeout_seconds)
+    timeout = raw.get("timeout_seconds", reviewer.timeout_seconds)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ctx.fail("reviewer.timeout_seconds", "must be a positive number", table="reviewer")
     ints = {
-        k: _get_int(ctx, raw, "reviewer", k, getattr(d, k), 0 if k != "max_model_calls" else 1)
+        k: _get_int(
+            ctx, raw, "reviewer", k, getattr(reviewer, k), 0 if k != "max_model_calls" else 1
+        )
         for k in ("max_model_calls", "max_corrections", "max_output_tokens", "history_messages")
     }
     return ReviewerConfig(
         model=model,
         instructions=instructions,
-        max_model_calls=ints["max_model_calls"] or d.max_model_calls,
+        max_model_calls=ints["max_model_calls"] or reviewer.max_model_calls,
         max_corrections=ints["max_corrections"] or 0,
         timeout_seconds=float(timeout),
-        max_output_tokens=ints["max_output_tokens"] or d.max_output_tokens,
+        max_output_tokens=ints["max_output_tokens"] or reviewer.max_output_tokens,
         history_messages=ints["history_messages"] or 0,
     )
 
@@ -212,10 +221,12 @@ def _defaults(ctx: _Ctx, data: dict[str, Any]) -> dict[str, Action]:
     _check_keys(ctx, raw, _DEFAULTS, "defaults.", "defaults")
     base = Policy.default()
     out: dict[str, Action] = {}
-    for k in _DEFAULTS:
-        name = "protected_action" if k == "protected" else k
+    for key in _DEFAULTS:
+        name = "protected_action" if key == "protected" else key
         out[name] = (
-            _action(ctx, raw[k], f"defaults.{k}", "defaults") if k in raw else getattr(base, name)
+            _action(ctx, raw[key], f"defaults.{key}", "defaults")
+            if key in raw
+            else getattr(base, name)
         )
     return out
 
@@ -243,13 +254,13 @@ def _rules(ctx: _Ctx, data: dict[str, Any]) -> tuple[ToolRule, ...]:
     raw = data.get("rules", [])
     if not isinstance(raw, list):
         raise ctx.fail("rules", "must be an array of tables ([[rules]])", table=None)
-    rules = tuple(_rule(ctx, r, n) for n, r in enumerate(raw))
+    rules = tuple(_rule(ctx, rule, number) for number, rule in enumerate(raw))
     seen: set[str] = set()
-    for n, r in enumerate(rules):
-        if r.name in seen:
-            problem = f"{r.name!r} is used by an earlier rule"
-            raise ctx.fail(f"rules[{n}].name", problem, table="rules", index=n)
-        seen.add(r.name)
+    for number, rule in enumerate(rules):
+        if rule.name in seen:
+            problem = f"{rule.name!r} is used by an earlier rule"
+            raise ctx.fail(f"rules[{number}].name", problem, table="rules", index=number)
+        seen.add(rule.name)
     return rules
 
 
@@ -258,8 +269,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     ctx = _Ctx(text, source)
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PolicyError(f"{source}: not valid TOML: {e}", source=source) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{source}: not valid TOML: {exc}", source=source) from None
     _check_keys(ctx, data, _TOP, "", None)
     version = data.get("version")
     if version != 1:
@@ -267,18 +278,18 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise ctx.fail("version", problem, table=None)
     limits = _table(ctx, data, "limits")
     _check_keys(ctx, limits, _LIMITS, "limits.", "limits")
-    d, lists = _defaults(ctx, data), _lists(ctx, data)
+    defaults, lists = _defaults(ctx, data), _lists(ctx, data)
     protect_git = data.get("protect_git", True)
     if not isinstance(protect_git, bool):
         raise ctx.fail("protect_git", f"must be true or false, got {protect_git!r}", table=None)
     try:
         return Policy(
             rules=_rules(ctx, data),
-            read=d["read"],
-            write=d["write"],
-            command=d["command"],
-            other=d["other"],
-            protected_action=d["protected_action"],
+            read=defaults["read"],
+            write=defaults["write"],
+            command=defaults["command"],
+            other=defaults["other"],
+            protected_action=defaults["protected_action"],
             protected=lists["protected"],
             protect_git=protect_git,
             command_tools=lists["command_tools"],
@@ -290,5 +301,5 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             reviewer=_reviewer(ctx, _table(ctx, data, "reviewer")),
             source=source,
         )
-    except ValidationError as e:
-        raise PolicyError(f"{source}: {e.message}", source=source) from e
+    except ValidationError as exc:
+        raise PolicyError(f"{source}: {exc.message}", source=source) from exc

@@ -23,12 +23,12 @@ def search_text(message: Message) -> str:
         calls = " ".join(f"{c.name} {c.arguments_json}" for c in message.tool_calls)
         return f"{message.text} {calls}" if calls else message.text
     if isinstance(message, ToolResultMessage):
-        r = message.result
-        parts = [message.tool_name, r.content]
-        if r.reason:
-            parts.append(r.reason)
-        if r.artifact is not None:
-            parts.append(r.artifact.id)
+        result = message.result
+        parts = [message.tool_name, result.content]
+        if result.reason:
+            parts.append(result.reason)
+        if result.artifact is not None:
+            parts.append(result.artifact.id)
         return " ".join(parts)
     return message.text
 

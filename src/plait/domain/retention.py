@@ -188,16 +188,16 @@ def message_from_archive(data: dict[str, Any]) -> Message:
             **common,
         )
     if kind == "tool_result":
-        r = data["result"]
-        artifact = r["artifact"]
+        result = data["result"]
+        artifact = result["artifact"]
         return ToolResultMessage(
             tool_name=data["tool_name"],
             step=int(data["step"]),
             result=ToolResult(
-                call_id=r["call_id"],
-                status=ToolStatus(r["status"]),
-                content=r["content"],
-                reason=r["reason"],
+                call_id=result["call_id"],
+                status=ToolStatus(result["status"]),
+                content=result["content"],
+                reason=result["reason"],
                 artifact=None if artifact is None else ArtifactRef(**artifact),
             ),
             **common,
@@ -269,35 +269,35 @@ def tombstone(
 EXPIRY_VERSION = 1
 
 
-def expiry_to_dict(e: Expiry) -> dict[str, Any]:
+def expiry_to_dict(expiry: Expiry) -> dict[str, Any]:
     return {
         "schema_version": EXPIRY_VERSION,
-        "message_id": e.message_id,
-        "kind": e.kind,
-        "created_at": e.created_at,
-        "digest": e.digest,
-        "expired_at": e.expired_at,
-        "policy": e.policy,
-        "mode": e.mode,
-        "archive_id": e.archive_id,
+        "message_id": expiry.message_id,
+        "kind": expiry.kind,
+        "created_at": expiry.created_at,
+        "digest": expiry.digest,
+        "expired_at": expiry.expired_at,
+        "policy": expiry.policy,
+        "mode": expiry.mode,
+        "archive_id": expiry.archive_id,
     }
 
 
-def expiry_from_dict(d: dict[str, Any]) -> Expiry:
+def expiry_from_dict(data: dict[str, Any]) -> Expiry:
     """Raises KeyError/ValueError/TypeError on a bad shape (the store names where)."""
-    if d.get("schema_version") != EXPIRY_VERSION:
-        raise ValueError(f"unknown expiry record schema_version {d.get('schema_version')!r}")
-    kind = d["kind"]
-    mode = d["mode"]
+    if data.get("schema_version") != EXPIRY_VERSION:
+        raise ValueError(f"unknown expiry record schema_version {data.get('schema_version')!r}")
+    kind = data["kind"]
+    mode = data["mode"]
     if kind not in ("user", "assistant", "tool_result") or mode not in RETENTION_MODES:
         raise ValueError(f"bad expiry record kind {kind!r} / mode {mode!r}")
     return Expiry(
-        message_id=str(d["message_id"]),
+        message_id=str(data["message_id"]),
         kind=kind,
-        created_at=float(d["created_at"]),
-        digest=str(d["digest"]),
-        expired_at=float(d["expired_at"]),
-        policy=str(d["policy"]),
+        created_at=float(data["created_at"]),
+        digest=str(data["digest"]),
+        expired_at=float(data["expired_at"]),
+        policy=str(data["policy"]),
         mode=mode,
-        archive_id=d["archive_id"],
+        archive_id=data["archive_id"],
     )

@@ -133,8 +133,8 @@ class SummaryBody:
     def source_ids(self) -> set[str]:
         ids: set[str] = set()
         for notes in (self.constraints, self.decisions, self.open_questions):
-            for n in notes:
-                ids.update(n.source_ids)
+            for note in notes:
+                ids.update(note.source_ids)
         ids.update(e.message_id for e in self.evidence)
         return ids
 
@@ -175,11 +175,11 @@ class Summary:
 def source_digest(message_ids: Iterable[str]) -> str:
     """Names a prefix: sha256 over its message ids in order. Messages are immutable once
     stored and keep their ids across forks, so equal digests mean the same prefix."""
-    h = hashlib.sha256()
+    hasher = hashlib.sha256()
     for mid in message_ids:
-        h.update(mid.encode())
-        h.update(b"\n")
-    return "sha256:" + h.hexdigest()
+        hasher.update(mid.encode())
+        hasher.update(b"\n")
+    return "sha256:" + hasher.hexdigest()
 
 
 def summary_problems(
@@ -243,8 +243,8 @@ def _items(value: Any, key: str, problems: list[str]) -> list[tuple[str, Mapping
         problems.append(f"{key} must be a list")
         return []
     out: list[tuple[str, Mapping[str, Any]]] = []
-    for n, item in enumerate(raw):
-        where = f"{key}[{n}]"
+    for number, item in enumerate(raw):
+        where = f"{key}[{number}]"
         if not isinstance(item, dict):
             problems.append(f"{where} must be an object")
         else:
@@ -317,49 +317,3 @@ def parse_summary_body(value: Any) -> SummaryBody:
 
 
 _KEYS = frozenset({"goal", "constraints", "decisions", "open_questions", "evidence"})
-
-SUMMARY_JSON_SCHEMA: Mapping[str, Any] = {
-    "type": "object",
-    "required": ["goal"],
-    "additionalProperties": False,
-    "properties": {
-        "goal": {"type": "string"},
-        "constraints": {"type": "array", "items": {"$ref": "#/$defs/note"}},
-        "decisions": {"type": "array", "items": {"$ref": "#/$defs/note"}},
-        "open_questions": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["text", "uncertainty", "source_ids"],
-                "properties": {
-                    "text": {"type": "string"},
-                    "uncertainty": {"type": "string"},
-                    "source_ids": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-        },
-        "evidence": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["message_id"],
-                "properties": {
-                    "message_id": {"type": "string"},
-                    "artifact_id": {"type": ["string", "null"]},
-                    "note": {"type": "string"},
-                },
-            },
-        },
-    },
-    "$defs": {
-        "note": {
-            "type": "object",
-            "required": ["text", "source_ids"],
-            "properties": {
-                "text": {"type": "string"},
-                "source_ids": {"type": "array", "items": {"type": "string"}},
-            },
-        }
-    },
-}
-"""The JSON Schema given to providers with structured output."""

@@ -88,8 +88,8 @@ def value_problem(value: Any, path: str = "$") -> str | None:
             if (problem := value_problem(item, where)) is not None:
                 return problem
     elif isinstance(value, list):
-        for n, item in enumerate(value):
-            if (problem := value_problem(item, f"{path}[{n}]")) is not None:
+        for index, item in enumerate(value):
+            if (problem := value_problem(item, f"{path}[{index}]")) is not None:
                 return problem
     return None
 

@@ -60,25 +60,25 @@ class CutPoints:
 def units(messages: Sequence[Message], start: int = 0) -> list[Unit]:
     """Partition ``messages[start:]`` (``start`` must begin a unit) into units."""
     out: list[Unit] = []
-    n = len(messages)
-    i = start
-    while i < n:
-        m = messages[i]
-        if isinstance(m, AssistantMessage) and m.tool_calls:
-            pending = {c.id for c in m.tool_calls}
-            j = i + 1
-            while j < n and pending:
-                r = messages[j]
-                if not isinstance(r, ToolResultMessage) or r.call_id not in pending:
+    count = len(messages)
+    index = start
+    while index < count:
+        message = messages[index]
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            pending = {c.id for c in message.tool_calls}
+            after = index + 1
+            while after < count and pending:
+                reply = messages[after]
+                if not isinstance(reply, ToolResultMessage) or reply.call_id not in pending:
                     break
-                pending.discard(r.call_id)
-                j += 1
-            out.append(Unit(i, j - 1, not pending))
-            i = j
+                pending.discard(reply.call_id)
+                after += 1
+            out.append(Unit(index, after - 1, not pending))
+            index = after
         else:
             # A user message, a plain assistant message, or an orphaned tool result.
-            out.append(Unit(i, i, not isinstance(m, ToolResultMessage)))
-            i += 1
+            out.append(Unit(index, index, not isinstance(message, ToolResultMessage)))
+            index += 1
     return out
 
 
@@ -97,9 +97,9 @@ def is_cut_point(messages: Sequence[Message], index: int) -> bool:
 def unit_start(messages: Sequence[Message], index: int) -> int | None:
     """The nearest index at or before ``index`` that begins a unit (a user or assistant
     message), or ``None`` if only tool results precede it in ``messages``."""
-    for i in range(index, -1, -1):
-        if not isinstance(messages[i], ToolResultMessage):
-            return i
+    for start in range(index, -1, -1):
+        if not isinstance(messages[start], ToolResultMessage):
+            return start
     return None
 
 
@@ -141,7 +141,7 @@ def locate_cut(
 
 
 def _first_start(messages: Sequence[Message], index: int) -> int | None:
-    for i in range(index + 1):
-        if not isinstance(messages[i], ToolResultMessage):
-            return i
+    for start in range(index + 1):
+        if not isinstance(messages[start], ToolResultMessage):
+            return start
     return None

@@ -212,7 +212,7 @@ def configured_endpoints(tables: Mapping[str, Any], env: Mapping[str, str]) -> l
         if (
             not isinstance(url, str)
             or not isinstance(secret_env, str)
-            or not (isinstance(events, list) and all(isinstance(e, str) for e in events))
+            or not (isinstance(events, list) and all(isinstance(exc, str) for exc in events))
         ):
             raise ConfigError(
                 f"{where} needs url (a string), events (a list of strings) and secret_env "
@@ -233,8 +233,8 @@ def configured_endpoints(tables: Mapping[str, Any], env: Mapping[str, str]) -> l
             check_url(url)
             checked = check_events(events)
             secret_key(secret)
-        except ValidationError as e:
-            raise ConfigError(f"{where}: {e.message}", file=source, key=name) from None
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {exc.message}", file=source, key=name) from None
         out.append(
             Endpoint(id=f"cfg_{name}", url=url, events=checked, secret=secret, principal=None)
         )

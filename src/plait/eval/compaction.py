@@ -232,8 +232,8 @@ async def _ask(
         result = await runtime.service.send(fork.branch.id, question.text, budget=QUESTION_BUDGET)
         added, status = [sm.message for sm in result.messages], result.run.status.value
         error = None if result.run.error is None else result.run.error.message
-    except PlaitError as e:
-        added, status, error = [], "failed", f"{type(e).__name__}: {e}"
+    except PlaitError as exc:
+        added, status, error = [], "failed", f"{type(exc).__name__}: {exc}"
     if question.kind == "task":
         scored = score_task(question, trajectory, added, status)
     else:
@@ -375,20 +375,23 @@ def report_text(report: dict[str, Any]) -> str:
         f"model {report['model']}, {report['repeat']} repeat(s), "
         f"{len(report['trajectories'])} trajectories:"
     ]
-    for t in report["trajectories"]:
+    for trajectory in report["trajectories"]:
         lines.append(
-            f"  {t['name']:<12} {t['messages']:>4} messages, window {t['window']:>6}: {t['shape']}"
+            f"  {trajectory['name']:<12} {trajectory['messages']:>4} messages, "
+            f"window {trajectory['window']:>6}: {trajectory['shape']}"
         )
     lines.append(f"{'metric':<34}{'full history':>22}{'compacted':>22}")
     for name in METRICS:
         cells = [_cell(name, report["metrics"][arm][name]) for arm in ARMS]
         lines.append(f"{_LABELS[name]:<34}{cells[0]:>22}{cells[1]:>22}")
-    for i, run in enumerate(report["runs"], 1):
+    for number, run in enumerate(report["runs"], 1):
         for arm in ARMS:
             for name, part in run[arm]["trajectories"].items():
                 for qid, score in part["questions"].items():
                     problems = [score[key] for key in ("why", "error") if score.get(key)]
                     problems += [f"violated {c}" for c in score.get("violated", ())]
                     if problems:
-                        lines.append(f"  repeat {i} {arm:<9} {name}/{qid}: {'; '.join(problems)}")
+                        lines.append(
+                            f"  repeat {number} {arm:<9} {name}/{qid}: {'; '.join(problems)}"
+                        )
     return "\n".join(lines)

@@ -86,17 +86,19 @@ PROBES = (
 )
 
 
-def generated_round(r: int, n: int) -> list[Message]:
-    """Round ``r`` of the session (messages numbered from ``n``): a call, its output, a
-    note; probes are planted in the round they belong to."""
-    probe = next((p for p in PROBES if p.at_round == r), None)
-    call_args: dict[str, Any] = {"command": f"pytest -q tests/test_mod{r}.py"}
-    output = f"FAILED tests/test_mod{r}.py::test_case - AssertionError\n" + "." * 600
-    note = f"Round {r}: looked at module {r}; still failing."
+def generated_round(round_number: int, first: int) -> list[Message]:
+    """Round ``round_number`` of the session (messages numbered from ``first``): a call,
+    its output, a note; probes are planted in the round they belong to."""
+    probe = next((p for p in PROBES if p.at_round == round_number), None)
+    call_args: dict[str, Any] = {"command": f"pytest -q tests/test_mod{round_number}.py"}
+    output = f"FAILED tests/test_mod{round_number}.py::test_case - AssertionError\n" + "." * 600
+    note = f"Round {round_number}: looked at module {round_number}; still failing."
     user = None
     if probe is not None:
         if probe.name in ("constraint", "number"):
-            user = UserMessage(id=f"m{n}", text=f"Please continue; {probe.text}.", created_at=n)
+            user = UserMessage(
+                id=f"m{first}", text=f"Please continue; {probe.text}.", created_at=first
+            )
         elif probe.name == "error":
             output = f"Traceback (most recent call last):\n  ...\n{probe.text}\nexit status 1"
         elif probe.name == "path":
@@ -105,27 +107,27 @@ def generated_round(r: int, n: int) -> list[Message]:
         else:
             note = probe.text
     out: list[Message] = [user] if user is not None else []
-    k = n + len(out)
+    seq = first + len(out)
     name = "read_file" if "path" in call_args else "run_command"
     status = ToolStatus.SUCCEEDED if name == "read_file" else ToolStatus.FAILED
     out.append(
         AssistantMessage(
-            id=f"m{k}",
+            id=f"m{seq}",
             text="",
-            created_at=k,
+            created_at=seq,
             model=MODEL,
-            tool_calls=(ToolCall.create(id=f"c{r}", name=name, arguments=call_args),),
+            tool_calls=(ToolCall.create(id=f"c{round_number}", name=name, arguments=call_args),),
         )
     )
     out.append(
         ToolResultMessage(
-            id=f"m{k + 1}",
+            id=f"m{seq + 1}",
             tool_name=name,
-            created_at=k + 1,
-            result=ToolResult(call_id=f"c{r}", status=status, content=output),
+            created_at=seq + 1,
+            result=ToolResult(call_id=f"c{round_number}", status=status, content=output),
         )
     )
-    out.append(AssistantMessage(id=f"m{k + 2}", text=note, created_at=k + 2, model=MODEL))
+    out.append(AssistantMessage(id=f"m{seq + 2}", text=note, created_at=seq + 2, model=MODEL))
     return out
 
 

@@ -51,12 +51,14 @@ _SENTENCE = re.compile(r"(?<=[.!?。！？;；])\s+|\n")
 _PATH = re.compile(r"[\w.-]+(?:/[\w.-]*)+")
 
 
-def _text(m: Message) -> str:
-    if isinstance(m, ToolResultMessage):
-        return m.result.content
-    if isinstance(m, AssistantMessage):
-        return m.text + "".join(f"\n[{c.name} {c.arguments_json}]" for c in m.tool_calls)
-    return m.text
+def _text(message: Message) -> str:
+    if isinstance(message, ToolResultMessage):
+        return message.result.content
+    if isinstance(message, AssistantMessage):
+        return message.text + "".join(
+            f"\n[{c.name} {c.arguments_json}]" for c in message.tool_calls
+        )
+    return message.text
 
 
 def segments(items: Iterable[Message]) -> list[tuple[tuple[str, ...], str]]:
@@ -64,14 +66,14 @@ def segments(items: Iterable[Message]) -> list[tuple[tuple[str, ...], str]]:
     by its own id; the lines of plait's preamble and of recall results by the ids they
     name (a line naming none cannot be cited)."""
     out: list[tuple[tuple[str, ...], str]] = []
-    for m in items:
-        derived = m.id.startswith(_PREAMBLE_PREFIX) or (
-            isinstance(m, ToolResultMessage) and m.tool_name == "recall"
+    for message in items:
+        derived = message.id.startswith(_PREAMBLE_PREFIX) or (
+            isinstance(message, ToolResultMessage) and message.tool_name == "recall"
         )
         if not derived:  # a model is not shown the ids of raw messages
-            out.append(((), _text(m)))
+            out.append(((), _text(message)))
             continue
-        text = _text(m)
+        text = _text(message)
         if text.startswith("<message "):  # recall of one message by its id
             out += [((f.group(1),), f.group(2)) for f in _RAW_MESSAGE.finditer(text)]
             continue
@@ -181,7 +183,8 @@ class ContextReader:
     ) -> ModelResponse:
         pattern = re.compile(question.find)
         plan = next(
-            (m for _, text in reversed(visible) if (m := pattern.search(text)) is not None), None
+            (match for _, text in reversed(visible) if (match := pattern.search(text)) is not None),
+            None,
         )
         if plan is None:
             if not recalled:
@@ -216,10 +219,10 @@ def _forbids(rule: str, path: str) -> bool:
     return False
 
 
-def _call_id(request: ModelRequest, k: int) -> str:
-    """Unique within the session: the calls of one reply differ by ``k``, replies by the
+def _call_id(request: ModelRequest, number: int) -> str:
+    """Unique within the session: the calls of one reply differ by ``number``, replies by the
     newest message they saw."""
-    return f"reader_{request.context.items[-1].id}_{k}"
+    return f"reader_{request.context.items[-1].id}_{number}"
 
 
 def _edit_note(path: str) -> str:

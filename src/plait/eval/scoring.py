@@ -42,13 +42,13 @@ METRICS = (
 """The figures of one arm in one repeat (see :func:`metrics`)."""
 
 
-def raw_text(m: Message) -> str:
+def raw_text(message: Message) -> str:
     """What a message holds in the raw history (a call's arguments included)."""
-    if isinstance(m, ToolResultMessage):
-        return m.result.content
-    if isinstance(m, AssistantMessage):
-        return m.text + "".join(f" {c.name} {c.arguments_json}" for c in m.tool_calls)
-    return m.text
+    if isinstance(message, ToolResultMessage):
+        return message.result.content
+    if isinstance(message, AssistantMessage):
+        return message.text + "".join(f" {c.name} {c.arguments_json}" for c in message.tool_calls)
+    return message.text
 
 
 def _calls(added: Sequence[Message]) -> list[ToolCall]:

@@ -175,19 +175,20 @@ def parse_trajectory(data: Any, name: str) -> Trajectory:
     if not isinstance(window, int) or isinstance(window, bool) or window < 1_000:
         raise _fail(name, f"window must be an integer of at least 1000 tokens, got {window!r}")
     constraints = tuple(
-        _constraint(c, f"{name} constraints[{i}]") for i, c in enumerate(top.get("constraints", []))
+        _constraint(c, f"{name} constraints[{index}]")
+        for index, c in enumerate(top.get("constraints", []))
     )
     questions = tuple(
-        _question(q, f"{name} questions[{i}]", {c.id for c in constraints})
-        for i, q in enumerate(top["questions"])
+        _question(q, f"{name} questions[{index}]", {c.id for c in constraints})
+        for index, q in enumerate(top["questions"])
     )
     if not questions:
         raise _fail(name, "has no questions")
     if not isinstance(top["events"], list):
         raise _fail(name, "events must be a list")
     units: list[tuple[Message, ...]] = []
-    for i, event in enumerate(_expand(top["events"], f"{name} events", {})):
-        units.append(_unit(event, f"{name} event {i + 1}", sum(len(u) for u in units)))
+    for index, event in enumerate(_expand(top["events"], f"{name} events", {})):
+        units.append(_unit(event, f"{name} event {index + 1}", sum(len(u) for u in units)))
     files = top.get("files", {})
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise _fail(name, "files must map paths to text")
@@ -203,41 +204,43 @@ def parse_trajectory(data: Any, name: str) -> Trajectory:
 
 
 def _constraint(data: Any, where: str) -> Constraint:
-    c = _keys(data, where, {"id", "forbid"}, {"tools"})
-    tools = _strs(c, "tools", where) or DEFAULT_CONSTRAINED_TOOLS
-    return Constraint(id=_str(c, "id", where), forbid=_str(c, "forbid", where), tools=tools)
+    constraint = _keys(data, where, {"id", "forbid"}, {"tools"})
+    tools = _strs(constraint, "tools", where) or DEFAULT_CONSTRAINED_TOOLS
+    return Constraint(
+        id=_str(constraint, "id", where), forbid=_str(constraint, "forbid", where), tools=tools
+    )
 
 
 def _question(data: Any, where: str, constraint_ids: set[str]) -> Question:
     kind = data.get("kind") if isinstance(data, dict) else None
     common = {"id", "kind", "text", "find", "query"}
     if kind == "task":
-        q = _keys(data, where, common | {"expect"}, {"stale", "constraints"})
-        for cid in _strs(q, "constraints", where):
+        question = _keys(data, where, common | {"expect"}, {"stale", "constraints"})
+        for cid in _strs(question, "constraints", where):
             if cid not in constraint_ids:
                 raise _fail(where, f"names unknown constraint {cid!r}")
-        if not _strs(q, "expect", where):
+        if not _strs(question, "expect", where):
             raise _fail(where, "expect must name at least one path")
     elif kind == "evidence":
-        q = _keys(data, where, common | {"answer", "evidence"}, set())
-        _str(q, "answer", where), _str(q, "evidence", where)
+        question = _keys(data, where, common | {"answer", "evidence"}, set())
+        _str(question, "answer", where), _str(question, "evidence", where)
     else:
         raise _fail(where, f"kind must be 'task' or 'evidence', got {kind!r}")
     try:
-        re.compile(_str(q, "find", where))
-    except re.error as e:
-        raise _fail(where, f"find is not a regular expression: {e}") from e
+        re.compile(_str(question, "find", where))
+    except re.error as exc:
+        raise _fail(where, f"find is not a regular expression: {exc}") from exc
     return Question(
-        id=_str(q, "id", where),
+        id=_str(question, "id", where),
         kind=kind,
-        text=_str(q, "text", where),
-        find=q["find"],
-        query=_str(q, "query", where),
-        expect=_strs(q, "expect", where),
-        stale=_strs(q, "stale", where),
-        constraints=_strs(q, "constraints", where),
-        answer=q.get("answer", ""),
-        evidence=q.get("evidence", ""),
+        text=_str(question, "text", where),
+        find=question["find"],
+        query=_str(question, "query", where),
+        expect=_strs(question, "expect", where),
+        stale=_strs(question, "stale", where),
+        constraints=_strs(question, "constraints", where),
+        answer=question.get("answer", ""),
+        evidence=question.get("evidence", ""),
     )
 
 
@@ -255,8 +258,8 @@ def _substitute(value: Any, values: dict[str, str]) -> Any:
 
 def _expand(events: list[Any], where: str, values: dict[str, str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for i, event in enumerate(events):
-        here = f"{where}[{i}]"
+    for index, event in enumerate(events):
+        here = f"{where}[{index}]"
         if isinstance(event, dict) and "repeat" in event:
             block = _keys(event, here, {"repeat", "events"}, set())
             count = block["repeat"]
@@ -264,22 +267,24 @@ def _expand(events: list[Any], where: str, values: dict[str, str]) -> list[dict[
                 raise _fail(here, f"repeat must be a positive integer, got {count!r}")
             if not isinstance(block["events"], list):
                 raise _fail(here, "events must be a list")
-            for n in range(1, count + 1):
-                out += _expand(block["events"], here, {**values, "i": str(n)})
+            for number in range(1, count + 1):
+                out += _expand(block["events"], here, {**values, "i": str(number)})
         else:
             out.append(_substitute(event, values))
     return out
 
 
 def _unit(event: Any, where: str, before: int) -> tuple[Message, ...]:
-    n = before + 1
+    number = before + 1
     if isinstance(event, dict) and "user" in event:
         _keys(event, where, {"user"}, set())
-        return (UserMessage(id=f"m{n}", text=_str(event, "user", where), created_at=float(n)),)
+        return (
+            UserMessage(id=f"m{number}", text=_str(event, "user", where), created_at=float(number)),
+        )
     if isinstance(event, dict) and "assistant" in event:
         _keys(event, where, {"assistant"}, set())
         text = _str(event, "assistant", where)
-        return (AssistantMessage(id=f"m{n}", text=text, created_at=float(n)),)
+        return (AssistantMessage(id=f"m{number}", text=text, created_at=float(number)),)
     call = _keys(event, where, {"call", "args", "output"}, {"status", "pad"})
     tool, args = _str(call, "call", where), call["args"]
     if not isinstance(args, dict):
@@ -295,18 +300,18 @@ def _unit(event: Any, where: str, before: int) -> tuple[Message, ...]:
         line_length = len(_PAD_LINE.format(n=0))
         lines = "".join(_PAD_LINE.format(n=k) for k in range(pad // line_length + 1))
         output += "\n" + lines[:pad]
-    call_id = f"c{n}"
+    call_id = f"c{number}"
     return (
         AssistantMessage(
-            id=f"m{n}",
+            id=f"m{number}",
             text="",
-            created_at=float(n),
+            created_at=float(number),
             tool_calls=(ToolCall.create(id=call_id, name=tool, arguments=args),),
         ),
         ToolResultMessage(
-            id=f"m{n + 1}",
+            id=f"m{number + 1}",
             tool_name=tool,
-            created_at=float(n + 1),
+            created_at=float(number + 1),
             result=ToolResult(call_id=call_id, status=ToolStatus(status), content=output),
         ),
     )

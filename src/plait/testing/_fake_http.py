@@ -68,8 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(reply.status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
-        for k, v in reply.headers.items():
-            self.send_header(k, v)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -77,11 +77,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(reply.status)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
-        for k, v in reply.headers.items():
-            self.send_header(k, v)
+        for header, value in reply.headers.items():
+            self.send_header(header, value)
         self.end_headers()
-        for n, (name, payload) in enumerate(reply.events or ()):
-            if reply.stall and n >= reply.stall_after:
+        for number, (name, payload) in enumerate(reply.events or ()):
+            if reply.stall and number >= reply.stall_after:
                 self.wfile.flush()
                 self.server.owner.closing.wait()
                 return
@@ -89,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 if self.server.owner.closing.wait(reply.pause):
                     return
-            if reply.cut_after is not None and n >= reply.cut_after:
+            if reply.cut_after is not None and number >= reply.cut_after:
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)  # no terminating chunk: the body is cut off

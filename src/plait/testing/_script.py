@@ -158,18 +158,18 @@ def load_script(path: str | os.PathLike[str]) -> Script:
         )
     try:
         text = Path(source).read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise ScriptError(f"script file not found: {source}", file=source) from e
-    except UnicodeDecodeError as e:
+    except FileNotFoundError as exc:
+        raise ScriptError(f"script file not found: {source}", file=source) from exc
+    except UnicodeDecodeError as exc:
         raise ScriptError(
-            f"script file {source} is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset "
-            f"{e.start}); save it as UTF-8",
+            f"script file {source} is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} "
+            f"at offset {exc.start}); save it as UTF-8",
             file=source,
-        ) from e
-    except OSError as e:
+        ) from exc
+    except OSError as exc:
         raise ScriptError(
-            f"cannot read script file {source}: {e.strerror or type(e).__name__}", file=source
-        ) from e
+            f"cannot read script file {source}: {exc.strerror or type(exc).__name__}", file=source
+        ) from exc
     data = _parse_json(text, source) if suffix == ".json" else _parse_yaml(text, source)
     return parse_script(data, source=source)
 
@@ -177,13 +177,13 @@ def load_script(path: str | os.PathLike[str]) -> Script:
 def _parse_json(text: str, source: str) -> object:
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except json.JSONDecodeError as exc:
         raise ScriptError(
-            f"invalid JSON in {source} at line {e.lineno}, column {e.colno}: {e.msg}",
+            f"invalid JSON in {source} at line {exc.lineno}, column {exc.colno}: {exc.msg}",
             file=source,
-            line=e.lineno,
-            column=e.colno,
-        ) from e
+            line=exc.lineno,
+            column=exc.colno,
+        ) from exc
 
 
 def _parse_yaml(text: str, source: str) -> object:
@@ -191,18 +191,18 @@ def _parse_yaml(text: str, source: str) -> object:
 
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
         if mark is None:
-            raise ScriptError(f"invalid YAML in {source}: {problem}", file=source) from e
+            raise ScriptError(f"invalid YAML in {source}: {problem}", file=source) from exc
         line, column = mark.line + 1, mark.column + 1
         raise ScriptError(
             f"invalid YAML in {source} at line {line}, column {column}: {problem}",
             file=source,
             line=line,
             column=column,
-        ) from e
+        ) from exc
 
 
 def parse_script(data: object, *, source: str = "<script>") -> Script:
@@ -279,9 +279,9 @@ def _parse_turn(value: object, where: Where) -> Turn:
     if "error" in value and len(value) > 1:
         other = next(k for k in value if k != "error")
         where.fail(f"'error' cannot be combined with {other!r} in {where}", key=other)
-    for a, b in _CONFLICTS:
-        if a in value and b in value:
-            where.fail(f"{a!r} cannot be combined with {b!r} in {where}", key=b)
+    for first, second in _CONFLICTS:
+        if first in value and second in value:
+            where.fail(f"{first!r} cannot be combined with {second!r} in {where}", key=second)
     if where.role != "assistant":
         for key in ("tool_calls", "malformed"):
             if key in value:

@@ -97,9 +97,9 @@ def check_json(value: object, key: str, where: Where) -> None:
             check_json(item, key, where)
         return
     elif isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                where.fail(f"{key!r} in {where} has a non-string key {k!r}", key=key)
+        for item_key, item in value.items():
+            if not isinstance(item_key, str):
+                where.fail(f"{key!r} in {where} has a non-string key {item_key!r}", key=key)
             check_json(item, key, where)
         return
     where.fail(f"{key!r} in {where} is not a JSON value: {value!r} ({type_name(value)})", key=key)

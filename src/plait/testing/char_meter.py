@@ -45,8 +45,8 @@ class CharMeter:
                 len(c.name) + len(c.arguments_json) for c in message.tool_calls
             )
         elif isinstance(message, ToolResultMessage):
-            r = message.result
-            chars = len(message.tool_name) + len(r.content) + len(r.reason or "")
+            result = message.result
+            chars = len(message.tool_name) + len(result.content) + len(result.reason or "")
         else:
             chars = len(message.text)
         return math.ceil(chars / self._cpt) + self._per_message

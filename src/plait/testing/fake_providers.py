@@ -50,12 +50,12 @@ def _words(text: str) -> list[str]:
 # --- OpenAI Chat Completions ------------------------------------------------------------
 
 
-def _chat_json(t: FakeTurn, model: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": t.text or None}
-    if t.calls:
+def _chat_json(turn: FakeTurn, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+    if turn.calls:
         message["tool_calls"] = [
             {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-            for i, n, a in t.calls
+            for i, n, a in turn.calls
         ]
     return {
         "id": "chatcmpl-fake",
@@ -63,17 +63,21 @@ def _chat_json(t: FakeTurn, model: str) -> dict[str, Any]:
         "created": 0,
         "model": model,
         "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if t.calls else "stop"}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if turn.calls else "stop",
+            }
         ],
         "usage": {
-            "prompt_tokens": t.input_tokens,
-            "completion_tokens": t.output_tokens,
-            "total_tokens": t.input_tokens + t.output_tokens,
+            "prompt_tokens": turn.input_tokens,
+            "completion_tokens": turn.output_tokens,
+            "total_tokens": turn.input_tokens + turn.output_tokens,
         },
     }
 
 
-def _chat_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
+def _chat_events(turn: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, Any]:
         return None, {
             "id": "chatcmpl-fake",
@@ -84,40 +88,72 @@ def _chat_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
         }
 
     out: list[tuple[str | None, Any]] = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"content": w}) for w in _words(t.text)] if t.text else []
-    for n, (i, name, args) in enumerate(t.calls):
+    out += [chunk({"content": w}) for w in _words(turn.text)] if turn.text else []
+    for index, (call_id, name, args) in enumerate(turn.calls):
         text = json.dumps(args)
         head = {
-            "index": n,
-            "id": i,
+            "index": index,
+            "id": call_id,
             "type": "function",
             "function": {"name": name, "arguments": ""},
         }
         out.append(chunk({"tool_calls": [head]}))
         for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
-            out.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]}))
-    out.append(chunk({}, "tool_calls" if t.calls else "stop"))
-    usage = _chat_json(t, model)["usage"]
-    out.append((None, {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
-                       "model": model, "choices": [], "usage": usage}))  # fmt: skip
+            out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+    out.append(chunk({}, "tool_calls" if turn.calls else "stop"))
+    usage = _chat_json(turn, model)["usage"]
+    out.append(
+        (
+            None,
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            },
+        )
+    )
     return out
 
 
 # --- OpenAI Responses -------------------------------------------------------------------
 
 
-def _responses_json(t: FakeTurn, model: str) -> dict[str, Any]:
+def _responses_json(turn: FakeTurn, model: str) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
-    if t.thinking:
-        output.append({"type": "reasoning", "id": "rs_fake", "summary": [],
-                       "encrypted_content": "gAAAAfake-encrypted-reasoning"})  # fmt: skip
-    if t.text:
-        content = [{"type": "output_text", "text": t.text, "annotations": []}]
-        output.append({"type": "message", "id": "msg_fake", "role": "assistant",
-                       "status": "completed", "content": content})  # fmt: skip
-    for i, name, args in t.calls:
-        output.append({"type": "function_call", "id": f"fc_{i}", "call_id": i, "name": name,
-                       "arguments": json.dumps(args), "status": "completed"})  # fmt: skip
+    if turn.thinking:
+        output.append(
+            {
+                "type": "reasoning",
+                "id": "rs_fake",
+                "summary": [],
+                "encrypted_content": "gAAAAfake-encrypted-reasoning",
+            }
+        )
+    if turn.text:
+        content = [{"type": "output_text", "text": turn.text, "annotations": []}]
+        output.append(
+            {
+                "type": "message",
+                "id": "msg_fake",
+                "role": "assistant",
+                "status": "completed",
+                "content": content,
+            }
+        )
+    for call_id, name, args in turn.calls:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call_id}",
+                "call_id": call_id,
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+        )
     return {
         "id": "resp_fake",
         "object": "response",
@@ -126,23 +162,36 @@ def _responses_json(t: FakeTurn, model: str) -> dict[str, Any]:
         "model": model,
         "output": output,
         "usage": {
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "total_tokens": t.input_tokens + t.output_tokens,
+            "input_tokens": turn.input_tokens,
+            "output_tokens": turn.output_tokens,
+            "total_tokens": turn.input_tokens + turn.output_tokens,
             "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 7 if t.thinking else 0},
+            "output_tokens_details": {"reasoning_tokens": 7 if turn.thinking else 0},
         },
     }
 
 
-def _responses_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
-    final = _responses_json(t, model)
+def _responses_events(turn: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
+    final = _responses_json(turn, model)
     started = {**final, "status": "in_progress", "output": [], "usage": None}
-    out: list[tuple[str | None, Any]] = [("response.created", {"type": "response.created",
-                                          "sequence_number": 0, "response": started})]  # fmt: skip
-    for w in _words(t.text) if t.text else []:
-        out.append(("response.output_text.delta", {"type": "response.output_text.delta",
-                    "item_id": "msg_fake", "output_index": 0, "delta": w}))  # fmt: skip
+    out: list[tuple[str | None, Any]] = [
+        (
+            "response.created",
+            {"type": "response.created", "sequence_number": 0, "response": started},
+        )
+    ]
+    for word in _words(turn.text) if turn.text else []:
+        out.append(
+            (
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_fake",
+                    "output_index": 0,
+                    "delta": word,
+                },
+            )
+        )
     out.append(("response.completed", {"type": "response.completed", "response": final}))
     return out
 
@@ -150,62 +199,87 @@ def _responses_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
 # --- Anthropic Messages -----------------------------------------------------------------
 
 
-def _anthropic_blocks(t: FakeTurn) -> list[dict[str, Any]]:
+def _anthropic_blocks(turn: FakeTurn) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if t.thinking:
+    if turn.thinking:
         blocks.append({"type": "thinking", "thinking": "Let me think.", "signature": "EqFAKEsig=="})
-    if t.text:
-        blocks.append({"type": "text", "text": t.text})
-    blocks += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in t.calls]
+    if turn.text:
+        blocks.append({"type": "text", "text": turn.text})
+    blocks += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in turn.calls]
     return blocks
 
 
-def _anthropic_json(t: FakeTurn, model: str) -> dict[str, Any]:
+def _anthropic_json(turn: FakeTurn, model: str) -> dict[str, Any]:
     return {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": _anthropic_blocks(t),
-        "stop_reason": "tool_use" if t.calls else "end_turn",
+        "content": _anthropic_blocks(turn),
+        "stop_reason": "tool_use" if turn.calls else "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": t.input_tokens, "output_tokens": t.output_tokens},
+        "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens},
     }
 
 
-def _anthropic_block_events(n: int, b: dict[str, Any]) -> list[tuple[str | None, Any]]:
-    kind = b["type"]
-    start = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
-             "text": {"type": "text", "text": ""},
-             "tool_use": {"type": "tool_use", "id": b.get("id"), "name": b.get("name"),
-                          "input": {}}}[kind]  # fmt: skip
+def _anthropic_block_events(index: int, block: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    kind = block["type"]
+    start = {
+        "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+        "text": {"type": "text", "text": ""},
+        "tool_use": {
+            "type": "tool_use",
+            "id": block.get("id"),
+            "name": block.get("name"),
+            "input": {},
+        },
+    }[kind]
     if kind == "thinking":
-        deltas = [{"type": "thinking_delta", "thinking": b["thinking"]},
-                  {"type": "signature_delta", "signature": b["signature"]}]  # fmt: skip
+        deltas = [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
     elif kind == "text":
-        deltas = [{"type": "text_delta", "text": w} for w in _words(b["text"])]
+        deltas = [{"type": "text_delta", "text": w} for w in _words(block["text"])]
     else:
-        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(b["input"])}]
+        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
     out: list[tuple[str | None, Any]] = [
-        ("content_block_start", {"type": "content_block_start", "index": n, "content_block": start})
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        )
     ]
-    out += [("content_block_delta", {"type": "content_block_delta", "index": n, "delta": d})
-            for d in deltas]  # fmt: skip
-    out.append(("content_block_stop", {"type": "content_block_stop", "index": n}))
+    out += [
+        ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+        for d in deltas
+    ]
+    out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     return out
 
 
-def _anthropic_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
-    message = {**_anthropic_json(t, model), "content": [], "stop_reason": None,
-               "usage": {"input_tokens": t.input_tokens, "output_tokens": 1}}  # fmt: skip
+def _anthropic_events(turn: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
+    message = {
+        **_anthropic_json(turn, model),
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": turn.input_tokens, "output_tokens": 1},
+    }
     out: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": message})
     ]
-    for n, b in enumerate(_anthropic_blocks(t)):
-        out += _anthropic_block_events(n, b)
-    stop = "tool_use" if t.calls else "end_turn"
-    out.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop},
-                                  "usage": {"output_tokens": t.output_tokens}}))  # fmt: skip
+    for index, block in enumerate(_anthropic_blocks(turn)):
+        out += _anthropic_block_events(index, block)
+    stop = "tool_use" if turn.calls else "end_turn"
+    out.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop},
+                "usage": {"output_tokens": turn.output_tokens},
+            },
+        )
+    )
     out.append(("message_stop", {"type": "message_stop"}))
     return out
 
@@ -213,13 +287,13 @@ def _anthropic_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
 # --- Gemini -----------------------------------------------------------------------------
 
 
-def _gemini_json(t: FakeTurn, model: str) -> dict[str, Any]:
+def _gemini_json(turn: FakeTurn, model: str) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
-    if t.text:
-        parts.append({"text": t.text})
-    for n, (_, name, args) in enumerate(t.calls):
+    if turn.text:
+        parts.append({"text": turn.text})
+    for index, (_, name, args) in enumerate(turn.calls):
         part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}  # no id, as Gemini
-        if t.thinking and n == 0:
+        if turn.thinking and index == 0:
             part["thoughtSignature"] = "CrwEARFNMg9kFAKEsig0000A"
         parts.append(part)
     return {
@@ -227,27 +301,50 @@ def _gemini_json(t: FakeTurn, model: str) -> dict[str, Any]:
             {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
         ],
         "usageMetadata": {
-            "promptTokenCount": t.input_tokens,
-            "candidatesTokenCount": t.output_tokens,
-            "totalTokenCount": t.input_tokens + t.output_tokens,
+            "promptTokenCount": turn.input_tokens,
+            "candidatesTokenCount": turn.output_tokens,
+            "totalTokenCount": turn.input_tokens + turn.output_tokens,
         },
         "modelVersion": model,
         "responseId": "fake",
     }
 
 
-def _gemini_events(t: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
-    whole = _gemini_json(t, model)
+def _gemini_events(turn: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
+    whole = _gemini_json(turn, model)
     usage, parts = whole["usageMetadata"], whole["candidates"][0]["content"]["parts"]
     out: list[tuple[str | None, Any]] = []
-    for p in parts:
-        pieces = [{"text": w} for w in _words(p["text"])] if "text" in p else [p]
+    for part in parts:
+        pieces = [{"text": w} for w in _words(part["text"])] if "text" in part else [part]
         for piece in pieces:
-            out.append((None, {"candidates": [{"content": {"role": "model", "parts": [piece]},
-                        "index": 0}], "usageMetadata": usage, "modelVersion": model}))  # fmt: skip
-    out.append((None, {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
-                "finishReason": "STOP", "index": 0}], "usageMetadata": usage,
-                "modelVersion": model}))  # fmt: skip
+            out.append(
+                (
+                    None,
+                    {
+                        "candidates": [
+                            {"content": {"role": "model", "parts": [piece]}, "index": 0}
+                        ],
+                        "usageMetadata": usage,
+                        "modelVersion": model,
+                    },
+                )
+            )
+    out.append(
+        (
+            None,
+            {
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": [{"text": ""}]},
+                        "finishReason": "STOP",
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": usage,
+                "modelVersion": model,
+            },
+        )
+    )
     return out
 
 
@@ -269,15 +366,32 @@ DIALECTS = {
 def rate_limited(dialect: str, *, retry_after_ms: int = 50) -> Reply:
     """A 429 in the provider's error shape with ``retry-after-ms`` and ``retry-after``."""
     bodies: dict[str, dict[str, Any]] = {
-        "openai": {"error": {"message": "Rate limit reached. Please try again in 1s.",
-                             "type": "requests", "code": "rate_limit_exceeded"}},
-        "openai-responses": {"error": {"message": "Rate limit reached.", "type": "requests",
-                                       "code": "rate_limit_exceeded"}},
-        "anthropic": {"type": "error", "error": {"type": "rate_limit_error",
-                                                 "message": "Number of requests exceeded"}},
-        "gemini": {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
-                             "message": "Resource has been exhausted"}},
-    }  # fmt: skip
+        "openai": {
+            "error": {
+                "message": "Rate limit reached. Please try again in 1s.",
+                "type": "requests",
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "openai-responses": {
+            "error": {
+                "message": "Rate limit reached.",
+                "type": "requests",
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "anthropic": {
+            "type": "error",
+            "error": {"type": "rate_limit_error", "message": "Number of requests exceeded"},
+        },
+        "gemini": {
+            "error": {
+                "code": 429,
+                "status": "RESOURCE_EXHAUSTED",
+                "message": "Resource has been exhausted",
+            }
+        },
+    }
     body = bodies[dialect]
     headers = {"retry-after-ms": str(retry_after_ms), "retry-after": "1"}
     return Reply(status=429, body=body, headers=headers)

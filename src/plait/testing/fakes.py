@@ -54,9 +54,9 @@ class SequentialIds:
         self._next: dict[str, int] = {}
 
     def new(self, prefix: str) -> str:
-        n = self._next.get(prefix, self._start)
-        self._next[prefix] = n + 1
-        return f"{prefix}_{self._tag}{n:06d}"
+        number = self._next.get(prefix, self._start)
+        self._next[prefix] = number + 1
+        return f"{prefix}_{self._tag}{number:06d}"
 
 
 ToolFunction = Callable[[ToolInvocation], "ToolOutput | str | Awaitable[ToolOutput | str]"]

@@ -44,9 +44,9 @@ def find_bin_dir() -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _as_user(cmd: list[str]) -> list[str]:
@@ -81,9 +81,9 @@ class Cluster:
     def _ctl(self, *args: str) -> None:
         try:
             _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args])
-        except PostgresUnavailable as e:
+        except PostgresUnavailable as exc:
             with contextlib.suppress(OSError):
-                e.args = (f"{e}\nserver log:\n{self.log.read_text()[-2000:]}",)
+                exc.args = (f"{exc}\nserver log:\n{self.log.read_text()[-2000:]}",)
             raise
 
     def stop(self, mode: str = "immediate") -> None:
@@ -155,12 +155,24 @@ def cluster(
     root = Path(tempfile.mkdtemp(prefix="plait-pg-"))
     data, sock = root / "data", root / "sock"
     sock.mkdir()
-    for p in (root, sock):
-        _chown(p)
+    for path in (root, sock):
+        _chown(path)
     port = _free_port()
     try:
-        _run([str(bin_dir / "initdb"), "-D", str(data), "-U", "plait", "--auth=trust",
-              "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
+        _run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "plait",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ]
+        )
         opts = (
             f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={sock} "
             f"-c fsync={'on' if fsync else 'off'} -c max_connections={max_connections} "
@@ -174,12 +186,24 @@ def cluster(
         )
         running.start()
         try:
-            _run([str(bin_dir / "createdb"), "-h", str(sock), "-p", str(port), "-U", "plait",
-                  "plait"])  # fmt: skip
+            _run(
+                [
+                    str(bin_dir / "createdb"),
+                    "-h",
+                    str(sock),
+                    "-p",
+                    str(port),
+                    "-U",
+                    "plait",
+                    "plait",
+                ]
+            )
             yield running
         finally:
-            _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                 check=False)  # fmt: skip
+            _run(
+                [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                check=False,
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -258,10 +258,10 @@ def _partition(turns: Sequence[Turn]) -> list[tuple[int, int, bool]]:
     rejected turns at the end of the script)."""
     steps: list[tuple[int, int, bool]] = []
     start = 0
-    for i, turn in enumerate(turns):
+    for index, turn in enumerate(turns):
         if not turn.rejected:
-            steps.append((start, i, True))
-            start = i + 1
+            steps.append((start, index, True))
+            start = index + 1
     if start < len(turns):
         steps.append((start, len(turns) - 1, False))
     return steps
@@ -271,8 +271,8 @@ def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _raw_call(call: ScriptedCall, number: int, k: int) -> RawToolCall:
-    call_id = f"call_{number}_{k}" if call.auto_id else call.id
+def _raw_call(call: ScriptedCall, number: int, index: int) -> RawToolCall:
+    call_id = f"call_{number}_{index}" if call.auto_id else call.id
     if call.raw_arguments is not None:
         return RawToolCall(id=call_id, name=call.name, arguments=call.raw_arguments)
     # A fresh decoded copy each time: the caller may keep or mutate what it receives.

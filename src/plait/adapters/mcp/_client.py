@@ -133,12 +133,12 @@ class _Connection:
                 self.session = session
                 self._ready.set_result(None)
                 await self._stop.wait()
-        except (Exception, asyncio.CancelledError) as e:
+        except (Exception, asyncio.CancelledError) as exc:
             if not self._ready.done():
-                why = f"did not start ({type(e).__name__}: {_message(e)})"
+                why = f"did not start ({type(exc).__name__}: {_message(exc)})"
                 self._ready.set_exception(self._error(why))
             elif not self._stop.is_set():
-                log.warning("MCP server %r stopped: %s", self.config.name, _message(e))
+                log.warning("MCP server %r stopped: %s", self.config.name, _message(exc))
         finally:
             self.session = None
             if not self._ready.done():
@@ -419,8 +419,8 @@ class McpManager:
                         break
         except TimeoutError:
             raise connection._error("did not list its tools in time") from None
-        except Exception as e:
-            raise connection._error(f"could not list its tools: {_message(e)}") from e
+        except Exception as exc:
+            raise connection._error(f"could not list its tools: {_message(exc)}") from exc
         connection.tools_changed = False
         return tools
 
@@ -493,17 +493,17 @@ class McpManager:
             ) from None
         except asyncio.CancelledError:
             raise
-        except Exception as e:
-            if _connection_lost(e) or not connection.alive:
+        except Exception as exc:
+            if _connection_lost(exc) or not connection.alive:
                 connection.broken = True
                 tail = connection.stderr_tail()[-300:]
                 said = f" (its stderr ends with: {tail})" if tail else ""
-                raise McpCallLost(f"MCP server {server!r} exited during the call{said}") from e
+                raise McpCallLost(f"MCP server {server!r} exited during the call{said}") from exc
             raise McpServerError(
-                f"MCP server {server!r} answered {tool!r} with an error: {_message(e)}",
+                f"MCP server {server!r} answered {tool!r} with an error: {_message(exc)}",
                 server=server,
                 tool=tool,
-            ) from e
+            ) from exc
         return result
 
     async def _close_all(self) -> None:

@@ -123,11 +123,11 @@ class McpServerConfig:
                     k: EffectClass(v)
                     for k, v in _str_table(where, "effects", table["effects"]).items()
                 }
-            except ValueError as e:
+            except ValueError as exc:
                 raise ConfigError(
                     f"{where}: effects values are read_only, idempotent or side_effect",
                     key="effects",
-                ) from e
+                ) from exc
         if "destructive" in table:
             raw = table["destructive"]
             if not isinstance(raw, dict) or not all(isinstance(v, bool) for v in raw.values()):

@@ -87,12 +87,12 @@ def _check_schema(server: str, tool: str, schema: Mapping[str, Any]) -> None:
     kind = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         kind.check_schema(dict(schema))
-    except jsonschema.SchemaError as e:
+    except jsonschema.SchemaError as exc:
         raise ToolError(
-            f"MCP server {server!r}: tool {tool!r} has an invalid input schema: {e.message}",
+            f"MCP server {server!r}: tool {tool!r} has an invalid input schema: {exc.message}",
             server=server,
             tool=tool,
-        ) from e
+        ) from exc
 
 
 def tool_info(config: McpServerConfig, tool: mcp_types.Tool) -> McpToolInfo:
@@ -167,8 +167,8 @@ async def _resource(
 def _decode(data: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise ToolError("the MCP server returned binary content that is not base64") from e
+    except (binascii.Error, ValueError) as exc:
+        raise ToolError("the MCP server returned binary content that is not base64") from exc
 
 
 def _same_json(text: str, value: object) -> bool:

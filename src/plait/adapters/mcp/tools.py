@@ -136,8 +136,8 @@ class McpToolSource:
             config = manager.servers[server]
             try:
                 listed = await manager.run(manager.list_tools(server, workspace))
-            except ToolError as e:  # keep what was offered; the calls report the server
-                log.warning("MCP server %r: its new tool list: %s", server, e.message)
+            except ToolError as exc:  # keep what was offered; the calls report the server
+                log.warning("MCP server %r: its new tool list: %s", server, exc.message)
                 manager.forget_change(server, workspace)
                 continue
             self._by_server[server] = tuple(tool_info(config, t) for t in listed)

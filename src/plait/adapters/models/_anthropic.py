@@ -91,25 +91,30 @@ def take_answer(answer: OutputSchema, response: ModelResponse) -> ModelResponse:
     return replace(response, text=text, tool_calls=(), structured=value, vendor_state=state)
 
 
-def _assistant_content(target: Target, m: AssistantMessage) -> list[dict[str, Any]]:
-    calls = {c.id: c for c in m.tool_calls}
-    state = target.own_state(m)
+def _assistant_content(target: Target, message: AssistantMessage) -> list[dict[str, Any]]:
+    calls = {call.id: call for call in message.tool_calls}
+    state = target.own_state(message)
     blocks: list[dict[str, Any]] = []
     if state:
-        for b in state.get("blocks", ()):
-            if b.get("type") in _THINKING or b.get("type") == "text":
-                blocks.append(dict(b))
-            elif b.get("type") == "tool_use" and b.get("id") in calls:
-                c = calls.pop(b["id"])
+        for block in state.get("blocks", ()):
+            if block.get("type") in _THINKING or block.get("type") == "text":
+                blocks.append(dict(block))
+            elif block.get("type") == "tool_use" and block.get("id") in calls:
+                call = calls.pop(block["id"])
                 blocks.append(
-                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments()}
+                    {
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": call.arguments(),
+                    }
                 )
-    elif m.text:
-        blocks.append({"type": "text", "text": m.text})
+    elif message.text:
+        blocks.append({"type": "text", "text": message.text})
     blocks.extend(
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments()}
-        for c in m.tool_calls
-        if c.id in calls
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments()}
+        for call in message.tool_calls
+        if call.id in calls
     )
     return blocks or [{"type": "text", "text": "(no reply)"}]
 
@@ -149,11 +154,13 @@ def build_request(
                     for r in turn
                 ],
             )
-    for c in context.corrections:
+    for correction in context.corrections:
         _append(
-            messages, "assistant", [{"type": "text", "text": c.rejected_text or "(empty reply)"}]
+            messages,
+            "assistant",
+            [{"type": "text", "text": correction.rejected_text or "(empty reply)"}],
         )
-        _append(messages, "user", [{"type": "text", "text": correction_text(c)}])
+        _append(messages, "user", [{"type": "text", "text": correction_text(correction)}])
     body: dict[str, Any] = {
         "model": target.model,
         "max_tokens": max_output_tokens or DEFAULT_MAX_TOKENS,
@@ -202,29 +209,31 @@ def parse_response(
     texts: list[str] = []
     calls: list[RawToolCall] = []
     blocks: list[dict[str, Any]] = []
-    for b in body.get("content") or ():
-        kind = b.get("type")
+    for block in body.get("content") or ():
+        kind = block.get("type")
         if kind == "text":
-            texts.append(b.get("text") or "")
-            blocks.append({"type": "text", "text": b.get("text") or ""})
+            texts.append(block.get("text") or "")
+            blocks.append({"type": "text", "text": block.get("text") or ""})
         elif kind == "thinking":
             blocks.append(
                 {
                     "type": "thinking",
-                    "thinking": b.get("thinking") or "",
-                    "signature": b.get("signature") or "",
+                    "thinking": block.get("thinking") or "",
+                    "signature": block.get("signature") or "",
                 }
             )
         elif kind == "redacted_thinking":
-            blocks.append({"type": "redacted_thinking", "data": b.get("data") or ""})
+            blocks.append({"type": "redacted_thinking", "data": block.get("data") or ""})
         elif kind == "tool_use":
             calls.append(
                 RawToolCall(
-                    id=b.get("id"), name=b.get("name") or "", arguments=b.get("input") or {}
+                    id=block.get("id"),
+                    name=block.get("name") or "",
+                    arguments=block.get("input") or {},
                 )
             )
-            blocks.append({"type": "tool_use", "id": b.get("id")})
-    thinking = any(b["type"] in _THINKING for b in blocks)
+            blocks.append({"type": "tool_use", "id": block.get("id")})
+    thinking = any(block["type"] in _THINKING for block in blocks)
     return ModelResponse(
         text="".join(texts),
         tool_calls=tuple(calls),

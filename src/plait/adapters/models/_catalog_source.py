@@ -193,12 +193,12 @@ def render_catalog(document: Mapping[str, Any]) -> str:
         ' "models": {',
     ]
     tables = list(document["models"].items())
-    for t, (table, rows) in enumerate(tables):
+    for table_index, (table, rows) in enumerate(tables):
         lines.append(f"  {json.dumps(table)}: {{")
         items = list(rows.items())
-        for r, (model, entry) in enumerate(items):
-            comma = "," if r < len(items) - 1 else ""
+        for row, (model, entry) in enumerate(items):
+            comma = "," if row < len(items) - 1 else ""
             lines.append(f"   {json.dumps(model)}: {json.dumps(entry)}{comma}")
-        lines.append("  }" + ("," if t < len(tables) - 1 else ""))
+        lines.append("  }" + ("," if table_index < len(tables) - 1 else ""))
     lines += [" }", "}"]
     return "\n".join(lines) + "\n"

@@ -66,12 +66,12 @@ async def check_model(spec: str) -> tuple[str, list[dict[str, Any]]]:
     streams = model.capabilities.streaming
     try:
         response = await model.complete(_request((ping,), deltas if streams else None))
-    except ModelError as e:
-        if e.model_code == ModelErrorCode.INVALID_REQUEST:
-            return model.name, await _without_tools(model, e)
+    except ModelError as exc:
+        if exc.model_code == ModelErrorCode.INVALID_REQUEST:
+            return model.name, await _without_tools(model, exc)
         skipped = {"ok": False, "detail": "not checked (the call failed)"}
         return model.name, [
-            {"check": "auth", **_failed(e)},
+            {"check": "auth", **_failed(exc)},
             {"check": "tool calling", **skipped},
             {"check": "streaming", **skipped},
         ]
@@ -90,10 +90,10 @@ async def _without_tools(model: ModelClient, refused: ModelError) -> list[dict[s
     streams = model.capabilities.streaming
     try:
         response = await model.complete(_request((), deltas if streams else None))
-    except ModelError as e:
+    except ModelError as exc:
         skipped = {"ok": False, "detail": "not checked (the call failed, with and without a tool)"}
         return [
-            {"check": "auth", **_failed(e)},
+            {"check": "auth", **_failed(exc)},
             {"check": "tool calling", **skipped},
             {"check": "streaming", **skipped},
         ]

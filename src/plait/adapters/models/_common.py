@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plait.domain.context import Correction
-from plait.domain.errors import ConfigError, ModelError, ModelErrorCode
+from plait.domain.errors import ModelError, ModelErrorCode
 from plait.domain.messages import (
     AssistantMessage,
     Message,
@@ -41,10 +41,10 @@ itself (history from another vendor, or written before signatures were kept)."""
 _DATE_SUFFIX = re.compile(r"(-\d{8}|-\d{4}-\d{2}-\d{2}|-latest|-0)$")
 
 
-def same_family(a: str, b: str) -> bool:
+def same_family(model: str, other: str) -> bool:
     """``claude-sonnet-4-0`` and ``claude-sonnet-4-20250514`` are one model family;
     ``gpt-5`` and ``gpt-5-mini`` are not."""
-    return _DATE_SUFFIX.sub("", a.lower()) == _DATE_SUFFIX.sub("", b.lower())
+    return _DATE_SUFFIX.sub("", model.lower()) == _DATE_SUFFIX.sub("", other.lower())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,22 +74,22 @@ class Target:
         """The message's opaque state if it was made by this vendor, adapter and model
         family (handed back verbatim); ``None`` for plain or foreign state, which is then
         dropped and the message sent as plain content."""
-        s = message.vendor_state
-        if s is None or s.vendor != self.vendor or s.version != self.version:
+        state = message.vendor_state
+        if state is None or state.vendor != self.vendor or state.version != self.version:
             return None
-        model = s.data.get("model")
+        model = state.data.get("model")
         if not isinstance(model, str) or not same_family(model, self.model):
             return None
-        return s.data
+        return state.data
 
 
 def result_text(message: ToolResultMessage) -> str:
     """A tool result as the model reads it; a call that did not succeed says so."""
-    r = message.result
-    if r.status is ToolStatus.SUCCEEDED:
-        return r.content
-    head = f"[tool call {r.status.value}" + (f": {r.reason}]" if r.reason else "]")
-    return f"{head}\n{r.content}" if r.content else head
+    result = message.result
+    if result.status is ToolStatus.SUCCEEDED:
+        return result.content
+    head = f"[tool call {result.status.value}" + (f": {result.reason}]" if result.reason else "]")
+    return f"{head}\n{result.content}" if result.content else head
 
 
 def correction_text(correction: Correction) -> str:
@@ -106,14 +106,14 @@ def iter_turns(
     """History grouped the way every provider wants it: consecutive tool results of one
     assistant message come as one list."""
     results: list[ToolResultMessage] = []
-    for m in items:
-        if isinstance(m, ToolResultMessage):
-            results.append(m)
+    for item in items:
+        if isinstance(item, ToolResultMessage):
+            results.append(item)
             continue
         if results:
             yield results
             results = []
-        yield m
+        yield item
     if results:
         yield results
 
@@ -133,7 +133,3 @@ def cut_off(provider: str, what: str) -> ModelError:
         status=None,
         body=None,
     )
-
-
-def refuse(what: str, **details: Any) -> ConfigError:
-    return ConfigError(what, **details)

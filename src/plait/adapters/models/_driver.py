@@ -51,12 +51,12 @@ async def run_stream(
     return acc.finish()
 
 
-def is_transport_error(e: BaseException) -> bool:
-    return any(c.__module__.split(".")[0] in _TRANSPORT_MODULES for c in type(e).__mro__)
+def is_transport_error(exc: BaseException) -> bool:
+    return any(c.__module__.split(".")[0] in _TRANSPORT_MODULES for c in type(exc).__mro__)
 
 
-def transport_error(provider: str, e: BaseException) -> ModelError:
-    said = f"{type(e).__name__}: {e}" if str(e).strip() else type(e).__name__
+def transport_error(provider: str, exc: BaseException) -> ModelError:
+    said = f"{type(exc).__name__}: {exc}" if str(exc).strip() else type(exc).__name__
     return ModelError(
         f"{provider}: connection failed or was cut off ({said})",
         model_code=ModelErrorCode.TRANSIENT,
@@ -77,13 +77,13 @@ async def mapped_errors(provider: str, translate: Translate) -> AsyncIterator[No
     ``from`` the original; anything else passes through unchanged."""
     try:
         yield
-    except Exception as e:
-        error = translate(e)
-        if error is None and is_transport_error(e):
-            error = transport_error(provider, e)
+    except Exception as exc:
+        error = translate(exc)
+        if error is None and is_transport_error(exc):
+            error = transport_error(provider, exc)
         if error is None:
             raise
-        raise error from e
+        raise error from exc
 
 
 @asynccontextmanager
@@ -153,10 +153,10 @@ class StreamRefusals:
         if streaming and key not in self._refused:
             try:
                 return await attempt(True)
-            except ModelError as e:
-                if not refuses_streaming(e):
+            except ModelError as exc:
+                if not refuses_streaming(exc):
                     raise
-                refusal = e
+                refusal = exc
             response = await attempt(False)  # its own error, if it fails too, is the one
             self._refused[key] = refusal.message
         else:

@@ -15,7 +15,7 @@ from plait.domain.errors import ModelError, ModelErrorCode
 
 __all__ = ["classify", "error_texts", "retry_after_from"]
 
-C = ModelErrorCode
+Code = ModelErrorCode
 
 # Codes and phrasings of requests that do not fit, per server (the recorded bodies and
 # their sources: tests/adapters/fixtures/providers/errors/overflow_vectors.json).
@@ -37,12 +37,39 @@ _OVERFLOW_TEXT = re.compile(
     r"|longer than the maximum model length",  # vLLM's decoder prompt check
     re.IGNORECASE,
 )
-_RATE = frozenset({"rate_limit_exceeded", "rate_limit_error", "resource_exhausted", "tokens",
-    "requests", "insufficient_quota"})  # fmt: skip
-_AUTH = frozenset({"authentication_error", "permission_error", "invalid_api_key",
-    "unauthenticated", "permission_denied", "unauthorized"})  # fmt: skip
-_TRANSIENT = frozenset({"overloaded_error", "api_error", "server_error", "internal",
-    "unavailable", "deadline_exceeded", "internal_server_error", "timeout", "aborted"})  # fmt: skip
+_RATE = frozenset(
+    {
+        "rate_limit_exceeded",
+        "rate_limit_error",
+        "resource_exhausted",
+        "tokens",
+        "requests",
+        "insufficient_quota",
+    }
+)
+_AUTH = frozenset(
+    {
+        "authentication_error",
+        "permission_error",
+        "invalid_api_key",
+        "unauthenticated",
+        "permission_denied",
+        "unauthorized",
+    }
+)
+_TRANSIENT = frozenset(
+    {
+        "overloaded_error",
+        "api_error",
+        "server_error",
+        "internal",
+        "unavailable",
+        "deadline_exceeded",
+        "internal_server_error",
+        "timeout",
+        "aborted",
+    }
+)
 _TRY_AGAIN = re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s)\b", re.IGNORECASE)
 
 
@@ -56,16 +83,16 @@ def error_texts(payload: object) -> tuple[list[str], list[str]]:
         if depth > 4:
             return
         if isinstance(value, Mapping):
-            for key, v in value.items():
-                if key in ("code", "type", "status", "error_type") and isinstance(v, str):
-                    codes.append(v.lower())
-                elif key in ("message", "raw", "detail", "error") and isinstance(v, str):
-                    messages.append(v)
-                elif isinstance(v, Mapping | list):
-                    walk(v, depth + 1)
+            for key, item in value.items():
+                if key in ("code", "type", "status", "error_type") and isinstance(item, str):
+                    codes.append(item.lower())
+                elif key in ("message", "raw", "detail", "error") and isinstance(item, str):
+                    messages.append(item)
+                elif isinstance(item, Mapping | list):
+                    walk(item, depth + 1)
         elif isinstance(value, list):
-            for v in value[:8]:
-                walk(v, depth + 1)
+            for item in value[:8]:
+                walk(item, depth + 1)
 
     if isinstance(payload, str):
         text = payload
@@ -83,21 +110,21 @@ def _code_for(status: int | None, codes: list[str], messages: list[str]) -> str:
     )
     # a 429 that mentions tokens is a rate limit, never an overflow
     if overflow and status != 429 and not _RATE.intersection(c for c in codes if c != "tokens"):
-        return C.CONTEXT_WINDOW_EXCEEDED
+        return Code.CONTEXT_WINDOW_EXCEEDED
     if status in (401, 403) or _AUTH.intersection(codes):
-        return C.AUTHENTICATION
+        return Code.AUTHENTICATION
     if status == 429 or _RATE.intersection(codes):
-        return C.RATE_LIMITED
+        return Code.RATE_LIMITED
     if (status is not None and (status >= 500 or status in (408, 409))) or _TRANSIENT.intersection(
         codes
     ):
-        return C.TRANSIENT
+        return Code.TRANSIENT
     if "invalid_request_error" in codes or "invalid_argument" in codes:
-        return C.INVALID_REQUEST
+        return Code.INVALID_REQUEST
     if status is None or status < 400:
         # an unrecognized error inside a stream: the request itself was accepted
-        return C.TRANSIENT
-    return C.INVALID_REQUEST
+        return Code.TRANSIENT
+    return Code.INVALID_REQUEST
 
 
 def retry_after_from(
@@ -105,12 +132,12 @@ def retry_after_from(
 ) -> float | None:
     """Seconds to wait, from ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP
     date) or a "try again in 3s" in the message."""
-    h = {k.lower(): v for k, v in (headers or {}).items()}
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
     try:
-        if "retry-after-ms" in h:
-            return max(0.0, float(h["retry-after-ms"]) / 1000)
-        if "retry-after" in h:
-            value = h["retry-after"].strip()
+        if "retry-after-ms" in lowered:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
+        if "retry-after" in lowered:
+            value = lowered["retry-after"].strip()
             try:
                 return max(0.0, float(value))
             except ValueError:
@@ -118,20 +145,20 @@ def retry_after_from(
                 return max(0.0, (when - datetime.now(UTC)).total_seconds())
     except (ValueError, TypeError):
         pass
-    for m in messages:
-        found = _TRY_AGAIN.search(m)
+    for message in messages:
+        found = _TRY_AGAIN.search(message)
         if found:
-            n = float(found.group(1))
-            return n / 1000 if found.group(2).lower() == "ms" else n
+            seconds = float(found.group(1))
+            return seconds / 1000 if found.group(2).lower() == "ms" else seconds
     return None
 
 
 def _describe(payload: Any, messages: Sequence[str]) -> str:
     """The provider's first non-blank message; else the body itself, so that an error
     never ends in an empty message (some servers send ``"message": ""``)."""
-    for m in messages:
-        if m.strip():
-            return m.strip()
+    for message in messages:
+        if message.strip():
+            return message.strip()
     if payload in (None, "", {}, []):
         return "the server sent no error message and an empty body"
     shown = payload if isinstance(payload, str) else json.dumps(payload, default=str)
@@ -162,7 +189,7 @@ def classify(
         status=status,
         body=body,
         retry_after=retry_after_from(headers, messages)
-        if code in (C.RATE_LIMITED, C.TRANSIENT)
+        if code in (Code.RATE_LIMITED, Code.TRANSIENT)
         else None,
         provider=provider,
     )

@@ -44,23 +44,29 @@ def _call_part(
     return part
 
 
-def _model_parts(target: Target, m: AssistantMessage) -> list[dict[str, Any]]:
-    calls = {c.id: c for c in m.tool_calls}
-    state = target.own_state(m)
+def _model_parts(target: Target, message: AssistantMessage) -> list[dict[str, Any]]:
+    calls = {call.id: call for call in message.tool_calls}
+    state = target.own_state(message)
     parts: list[dict[str, Any]] = []
     if state:
-        for p in state.get("parts", ()):
-            if "functionCall" in p:
-                c = calls.pop(p["functionCall"].get("id"), None)
-                if c is not None:
-                    parts.append(_call_part(c.id, c.name, c.arguments(), p.get("thoughtSignature")))
+        for part in state.get("parts", ()):
+            if "functionCall" in part:
+                call = calls.pop(part["functionCall"].get("id"), None)
+                if call is not None:
+                    parts.append(
+                        _call_part(
+                            call.id, call.name, call.arguments(), part.get("thoughtSignature")
+                        )
+                    )
             else:
-                parts.append(dict(p))
-    elif m.text:
-        parts.append({"text": m.text})
+                parts.append(dict(part))
+    elif message.text:
+        parts.append({"text": message.text})
     foreign = None if state else (FOREIGN_THOUGHT_SIGNATURE if "gemini-3" in target.model else None)
     parts.extend(
-        _call_part(c.id, c.name, c.arguments(), foreign) for c in m.tool_calls if c.id in calls
+        _call_part(call.id, call.name, call.arguments(), foreign)
+        for call in message.tool_calls
+        if call.id in calls
     )
     return parts or [{"text": "(no reply)"}]
 
@@ -79,21 +85,23 @@ def build_request(
             contents.append({"role": "model", "parts": _model_parts(target, turn)})
         else:
             parts = []
-            for r in turn:
-                key = "output" if r.result.status is ToolStatus.SUCCEEDED else "error"
+            for result in turn:
+                key = "output" if result.result.status is ToolStatus.SUCCEEDED else "error"
                 parts.append(
                     {
                         "functionResponse": {
-                            "id": r.call_id,
-                            "name": r.tool_name,
-                            "response": {key: result_text(r)},
+                            "id": result.call_id,
+                            "name": result.tool_name,
+                            "response": {key: result_text(result)},
                         }
                     }
                 )
             contents.append({"role": "user", "parts": parts})
-    for c in context.corrections:
-        contents.append({"role": "model", "parts": [{"text": c.rejected_text or "(empty reply)"}]})
-        contents.append({"role": "user", "parts": [{"text": correction_text(c)}]})
+    for correction in context.corrections:
+        contents.append(
+            {"role": "model", "parts": [{"text": correction.rejected_text or "(empty reply)"}]}
+        )
+        contents.append({"role": "user", "parts": [{"text": correction_text(correction)}]})
     body: dict[str, Any] = {"contents": contents}
     if context.instructions:
         body["systemInstruction"] = {"parts": [{"text": context.instructions}]}

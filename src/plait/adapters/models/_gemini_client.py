@@ -130,14 +130,14 @@ class GeminiModel:
             return gemini.parse_response(self.target, wire)
 
 
-def _sdk_error(e: Exception) -> ModelError | None:
+def _sdk_error(exc: Exception) -> ModelError | None:
     """``google.genai``'s APIError as a ModelError, with the retry delay of a 429."""
     from google.genai import errors
 
-    if not isinstance(e, errors.APIError):
+    if not isinstance(exc, errors.APIError):
         return None
-    headers = getattr(getattr(e, "response", None), "headers", None)
-    error = classify("gemini", e.code or None, e.details, headers=dict(headers or {}))
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    error = classify("gemini", exc.code or None, exc.details, headers=dict(headers or {}))
     if error.model_code == ModelErrorCode.RATE_LIMITED and error.retry_after is None:
-        error.details["retry_after"] = _retry_delay(e.details)
+        error.details["retry_after"] = _retry_delay(exc.details)
     return error

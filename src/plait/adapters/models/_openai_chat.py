@@ -43,9 +43,9 @@ def tool_param(spec: ToolSpec) -> dict[str, Any]:
 
 
 def _last_user_index(items: list[Any]) -> int:
-    for i in range(len(items) - 1, -1, -1):
-        if isinstance(items[i], UserMessage):
-            return i
+    for index in range(len(items) - 1, -1, -1):
+        if isinstance(items[index], UserMessage):
+            return index
     return -1
 
 
@@ -60,19 +60,19 @@ def _call_extras(target: Target, state: dict[str, Any] | None) -> dict[str | Non
     return {}
 
 
-def _assistant(target: Target, m: AssistantMessage, in_current_turn: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": m.text or None}
-    state = target.own_state(m)
+def _assistant(target: Target, message: AssistantMessage, in_current_turn: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    state = target.own_state(message)
     extras = _call_extras(target, state)
-    if m.tool_calls:
+    if message.tool_calls:
         out["tool_calls"] = []
-        for c in m.tool_calls:
+        for tool_call in message.tool_calls:
             call: dict[str, Any] = {
-                "id": c.id,
+                "id": tool_call.id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments_json},
+                "function": {"name": tool_call.name, "arguments": tool_call.arguments_json},
             }
-            extra = extras.get(c.id, extras.get(None))
+            extra = extras.get(tool_call.id, extras.get(None))
             if extra:
                 call["extra_content"] = extra
             out["tool_calls"].append(call)
@@ -95,18 +95,18 @@ def build_request(
         messages.append({"role": "system", "content": context.instructions})
     turns = list(iter_turns(context.items))
     current = _last_user_index(turns)
-    for i, turn in enumerate(turns):
+    for index, turn in enumerate(turns):
         if isinstance(turn, UserMessage):
             messages.append({"role": "user", "content": turn.text})
         elif isinstance(turn, AssistantMessage):
-            messages.append(_assistant(target, turn, i > current))
+            messages.append(_assistant(target, turn, index > current))
         else:
             messages.extend(
                 {"role": "tool", "tool_call_id": r.call_id, "content": result_text(r)} for r in turn
             )
-    for c in context.corrections:
-        messages.append({"role": "assistant", "content": c.rejected_text})
-        messages.append({"role": "user", "content": correction_text(c)})
+    for correction in context.corrections:
+        messages.append({"role": "assistant", "content": correction.rejected_text})
+        messages.append({"role": "user", "content": correction_text(correction)})
     body: dict[str, Any] = {"model": target.model, "messages": messages}
     if context.tools:
         body["tools"] = [tool_param(t) for t in context.tools]

@@ -35,18 +35,26 @@ class WireProtocol:
 
 
 def _chat_body(
-    t: Target, r: ModelRequest, stream: bool, caps: ModelCapabilities, field: str
+    target: Target, request: ModelRequest, stream: bool, caps: ModelCapabilities, field: str
 ) -> dict[str, Any]:
     return chat.build_request(
-        t, r.context, max_output_tokens=r.max_output_tokens, stream=stream, max_tokens_field=field
+        target,
+        request.context,
+        max_output_tokens=request.max_output_tokens,
+        stream=stream,
+        max_tokens_field=field,
     )
 
 
 def _responses_body(
-    t: Target, r: ModelRequest, stream: bool, caps: ModelCapabilities, field: str
+    target: Target, request: ModelRequest, stream: bool, caps: ModelCapabilities, field: str
 ) -> dict[str, Any]:
     return responses.build_request(
-        t, r.context, max_output_tokens=r.max_output_tokens, stream=stream, reasoning=caps.reasoning
+        target,
+        request.context,
+        max_output_tokens=request.max_output_tokens,
+        stream=stream,
+        reasoning=caps.reasoning,
     )
 
 
@@ -120,14 +128,14 @@ class OpenAIModel:
         return (self._base_url or self._provider, self.target.model)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        p = self._protocol
+        protocol = self._protocol
 
         async def attempt(streamed: bool) -> ModelResponse:
             caps, field = self._capabilities, self._max_tokens_field
-            body = p.build(self.target, request, streamed, caps, field)
+            body = protocol.build(self.target, request, streamed, caps, field)
             watch = idle_watch(self._provider, self._idle_timeout)
             async with self._client() as sdk, watch as alive:
-                return await self._send(p.resource(sdk), body, request, alive)
+                return await self._send(protocol.resource(sdk), body, request, alive)
 
         streaming = request.on_text is not None and self._capabilities.streaming
         return await STREAM_REFUSALS.call(
@@ -143,7 +151,7 @@ class OpenAIModel:
     ) -> ModelResponse:
         import openai
 
-        p = self._protocol
+        protocol = self._protocol
 
         async def read(raw: Any) -> dict[str, Any]:
             return cast("dict[str, Any]", json.loads(raw.text))
@@ -152,9 +160,9 @@ class OpenAIModel:
             return await create(
                 resource,
                 body,
-                stream=p.stream(self.target, self._provider) if body.get("stream") else None,
+                stream=protocol.stream(self.target, self._provider) if body.get("stream") else None,
                 on_text=request.on_text,
                 read=read,
-                parse=lambda wire: p.parse(self.target, wire, self._provider),
+                parse=lambda wire: protocol.parse(self.target, wire, self._provider),
                 alive=alive,
             )

@@ -42,23 +42,23 @@ def _call_item(call: ToolCall, item_id: str | None) -> dict[str, Any]:
     return item
 
 
-def _assistant_items(target: Target, m: AssistantMessage) -> list[dict[str, Any]]:
-    state = target.own_state(m)
-    calls = {c.id: c for c in m.tool_calls}
+def _assistant_items(target: Target, message: AssistantMessage) -> list[dict[str, Any]]:
+    state = target.own_state(message)
+    calls = {c.id: c for c in message.tool_calls}
     out: list[dict[str, Any]] = []
     text_done = False
     for entry in (state or {}).get("order", ()):
         kind = entry.get("type")
         if kind == "reasoning":
             out.append(dict(entry))
-        elif kind == "message" and m.text and not text_done:
-            out.append({"role": "assistant", "content": m.text})
+        elif kind == "message" and message.text and not text_done:
+            out.append({"role": "assistant", "content": message.text})
             text_done = True
         elif kind == "function_call" and entry.get("call_id") in calls:
             out.append(_call_item(calls.pop(entry["call_id"]), entry.get("id")))
-    if m.text and not text_done:
-        out.append({"role": "assistant", "content": m.text})
-    out.extend(_call_item(c, None) for c in m.tool_calls if c.id in calls)
+    if message.text and not text_done:
+        out.append({"role": "assistant", "content": message.text})
+    out.extend(_call_item(c, None) for c in message.tool_calls if c.id in calls)
     return out
 
 
@@ -81,9 +81,9 @@ def build_request(
                 {"type": "function_call_output", "call_id": r.call_id, "output": result_text(r)}
                 for r in turn
             )
-    for c in context.corrections:
-        items.append({"role": "assistant", "content": c.rejected_text})
-        items.append({"role": "user", "content": correction_text(c)})
+    for correction in context.corrections:
+        items.append({"role": "assistant", "content": correction.rejected_text})
+        items.append({"role": "user", "content": correction_text(correction)})
     body: dict[str, Any] = {"model": target.model, "input": items, "store": False}
     if context.instructions:
         body["instructions"] = context.instructions

@@ -30,17 +30,71 @@ _CHILD_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _CHILD_ONE = ("items", "not", "additionalProperties", "if", "then", "else", "contains")
 
 # OpenAI structured outputs (strict): the documented subset.
-_OPENAI_STRICT = frozenset({"type", "properties", "required", "additionalProperties", "items",
-    "enum", "const", "anyOf", "$ref", "$defs", "definitions", "description", "title", "pattern",
-    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minItems", "maxItems", "default", "examples", "$comment"})  # fmt: skip
+_OPENAI_STRICT = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "description",
+        "title",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "default",
+        "examples",
+        "$comment",
+    }
+)
 # Gemini ``parametersJsonSchema``: the keywords Gemini documents. ``oneOf`` and ``allOf``
 # are left out on purpose: Gemini accepts and ignores them, which would loosen the schema.
-_GEMINI = frozenset({"type", "format", "title", "description", "enum", "items", "prefixItems",
-    "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "anyOf", "properties", "additionalProperties", "required", "$ref", "$defs", "$id",
-    "$anchor", "nullable", "minLength", "maxLength", "pattern", "minProperties",
-    "maxProperties", "default", "examples", "propertyOrdering"})  # fmt: skip
+_GEMINI = frozenset(
+    {
+        "type",
+        "format",
+        "title",
+        "description",
+        "enum",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "anyOf",
+        "properties",
+        "additionalProperties",
+        "required",
+        "$ref",
+        "$defs",
+        "$id",
+        "$anchor",
+        "nullable",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minProperties",
+        "maxProperties",
+        "default",
+        "examples",
+        "propertyOrdering",
+    }
+)
 _ANNOTATIONS_DROPPED = frozenset({"$schema", "$comment", "deprecated", "readOnly", "writeOnly"})
 _ROOT_REFUSED = ("anyOf", "oneOf", "allOf", "not", "enum", "const", "$ref")
 # OpenAI strict mode's documented limits and string formats.
@@ -64,8 +118,8 @@ def _walk(schema: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for key in _CHILD_LISTS:
         children = schema.get(key)
         if isinstance(children, list):
-            for i, child in enumerate(children):
-                yield from _walk(child, f"{path}/{key}/{i}")
+            for index, child in enumerate(children):
+                yield from _walk(child, f"{path}/{key}/{index}")
     for key in _CHILD_ONE:
         yield from _walk(schema.get(key), f"{path}/{key}")
 

@@ -104,13 +104,13 @@ def _vendor(spec: ModelSpec) -> tuple[str, str | None, tuple[str, ...]]:
 def resolve(name: str, config: Config) -> Resolved:
     alias = config.entry(name)
     spec = parse_spec(alias.spec if alias and alias.spec else name)
-    entries = [e for e in (config.entry(str(spec)), alias) if e is not None]
+    entries = [entry for entry in (config.entry(str(spec)), alias) if entry is not None]
     settings: dict[str, Any] = {}
     base_url, key_env = spec.base_url, None
-    for e in entries:
-        settings.update(e.settings)
-        base_url = e.base_url or base_url
-        key_env = e.key_env or key_env
+    for entry in entries:
+        settings.update(entry.settings)
+        base_url = entry.base_url or base_url
+        key_env = entry.key_env or key_env
     vendor, table, default_keys = _vendor(spec)
     builtin = builtin_capabilities(table, spec.model) if table else None
     caps = with_overrides(
@@ -130,90 +130,92 @@ def resolve(name: str, config: Config) -> Resolved:
     )
 
 
-def _api_key(r: Resolved, env: Mapping[str, str]) -> str:
-    for variable in r.key_env:
+def _api_key(resolved: Resolved, env: Mapping[str, str]) -> str:
+    for variable in resolved.key_env:
         if env.get(variable):
             return env[variable]
-    if not r.key_env:
+    if not resolved.key_env:
         return "not-needed"  # a local server without auth; never send another vendor's key
-    raise missing_key(str(r.spec), r.key_env[0])
+    raise missing_key(str(resolved.spec), resolved.key_env[0])
 
 
 _MIN_THINKING = 1024
 """Anthropic's smallest extended-thinking budget (``budget_tokens``)."""
 
 
-def _check_settings(r: Resolved) -> None:
-    budget = r.settings.get("thinking_budget")
-    if budget is not None and (r.spec.kind != "anthropic" or not r.capabilities.reasoning):
+def _check_settings(resolved: Resolved) -> None:
+    budget = resolved.settings.get("thinking_budget")
+    if budget is not None and (
+        resolved.spec.kind != "anthropic" or not resolved.capabilities.reasoning
+    ):
         raise ConfigError(
-            f"setting thinking_budget: model {r.spec} cannot take it (only Anthropic models "
+            f"setting thinking_budget: model {resolved.spec} cannot take it (only Anthropic models "
             "with reasoning do); remove it from plait.toml",
             setting="thinking_budget",
-            model=str(r.spec),
+            model=str(resolved.spec),
         )
-    cap = r.capabilities.max_output_tokens
+    cap = resolved.capabilities.max_output_tokens
     if budget is not None and (budget < _MIN_THINKING or (cap is not None and budget >= cap)):
         within = f" and below the model's max output ({cap})" if cap is not None else ""
         raise ConfigError(
-            f"setting thinking_budget = {budget}: model {r.spec} takes a thinking budget of "
+            f"setting thinking_budget = {budget}: model {resolved.spec} takes a thinking budget of "
             f"at least {_MIN_THINKING} tokens{within}; change it in plait.toml",
             setting="thinking_budget",
-            model=str(r.spec),
+            model=str(resolved.spec),
         )
 
 
-def build_client(r: Resolved, env: Mapping[str, str]) -> ModelClient:
-    _check_settings(r)
-    key = _api_key(r, env)
-    idle = _idle_timeout(r)
+def build_client(resolved: Resolved, env: Mapping[str, str]) -> ModelClient:
+    _check_settings(resolved)
+    key = _api_key(resolved, env)
+    idle = _idle_timeout(resolved)
     common: dict[str, Any] = {
-        "name": str(r.spec),
-        "target": r.target,
-        "capabilities": r.capabilities,
+        "name": str(resolved.spec),
+        "target": resolved.target,
+        "capabilities": resolved.capabilities,
         "api_key": key,
-        "base_url": r.base_url,
+        "base_url": resolved.base_url,
         "idle_timeout": idle,
         "timeout": max(600.0, idle + 60.0),  # the SDK's own: only a backstop
     }
-    if r.spec.kind in ("openai", "openai-responses", "openai-compatible"):
+    if resolved.spec.kind in ("openai", "openai-responses", "openai-compatible"):
         from plait.adapters.models._openai_client import CHAT, RESPONSES, OpenAIModel
 
-        compatible = r.spec.kind == "openai-compatible"
+        compatible = resolved.spec.kind == "openai-compatible"
         return OpenAIModel(
-            protocol=RESPONSES if r.spec.kind == "openai-responses" else CHAT,
-            provider=r.target.vendor.split(":")[0] if compatible else "openai",
+            protocol=RESPONSES if resolved.spec.kind == "openai-responses" else CHAT,
+            provider=resolved.target.vendor.split(":")[0] if compatible else "openai",
             max_tokens_field="max_tokens" if compatible else "max_completion_tokens",
             **common,
         )
-    if r.spec.kind == "anthropic":
+    if resolved.spec.kind == "anthropic":
         from plait.adapters.models._anthropic_client import AnthropicModel
 
-        return AnthropicModel(thinking_budget=r.settings.get("thinking_budget"), **common)
+        return AnthropicModel(thinking_budget=resolved.settings.get("thinking_budget"), **common)
     from plait.adapters.models._gemini_client import GeminiModel
 
     return GeminiModel(**common)
 
 
-def _idle_timeout(r: Resolved) -> float:
-    seconds = r.settings.get("idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT)
+def _idle_timeout(resolved: Resolved) -> float:
+    seconds = resolved.settings.get("idle_timeout_seconds", DEFAULT_IDLE_TIMEOUT)
     if not seconds > 0:
         raise ConfigError(
-            f"setting idle_timeout_seconds of model {r.spec} must be more than 0 seconds "
+            f"setting idle_timeout_seconds of model {resolved.spec} must be more than 0 seconds "
             f"(got {seconds!r})",
             setting="idle_timeout_seconds",
-            model=str(r.spec),
+            model=str(resolved.spec),
         )
     return float(seconds)
 
 
-def check_tools(r: Resolved, tools: Sequence[ToolSpec]) -> None:
+def check_tools(resolved: Resolved, tools: Sequence[ToolSpec]) -> None:
     """Translate every tool schema now, so an inexpressible one fails before a run."""
-    if r.spec.kind == "gemini":
+    if resolved.spec.kind == "gemini":
         from plait.adapters.models._gemini import tool_declaration
 
-        for t in tools:
-            tool_declaration(t)
+        for tool in tools:
+            tool_declaration(tool)
 
 
 def open_model(

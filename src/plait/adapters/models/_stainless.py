@@ -20,14 +20,14 @@ __all__ = ["create", "sdk_errors"]
 def sdk_errors(sdk: ModuleType, provider: str) -> Translate:
     """The SDK's status, connection and in-stream errors as ModelErrors."""
 
-    def translate(e: Exception) -> ModelError | None:
-        if isinstance(e, sdk.APIStatusError):
-            payload = e.body if e.body is not None else e.message
-            return classify(provider, e.status_code, payload, headers=dict(e.response.headers))
-        if isinstance(e, sdk.APIConnectionError):
-            return transport_error(provider, e)
-        if isinstance(e, sdk.APIError):  # an error event inside a stream
-            return classify(provider, None, e.body if e.body is not None else e.message)
+    def translate(exc: Exception) -> ModelError | None:
+        if isinstance(exc, sdk.APIStatusError):
+            payload = exc.body if exc.body is not None else exc.message
+            return classify(provider, exc.status_code, payload, headers=dict(exc.response.headers))
+        if isinstance(exc, sdk.APIConnectionError):
+            return transport_error(provider, exc)
+        if isinstance(exc, sdk.APIError):  # an error event inside a stream
+            return classify(provider, None, exc.body if exc.body is not None else exc.message)
         return None
 
     return translate

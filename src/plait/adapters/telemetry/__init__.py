@@ -25,11 +25,11 @@ def open_telemetry(settings: TelemetrySettings) -> OtelTelemetry | None:
         return None
     try:
         from plait.adapters.telemetry._otel import OtelTelemetry
-    except ImportError as e:
+    except ImportError as exc:
         raise ConfigError(
             f"[telemetry] enabled = true needs the OpenTelemetry SDK, which is not installed "
-            f"({e.name or e}): install the extra, e.g. pip install 'plait[otel]' "
+            f"({exc.name or exc}): install the extra, e.g. pip install 'plait[otel]' "
             "(uv: uv sync --extra otel)",
-            missing=e.name or "",
-        ) from e
+            missing=exc.name or "",
+        ) from exc
     return OtelTelemetry.from_settings(settings)

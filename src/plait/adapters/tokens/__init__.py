@@ -33,16 +33,16 @@ def open_meter(spec: str, config: Config | None = None) -> TokenMeter:
     from plait.adapters.models import resolve
     from plait.config import load_config
 
-    r = resolve(spec, load_config() if config is None else config)
-    if not r.known or r.capabilities.context_window is None:
+    resolved = resolve(spec, load_config() if config is None else config)
+    if not resolved.known or resolved.capabilities.context_window is None:
         raise TokenMeterModelUnconfiguredError(
             f"TOKEN_METER_MODEL_UNCONFIGURED: plait has no token meter and context window "
             f"for model {spec!r}; declare context_window under [models.NAME] in plait.toml",
             model=spec,
         )
-    if r.spec.kind in _OPENAI_KINDS:
-        return OpenAIMeter(encoding_for(r.spec.model))
-    return EstimatingMeter(str(r.spec))
+    if resolved.spec.kind in _OPENAI_KINDS:
+        return OpenAIMeter(encoding_for(resolved.spec.model))
+    return EstimatingMeter(str(resolved.spec))
 
 
 def meter_for(client: ModelClient) -> TokenMeter:

@@ -52,8 +52,8 @@ class EstimatingMeter:
         if isinstance(message, AssistantMessage):
             text = message.text + "".join(c.name + c.arguments_json for c in message.tool_calls)
         elif isinstance(message, ToolResultMessage):
-            r = message.result
-            text = message.tool_name + r.content + (r.reason or "")
+            result = message.result
+            text = message.tool_name + result.content + (result.reason or "")
         else:
             text = message.text
         return self.count_text(text) + _FRAME

@@ -152,15 +152,17 @@ class OpenAIMeter:
 
     def count_message(self, message: Message) -> int:
         if isinstance(message, AssistantMessage):
-            n = self.count_text(message.text) + self.count_text("assistant")
-            for c in message.tool_calls:
-                n += _PER_CALL + self.count_text(c.name) + self.count_text(c.arguments_json)
+            tokens = self.count_text(message.text) + self.count_text("assistant")
+            for call in message.tool_calls:
+                tokens += (
+                    _PER_CALL + self.count_text(call.name) + self.count_text(call.arguments_json)
+                )
         elif isinstance(message, ToolResultMessage):
-            r = message.result
-            n = self.count_text(r.content) + self.count_text(r.reason or "") + 2
+            result = message.result
+            tokens = self.count_text(result.content) + self.count_text(result.reason or "") + 2
         else:
-            n = self.count_text(message.text) + 1
-        return n + _PER_MESSAGE
+            tokens = self.count_text(message.text) + 1
+        return tokens + _PER_MESSAGE
 
     def count_tools(self, tools: tuple[ToolSpec, ...]) -> int:
         return sum(

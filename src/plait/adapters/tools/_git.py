@@ -213,8 +213,8 @@ def undo_new_git(root: str, before: GitScan, *, incremental: bool = False) -> li
         try:
             _remove(fd, name)
             undone.append(rel)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
                 raise
         finally:
             os.close(fd)

@@ -38,5 +38,5 @@ class WorkspaceLimits:
                 raise ValueError(f"WorkspaceLimits.{name} must be a positive int")
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"

@@ -94,8 +94,8 @@ def _compile(source: str, pattern: str, ignore_case: bool) -> re2._Regexp:
     options.case_sensitive = not ignore_case
     try:
         compiled = re2.compile(source, options)
-    except re2.error as e:
-        said = e.args[0].decode("utf-8", "replace") if e.args else str(e)
+    except re2.error as exc:
+        said = exc.args[0].decode("utf-8", "replace") if exc.args else str(exc)
         raise ToolError(
             f"invalid regular expression: {said} (RE2 syntax: Python's, without lookaround "
             "and backreferences)",

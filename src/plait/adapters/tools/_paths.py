@@ -67,9 +67,9 @@ def file_state(st: os.stat_result | None) -> FileState:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def os_error(e: OSError, display: str) -> ToolError:
+def os_error(exc: OSError, display: str) -> ToolError:
     """A ToolError naming the model's path. ``str(e)`` is never used: it can hold host paths."""
-    reason = e.strerror or type(e).__name__
+    reason = exc.strerror or type(exc).__name__
     return ToolError(f"cannot access {display!r}: {reason}", path=display)
 
 
@@ -94,8 +94,8 @@ def _readlink(name: str, dir_fd: int) -> str | None:
     """The target of ``name`` if it is a symbolic link, else None."""
     try:
         return os.readlink(name, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno in (errno.EINVAL, errno.ENOENT):
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):
             return None
         raise
 
@@ -135,7 +135,10 @@ class Entry:
         return self
 
     def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -158,8 +161,8 @@ class Workspace:
         path a walk arrived at (None: not denied), checked when the path is used."""
         try:
             self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ToolError("the session's workspace is not available") from e
+        except OSError as exc:
+            raise ToolError("the session's workspace is not available") from exc
         absolute = os.path.abspath(root)
         # Absolute paths (from the model or in link targets) are accepted under either
         # spelling of the root; they are only translated to components walked from _fd.
@@ -174,7 +177,10 @@ class Workspace:
         return self
 
     def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -260,8 +266,8 @@ class _Resolution:
                 if entry is not None:
                     return entry
             return self._ended_on_dir()
-        except OSError as e:
-            raise os_error(e, self.display) from e
+        except OSError as exc:
+            raise os_error(exc, self.display) from exc
         finally:
             for fd in stack:
                 os.close(fd)
@@ -326,9 +332,9 @@ class _Resolution:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o777, dir_fd=parent)
             self.pending.appendleft(name)
-        except OSError as e:
-            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise os_error(e, display) from e
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise os_error(exc, display) from exc
             target = _readlink(name, parent)
             if target is None:
                 raise ToolError(f"{display!r}: {name!r} is not a directory", path=display) from None
@@ -358,9 +364,9 @@ class _Resolution:
             fd = os.open(name, _OPEN_FLAGS, dir_fd=parent)
         except FileNotFoundError:
             return self._take(None, None, name)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise os_error(e, display) from e
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise os_error(exc, display) from exc
             self._spend()  # swapped for a link after the stat: look again
             self.pending.appendleft(name)
             return None
@@ -445,8 +451,8 @@ def _link_new(tmp: str, name: str, parent_fd: int, changed: ToolError) -> bool:
         os.link(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd, follow_symlinks=False)
     except FileExistsError:
         raise changed from None
-    except OSError as e:
-        if e.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV):
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV):
             return False
         raise
     return True

@@ -97,8 +97,8 @@ class PidsCgroup:
             except OSError:
                 continue
             try:
-                with open(os.path.join(path, "pids.max"), "w") as f:
-                    f.write(str(max_processes))
+                with open(os.path.join(path, "pids.max"), "w") as limit_file:
+                    limit_file.write(str(max_processes))
             except OSError:
                 with contextlib.suppress(OSError):
                     os.rmdir(path)
@@ -113,8 +113,8 @@ class PidsCgroup:
     def hit_limit(self) -> bool:
         """Whether a fork was refused because of ``pids.max``."""
         try:
-            with open(os.path.join(self.path, "pids.events")) as f:
-                for line in f:
+            with open(os.path.join(self.path, "pids.events")) as events_file:
+                for line in events_file:
                     key, _, count = line.partition(" ")
                     if key == "max" and int(count) > 0:
                         return True
@@ -124,8 +124,8 @@ class PidsCgroup:
 
     def kill_all(self) -> None:
         with contextlib.suppress(OSError):
-            with open(self.procs_file) as f:
-                pids = [int(p) for p in f.read().split()]
+            with open(self.procs_file) as procs:
+                pids = [int(p) for p in procs.read().split()]
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -144,8 +144,8 @@ class PidsCgroup:
 
 def _v2_has_pids(base: str) -> bool:
     try:
-        with open(os.path.join(base, "cgroup.subtree_control")) as f:
-            return "pids" in f.read().split()
+        with open(os.path.join(base, "cgroup.subtree_control")) as control_file:
+            return "pids" in control_file.read().split()
     except OSError:
         return False
 
@@ -173,19 +173,19 @@ def _rlimits(limits: Limits, cgroup: PidsCgroup | None) -> tuple[_Rlimits, str |
         # SIGXCPU at the soft limit (reported as the CPU limit), SIGKILL a little later.
         values.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5))
     if limits.address_space_bytes is not None:
-        n = limits.address_space_bytes
-        values.append((resource.RLIMIT_AS, n, n))
+        limit = limits.address_space_bytes
+        values.append((resource.RLIMIT_AS, limit, limit))
     if limits.file_size_bytes is not None:
-        n = limits.file_size_bytes
-        values.append((resource.RLIMIT_FSIZE, n, n))
+        limit = limits.file_size_bytes
+        values.append((resource.RLIMIT_FSIZE, limit, limit))
     note = None
     if limits.max_processes is not None and cgroup is None:
         uid = os.getuid()
         if uid == 0:
             note = "process limit not enforced (root, and no pids cgroup could be made)"
         else:
-            n = limits.max_processes + _user_process_count(uid)
-            values.append((resource.RLIMIT_NPROC, n, n))
+            limit = limits.max_processes + _user_process_count(uid)
+            values.append((resource.RLIMIT_NPROC, limit, limit))
     procs = cgroup.procs_file if cgroup else None
     return _Rlimits(tuple(values), procs), note
 
@@ -273,12 +273,12 @@ async def run_process(
             preexec_fn=_preexec(spec),
             pass_fds=pass_fds,
         )
-    except BaseException as e:
+    except BaseException as exc:
         if cgroup:
             await cgroup.remove()
-        if isinstance(e, OSError | subprocess.SubprocessError):
+        if isinstance(exc, OSError | subprocess.SubprocessError):
             # The program was never started (E2BIG, a missing bwrap, ...): nothing ran.
-            raise ToolError(f"the command could not be started: {e}") from e
+            raise ToolError(f"the command could not be started: {exc}") from exc
         raise
     assert proc.stdout is not None
     assert proc.stderr is not None

@@ -69,8 +69,8 @@ class _Search:
         lines = _Lines(rel)
         batch: list[bytes] = []
         size = 0
-        with open(fd, "rb", buffering=CHUNK, closefd=False) as f:
-            while piece := f.readline(CHUNK):
+        with open(fd, "rb", buffering=CHUNK, closefd=False) as handle:
+            while piece := handle.readline(CHUNK):
                 self.scanned += len(piece)
                 if self.scanned > self.limits.max_scan_bytes:
                     self.scan_exhausted = True
@@ -126,29 +126,29 @@ class _Search:
         walk = walk_tree(
             fd,
             prefix,
-            descend=lambda e: e.name != ".git" and e.rel not in self.hidden,
+            descend=lambda entry: entry.name != ".git" and entry.rel not in self.hidden,
             notes=self.notes,
             max_depth=lim.max_depth,
             max_dir_entries=lim.max_dir_entries,
         )
         with closing(walk):
-            for count, e in enumerate(walk):
+            for count, entry in enumerate(walk):
                 if count >= lim.max_walk_entries:
                     self.walked_all = False
                     return
                 if self.deadline.passed():
                     self.out_of_time = True
                     return
-                if ws.guard.hides(e.parent_fd, e.name):
-                    self.hidden.add(e.rel)
+                if ws.guard.hides(entry.parent_fd, entry.name):
+                    self.hidden.add(entry.rel)
                     continue
-                if e.kind != "file" or e.name == ".git" or not _glob_matches(glob, e):
+                if entry.kind != "file" or entry.name == ".git" or not _glob_matches(glob, entry):
                     continue
-                opened = open_child_file(e.parent_fd, e.name)
+                opened = open_child_file(entry.parent_fd, entry.name)
                 if opened is None:
                     continue
                 try:
-                    self.file(opened[0], e.rel)
+                    self.file(opened[0], entry.rel)
                 finally:
                     os.close(opened[0])
                 if self.done:
@@ -173,10 +173,10 @@ class _Search:
         return tail
 
 
-def _glob_matches(glob: str | None, e: TreeEntry) -> bool:
+def _glob_matches(glob: str | None, entry: TreeEntry) -> bool:
     if glob is None:
         return True
-    return fnmatch.fnmatchcase(e.rel if "/" in glob else e.name, glob)
+    return fnmatch.fnmatchcase(entry.rel if "/" in glob else entry.name, glob)
 
 
 def search_text(

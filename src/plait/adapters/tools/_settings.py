@@ -61,10 +61,10 @@ class Limits:
     file_size_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for setting in fields(self):
+            value = getattr(self, setting.name)
             if value is not None:
-                _positive(f.name, value, integer=True)
+                _positive(setting.name, value, integer=True)
 
 
 _BOOL_KEYS = ("network", "allow_unsandboxed")
@@ -123,9 +123,9 @@ class SandboxSettings:
             if not isinstance(value, bool):
                 raise _bad(f"tools.{name}.network", "must be true or false")
         for key in ("extra_ro_binds", "extra_rw_binds"):
-            for p in getattr(self, key):
-                if not p.startswith("/"):
-                    raise _bad(key, f"must hold absolute paths (got {p!r})")
+            for pattern in getattr(self, key):
+                if not pattern.startswith("/"):
+                    raise _bad(key, f"must hold absolute paths (got {pattern!r})")
         for key in _NUMBER_KEYS:
             _positive(key, getattr(self, key), integer=False)
         for name in (*self.env_allow, *self.env_set):

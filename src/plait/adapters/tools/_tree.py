@@ -105,8 +105,8 @@ def walk_tree(
             continue
         try:
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError as e:
-            if e.errno in (errno.EACCES, errno.EPERM):
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
                 notes.unreadable.append(entry.rel)
             continue  # else vanished, or replaced by a link since it was listed: skip it
         try:

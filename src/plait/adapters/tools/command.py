@@ -124,12 +124,12 @@ class _Runner:
         self.protect_git = protect_git
 
     def _timeout(self, value: float | None) -> float:
-        s = self.settings
+        settings = self.settings
         if value is None:
-            return min(s.timeout_seconds, s.max_timeout_seconds)
-        if value > s.max_timeout_seconds:  # the configured maximum: not in the schema
+            return min(settings.timeout_seconds, settings.max_timeout_seconds)
+        if value > settings.max_timeout_seconds:  # the configured maximum: not in the schema
             raise ToolError(
-                f"timeout_seconds may be at most {s.max_timeout_seconds:g} (got {value:g})"
+                f"timeout_seconds may be at most {settings.max_timeout_seconds:g} (got {value:g})"
             )
         return float(value)
 
@@ -217,9 +217,9 @@ class _Runner:
         finally:
             if args_fd >= 0:
                 os.close(args_fd)
-            for p in paths:
+            for path in paths:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(p)
+                    os.unlink(path)
         failed = outcome.ended != "exit" or outcome.exit_code != 0 or bool(undone)
         return ToolOutput(content=text, failed=failed, spool_path=spool)
 
@@ -331,13 +331,13 @@ def _spool(command: str, out: Capture, err: Capture) -> str:
     """The whole output in one file: stdout then stderr, each under a header."""
     fd, path = tempfile.mkstemp(prefix="plait-output-", suffix=".txt")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(f"$ {command}\n--- stdout ({out.size} bytes) ---\n".encode())
+        with os.fdopen(fd, "wb") as spool:
+            spool.write(f"$ {command}\n--- stdout ({out.size} bytes) ---\n".encode())
             for name, cap in (("stdout", out), ("stderr", err)):
                 if name == "stderr":
-                    f.write(f"\n--- stderr ({err.size} bytes) ---\n".encode())
+                    spool.write(f"\n--- stderr ({err.size} bytes) ---\n".encode())
                 with open(cap.path, "rb") as src:
-                    shutil.copyfileobj(src, f, 1 << 20)
+                    shutil.copyfileobj(src, spool, 1 << 20)
     except BaseException:
         os.unlink(path)
         raise

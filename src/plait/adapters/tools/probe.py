@@ -34,36 +34,36 @@ class FileProbe:
         return Path(os.path.relpath(real, root)).as_posix()
 
     def state(self, workspace: str, paths: tuple[str, ...]) -> str | None:
-        h = hashlib.sha256()
+        hasher = hashlib.sha256()
         root = Path(workspace)
         for rel in sorted(paths):
-            h.update(rel.encode() + b"\0")
+            hasher.update(rel.encode() + b"\0")
             target = root / rel
             try:
                 if target.is_dir():
-                    h.update(b"dir\0")
+                    hasher.update(b"dir\0")
                     continue
-                _digest_file(h, target)
+                _digest_file(hasher, target)
             except FileNotFoundError:
-                h.update(b"absent\0")
-            except OSError as e:
-                h.update(f"unreadable:{e.errno}\0".encode())
-        return "sha256:" + h.hexdigest()
+                hasher.update(b"absent\0")
+            except OSError as exc:
+                hasher.update(f"unreadable:{exc.errno}\0".encode())
+        return "sha256:" + hasher.hexdigest()
 
 
-def _digest_file(h: Any, target: Path) -> None:
+def _digest_file(hasher: Any, target: Path) -> None:
     fd = os.open(target, _OPEN)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            h.update(f"special:{stat.S_IFMT(st.st_mode):o}\0".encode())
+            hasher.update(f"special:{stat.S_IFMT(st.st_mode):o}\0".encode())
             return
         left = MAX_HASHED_BYTES
         while left > 0 and (chunk := os.read(fd, min(1 << 16, left))):
-            h.update(chunk)
+            hasher.update(chunk)
             left -= len(chunk)
         if st.st_size > MAX_HASHED_BYTES:
-            h.update(f"\0size:{st.st_size}:mtime:{st.st_mtime_ns}".encode())
-        h.update(b"\0file\0")
+            hasher.update(f"\0size:{st.st_size}:mtime:{st.st_mtime_ns}".encode())
+        hasher.update(b"\0file\0")
     finally:
         os.close(fd)

@@ -89,8 +89,8 @@ def sandbox_problem(bwrap: str = "bwrap") -> str | None:
     argv = [path, "--ro-bind", "/", "/", "--unshare-net", *_NAMESPACES, "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, env={}, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"bubblewrap ({path}) could not be started ({type(e).__name__}): {_INSTALL}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap ({path}) could not be started ({type(exc).__name__}): {_INSTALL}"
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
         why = said[-1] if said else f"exit code {done.returncode}"
@@ -240,11 +240,11 @@ def _mask(path: str, is_dir: bool) -> list[str]:
 
 def _system() -> list[str]:
     args: list[str] = []
-    for d in _SYSTEM_DIRS:
-        if os.path.islink(d):
-            args += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
+    for directory in _SYSTEM_DIRS:
+        if os.path.islink(directory):
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
     for path, is_dir in _private_etc():
         args += _mask(path, is_dir)
     return [*args, "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
@@ -260,8 +260,8 @@ def _read_only_parents(paths: Iterable[str]) -> list[str]:
         if not path.startswith("/tmp/"):
             continue
         parts = path.split("/")[2:-1]
-        for i in range(1, len(parts) + 1):
-            parent = "/tmp/" + "/".join(parts[:i])
+        for depth in range(1, len(parts) + 1):
+            parent = "/tmp/" + "/".join(parts[:depth])
             if parent not in made:
                 made.add(parent)
                 args += ["--perms", "0555", "--dir", parent]
@@ -373,7 +373,7 @@ def _pins(paths: Iterable[str], writable: Sequence[str]) -> tuple[str, ...]:
                 while parent != top and _under(parent, top):
                     pins.add(parent)
                     parent = os.path.dirname(parent)
-    return tuple(sorted(pins, key=lambda p: (p.count("/"), p)))
+    return tuple(sorted(pins, key=lambda pin: (pin.count("/"), pin)))
 
 
 def bwrap_options(

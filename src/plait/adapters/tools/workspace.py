@@ -79,8 +79,8 @@ def _decode(data: bytes) -> tuple[str, bool]:
 def _encode(text: str, what: str) -> bytes:
     try:
         return text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ToolError(f"{what} is not valid Unicode ({e.reason})") from e
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"{what} is not valid Unicode ({exc.reason})") from exc
 
 
 def _storable(text: str) -> str:
@@ -106,8 +106,8 @@ def _read_file(ws: Workspace, args: ReadFile, limits: WorkspaceLimits, deadline:
         fd = _require_file(entry)
         if is_binary(fd):
             raise ToolError(f"{path!r} is a binary file", path=path)
-        with open(fd, "rb", buffering=CHUNK, closefd=False) as f:
-            return _read_lines(_Lines(path, first, max_lines, limits, deadline), f)
+        with open(fd, "rb", buffering=CHUNK, closefd=False) as handle:
+            return _read_lines(_Lines(path, first, max_lines, limits, deadline), handle)
 
 
 @dataclass(slots=True)
@@ -156,36 +156,36 @@ class _Lines:
         return False
 
 
-def _read_lines(r: _Lines, f: IO[bytes]) -> str:
+def _read_lines(reader: _Lines, handle: IO[bytes]) -> str:
     at_start = True  # the next piece starts a new line
     skipped = 0
-    while piece := f.readline(CHUNK):
-        r.digest.update(piece)
+    while piece := handle.readline(CHUNK):
+        reader.digest.update(piece)
         starts_line = at_start
-        r.line += starts_line
+        reader.line += starts_line
         at_start = piece.endswith(b"\n")
-        if r.line < r.first:
+        if reader.line < reader.first:
             skipped += len(piece)
-            r.skip(skipped)
-        elif not r.take(piece, starts_line):
+            reader.skip(skipped)
+        elif not reader.take(piece, starts_line):
             break
-    first, line, out = r.first, r.line, r.out
-    if r.stop is None and first > max(line, 1):
+    first, line, out = reader.first, reader.line, reader.out
+    if reader.stop is None and first > max(line, 1):
         raise ToolError(
-            f"offset_line {first} is past the end of {r.path!r} ({plural(line, 'line')})",
-            path=r.path,
+            f"offset_line {first} is past the end of {reader.path!r} ({plural(line, 'line')})",
+            path=reader.path,
         )
     text, replaced = _decode(bytes(out))
     notes: list[str] = []
-    if r.stop is None:
+    if reader.stop is None:
         shown = f"lines {first}-{line} of {line}" if first > 1 else plural(line, "line")
         notes.append(f"end of file; {shown}" if line else "empty file")
         if out and not out.endswith(b"\n"):
             notes.append("no newline at end of file")
-        notes.append(f"sha256 {r.digest.hexdigest()}")
+        notes.append(f"sha256 {reader.digest.hexdigest()}")
     else:
         notes.append(f"lines {first}-{line}" if line >= first else "no complete line")
-        notes.append(r.stop)
+        notes.append(reader.stop)
     if replaced:
         notes.append("undecodable bytes are shown as U+FFFD")
     sep = "\n" if text and not text.endswith("\n") else ""
@@ -209,8 +209,8 @@ def _list_dir(ws: Workspace, args: ListDir, limits: WorkspaceLimits, deadline: D
         links = git = stopped = False
         hidden: set[str] = set()
 
-        def descend(e: TreeEntry) -> bool:
-            return recursive and e.name != ".git" and e.rel not in hidden
+        def descend(entry: TreeEntry) -> bool:
+            return recursive and entry.name != ".git" and entry.rel not in hidden
 
         walk = walk_tree(
             entry.fd,
@@ -221,17 +221,17 @@ def _list_dir(ws: Workspace, args: ListDir, limits: WorkspaceLimits, deadline: D
             max_dir_entries=limits.max_dir_entries,
         )
         with closing(walk):
-            for e in walk:
+            for walked in walk:
                 if len(lines) >= limits.max_list_entries:
                     stopped = True
                     break
                 deadline.check("list_dir")
-                if ws.guard.hides(e.parent_fd, e.name):
-                    hidden.add(e.rel)
+                if ws.guard.hides(walked.parent_fd, walked.name):
+                    hidden.add(walked.rel)
                     continue
-                lines.append(e.rel + _SUFFIX[e.kind])
-                links = links or e.kind == "link"
-                git = git or (recursive and e.name == ".git")
+                lines.append(walked.rel + _SUFFIX[walked.kind])
+                links = links or walked.kind == "link"
+                git = git or (recursive and walked.name == ".git")
     tail: list[str] = [Guard.note(len(hidden))] if hidden else []
     if not lines:
         return "(empty directory)" + "".join(f"\n[{t}]" for t in tail)
@@ -394,8 +394,10 @@ def _tool(spec: ToolSpec, limits: WorkspaceLimits, shield: _Shield) -> Tool:
         with Workspace(root, guard=guard, protect_git=git, write_denied=write_denied) as ws:
             try:
                 return run(ws, args, limits, deadline)
-            except OSError as e:  # the host path must not reach the model: strerror only
-                raise ToolError(f"{spec.name} failed: {e.strerror or type(e).__name__}") from e
+            except OSError as exc:  # the host path must not reach the model: strerror only
+                raise ToolError(
+                    f"{spec.name} failed: {exc.strerror or type(exc).__name__}"
+                ) from exc
 
     async def execute(invocation: ToolInvocation) -> ToolOutput:
         if invocation.workspace is None:

@@ -131,8 +131,8 @@ class ContextView:
     def corrected_total(self) -> int:
         """``tokens.total`` corrected by :attr:`calibration`: what the threshold and the
         budget are checked against."""
-        t = self.tokens.total
-        return t if self.calibration == 1.0 else math.ceil(t * self.calibration)
+        tokens = self.tokens.total
+        return tokens if self.calibration == 1.0 else math.ceil(tokens * self.calibration)
 
     @property
     def over_threshold(self) -> bool:
@@ -146,8 +146,11 @@ class ContextView:
 def summary_applies(summary: Summary, history: Sequence[Message]) -> bool:
     """Cheap check that ``summary`` covers a prefix of ``history`` (history is immutable,
     so the id at the covered seq identifies the prefix within one session)."""
-    k = summary.covered_through_seq
-    return 1 <= k <= len(history) and history[k - 1].id == summary.covered_through_message_id
+    covered = summary.covered_through_seq
+    return (
+        1 <= covered <= len(history)
+        and history[covered - 1].id == summary.covered_through_message_id
+    )
 
 
 class ContextAssembler:
@@ -267,11 +270,19 @@ class ContextAssembler:
         ``measure=False``: nothing is counted (every token figure is 0)."""
         summary, constraints = await self._read(session_id, summary, constraints)
         basis = ViewBasis(
-            session_id=session_id, profile=profile, history_length=len(history),
-            last_message_id=history[-1].id if history else None, instructions=instructions,
-            tools=tools, output_type=output_type, corrections=corrections, summary=summary,
-            constraints=constraints, calibration=profile.calibration.factor, measured=measure,
-        )  # fmt: skip
+            session_id=session_id,
+            profile=profile,
+            history_length=len(history),
+            last_message_id=history[-1].id if history else None,
+            instructions=instructions,
+            tools=tools,
+            output_type=output_type,
+            corrections=corrections,
+            summary=summary,
+            constraints=constraints,
+            calibration=profile.calibration.factor,
+            measured=measure,
+        )
         if reuse is not None and reuse.basis == basis:
             return reuse
         if measure:
@@ -288,14 +299,18 @@ class ContextAssembler:
         ledger = self.ledger(session_id, meter if basis.measured else None, history)
         start = 0 if summary is None else summary.covered_through_seq
         preamble, preamble_tokens = self._preamble(session_id, meter, basis.constraints, summary)
-        u = ledger.last_user
-        pinned = history[u] if 0 <= u < start else None
+        last_user = ledger.last_user
+        pinned = history[last_user] if 0 <= last_user < start else None
         assert pinned is None or isinstance(pinned, UserMessage)
         items, compacted = _items(session_id, history, preamble, pinned, summary, ledger)
         context: Context[Any] = Context(
-            instructions=basis.instructions, tools=basis.tools, items=items,
-            output_type=basis.output_type, corrections=basis.corrections, compacted=compacted,
-        )  # fmt: skip
+            instructions=basis.instructions,
+            tools=basis.tools,
+            items=items,
+            output_type=basis.output_type,
+            corrections=basis.corrections,
+            compacted=compacted,
+        )
         tokens = (
             TokenBreakdown(
                 instructions=self.cache.text(meter, basis.instructions),

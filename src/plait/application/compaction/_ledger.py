@@ -34,10 +34,10 @@ class CountCache:
 
     def message(self, meter: TokenMeter, message: Message) -> int:
         counts = self.of(meter)
-        n = counts.get(message.id)
-        if n is None:
-            n = counts[message.id] = meter.count_message(message)
-        return n
+        tokens = counts.get(message.id)
+        if tokens is None:
+            tokens = counts[message.id] = meter.count_message(message)
+        return tokens
 
     def of(self, meter: TokenMeter) -> dict[str, int]:
         """The meter's counts by message id (a loop over many messages looks them up
@@ -57,10 +57,10 @@ class CountCache:
     def text(self, meter: TokenMeter, text: str) -> int:
         if len(text) > 4096:  # long texts (instructions, summaries) are few: remember them
             key = (meter.name, text)
-            n = self._texts.get(key)
-            if n is None:
-                n = self._texts[key] = meter.count_text(text)
-            return n
+            tokens = self._texts.get(key)
+            if tokens is None:
+                tokens = self._texts[key] = meter.count_text(text)
+            return tokens
         return meter.count_text(text)
 
 
@@ -100,44 +100,44 @@ class Ledger:
     def sync(self, history: Sequence[Message]) -> None:
         """Take in the messages appended since the last call (rebuilds if ``history`` is
         not an extension of what was seen)."""
-        n = len(self.prefix) - 1
-        if len(history) < n or (n and history[n - 1].id != self._last_id):
+        known = len(self.prefix) - 1
+        if len(history) < known or (known and history[known - 1].id != self._last_id):
             self.prefix, self.assistants, self.cuts, self._open = [0], [0], [], set()
             self.last_user = -1
-            n = 0
-        if len(history) == n:
+            known = 0
+        if len(history) == known:
             return
         meter, fresh = self.meter, self.fresh
         counts: dict[str, int] = {} if meter is None else self._cache.of(meter)
         prefix, cuts, open_calls = self.prefix, self.cuts, self._open
         total, turns, assistants = prefix[-1], self.assistants[-1], self.assistants
-        for k in range(n, len(history)):
-            m = history[k]
+        for index in range(known, len(history)):
+            message = history[index]
             if meter is not None:
-                c = counts.get(m.id)
-                if c is None:
-                    c = counts[m.id] = fresh[m.id] = meter.count_message(m)
-                total += c
+                tokens = counts.get(message.id)
+                if tokens is None:
+                    tokens = counts[message.id] = fresh[message.id] = meter.count_message(message)
+                total += tokens
             prefix.append(total)
-            if isinstance(m, ToolResultMessage):
+            if isinstance(message, ToolResultMessage):
                 assistants.append(turns)
-                if m.call_id not in open_calls:
+                if message.call_id not in open_calls:
                     continue  # an orphaned result never ends a complete unit
-                open_calls.discard(m.call_id)
+                open_calls.discard(message.call_id)
             else:
-                if isinstance(m, AssistantMessage):
+                if isinstance(message, AssistantMessage):
                     turns += 1
                     if open_calls:  # a unit broken off before all its results: incomplete
                         open_calls.clear()
-                    if m.tool_calls:
-                        open_calls.update(call.id for call in m.tool_calls)
+                    if message.tool_calls:
+                        open_calls.update(call.id for call in message.tool_calls)
                 else:
-                    if m.kind == "user":
-                        self.last_user = k
+                    if message.kind == "user":
+                        self.last_user = index
                     open_calls.clear()
                 assistants.append(turns)
             if not open_calls:
-                cuts.append(k + 1)
+                cuts.append(index + 1)
         self._last_id = history[-1].id
 
     def tokens(self, start: int, end: int | None = None) -> int:

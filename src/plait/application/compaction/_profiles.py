@@ -46,8 +46,8 @@ class ModelProfiles:
         without one is known but cannot be measured: automatic compaction leaves it alone
         (:meth:`measurable` is False) and asking for its profile raises."""
         profiles = cls(meter_for=meter_for)
-        for c in clients:
-            profiles.learn(c)
+        for client in clients:
+            profiles.learn(client)
         return profiles
 
     def learn(self, client: ModelClient) -> None:
@@ -66,10 +66,6 @@ class ModelProfiles:
             context_window=window,
             max_output_tokens=client.capabilities.max_output_tokens,
         )
-
-    def declared_without_window(self, model: str) -> bool:
-        """A configured model whose context window nobody declared (not an unknown one)."""
-        return model in self._without_window
 
     def add(self, profile: ModelProfile) -> None:
         self._profiles[profile.model] = profile

@@ -56,10 +56,10 @@ SHOWN_TESTS = 30
 T = TypeVar("T")
 
 
-def _newest(items: Sequence[T], n: int, what: str, lines: list[str]) -> Sequence[T]:
-    if len(items) > n:
-        lines.append(f"- ({len(items) - n} older {what} not shown: recall them by query)")
-        return items[-n:]
+def _newest(items: Sequence[T], count: int, what: str, lines: list[str]) -> Sequence[T]:
+    if len(items) > count:
+        lines.append(f"- ({len(items) - count} older {what} not shown: recall them by query)")
+        return items[-count:]
     return items
 
 
@@ -67,42 +67,46 @@ def _ids(ids: Sequence[str]) -> str:
     return "[" + ", ".join(ids) + "]"
 
 
-def _summary_lines(s: Summary) -> list[str]:
-    b, f = s.body, s.facts
+def _summary_lines(summary: Summary) -> list[str]:
+    body, facts = summary.body, summary.facts
     lines = [
-        f"## Summary of messages 1..{s.covered_through_seq} (derived; generation "
-        f"{s.generation}, model {s.model or '?'}, template {s.template_version or '?'})",
-        f"Goal: {b.goal}",
+        f"## Summary of messages 1..{summary.covered_through_seq} (derived; generation "
+        f"{summary.generation}, model {summary.model or '?'}, "
+        f"template {summary.template_version or '?'})",
+        f"Goal: {body.goal}",
     ]
-    if b.constraints:
+    if body.constraints:
         lines.append("Constraints noted by the summary (see the user constraints for the text):")
-        lines += [f"- {n.text} {_ids(n.source_ids)}" for n in b.constraints]
-    if b.decisions:
+        lines += [f"- {n.text} {_ids(n.source_ids)}" for n in body.constraints]
+    if body.decisions:
         lines.append("Decisions:")
-        lines += [f"- {n.text} {_ids(n.source_ids)}" for n in b.decisions]
-    if b.open_questions:
+        lines += [f"- {n.text} {_ids(n.source_ids)}" for n in body.decisions]
+    if body.open_questions:
         lines.append("Open questions (not settled):")
         lines += [
             f"- {q.text} — uncertain: {q.uncertainty} {_ids(q.source_ids)}"
-            for q in b.open_questions
+            for q in body.open_questions
         ]
-    if b.evidence:
+    if body.evidence:
         lines.append("Evidence (recall by message id):")
-        for e in b.evidence:
-            art = f" artifact {e.artifact_id}" if e.artifact_id else ""
-            lines.append(f"- {e.message_id}{art}: {e.note}")
-    if f.files or f.commands or f.failing_tests:
+        for evidence in body.evidence:
+            art = f" artifact {evidence.artifact_id}" if evidence.artifact_id else ""
+            lines.append(f"- {evidence.message_id}{art}: {evidence.note}")
+    if facts.files or facts.commands or facts.failing_tests:
         lines.append("Exact facts harvested from tool output (not paraphrased; newest shown):")
-        for x in _newest(f.files, SHOWN_FILES, "file facts", lines):
-            h = f" {x.content_hash}" if x.content_hash else ""
-            lines.append(f"- file {x.action}: {x.path}{h} [{x.source_message_id}]")
-        for c in _newest(f.commands, SHOWN_COMMANDS, "commands", lines):
-            status = "exit ?" if c.exit_status is None else f"exit {c.exit_status}"
+        for file in _newest(facts.files, SHOWN_FILES, "file facts", lines):
+            content_hash = f" {file.content_hash}" if file.content_hash else ""
             lines.append(
-                f"- command: {c.command} ({status}, {c.tool_status}) [{c.source_message_id}]"
+                f"- file {file.action}: {file.path}{content_hash} [{file.source_message_id}]"
             )
-        for t in _newest(f.failing_tests, SHOWN_TESTS, "failing tests", lines):
-            lines.append(f"- failing test: {t.name} [{t.source_message_id}]")
+        for command in _newest(facts.commands, SHOWN_COMMANDS, "commands", lines):
+            status = "exit ?" if command.exit_status is None else f"exit {command.exit_status}"
+            lines.append(
+                f"- command: {command.command} ({status}, {command.tool_status}) "
+                f"[{command.source_message_id}]"
+            )
+        for test in _newest(facts.failing_tests, SHOWN_TESTS, "failing tests", lines):
+            lines.append(f"- failing test: {test.name} [{test.source_message_id}]")
     return lines
 
 
@@ -121,27 +125,30 @@ def render_preamble(constraints: Sequence[Constraint], summary: Summary | None) 
 
 def render_message(sm: StoredMessage, *, max_chars: int | None = None) -> str:
     """One message of a summarizer transcript, id and trust visible."""
-    m: Message = sm.message
-    head = f'<message id="{m.id}" seq="{sm.seq}"'
-    if isinstance(m, AssistantMessage):
-        body = m.text
-        for c in m.tool_calls:
-            body += f"\n[tool call {c.id}: {c.name} {c.arguments_json}]"
+    message: Message = sm.message
+    head = f'<message id="{message.id}" seq="{sm.seq}"'
+    if isinstance(message, AssistantMessage):
+        body = message.text
+        for call in message.tool_calls:
+            body += f"\n[tool call {call.id}: {call.name} {call.arguments_json}]"
         head += ' role="assistant">'
-    elif isinstance(m, ToolResultMessage):
-        r = m.result
-        head += f' role="tool" tool="{m.tool_name}" call="{r.call_id}" status="{r.status.value}"'
-        if r.artifact is not None:
-            head += f' artifact="{r.artifact.id}"'
+    elif isinstance(message, ToolResultMessage):
+        result = message.result
+        head += (
+            f' role="tool" tool="{message.tool_name}" call="{result.call_id}"'
+            f' status="{result.status.value}"'
+        )
+        if result.artifact is not None:
+            head += f' artifact="{result.artifact.id}"'
         head += ' trust="data">'
-        body = r.content + (f"\n[reason: {r.reason}]" if r.reason else "")
+        body = result.content + (f"\n[reason: {result.reason}]" if result.reason else "")
     else:
         head += ' role="user">'
-        body = m.text
+        body = message.text
     if max_chars is not None and len(body) > max_chars:
         body = (
             body[:max_chars]
             + f"\n[… {len(body) - max_chars} more characters not shown; the whole message is "
-            f"{m.id}]"
+            f"{message.id}]"
         )
     return f"{head}{body}</message>"

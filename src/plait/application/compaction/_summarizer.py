@@ -55,9 +55,9 @@ def _unique(items: Iterable[T], key: Callable[[T], str]) -> tuple[T, ...]:
     seen: set[str] = set()
     out = []
     for item in items:
-        k = key(item)
-        if k not in seen:
-            seen.add(k)
+        seen_key = key(item)
+        if seen_key not in seen:
+            seen.add(seen_key)
             out.append(item)
     return tuple(out)
 
@@ -67,10 +67,14 @@ def merge_bodies(bodies: Sequence[SummaryBody]) -> SummaryBody:
     non-empty goal wins."""
     return SummaryBody(
         goal=next((b.goal for b in reversed(bodies) if b.goal.strip()), ""),
-        constraints=_unique((c for b in bodies for c in b.constraints), lambda x: x.text),
-        decisions=_unique((d for b in bodies for d in b.decisions), lambda x: x.text),
-        open_questions=_unique((q for b in bodies for q in b.open_questions), lambda x: x.text),
-        evidence=_unique((e for b in bodies for e in b.evidence), lambda x: x.message_id),
+        constraints=_unique((c for b in bodies for c in b.constraints), lambda note: note.text),
+        decisions=_unique((d for b in bodies for d in b.decisions), lambda note: note.text),
+        open_questions=_unique(
+            (q for b in bodies for q in b.open_questions), lambda question: question.text
+        ),
+        evidence=_unique(
+            (e for b in bodies for e in b.evidence), lambda evidence: evidence.message_id
+        ),
     )
 
 
@@ -148,21 +152,23 @@ class Summarizer:
         result = SummarizeResult(body=SummaryBody(goal=""), model=self.model.name)
         known = {sm.message.id for sm in messages}
         bodies = []
-        for n, chunk in enumerate(self.chunks(messages), 1):
-            bodies.append(await self._one(chunk, n, known, result, guard))
-            result.chunks = n
+        for number, chunk in enumerate(self.chunks(messages), 1):
+            bodies.append(await self._one(chunk, number, known, result, guard))
+            result.chunks = number
         result.body = merge_bodies(bodies)
         return result
 
     async def _one(
         self,
         chunk: list[str],
-        n: int,
+        number: int,
         known: set[str],
         result: SummarizeResult,
         guard: CallGuard | None,
     ) -> SummaryBody:
-        transcript = UserMessage(id=f"ctx_transcript_{n}", text="\n".join(chunk), created_at=0.0)
+        transcript = UserMessage(
+            id=f"ctx_transcript_{number}", text="\n".join(chunk), created_at=0.0
+        )
         context: Context[dict[str, object]] = Context(
             instructions=SUMMARIZER_INSTRUCTIONS, tools=(), items=(transcript,), output_type=dict
         )
@@ -181,11 +187,11 @@ class Summarizer:
             except TimeoutError:
                 failures.append(f"timed out after {self.settings.summary_timeout_seconds:g} s")
                 continue
-            except ModelError as e:
-                failures.append(f"model error {e.model_code}: {e.message}")
+            except ModelError as exc:
+                failures.append(f"model error {exc.model_code}: {exc.message}")
                 continue
-            except PlaitError as e:
-                failures.append(f"{e.code}: {e.message}")
+            except PlaitError as exc:
+                failures.append(f"{exc.code}: {exc.message}")
                 continue
             if guard is not None:
                 guard.after_call(response.usage)
@@ -202,8 +208,8 @@ class Summarizer:
                     continue
             try:
                 body = parse_summary_body(value)
-            except SummaryInvalidError as e:
-                failures.append(e.message)
+            except SummaryInvalidError as exc:
+                failures.append(exc.message)
                 continue
             outside = sorted(body.source_ids() - known)
             if outside:
@@ -211,7 +217,7 @@ class Summarizer:
                 continue
             return body
         result.problems.extend(failures)
-        log.warning("summarizer failed on chunk %d: %s", n, "; ".join(failures))
+        log.warning("summarizer failed on chunk %d: %s", number, "; ".join(failures))
         raise CompactionError(
             f"the summarizer gave no valid summary in {len(failures)} attempt(s): "
             + "; ".join(failures),

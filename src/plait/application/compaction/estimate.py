@@ -41,12 +41,12 @@ class EstimateMeter:
         # The count of the parts' concatenation, without building it (the hot path of a
         # long session's first context build).
         if isinstance(message, ToolResultMessage):
-            r = message.result
-            parts: tuple[str, ...] = (message.tool_name, r.content, r.reason or "")
+            result = message.result
+            parts: tuple[str, ...] = (message.tool_name, result.content, result.reason or "")
         elif isinstance(message, AssistantMessage):
             parts = (message.text,)
-            for c in message.tool_calls:
-                parts += (c.name, c.arguments_json)
+            for call in message.tool_calls:
+                parts += (call.name, call.arguments_json)
         else:
             parts = (message.text,)
         length = wide = 0

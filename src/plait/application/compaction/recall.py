@@ -100,23 +100,24 @@ def facts_matching(facts: Facts, terms: list[str]) -> list[str]:
         low = text.casefold()
         return any(t in low for t in terms if len(t) >= 3)
 
-    for f in facts.files:
-        if hit(f"{f.path} {f.action} {f.content_hash or ''}"):
+    for file in facts.files:
+        if hit(f"{file.path} {file.action} {file.content_hash or ''}"):
             lines.append(
-                f"file {f.action}: {f.path} {f.content_hash or ''} [{f.source_message_id}]"
+                f"file {file.action}: {file.path} {file.content_hash or ''} "
+                f"[{file.source_message_id}]"
             )
-    for c in facts.commands:
-        if hit(f"{c.command} exit {c.exit_status} {c.tool_status}"):
+    for command in facts.commands:
+        if hit(f"{command.command} exit {command.exit_status} {command.tool_status}"):
             lines.append(
-                f"command: {c.command} (exit {c.exit_status}, {c.tool_status}) "
-                f"[{c.source_message_id}]"
+                f"command: {command.command} (exit {command.exit_status}, {command.tool_status}) "
+                f"[{command.source_message_id}]"
             )
-    for t in facts.failing_tests:
-        if hit(t.name):
-            lines.append(f"failing test: {t.name} [{t.source_message_id}]")
-    for k in facts.constraints:
-        if hit(k.text):
-            lines.append(f"user constraint: {k.text} [{k.source_message_id}]")
+    for test in facts.failing_tests:
+        if hit(test.name):
+            lines.append(f"failing test: {test.name} [{test.source_message_id}]")
+    for constraint in facts.constraints:
+        if hit(constraint.text):
+            lines.append(f"user constraint: {constraint.text} [{constraint.source_message_id}]")
     return lines
 
 
@@ -160,8 +161,8 @@ async def find_artifact(
     served (its message expired) or missing."""
     owner = None
     for sm in await store.read_messages(session_id):
-        m = sm.message
-        art = m.result.artifact if isinstance(m, ToolResultMessage) else None
+        message = sm.message
+        art = message.result.artifact if isinstance(message, ToolResultMessage) else None
         if art is not None and art.id == artifact_id:
             owner = sm
     if owner is None:

@@ -116,9 +116,9 @@ class CompactionService:
     def routed_model(history: Sequence[Message]) -> str | None:
         """The model that produced the latest assistant message (the RFC's "latest actual
         routed model"), or ``None`` before any."""
-        for m in reversed(history):
-            if isinstance(m, AssistantMessage) and m.model:
-                return m.model
+        for message in reversed(history):
+            if isinstance(message, AssistantMessage) and message.model:
+                return message.model
         return None
 
     async def view(
@@ -358,16 +358,16 @@ class CompactionService:
         guard: CallGuard | None = None,
     ) -> CompactionOutcome:
         """Summarize ``plan``'s prefix, validate, activate by compare-and-set on ``gen``."""
-        k = plan.covered_through
+        covered = plan.covered_through
         try:
             summary, result = await self._summarize(
-                model, session_id, stored, k, usable, profile, gen, guard
+                model, session_id, stored, covered, usable, profile, gen, guard
             )
-        except CompactionError as e:
-            failed = _outcome("failed", e.message, trigger, gen, view)
-            return replace(failed, summarizer_calls=int(e.details.get("calls", 0)))
+        except CompactionError as exc:
+            failed = _outcome("failed", exc.message, trigger, gen, view)
+            return replace(failed, summarizer_calls=int(exc.details.get("calls", 0)))
         summary = replace(summary, source_tokens=plan.source_tokens, trigger=trigger)
-        problems = summary_problems(summary, [sm.message.id for sm in stored[:k]])
+        problems = summary_problems(summary, [sm.message.id for sm in stored[:covered]])
         if problems:
             detail = "summary not activated: " + "; ".join(problems)
             return _outcome("failed", detail, trigger, gen, view, result)
@@ -399,7 +399,7 @@ class CompactionService:
         model: ModelClient,
         session_id: str,
         stored: list[StoredMessage],
-        k: int,
+        covered: int,
         previous: Summary | None,
         profile: ModelProfile,
         gen: int,
@@ -408,7 +408,7 @@ class CompactionService:
         start = 0
         carried = SummaryBody(goal="")
         facts = harvest_facts(())
-        ids = [sm.message.id for sm in stored[:k]]
+        ids = [sm.message.id for sm in stored[:covered]]
         if previous is not None and previous.source_digest == source_digest(
             ids[: previous.covered_through_seq]
         ):
@@ -417,24 +417,24 @@ class CompactionService:
             start, carried, facts = previous.covered_through_seq, previous.body, previous.facts
         try:
             own = self.profiles.get(model.name)
-        except TokenMeterModelUnconfiguredError as e:
-            raise CompactionError(f"the summarizer cannot be budgeted: {e.message}") from e
+        except TokenMeterModelUnconfiguredError as exc:
+            raise CompactionError(f"the summarizer cannot be budgeted: {exc.message}") from exc
         summarizer = Summarizer(
             model=model,
             profile=own,
             settings=self.settings,
             cache=self.cache,
         )
-        result = await summarizer.summarize(stored[start:k], guard)
+        result = await summarizer.summarize(stored[start:covered], guard)
         body = merge_bodies([carried, result.body]) if start else result.body
-        new_range = [sm.message for sm in stored[start:k]]
+        new_range = [sm.message for sm in stored[start:covered]]
         facts = cap_facts(merge_facts(facts, harvest_facts(new_range)))
         await self.store.add_constraints(session_id, constraints_of(new_range))
         summary = Summary(
             id=self.ids.new("sum"),
             session_id=session_id,
             generation=gen + 1,
-            covered_through_seq=k,
+            covered_through_seq=covered,
             covered_through_message_id=ids[-1],
             source_digest=source_digest(ids),
             body=body,

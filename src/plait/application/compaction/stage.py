@@ -133,16 +133,16 @@ class NoCompaction:
         self.builder = builder
 
     async def context_for(
-        self, a: RunView, corrections: Sequence[Correction], guard: CallGuard | None = None
+        self, active: RunView, corrections: Sequence[Correction], guard: CallGuard | None = None
     ) -> Context[AssistantMessage]:
-        return self.builder.assistant(a.history, corrections)
+        return self.builder.assistant(active.history, corrections)
 
     async def post_step(
-        self, a: RunView, durable: Durable | None = None, guard: CallGuard | None = None
+        self, active: RunView, durable: Durable | None = None, guard: CallGuard | None = None
     ) -> None:
         return None
 
-    async def due_after_answer(self, a: RunView, answer: Message) -> bool:
+    async def due_after_answer(self, active: RunView, answer: Message) -> bool:
         return False
 
     def check_model(self, model: str) -> None:
@@ -151,14 +151,14 @@ class NoCompaction:
     def use_tools(self, tools: tuple[ToolSpec, ...]) -> None:
         return None  # the builder's tools are the driver's
 
-    def check_run(self, a: RunView) -> None:
+    def check_run(self, active: RunView) -> None:
         return None
 
     def release(self, run_id: str) -> None:
         return None
 
     async def recover(
-        self, a: RunView, stop: StopRun, step: int, guard: CallGuard | None = None
+        self, active: RunView, stop: StopRun, step: int, guard: CallGuard | None = None
     ) -> bool:
         return False
 
@@ -191,12 +191,12 @@ class CompactionStage:
         self.tools = tools
 
     def state(self, run_id: str) -> RunCompaction:
-        s = self._runs.get(run_id)
-        if s is None:
-            s = self._runs[run_id] = RunCompaction()
+        state = self._runs.get(run_id)
+        if state is None:
+            state = self._runs[run_id] = RunCompaction()
             if len(self._runs) > self._max:
                 self._runs.popitem(last=False)
-        return s
+        return state
 
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
@@ -210,12 +210,12 @@ class CompactionStage:
             state.measured = None
             state.counted = False
 
-    def _run_state(self, a: RunView) -> RunCompaction:
+    def _run_state(self, active: RunView) -> RunCompaction:
         """The run's counters; until counted since this process (again) drives the run,
         its compactions are counted from the stored summaries when the cap matters (the
         per-run cap holds across recoveries)."""
-        state = self.state(a.run.id)
-        state.since = a.run.started_at
+        state = self.state(active.run.id)
+        state.since = active.run.started_at
         return state
 
     def _profile(self, model: str) -> ModelProfile:
@@ -256,17 +256,6 @@ class CompactionStage:
             return False
         return True
 
-    async def assistant_context(
-        self,
-        session_id: str,
-        history: list[Message],
-        model: str,
-        corrections: Sequence[Correction] = (),
-    ) -> Context[AssistantMessage]:
-        view = await self.view(session_id, history, model, corrections)
-        context: Context[AssistantMessage] = view.context
-        return context
-
     def _charge(
         self, run: RunView, outcome: CompactionOutcome | None, guard: CallGuard | None
     ) -> None:
@@ -283,16 +272,16 @@ class CompactionStage:
 
     # --- the driver's side ------------------------------------------------------------------
 
-    def _routed(self, a: RunView) -> str:
-        caller = getattr(a, "caller", None)  # a run continuing with its own recorded model
+    def _routed(self, active: RunView) -> str:
+        caller = getattr(active, "caller", None)  # a run continuing with its own recorded model
         if caller is not None and caller.has_model:
             self.service.profiles.learn(caller.model)
-        return a.run.model or self.service.routed_model(a.history) or ""
+        return active.run.model or self.service.routed_model(active.history) or ""
 
     @staticmethod
-    def _run_model(a: RunView) -> ModelClient | None:
+    def _run_model(active: RunView) -> ModelClient | None:
         """The model the run is driven with (the summarizer, unless one is configured)."""
-        caller = getattr(a, "caller", None)
+        caller = getattr(active, "caller", None)
         return caller.model if caller is not None and caller.has_model else None
 
     def check_model(self, model: str) -> None:
@@ -302,33 +291,33 @@ class CompactionStage:
         if self.auto:
             self.service.profiles.get(model)
 
-    def check_run(self, a: RunView) -> None:
+    def check_run(self, active: RunView) -> None:
         """:meth:`check_model` for the run's routed model, as the run's stop (``failed``,
         ``token_meter_model_unconfigured``): checked before a run taken over (recovery, a
         worker, resume) makes any model call."""
-        model = self._routed(a)
+        model = self._routed(active)
         if not model:
             return
         try:
             self.check_model(model)
-        except TokenMeterModelUnconfiguredError as e:
-            raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+        except TokenMeterModelUnconfiguredError as exc:
+            raise StopRun(RunStatus.FAILED, exc.code, exc.message) from exc
 
     async def context_for(
-        self, a: RunView, corrections: Sequence[Correction], guard: CallGuard | None = None
+        self, active: RunView, corrections: Sequence[Correction], guard: CallGuard | None = None
     ) -> Context[AssistantMessage]:
         """The context of the run's next call: the one its post-step check measured, when
         nothing it was built from changed since (else built afresh). A context measured
         over the model's window is never returned (see :meth:`_fit`). For a model without
         a window (no profile), nothing is counted: there is no window to check against."""
-        state = self.state(a.run.id)
+        state = self.state(active.run.id)
         measured, state.measured = state.measured, None
-        model = self._routed(a)
+        model = self._routed(active)
         view = await self.view(
-            a.session.id, a.history, model, corrections, measured, self._has_window(model)
+            active.session.id, active.history, model, corrections, measured, self._has_window(model)
         )
         if view.corrected_total > view.budget.window:
-            context, tokens = await self._fit(a, view, model, corrections, guard)
+            context, tokens = await self._fit(active, view, model, corrections, guard)
         else:
             context, tokens = view.context, view.tokens.total
         state.last_measured = tokens
@@ -336,7 +325,7 @@ class CompactionStage:
 
     async def _fit(
         self,
-        a: RunView,
+        active: RunView,
         view: ContextView,
         model: str,
         corrections: Sequence[Correction],
@@ -346,26 +335,29 @@ class CompactionStage:
         automatic compaction on, one shrinking compaction (keeping only the newest unit)
         is tried first; if the compacted context still does not fit, the raw history is
         used if it fits; else the run ends ``failed`` with ``context_budget_insufficient``."""
-        window, state, step = view.budget.window, self.state(a.run.id), a.usage.steps + 1
+        window, state, step = view.budget.window, self.state(active.run.id), active.usage.steps + 1
         tried = view.corrected_total
         if self.auto and state.compactions < self.service.settings.max_compactions_per_run:
-            outcome = await self._compact_now(a, model, step, guard)
+            outcome = await self._compact_now(active, model, step, guard)
             if outcome is not None and outcome.status == "compacted":
                 state.compactions += 1
-                view = await self.view(a.session.id, a.history, model, corrections)
+                view = await self.view(active.session.id, active.history, model, corrections)
                 tried = view.corrected_total
                 if tried <= window:
                     return view.context, view.tokens.total
-        t = view.tokens
-        raw = t.instructions + t.tools + t.corrections + view.full_history_tokens
+        tokens = view.tokens
+        raw = tokens.instructions + tokens.tools + tokens.corrections + view.full_history_tokens
         raw_corrected = raw if view.calibration == 1.0 else math.ceil(raw * view.calibration)
         if raw_corrected <= window:
             context: Context[AssistantMessage] = Context(
-                instructions=self.instructions, tools=self.tools, items=Prefix(a.history),
-                output_type=AssistantMessage, corrections=tuple(corrections),
-            )  # fmt: skip
+                instructions=self.instructions,
+                tools=self.tools,
+                items=Prefix(active.history),
+                output_type=AssistantMessage,
+                corrections=tuple(corrections),
+            )
             return context, raw
-        e = ContextBudgetInsufficientError(
+        error = ContextBudgetInsufficientError(
             f"the next request to model {model!r} measures {tried} tokens, over its "
             f"{window}-token context window, even after compaction (the raw history alone: "
             f"{raw_corrected}); it was not sent. The newest units are too large to compact: "
@@ -375,40 +367,42 @@ class CompactionStage:
             tokens=tried,
             window=window,
         )
-        raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+        raise StopRun(RunStatus.FAILED, error.code, error.message) from error
 
     async def _compact_now(
-        self, a: RunView, model: str, step: int, guard: CallGuard | None
+        self, active: RunView, model: str, step: int, guard: CallGuard | None
     ) -> CompactionOutcome | None:
         """A shrinking compaction before a call whose context does not fit; its failure
         is reported and leaves the context as it was (the run's stop propagates)."""
         try:
             outcome = await self.service.compact(
-                a.session.id, trigger="overflow", model=model, instructions=self.instructions,
-                tools=self.tools, on_start=self._announce(a, "overflow", step), guard=guard,
-                run_model=self._run_model(a),
-            )  # fmt: skip
+                active.session.id,
+                trigger="overflow",
+                model=model,
+                instructions=self.instructions,
+                tools=self.tools,
+                on_start=self._announce(active, "overflow", step),
+                guard=guard,
+                run_model=self._run_model(active),
+            )
         except StopRun:
             raise
-        except Exception as e:
-            log.exception("compaction of run %s before a call raised", a.run.id)
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="failed", trigger="overflow", step=step,
-                detail=f"{type(e).__name__}: {e}",
-            ))  # fmt: skip
+        except Exception as exc:
+            log.exception("compaction of run %s before a call raised", active.run.id)
+            self._failed(active, "overflow", step, exc)
             return None
-        self._charge(a, outcome, guard)
-        self._report(a, outcome, step)
+        self._charge(active, outcome, guard)
+        self._report(active, outcome, step)
         return outcome
 
-    async def due_after_answer(self, a: RunView, answer: Message) -> bool:
+    async def due_after_answer(self, active: RunView, answer: Message) -> bool:
         """Whether the post-step check after a final answer (no calls) has work: the
         context with ``answer`` reaches the threshold, or the routed model cannot be
         measured (the check then fails the turn). Measured once, before the answer is
         saved, so a run whose answer does not need a compaction still ends in one commit."""
         if not self.auto:
             return False
-        model = self._routed(a)
+        model = self._routed(active)
         if not model:
             return False
         try:
@@ -416,27 +410,30 @@ class CompactionStage:
         except TokenMeterModelUnconfiguredError:
             return True
         view = await self.service.assembler.build(
-            a.session.id, [*a.history, answer], profile=profile,
-            instructions=self.instructions, tools=self.tools,
-        )  # fmt: skip
+            active.session.id,
+            [*active.history, answer],
+            profile=profile,
+            instructions=self.instructions,
+            tools=self.tools,
+        )
         return view.over_threshold
 
-    def _calibrate(self, a: RunView) -> None:
+    def _calibrate(self, active: RunView) -> None:
         """Teach the routed model's calibration what the provider reported for the step's
         request against what its meter counted."""
-        state = self._runs.get(a.run.id)
-        last = next((m for m in reversed(a.history) if isinstance(m, AssistantMessage)), None)
+        state = self._runs.get(active.run.id)
+        last = next((m for m in reversed(active.history) if isinstance(m, AssistantMessage)), None)
         if state is None or not state.last_measured or last is None or last.usage is None:
             return
         try:
-            profile = self.service.profiles.get(self._routed(a))
+            profile = self.service.profiles.get(self._routed(active))
         except TokenMeterModelUnconfiguredError:
             return
         profile.calibration.observe(state.last_measured, last.usage.input_tokens)
         state.last_measured = 0
 
     async def post_step(
-        self, a: RunView, durable: Durable | None = None, guard: CallGuard | None = None
+        self, active: RunView, durable: Durable | None = None, guard: CallGuard | None = None
     ) -> None:
         """After the step's assistant message and all its results (``durable`` makes
         them durable; awaited before compacting). An unknown routed model ends the run
@@ -445,47 +442,50 @@ class CompactionStage:
         event says why) and the run goes on to end at its next budget check; any other
         failure of the compaction is reported (a ``failed`` event) and the run goes on
         with the full history."""
-        self.succeeded(a.run.id)
-        self._calibrate(a)
+        self.succeeded(active.run.id)
+        self._calibrate(active)
         if not self.auto:
             return
-        step = a.usage.steps
+        step = active.usage.steps
         try:
             outcome = await self.service.after_step(
-                a.session.id,
-                a.history,
-                run=self._run_state(a),
+                active.session.id,
+                active.history,
+                run=self._run_state(active),
                 instructions=self.instructions,
                 tools=self.tools,
-                model=self._routed(a),
-                on_start=self._announce(a, "pressure", step),
+                model=self._routed(active),
+                on_start=self._announce(active, "pressure", step),
                 before_compacting=durable,
-                run_model=self._run_model(a),
+                run_model=self._run_model(active),
                 guard=guard,
             )
-        except TokenMeterModelUnconfiguredError as e:
-            raise StopRun(RunStatus.FAILED, e.code, e.message) from e
+        except TokenMeterModelUnconfiguredError as exc:
+            raise StopRun(RunStatus.FAILED, exc.code, exc.message) from exc
         except StopRun as stop:
             if stop.status is not RunStatus.BUDGET_EXHAUSTED:
                 raise
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="skipped", trigger="pressure", step=step,
-                detail=f"not compacted: {stop.error.message}",
-            ))  # fmt: skip
+            self._emit(
+                active,
+                CompactionEvent(
+                    run_id=active.run.id,
+                    phase="skipped",
+                    trigger="pressure",
+                    step=step,
+                    detail=f"not compacted: {stop.error.message}",
+                ),
+            )
             return
-        except Exception as e:  # operational: say so and go on with the full history
-            log.exception("post-step compaction of run %s raised; going on", a.run.id)
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="failed", trigger="pressure", step=step,
-                detail=f"{type(e).__name__}: {e}",
-            ))  # fmt: skip
+        except Exception as exc:  # operational: say so and go on with the full history
+            log.exception("post-step compaction of run %s raised; going on", active.run.id)
+            self._failed(active, "pressure", step, exc)
             return
-        self._charge(a, outcome, guard)
+        self._charge(active, outcome, guard)
         if outcome is not None:
-            self._report(a, outcome, step)
+            self._report(active, outcome, step)
 
     async def recover(
-        self, a: RunView, stop: StopRun, step: int, guard: CallGuard | None = None
+        self, active: RunView, stop: StopRun, step: int, guard: CallGuard | None = None
     ) -> bool:
         """The RFC's overflow recovery, between the failed step and the next one. ``stop``
         ended step ``step``; if its cause is the provider's ``CONTEXT_WINDOW_EXCEEDED``,
@@ -501,18 +501,18 @@ class CompactionStage:
             return False
         if error.model_code != ModelErrorCode.CONTEXT_WINDOW_EXCEEDED:
             return False
-        sid = a.session.id
+        sid = active.session.id
         try:
             before = await self._generation(sid)
             outcome = await self.service.on_overflow(
                 sid,
                 error,
-                run=self._run_state(a),
-                model=self._routed(a),
+                run=self._run_state(active),
+                model=self._routed(active),
                 instructions=self.instructions,
                 tools=self.tools,
-                on_start=self._announce(a, "overflow", step),
-                run_model=self._run_model(a),
+                on_start=self._announce(active, "overflow", step),
+                run_model=self._run_model(active),
                 guard=guard,
             )
             after = await self._generation(sid)
@@ -522,20 +522,17 @@ class CompactionStage:
             if own.status is RunStatus.BUDGET_EXHAUSTED:
                 return False
             raise
-        except Exception as e:
-            log.exception("overflow recovery of run %s raised; the error stands", a.run.id)
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="failed", trigger="overflow", step=step,
-                detail=f"{type(e).__name__}: {e}",
-            ))  # fmt: skip
+        except Exception as exc:
+            log.exception("overflow recovery of run %s raised; the error stands", active.run.id)
+            self._failed(active, "overflow", step, exc)
             return False
-        self._charge(a, outcome, guard)
+        self._charge(active, outcome, guard)
         if outcome is None:
             return False
-        self._report(a, outcome, step)
+        self._report(active, outcome, step)
         if after <= before:
             return False
-        a.usage.steps = step  # the failed step is closed: the retry is the next one
+        active.usage.steps = step  # the failed step is closed: the retry is the next one
         return True
 
     async def _generation(self, session_id: str) -> int:
@@ -544,41 +541,66 @@ class CompactionStage:
 
     # --- events -----------------------------------------------------------------------------
 
-    def _emit(self, a: RunView, event: CompactionEvent) -> None:
+    def _failed(self, active: RunView, trigger: str, step: int, exc: Exception) -> None:
+        """Tell the run's observer that a compaction raised (the run goes on or stops as
+        its caller decides)."""
+        event = CompactionEvent(
+            run_id=active.run.id,
+            phase="failed",
+            trigger=trigger,
+            step=step,
+            detail=f"{type(exc).__name__}: {exc}",
+        )
+        self._emit(active, event)
+
+    def _emit(self, active: RunView, event: CompactionEvent) -> None:
         if self._deliver is not None:
-            self._deliver(a, event)
+            self._deliver(active, event)
             return
-        if a.observer is None:
+        if active.observer is None:
             return
         try:
-            a.observer(event)
+            active.observer(event)
         except Exception:
             log.exception("run observer raised; ignoring")
 
-    def _announce(self, a: RunView, trigger: str, step: int) -> Callable[[], None]:
+    def _announce(self, active: RunView, trigger: str, step: int) -> Callable[[], None]:
         def started() -> None:
-            self._emit(a, CompactionEvent(
-                run_id=a.run.id, phase="started", trigger=trigger, step=step
-            ))  # fmt: skip
+            self._emit(
+                active,
+                CompactionEvent(run_id=active.run.id, phase="started", trigger=trigger, step=step),
+            )
 
         return started
 
-    def _report(self, a: RunView, outcome: CompactionOutcome, step: int) -> None:
+    def _report(self, active: RunView, outcome: CompactionOutcome, step: int) -> None:
         """One event per outcome that matters to a reader; "cannot shrink" once a run."""
         phase = _PHASES.get(outcome.status)
         if outcome.status == "nothing_to_compact":
-            if outcome.trigger == "pressure" and "cannot_shrink" in self.state(a.run.id).warned:
+            if (
+                outcome.trigger == "pressure"
+                and "cannot_shrink" in self.state(active.run.id).warned
+            ):
                 return
-            self.state(a.run.id).warned.add("cannot_shrink")
+            self.state(active.run.id).warned.add("cannot_shrink")
         if phase is None:
             return
         covered = None if outcome.summary is None else outcome.summary.covered_through_seq
-        self._emit(a, CompactionEvent(
-            run_id=a.run.id, phase=phase, trigger=outcome.trigger, step=step,
-            detail=outcome.detail, generation=outcome.generation_after,
-            covered_through_seq=covered, tokens_before=outcome.measured_tokens,
-            tokens_after=outcome.tokens_after, insufficient=outcome.insufficient,
-        ))  # fmt: skip
+        self._emit(
+            active,
+            CompactionEvent(
+                run_id=active.run.id,
+                phase=phase,
+                trigger=outcome.trigger,
+                step=step,
+                detail=outcome.detail,
+                generation=outcome.generation_after,
+                covered_through_seq=covered,
+                tokens_before=outcome.measured_tokens,
+                tokens_after=outcome.tokens_after,
+                insufficient=outcome.insufficient,
+            ),
+        )
 
     def succeeded(self, run_id: str) -> None:
         """A model request went through: consecutive overflow recoveries start over."""

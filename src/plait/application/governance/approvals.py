@@ -37,9 +37,13 @@ class Approvals:
         """Approve (for ``ttl_seconds`` from now) or deny (``reason`` is what the model
         is told) a pending request; anything else is a RunStateError."""
         return await self.store().decide_approval(
-            approval_id, approve=approve, grantor=grantor, at=self._clock.now(),
-            ttl_seconds=ttl_seconds, reason=reason,
-        )  # fmt: skip
+            approval_id,
+            approve=approve,
+            grantor=grantor,
+            at=self._clock.now(),
+            ttl_seconds=ttl_seconds,
+            reason=reason,
+        )
 
     async def approve(self, approval_id: str, *, grantor: str, ttl_seconds: float) -> Approval:
         """Allow exactly the call the request names, for ``ttl_seconds`` from now."""

@@ -39,15 +39,15 @@ def parse_command(command: str) -> ParsedCommand:
 
     try:
         trees = bashlex.parse(command)
-    except Exception as e:  # bashlex raises its own errors, NotImplementedError, ...
-        return ParsedCommand(ok=False, problem=f"{type(e).__name__}: {e}".strip())
+    except Exception as exc:  # bashlex raises its own errors, NotImplementedError, ...
+        return ParsedCommand(ok=False, problem=f"{type(exc).__name__}: {exc}".strip())
     commands: list[tuple[str, ...]] = []
     writes: list[str] = []
     try:
         for tree in trees:
             _walk(tree, commands, writes)
-    except _Unsupported as e:
-        return ParsedCommand(ok=False, problem=str(e))
+    except _Unsupported as exc:
+        return ParsedCommand(ok=False, problem=str(exc))
     return ParsedCommand(ok=True, commands=tuple(commands), writes=tuple(writes))
 
 
@@ -72,7 +72,7 @@ def _walk(node: Any, commands: list[tuple[str, ...]], writes: list[str]) -> None
     for attr in ("parts", "list", "command", "output", "heredoc"):
         child = getattr(node, attr, None)
         if isinstance(child, list):
-            for c in child:
-                _walk(c, commands, writes)
+            for part in child:
+                _walk(part, commands, writes)
         elif child is not None and hasattr(child, "kind"):
             _walk(child, commands, writes)

@@ -119,9 +119,13 @@ def explain_call(
     would decide (``plait policy explain``): nothing runs, nothing is stored."""
     call = ToolCall.create(id="explain", name=tool, arguments=arguments)
     facts = call_facts(
-        policy, call, read_only=read_only, workspace=workspace, calls_so_far=calls_so_far,
+        policy,
+        call,
+        read_only=read_only,
+        workspace=workspace,
+        calls_so_far=calls_so_far,
         probe=probe,
-    )  # fmt: skip
+    )
     return facts, policy.evaluate(facts)
 
 

@@ -69,8 +69,10 @@ class GovernedGate:
                     raise _ReviewerFailed(stop.error.message, stop.error.code) from None
                 raise
 
-        b, u = request.run.budget, request.run.usage
-        left = None if b.max_model_calls is None else b.max_model_calls - u.model_calls
+        budget, usage = request.run.budget, request.run.usage
+        left = (
+            None if budget.max_model_calls is None else budget.max_model_calls - usage.model_calls
+        )
         outcome = await self.governor.check(
             session_id=request.session.id,
             run_id=request.run.id,
@@ -79,7 +81,7 @@ class GovernedGate:
             spec=request.spec,
             effect=request.effect,
             history=request.history,
-            calls_so_far=u.tool_calls,
+            calls_so_far=usage.tool_calls,
             model_calls_left=left,
             ask=ask,
             lease_token=request.run.lease_token,
@@ -88,20 +90,20 @@ class GovernedGate:
         return _decision(outcome)
 
 
-def _decision(o: GateOutcome) -> GateDecision:
-    d = o.decision
-    reason = d.reason
-    if len(o.trail) > 1:
-        before = "; ".join(f"{x.label()} {x.verdict.value}" for x in o.trail[:-1])
+def _decision(outcome: GateOutcome) -> GateDecision:
+    decision = outcome.decision
+    reason = decision.reason
+    if len(outcome.trail) > 1:
+        before = "; ".join(f"{x.label()} {x.verdict.value}" for x in outcome.trail[:-1])
         reason = f"{reason} (after {before})"
-    if o.outcome == "allow":
-        return GateDecision.allow(reason or "allowed", by=d.label())
-    if o.outcome == "deny":
-        return GateDecision.deny(reason, by=d.label())
-    assert o.approval is not None
-    a = o.approval
+    if outcome.outcome == "allow":
+        return GateDecision.allow(reason or "allowed", by=decision.label())
+    if outcome.outcome == "deny":
+        return GateDecision.deny(reason, by=decision.label())
+    assert outcome.approval is not None
+    approval = outcome.approval
     return GateDecision.needs_approval(
-        f"{a.reason}; approve with `plait approvals approve {a.id}` or deny with "
-        f"`plait approvals deny {a.id} --reason TEXT`",
-        by=d.label(),
+        f"{approval.reason}; approve with `plait approvals approve {approval.id}` or deny with "
+        f"`plait approvals deny {approval.id} --reason TEXT`",
+        by=decision.label(),
     )

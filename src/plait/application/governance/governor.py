@@ -55,12 +55,18 @@ class GateOutcome:
         return "; ".join(f"{d.label()} {d.verdict.value}: {d.reason}" for d in self.trail)
 
 
-def _policy_decision(v: PolicyVerdict, at: float) -> Decision:
+def _policy_decision(policy_verdict: PolicyVerdict, at: float) -> Decision:
     verdict = {Action.ALLOW: Verdict.ALLOW, Action.DENY: Verdict.DENY}.get(
-        v.action, Verdict.ASK_USER
+        policy_verdict.action, Verdict.ASK_USER
     )
-    reason = v.reason if v.action is not Action.REVIEW else f"needs review: {v.reason}"
-    return Decision(verdict=verdict, reason=reason, by=Decider.POLICY, by_name=v.rule, at=at)
+    reason = (
+        policy_verdict.reason
+        if policy_verdict.action is not Action.REVIEW
+        else f"needs review: {policy_verdict.reason}"
+    )
+    return Decision(
+        verdict=verdict, reason=reason, by=Decider.POLICY, by_name=policy_verdict.rule, at=at
+    )
 
 
 class Governor:
@@ -256,9 +262,13 @@ class Governor:
             call, spec, history, why=why, calls_left=left, ask=ask, run_id=run_id, report=report
         )
         self._review_calls[run_id] = used + out.model_calls
-        d = out.decision
+        reviewed = out.decision
         decision = Decision(
-            verdict=d.verdict, reason=d.reason, by=d.by, by_name=d.by_name, at=self.clock.now()
+            verdict=reviewed.verdict,
+            reason=reviewed.reason,
+            by=reviewed.by,
+            by_name=reviewed.by_name,
+            at=self.clock.now(),
         )
         return _Review(decision, out.model_calls, out.usage)
 
