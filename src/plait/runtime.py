@@ -89,7 +89,7 @@ def open_model(spec: str, *, tools: Sequence[ToolSpec] = ()) -> ModelClient:
 
 
 def _compaction(
-    store: object,
+    store: SessionStore,
     model: ModelClient | None,
     clock: Clock,
     ids: IdGenerator,
@@ -99,7 +99,7 @@ def _compaction(
     from plait.application.compaction import CompactionService, ModelProfiles
     from plait.application.compaction.estimate import EstimateMeter
 
-    if not hasattr(store, "activate_summary"):
+    if not store.capabilities.summaries:
         return None
 
     def estimate(client: ModelClient) -> TokenMeter:
@@ -123,12 +123,12 @@ def _compaction(
 
 
 def _with_recall(
-    tools: Sequence[Tool], store: object, compacting: bool, model: ModelClient | None
+    tools: Sequence[Tool], store: SessionStore, compacting: bool, model: ModelClient | None
 ) -> Sequence[Tool]:
     """With compaction on, the model also gets the built-in read-only ``recall`` tool
     (the originals a summary left out), unless a tool of that name is already there. A
     runtime with neither tools nor a model (``store_only``) runs nothing: no recall."""
-    if not compacting or not hasattr(store, "search_history"):
+    if not compacting or not store.capabilities.summaries:
         return tools
     if not tools and model is None:
         return tools
@@ -197,7 +197,7 @@ def _child_service(
     if agent.model is not None:
         child_model = open_model(agent.model, tools=[t.spec for t in child_tools])
     if agent.policy is not None:  # its own rules; approvals in the same store (one inbox)
-        if not hasattr(store, "request_approval"):
+        if not store.capabilities.approvals:
             raise ConfigError(
                 f"sub-agent {agent.name!r} has a policy, but this store keeps no approvals",
                 subagent=agent.name,
@@ -446,18 +446,18 @@ def _configured_model() -> str | None:
     return load_config().model
 
 
-def _retention(store: object, clock: Clock) -> RetentionService | None:
+def _retention(store: SessionStore, clock: Clock) -> RetentionService | None:
     from plait.application.retention import RetentionService
 
-    if not hasattr(store, "expire_messages") or not hasattr(store, "get_fork_record"):
+    if not (store.capabilities.retention and store.capabilities.forks):
         return None
     return RetentionService(store=store, clock=clock)
 
 
-def _webhooks(store: object, clock: Clock, ids: IdGenerator) -> WebhookService | None:
+def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookService | None:
     from plait.application.webhooks import WebhookService
 
-    if not hasattr(store, "claim_deliveries"):
+    if not store.capabilities.webhooks:
         return None
     return WebhookService(store=store, clock=clock, ids=ids)  # type: ignore[arg-type]
 
@@ -482,14 +482,14 @@ def webhook_runtime(db: str | None = None) -> Runtime:
 
 
 def _forks(
-    store: object,
+    store: SessionStore,
     clock: Clock,
     snapshots: WorkspaceSnapshots | None,
     telemetry: RunTelemetry | None,
 ) -> ForkService | None:
     from plait.application.fork import ForkService
 
-    if not hasattr(store, "fork_session"):
+    if not store.capabilities.forks:
         return None
     return ForkService(store=store, clock=clock, snapshots=snapshots, telemetry=telemetry)  # type: ignore[arg-type]
 
@@ -679,7 +679,7 @@ class Runtime:
         ``approvals approve|deny``); a ConfigError when the store keeps no approvals."""
         from plait.application.approvals import ApprovalDesk
 
-        if not hasattr(self.store, "decide_approval"):
+        if not self.store.capabilities.approvals:
             raise ConfigError(f"the store {self.queries.store_info().location} keeps no approvals")
         return ApprovalDesk(approvals=self.store, service=self.service)  # type: ignore[arg-type]
 

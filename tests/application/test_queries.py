@@ -9,7 +9,7 @@ import pytest
 
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.governance.approvals import Approvals
-from plait.application.ports import Commit
+from plait.application.ports import Commit, StoreCapabilities
 from plait.application.queries import Queries
 from plait.domain.errors import ApprovalNotFoundError, ConfigError, RunStateError
 from plait.domain.governance import Approval, ApprovalStatus
@@ -26,6 +26,8 @@ NOW = 1_700_000_000.0
 
 class PlainStore:
     """Only the SessionStore methods a Queries needs: no forks, summaries or approvals."""
+
+    capabilities = StoreCapabilities()
 
     def __init__(self, inner: MemoryStore) -> None:
         self.get_session = inner.get_session
@@ -143,6 +145,6 @@ def test_approve_and_deny_at_the_clock_time() -> None:
 
 
 def test_a_store_without_approvals_says_so() -> None:
-    desk = Approvals(PlainStore(MemoryStore()), FixedClock(NOW))
+    desk = Approvals(PlainStore(MemoryStore()), FixedClock(NOW))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="keeps no approvals"):
         run(desk.approve("apr_1", grantor="ana", ttl_seconds=60))

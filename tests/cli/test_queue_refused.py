@@ -1,7 +1,8 @@
 """A run is never stranded by a surface that cannot continue it (issue 20 item 7): on a
 JSONL store no worker can serve, ``--queue`` is refused before anything is written
 (exit 2, an error object with ``--json``), and a ``queued`` run (left by an older plait)
-can be continued with ``runs resume`` or ``runs recover --run R --force``."""
+can be continued with ``runs resume`` or ``runs recover --run R --force``. ``keys create``
+is refused there too: the store declares no API keys."""
 
 from __future__ import annotations
 
@@ -106,3 +107,11 @@ def test_a_queued_run_on_jsonl_is_continued_in_process(plait: JsonlPlait, how: s
         assert report["outcome"] == "resumed" and report["run"]["status"] == "completed"
     assert plait.json("runs", "show", run_id)["status"] == "completed"
     assert plait.json("sessions", "list")[0]["active_run_id"] is None
+
+
+def test_keys_create_on_a_store_without_api_keys_is_refused(plait: JsonlPlait) -> None:
+    plait.json("sessions", "new")
+    got, out, err = plait.run("keys", "create", "--principal", "ana", "--json")
+    assert got == 2, err + out
+    body = json.loads(out)["error"]
+    assert body["code"] == "config_error" and "cannot hold API keys" in body["message"], body

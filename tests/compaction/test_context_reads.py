@@ -4,6 +4,7 @@ when the store offers it (PostgreSQL: one round trip), else one call each."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from plait.adapters.stores.memory.store import MemoryStore
@@ -33,6 +34,8 @@ class Counting(MemoryStore):
 
 
 class Together(Counting):
+    capabilities = replace(MemoryStore.capabilities, context_read=True)
+
     async def summary_and_constraints(self, session_id: str) -> Any:
         self.calls.append("both")
         return await MemoryStore.get_summary(self, session_id), await MemoryStore.list_constraints(

@@ -48,8 +48,8 @@ class ContractBase(ABC):
         """A fresh, empty store (may use ``self.tmp_path``)."""
 
     def second_handle(self) -> Store | None:
-        """Another handle on the store last created, or None if the backend has no such
-        thing (memory)."""
+        """Another handle on the store last created (asked for when the store declares
+        ``capabilities.second_handle``)."""
         return None
 
     def run(self, scenario: Scenario) -> None:
@@ -64,15 +64,16 @@ class ContractBase(ABC):
 
     def run2(self, scenario: Scenario2) -> None:
         async def main() -> None:
-            a = self.create_store()
-            b = self.second_handle()
-            if b is None:
-                await a.close()
+            first = self.create_store()
+            if not first.capabilities.second_handle:
+                await first.close()
                 pytest.skip("this store has no second handle")
+            second = self.second_handle()
+            assert second is not None, "the store declares a second handle: open it"
             try:
-                await scenario(a, b)
+                await scenario(first, second)
             finally:
-                await b.close()
-                await a.close()
+                await second.close()
+                await first.close()
 
         asyncio.run(main())

@@ -21,7 +21,7 @@ from plait.application._run_state import ActiveRun
 from plait.application.claiming import ClaimedRun
 from plait.application.driver import RunDriver
 from plait.application.events import RunObserver
-from plait.application.ports import Clock, Commit, IdGenerator, TextSink
+from plait.application.ports import Clock, Commit, IdGenerator, SessionStore, TextSink
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import ConfigError
 from plait.domain.messages import UserMessage
@@ -30,12 +30,12 @@ from plait.domain.runs import Budget, Run, RunStatus
 __all__ = ["begin_claimed", "can_queue", "check_can_queue", "queued", "take_claimed"]
 
 
-def can_queue(store: object) -> bool:
+def can_queue(store: SessionStore) -> bool:
     """Whether a worker can serve ``store`` (it has a run queue; JSONL has none)."""
-    return callable(getattr(store, "claim_queued_run", None))
+    return store.capabilities.run_queue
 
 
-def check_can_queue(store: object, what: str) -> None:
+def check_can_queue(store: SessionStore, what: str) -> None:
     """Refuse to leave a run ``queued`` on a store no worker can serve (it has no run
     queue: JSONL), before anything is written: the run would wait for a worker that can
     never come. ``what`` names the refused action and how to go on instead."""

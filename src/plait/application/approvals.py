@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from plait.application._queued import check_can_queue
 from plait.application._run_state import RunResult
 from plait.application.events import RunObserver
-from plait.application.governance.approvals import Approvals
 from plait.application.ports import ApprovalStore, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError, RunStateError
@@ -52,7 +51,7 @@ class ApprovalDesk:
     def __init__(self, *, approvals: ApprovalStore, service: AgentService) -> None:
         self.approvals = approvals
         self.service = service
-        self._decisions = Approvals(approvals, service.clock)
+        self._decisions = service.approvals  # the same store: the service's
 
     async def decide(
         self,

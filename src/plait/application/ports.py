@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from plait.application.arguments import check_at_registration
@@ -18,24 +18,33 @@ from plait.domain.forks import ForkRecord, WorkspaceSnapshot
 from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
 from plait.domain.retention import Expiry, Tombstone
-from plait.domain.runs import Run
+from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import EffectClass, ToolSpec
-from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+from plait.domain.webhooks import (
+    Delivery,
+    DeliveryAttempt,
+    DeliveryJob,
+    DeliveryStatus,
+    Endpoint,
+)
 
 __all__ = [
+    "ApprovalInbox",
     "ApprovalStore",
     "ArtifactStore",
     "Clock",
     "Commit",
     "CommitResult",
+    "ContextRead",
     "ForkCommit",
     "ForkStore",
     "ForkableStore",
     "IdGenerator",
     "KeyStore",
+    "LeaseStore",
     "LeftoverSweeper",
     "ModelCapabilities",
     "ModelClient",
@@ -46,10 +55,14 @@ __all__ = [
     "RawToolCall",
     "RetentionStore",
     "RunQueue",
+    "RunStore",
     "RunTelemetry",
+    "SessionHistory",
     "SessionStore",
+    "StoreCapabilities",
     "SummaryStore",
     "TextSink",
+    "TokenCountStore",
     "TokenMeter",
     "Tool",
     "ToolExecutor",
@@ -256,12 +269,53 @@ class CommitResult:
     """Someone asked (maybe from another process) to cancel the committed run."""
 
 
-class SessionStore(Protocol):
-    """Durable history, runs and execution records.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreCapabilities:
+    """What a store can do beyond what every store does (:class:`SessionStore` and
+    :class:`ArtifactStore`). Each flag names the port the store then implements as well;
+    callers read these flags, never probe a store for its methods. A store declares one
+    such value as its ``capabilities``."""
 
-    Append-only where the data is history. Every write is one transaction, durable when
-    the call returns; no transaction is held open across calls.
-    """
+    approvals: bool = False
+    """:class:`ApprovalStore`: approval requests and a person's decisions."""
+    approval_inbox: bool = False
+    """:class:`ApprovalInbox`: pages of pending approvals and waiting runs (the console)."""
+    forks: bool = False
+    """:class:`ForkStore`."""
+    summaries: bool = False
+    """:class:`SummaryStore`: summaries, constraints and ``search_history`` (recall)."""
+    context_read: bool = False
+    """:class:`ContextRead`: a step's summary and constraints in one read."""
+    token_counts: bool = False
+    """:class:`TokenCountStore`: token counts kept beside the history."""
+    retention: bool = False
+    """:class:`RetentionStore`: expiring and restoring message bodies."""
+    run_queue: bool = False
+    """:class:`RunQueue`: queued runs and persisted run events (service mode)."""
+    starting_queue: bool = False
+    """:class:`~plait.application.claiming.StartingQueue`: claim and start in one write."""
+    webhooks: bool = False
+    """:class:`WebhookStore`: endpoints and their outbox."""
+    api_keys: bool = False
+    """:class:`KeyStore`."""
+    commit_probe: bool = False
+    """:class:`~plait.application.readiness.CommitProbe`: says whether it can commit now."""
+    second_handle: bool = False
+    """The same data can be opened again (another handle, another process) and every
+    handle sees one state: false for ``memory://``, whose data lives in one object."""
+
+    @classmethod
+    def all_but(cls, *left_out: str) -> StoreCapabilities:
+        """Every capability except those named (a ValueError names an unknown one)."""
+        names = [flag.name for flag in fields(cls)]
+        unknown = sorted(set(left_out) - set(names))
+        if unknown:
+            raise ValueError(f"no such store capability: {', '.join(unknown)}")
+        return cls(**{name: name not in left_out for name in names})
+
+
+class SessionHistory(Protocol):
+    """Sessions and their append-only history (the store contract's session part)."""
 
     async def create_session(self, session: Session) -> None: ...
 
@@ -282,6 +336,11 @@ class SessionStore(Protocol):
         """Messages with ``seq > after`` in order, at most ``limit``."""
         ...
 
+
+class RunStore(Protocol):
+    """Runs and their execution records, written with the history in one commit (the run
+    and submit contracts)."""
+
     async def start_run(self, commit: Commit) -> CommitResult:
         """Insert ``commit.run`` and claim the session for it (fails with
         :class:`~plait.domain.errors.SessionBusyError` if another run holds it), together
@@ -297,6 +356,10 @@ class SessionStore(Protocol):
     async def request_cancel(self, run_id: str) -> Run: ...
 
     async def get_executions(self, run_id: str) -> list[ExecutionRecord]: ...
+
+
+class LeaseStore(Protocol):
+    """Who drives a run: leases, fenced by a token (the fence contract)."""
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
         """Take the lease of a non-terminal run if it is free, expired or already ours,
@@ -314,6 +377,18 @@ class SessionStore(Protocol):
     async def list_stale_runs(self, *, now: float) -> list[Run]:
         """Non-terminal runs whose lease has expired (or that hold none)."""
         ...
+
+
+class SessionStore(SessionHistory, RunStore, LeaseStore, Protocol):
+    """Durable history, runs and execution records: what every store keeps.
+
+    Append-only where the data is history. Every write is one transaction, durable when
+    the call returns; no transaction is held open across calls. What else the store can
+    do is declared in :attr:`capabilities`.
+    """
+
+    @property
+    def capabilities(self) -> StoreCapabilities: ...
 
     async def close(self) -> None: ...
 
@@ -388,6 +463,30 @@ class ApprovalStore(Protocol):
         for the same call returns the record unchanged; for another call it is refused."""
 
 
+class ApprovalInbox(Protocol):
+    """Pages of what waits for a person, across sessions (the console's inbox; the inbox
+    contract)."""
+
+    async def list_pending_approvals(
+        self, *, owner: str | None = None, before: str | None = None, limit: int | None = None
+    ) -> list[Approval]:
+        """Pending approval requests, newest first, of sessions owned by ``owner``
+        (``None``: everyone's); ``before``: the previous page's last approval id."""
+        ...
+
+    async def list_waiting_runs(
+        self,
+        status: RunStatus,
+        *,
+        owner: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Run]:
+        """Runs in ``status`` (one not ended), newest first, of sessions owned by
+        ``owner``; ``before``: the previous page's last run id."""
+        ...
+
+
 class TokenCountStore(Protocol):
     """Optional for a store: each message's token count per meter, kept beside the history
     so a process resuming a long session reads the counts instead of measuring every
@@ -443,6 +542,17 @@ class SummaryStore(Protocol):
         """Messages of the session (``seq <= through_seq`` when given) whose searchable
         text contains every term of ``query`` ignoring case, newest first, at most
         ``limit`` (see :mod:`plait.domain.recall`)."""
+        ...
+
+
+class ContextRead(Protocol):
+    """Optional for a store: what every step's context reads, in one read."""
+
+    async def summary_and_constraints(
+        self, session_id: str
+    ) -> tuple[Summary | None, list[Constraint]]:
+        """:meth:`SummaryStore.get_summary` and :meth:`SummaryStore.list_constraints` from
+        one snapshot."""
         ...
 
 
@@ -533,14 +643,19 @@ class WorkspaceSnapshots(Protocol):
 class RunQueue(Protocol):
     """Queued runs and their persisted events (service mode, DESIGN §9).
 
-    A queued run is stored by :meth:`SessionStore.start_run` with status ``queued`` and
+    A queued run is stored by :meth:`RunStore.start_run` with status ``queued`` and
     no lease; a worker takes it with :meth:`claim_queued_run`.
     """
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The store's (``starting_queue``: it also claims and starts in one write)."""
+        ...
 
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
         """Lease the oldest ``queued`` run that is free (no lease, or an expired one) to
         ``owner``, atomically (two workers never get the same run), with a new lease
-        token (as :meth:`SessionStore.claim_run`); ``None`` if none."""
+        token (as :meth:`LeaseStore.claim_run`); ``None`` if none."""
         ...
 
     async def count_queued_runs(self, *, now: float) -> int:
@@ -624,20 +739,11 @@ class WebhookStore(Protocol):
         died mid-delivery) is due again. Two claimers never get the same delivery."""
         ...
 
-    async def finish_delivery(
-        self,
-        endpoint_id: str,
-        event_id: str,
-        *,
-        now: float,
-        ok: bool,
-        status_code: int | None,
-        error: str | None,
-        retry_at: float | None,
-        pause_after: int,
-    ) -> None:
+    async def finish_delivery(self, attempt: DeliveryAttempt) -> None:
         """Record an attempt: delivered, or due again at ``retry_at`` (``None``: failed
-        for good); the endpoint is paused after ``pause_after`` consecutive failures."""
+        for good); the endpoint is paused after ``pause_after`` consecutive failures. A
+        delivery no longer pending (another worker delivered it after this one's lease
+        expired) is left as it is."""
         ...
 
 

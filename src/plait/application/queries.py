@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from plait.application.ports import ArtifactStore, Clock, SessionStore
+from plait.application.ports import (
+    ApprovalStore,
+    ArtifactStore,
+    Clock,
+    ForkStore,
+    SessionStore,
+    SummaryStore,
+)
 from plait.application.retention import expiries_of
 from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.forks import ForkRecord
@@ -98,34 +106,32 @@ class Queries:
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         """The seq of a message of the session (None: not there, or a store that cannot
         fork and so does not index messages by id)."""
-        seq_of = getattr(self._store, "message_seq", None)
-        if seq_of is None:
+        if not self._store.capabilities.forks:
             return None
-        seq: int | None = await seq_of(session_id, message_id)
-        return seq
+        return await cast("ForkStore", self._store).message_seq(session_id, message_id)
 
     async def list_summaries(self, session_id: str) -> list[Summary]:
         """Every activated summary of the session, oldest first (none: a store without
         compaction support)."""
-        lister = getattr(self._store, "list_summaries", None)
-        found: list[Summary] = [] if lister is None else await lister(session_id)
-        return found
+        if not self._store.capabilities.summaries:
+            return []
+        return await cast("SummaryStore", self._store).list_summaries(session_id)
 
     async def list_constraints(self, session_id: str) -> list[Constraint]:
         """The session's constraint records (none: a store without compaction support)."""
-        lister = getattr(self._store, "list_constraints", None)
-        found: list[Constraint] = [] if lister is None else await lister(session_id)
-        return found
+        if not self._store.capabilities.summaries:
+            return []
+        return await cast("SummaryStore", self._store).list_constraints(session_id)
 
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
         """Approval requests, newest first (none: a store that keeps no approvals). A
         session's requests include those of its sub-agents' child runs: one inbox."""
-        lister = getattr(self._store, "list_approvals", None)
-        if lister is None:
+        if not self._store.capabilities.approvals:
             return []
-        found: list[Approval] = await lister(session_id=session_id, run_id=run_id)
+        lister = cast("ApprovalStore", self._store).list_approvals
+        found = await lister(session_id=session_id, run_id=run_id)
         if session_id is not None:
             for child in await sub_agent_sessions(self._store, session_id):
                 found += await lister(session_id=child, run_id=run_id)
@@ -146,11 +152,9 @@ class Queries:
     async def fork_record(self, session_id: str) -> ForkRecord | None:
         """How a branch was made (None for a session that is not a fork, or a store that
         cannot fork)."""
-        get = getattr(self._store, "get_fork_record", None)
-        if get is None:
+        if not self._store.capabilities.forks:
             return None
-        record: ForkRecord | None = await get(session_id)
-        return record
+        return await cast("ForkStore", self._store).get_fork_record(session_id)
 
     async def run_detail(self, run_id: str) -> RunDetail:
         run = await self._store.get_run(run_id)

@@ -129,10 +129,9 @@ class _Tree:
 
 async def expiries_of(store: Any, session_id: str) -> dict[str, Expiry]:
     """The session's expiry records, by message id (none on a store without retention)."""
-    read = getattr(store, "expiries", None)
-    if read is None:
+    if not store.capabilities.retention:
         return {}
-    found: dict[str, Expiry] = await read(session_id)
+    found: dict[str, Expiry] = await store.expiries(session_id)
     return found
 
 

@@ -25,6 +25,7 @@ from plait.domain.webhooks import (
     PAUSE_AFTER,
     RETRY_SECONDS,
     Delivery,
+    DeliveryAttempt,
     DeliveryJob,
     DeliveryStatus,
     Endpoint,
@@ -182,14 +183,16 @@ class WebhookDispatcher:
             delay = retry_delay(attempts, self.schedule, self.jitter())
             retry_at = None if delay is None else self.clock.now() + delay
         await self.store.finish_delivery(
-            job.delivery.endpoint_id,
-            msg_id,
-            now=self.clock.now(),
-            ok=ok,
-            status_code=status,
-            error=error,
-            retry_at=retry_at,
-            pause_after=self.pause_after,
+            DeliveryAttempt(
+                endpoint_id=job.delivery.endpoint_id,
+                event_id=msg_id,
+                at=self.clock.now(),
+                ok=ok,
+                status_code=status,
+                error=error,
+                retry_at=retry_at,
+                pause_after=self.pause_after,
+            )
         )
         ids = {"webhook": job.delivery.endpoint_id, "event_id": msg_id}
         if ok:

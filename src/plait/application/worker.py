@@ -29,6 +29,7 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from plait.application.claiming import ClaimedRun, StartingQueue
 from plait.application.event_feed import RunEventFeed
@@ -283,9 +284,9 @@ class Worker:
         (:class:`StartingQueue`) and this worker has a model to record on it."""
         now = self.service.clock.now()
         expires_at = now + self.service.lease_seconds
-        if isinstance(self.queue, StartingQueue) and self.service.caller.has_model:
+        if self.queue.capabilities.starting_queue and self.service.caller.has_model:
             model = self.service.model
-            return await self.queue.claim_and_start_run(
+            return await cast("StartingQueue", self.queue).claim_and_start_run(
                 owner=self.owner,
                 now=now,
                 expires_at=expires_at,

@@ -30,6 +30,7 @@ __all__ = [
     "RETRY_SECONDS",
     "URL_PATTERN",
     "Delivery",
+    "DeliveryAttempt",
     "DeliveryJob",
     "DeliveryStatus",
     "Endpoint",
@@ -115,6 +116,22 @@ class DeliveryJob:
     event: WebhookEvent
     url: str
     secret: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeliveryAttempt:
+    """One attempt at a delivery, as its worker records it: delivered (``ok``), or due
+    again at ``retry_at`` (``None``: failed for good). The endpoint is paused after
+    ``pause_after`` consecutive failures."""
+
+    endpoint_id: str
+    event_id: str
+    at: float
+    ok: bool
+    status_code: int | None
+    error: str | None
+    retry_at: float | None
+    pause_after: int
 
 
 URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][!-~]*)?$"

@@ -58,8 +58,9 @@ _FORMS = (
 class Store(
     SessionStore, ArtifactStore, SummaryStore, ForkStore, ApprovalStore, RetentionStore, Protocol
 ):
-    """What every store adapter is: a session, artifact, summary, fork, approval and
-    retention store in one."""
+    """What every built-in store adapter is: a session, artifact, summary, fork, approval
+    and retention store in one. A store needs only be a session and an artifact store;
+    the rest it declares in its ``capabilities`` (see docs/architecture-stores.md)."""
 
 
 def _path(url: str, scheme: str) -> Path:

@@ -28,12 +28,18 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
 from plait.application.compaction._ledger import CountCache, Ledger
 from plait.application.compaction._profiles import ModelProfile
 from plait.application.compaction._render import PREAMBLE_ID_PREFIX, render_preamble
-from plait.application.ports import SummaryStore, TokenMeter
+from plait.application.ports import (
+    ContextRead,
+    SessionStore,
+    SummaryStore,
+    TokenCountStore,
+    TokenMeter,
+)
 from plait.domain.compaction import CompactionSettings, ContextBudget
 from plait.domain.context import CompactedRange, Context, Correction, Prefix
 from plait.domain.messages import AssistantMessage, Message, UserMessage
@@ -153,11 +159,15 @@ def summary_applies(summary: Summary, history: Sequence[Message]) -> bool:
     )
 
 
+class CompactionStore(SessionStore, SummaryStore, Protocol):
+    """What compaction needs of a store."""
+
+
 class ContextAssembler:
     """Builds contexts for one store; keeps a token ledger per (session, meter)."""
 
     def __init__(
-        self, *, store: SummaryStore, settings: CompactionSettings, cache: CountCache
+        self, *, store: CompactionStore, settings: CompactionSettings, cache: CountCache
     ) -> None:
         self.store = store
         self.settings = settings
@@ -182,10 +192,9 @@ class ContextAssembler:
         """Read the stored counts of ``history`` by ``meter`` into the cache when many are
         missing there (once per session and meter in this process); a failed read only
         means counting them."""
-        read = getattr(self.store, "read_token_counts", None)
         fingerprint = meter_fingerprint(meter)
         key = (session_id, meter.name)
-        if read is None or fingerprint is None or key in self._primed:
+        if not self.store.capabilities.token_counts or fingerprint is None or key in self._primed:
             return
         counts = self.cache.of(meter)
         missing = sum(1 for m in history if m.id not in counts)
@@ -193,7 +202,9 @@ class ContextAssembler:
             return
         self._primed.add(key)
         try:
-            stored: dict[str, int] = await read(session_id, fingerprint)
+            stored = await cast("TokenCountStore", self.store).read_token_counts(
+                session_id, fingerprint
+            )
         except Exception:
             log.warning("reading the stored token counts of %s failed", session_id, exc_info=True)
             return
@@ -208,12 +219,13 @@ class ContextAssembler:
         if not fresh or (len(fresh) < SAVE_EVERY and not force):
             return
         ledger.fresh = {}
-        save = getattr(self.store, "save_token_counts", None)
         fingerprint = None if ledger.meter is None else meter_fingerprint(ledger.meter)
-        if save is None or fingerprint is None:
+        if not self.store.capabilities.token_counts or fingerprint is None:
             return
         try:
-            await save(session_id, fingerprint, fresh)
+            await cast("TokenCountStore", self.store).save_token_counts(
+                session_id, fingerprint, fresh
+            )
         except Exception:
             log.warning("storing the token counts of %s failed", session_id, exc_info=True)
 
@@ -239,9 +251,10 @@ class ContextAssembler:
     ) -> tuple[Summary | None, tuple[Constraint, ...]]:
         """The active summary and the constraints, unless given; in one read when the
         store offers it (PostgreSQL: one round trip)."""
-        both = getattr(self.store, "summary_and_constraints", None)
-        if summary is None and constraints is None and both is not None:
-            found, listed = await both(session_id)
+        if summary is None and constraints is None and self.store.capabilities.context_read:
+            found, listed = await cast("ContextRead", self.store).summary_and_constraints(
+                session_id
+            )
             return found, tuple(listed)
         if summary is None:
             summary = await self.store.get_summary(session_id)

@@ -23,9 +23,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
-from plait.application.compaction._context import ContextAssembler, ContextView, summary_applies
+from plait.application.compaction._context import (
+    CompactionStore,
+    ContextAssembler,
+    ContextView,
+    summary_applies,
+)
 from plait.application.compaction._ledger import CountCache
 from plait.application.compaction._outcome import (
     CompactionOutcome,
@@ -44,8 +49,6 @@ from plait.application.ports import (
     Clock,
     IdGenerator,
     ModelClient,
-    SessionStore,
-    SummaryStore,
 )
 from plait.domain.compaction import (
     CompactionPlan,
@@ -74,10 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("plait.compaction")
-
-
-class CompactionStore(SessionStore, SummaryStore, Protocol):
-    """What compaction needs of a store."""
 
 
 class CompactionService:

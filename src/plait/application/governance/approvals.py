@@ -5,7 +5,7 @@ the waiting run afterwards (it continues here, or goes back to a worker's queue)
 
 from __future__ import annotations
 
-from plait.application.ports import ApprovalStore, Clock
+from plait.application.ports import ApprovalStore, Clock, SessionStore
 from plait.domain.errors import ConfigError
 from plait.domain.governance import Approval
 
@@ -15,13 +15,13 @@ __all__ = ["Approvals"]
 class Approvals:
     """Approve or deny a pending request, at the clock's time."""
 
-    def __init__(self, store: object, clock: Clock) -> None:
+    def __init__(self, store: SessionStore, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 
     def store(self) -> ApprovalStore:
         """The store's approvals; a ConfigError when the store keeps none."""
-        if not hasattr(self._store, "decide_approval"):
+        if not self._store.capabilities.approvals:
             raise ConfigError(f"the store {self._store!r} keeps no approvals")
         return self._store  # type: ignore[return-value]
 

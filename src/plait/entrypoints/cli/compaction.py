@@ -19,6 +19,7 @@ from plait.domain.errors import ConfigError
 
 if TYPE_CHECKING:
     from plait.application.compaction import CompactionService, ContextView
+    from plait.application.queries import Queries
     from plait.domain.summary import Summary
     from plait.runtime import Runtime
 
@@ -106,13 +107,12 @@ def summary_text(s: Summary) -> str:
     return "\n".join(lines)
 
 
-async def history_summaries(store: Any, session_id: str) -> tuple[dict[str, Any], list[str]]:
+async def history_summaries(queries: Queries, session_id: str) -> tuple[dict[str, Any], list[str]]:
     """What ``plait history`` adds: every activated summary and the constraint records
-    (JSON fields, text lines). Stores without summary support add nothing."""
-    if not hasattr(store, "list_summaries"):
-        return {}, []
-    summaries = await store.list_summaries(session_id)
-    constraints = await store.list_constraints(session_id)
+    (JSON fields, text lines). Stores without summary support add nothing (the queries
+    find none there)."""
+    summaries = await queries.list_summaries(session_id)
+    constraints = await queries.list_constraints(session_id)
     if not summaries and not constraints:
         return {}, []
     data = {

@@ -109,7 +109,7 @@ def _keys_create(a: argparse.Namespace, out: Any) -> int:
 
     url = getattr(a, "db", None) or default_db_url()
     store: Any = open_store(url)
-    if not hasattr(store, "add_api_key"):
+    if not store.capabilities.api_keys:
         raise ConfigError(f"the store {url!r} cannot hold API keys; use PostgreSQL or SQLite")
     role = Role.ADMIN if a.admin else Role.USER
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -123,16 +123,16 @@ def create_app(ctx: ApiContext) -> FastAPI:
     if ctx.forks is not None:
         app.include_router(_fork_routes(ctx, ctx.forks), prefix="/v1", responses=ERRORS)
     app.include_router(_run_routes(ctx), prefix="/v1", responses=ERRORS)
-    if hasattr(ctx.store, "decide_approval"):
+    if ctx.store.capabilities.approvals:
         who = _principal_dependency(ctx)
         app.include_router(approval_routes(ctx, who), prefix="/v1", responses=ERRORS)
-    if hasattr(ctx.store, "list_pending_approvals") and hasattr(ctx.store, "list_waiting_runs"):
+    if ctx.store.capabilities.approval_inbox:
         routes = inbox_routes(ctx, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
     if (stage := compaction_stage(ctx)) is not None:
         routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
-    if hasattr(ctx.store, "claim_deliveries"):
+    if ctx.store.capabilities.webhooks:
         from plait.entrypoints.http.webhooks import webhook_routes
 
         hooks = webhook_routes(ctx, _principal_dependency(ctx))
@@ -315,8 +315,8 @@ def _ops_routes(ctx: ApiContext) -> APIRouter:
     async def ready() -> Any:
         """The store can commit (a store without a commit probe: it answers a read)."""
         try:
-            if isinstance(ctx.store, CommitProbe):
-                await ctx.store.check_writable()
+            if ctx.store.capabilities.commit_probe:
+                await cast("CommitProbe", ctx.store).check_writable()
             else:
                 await ctx.store.list_sessions(limit=1)
         except PlaitError as e:

@@ -207,14 +207,13 @@ def _runtime(settings: Settings, *, need_model: bool) -> Any:
 def _check_service_store(store: Any, url: str) -> None:
     from plait.adapters.stores.shared.redact import redact_url
 
-    for method in ("claim_queued_run", "append_run_events", "find_api_key"):
-        if not hasattr(store, method):
-            url = redact_url(url)
-            raise ConfigError(
-                f"the store {url!r} cannot run the service (no run queue); use "
-                "postgresql://..., sqlite:///... or memory://",
-                url=url,
-            )
+    if not (store.capabilities.run_queue and store.capabilities.api_keys):
+        url = redact_url(url)
+        raise ConfigError(
+            f"the store {url!r} cannot run the service (no run queue); use "
+            "postgresql://..., sqlite:///... or memory://",
+            url=url,
+        )
 
 
 def build_context(settings: Settings) -> Any:
@@ -310,7 +309,7 @@ def start_webhooks(rt: Any, settings: Settings, stop: asyncio.Event) -> asyncio.
     from plait.application.webhooks import WebhookDispatcher
 
     store = rt.store
-    if not hasattr(store, "claim_deliveries"):
+    if not store.capabilities.webhooks:
         return asyncio.ensure_future(_no_webhooks())
     configured = _configured_webhooks()  # a bad table stops the start-up, here
     sender = HttpxSender(timeout=settings.webhook_timeout_seconds)

@@ -18,7 +18,7 @@ from plait.adapters.stores.jsonl.files import (
     locked,
     read_new,
 )
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.approvals import approval_from_dict, approval_to_dict
 from plait.domain.errors import CorruptStoreError
 from plait.domain.governance import Approval
@@ -55,14 +55,14 @@ class ApprovalFile:
 
     def _apply(self, obj: dict[str, Any], line_no: int) -> None:
         try:
-            a = approval_from_dict(obj["approval"])
-        except (KeyError, TypeError, CorruptStoreError) as e:
+            approval = approval_from_dict(obj["approval"])
+        except (KeyError, TypeError, CorruptStoreError) as error:
             raise CorruptStoreError(
-                f"{self._path}, line {line_no}: {e}; the file was not changed",
+                f"{self._path}, line {line_no}: {error}; the file was not changed",
                 path=str(self._path),
                 line=line_no,
-            ) from e
-        self._records[a.id] = a
+            ) from error
+        self._records[approval.id] = approval
 
     def read(self) -> dict[str, Approval]:
         try:
@@ -80,7 +80,7 @@ class ApprovalFile:
                 assert self._tracked is not None
                 first = self._tracked.offset == 0
                 line = {
-                    "schema_version": _codec.SCHEMA_VERSION,
+                    "schema_version": codec.SCHEMA_VERSION,
                     "approval": approval_to_dict(result),
                 }
                 append_line(fd, self._path, self._tracked, line, self._checkpoint)

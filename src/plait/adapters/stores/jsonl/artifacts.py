@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from plait.adapters.stores.jsonl.files import SAFE_NAME, fsync_dir
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.state import artifact_not_found
 from plait.domain.errors import CorruptStoreError
 from plait.domain.messages import ArtifactRef
@@ -28,16 +28,16 @@ class ArtifactFiles:
         path = self._dir / ref.id
         if path.exists():
             return ref
-        header = {"schema_version": _codec.SCHEMA_VERSION, "id": ref.id}
+        header = {"schema_version": codec.SCHEMA_VERSION, "id": ref.id}
         header.update(sha256=ref.sha256, size=ref.size, media_type=ref.media_type)
         tmp = self._dir / f".{ref.id}.{os.getpid()}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            with os.fdopen(fd, "wb", closefd=True) as f:
-                f.write((_codec.dumps(header) + "\n").encode())
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
+            with os.fdopen(fd, "wb", closefd=True) as file:
+                file.write((codec.dumps(header) + "\n").encode())
+                write(file)
+                file.flush()
+                os.fsync(file.fileno())
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -62,10 +62,10 @@ def decode_artifact(path: Path, artifact_id: str, blob: bytes) -> tuple[Artifact
     try:
         if not sep:
             raise ValueError("no header line")
-        h = _codec.check_schema(_codec.loads(head.decode()), "artifact header")
-        ref = _codec.artifact_from_dict(h)
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptStoreError(f"{path}: bad artifact header: {e}", path=str(path)) from e
+        header = codec.check_schema(codec.loads(head.decode()), "artifact header")
+        ref = codec.artifact_from_dict(header)
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptStoreError(f"{path}: bad artifact header: {error}", path=str(path)) from error
     if ref.id != artifact_id or len(data) != ref.size:
         raise CorruptStoreError(f"{path}: artifact size or id mismatch", path=str(path))
     if hashlib.sha256(data).hexdigest() != ref.sha256:

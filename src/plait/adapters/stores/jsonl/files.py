@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.state import SessionState
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.domain.errors import CorruptStoreError, StoreError
@@ -110,13 +110,13 @@ def read_new(
     for raw in data[: cut - 1].split(b"\n") if cut else ():
         line_no += 1
         try:
-            obj = _codec.loads(raw.decode())
-        except ValueError as e:
+            obj = codec.loads(raw.decode())
+        except ValueError as error:
             raise CorruptStoreError(
-                f"{path}, line {line_no}: not valid JSON ({e}); the file was not changed",
+                f"{path}, line {line_no}: not valid JSON ({error}); the file was not changed",
                 path=str(path),
                 line=line_no,
-            ) from e
+            ) from error
         if not isinstance(obj, dict):
             raise CorruptStoreError(
                 f"{path}, line {line_no}: not a JSON object", path=str(path), line=line_no
@@ -150,9 +150,9 @@ def append_line(
     """Append one line at ``tracked.offset`` and fsync; a failed write is cut off again.
     ``checkpoint("mid_line")`` runs after the first half of the line reached the file."""
     try:
-        line = (_codec.dumps(obj) + "\n").encode()
-    except UnicodeEncodeError as e:  # before anything is written
-        raise unstorable(e, str(path)) from e
+        line = (codec.dumps(obj) + "\n").encode()
+    except UnicodeEncodeError as error:  # before anything is written
+        raise unstorable(error, str(path)) from error
     try:
         written = 0
         if checkpoint is not None:
@@ -161,10 +161,10 @@ def append_line(
         while written < len(line):
             written += os.pwrite(fd, line[written:], tracked.offset + written)
         os.fsync(fd)
-    except OSError as e:
+    except OSError as error:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, tracked.offset)
-        raise StoreError(f"{path}: write failed: {e}", path=str(path)) from e
+        raise StoreError(f"{path}: write failed: {error}", path=str(path)) from error
     tracked.offset += len(line)
     tracked.lines += 1
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from plait.adapters.stores.jsonl.files import fsync_dir
 from plait.adapters.stores.jsonl.lines import change_line, create_line
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.fork import record_from_dict, record_to_dict
 from plait.adapters.stores.shared.state import Change, SessionState
 from plait.application.ports import ForkCommit
@@ -29,7 +29,7 @@ def link_branch(
     create: dict[str, Any] = create_line(commit.branch)
     create["fork"] = record_to_dict(commit.record)
     prefix = change_line("commit", Change(messages=tuple(state.messages)))
-    data = "".join(_codec.dumps(x) + "\n" for x in (create, prefix, *extra)).encode()
+    data = "".join(codec.dumps(x) + "\n" for x in (create, prefix, *extra)).encode()
     directory = path.parent
     tmp = directory / f".{commit.branch.id}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
@@ -52,16 +52,16 @@ def link_branch(
 def fork_record(path: Path) -> ForkRecord | None:
     """The fork record in the first line of a session file (None: not a branch)."""
     try:
-        with path.open("rb") as f:
-            first = f.readline()
+        with path.open("rb") as file:
+            first = file.readline()
     except FileNotFoundError:
         return None
     if not first.endswith(b"\n"):
         return None
     try:
-        fork = _codec.loads(first.decode()).get("fork")
+        fork = codec.loads(first.decode()).get("fork")
         return None if fork is None else record_from_dict(fork)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise CorruptStoreError(
-            f"{path}, line 1: bad fork record ({e})", path=str(path), line=1
-        ) from e
+            f"{path}, line 1: bad fork record ({error})", path=str(path), line=1
+        ) from error

@@ -16,7 +16,7 @@ from plait.adapters.stores.jsonl.files import (
     locked,
     read_new,
 )
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.domain.errors import CorruptStoreError
 
 __all__ = ["RunIndex"]
@@ -49,7 +49,7 @@ class RunIndex:
             if session_id in self._sessions.get(run_id, ()):
                 return
             assert self._tracked is not None
-            line = {"schema_version": _codec.SCHEMA_VERSION, "run_id": run_id}
+            line = {"schema_version": codec.SCHEMA_VERSION, "run_id": run_id}
             line["session_id"] = session_id
             first = self._tracked.offset == 0
             append_line(fd, self._path, self._tracked, line, self._checkpoint)
@@ -64,17 +64,17 @@ class RunIndex:
             self._sessions = {}
         for line_no, obj in records:
             try:
-                obj = _codec.check_schema(obj, "run index line")
+                obj = codec.check_schema(obj, "run index line")
                 rid, sid = obj["run_id"], obj["session_id"]
                 if not isinstance(rid, str) or not isinstance(sid, str):
                     raise TypeError("run_id and session_id must be strings")
-            except (KeyError, TypeError, CorruptStoreError) as e:
+            except (KeyError, TypeError, CorruptStoreError) as error:
                 self._tracked = None
                 raise CorruptStoreError(
-                    f"{self._path}, line {line_no}: {e}",
+                    f"{self._path}, line {line_no}: {error}",
                     path=str(self._path),
                     line=line_no,
-                ) from e
+                ) from error
             sids = self._sessions.setdefault(rid, [])
             if sid not in sids:
                 sids.append(sid)

@@ -25,7 +25,7 @@ from plait.adapters.stores.jsonl.files import (
     locked,
     read_new,
 )
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.session_pages import OwnerIndex
 from plait.domain.errors import CorruptStoreError
 from plait.domain.session import Session
@@ -60,10 +60,10 @@ class SessionIndex:
         with locked(self._path, write=True, create=True) as fd:
             self._sync(fd, write=True)
             if len(self._owners) == 0:
-                older = sorted(existing(), key=lambda s: (s.created_at, s.id))
-                for s in older:
-                    if s.id != session.id:
-                        self._append(fd, s)
+                older = sorted(existing(), key=lambda other: (other.created_at, other.id))
+                for other in older:
+                    if other.id != session.id:
+                        self._append(fd, other)
             if self._indexed_as(session):
                 return
             self._append(fd, session)
@@ -76,7 +76,7 @@ class SessionIndex:
 
     def _append(self, fd: int, session: Session) -> None:
         assert self._tracked is not None
-        line: dict[str, Any] = {"schema_version": _codec.SCHEMA_VERSION}
+        line: dict[str, Any] = {"schema_version": codec.SCHEMA_VERSION}
         line |= {"session_id": session.id, "owner": session.owner}
         line["created_at"] = session.created_at
         first = self._tracked.offset == 0
@@ -92,17 +92,17 @@ class SessionIndex:
             self._owners = OwnerIndex()
         for line_no, obj in records:
             try:
-                obj = _codec.check_schema(obj, "session index line")
+                obj = codec.check_schema(obj, "session index line")
                 sid, owner, at = obj["session_id"], obj["owner"], obj["created_at"]
                 if not isinstance(sid, str) or not (owner is None or isinstance(owner, str)):
                     raise TypeError("session_id and owner must be strings")
                 if isinstance(at, bool) or not isinstance(at, int | float):
                     raise TypeError("created_at must be a number")
-            except (KeyError, TypeError, CorruptStoreError) as e:
+            except (KeyError, TypeError, CorruptStoreError) as error:
                 self._tracked = None
                 raise CorruptStoreError(
-                    f"{self._path}, line {line_no}: {e}", path=str(self._path), line=line_no
-                ) from e
+                    f"{self._path}, line {line_no}: {error}", path=str(self._path), line=line_no
+                ) from error
             self._owners.add(sid, owner, float(at))
         tracked.offset = end
         tracked.lines += len(records)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from plait.adapters.stores.jsonl.files import locked
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.retention import (
     check_restores,
     check_tombstones,
@@ -44,7 +44,7 @@ def expired_in(lines: list[dict[str, Any]], where: str) -> dict[str, Expiry]:
 
 def expire_line(expiries: Sequence[Expiry]) -> dict[str, Any]:
     return {
-        "schema_version": _codec.SCHEMA_VERSION,
+        "schema_version": codec.SCHEMA_VERSION,
         "op": "expire",
         "expired": [expiry_to_dict(e) for e in expiries],
     }
@@ -58,19 +58,23 @@ def plan_expiry(tombstones: Sequence[Tombstone], where: str) -> Plan:
     check_tombstones(tombstones)
 
     def plan(state: SessionState, lines: list[dict[str, Any]]) -> tuple[bool, list[str]]:
-        for t in tombstones:
-            if t.message.id not in state.message_ids:
-                raise not_held(state.session.id, t.message.id)
+        for tombstone in tombstones:
+            if tombstone.message.id not in state.message_ids:
+                raise not_held(state.session.id, tombstone.message.id)
         done = expired_in(lines, where)
-        todo = {t.message.id: t for t in tombstones if t.message.id not in done}
+        todo = {
+            tombstone.message.id: tombstone
+            for tombstone in tombstones
+            if tombstone.message.id not in done
+        }
         if not todo:
             return False, []
         for line in lines:
-            for x in line.get("messages", ()):
-                found = todo.get(x["message"]["id"])
+            for item in line.get("messages", ()):
+                found = todo.get(item["message"]["id"])
                 if found is not None:
-                    x["message"] = _codec.message_to_dict(found.message)
-        lines.append(expire_line([t.expiry for t in todo.values()]))
+                    item["message"] = codec.message_to_dict(found.message)
+        lines.append(expire_line([tombstone.expiry for tombstone in todo.values()]))
         return True, list(todo)
 
     return plan
@@ -81,19 +85,19 @@ def plan_restore(messages: Sequence[Message], where: str) -> Plan:
     check_restores(messages)
 
     def plan(state: SessionState, lines: list[dict[str, Any]]) -> tuple[bool, list[str]]:
-        for m in messages:
-            if m.id not in state.message_ids:
-                raise not_held(state.session.id, m.id)
+        for message in messages:
+            if message.id not in state.message_ids:
+                raise not_held(state.session.id, message.id)
         expired = expired_in(lines, where)
-        todo = {m.id: m for m in messages if m.id in expired}
+        todo = {message.id: message for message in messages if message.id in expired}
         if not todo:
             return False, []
         kept: list[dict[str, Any]] = []
         for line in lines:
-            for x in line.get("messages", ()):
-                found = todo.get(x["message"]["id"])
+            for item in line.get("messages", ()):
+                found = todo.get(item["message"]["id"])
                 if found is not None:
-                    x["message"] = _codec.message_to_dict(found)
+                    item["message"] = codec.message_to_dict(found)
             if line.get("op") == "expire":
                 line["expired"] = [r for r in line["expired"] if r["message_id"] not in todo]
                 if not line["expired"]:
@@ -107,8 +111,8 @@ def plan_restore(messages: Sequence[Message], where: str) -> Plan:
 
 def read_expiries(path: Path) -> dict[str, Expiry]:
     """The expiry records of a session file (its session is known to exist)."""
-    with locked(path, write=False) as fd, open(fd, "rb", closefd=False) as f:
-        data = f.read()
+    with locked(path, write=False) as fd, open(fd, "rb", closefd=False) as file:
+        data = file.read()
     complete = data[: data.rfind(b"\n") + 1]  # a torn last line is not a record yet
-    lines = [_codec.loads(raw.decode()) for raw in complete.splitlines()]
+    lines = [codec.loads(raw.decode()) for raw in complete.splitlines()]
     return expired_in([x for x in lines if isinstance(x, dict)], str(path))

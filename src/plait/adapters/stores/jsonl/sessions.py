@@ -21,7 +21,7 @@ from plait.adapters.stores.jsonl.files import (
     read_new,
 )
 from plait.adapters.stores.jsonl.lines import replay
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.state import Change, SessionState, session_not_found
 from plait.domain.errors import ConfigError
 from plait.domain.session import Session
@@ -94,16 +94,16 @@ class SessionFiles:
                 if tracked.state is None:
                     raise session_not_found(sid)
                 data = os.pread(fd, tracked.offset, 0)
-                lines = [_codec.loads(raw.decode()) for raw in data.splitlines()]
+                lines = [codec.loads(raw.decode()) for raw in data.splitlines()]
                 changed, result = plan(tracked.state, lines)
                 if changed:
-                    body = "".join(_codec.dumps(x) + "\n" for x in lines).encode()
+                    body = "".join(codec.dumps(x) + "\n" for x in lines).encode()
                     tmp = path.with_name(f".{sid}.{os.getpid()}.{threading.get_ident()}.tmp")
                     try:
-                        with tmp.open("wb") as f:
-                            f.write(body)
-                            f.flush()
-                            os.fsync(f.fileno())
+                        with tmp.open("wb") as file:
+                            file.write(body)
+                            file.flush()
+                            os.fsync(file.fileno())
                         os.replace(tmp, path)
                     finally:
                         tmp.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ state, appends and fsyncs. Reads take ``LOCK_SH``. A run's index line is written
 fsynced) before the session line that creates the run, so the index never misses a run;
 an index entry whose session line never landed is simply not found there.
 
-The rules themselves live in :mod:`._state` and are shared with the memory store. The
+The rules themselves live in :mod:`..shared.state` and are shared with the memory store. The
 blocking file I/O runs directly inside the ``async def`` methods: each call is a few small
 reads and one append, cheaper than a thread hop.
 """
@@ -93,7 +93,7 @@ from plait.adapters.stores.shared.summary_state import (
     duplicate_summary,
     new_constraints,
 )
-from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
 from plait.domain.errors import (
     ConfigError,
     CorruptStoreError,
@@ -115,7 +115,16 @@ __all__ = ["JsonlStore", "StoreWarning"]
 
 class JsonlStore:
     """:class:`~plait.application.ports.SessionStore` and
-    :class:`~plait.application.ports.ArtifactStore` in a directory of JSONL files."""
+    :class:`~plait.application.ports.ArtifactStore` in a directory of JSONL files; what else it
+    keeps is in :attr:`capabilities`."""
+
+    capabilities = StoreCapabilities(
+        approvals=True,
+        forks=True,
+        summaries=True,
+        retention=True,
+        second_handle=True,
+    )
 
     def __init__(self, directory: str | Path, *, checkpoint: Checkpoint | None = None) -> None:
         """``checkpoint`` is a test-only hook: called with ``"mid_line"`` after the first
@@ -127,8 +136,8 @@ class JsonlStore:
         try:
             self._sessions_dir.mkdir(parents=True, exist_ok=True)
             (self._dir / "artifacts").mkdir(exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"cannot create the store directory {self._dir}: {e}") from e
+        except OSError as error:
+            raise StoreError(f"cannot create the store directory {self._dir}: {error}") from error
         self._lock = threading.Lock()
         self._closed = False
         self._files = SessionFiles(self._sessions_dir, checkpoint)
@@ -152,8 +161,10 @@ class JsonlStore:
                 raise closed_error("jsonl")
             try:
                 yield
-            except OSError as e:
-                raise StoreError(f"{self._dir}: file system error: {e}", path=str(self._dir)) from e
+            except OSError as error:
+                raise StoreError(
+                    f"{self._dir}: file system error: {error}", path=str(self._dir)
+                ) from error
 
     # --- the run index --------------------------------------------------------------------
 
@@ -179,9 +190,9 @@ class JsonlStore:
                 runs.append(self._find_run(rid)[1])
             except RunNotFoundError:
                 continue  # indexed, but its session line never landed
-            except CorruptStoreError as e:
+            except CorruptStoreError as error:
                 damaged.update(sids)
-                left_out(e, "its runs")
+                left_out(error, "its runs")
         return runs
 
     def _run_write(self, run_id: str, op: str, change: Callable[[Run], Run]) -> Run:
@@ -229,7 +240,7 @@ class JsonlStore:
         """From the session index: only the page's session files are read."""
         with self._op():
             if not self._owners.refresh():  # a store from before the index, not written yet
-                newest = sorted(self._scan(), key=lambda s: s.created_at, reverse=True)
+                newest = sorted(self._scan(), key=lambda session: session.created_at, reverse=True)
                 return page(newest, owner=owner, before=before, limit=limit)
             found: list[Session] = []
             for sid in self._owners.newest_first(owner=owner, before=before):
@@ -239,8 +250,8 @@ class JsonlStore:
                     session = self._files.read(sid).session
                 except SessionNotFoundError:
                     continue  # indexed, but its create never completed
-                except CorruptStoreError as e:
-                    left_out(e, "it")
+                except CorruptStoreError as error:
+                    left_out(error, "it")
                     continue
                 if owner is None or session.owner == owner:
                     found.append(session)
@@ -255,8 +266,8 @@ class JsonlStore:
                     sessions.append(self._files.read(name[: -len(".jsonl")]).session)
                 except SessionNotFoundError:
                     continue  # an empty file left by a create that never completed
-                except CorruptStoreError as e:
-                    left_out(e, "it")
+                except CorruptStoreError as error:
+                    left_out(error, "it")
         return sessions
 
     async def read_messages(
@@ -314,7 +325,7 @@ class JsonlStore:
         except SessionNotFoundError:
             return {}
 
-    # --- retention (see _jsonl_retention) --------------------------------------------------
+    # --- retention (see retention.py) -----------------------------------------------------
 
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
         with self._op():
@@ -385,12 +396,14 @@ class JsonlStore:
             else:
                 runs = list(self._files.read(session_id).runs.values())
         runs.reverse()
-        runs.sort(key=lambda r: r.started_at, reverse=True)
+        runs.sort(key=lambda run: run.started_at, reverse=True)
         return runs
 
     async def request_cancel(self, run_id: str) -> Run:
         with self._op():
-            return self._run_write(run_id, "cancel", lambda r: replace(r, cancel_requested=True))
+            return self._run_write(
+                run_id, "cancel", lambda run: replace(run, cancel_requested=True)
+            )
 
     async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
         with self._op():
@@ -418,7 +431,7 @@ class JsonlStore:
 
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
         ref = artifact_ref(data, media_type)
-        return self._put_artifact(ref, lambda f: f.write(data))
+        return self._put_artifact(ref, lambda file: file.write(data))
 
     async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
         """Copies the file in chunks (never whole in memory); the caller removes it."""
@@ -439,7 +452,7 @@ class JsonlStore:
             path, blob = self._artifacts.read(artifact_id)
         return decode_artifact(path, artifact_id, blob)
 
-    # --- approvals (rules in _approvals, file in _approvals_jsonl) --------------------------
+    # --- approvals (rules in _approvals, file in _approvals_jsonl) ------------------------
 
     async def request_approval(
         self, approval: Approval, *, lease_token: int | None = None
@@ -480,9 +493,14 @@ class JsonlStore:
         reason: str | None = None,
     ) -> Approval:
         plan = partial(
-            decide_in, approval_id=approval_id, approve=approve, grantor=grantor, at=at,
-            ttl_seconds=ttl_seconds, reason=reason,
-        )  # fmt: skip
+            decide_in,
+            approval_id=approval_id,
+            approve=approve,
+            grantor=grantor,
+            at=at,
+            ttl_seconds=ttl_seconds,
+            reason=reason,
+        )
         with self._op():
             return self._approvals.write(plan)
 
@@ -490,7 +508,7 @@ class JsonlStore:
         with self._op():
             return self._approvals.write(partial(consume_in, approval_id=approval_id, use=use))
 
-    # --- summaries, constraints, search (see _jsonl_summaries) -----------------------------
+    # --- summaries, constraints, search (see summaries.py) --------------------------------
 
     def _summary_book(self, session_id: str) -> SummaryBook:
         self._files.read(session_id)  # unknown session -> SessionNotFoundError

@@ -3,7 +3,7 @@
 history file's format and hot path are unchanged.
 
 Each write takes ``flock(LOCK_EX)`` on the file, re-reads it, checks the activation rules
-of :mod:`._summary_state` against what is there, appends one line and fsyncs. A torn last
+of :mod:`..shared.summary_state` against what is there, appends one line and fsyncs. A torn last
 line (no newline) is ignored on read and cut off by the next write; a complete line that
 does not decode is corruption, reported with the file and line, and nothing is changed.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.summary_codec import (
     constraint_from_dict,
     constraint_to_dict,
@@ -46,19 +46,21 @@ class SummaryFiles:
         data = os.pread(fd, size, 0) if size else b""
         cut = data.rfind(b"\n") + 1
         book = SummaryBook()
-        for n, raw in enumerate(data[: cut - 1].split(b"\n") if cut else (), 1):
+        for line_number, raw in enumerate(data[: cut - 1].split(b"\n") if cut else (), 1):
             try:
-                line = _codec.check_schema(_codec.loads(raw.decode()), "summary line")
+                line = codec.check_schema(codec.loads(raw.decode()), "summary line")
                 if line["op"] == "summary":
                     book.summaries.append(summary_from_dict(line["summary"]))
                 elif line["op"] == "constraints":
                     book.constraints.extend(constraint_from_dict(c) for c in line["constraints"])
                 else:
                     raise ValueError(f"unknown op {line['op']!r}")
-            except (ValueError, KeyError, TypeError, CorruptStoreError) as e:
+            except (ValueError, KeyError, TypeError, CorruptStoreError) as error:
                 raise CorruptStoreError(
-                    f"{path}, line {n}: {e}; the file was not changed", path=str(path), line=n
-                ) from e
+                    f"{path}, line {line_number}: {error}; the file was not changed",
+                    path=str(path),
+                    line=line_number,
+                ) from error
         return book, cut
 
     def read(self, session_id: str) -> SummaryBook:
@@ -82,30 +84,30 @@ class SummaryFiles:
             book, end = self._load(fd, path)
             line, result = plan(book)
             if line is not None:
-                data = (_codec.dumps(line) + "\n").encode()
+                data = (codec.dumps(line) + "\n").encode()
                 try:
                     os.ftruncate(fd, end)  # drops a torn last line, if any
                     written = 0
                     while written < len(data):
                         written += os.pwrite(fd, data[written:], end + written)
                     os.fsync(fd)
-                except OSError as e:
+                except OSError as error:
                     os.ftruncate(fd, end)
-                    raise StoreError(f"{path}: write failed: {e}", path=str(path)) from e
+                    raise StoreError(f"{path}: write failed: {error}", path=str(path)) from error
             return result
         finally:
             os.close(fd)
 
 
 def summary_line(summary: Summary) -> dict[str, Any]:
-    line: dict[str, Any] = {"schema_version": _codec.SCHEMA_VERSION, "op": "summary"}
+    line: dict[str, Any] = {"schema_version": codec.SCHEMA_VERSION, "op": "summary"}
     line["summary"] = summary_to_dict(summary)
     return line
 
 
 def constraints_line(constraints: list[Constraint]) -> dict[str, Any]:
     return {
-        "schema_version": _codec.SCHEMA_VERSION,
+        "schema_version": codec.SCHEMA_VERSION,
         "op": "constraints",
         "constraints": [constraint_to_dict(c) for c in constraints],
     }

@@ -51,7 +51,7 @@ from plait.adapters.stores.shared.summary_state import (
     duplicate_summary,
     new_constraints,
 )
-from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
 from plait.domain.errors import LeaseLostError, RunNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalStatus, ApprovalUse
@@ -62,14 +62,19 @@ from plait.domain.runs import Lease, Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
-from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
     """A :class:`~plait.application.ports.SessionStore` and
-    :class:`~plait.application.ports.ArtifactStore` kept in dicts."""
+    :class:`~plait.application.ports.ArtifactStore` kept in dicts; what else it
+    keeps is in :attr:`capabilities`."""
+
+    capabilities = StoreCapabilities.all_but(
+        "context_read", "token_counts", "starting_queue", "commit_probe", "second_handle"
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -189,9 +194,9 @@ class MemoryStore:
         for state in self._sessions.values():
             if state.session.id == session_id:
                 continue
-            for i, sm in enumerate(state.messages):
+            for index, sm in enumerate(state.messages):
                 if sm.message is old:
-                    state.messages[i] = StoredMessage(sm.seq, new)
+                    state.messages[index] = StoredMessage(sm.seq, new)
 
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
         check_tombstones(tombstones)
@@ -210,7 +215,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             state = self._state(session_id)
-            done = replace_bodies(state, messages, lambda m: not self._is_expired(m))
+            done = replace_bodies(state, messages, lambda message: not self._is_expired(message))
             for old, body in done:
                 self._share(session_id, old.message, body)
                 kept = [(b, e) for b, e in self._expired[body.id] if b is not old.message]
@@ -275,9 +280,9 @@ class MemoryStore:
             self._check_open()
             return newest_page(
                 self._all_runs(),
-                at=lambda r: r.started_at,
-                id_of=lambda r: r.id,
-                keep=lambda r: r.status is status and self._owned(r.session_id, owner),
+                at=lambda run: run.started_at,
+                id_of=lambda run: run.id,
+                keep=lambda run: run.status is status and self._owned(run.session_id, owner),
                 before=before,
                 limit=limit,
                 missing=run_not_found,
@@ -291,7 +296,7 @@ class MemoryStore:
             else:
                 runs = list(self._state(session_id).runs.values())
         runs.reverse()
-        runs.sort(key=lambda r: r.started_at, reverse=True)
+        runs.sort(key=lambda run: run.started_at, reverse=True)
         return runs
 
     async def request_cancel(self, run_id: str) -> Run:
@@ -336,7 +341,7 @@ class MemoryStore:
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
         with self._lock:
             self._check_open()
-            for run in sorted(self._all_runs(), key=lambda r: r.started_at):
+            for run in sorted(self._all_runs(), key=lambda run: run.started_at):
                 if run.status is RunStatus.QUEUED and (
                     run.lease is None or run.lease.expires_at <= now
                 ):
@@ -496,10 +501,11 @@ class MemoryStore:
             self._check_open()
             return newest_page(
                 list(self._approvals.values()),
-                at=lambda a: a.requested_at,
-                id_of=lambda a: a.id,
-                keep=lambda a: (
-                    a.status is ApprovalStatus.PENDING and self._owned(a.session_id, owner)
+                at=lambda approval: approval.requested_at,
+                id_of=lambda approval: approval.id,
+                keep=lambda approval: (
+                    approval.status is ApprovalStatus.PENDING
+                    and self._owned(approval.session_id, owner)
                 ),
                 before=before,
                 limit=limit,
@@ -523,9 +529,14 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             planned = decide_in(
-                self._approvals, approval_id, approve=approve, grantor=grantor, at=at,
-                ttl_seconds=ttl_seconds, reason=reason,
-            )  # fmt: skip
+                self._approvals,
+                approval_id,
+                approve=approve,
+                grantor=grantor,
+                at=at,
+                ttl_seconds=ttl_seconds,
+                reason=reason,
+            )
             return self._keep(planned)
 
     async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
@@ -584,7 +595,7 @@ class MemoryStore:
         hits = [sm for sm in reversed(history) if matches(terms, sm.message)]
         return hits[: max(limit, 0)]
 
-    # --- webhooks (see _memory_webhooks) ---------------------------------------------------
+    # --- webhooks (see webhooks.py) -------------------------------------------------------
 
     async def add_webhook(self, endpoint: Endpoint) -> None:
         with self._lock:
@@ -635,30 +646,10 @@ class MemoryStore:
             self._check_open()
             return self._webhooks.claim(now, expires_at, limit)
 
-    async def finish_delivery(
-        self,
-        endpoint_id: str,
-        event_id: str,
-        *,
-        now: float,
-        ok: bool,
-        status_code: int | None,
-        error: str | None,
-        retry_at: float | None,
-        pause_after: int,
-    ) -> None:
+    async def finish_delivery(self, attempt: DeliveryAttempt) -> None:
         with self._lock:
             self._check_open()
-            self._webhooks.finish(
-                endpoint_id,
-                event_id,
-                now=now,
-                ok=ok,
-                status_code=status_code,
-                error=error,
-                retry_at=retry_at,
-                pause_after=pause_after,
-            )
+            self._webhooks.finish(attempt)
 
     async def close(self) -> None:
         with self._lock:

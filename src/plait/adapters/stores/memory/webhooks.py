@@ -15,6 +15,7 @@ from plait.domain.runs import Run, RunStatus
 from plait.domain.service import EventType, NewRunEvent
 from plait.domain.webhooks import (
     Delivery,
+    DeliveryAttempt,
     DeliveryJob,
     DeliveryStatus,
     Endpoint,
@@ -40,7 +41,7 @@ class MemoryWebhooks:
         self.events: dict[str, tuple[WebhookEvent, str | None]] = {}
         self.deliveries: dict[tuple[str, str], _Delivery] = {}
 
-    # --- the triggers ------------------------------------------------------------------
+    # --- the triggers ---------------------------------------------------------------------
 
     def _event(
         self,
@@ -51,7 +52,9 @@ class MemoryWebhooks:
         owner: str | None,
         data: dict[str, Any],
     ) -> None:
-        if id_ in self.events or not any(type_ in e.events for e in self.endpoints.values()):
+        if id_ in self.events or not any(
+            type_ in endpoint.events for endpoint in self.endpoints.values()
+        ):
             return
         session_id, run_id = run
         event = WebhookEvent(
@@ -63,17 +66,17 @@ class MemoryWebhooks:
             data={k: v for k, v in data.items() if v is not None},
         )
         self.events[id_] = (event, owner)
-        for e in self.endpoints.values():
-            if type_ in e.events and e.principal in (None, owner):
+        for endpoint in self.endpoints.values():
+            if type_ in endpoint.events and endpoint.principal in (None, owner):
                 delivery = Delivery(
-                    endpoint_id=e.id,
+                    endpoint_id=endpoint.id,
                     event_id=id_,
                     event_type=type_,
                     status=DeliveryStatus.PENDING,
                     attempts=0,
                     next_attempt_at=0.0,
                 )
-                self.deliveries[(e.id, id_)] = _Delivery(delivery, len(self.deliveries))
+                self.deliveries[(endpoint.id, id_)] = _Delivery(delivery, len(self.deliveries))
 
     def run_changed(self, before: Run | None, after: Run, owner: str | None, at: float) -> None:
         if not self.endpoints:
@@ -109,18 +112,18 @@ class MemoryWebhooks:
         events: Sequence[NewRunEvent],
         at: float,
     ) -> None:
-        for seq, e in enumerate(events, first_seq):
-            if e.type is EventType.COMPACTION and e.data.get("phase") == "failed":
+        for seq, event in enumerate(events, first_seq):
+            if event.type is EventType.COMPACTION and event.data.get("phase") == "failed":
                 data = {
                     "run_id": run.id,
                     "session_id": run.session_id,
-                    "trigger": e.data.get("trigger"),
-                    "reason": e.data.get("reason"),
+                    "trigger": event.data.get("trigger"),
+                    "reason": event.data.get("reason"),
                 }
                 where = (run.session_id, run.id)
                 self._event(f"evt_{run.id}_{seq}", "compaction.failed", at, where, owner, data)
 
-    # --- the port ------------------------------------------------------------------------
+    # --- the port -------------------------------------------------------------------------
 
     def add(self, endpoint: Endpoint) -> None:
         self.endpoints[endpoint.id] = endpoint
@@ -139,7 +142,7 @@ class MemoryWebhooks:
 
     def listing(self, principal: str | None) -> list[Endpoint]:
         found = [e for e in self.endpoints.values() if principal in (None, e.principal)]
-        return sorted(found, key=lambda e: (e.created_at, e.id))
+        return sorted(found, key=lambda event: (event.created_at, event.id))
 
     def get(self, endpoint_id: str) -> Endpoint:
         endpoint = self.endpoints.get(endpoint_id)
@@ -158,12 +161,12 @@ class MemoryWebhooks:
             self.get(endpoint_id), status=EndpointStatus.ACTIVE, failures=0, paused_reason=None
         )
         self.endpoints[endpoint_id] = endpoint
-        for key, d in self.deliveries.items():
-            v = d.value
-            if key[0] == endpoint_id and v.status is not DeliveryStatus.DELIVERED:
-                attempts = 0 if v.status is DeliveryStatus.FAILED else v.attempts
-                d.value = replace(
-                    v, status=DeliveryStatus.PENDING, next_attempt_at=now, attempts=attempts
+        for key, delivery in self.deliveries.items():
+            value = delivery.value
+            if key[0] == endpoint_id and value.status is not DeliveryStatus.DELIVERED:
+                attempts = 0 if value.status is DeliveryStatus.FAILED else value.attempts
+                delivery.value = replace(
+                    value, status=DeliveryStatus.PENDING, next_attempt_at=now, attempts=attempts
                 )
         return endpoint
 
@@ -181,69 +184,66 @@ class MemoryWebhooks:
             and status in (None, d.value.status)
             and principal in (None, self.endpoints[d.value.endpoint_id].principal)
         ]
-        found.sort(key=lambda d: d.created, reverse=True)
+        found.sort(key=lambda delivery: delivery.created, reverse=True)
         return [d.value for d in found[:limit]]
 
     def claim(self, now: float, expires_at: float, limit: int) -> list[DeliveryJob]:
         due = [
-            d
-            for d in self.deliveries.values()
-            if d.value.status is DeliveryStatus.PENDING
-            and self.endpoints[d.value.endpoint_id].status is EndpointStatus.ACTIVE
-            and d.value.next_attempt_at <= now
-            and (d.lease_expires_at is None or d.lease_expires_at <= now)
+            entry
+            for entry in self.deliveries.values()
+            if entry.value.status is DeliveryStatus.PENDING
+            and self.endpoints[entry.value.endpoint_id].status is EndpointStatus.ACTIVE
+            and entry.value.next_attempt_at <= now
+            and (entry.lease_expires_at is None or entry.lease_expires_at <= now)
         ]
-        due.sort(key=lambda d: (d.value.next_attempt_at, d.created))
+        due.sort(key=lambda entry: (entry.value.next_attempt_at, entry.created))
         jobs = []
-        for d in due[:limit]:
-            d.lease_expires_at = expires_at
-            d.value = replace(d.value, attempts=d.value.attempts + 1)
-            endpoint = self.endpoints[d.value.endpoint_id]
-            event, _ = self.events[d.value.event_id]
+        for entry in due[:limit]:
+            entry.lease_expires_at = expires_at
+            entry.value = replace(entry.value, attempts=entry.value.attempts + 1)
+            endpoint = self.endpoints[entry.value.endpoint_id]
+            event, _ = self.events[entry.value.event_id]
             jobs.append(
-                DeliveryJob(delivery=d.value, event=event, url=endpoint.url, secret=endpoint.secret)
+                DeliveryJob(
+                    delivery=entry.value, event=event, url=endpoint.url, secret=endpoint.secret
+                )
             )
         return jobs
 
-    def finish(
-        self,
-        endpoint_id: str,
-        event_id: str,
-        *,
-        now: float,
-        ok: bool,
-        status_code: int | None,
-        error: str | None,
-        retry_at: float | None,
-        pause_after: int,
-    ) -> None:
-        d = self.deliveries.get((endpoint_id, event_id))
-        endpoint = self.endpoints.get(endpoint_id)
-        if d is None or endpoint is None or d.value.status is not DeliveryStatus.PENDING:
+    def finish(self, attempt: DeliveryAttempt) -> None:
+        key = (attempt.endpoint_id, attempt.event_id)
+        delivery = self.deliveries.get(key)
+        endpoint = self.endpoints.get(attempt.endpoint_id)
+        if (
+            delivery is None
+            or endpoint is None
+            or delivery.value.status is not DeliveryStatus.PENDING
+        ):
             return
-        d.lease_expires_at = None
-        if ok:
-            d.value = replace(
-                d.value,
+        delivery.lease_expires_at = None
+        if attempt.ok:
+            delivery.value = replace(
+                delivery.value,
                 status=DeliveryStatus.DELIVERED,
-                delivered_at=now,
+                delivered_at=attempt.at,
                 last_error=None,
-                last_status_code=status_code,
+                last_status_code=attempt.status_code,
             )
-            self.endpoints[endpoint_id] = replace(endpoint, failures=0)
+            self.endpoints[endpoint.id] = replace(endpoint, failures=0)
             return
-        d.value = replace(
-            d.value,
+        retry_at = attempt.retry_at
+        delivery.value = replace(
+            delivery.value,
             status=DeliveryStatus.FAILED if retry_at is None else DeliveryStatus.PENDING,
-            next_attempt_at=d.value.next_attempt_at if retry_at is None else retry_at,
-            last_error=error,
-            last_status_code=status_code,
+            next_attempt_at=delivery.value.next_attempt_at if retry_at is None else retry_at,
+            last_error=attempt.error,
+            last_status_code=attempt.status_code,
         )
         failures = endpoint.failures + 1
-        if failures >= pause_after and endpoint.status is EndpointStatus.ACTIVE:
+        if failures >= attempt.pause_after and endpoint.status is EndpointStatus.ACTIVE:
             endpoint = replace(
                 endpoint,
                 status=EndpointStatus.PAUSED,
-                paused_reason=paused_reason(pause_after, error),
+                paused_reason=paused_reason(attempt.pause_after, attempt.error),
             )
-        self.endpoints[endpoint_id] = replace(endpoint, failures=failures)
+        self.endpoints[endpoint.id] = replace(endpoint, failures=failures)

@@ -1,4 +1,4 @@
-"""Approvals in the PostgreSQL store (rules in :mod:`._approvals`). Requests lock the
+"""Approvals in the PostgreSQL store (rules in :mod:`..shared.approvals`). Requests lock the
 session row and decisions lock the approval row, so concurrent writers serialize."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def _decode(data: str) -> Approval:
     return approval_from_dict(json.loads(data))
 
 
-def _data(a: Approval) -> str:
-    return json.dumps(approval_to_dict(a), ensure_ascii=False, separators=(",", ":"))
+def _data(approval: Approval) -> str:
+    return json.dumps(approval_to_dict(approval), ensure_ascii=False, separators=(",", ":"))
 
 
 async def _load(conn: Conn, approval_id: str, *, lock: bool = False) -> Approval:
@@ -51,10 +51,10 @@ async def _load(conn: Conn, approval_id: str, *, lock: bool = False) -> Approval
     return _decode(row[0])
 
 
-async def _update(conn: Conn, a: Approval) -> None:
+async def _update(conn: Conn, approval: Approval) -> None:
     await conn.execute(
         "UPDATE approvals SET status = %s, data = %s WHERE id = %s",
-        (a.status.value, _data(a), a.id),
+        (approval.status.value, _data(approval), approval.id),
     )
 
 
@@ -83,9 +83,16 @@ async def request(conn: Conn, approval: Approval, lease_token: int | None = None
     cur = await conn.execute(
         f"INSERT INTO approvals ({_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (id) DO NOTHING",
-        (new.id, new.session_id, new.run_id, new.call_id, new.status.value, new.requested_at,
-         _data(new)),
-    )  # fmt: skip
+        (
+            new.id,
+            new.session_id,
+            new.run_id,
+            new.call_id,
+            new.status.value,
+            new.requested_at,
+            _data(new),
+        ),
+    )
     if cur.rowcount != 1:
         raise duplicate_approval(new.id)
     return new

@@ -1,10 +1,10 @@
 """PostgreSQL side of the commit ports (``start_run``/``commit``): one call of the
-server-side function ``plait_commit`` (see :mod:`._pg_functions`), which locks the
+server-side function ``plait_commit`` (see :mod:`.functions`), which locks the
 session row, checks its owner and version, writes the run, its executions and messages.
 
 One statement, so one round trip; run in autocommit it is its own transaction, committed
 durably like any other (``synchronous_commit`` stays on). The rules are the shared ones
-of :mod:`._state`: the function reports a broken one by name with the stored values, and
+of :mod:`..shared.state`: the function reports a broken one by name with the stored values, and
 this module builds the same error the other stores raise.
 """
 
@@ -39,7 +39,7 @@ __all__ = ["apply"]
 Conn = psycopg.AsyncConnection[Any]
 
 # Parameters in binary (text arrays of JSON would be escaped element by element), the
-# arrays with their types given (see _pg_arrays).
+# arrays with their types given (see arrays.py).
 _CALL = (
     "SELECT o_version, o_cancel, o_summaries, o_constraints FROM plait_commit("
     "%b::text, %b::integer, %b::boolean, %b::text, %b::text, %b::bigint, %b::text, "
@@ -50,76 +50,92 @@ _CALL = (
 )
 
 
-def _params(c: Commit, start: bool) -> tuple[Any, ...]:
-    run = c.run
+def _params(commit: Commit, start: bool) -> tuple[Any, ...]:
+    run = commit.run
     if run is None:
         run_part: tuple[Any, ...] = (None,) * 7
     else:
         lease = run.lease
         run_part = (
-            run.id, run.status.value, run.started_at,
+            run.id,
+            run.status.value,
+            run.started_at,
             None if lease is None else lease.owner,
             None if lease is None else lease.expires_at,
-            run_data(run), run.status.terminal,
-        )  # fmt: skip
-    ex = [execution_row(e) for e in c.executions]
-    ms = [message_row(m) for m in c.messages]
+            run_data(run),
+            run.status.terminal,
+        )
+    ex = [execution_row(e) for e in commit.executions]
+    ms = [message_row(m) for m in commit.messages]
     executions = tuple(Texts([r[i] for r in ex]) for i in (1, 2, 3, 4, 5))
     messages = (
-        Texts([r[0] for r in ms]), Texts([r[1] for r in ms]),
-        Bytes([r[2].encode() for r in ms]), Floats([r[3] for r in ms]),
-        Texts([r[4] for r in ms]), Ints([r[5] for r in ms]), Texts([r[6] for r in ms]),
-        Texts([r[7] for r in ms]), Texts([r[8] for r in ms]), Texts([r[9] for r in ms]),
+        Texts([r[0] for r in ms]),
+        Texts([r[1] for r in ms]),
+        Bytes([r[2].encode() for r in ms]),
+        Floats([r[3] for r in ms]),
+        Texts([r[4] for r in ms]),
+        Ints([r[5] for r in ms]),
+        Texts([r[6] for r in ms]),
+        Texts([r[7] for r in ms]),
+        Texts([r[8] for r in ms]),
+        Texts([r[9] for r in ms]),
         Ints([r[10] for r in ms]),
-    )  # fmt: skip
+    )
     head = (
-        c.session_id, c.expected_version, start, c.lease_owner, c.session_owner, c.lease_token,
-        c.lease_run_id,
-    )  # fmt: skip
+        commit.session_id,
+        commit.expected_version,
+        start,
+        commit.lease_owner,
+        commit.session_owner,
+        commit.lease_token,
+        commit.lease_run_id,
+    )
     return (*head, *run_part, *executions, *messages)
 
 
-async def apply(conn: Conn, c: Commit, *, start: bool) -> tuple[CommitResult, Stamp]:
+async def apply(conn: Conn, commit: Commit, *, start: bool) -> tuple[CommitResult, Stamp]:
     """One statement (in autocommit: its own transaction). Also returns the session's
-    stamp as of the commit (see :mod:`._pg_context_cache`)."""
+    stamp as of the commit (see :mod:`.context_cache`)."""
     try:
-        cur = await conn.execute(_CALL, _params(c, start))
-    except pg_errors.RaiseException as e:
-        raise _refused(e, c) from None
+        cur = await conn.execute(_CALL, _params(commit, start))
+    except pg_errors.RaiseException as error:
+        raise _refused(error, commit) from None
     row = await cur.fetchone()
     assert row is not None
     return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3]))
 
 
-def _refused(e: pg_errors.RaiseException, c: Commit) -> PlaitError:
+def _refused(error: pg_errors.RaiseException, commit: Commit) -> PlaitError:
     """The store's error for a rule ``plait_commit`` found broken."""
-    what = e.diag.message_primary or ""
+    what = error.diag.message_primary or ""
     try:
-        detail = json.loads(e.diag.message_detail or "[]")
+        detail = json.loads(error.diag.message_detail or "[]")
     except ValueError:
         detail = None
     if not what.startswith("plait:") or not isinstance(detail, list):
-        return CorruptStoreError(f"unexpected error from plait_commit: {e}")
-    sid = c.session_id
+        return CorruptStoreError(f"unexpected error from plait_commit: {error}")
+    sid = commit.session_id
     match what[6:], detail:
         case "session_not_found", _:
             return session_not_found(sid)
         case "session_busy", [active]:
             return session_busy(sid, active)
-        case "version_conflict", [current] if c.expected_version is not None:
-            return version_conflict(sid, c.expected_version, current)
-        case "duplicate_run", _ if c.run is not None:
-            return duplicate_run(c.run.id)
+        case "version_conflict", [current] if commit.expected_version is not None:
+            return version_conflict(sid, commit.expected_version, current)
+        case "duplicate_run", _ if commit.run is not None:
+            return duplicate_run(commit.run.id)
         case "run_not_found", [run_id]:
             return run_not_found(run_id)
-        case "lease_lost", [owner, expires_at] if c.run is not None:
-            return lease_lost(c.run.id, owner, expires_at, wanted=c.lease_owner)
-        case "lease_taken", [token, ended] if c.lease_token is not None:
-            rid = c.run.id if c.run is not None else c.lease_run_id or "?"
-            return lease_taken(rid, token, c.lease_token, ended=bool(ended), wanted=c.lease_owner)
+        case "lease_lost", [owner, expires_at] if commit.run is not None:
+            return lease_lost(commit.run.id, owner, expires_at, wanted=commit.lease_owner)
+        case "lease_taken", [token, ended] if commit.lease_token is not None:
+            rid = commit.run.id if commit.run is not None else commit.lease_run_id or "?"
+            return lease_taken(
+                rid, token, commit.lease_token, ended=bool(ended), wanted=commit.lease_owner
+            )
         case "execution", [index, digest, state]:
             try:
-                check_execution(digest, ExecutionState(state), c.executions[index])
+                check_execution(digest, ExecutionState(state), commit.executions[index])
             except PlaitError as refused:
                 return refused
         case "duplicate_message", [message_id]:

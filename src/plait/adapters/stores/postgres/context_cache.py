@@ -44,11 +44,11 @@ class ContextCache:
 
     def take(self, session_id: str) -> tuple[Summary | None, list[Constraint]] | None:
         """The state as of the session's last commit, if a read and that commit agree."""
-        e = self._entries.get(session_id)
-        if e is None or not e.fresh:
+        entry = self._entries.get(session_id)
+        if entry is None or not entry.fresh:
             return None
-        e.fresh = False
-        return e.summary, list(e.constraints)
+        entry.fresh = False
+        return entry.summary, list(entry.constraints)
 
     def read(self, session_id: str, summary: Summary | None, constraints: list[Constraint]) -> None:
         """What a read of the database found (not fresh until a commit agrees)."""
@@ -59,11 +59,11 @@ class ContextCache:
 
     def committed(self, session_id: str, stamp: Stamp) -> None:
         """A commit of the session landed; ``stamp`` as of that commit."""
-        e = self._entries.get(session_id)
-        if e is None:
+        entry = self._entries.get(session_id)
+        if entry is None:
             return
-        if e.stamp == stamp:
-            e.fresh = True
+        if entry.stamp == stamp:
+            entry.fresh = True
         else:
             del self._entries[session_id]
 

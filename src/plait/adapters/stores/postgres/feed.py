@@ -70,8 +70,8 @@ class PgEventFeed:
         while not self._closed:
             try:
                 await self._listen()
-            except (psycopg.Error, OSError) as e:
-                log.warning("event listener on %s lost: %s; polling meanwhile", self._where, e)
+            except (psycopg.Error, OSError) as error:
+                log.warning("event listener on %s lost: %s; polling meanwhile", self._where, error)
             # It was up: try again soon; the server is unreachable: back off.
             delay = self._retry if self.connected.is_set() else min(delay * 2, 30.0)
             self._local.live = False
@@ -87,7 +87,7 @@ class PgEventFeed:
             self._local.live = True
             self.connected.set()
             self._local.wake_all()  # whatever was written while nobody listened
-            async for n in conn.notifies():
-                run_id, _, seq = n.payload.rpartition(" ")
+            async for notice in conn.notifies():
+                run_id, _, seq = notice.payload.rpartition(" ")
                 with contextlib.suppress(ValueError):
                     self._local.notify(run_id, int(seq))

@@ -9,7 +9,7 @@ check it, insert or fence and update the run (``FOR UPDATE``; the lease rule of
 :func:`._state.resolve_lease`), check and upsert the execution records, insert the
 messages with their sequence numbers. A rule it finds broken raises ``P0001`` with
 message ``plait:<what>`` and the stored values as a JSON array in the detail, which
-:mod:`._postgres_commit` turns into the store's usual error (built by :mod:`._state`);
+:mod:`.commit` turns into the store's usual error (built by :mod:`..shared.state`);
 the raise rolls the whole statement back, so nothing of a refused commit is written.
 """
 
@@ -203,7 +203,7 @@ $$"""
 
 # Migration 8: ``plait_commit`` also returns the session's stamp (its highest summary
 # generation, its number of constraints), read after the writes, for the context cache
-# of :mod:`._pg_context_cache`. Made from the function of migration 6 (frozen), which
+# of :mod:`.context_cache`. Made from the function of migration 6 (frozen), which
 # the migration drops first (its result type changes).
 _OUT_V6 = "OUT o_version integer, OUT o_cancel boolean"
 _END_V6 = "    o_version := p_expected + coalesce(array_length(m_id, 1), 0);\nEND\n$$"
@@ -337,7 +337,7 @@ CLAIM_FUNCTION_V11 = (
     .replace(_LAST_V9, _LAST_V9 + ",\n        r.lease_token")
 )
 
-# Forks that do not copy (see _pg_segments): a branch holds only its own membership rows;
+# Forks that do not copy (see segments.py): a branch holds only its own membership rows;
 # ``session_segments`` says which seq ranges of it are which ancestor's rows.
 # ``plait_members(p)`` is a session's resolved membership (its own rows for a session
 # without segments), ``plait_version(p)`` its highest seq (a branch without messages of

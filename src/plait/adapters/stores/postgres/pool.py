@@ -50,8 +50,8 @@ async def check_idle(conn: Conn) -> None:
         raise psycopg.OperationalError("the connection is closed")
     try:
         readable = _readable(conn.pgconn.socket)
-    except (OSError, psycopg.OperationalError) as e:
-        raise psycopg.OperationalError(f"the connection is gone: {e}") from e
+    except (OSError, psycopg.OperationalError) as error:
+        raise psycopg.OperationalError(f"the connection is gone: {error}") from error
     if readable:
         await AsyncConnectionPool.check_connection(conn)
 
@@ -156,10 +156,10 @@ class LoopPool:
         )
         try:
             await pool.open(wait=True, timeout=30)
-        except psycopg.Error as e:
+        except psycopg.Error as error:
             await pool.close()
-            if is_unavailable(e):
-                raise unavailable(e, self._where) from e
+            if is_unavailable(error):
+                raise unavailable(error, self._where) from error
             raise
         return pool
 

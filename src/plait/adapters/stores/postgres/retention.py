@@ -1,4 +1,4 @@
-"""Retention on PostgreSQL: the same rules as :mod:`._sqlite_retention` (a tombstone
+"""Retention on PostgreSQL: the same rules as :mod:`..sqlite.retention` (a tombstone
 replaces the shared body row, so every branch sees it; the expiry record is keyed by the
 body's key) in one transaction that first locks the session row."""
 
@@ -8,8 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from plait.adapters.stores.postgres import segments as _pg_segments
-from plait.adapters.stores.postgres import tokens as _pg_tokens
+from plait.adapters.stores.postgres import segments, tokens
 from plait.adapters.stores.shared.retention import (
     check_restores,
     check_tombstones,
@@ -43,18 +42,18 @@ async def _keys(
     if await (await conn.execute(_LOCK, (session_id,))).fetchone() is None:
         raise session_not_found(session_id)
     keys: list[tuple[int, Message]] = []
-    for m in messages:
-        found = await _pg_segments.member(conn, session_id, m.id)
+    for message in messages:
+        found = await segments.member(conn, session_id, message.id)
         if found is None:
-            raise not_held(session_id, m.id)  # the transaction rolls back
-        keys.append((found[1], m))
+            raise not_held(session_id, message.id)  # the transaction rolls back
+        keys.append((found[1], message))
     return keys
 
 
 async def _put_body(conn: Conn, pk: int, body: Message) -> None:
     row = message_row(body)
     await conn.execute(_REPLACE, (row[2].encode(), row[9], pk))
-    await _pg_tokens.forget(conn, pk)  # counted from the body it replaces
+    await tokens.forget(conn, pk)  # counted from the body it replaces
 
 
 async def expire(conn: Conn, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:

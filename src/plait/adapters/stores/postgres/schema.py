@@ -33,9 +33,8 @@ from plait.adapters.stores.postgres.functions import (
     VERSION_FUNCTION,
 )
 from plait.adapters.stores.postgres.webhooks import MIGRATION as WEBHOOKS_MIGRATION
-from plait.adapters.stores.shared.inbox_pages import APPROVALS_PENDING_PG, RUNS_WAITING_PG
+from plait.adapters.stores.shared.inbox_pages import WAITING
 from plait.adapters.stores.shared.redact import redact_url
-from plait.adapters.stores.shared.session_pages import OWNER_INDEX_PG
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.domain.errors import (
     ConfigError,
@@ -50,13 +49,21 @@ from plait.domain.runs import RunStatus
 try:
     import psycopg
     from psycopg import errors as pg_errors
-except ImportError as e:  # pragma: no cover - depends on the installation
+except ImportError as error:  # pragma: no cover - depends on the installation
     raise ConfigError(
         "the PostgreSQL store needs psycopg 3 and psycopg_pool: "
         "pip install 'psycopg[binary]' psycopg_pool"
-    ) from e
+    ) from error
 
 __all__ = ["LATEST", "MIGRATIONS", "prepare", "redact", "translate", "upgrade"]
+
+OWNER_INDEX_PG = "CREATE INDEX sessions_by_owner ON sessions (owner, created_at, ord)"
+APPROVALS_PENDING_PG = (
+    "CREATE INDEX approvals_pending ON approvals (requested_at, ord) WHERE status = 'pending'"
+)
+RUNS_WAITING_PG = (
+    f"CREATE INDEX runs_waiting ON runs (status, started_at, ord) WHERE status IN ({WAITING})"
+)
 
 # Migrations are frozen once released: spell out the statuses each one knew.
 _LIVE_V1 = "'running', 'awaiting_approval', 'awaiting_resolution'"
@@ -145,7 +152,7 @@ MIGRATIONS += (
     ),
     # 5: a principal's sessions, newest first, without scanning everyone's.
     (OWNER_INDEX_PG,),
-    # 6: a commit in one statement (one round trip, see _pg_functions).
+    # 6: a commit in one statement (one round trip, see functions.py).
     (COMMIT_FUNCTION,),
     # 7: a worker's claim, its run's "running" write and history read in one statement.
     (CLAIM_FUNCTION,),
@@ -169,7 +176,7 @@ MIGRATIONS += (
 
 MIGRATIONS += (
     # 12: raw-history retention, the expiry
-    # records of tombstoned message bodies (see _pg_retention).
+    # records of tombstoned message bodies (see retention.py).
     (
         """CREATE TABLE message_expiries (
             message_pk BIGINT PRIMARY KEY REFERENCES messages (pk), data TEXT NOT NULL)""",
@@ -178,17 +185,17 @@ MIGRATIONS += (
 
 MIGRATIONS += (
     # 13: webhooks: endpoints, the event outbox written by triggers in the transaction of
-    # the state change, and its deliveries (see _pg_webhooks).
+    # the state change, and its deliveries (see webhooks.py).
     WEBHOOKS_MIGRATION,
     # 14: token counts per message body and meter, so a resumed session is not measured
-    # again (see _pg_tokens).
+    # again (see tokens.py).
     (
         """CREATE TABLE message_tokens (
             message_pk BIGINT NOT NULL REFERENCES messages (pk), meter TEXT NOT NULL,
             tokens INTEGER NOT NULL, PRIMARY KEY (message_pk, meter))""",
     ),
     # 15: forks that do not copy — a branch refers to its ancestors' rows by seq segments
-    # (see _pg_segments); branches made before keep their copied rows and read alike.
+    # (see segments.py); branches made before keep their copied rows and read alike.
     (
         SEGMENTS_DDL,
         MEMBERS_FUNCTION,
@@ -199,7 +206,7 @@ MIGRATIONS += (
         CLAIM_FUNCTION_V14,
     ),
     # 16: the pending approvals and the waiting runs of every session, a page at a time
-    # (the console's inbox; see _inbox_pages).
+    # (the console's inbox; see shared/inbox_pages.py).
     (APPROVALS_PENDING_PG, RUNS_WAITING_PG),
 )
 
@@ -218,54 +225,56 @@ _UNAVAILABLE_CLASSES = ("08", "53", "57P", "58")
 up (``57P01``-``57P05``, not ``57014`` query_canceled) and system errors (I/O)."""
 
 
-def is_unavailable(e: psycopg.Error) -> bool:
+def is_unavailable(error: psycopg.Error) -> bool:
     """Whether ``e`` is the store being unreachable for now, not a refusal: a connection
     lost or refused (no SQLSTATE: the client's own error), a pool that found no live
     connection in time, or a server-side state listed in :data:`_UNAVAILABLE_CLASSES`.
     Bad credentials (class ``28``) or a missing database (``3D``) stay permanent."""
-    state = e.sqlstate
+    state = error.sqlstate
     if state is None:
-        return isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)
+        return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
     return state.startswith(_UNAVAILABLE_CLASSES)
 
 
-def _refused(e: psycopg.Error) -> bool:
+def _refused(error: psycopg.Error) -> bool:
     """A connection the server refused for good: bad credentials, no such role or
     database (libpq reports these at connect time without a SQLSTATE)."""
-    text = str(e)
+    text = str(error)
     return any(
         marker in text
         for marker in ("authentication failed", "does not exist", "no pg_hba.conf entry")
     )
 
 
-def unavailable(e: psycopg.Error, where: str) -> StoreUnavailableError:
-    text = " ".join(str(e).split()) or type(e).__name__
+def unavailable(error: psycopg.Error, where: str) -> StoreUnavailableError:
+    text = " ".join(str(error).split()) or type(error).__name__
     return StoreUnavailableError(
         f"{where}: the PostgreSQL server is unavailable ({text}); retry later",
         store=where,
-        sqlstate=e.sqlstate,
+        sqlstate=error.sqlstate,
     )
 
 
-def translate(e: psycopg.Error, where: str) -> PlaitError:
-    if isinstance(e, psycopg.DataError):  # e.g. a NUL in a TEXT column: the caller's value
-        return unstorable(e, where)
-    if isinstance(e, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
-        return ConflictError(f"{where}: {e.diag.message_primary}", store=where)
-    if isinstance(e, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
-        return ConflictError(f"{where}: concurrent write ({e}); retry the operation", store=where)
-    if isinstance(e, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
-        return ConflictError(f"{where}: {e}; retry the operation", store=where)
-    if is_unavailable(e):
-        return unavailable(e, where)
-    if isinstance(e, pg_errors.UndefinedTable):
+def translate(error: psycopg.Error, where: str) -> PlaitError:
+    if isinstance(error, psycopg.DataError):  # e.g. a NUL in a TEXT column: the caller's value
+        return unstorable(error, where)
+    if isinstance(error, pg_errors.UniqueViolation | pg_errors.ForeignKeyViolation):
+        return ConflictError(f"{where}: {error.diag.message_primary}", store=where)
+    if isinstance(error, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        return ConflictError(
+            f"{where}: concurrent write ({error}); retry the operation", store=where
+        )
+    if isinstance(error, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
+        return ConflictError(f"{where}: {error}; retry the operation", store=where)
+    if is_unavailable(error):
+        return unavailable(error, where)
+    if isinstance(error, pg_errors.UndefinedTable):
         return CorruptStoreError(
-            f"{where} has no plait tables ({e.diag.message_primary}); run `plait db upgrade`",
+            f"{where} has no plait tables ({error.diag.message_primary}); run `plait db upgrade`",
             store=where,
         )
-    text = str(e).strip() or type(e).__name__
-    return StoreError(f"{where}: PostgreSQL error: {text}", store=where, sqlstate=e.sqlstate)
+    text = str(error).strip() or type(error).__name__
+    return StoreError(f"{where}: PostgreSQL error: {text}", store=where, sqlstate=error.sqlstate)
 
 
 async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> tuple[int, int]:
@@ -320,11 +329,11 @@ async def prepare(url: str, where: str, *, migrate: bool) -> None:
                 await upgrade(conn, where)
             else:
                 await check_schema(conn, where)
-    except psycopg.Error as e:
-        if is_unavailable(e) and not _refused(e):
-            raise unavailable(e, where) from e
+    except psycopg.Error as error:
+        if is_unavailable(error) and not _refused(error):
+            raise unavailable(error, where) from error
         raise StoreError(
-            f"cannot open the PostgreSQL store {where}: {str(e).strip()}; check the URL, "
+            f"cannot open the PostgreSQL store {where}: {str(error).strip()}; check the URL, "
             "that the server runs and accepts this user",
             store=where,
-        ) from e
+        ) from error

@@ -1,8 +1,8 @@
-"""Forks that do not copy on PostgreSQL: the same segments as :mod:`._sqlite_segments`
+"""Forks that do not copy on PostgreSQL: the same segments as :mod:`..sqlite.segments`
 (a branch holds only its own membership rows; ``session_segments`` rows say which seq
 ranges are which ancestor's rows; a session without them is all its own rows). The SQL
 side (``plait_members``, ``plait_version``, the commit's and the claim's use of them) is
-in :mod:`._pg_functions`."""
+in :mod:`.functions`."""
 
 from __future__ import annotations
 

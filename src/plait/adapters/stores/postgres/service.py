@@ -1,7 +1,7 @@
 """Service mode on PostgreSQL: the run queue (``FOR UPDATE SKIP LOCKED``: concurrent
 workers each take a different run without waiting on each other), run events (numbered
 per run, written for many runs in one statement that also notifies listeners, see
-:mod:`._pg_feed`), and API keys."""
+:mod:`.feed`), and API keys."""
 
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ async def claim_queued(conn: Conn, owner: str, now: float, expires_at: float) ->
 async def claim_started(
     conn: Conn, owner: str, now: float, expires_at: float, model: str, spec: str | None
 ) -> tuple[ClaimedRun, Stamp] | None:
-    """One statement (``plait_claim``, see :mod:`._pg_functions`): in autocommit its own
-    durable transaction. With the session's stamp (see :mod:`._pg_context_cache`)."""
+    """One statement (``plait_claim``, see :mod:`.functions`): in autocommit its own
+    durable transaction. With the session's stamp (see :mod:`.context_cache`)."""
     params = (owner, now, expires_at, model, spec)
     rows = await (await conn.execute(_CLAIM_STARTED, params)).fetchall()
     if not rows:
@@ -134,10 +134,12 @@ async def append_batch(
         return out
     rows = [event_row(run_id, 0, e) for run_id, events in todo.items() for e in events]
     params = (
-        Texts([r[0] for r in rows]), Texts([r[2] for r in rows]),
-        Floats([r[3] for r in rows]), Texts([r[4] for r in rows]),
+        Texts([r[0] for r in rows]),
+        Texts([r[2] for r in rows]),
+        Floats([r[3] for r in rows]),
+        Texts([r[4] for r in rows]),
         Ints([tokens.get(r[0]) for r in rows]),
-    )  # fmt: skip
+    )
     for attempt in range(_RETRIES):
         try:
             rows = await (await conn.execute(_APPEND, params)).fetchall()

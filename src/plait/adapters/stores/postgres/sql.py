@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from plait.adapters.stores.shared.session_pages import session_page_sql
 from plait.domain.runs import RunStatus
 
@@ -31,10 +33,6 @@ INSERT_SESSION = (
     "ON CONFLICT (id) DO NOTHING"
 )
 GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = %s"
-# Lock first, then read the version in a second statement: under READ COMMITTED a new
-# statement sees everything committed while it waited for the lock.
-LOCK_SESSION = "SELECT active_run_id FROM sessions WHERE id = %s FOR UPDATE"
-SESSION_VERSION = "SELECT plait_version(%s)"
 
 
 def session_page(
@@ -43,18 +41,8 @@ def session_page(
     return session_page_sql(_SESSION_COLS, "ord", "%s", owner=owner, before=before, limit=limit)
 
 
-CLAIM_SESSION = "UPDATE sessions SET active_run_id = %s WHERE id = %s AND active_run_id IS NULL"
-RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = %s AND active_run_id = %s"
 SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = %s"
 
-INSERT_MESSAGE = (
-    "WITH m AS (INSERT INTO messages (id, kind, text, created_at, run_id, step, call_id, name, "
-    "status, extra, schema_version) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "RETURNING pk) "
-    "INSERT INTO session_messages (session_id, seq, message_id, message_pk) "
-    "SELECT %s, %s, %s, pk FROM m ON CONFLICT (session_id, message_id) DO NOTHING "
-    "RETURNING message_id"
-)
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
     "m.extra, m.schema_version"
@@ -64,23 +52,9 @@ READ_MESSAGES = (
     "JOIN messages AS m ON m.pk = sm.message_pk "
     "WHERE sm.session_id = %s AND sm.seq > %s AND sm.seq <= %s ORDER BY sm.seq LIMIT %s"
 )
-"""One segment of a session's history (see _pg_segments): its owner's rows in a range."""
+"""One segment of a session's history (see segments.py): its owner's rows in a range."""
 
-INSERT_RUN = (
-    f"INSERT INTO runs ({RUN_COLS}) VALUES (%s, %s, %s, %s, %s, %s, FALSE, %s, 0) "
-    "ON CONFLICT (id) DO NOTHING"
-)
 GET_RUN = f"SELECT {RUN_COLS} FROM runs WHERE id = %s"
-RUN_FENCE = (
-    "SELECT session_id, lease_owner, lease_expires_at, cancel_requested FROM runs "
-    "WHERE id = %s FOR UPDATE"
-)
-UPDATE_RUN = (
-    "UPDATE runs SET status = %s, started_at = %s, lease_owner = %s, lease_expires_at = %s, "
-    "data = %s WHERE id = %s"
-)
-RUN_CANCEL_FLAG = "SELECT cancel_requested FROM runs WHERE id = %s"
-RUN_IN_SESSION = "SELECT 1 FROM runs WHERE id = %s AND session_id = %s"
 LIST_RUNS = f"SELECT {RUN_COLS} FROM runs ORDER BY started_at DESC, ord DESC"
 LIST_SESSION_RUNS = (
     f"SELECT {RUN_COLS} FROM runs WHERE session_id = %s ORDER BY started_at DESC, ord DESC"
@@ -103,15 +77,6 @@ STALE = (
     "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord"
 )
 
-GET_EXECUTION = (
-    "SELECT args_digest, state FROM executions "
-    "WHERE session_id = %s AND run_id = %s AND call_id = %s"
-)
-UPSERT_EXECUTION = (
-    "INSERT INTO executions (session_id, run_id, call_id, state, args_digest, data) "
-    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, run_id, call_id) "
-    "DO UPDATE SET state = excluded.state, data = excluded.data"
-)
 LIST_EXECUTIONS = (
     "SELECT data FROM executions WHERE session_id = (SELECT session_id FROM runs WHERE id = %s) "
     "AND run_id = %s ORDER BY ord"
@@ -122,3 +87,8 @@ PUT_ARTIFACT = (
     "ON CONFLICT (id) DO NOTHING"
 )
 GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = %s"
+
+
+async def fetch_one(conn: Any, sql: str, params: tuple[Any, ...]) -> Any:
+    """The first row of ``sql`` on ``conn`` (``None`` if it returns none)."""
+    return await (await conn.execute(sql, params)).fetchone()

@@ -8,9 +8,9 @@ interleaving; the ``(session_id, seq)`` key backs that up. Leases are fenced in 
 statements as the SQLite store's. Every psycopg exception is translated at this edge.
 
 The pool opens lazily on first use (``open_store`` is synchronous) and applies missing
-schema migrations then (see :mod:`._pg_schema`; ``plait db upgrade`` does the same). The
+schema migrations then (see :mod:`.schema`; ``plait db upgrade`` does the same). The
 pool belongs to the event loop that opened it; a later loop gets its own once that one
-is closed (:mod:`._postgres_pool`).
+is closed (:mod:`.pool`).
 """
 
 from __future__ import annotations
@@ -22,16 +22,22 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from plait.adapters.stores.postgres import approvals, more, service, webhooks
-from plait.adapters.stores.postgres import retention as _pg_retention
-from plait.adapters.stores.postgres import segments as _pg_segments
+from plait.adapters.stores.postgres import (
+    approvals,
+    fork,
+    retention,
+    segments,
+    service,
+    summaries,
+    tokens,
+    webhooks,
+)
 from plait.adapters.stores.postgres import sql as q
-from plait.adapters.stores.postgres import tokens as _pg_tokens
 from plait.adapters.stores.postgres.commit import apply
 from plait.adapters.stores.postgres.context_cache import ContextCache
 from plait.adapters.stores.postgres.pool import LoopPool
 from plait.adapters.stores.postgres.schema import redact, translate, upgrade
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.health import CommitHealth
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
 from plait.adapters.stores.shared.rows import (
@@ -56,7 +62,7 @@ from plait.adapters.stores.shared.state import (
 )
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.application.claiming import ClaimedRun
-from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
 from plait.domain.errors import PlaitError, StoreUnavailableError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
@@ -66,7 +72,7 @@ from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
-from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = ["PostgresStore"]
 
@@ -81,7 +87,10 @@ _EXEC_STATE = {s.value: s for s in ExecutionState}
 
 class PostgresStore:
     """:class:`~plait.application.ports.SessionStore` and
-    :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database."""
+    :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database; what else it
+    keeps is in :attr:`capabilities`."""
+
+    capabilities = StoreCapabilities.all_but()
 
     def __init__(
         self,
@@ -122,8 +131,8 @@ class PostgresStore:
     async def _pool(self) -> AsyncConnectionPool[Conn]:
         try:
             return await self._ready()
-        except StoreUnavailableError as e:
-            self.health.failed(e)
+        except StoreUnavailableError as error:
+            self.health.failed(error)
             raise
 
     async def _write(self, op: Callable[[Conn], Awaitable[T]]) -> T:
@@ -131,10 +140,10 @@ class PostgresStore:
         try:
             async with self._pools.connection(pool, self._wait()) as conn, conn.transaction():
                 result = await op(conn)
-        except psycopg.Error as e:
-            raise self._failed(e) from e
-        except UnicodeEncodeError as e:
-            raise unstorable(e, self._where) from e
+        except psycopg.Error as error:
+            raise self._failed(error) from error
+        except UnicodeEncodeError as error:
+            raise unstorable(error, self._where) from error
         self.health.succeeded()
         return result
 
@@ -143,10 +152,10 @@ class PostgresStore:
         try:
             async with self._pools.connection(pool, self._wait()) as conn:
                 result = await op(conn)
-        except psycopg.Error as e:
-            raise self._failed(e) from e
-        except UnicodeEncodeError as e:
-            raise unstorable(e, self._where) from e
+        except psycopg.Error as error:
+            raise self._failed(error) from error
+        except UnicodeEncodeError as error:
+            raise unstorable(error, self._where) from error
         self.health.succeeded()  # autocommit: a statement that wrote has committed
         return result
 
@@ -156,8 +165,8 @@ class PostgresStore:
         (a request answers ``store_unavailable`` soon rather than hang)."""
         return OUTAGE_WAIT_SECONDS if self.health.failing else None
 
-    def _failed(self, e: psycopg.Error) -> PlaitError:
-        error = translate(e, self._where)
+    def _failed(self, cause: psycopg.Error) -> PlaitError:
+        error = translate(cause, self._where)
         if isinstance(error, StoreUnavailableError):
             self.health.failed(error)
         return error
@@ -200,8 +209,8 @@ class PostgresStore:
                 self._url, autocommit=True, connect_timeout=10
             ) as conn:
                 return await upgrade(conn, self._where)
-        except psycopg.Error as e:
-            raise self._failed(e) from e
+        except psycopg.Error as error:
+            raise self._failed(error) from error
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -244,7 +253,7 @@ class PostgresStore:
 
         async def op(conn: Conn) -> list[StoredMessage]:
             rows: list[Any] = []
-            for owner, lo, hi in await _pg_segments.ranges(conn, session_id, after):
+            for owner, lo, hi in await segments.ranges(conn, session_id, after):
                 want = None if lim is None else lim - len(rows)
                 if want == 0:
                     break
@@ -343,7 +352,7 @@ class PostgresStore:
             return rows
 
         return [
-            _codec.execution_from_dict(json_value(r[0], "execution record"))
+            codec.execution_from_dict(json_value(r[0], "execution record"))
             for r in await self._read(op)
         ]
 
@@ -413,7 +422,7 @@ class PostgresStore:
     async def close(self) -> None:
         await self._pools.close()
 
-    # --- service mode: queue, events, keys (see _pg_service) ------------------------------
+    # --- service mode: queue, events, keys (see service.py) -------------------------------
 
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
         # One statement in autocommit is its own (durable) transaction: no BEGIN/COMMIT
@@ -463,7 +472,7 @@ class PostgresStore:
         *,
         lease_tokens: Mapping[str, int] | None = None,
     ) -> dict[str, list[RunEventRecord]]:
-        # One statement in autocommit (see _pg_service.append_batch).
+        # One statement in autocommit (see service.append_batch).
         return await self._read(lambda conn: service.append_batch(conn, batch, lease_tokens))
 
     async def read_run_events(
@@ -477,7 +486,7 @@ class PostgresStore:
     async def find_api_key(self, key_hash: str) -> ApiKey | None:
         return await self._read(lambda conn: service.find_key(conn, key_hash))
 
-    # --- webhooks: endpoints and the outbox (see _pg_webhooks) -----------------------------
+    # --- webhooks: endpoints and the outbox (see webhooks.py) -----------------------------
 
     async def add_webhook(self, endpoint: Endpoint) -> None:
         await self._write(lambda conn: webhooks.add(conn, endpoint))
@@ -514,33 +523,10 @@ class PostgresStore:
     ) -> list[DeliveryJob]:
         return await self._write(lambda conn: webhooks.claim(conn, owner, now, expires_at, limit))
 
-    async def finish_delivery(
-        self,
-        endpoint_id: str,
-        event_id: str,
-        *,
-        now: float,
-        ok: bool,
-        status_code: int | None,
-        error: str | None,
-        retry_at: float | None,
-        pause_after: int,
-    ) -> None:
-        await self._write(
-            lambda conn: webhooks.finish(
-                conn,
-                endpoint_id,
-                event_id,
-                now=now,
-                ok=ok,
-                status_code=status_code,
-                error=error,
-                retry_at=retry_at,
-                pause_after=pause_after,
-            )
-        )
+    async def finish_delivery(self, attempt: DeliveryAttempt) -> None:
+        await self._write(lambda conn: webhooks.finish(conn, attempt))
 
-    # --- approvals (see _pg_approvals) ----------------------------------------------------
+    # --- approvals (see approvals.py) -----------------------------------------------------
 
     async def request_approval(
         self, approval: Approval, *, lease_token: int | None = None
@@ -577,59 +563,66 @@ class PostgresStore:
     ) -> Approval:
         return await self._write(
             lambda conn: approvals.decide(
-                conn, approval_id, approve=approve, grantor=grantor, at=at,
-                ttl_seconds=ttl_seconds, reason=reason,
+                conn,
+                approval_id,
+                approve=approve,
+                grantor=grantor,
+                at=at,
+                ttl_seconds=ttl_seconds,
+                reason=reason,
             )
-        )  # fmt: skip
+        )
 
     async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
         return await self._write(lambda conn: approvals.consume(conn, approval_id, use))
 
-    # --- forks (see _pg_more) -------------------------------------------------------------
-
-    # --- retention (see _pg_retention) ----------------------------------------------------
+    # --- retention (see retention.py) -----------------------------------------------------
 
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
-        return await self._write(lambda conn: _pg_retention.expire(conn, session_id, tombstones))
+        return await self._write(lambda conn: retention.expire(conn, session_id, tombstones))
 
     async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
-        return await self._write(lambda conn: _pg_retention.restore(conn, session_id, messages))
+        return await self._write(lambda conn: retention.restore(conn, session_id, messages))
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
-        return await self._read(lambda conn: _pg_retention.expiries(conn, session_id))
+        return await self._read(lambda conn: retention.expiries(conn, session_id))
+
+    # --- token counts (see tokens.py) -----------------------------------------------------
 
     async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
-        return await self._read(lambda conn: _pg_tokens.read(conn, session_id, meter))
+        return await self._read(lambda conn: tokens.read(conn, session_id, meter))
 
     async def save_token_counts(
         self, session_id: str, meter: str, counts: Mapping[str, int]
     ) -> None:
         if counts:
-            await self._write(lambda conn: _pg_tokens.save(conn, session_id, meter, counts))
+            await self._write(lambda conn: tokens.save(conn, session_id, meter, counts))
+
+    # --- forks (see fork.py) --------------------------------------------------------------
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
-        return await self._read(lambda conn: more.message_seq(conn, session_id, message_id))
+        return await self._read(lambda conn: fork.message_seq(conn, session_id, message_id))
 
     async def fork_session(self, commit: ForkCommit) -> ForkRecord:
-        return await self._write(lambda conn: more.fork(conn, commit))
+        return await self._write(lambda conn: fork.fork(conn, commit))
 
     async def get_fork_record(self, session_id: str) -> ForkRecord | None:
-        return await self._read(lambda conn: more.get_record(conn, session_id))
+        return await self._read(lambda conn: fork.get_record(conn, session_id))
 
-    # --- summaries, constraints, search (see _pg_more) ------------------------------------
+    # --- summaries, constraints, search (see summaries.py) --------------------------------
 
     async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
         self._contexts.forget(summary.session_id)
         try:
-            await self._write(lambda conn: more.activate(conn, summary, expected_generation))
+            await self._write(lambda conn: summaries.activate(conn, summary, expected_generation))
         finally:
             self._contexts.forget(summary.session_id)
 
     async def get_summary(self, session_id: str) -> Summary | None:
-        return await self._read(lambda conn: more.get_active(conn, session_id))
+        return await self._read(lambda conn: summaries.get_active(conn, session_id))
 
     async def list_summaries(self, session_id: str) -> list[Summary]:
-        return await self._read(lambda conn: more.list_summaries(conn, session_id))
+        return await self._read(lambda conn: summaries.list_summaries(conn, session_id))
 
     async def add_constraints(
         self, session_id: str, constraints: Sequence[Constraint]
@@ -637,12 +630,14 @@ class PostgresStore:
         items = list(constraints)
         self._contexts.forget(session_id)
         try:
-            return await self._write(lambda conn: more.add_constraints(conn, session_id, items))
+            return await self._write(
+                lambda conn: summaries.add_constraints(conn, session_id, items)
+            )
         finally:
             self._contexts.forget(session_id)
 
     async def list_constraints(self, session_id: str) -> list[Constraint]:
-        return await self._read(lambda conn: more.list_constraints(conn, session_id))
+        return await self._read(lambda conn: summaries.list_constraints(conn, session_id))
 
     async def summary_and_constraints(
         self, session_id: str
@@ -650,11 +645,11 @@ class PostgresStore:
         """:meth:`get_summary` and :meth:`list_constraints` in one statement (one
         snapshot, one round trip): what every step's context reads. Answered without
         I/O when this store's last commit of the session found them unchanged since
-        its last read (see :mod:`._pg_context_cache`)."""
+        its last read (see :mod:`.context_cache`)."""
         known = self._contexts.take(session_id)
         if known is not None:
             return known
-        found = await self._read(lambda conn: more.active_and_constraints(conn, session_id))
+        found = await self._read(lambda conn: summaries.active_and_constraints(conn, session_id))
         self._contexts.read(session_id, *found)
         return found
 
@@ -662,10 +657,10 @@ class PostgresStore:
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
     ) -> list[StoredMessage]:
         return await self._read(
-            lambda conn: more.search(conn, session_id, query, through_seq, max(limit, 0))
+            lambda conn: summaries.search(conn, session_id, query, through_seq, max(limit, 0))
         )
 
 
 def _read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    with open(path, "rb") as file:
+        return file.read()

@@ -1,5 +1,5 @@
 """Token counts per message and meter on PostgreSQL: the same rules as
-:mod:`._sqlite_tokens` (kept by body key, so forks share them; a body rewritten in place
+:mod:`..sqlite.tokens` (kept by body key, so forks share them; a body rewritten in place
 loses its counts)."""
 
 from __future__ import annotations

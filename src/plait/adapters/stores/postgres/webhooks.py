@@ -1,7 +1,7 @@
 """Webhooks on PostgreSQL: the tables, the triggers that write each event (and its
 deliveries) in the transaction of the state change it announces, and the queries.
 
-Migration 13 (:data:`MIGRATION`). Like the SQLite store (:mod:`._sqlite_webhooks`), an
+Migration 13 (:data:`MIGRATION`). Like the SQLite store (:mod:`..sqlite.webhooks`), an
 event is written by a trigger, so no code path can change the state without it:
 ``run.finished`` (a run reaching a terminal status), ``outcome.unknown`` (a run entering
 ``awaiting_resolution``), ``approval.needed`` (a pending approval inserted),
@@ -32,7 +32,7 @@ from plait.adapters.stores.shared.webhook_rows import (
     job_from_row,
     not_found,
 )
-from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = [
     "MIGRATION",
@@ -229,26 +229,6 @@ async def claim(
     return jobs
 
 
-async def finish(
-    conn: Conn,
-    endpoint_id: str,
-    event_id: str,
-    *,
-    now: float,
-    ok: bool,
-    status_code: int | None,
-    error: str | None,
-    retry_at: float | None,
-    pause_after: int,
-) -> None:
-    for sql, args in finish_statements(
-        endpoint_id,
-        event_id,
-        now=now,
-        ok=ok,
-        status_code=status_code,
-        error=error,
-        retry_at=retry_at,
-        pause_after=pause_after,
-    ):
+async def finish(conn: Conn, attempt: DeliveryAttempt) -> None:
+    for sql, args in finish_statements(attempt):
         await conn.execute(_pg(sql), args)

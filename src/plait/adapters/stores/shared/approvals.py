@@ -35,23 +35,23 @@ __all__ = [
 APPROVAL_SCHEMA_VERSION = 1
 
 
-def approval_to_dict(a: Approval) -> dict[str, Any]:
-    d = asdict(a)
-    d["status"] = a.status.value
-    d["scope"] = list(a.scope)
-    d["schema_version"] = APPROVAL_SCHEMA_VERSION
-    return d
+def approval_to_dict(approval: Approval) -> dict[str, Any]:
+    data = asdict(approval)
+    data["status"] = approval.status.value
+    data["scope"] = list(approval.scope)
+    data["schema_version"] = APPROVAL_SCHEMA_VERSION
+    return data
 
 
-def approval_from_dict(d: dict[str, Any]) -> Approval:
+def approval_from_dict(data: dict[str, Any]) -> Approval:
     try:
-        if d.get("schema_version") != APPROVAL_SCHEMA_VERSION:
-            raise ValueError(f"unknown approval schema_version {d.get('schema_version')!r}")
-        fields = {k: v for k, v in d.items() if k != "schema_version"}
+        if data.get("schema_version") != APPROVAL_SCHEMA_VERSION:
+            raise ValueError(f"unknown approval schema_version {data.get('schema_version')!r}")
+        fields = {k: v for k, v in data.items() if k != "schema_version"}
         fields["scope"] = tuple(fields["scope"])
         return Approval(**fields)
-    except (TypeError, KeyError, ValueError) as e:
-        raise CorruptStoreError(f"undecodable approval record: {e}") from e
+    except (TypeError, KeyError, ValueError) as error:
+        raise CorruptStoreError(f"undecodable approval record: {error}") from error
 
 
 def not_found(approval_id: str) -> ApprovalNotFoundError:
@@ -117,7 +117,7 @@ def plan_consume(current: Approval, use: ApprovalUse) -> Approval | None:
     return current.consumed(call_id=use.call_id, at=use.now)
 
 
-# --- the same rules over a mapping of every record (memory and JSONL stores) ----------------
+# --- the same rules over a mapping of every record (memory and JSONL stores) --------------
 # Each returns the record to hand back and whether the store must write it.
 
 
@@ -158,9 +158,13 @@ def decide_in(
     reason: str | None,
 ) -> tuple[Approval, bool]:
     new = plan_decision(
-        get_in(records, approval_id), approve=approve, grantor=grantor, at=at,
-        ttl_seconds=ttl_seconds, reason=reason,
-    )  # fmt: skip
+        get_in(records, approval_id),
+        approve=approve,
+        grantor=grantor,
+        at=at,
+        ttl_seconds=ttl_seconds,
+        reason=reason,
+    )
     return new, True
 
 
@@ -182,5 +186,5 @@ def select(
         if (session_id is None or a.session_id == session_id)
         and (run_id is None or a.run_id == run_id)
     ]
-    found.sort(key=lambda a: a.requested_at, reverse=True)
+    found.sort(key=lambda approval: approval.requested_at, reverse=True)
     return found

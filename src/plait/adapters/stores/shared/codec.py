@@ -112,11 +112,11 @@ def decode(fn: Callable[[dict[str, Any]], T], data: Any, what: str) -> T:
         return fn(check_schema(data, what))
     except CorruptStoreError:
         raise
-    except (LookupError, TypeError, ValueError, AttributeError, PlaitError) as e:
-        raise CorruptStoreError(f"{what} is malformed: {type(e).__name__}: {e}") from e
+    except (LookupError, TypeError, ValueError, AttributeError, PlaitError) as error:
+        raise CorruptStoreError(f"{what} is malformed: {type(error).__name__}: {error}") from error
 
 
-# --- messages -------------------------------------------------------------------------------
+# --- messages -----------------------------------------------------------------------------
 
 
 def _usage_to_dict(usage: Usage) -> dict[str, Any]:
@@ -137,39 +137,44 @@ def _artifact_to_dict(ref: ArtifactRef) -> dict[str, Any]:
     return {"id": ref.id, "sha256": ref.sha256, "size": ref.size, "media_type": ref.media_type}
 
 
-def artifact_from_dict(d: dict[str, Any]) -> ArtifactRef:
+def artifact_from_dict(data: dict[str, Any]) -> ArtifactRef:
     return ArtifactRef(
-        id=d["id"], sha256=d["sha256"], size=int(d["size"]), media_type=d["media_type"]
+        id=data["id"], sha256=data["sha256"], size=int(data["size"]), media_type=data["media_type"]
     )
 
 
-def assistant_extra(m: AssistantMessage) -> dict[str, Any] | None:
+def assistant_extra(message: AssistantMessage) -> dict[str, Any] | None:
     """The sparse part of an assistant message: tool calls, usage, vendor state, the
     typed answer's value."""
-    if not m.tool_calls and m.usage is None and m.vendor_state is None and m.output is None:
+    if (
+        not message.tool_calls
+        and message.usage is None
+        and message.vendor_state is None
+        and message.output is None
+    ):
         return None
     extra: dict[str, Any] = {}
-    if m.tool_calls:
-        extra["tool_calls"] = [[c.id, c.name, c.arguments_json] for c in m.tool_calls]
-    if m.usage is not None:
-        extra["usage"] = _usage_to_dict(m.usage)
-    if m.vendor_state is not None:
-        extra["vendor_state"] = _vendor_to_dict(m.vendor_state)
-    if m.output is not None:
-        extra["output"] = m.output
+    if message.tool_calls:
+        extra["tool_calls"] = [[c.id, c.name, c.arguments_json] for c in message.tool_calls]
+    if message.usage is not None:
+        extra["usage"] = _usage_to_dict(message.usage)
+    if message.vendor_state is not None:
+        extra["vendor_state"] = _vendor_to_dict(message.vendor_state)
+    if message.output is not None:
+        extra["output"] = message.output
     return extra
 
 
-def tool_result_extra(m: ToolResultMessage) -> dict[str, Any] | None:
+def tool_result_extra(message: ToolResultMessage) -> dict[str, Any] | None:
     """The sparse part of a tool result: reason and artifact reference."""
-    r = m.result
-    if r.reason is None and r.artifact is None:
+    result = message.result
+    if result.reason is None and result.artifact is None:
         return None
     extra: dict[str, Any] = {}
-    if r.reason is not None:
-        extra["reason"] = r.reason
-    if r.artifact is not None:
-        extra["artifact"] = _artifact_to_dict(r.artifact)
+    if result.reason is not None:
+        extra["reason"] = result.reason
+    if result.artifact is not None:
+        extra["artifact"] = _artifact_to_dict(result.artifact)
     return extra
 
 
@@ -230,8 +235,8 @@ def tool_result_from_parts(
     reason = artifact = None
     if extra is not None:
         reason = extra.get("reason")
-        a = extra.get("artifact")
-        artifact = None if a is None else artifact_from_dict(a)
+        stored_artifact = extra.get("artifact")
+        artifact = None if stored_artifact is None else artifact_from_dict(stored_artifact)
     return ToolResultMessage(
         id=id,
         tool_name=tool_name,
@@ -248,114 +253,121 @@ def tool_result_from_parts(
     )
 
 
-def message_to_dict(m: Message) -> dict[str, Any]:
-    d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": m.kind, "id": m.id}
-    if isinstance(m, UserMessage):
-        d["text"] = m.text
-    elif isinstance(m, AssistantMessage):
-        d["text"] = m.text
-        d["step"] = m.step
-        if m.model is not None:
-            d["model"] = m.model
-        extra = assistant_extra(m)
+def message_to_dict(message: Message) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": message.kind,
+        "id": message.id,
+    }
+    if isinstance(message, UserMessage):
+        data["text"] = message.text
+    elif isinstance(message, AssistantMessage):
+        data["text"] = message.text
+        data["step"] = message.step
+        if message.model is not None:
+            data["model"] = message.model
+        extra = assistant_extra(message)
         if extra is not None:
-            d.update(extra)
+            data.update(extra)
     else:
-        d["step"] = m.step
-        d["tool_name"] = m.tool_name
-        d["call_id"] = m.result.call_id
-        d["status"] = m.result.status.value
-        d["content"] = m.result.content
-        extra = tool_result_extra(m)
+        data["step"] = message.step
+        data["tool_name"] = message.tool_name
+        data["call_id"] = message.result.call_id
+        data["status"] = message.result.status.value
+        data["content"] = message.result.content
+        extra = tool_result_extra(message)
         if extra is not None:
-            d.update(extra)
-    d["created_at"] = m.created_at
-    if m.run_id is not None:
-        d["run_id"] = m.run_id
-    return d
+            data.update(extra)
+    data["created_at"] = message.created_at
+    if message.run_id is not None:
+        data["run_id"] = message.run_id
+    return data
 
 
-def _message_from_dict(d: dict[str, Any]) -> Message:
-    kind = d["kind"]
+def _message_from_dict(data: dict[str, Any]) -> Message:
+    kind = data["kind"]
     if kind == "user":
         return UserMessage(
-            id=d["id"], text=d["text"], created_at=d["created_at"], run_id=d.get("run_id")
+            id=data["id"],
+            text=data["text"],
+            created_at=data["created_at"],
+            run_id=data.get("run_id"),
         )
     if kind == "assistant":
         return assistant_from_parts(
-            id=d["id"],
-            text=d["text"],
-            created_at=d["created_at"],
-            run_id=d.get("run_id"),
-            step=d["step"],
-            model=d.get("model"),
-            extra=d,
+            id=data["id"],
+            text=data["text"],
+            created_at=data["created_at"],
+            run_id=data.get("run_id"),
+            step=data["step"],
+            model=data.get("model"),
+            extra=data,
         )
     if kind == "tool_result":
         return tool_result_from_parts(
-            id=d["id"],
-            text=d["content"],
-            created_at=d["created_at"],
-            run_id=d.get("run_id"),
-            step=d["step"],
-            call_id=d["call_id"],
-            tool_name=d["tool_name"],
-            status=d["status"],
-            extra=d,
+            id=data["id"],
+            text=data["content"],
+            created_at=data["created_at"],
+            run_id=data.get("run_id"),
+            step=data["step"],
+            call_id=data["call_id"],
+            tool_name=data["tool_name"],
+            status=data["status"],
+            extra=data,
         )
     raise ValueError(f"unknown message kind {kind!r}")
 
 
-def message_from_dict(d: Any) -> Message:
-    return decode(_message_from_dict, d, "message")
+def message_from_dict(data: Any) -> Message:
+    return decode(_message_from_dict, data, "message")
 
 
-# --- sessions -------------------------------------------------------------------------------
+# --- sessions -----------------------------------------------------------------------------
 
 
-def session_to_dict(s: Session) -> dict[str, Any]:
+def session_to_dict(session: Session) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "id": s.id,
-        "created_at": s.created_at,
-        "owner": s.owner,
-        "workspace": s.workspace,
-        "version": s.version,
-        "active_run_id": s.active_run_id,
+        "id": session.id,
+        "created_at": session.created_at,
+        "owner": session.owner,
+        "workspace": session.workspace,
+        "version": session.version,
+        "active_run_id": session.active_run_id,
         "fork_origin": None
-        if s.fork_origin is None
+        if session.fork_origin is None
         else {
-            "parent_session_id": s.fork_origin.parent_session_id,
-            "fork_point_message_id": s.fork_origin.fork_point_message_id,
+            "parent_session_id": session.fork_origin.parent_session_id,
+            "fork_point_message_id": session.fork_origin.fork_point_message_id,
         },
-        "title": s.title,
+        "title": session.title,
     }
 
 
-def _session_from_dict(d: dict[str, Any]) -> Session:
-    fork = d["fork_origin"]
+def _session_from_dict(data: dict[str, Any]) -> Session:
+    fork = data["fork_origin"]
     return Session(
-        id=d["id"],
-        created_at=d["created_at"],
-        owner=d["owner"],
-        workspace=d["workspace"],
-        version=d["version"],
-        active_run_id=d["active_run_id"],
+        id=data["id"],
+        created_at=data["created_at"],
+        owner=data["owner"],
+        workspace=data["workspace"],
+        version=data["version"],
+        active_run_id=data["active_run_id"],
         fork_origin=None
         if fork is None
         else ForkOrigin(
             parent_session_id=fork["parent_session_id"],
             fork_point_message_id=fork["fork_point_message_id"],
         ),
-        title=d["title"],
+        title=data["title"],
     )
 
 
-def session_from_dict(d: Any) -> Session:
-    return decode(_session_from_dict, d, "session")
+def session_from_dict(data: Any) -> Session:
+    return decode(_session_from_dict, data, "session")
 
 
-# --- runs -----------------------------------------------------------------------------------
+# --- runs ---------------------------------------------------------------------------------
 
 _BUDGET_FIELDS = (
     "max_steps",
@@ -379,130 +391,132 @@ _USAGE_FIELDS = (
 )
 
 
-def run_to_dict(r: Run) -> dict[str, Any]:
+def run_to_dict(run: Run) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "id": r.id,
-        "session_id": r.session_id,
-        "status": r.status.value,
-        "budget": {f: getattr(r.budget, f) for f in _BUDGET_FIELDS},
-        "started_at": r.started_at,
-        "model": r.model,
-        "usage": {f: getattr(r.usage, f) for f in _USAGE_FIELDS},
-        "ended_at": r.ended_at,
-        "error": None if r.error is None else {"code": r.error.code, "message": r.error.message},
+        "id": run.id,
+        "session_id": run.session_id,
+        "status": run.status.value,
+        "budget": {f: getattr(run.budget, f) for f in _BUDGET_FIELDS},
+        "started_at": run.started_at,
+        "model": run.model,
+        "usage": {f: getattr(run.usage, f) for f in _USAGE_FIELDS},
+        "ended_at": run.ended_at,
+        "error": None
+        if run.error is None
+        else {"code": run.error.code, "message": run.error.message},
         "lease": None
-        if r.lease is None
-        else {"owner": r.lease.owner, "expires_at": r.lease.expires_at},
-        "cancel_requested": r.cancel_requested,
-        "lease_token": r.lease_token,
-        "model_spec": r.model_spec,
-        "deadline_at": r.deadline_at,
-        "policy": r.policy,
-        "mcp_servers": None if r.mcp_servers is None else list(r.mcp_servers),
-        "trace_context": r.trace_context,
+        if run.lease is None
+        else {"owner": run.lease.owner, "expires_at": run.lease.expires_at},
+        "cancel_requested": run.cancel_requested,
+        "lease_token": run.lease_token,
+        "model_spec": run.model_spec,
+        "deadline_at": run.deadline_at,
+        "policy": run.policy,
+        "mcp_servers": None if run.mcp_servers is None else list(run.mcp_servers),
+        "trace_context": run.trace_context,
         "output_schema": None
-        if r.output_schema is None
-        else {"name": r.output_schema.name, "schema": r.output_schema.schema()},
+        if run.output_schema is None
+        else {"name": run.output_schema.name, "schema": run.output_schema.schema()},
         "parent": None
-        if r.parent is None
+        if run.parent is None
         else {
-            "session_id": r.parent.session_id,
-            "run_id": r.parent.run_id,
-            "call_id": r.parent.call_id,
-            "agent": r.parent.agent,
+            "session_id": run.parent.session_id,
+            "run_id": run.parent.run_id,
+            "call_id": run.parent.call_id,
+            "agent": run.parent.agent,
         },
     }
 
 
-def _run_from_dict(d: dict[str, Any]) -> Run:
-    budget = d["budget"]
-    usage = d["usage"]
-    error = d["error"]
-    lease = d["lease"]
+def _run_from_dict(data: dict[str, Any]) -> Run:
+    budget = data["budget"]
+    usage = data["usage"]
+    error = data["error"]
+    lease = data["lease"]
     return Run(
-        id=d["id"],
-        session_id=d["session_id"],
-        status=RunStatus(d["status"]),
+        id=data["id"],
+        session_id=data["session_id"],
+        status=RunStatus(data["status"]),
         budget=Budget(
             **{f: budget[f] for f in _BUDGET_FIELDS if f in budget or f not in _NEW_BUDGET}
         ),
-        started_at=d["started_at"],
-        model=d["model"],
+        started_at=data["started_at"],
+        model=data["model"],
         usage=RunUsage(**{f: usage[f] for f in _USAGE_FIELDS}),
-        ended_at=d["ended_at"],
+        ended_at=data["ended_at"],
         error=None if error is None else RunError(code=error["code"], message=error["message"]),
         lease=None
         if lease is None
         else Lease(owner=lease["owner"], expires_at=lease["expires_at"]),
-        cancel_requested=bool(d["cancel_requested"]),
-        lease_token=int(d.get("lease_token", 0)),
-        model_spec=d.get("model_spec"),
-        deadline_at=d.get("deadline_at"),
-        policy=d.get("policy"),
-        mcp_servers=None if d.get("mcp_servers") is None else tuple(d["mcp_servers"]),
-        trace_context=d.get("trace_context"),
-        output_schema=_output_schema(d.get("output_schema")),
-        parent=None if d.get("parent") is None else ParentCall(**d["parent"]),
+        cancel_requested=bool(data["cancel_requested"]),
+        lease_token=int(data.get("lease_token", 0)),
+        model_spec=data.get("model_spec"),
+        deadline_at=data.get("deadline_at"),
+        policy=data.get("policy"),
+        mcp_servers=None if data.get("mcp_servers") is None else tuple(data["mcp_servers"]),
+        trace_context=data.get("trace_context"),
+        output_schema=_output_schema(data.get("output_schema")),
+        parent=None if data.get("parent") is None else ParentCall(**data["parent"]),
     )
 
 
-def _output_schema(d: dict[str, Any] | None) -> OutputSchema | None:
-    return None if d is None else OutputSchema.create(d["schema"], name=d["name"])
+def _output_schema(data: dict[str, Any] | None) -> OutputSchema | None:
+    return None if data is None else OutputSchema.create(data["schema"], name=data["name"])
 
 
-def run_from_dict(d: Any) -> Run:
-    return decode(_run_from_dict, d, "run")
+def run_from_dict(data: Any) -> Run:
+    return decode(_run_from_dict, data, "run")
 
 
-# --- execution records ----------------------------------------------------------------------
+# --- execution records --------------------------------------------------------------------
 
 
-def execution_to_dict(e: ExecutionRecord) -> dict[str, Any]:
+def execution_to_dict(record: ExecutionRecord) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "session_id": e.session_id,
-        "run_id": e.run_id,
-        "call_id": e.call_id,
-        "tool_name": e.tool_name,
-        "effect": e.effect.value,
-        "args_digest": e.args_digest,
-        "idempotency_key": e.idempotency_key,
-        "state": e.state.value,
-        "requested_at": e.requested_at,
-        "reviewed_at": e.reviewed_at,
-        "started_at": e.started_at,
-        "settled_at": e.settled_at,
-        "result_status": None if e.result_status is None else e.result_status.value,
-        "decision": e.decision,
-        "decided_by": e.decided_by,
-        "decision_reason": e.decision_reason,
-        "note": e.note,
+        "session_id": record.session_id,
+        "run_id": record.run_id,
+        "call_id": record.call_id,
+        "tool_name": record.tool_name,
+        "effect": record.effect.value,
+        "args_digest": record.args_digest,
+        "idempotency_key": record.idempotency_key,
+        "state": record.state.value,
+        "requested_at": record.requested_at,
+        "reviewed_at": record.reviewed_at,
+        "started_at": record.started_at,
+        "settled_at": record.settled_at,
+        "result_status": None if record.result_status is None else record.result_status.value,
+        "decision": record.decision,
+        "decided_by": record.decided_by,
+        "decision_reason": record.decision_reason,
+        "note": record.note,
     }
 
 
-def _execution_from_dict(d: dict[str, Any]) -> ExecutionRecord:
-    status = d["result_status"]
+def _execution_from_dict(data: dict[str, Any]) -> ExecutionRecord:
+    status = data["result_status"]
     return ExecutionRecord(
-        session_id=d["session_id"],
-        run_id=d["run_id"],
-        call_id=d["call_id"],
-        tool_name=d["tool_name"],
-        effect=EffectClass(d["effect"]),
-        args_digest=d["args_digest"],
-        idempotency_key=d["idempotency_key"],
-        state=ExecutionState(d["state"]),
-        requested_at=d["requested_at"],
-        reviewed_at=d["reviewed_at"],
-        started_at=d["started_at"],
-        settled_at=d["settled_at"],
+        session_id=data["session_id"],
+        run_id=data["run_id"],
+        call_id=data["call_id"],
+        tool_name=data["tool_name"],
+        effect=EffectClass(data["effect"]),
+        args_digest=data["args_digest"],
+        idempotency_key=data["idempotency_key"],
+        state=ExecutionState(data["state"]),
+        requested_at=data["requested_at"],
+        reviewed_at=data["reviewed_at"],
+        started_at=data["started_at"],
+        settled_at=data["settled_at"],
         result_status=None if status is None else ToolStatus(status),
-        decision=d.get("decision"),
-        decided_by=d.get("decided_by"),
-        decision_reason=d["decision_reason"],
-        note=d.get("note"),
+        decision=data.get("decision"),
+        decided_by=data.get("decided_by"),
+        decision_reason=data["decision_reason"],
+        note=data.get("note"),
     )
 
 
-def execution_from_dict(d: Any) -> ExecutionRecord:
-    return decode(_execution_from_dict, d, "execution record")
+def execution_from_dict(data: Any) -> ExecutionRecord:
+    return decode(_execution_from_dict, data, "execution record")

@@ -53,12 +53,12 @@ def check_fork_commit(commit: ForkCommit) -> None:
 
 
 def missing_point(commit: ForkCommit) -> MessageNotFoundError:
-    r = commit.record
+    record = commit.record
     return MessageNotFoundError(
-        f"session {r.source_session_id!r} holds no message {r.through_message_id!r} at "
-        f"#{r.through_seq}",
-        session_id=r.source_session_id,
-        message_id=r.through_message_id,
+        f"session {record.source_session_id!r} holds no message {record.through_message_id!r} at "
+        f"#{record.through_seq}",
+        session_id=record.source_session_id,
+        message_id=record.through_message_id,
     )
 
 
@@ -80,19 +80,19 @@ def fork_state(source: SessionState, commit: ForkCommit) -> SessionState:
     return state
 
 
-def record_to_dict(r: ForkRecord) -> dict[str, Any]:
-    snap = r.snapshot
+def record_to_dict(record: ForkRecord) -> dict[str, Any]:
+    snap = record.snapshot
     return {
         "schema_version": RECORD_VERSION,
-        "branch_session_id": r.branch_session_id,
-        "request_id": r.request_id,
-        "caller": r.caller,
-        "source_session_id": r.source_session_id,
-        "through_message_id": r.through_message_id,
-        "through_seq": r.through_seq,
-        "source_version": r.source_version,
-        "created_at": r.created_at,
-        "snapshot_requested": r.snapshot_requested,
+        "branch_session_id": record.branch_session_id,
+        "request_id": record.request_id,
+        "caller": record.caller,
+        "source_session_id": record.source_session_id,
+        "through_message_id": record.through_message_id,
+        "through_seq": record.through_seq,
+        "source_version": record.source_version,
+        "created_at": record.created_at,
+        "snapshot_requested": record.snapshot_requested,
         "snapshot": None
         if snap is None
         else {
@@ -106,29 +106,29 @@ def record_to_dict(r: ForkRecord) -> dict[str, Any]:
     }
 
 
-def record_from_dict(d: dict[str, Any]) -> ForkRecord:
+def record_from_dict(data: dict[str, Any]) -> ForkRecord:
     """Raises KeyError/TypeError/ValueError on a bad shape (the caller names the file)."""
-    if d.get("schema_version") != RECORD_VERSION:
-        raise ValueError(f"unknown fork record schema_version {d.get('schema_version')!r}")
-    s = d["snapshot"]
+    if data.get("schema_version") != RECORD_VERSION:
+        raise ValueError(f"unknown fork record schema_version {data.get('schema_version')!r}")
+    snapshot_data = data["snapshot"]
     return ForkRecord(
-        branch_session_id=d["branch_session_id"],
-        request_id=d["request_id"],
-        caller=d["caller"],
-        source_session_id=d["source_session_id"],
-        through_message_id=d["through_message_id"],
-        through_seq=int(d["through_seq"]),
-        source_version=int(d["source_version"]),
-        created_at=float(d["created_at"]),
-        snapshot_requested=bool(d["snapshot_requested"]),
+        branch_session_id=data["branch_session_id"],
+        request_id=data["request_id"],
+        caller=data["caller"],
+        source_session_id=data["source_session_id"],
+        through_message_id=data["through_message_id"],
+        through_seq=int(data["through_seq"]),
+        source_version=int(data["source_version"]),
+        created_at=float(data["created_at"]),
+        snapshot_requested=bool(data["snapshot_requested"]),
         snapshot=None
-        if s is None
+        if snapshot_data is None
         else WorkspaceSnapshot(
-            source_workspace=s["source_workspace"],
-            repository=s["repository"],
-            ref=s["ref"],
-            commit=s["commit"],
-            worktree=s["worktree"],
-            not_covered=tuple(s["not_covered"]),
+            source_workspace=snapshot_data["source_workspace"],
+            repository=snapshot_data["repository"],
+            ref=snapshot_data["ref"],
+            commit=snapshot_data["commit"],
+            worktree=snapshot_data["worktree"],
+            not_covered=tuple(snapshot_data["not_covered"]),
         ),
     )

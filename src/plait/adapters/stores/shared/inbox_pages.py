@@ -18,35 +18,16 @@ from plait.domain.runs import RunStatus
 T = TypeVar("T")
 
 __all__ = [
-    "APPROVALS_PENDING_PG",
-    "APPROVALS_PENDING_SQLITE",
-    "RUNS_WAITING_PG",
-    "RUNS_WAITING_SQLITE",
+    "WAITING",
     "check_waiting",
     "newest_page",
     "pending_approvals_sql",
     "waiting_runs_sql",
 ]
 
-APPROVALS_PENDING_SQLITE = (
-    "CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (requested_at) "
-    "WHERE status = 'pending'"
-)
-"""SQLite appends the rowid to every index entry: (requested_at, rowid) in order."""
-APPROVALS_PENDING_PG = (
-    "CREATE INDEX approvals_pending ON approvals (requested_at, ord) WHERE status = 'pending'"
-)
-
-
-_WAITING = "'awaiting_approval', 'awaiting_resolution'"
-RUNS_WAITING_SQLITE = (
-    "CREATE INDEX IF NOT EXISTS runs_waiting ON runs (status, started_at) "
-    f"WHERE status IN ({_WAITING})"
-)
-"""Only runs that wait for a person are in it, in page order (rowid appended)."""
-RUNS_WAITING_PG = (
-    f"CREATE INDEX runs_waiting ON runs (status, started_at, ord) WHERE status IN ({_WAITING})"
-)
+WAITING = "'awaiting_approval', 'awaiting_resolution'"
+"""The statuses of runs that wait for a person, in SQL: each store indexes only those
+runs (the ``runs_waiting`` index of its schema), in page order."""
 
 
 _JOIN = "s.id = x.session_id"
@@ -108,7 +89,7 @@ def waiting_runs_sql(
     columns = ", ".join(f"x.{c.strip()}" for c in cols.split(","))
     # the status spelled out (an enum's value) after the index's own condition, word for
     # word: SQLite uses a partial index only for a query that repeats its condition
-    waiting = f"x.status IN ({_WAITING}) AND x.status = '{status.value}'"
+    waiting = f"x.status IN ({WAITING}) AND x.status = '{status.value}'"
     clause = " AND ".join([waiting, _JOIN, *where])
     sql = (
         f"SELECT {columns} FROM runs AS x CROSS JOIN sessions AS s "
@@ -135,5 +116,5 @@ def newest_page(
     if before is not None and before not in rank:
         raise missing(before)
     found = [x for x in stored if keep(x) and (before is None or rank[id_of(x)] < rank[before])]
-    found.sort(key=lambda x: rank[id_of(x)], reverse=True)
+    found.sort(key=lambda item: rank[id_of(item)], reverse=True)
     return found if limit is None else found[: max(limit, 0)]

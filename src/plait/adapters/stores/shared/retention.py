@@ -33,9 +33,13 @@ def not_held(session_id: str, message_id: str) -> MessageNotFoundError:
 def check_tombstones(tombstones: Sequence[Tombstone]) -> None:
     """Misuse checks that need no stored state."""
     seen: set[str] = set()
-    for t in tombstones:
-        mid = t.message.id
-        if t.expiry.message_id != mid or t.expiry.kind != t.message.kind or mid in seen:
+    for tombstone in tombstones:
+        mid = tombstone.message.id
+        if (
+            tombstone.expiry.message_id != mid
+            or tombstone.expiry.kind != tombstone.message.kind
+            or mid in seen
+        ):
             raise ConfigError(
                 f"tombstone of message {mid!r}: its record names another message or repeats one",
                 message_id=mid,
@@ -54,8 +58,8 @@ def decode_expiry(data: Any, where: str) -> Expiry:
         if not isinstance(data, dict):
             raise TypeError(f"not a JSON object: {type(data).__name__}")
         return expiry_from_dict(data)
-    except (KeyError, TypeError, ValueError) as e:
-        raise CorruptStoreError(f"{where}: bad expiry record ({e})") from e
+    except (KeyError, TypeError, ValueError) as error:
+        raise CorruptStoreError(f"{where}: bad expiry record ({error})") from error
 
 
 def replace_bodies(
@@ -72,11 +76,11 @@ def replace_bodies(
             raise not_held(sid, body.id)
     wanted = {body.id: body for body in bodies}
     done: list[tuple[StoredMessage, Message]] = []
-    for i, sm in enumerate(state.messages):
+    for index, sm in enumerate(state.messages):
         found = wanted.get(sm.message.id)
         if found is None or skip(sm.message):
             continue
         done.append((sm, found))
         # The branch's list is a copy of the source's, so this changes only this state.
-        state.messages[i] = StoredMessage(sm.seq, found)
+        state.messages[index] = StoredMessage(sm.seq, found)
     return done

@@ -1,4 +1,6 @@
-"""Message rows of the SQLite store: the encoder, and the decoder on the resume hot path.
+"""Rows of the relational stores (SQLite and PostgreSQL lay out sessions, runs, execution
+records and messages in the same columns): the encoders, and the message decoder on the
+resume hot path.
 
 Loading a 5,000-message session must take a few milliseconds, and at that scale the cost
 is building Python objects. Rows were validated when they were written, so the decoder
@@ -16,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.codec import (
     SCHEMA_VERSION,
     artifact_from_dict,
@@ -57,18 +59,18 @@ __all__ = [
 # --- sessions, runs, execution records ----------------------------------------------------
 
 
-def session_row(s: Session) -> tuple[Any, ...]:
+def session_row(session: Session) -> tuple[Any, ...]:
     """The ``sessions`` row; the version is derived from the messages, never stored."""
-    fork = s.fork_origin
+    fork = session.fork_origin
     return (
-        s.id,
-        s.created_at,
-        s.owner,
-        s.workspace,
-        s.active_run_id,
+        session.id,
+        session.created_at,
+        session.owner,
+        session.workspace,
+        session.active_run_id,
         None if fork is None else fork.parent_session_id,
         None if fork is None else fork.fork_point_message_id,
-        s.title,
+        session.title,
     )
 
 
@@ -89,22 +91,28 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
 
 
 def run_data(run: Run) -> str:
-    d = _codec.run_to_dict(run)
+    data = codec.run_to_dict(run)
     for key in (
-        "id", "session_id", "status", "started_at", "lease", "cancel_requested", "lease_token",
-    ):  # fmt: skip
-        del d[key]
-    return dumps(d)
+        "id",
+        "session_id",
+        "status",
+        "started_at",
+        "lease",
+        "cancel_requested",
+        "lease_token",
+    ):
+        del data[key]
+    return dumps(data)
 
 
 def run_from_row(row: tuple[Any, ...]) -> Run:
     rid, sid, status, started_at, owner, expires_at, cancel, data, token = row
     try:
-        d = loads(data)
-    except ValueError as e:
-        raise CorruptStoreError(f"run {rid!r}: data is not JSON: {e}", run_id=rid) from e
-    if isinstance(d, dict):
-        d.update(
+        decoded = loads(data)
+    except ValueError as error:
+        raise CorruptStoreError(f"run {rid!r}: data is not JSON: {error}", run_id=rid) from error
+    if isinstance(decoded, dict):
+        decoded.update(
             id=rid,
             session_id=sid,
             status=status,
@@ -113,50 +121,80 @@ def run_from_row(row: tuple[Any, ...]) -> Run:
             cancel_requested=bool(cancel),
             lease_token=token,
         )
-    return _codec.run_from_dict(d)
+    return codec.run_from_dict(decoded)
 
 
-def execution_row(e: ExecutionRecord) -> tuple[Any, ...]:
+def execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
     return (
-        e.session_id, e.run_id, e.call_id, e.state.value, e.args_digest,
-        dumps(_codec.execution_to_dict(e)),
-    )  # fmt: skip
+        record.session_id,
+        record.run_id,
+        record.call_id,
+        record.state.value,
+        record.args_digest,
+        dumps(codec.execution_to_dict(record)),
+    )
 
 
 def json_value(data: str, what: str) -> Any:
     try:
         return loads(data)
-    except ValueError as e:
-        raise CorruptStoreError(f"{what} is not JSON: {e}") from e
+    except ValueError as error:
+        raise CorruptStoreError(f"{what} is not JSON: {error}") from error
 
 
-# --- messages -------------------------------------------------------------------------------
+# --- messages -----------------------------------------------------------------------------
 
 
-def message_row(m: Message) -> tuple[Any, ...]:
+def message_row(message: Message) -> tuple[Any, ...]:
     """``(id, kind, text, created_at, run_id, step, call_id, name, status, extra,
-    schema_version)``: see the ``messages`` table in :mod:`.sqlite`."""
-    if isinstance(m, AssistantMessage):
-        extra = assistant_extra(m)
+    schema_version)``: the ``messages`` table of either store."""
+    if isinstance(message, AssistantMessage):
+        extra = assistant_extra(message)
         return (
-            m.id, "assistant", m.text, m.created_at, m.run_id, m.step, None, m.model, None,
-            None if extra is None else dumps(extra), SCHEMA_VERSION,
-        )  # fmt: skip
-    if isinstance(m, ToolResultMessage):
-        r = m.result
-        extra = tool_result_extra(m)
-        return (
-            m.id, "tool_result", r.content, m.created_at, m.run_id, m.step, r.call_id,
-            m.tool_name, r.status.value, None if extra is None else dumps(extra),
+            message.id,
+            "assistant",
+            message.text,
+            message.created_at,
+            message.run_id,
+            message.step,
+            None,
+            message.model,
+            None,
+            None if extra is None else dumps(extra),
             SCHEMA_VERSION,
-        )  # fmt: skip
+        )
+    if isinstance(message, ToolResultMessage):
+        result = message.result
+        extra = tool_result_extra(message)
+        return (
+            message.id,
+            "tool_result",
+            result.content,
+            message.created_at,
+            message.run_id,
+            message.step,
+            result.call_id,
+            message.tool_name,
+            result.status.value,
+            None if extra is None else dumps(extra),
+            SCHEMA_VERSION,
+        )
     return (
-        m.id, "user", m.text, m.created_at, m.run_id, None, None, None, None, None,
+        message.id,
+        "user",
+        message.text,
+        message.created_at,
+        message.run_id,
+        None,
+        None,
+        None,
+        None,
+        None,
         SCHEMA_VERSION,
-    )  # fmt: skip
+    )
 
 
-# --- builders -------------------------------------------------------------------------------
+# --- builders -----------------------------------------------------------------------------
 
 _new = object.__new__
 
@@ -175,9 +213,20 @@ def _setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], No
 _USER = _setters(UserMessage, ("id", "text", "created_at", "run_id", "kind"))
 _ASSISTANT = _setters(
     AssistantMessage,
-    ("id", "text", "created_at", "tool_calls", "run_id", "step", "model", "usage",
-     "vendor_state", "output", "kind"),
-)  # fmt: skip
+    (
+        "id",
+        "text",
+        "created_at",
+        "tool_calls",
+        "run_id",
+        "step",
+        "model",
+        "usage",
+        "vendor_state",
+        "output",
+        "kind",
+    ),
+)
 _TOOL_MSG = _setters(
     ToolResultMessage, ("id", "tool_name", "result", "created_at", "run_id", "step", "kind")
 )
@@ -214,13 +263,13 @@ if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STOR
     _s_seq, _s_msg = _STORED
 
     def _user(id: str, text: str, at: float, run_id: str | None) -> UserMessage:
-        o = _new(UserMessage)
-        _u_id(o, id)
-        _u_text(o, text)
-        _u_at(o, at)
-        _u_run(o, run_id)
-        _u_kind(o, "user")
-        return o
+        made = _new(UserMessage)
+        _u_id(made, id)
+        _u_text(made, text)
+        _u_at(made, at)
+        _u_run(made, run_id)
+        _u_kind(made, "user")
+        return made
 
     def _assistant(
         id: str,
@@ -234,64 +283,64 @@ if _USER and _ASSISTANT and _TOOL_MSG and _RESULT and _CALL and _USAGE and _STOR
         vendor_state: VendorState | None,
         output: Any = None,
     ) -> AssistantMessage:
-        o = _new(AssistantMessage)
-        _a_id(o, id)
-        _a_text(o, text)
-        _a_at(o, at)
-        _a_calls(o, calls)
-        _a_run(o, run_id)
-        _a_step(o, step)
-        _a_model(o, model)
-        _a_usage(o, usage)
-        _a_vs(o, vendor_state)
-        _a_out(o, output)
-        _a_kind(o, "assistant")
-        return o
+        made = _new(AssistantMessage)
+        _a_id(made, id)
+        _a_text(made, text)
+        _a_at(made, at)
+        _a_calls(made, calls)
+        _a_run(made, run_id)
+        _a_step(made, step)
+        _a_model(made, model)
+        _a_usage(made, usage)
+        _a_vs(made, vendor_state)
+        _a_out(made, output)
+        _a_kind(made, "assistant")
+        return made
 
     def _tool_message(
         id: str, tool_name: str, result: ToolResult, at: float, run_id: str | None, step: int
     ) -> ToolResultMessage:
-        o = _new(ToolResultMessage)
-        _t_id(o, id)
-        _t_name(o, tool_name)
-        _t_result(o, result)
-        _t_at(o, at)
-        _t_run(o, run_id)
-        _t_step(o, step)
-        _t_kind(o, "tool_result")
-        return o
+        made = _new(ToolResultMessage)
+        _t_id(made, id)
+        _t_name(made, tool_name)
+        _t_result(made, result)
+        _t_at(made, at)
+        _t_run(made, run_id)
+        _t_step(made, step)
+        _t_kind(made, "tool_result")
+        return made
 
     def _result(
         call_id: str, status: ToolStatus, content: str, reason: Any, artifact: Any
     ) -> ToolResult:
-        o = _new(ToolResult)
-        _r_call(o, call_id)
-        _r_status(o, status)
-        _r_content(o, content)
-        _r_reason(o, reason)
-        _r_artifact(o, artifact)
-        return o
+        made = _new(ToolResult)
+        _r_call(made, call_id)
+        _r_status(made, status)
+        _r_content(made, content)
+        _r_reason(made, reason)
+        _r_artifact(made, artifact)
+        return made
 
     def _call(id: str, name: str, arguments_json: str) -> ToolCall:
-        o = _new(ToolCall)
-        _c_id(o, id)
-        _c_name(o, name)
-        _c_args(o, arguments_json)
-        return o
+        made = _new(ToolCall)
+        _c_id(made, id)
+        _c_name(made, name)
+        _c_args(made, arguments_json)
+        return made
 
     def _usage(input_tokens: int, output_tokens: int, cached: int, reasoning: int) -> Usage:
-        o = _new(Usage)
-        _g_in(o, input_tokens)
-        _g_out(o, output_tokens)
-        _g_cached(o, cached)
-        _g_reasoning(o, reasoning)
-        return o
+        made = _new(Usage)
+        _g_in(made, input_tokens)
+        _g_out(made, output_tokens)
+        _g_cached(made, cached)
+        _g_reasoning(made, reasoning)
+        return made
 
     def _stored(seq: int, message: Message) -> StoredMessage:
-        o = _new(StoredMessage)
-        _s_seq(o, seq)
-        _s_msg(o, message)
-        return o
+        made = _new(StoredMessage)
+        _s_seq(made, seq)
+        _s_msg(made, message)
+        return made
 
 else:  # pragma: no cover - only when the domain changed under us
 
@@ -311,9 +360,17 @@ else:  # pragma: no cover - only when the domain changed under us
         output: Any = None,
     ) -> AssistantMessage:
         return AssistantMessage(
-            id=id, text=text, created_at=at, tool_calls=calls, run_id=run_id, step=step,
-            model=model, usage=usage, vendor_state=vendor_state, output=output,
-        )  # fmt: skip
+            id=id,
+            text=text,
+            created_at=at,
+            tool_calls=calls,
+            run_id=run_id,
+            step=step,
+            model=model,
+            usage=usage,
+            vendor_state=vendor_state,
+            output=output,
+        )
 
     def _tool_message(
         id: str, tool_name: str, result: ToolResult, at: float, run_id: str | None, step: int
@@ -344,7 +401,7 @@ else:  # pragma: no cover - only when the domain changed under us
         return StoredMessage(seq, message)
 
 
-# --- the decoder ----------------------------------------------------------------------------
+# --- the decoder --------------------------------------------------------------------------
 
 _STATUS = {s.value: s for s in ToolStatus}
 _raw_decode = json.JSONDecoder().raw_decode
@@ -354,28 +411,30 @@ def _assistant_with_extra(
     mid: str, text: str, at: float, run_id: str | None, step: int, name: Any, extra: str
 ) -> AssistantMessage:
     """An assistant row whose ``extra`` JSON holds tool calls, usage or vendor state."""
-    x, end = _raw_decode(extra)
+    decoded, end = _raw_decode(extra)
     if end != len(extra):
         raise ValueError("trailing data after the extra JSON")
-    calls = x.get("tool_calls")
-    u = x.get("usage")
-    vs = x.get("vendor_state")
+    calls = decoded.get("tool_calls")
+    usage_data = decoded.get("usage")
+    vs = decoded.get("vendor_state")
     call = _call
     if not calls:
         tool_calls: tuple[ToolCall, ...] = ()
     elif len(calls) == 1:
-        c = calls[0]
-        tool_calls = (call(c[0], c[1], c[2]),)
+        first_call = calls[0]
+        tool_calls = (call(first_call[0], first_call[1], first_call[2]),)
     else:
-        tool_calls = tuple([call(c[0], c[1], c[2]) for c in calls])
+        tool_calls = tuple(
+            [call(first_call[0], first_call[1], first_call[2]) for first_call in calls]
+        )
     usage = (
         None
-        if u is None
+        if usage_data is None
         else _usage(
-            u["input_tokens"],
-            u["output_tokens"],
-            u.get("cached_input_tokens", 0),
-            u.get("reasoning_tokens", 0),
+            usage_data["input_tokens"],
+            usage_data["output_tokens"],
+            usage_data.get("cached_input_tokens", 0),
+            usage_data.get("reasoning_tokens", 0),
         )
     )
     vendor = (
@@ -383,7 +442,9 @@ def _assistant_with_extra(
         if vs is None
         else VendorState(vendor=vs["vendor"], version=vs["version"], data=vs["data"])
     )
-    return _assistant(mid, text, at, tool_calls, run_id, step, name, usage, vendor, x.get("output"))
+    return _assistant(
+        mid, text, at, tool_calls, run_id, step, name, usage, vendor, decoded.get("output")
+    )
 
 
 def decode_messages(rows: list[Any]) -> list[StoredMessage]:
@@ -392,8 +453,12 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
     out: list[StoredMessage] = []
     append = out.append
     user, assistant, tool_message, result, stored = (
-        _user, _assistant, _tool_message, _result, _stored,
-    )  # fmt: skip
+        _user,
+        _assistant,
+        _tool_message,
+        _result,
+        _stored,
+    )
     status_of, raw, artifact_of, current = _STATUS, _raw_decode, artifact_from_dict, SCHEMA_VERSION
     mid: Any = None
     msg: Message
@@ -406,16 +471,16 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
                 if extra is None:
                     res = result(call_id, status_of[status], text, None, None)
                 else:
-                    x, end = raw(extra)
+                    decoded, end = raw(extra)
                     if end != len(extra):
                         raise ValueError("trailing data after the extra JSON")
-                    a = x.get("artifact")
+                    artifact = decoded.get("artifact")
                     res = result(
                         call_id,
                         status_of[status],
                         text,
-                        x.get("reason"),
-                        None if a is None else artifact_of(a),
+                        decoded.get("reason"),
+                        None if artifact is None else artifact_of(artifact),
                     )
                 msg = tool_message(mid, name, res, at, run_id, step)
             elif kind == "assistant":
@@ -430,9 +495,9 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
             append(stored(seq, msg))
     except CorruptStoreError:
         raise
-    except (LookupError, TypeError, ValueError, AttributeError, PlaitError) as e:
+    except (LookupError, TypeError, ValueError, AttributeError, PlaitError) as error:
         raise CorruptStoreError(
-            f"stored message {mid!r} is malformed: {type(e).__name__}: {e}",
+            f"stored message {mid!r} is malformed: {type(error).__name__}: {error}",
             message_id=str(mid),
-        ) from e
+        ) from error
     return out

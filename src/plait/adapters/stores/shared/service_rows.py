@@ -20,9 +20,9 @@ __all__ = [
 ]
 
 
-def event_row(run_id: str, seq: int, e: NewRunEvent) -> tuple[Any, ...]:
-    data = json.dumps(e.data, ensure_ascii=False, separators=(",", ":"))
-    return (run_id, seq, e.type.value, e.at, data)
+def event_row(run_id: str, seq: int, event: NewRunEvent) -> tuple[Any, ...]:
+    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    return (run_id, seq, event.type.value, event.at, data)
 
 
 def event_from_row(row: Sequence[Any]) -> RunEventRecord:
@@ -31,12 +31,12 @@ def event_from_row(row: Sequence[Any]) -> RunEventRecord:
         return RunEventRecord(
             run_id=run_id, seq=int(seq), type=EventType(type_), at=float(at), data=json.loads(data)
         )
-    except ValueError as e:
-        raise CorruptStoreError(f"event {seq} of run {run_id!r} is malformed: {e}") from e
+    except ValueError as error:
+        raise CorruptStoreError(f"event {seq} of run {run_id!r} is malformed: {error}") from error
 
 
-def key_row(k: ApiKey) -> tuple[Any, ...]:
-    return (k.id, k.principal, k.role.value, k.key_hash, k.created_at)
+def key_row(key: ApiKey) -> tuple[Any, ...]:
+    return (key.id, key.principal, key.role.value, key.key_hash, key.created_at)
 
 
 def key_from_row(row: Sequence[Any]) -> ApiKey:

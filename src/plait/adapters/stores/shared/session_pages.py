@@ -17,11 +17,7 @@ from collections.abc import Iterator, Sequence
 from plait.adapters.stores.shared.state import session_not_found
 from plait.domain.session import Session
 
-__all__ = ["OWNER_INDEX_PG", "OWNER_INDEX_SQLITE", "OwnerIndex", "page", "session_page_sql"]
-
-OWNER_INDEX_SQLITE = "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, created_at)"
-"""SQLite appends the rowid to every index entry: (owner, created_at, rowid) in order."""
-OWNER_INDEX_PG = "CREATE INDEX sessions_by_owner ON sessions (owner, created_at, ord)"
+__all__ = ["OwnerIndex", "page", "session_page_sql"]
 
 
 def session_page_sql(

@@ -64,7 +64,7 @@ STATE_ORDER = {
     ExecutionState.SETTLED: 3,
 }
 
-# --- errors ---------------------------------------------------------------------------------
+# --- errors -------------------------------------------------------------------------------
 
 
 def closed_error(store: str) -> ConfigError:
@@ -176,7 +176,7 @@ def artifact_not_found(artifact_id: str) -> ArtifactNotFoundError:
     return ArtifactNotFoundError(f"artifact {artifact_id!r} not found", artifact_id=artifact_id)
 
 
-# --- rules ----------------------------------------------------------------------------------
+# --- rules --------------------------------------------------------------------------------
 
 
 def check_new_session(session: Session) -> None:
@@ -225,26 +225,26 @@ def validate_commit(commit: Commit, *, start: bool) -> None:
         )
     if len(commit.messages) > 1:
         seen: set[str] = set()
-        for m in commit.messages:
-            if m.id in seen:
-                raise duplicate_message(sid, m.id)
-            seen.add(m.id)
+        for message in commit.messages:
+            if message.id in seen:
+                raise duplicate_message(sid, message.id)
+            seen.add(message.id)
     if commit.executions:
         keys: set[tuple[str, str]] = set()
-        for e in commit.executions:
-            if e.session_id != sid:
+        for record in commit.executions:
+            if record.session_id != sid:
                 raise ConfigError(
-                    f"execution record {e.call_id!r} belongs to session {e.session_id!r}, "
-                    f"not {sid!r}",
+                    f"execution record {record.call_id!r} belongs to session "
+                    f"{record.session_id!r}, not {sid!r}",
                     session_id=sid,
-                    call_id=e.call_id,
+                    call_id=record.call_id,
                 )
-            key = (e.run_id, e.call_id)
+            key = (record.run_id, record.call_id)
             if key in keys:
                 raise ConfigError(
-                    f"execution record {e.call_id!r} appears twice in one commit",
+                    f"execution record {record.call_id!r} appears twice in one commit",
                     session_id=sid,
-                    call_id=e.call_id,
+                    call_id=record.call_id,
                 )
             keys.add(key)
 
@@ -323,16 +323,18 @@ def artifact_ref_of_file(path: str, media_type: str) -> ArtifactRef:
     """:func:`artifact_ref` of a file's bytes, hashed in chunks (never read whole)."""
     if not isinstance(media_type, str) or not media_type:
         raise ConfigError("artifact media_type must be a non-empty string")
-    h = hashlib.sha256()
+    hasher = hashlib.sha256()
     size = 0
     try:
-        with open(path, "rb") as f:
-            while chunk := f.read(ARTIFACT_CHUNK):
-                h.update(chunk)
+        with open(path, "rb") as file:
+            while chunk := file.read(ARTIFACT_CHUNK):
+                hasher.update(chunk)
                 size += len(chunk)
-    except OSError as e:
-        raise ConfigError(f"cannot read spooled tool output {path!r}: {e}", path=path) from e
-    digest = h.hexdigest()
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read spooled tool output {path!r}: {error}", path=path
+        ) from error
+    digest = hasher.hexdigest()
     key = hashlib.sha256(f"{media_type}\n{digest}".encode()).hexdigest()
     return ArtifactRef(id=f"art_{key[:32]}", sha256=digest, size=size, media_type=media_type)
 
@@ -385,7 +387,7 @@ def _lost(run: Run, owner: str) -> LeaseLostError:
     )
 
 
-# --- the shared in-memory model of one session ----------------------------------------------
+# --- the shared in-memory model of one session --------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,11 +500,11 @@ class SessionState:
 
     def _stage_messages(self, messages: tuple[Message, ...]) -> tuple[StoredMessage, ...]:
         ids = self.message_ids
-        for m in messages:
-            if m.id in ids:
-                raise duplicate_message(self.session.id, m.id)
+        for message in messages:
+            if message.id in ids:
+                raise duplicate_message(self.session.id, message.id)
         base = self.session.version + 1
-        return tuple(StoredMessage(base + i, m) for i, m in enumerate(messages))
+        return tuple(StoredMessage(base + i, message) for i, message in enumerate(messages))
 
     def _stage_executions(
         self, records: tuple[ExecutionRecord, ...], run: Run | None

@@ -64,13 +64,13 @@ def new_constraints(
     existing: Iterable[Constraint], candidates: Sequence[Constraint]
 ) -> list[Constraint]:
     """``candidates`` not stored yet (same text from the same message), in order."""
-    seen = {(c.source_message_id, c.text) for c in existing}
+    seen = {(candidate.source_message_id, candidate.text) for candidate in existing}
     out = []
-    for c in candidates:
-        key = (c.source_message_id, c.text)
+    for candidate in candidates:
+        key = (candidate.source_message_id, candidate.text)
         if key not in seen:
             seen.add(key)
-            out.append(c)
+            out.append(candidate)
     return out
 
 

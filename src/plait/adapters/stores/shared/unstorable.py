@@ -10,12 +10,12 @@ from plait.domain.errors import ValidationError
 __all__ = ["unstorable"]
 
 
-def unstorable(e: Exception, where: str) -> ValidationError:
-    if isinstance(e, UnicodeEncodeError):
+def unstorable(error: Exception, where: str) -> ValidationError:
+    if isinstance(error, UnicodeEncodeError):
         detail = (
-            f"it holds a lone surrogate \\u{ord(e.object[e.start]):04x}, which is not a "
+            f"it holds a lone surrogate \\u{ord(error.object[error.start]):04x}, which is not a "
             "Unicode character"
         )
     else:
-        detail = str(e).strip() or type(e).__name__
+        detail = str(error).strip() or type(error).__name__
     return ValidationError(f"{where}: a value cannot be stored: {detail}", store=where)

@@ -10,6 +10,7 @@ from plait.domain.errors import CorruptStoreError, WebhookNotFoundError
 from plait.domain.runs import RunStatus
 from plait.domain.webhooks import (
     Delivery,
+    DeliveryAttempt,
     DeliveryJob,
     DeliveryStatus,
     Endpoint,
@@ -52,19 +53,19 @@ def not_found(endpoint_id: str) -> WebhookNotFoundError:
     return WebhookNotFoundError(f"no webhook {endpoint_id!r}", webhook_id=endpoint_id)
 
 
-def endpoint_row(e: Endpoint) -> tuple[Any, ...]:
+def endpoint_row(endpoint: Endpoint) -> tuple[Any, ...]:
     """``events`` as ``,a,b,``: a trigger matches an event type with one ``LIKE``/instr."""
-    events = "," + ",".join(e.events) + ","
+    events = "," + ",".join(endpoint.events) + ","
     return (
-        e.id,
-        e.url,
+        endpoint.id,
+        endpoint.url,
         events,
-        e.secret,
-        e.principal,
-        e.status.value,
-        e.failures,
-        e.paused_reason,
-        e.created_at,
+        endpoint.secret,
+        endpoint.principal,
+        endpoint.status.value,
+        endpoint.failures,
+        endpoint.paused_reason,
+        endpoint.created_at,
     )
 
 
@@ -126,7 +127,7 @@ def paused_reason(pause_after: int, error: str | None) -> str:
     return f"paused after {pause_after} consecutive failed attempts (last: {error})"
 
 
-# --- SQL both stores run (``?`` placeholders; PostgreSQL's module swaps in ``%s``) -------
+# --- SQL both stores run (``?`` placeholders; PostgreSQL's module swaps in ``%s``) --------
 
 UPSERT = (
     f"INSERT INTO webhook_endpoints ({ENDPOINT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -187,39 +188,31 @@ def deliveries_query(
     return sql, (*args, limit)
 
 
-def finish_statements(
-    endpoint_id: str,
-    event_id: str,
-    *,
-    now: float,
-    ok: bool,
-    status_code: int | None,
-    error: str | None,
-    retry_at: float | None,
-    pause_after: int,
-) -> list[tuple[str, tuple[Any, ...]]]:
+def finish_statements(attempt: DeliveryAttempt) -> list[tuple[str, tuple[Any, ...]]]:
     """Record an attempt. A delivery no longer pending (another worker delivered it
     after this one's lease expired) is left as it is."""
-    key = (endpoint_id, event_id)
-    if ok:
+    endpoint_id, status_code, error = attempt.endpoint_id, attempt.status_code, attempt.error
+    pause_after = attempt.pause_after
+    key = (endpoint_id, attempt.event_id)
+    if attempt.ok:
         return [
             (
                 "UPDATE webhook_deliveries SET status = 'delivered', delivered_at = ?, "
                 "lease_owner = NULL, lease_expires_at = NULL, last_error = NULL, "
                 "last_status_code = ? WHERE endpoint_id = ? AND event_id = ? "
                 "AND status = 'pending'",
-                (now, status_code, *key),
+                (attempt.at, status_code, *key),
             ),
             ("UPDATE webhook_endpoints SET failures = 0 WHERE id = ?", (endpoint_id,)),
         ]
-    status = DeliveryStatus.FAILED if retry_at is None else DeliveryStatus.PENDING
+    status = DeliveryStatus.FAILED if attempt.retry_at is None else DeliveryStatus.PENDING
     return [
         (
             "UPDATE webhook_deliveries SET status = ?, next_attempt_at = coalesce(?, "
             "next_attempt_at), lease_owner = NULL, lease_expires_at = NULL, last_error = ?, "
             "last_status_code = ? WHERE endpoint_id = ? AND event_id = ? "
             "AND status = 'pending'",
-            (status.value, retry_at, error, status_code, *key),
+            (status.value, attempt.retry_at, error, status_code, *key),
         ),
         (
             "UPDATE webhook_endpoints SET failures = failures + 1, "

@@ -16,10 +16,16 @@ from plait.adapters.stores.shared.approvals import (
     plan_decision,
     plan_request,
 )
-from plait.adapters.stores.shared.inbox_pages import APPROVALS_PENDING_SQLITE, pending_approvals_sql
+from plait.adapters.stores.shared.inbox_pages import pending_approvals_sql
 from plait.domain.governance import Approval, ApprovalUse
 
 __all__ = ["consume", "decide", "get", "listing", "pending", "request"]
+
+APPROVALS_PENDING_SQLITE = (
+    "CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (requested_at) "
+    "WHERE status = 'pending'"
+)
+"""SQLite appends the rowid to every index entry: (requested_at, rowid) in order."""
 
 _DDL = (
     """CREATE TABLE IF NOT EXISTS approvals (
@@ -49,19 +55,27 @@ def _decode(data: str) -> Approval:
     return approval_from_dict(json.loads(data))
 
 
-def _put(conn: sqlite3.Connection, a: Approval, *, insert: bool) -> None:
-    row = (a.id, a.session_id, a.run_id, a.call_id, a.status.value, a.requested_at)
-    data = json.dumps(approval_to_dict(a), ensure_ascii=False, separators=(",", ":"))
+def _put(conn: sqlite3.Connection, approval: Approval, *, insert: bool) -> None:
+    row = (
+        approval.id,
+        approval.session_id,
+        approval.run_id,
+        approval.call_id,
+        approval.status.value,
+        approval.requested_at,
+    )
+    data = json.dumps(approval_to_dict(approval), ensure_ascii=False, separators=(",", ":"))
     if insert:
         try:
             conn.execute(
                 f"INSERT INTO approvals ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, data)
             )
         except sqlite3.IntegrityError:
-            raise duplicate_approval(a.id) from None
+            raise duplicate_approval(approval.id) from None
     else:
         conn.execute(
-            "UPDATE approvals SET status = ?, data = ? WHERE id = ?", (a.status.value, data, a.id)
+            "UPDATE approvals SET status = ?, data = ? WHERE id = ?",
+            (approval.status.value, data, approval.id),
         )
 
 

@@ -23,7 +23,7 @@ from plait.adapters.stores.shared.state import (
     session_not_found,
     version_conflict,
 )
-from plait.adapters.stores.sqlite import segments as _segments
+from plait.adapters.stores.sqlite import segments
 from plait.adapters.stores.sqlite.conn import RUN_COLS, VERSION_OF
 from plait.application.ports import Commit, CommitResult
 from plait.domain.messages import Message
@@ -149,10 +149,10 @@ def _put_executions(conn: sqlite3.Connection, c: Commit, run: Run | None) -> Non
 def _put_messages(
     conn: sqlite3.Connection, sid: str, expected: int, messages: tuple[Message, ...]
 ) -> None:
-    parts = _segments.segments(conn, sid)
+    parts = segments.segments(conn, sid)
     if len(parts) > 1:  # a branch: ids are unique across the prefix it refers to as well
         for m in messages:
-            if _segments.ancestor_seq_of(conn, sid, m.id, parts) is not None:
+            if segments.ancestor_seq_of(conn, sid, m.id, parts) is not None:
                 raise duplicate_message(sid, m.id)
     members = []
     for seq, m in enumerate(messages, expected + 1):

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from plait.adapters.stores.shared.health import CommitHealth
-from plait.adapters.stores.shared.inbox_pages import RUNS_WAITING_SQLITE
+from plait.adapters.stores.shared.inbox_pages import WAITING
 from plait.adapters.stores.shared.offload import IoThread
-from plait.adapters.stores.shared.session_pages import OWNER_INDEX_SQLITE
 from plait.adapters.stores.shared.state import closed_error
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.adapters.stores.sqlite.segments import DDL as SEGMENTS_DDL
@@ -40,10 +39,18 @@ from plait.domain.runs import RunStatus
 
 __all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
 
+OWNER_INDEX_SQLITE = "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, created_at)"
+"""SQLite appends the rowid to every index entry: (owner, created_at, rowid) in order."""
+RUNS_WAITING_SQLITE = (
+    "CREATE INDEX IF NOT EXISTS runs_waiting ON runs (status, started_at) "
+    f"WHERE status IN ({WAITING})"
+)
+"""Only runs that wait for a person are in it, in page order (rowid appended)."""
+
 SCHEMA_VERSION = 3
 """Version of the table layout, kept in ``meta``. Row shapes carry their own version.
 2: ``runs.lease_token`` (fencing); 3: ``session_segments`` (forks that do not copy, see
-:mod:`._sqlite_segments`; branches made before hold copied rows and stay readable). An
+:mod:`.segments`; branches made before hold copied rows and stay readable). An
 older store is upgraded when it is opened."""
 
 T = TypeVar("T")
@@ -136,8 +143,8 @@ class SqliteConnection:
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise self.translate(e) from e
+        except sqlite3.Error as error:
+            raise self.translate(error) from error
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
             # Read before anything writes: a file that is not a database, or a newer
@@ -163,10 +170,10 @@ class SqliteConnection:
                 conn.execute(OWNER_INDEX_SQLITE)
                 conn.execute(RUNS_WAITING_SQLITE)
                 self._upgrade(conn)
-        except BaseException as e:
+        except BaseException as error:
             conn.close()
-            if isinstance(e, sqlite3.Error):
-                raise self.translate(e) from e
+            if isinstance(error, sqlite3.Error):
+                raise self.translate(error) from error
             raise
         return conn
 
@@ -231,29 +238,31 @@ class SqliteConnection:
             raise
         self._check_schema(conn)
 
-    def translate(self, e: sqlite3.Error) -> PlaitError:
-        name = getattr(e, "sqlite_errorname", "")
+    def translate(self, error: sqlite3.Error) -> PlaitError:
+        name = getattr(error, "sqlite_errorname", "")
         where = str(self._path)
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e):
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(error):
             return ConflictError(
                 f"{where}: another writer held the database for more than "
-                f"{self._busy_timeout_s:g} s ({e}); retry the operation",
+                f"{self._busy_timeout_s:g} s ({error}); retry the operation",
                 path=where,
                 busy_timeout_s=self._busy_timeout_s,
             )
         if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-            return CorruptStoreError(f"{where} is not a valid plait SQLite store: {e}", path=where)
-        if isinstance(e, sqlite3.ProgrammingError) and "closed" in str(e):
+            return CorruptStoreError(
+                f"{where} is not a valid plait SQLite store: {error}", path=where
+            )
+        if isinstance(error, sqlite3.ProgrammingError) and "closed" in str(error):
             return closed_error("sqlite")
-        if isinstance(e, sqlite3.IntegrityError):
-            return ConflictError(f"{where}: {e}", path=where)
+        if isinstance(error, sqlite3.IntegrityError):
+            return ConflictError(f"{where}: {error}", path=where)
         if name.startswith(_UNAVAILABLE):
             return StoreUnavailableError(
-                f"{where}: the store cannot write for now ({e}); retry later",
+                f"{where}: the store cannot write for now ({error}); retry later",
                 path=where,
                 sqlite_error=name,
             )
-        return StoreError(f"{where}: sqlite error: {e}", path=where, sqlite_error=name)
+        return StoreError(f"{where}: sqlite error: {error}", path=where, sqlite_error=name)
 
     def submit(
         self,
@@ -319,13 +328,13 @@ class SqliteConnection:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
                     raise
-            except sqlite3.Error as e:
-                error = self.translate(e)
+            except sqlite3.Error as cause:
+                error = self.translate(cause)
                 if isinstance(error, StoreUnavailableError):
                     self.health.failed(error)
-                raise error from e
-            except UnicodeEncodeError as e:
-                raise unstorable(e, str(self._path)) from e
+                raise error from cause
+            except UnicodeEncodeError as error:
+                raise unstorable(error, str(self._path)) from error
             if conn.total_changes != changes:  # a commit that wrote: the disk took it
                 self.health.succeeded()
             return result
@@ -337,10 +346,10 @@ class SqliteConnection:
                 raise closed_error("sqlite")
             try:
                 return op(conn)
-            except sqlite3.Error as e:
-                raise self.translate(e) from e
-            except UnicodeEncodeError as e:
-                raise unstorable(e, str(self._path)) from e
+            except sqlite3.Error as error:
+                raise self.translate(error) from error
+            except UnicodeEncodeError as error:
+                raise unstorable(error, str(self._path)) from error
 
     def _close(self) -> None:
         with self._lock:
@@ -348,5 +357,5 @@ class SqliteConnection:
             if conn is not None:
                 try:
                     conn.close()
-                except sqlite3.Error as e:
-                    raise self.translate(e) from e
+                except sqlite3.Error as error:
+                    raise self.translate(error) from error

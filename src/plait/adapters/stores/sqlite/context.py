@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from plait.adapters.stores.sqlite import summaries as _summaries
+from plait.adapters.stores.sqlite import summaries
 from plait.domain.summary import Constraint, Summary
 
 __all__ = ["ContextCache", "data_version", "read_context"]
@@ -38,8 +38,8 @@ def read_context(
     connection's data version with them."""
     conn.execute("BEGIN")
     try:
-        summary = _summaries.get_active(conn, session_id)
-        constraints = _summaries.list_constraints(conn, session_id)
+        summary = summaries.get_active(conn, session_id)
+        constraints = summaries.list_constraints(conn, session_id)
         return summary, constraints, data_version(conn)
     finally:
         conn.execute("COMMIT")
@@ -61,10 +61,10 @@ class ContextCache:
 
     def get(self, session_id: str) -> tuple[Summary | None, list[Constraint]] | None:
         """The cached read, if no other connection committed since it was made."""
-        e = self._entries.get(session_id)
-        if e is None or e.version != self.version:
+        entry = self._entries.get(session_id)
+        if entry is None or entry.version != self.version:
             return None
-        return e.summary, list(e.constraints)
+        return entry.summary, list(entry.constraints)
 
     def put(
         self, session_id: str, summary: Summary | None, constraints: list[Constraint], version: int

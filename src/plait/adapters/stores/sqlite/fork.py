@@ -1,5 +1,5 @@
 """Forks on SQLite: the branch refers to its source's prefix by segments (see
-:mod:`._sqlite_segments`): no membership row and no body is copied, so a fork costs the
+:mod:`.segments`): no membership row and no body is copied, so a fork costs the
 same at any prefix length. The session row, the segments and the request record are
 written in the caller's one ``BEGIN IMMEDIATE`` transaction.
 
@@ -51,19 +51,19 @@ def message_seq(conn: sqlite3.Connection, session_id: str, message_id: str) -> i
 def get_record(conn: sqlite3.Connection, session_id: str) -> ForkRecord | None:
     try:
         row = conn.execute(_GET_RECORD, (session_id,)).fetchone()
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
             return None  # no fork was ever made in this store
         raise
     if row is None:
         return None
     try:
         return record_from_dict(json.loads(row[0]))
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as error:
         raise CorruptStoreError(
-            f"the fork record of session {session_id!r} cannot be read: {e}",
+            f"the fork record of session {session_id!r} cannot be read: {error}",
             session_id=session_id,
-        ) from e
+        ) from error
 
 
 def fork(conn: sqlite3.Connection, commit: ForkCommit) -> ForkRecord:

@@ -21,8 +21,7 @@ from plait.adapters.stores.shared.retention import (
 )
 from plait.adapters.stores.shared.rows import message_row
 from plait.adapters.stores.shared.state import session_not_found
-from plait.adapters.stores.sqlite import segments as _sqlite_segments
-from plait.adapters.stores.sqlite import tokens as _sqlite_tokens
+from plait.adapters.stores.sqlite import segments, tokens
 from plait.domain.messages import Message
 from plait.domain.recall import search_text
 from plait.domain.retention import Expiry, Tombstone, expiry_to_dict
@@ -52,19 +51,19 @@ def _keys(
         raise session_not_found(session_id)
     conn.execute(_DDL)
     keys: list[tuple[int, Message]] = []
-    parts = _sqlite_segments.segments(conn, session_id)
-    for m in messages:
-        found = _sqlite_segments.member(conn, session_id, m.id, parts)
+    parts = segments.segments(conn, session_id)
+    for message in messages:
+        found = segments.member(conn, session_id, message.id, parts)
         if found is None:
-            raise not_held(session_id, m.id)  # the transaction rolls back
-        keys.append((found[1], m))
+            raise not_held(session_id, message.id)  # the transaction rolls back
+        keys.append((found[1], message))
     return keys
 
 
 def _put_body(conn: sqlite3.Connection, pk: int, body: Message, indexed: bool) -> None:
     row = message_row(body)
     conn.execute(_REPLACE, (row[2], row[9], pk))
-    _sqlite_tokens.forget(conn, pk)  # counted from the body it replaces
+    tokens.forget(conn, pk)  # counted from the body it replaces
     if indexed:  # the recall index holds the body's text too
         conn.execute(_FTS_FORGET, (search_text(body), pk))
 
@@ -106,11 +105,11 @@ def expiries(conn: sqlite3.Connection, session_id: str) -> dict[str, Expiry]:
     try:
         rows = [
             row
-            for part in _sqlite_segments.ranges(conn, session_id)
+            for part in segments.ranges(conn, session_id)
             for row in conn.execute(_READ, part).fetchall()
         ]
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
             return {}  # nothing was ever expired in this store
         raise
     where = f"session {session_id!r}"

@@ -1,7 +1,7 @@
 """The embedded default store: one SQLite file in WAL mode with ``synchronous=FULL``.
 
 Every port write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction (durable when the
-call returns; see :mod:`._sqlite_conn`, and :mod:`._sqlite_commit` for a commit's checks);
+call returns; see :mod:`.conn`, and :mod:`.commit` for a commit's checks);
 reads run without an explicit transaction. Every call runs on the store's own I/O thread,
 never on the event loop thread, whoever uses the store (CLI, ``plait serve``, a library
 caller): one slow fsync never stalls the other sessions or the lease heartbeats of the
@@ -16,7 +16,7 @@ lost race into :class:`~plait.domain.errors.ConflictError`, never an interleavin
 ``sqlite3`` exception is translated at this edge (locked → ConflictError, corrupt or not a
 database → CorruptStoreError naming the file, disk full or an I/O error →
 StoreUnavailableError, anything else → StoreError).
-The table layout is in :mod:`._sqlite_conn`.
+The table layout is in :mod:`.conn`.
 
 Messages live in columns, not JSON blobs, because loading history is the hot read path:
 ``extra`` holds compact JSON only for the sparse parts (tool calls, usage, vendor state,
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.stores.shared import codec as _codec
+from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
 from plait.adapters.stores.shared.long_lived import long_lived
 from plait.adapters.stores.shared.rows import (
@@ -56,15 +56,17 @@ from plait.adapters.stores.shared.state import (
     session_not_found,
     validate_commit,
 )
-from plait.adapters.stores.sqlite import approvals as _approvals_sqlite
+from plait.adapters.stores.sqlite import (
+    approvals,
+    fork,
+    retention,
+    segments,
+    service,
+    summaries,
+    tokens,
+    webhooks,
+)
 from plait.adapters.stores.sqlite import commit as _sqlite_commit
-from plait.adapters.stores.sqlite import fork as _sqlite_fork
-from plait.adapters.stores.sqlite import retention as _sqlite_retention
-from plait.adapters.stores.sqlite import segments as _segments
-from plait.adapters.stores.sqlite import service as _service
-from plait.adapters.stores.sqlite import summaries as _summaries
-from plait.adapters.stores.sqlite import tokens as _sqlite_tokens
-from plait.adapters.stores.sqlite import webhooks as _webhooks
 from plait.adapters.stores.sqlite.conn import (
     LIVE,
     RUN_COLS,
@@ -73,7 +75,7 @@ from plait.adapters.stores.sqlite.conn import (
     SqliteConnection,
 )
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
-from plait.application.ports import Commit, CommitResult, ForkCommit
+from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
 from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
@@ -84,7 +86,7 @@ from plait.domain.runs import Run, RunStatus
 from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
-from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -146,12 +148,15 @@ _PUT_ARTIFACT_SIZED = (
 _GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = ?"
 
 
-# --- the store ------------------------------------------------------------------------------
+# --- the store ----------------------------------------------------------------------------
 
 
 class SqliteStore:
     """:class:`~plait.application.ports.SessionStore` and
-    :class:`~plait.application.ports.ArtifactStore` on one SQLite file."""
+    :class:`~plait.application.ports.ArtifactStore` on one SQLite file; what else it
+    keeps is in :attr:`capabilities`."""
+
+    capabilities = StoreCapabilities.all_but("starting_queue")
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
         self._path = Path(path)
@@ -164,8 +169,10 @@ class SqliteStore:
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"cannot create the directory of {path}: {e}", path=str(path)) from e
+        except OSError as error:
+            raise StoreError(
+                f"cannot create the directory of {path}: {error}", path=str(path)
+            ) from error
         return cls(path, busy_timeout_s=busy_timeout_s)
 
     io_off_loop = True
@@ -220,7 +227,7 @@ class SqliteStore:
         def op(conn: sqlite3.Connection) -> list[StoredMessage]:
             with long_lived():  # a few objects per message, all kept
                 rows: list[Any] = []
-                for owner, lo, hi in _segments.ranges(conn, session_id, after):
+                for owner, lo, hi in segments.ranges(conn, session_id, after):
                     want = -1 if lim < 0 else lim - len(rows)
                     if want == 0:
                         break
@@ -255,42 +262,38 @@ class SqliteStore:
         self._contexts.version = data_version(conn)
         return result
 
-    # --- retention (see _sqlite_retention) ------------------------------------------------
+    # --- retention (see retention) --------------------------------------------------------
 
     async def expire_messages(self, session_id: str, tombstones: Sequence[Tombstone]) -> list[str]:
-        return await self._db.write(
-            lambda conn: _sqlite_retention.expire(conn, session_id, tombstones)
-        )
+        return await self._db.write(lambda conn: retention.expire(conn, session_id, tombstones))
 
     async def restore_messages(self, session_id: str, messages: Sequence[Message]) -> list[str]:
-        return await self._db.write(
-            lambda conn: _sqlite_retention.restore(conn, session_id, messages)
-        )
+        return await self._db.write(lambda conn: retention.restore(conn, session_id, messages))
 
     async def expiries(self, session_id: str) -> dict[str, Expiry]:
-        return await self._db.read(lambda conn: _sqlite_retention.expiries(conn, session_id))
+        return await self._db.read(lambda conn: retention.expiries(conn, session_id))
 
-    # --- token counts (see _sqlite_tokens) ------------------------------------------------
+    # --- token counts (see tokens) --------------------------------------------------------
 
     async def read_token_counts(self, session_id: str, meter: str) -> dict[str, int]:
-        return await self._db.read(lambda conn: _sqlite_tokens.read(conn, session_id, meter))
+        return await self._db.read(lambda conn: tokens.read(conn, session_id, meter))
 
     async def save_token_counts(
         self, session_id: str, meter: str, counts: Mapping[str, int]
     ) -> None:
         if counts:
-            await self._db.write(lambda conn: _sqlite_tokens.save(conn, session_id, meter, counts))
+            await self._db.write(lambda conn: tokens.save(conn, session_id, meter, counts))
 
-    # --- forks (see _sqlite_fork) ---------------------------------------------------------
+    # --- forks (see fork) -----------------------------------------------------------------
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
-        return await self._db.read(lambda c: _sqlite_fork.message_seq(c, session_id, message_id))
+        return await self._db.read(lambda conn: fork.message_seq(conn, session_id, message_id))
 
     async def fork_session(self, commit: ForkCommit) -> ForkRecord:
-        return await self._db.write(lambda conn: _sqlite_fork.fork(conn, commit))
+        return await self._db.write(lambda conn: fork.fork(conn, commit))
 
     async def get_fork_record(self, session_id: str) -> ForkRecord | None:
-        return await self._db.read(lambda conn: _sqlite_fork.get_record(conn, session_id))
+        return await self._db.read(lambda conn: fork.get_record(conn, session_id))
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -353,7 +356,7 @@ class SqliteStore:
             return rows
 
         rows = await self._db.read(op)
-        return [_codec.execution_from_dict(json_value(r[0], "execution record")) for r in rows]
+        return [codec.execution_from_dict(json_value(r[0], "execution record")) for r in rows]
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
         def op(conn: sqlite3.Connection) -> tuple[Any, ...]:
@@ -435,31 +438,33 @@ class SqliteStore:
         return ref
 
     async def get_artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes]:
-        row = await self._db.read(lambda c: c.execute(_GET_ARTIFACT, (artifact_id,)).fetchone())
+        row = await self._db.read(
+            lambda conn: conn.execute(_GET_ARTIFACT, (artifact_id,)).fetchone()
+        )
         if row is None:
             raise artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
 
-    # --- webhooks: endpoints and the outbox (see _sqlite_webhooks) -------------------------
+    # --- webhooks: endpoints and the outbox (see webhooks.py) -----------------------------
 
     async def add_webhook(self, endpoint: Endpoint) -> None:
-        await self._db.write(lambda c: _webhooks.add(c, endpoint))
+        await self._db.write(lambda conn: webhooks.add(conn, endpoint))
 
     async def put_webhook(self, endpoint: Endpoint) -> None:
-        await self._db.write(lambda c: _webhooks.put(c, endpoint))
+        await self._db.write(lambda conn: webhooks.put(conn, endpoint))
 
     async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
-        return await self._db.read(lambda c: _webhooks.listing(c, principal))
+        return await self._db.read(lambda conn: webhooks.listing(conn, principal))
 
     async def get_webhook(self, endpoint_id: str) -> Endpoint:
-        return await self._db.read(lambda c: _webhooks.get(c, endpoint_id))
+        return await self._db.read(lambda conn: webhooks.get(conn, endpoint_id))
 
     async def remove_webhook(self, endpoint_id: str) -> None:
-        await self._db.write(lambda c: _webhooks.remove(c, endpoint_id))
+        await self._db.write(lambda conn: webhooks.remove(conn, endpoint_id))
 
     async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
-        return await self._db.write(lambda c: _webhooks.resume(c, endpoint_id, now))
+        return await self._db.write(lambda conn: webhooks.resume(conn, endpoint_id, now))
 
     async def list_deliveries(
         self,
@@ -470,50 +475,29 @@ class SqliteStore:
         limit: int = 100,
     ) -> list[Delivery]:
         return await self._db.read(
-            lambda c: _webhooks.deliveries(c, endpoint_id, status, principal, limit)
+            lambda conn: webhooks.deliveries(conn, endpoint_id, status, principal, limit)
         )
 
     async def claim_deliveries(
         self, *, owner: str, now: float, expires_at: float, limit: int
     ) -> list[DeliveryJob]:
-        return await self._db.write(lambda c: _webhooks.claim(c, owner, now, expires_at, limit))
-
-    async def finish_delivery(
-        self,
-        endpoint_id: str,
-        event_id: str,
-        *,
-        now: float,
-        ok: bool,
-        status_code: int | None,
-        error: str | None,
-        retry_at: float | None,
-        pause_after: int,
-    ) -> None:
-        await self._db.write(
-            lambda c: _webhooks.finish(
-                c,
-                endpoint_id,
-                event_id,
-                now=now,
-                ok=ok,
-                status_code=status_code,
-                error=error,
-                retry_at=retry_at,
-                pause_after=pause_after,
-            )
+        return await self._db.write(
+            lambda conn: webhooks.claim(conn, owner, now, expires_at, limit)
         )
 
-    # --- service mode: queue, events, keys (see _sqlite_service) --------------------------
+    async def finish_delivery(self, attempt: DeliveryAttempt) -> None:
+        await self._db.write(lambda conn: webhooks.finish(conn, attempt))
+
+    # --- service mode: queue, events, keys (see service.py) -------------------------------
 
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
-        claim = _service.claim_queued
-        row = await self._db.write(lambda c: claim(c, RUN_COLS, owner, now, expires_at))
+        claim = service.claim_queued
+        row = await self._db.write(lambda conn: claim(conn, RUN_COLS, owner, now, expires_at))
         return None if row is None else run_from_row(row)
 
     async def count_queued_runs(self, *, now: float) -> int:
         def count(conn: sqlite3.Connection) -> int:
-            return int(conn.execute(_service.COUNT_QUEUED, (now,)).fetchone()[0])
+            return int(conn.execute(service.COUNT_QUEUED, (now,)).fetchone()[0])
 
         return await self._db.read(count)
 
@@ -525,7 +509,7 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> list[RunEventRecord]:
             self._check_token(conn, run_id, lease_token, events=True)
-            return _service.append_events(conn, run_id, events)
+            return service.append_events(conn, run_id, events)
 
         return await self._db.write(op)
 
@@ -537,13 +521,15 @@ class SqliteStore:
     ) -> dict[str, list[RunEventRecord]]:
         out: dict[str, list[RunEventRecord]] = {run_id: [] for run_id in batch}
         todo = {run_id: events for run_id, events in batch.items() if events}
-        tokens = lease_tokens or {}
+        token_of = lease_tokens or {}
 
         def op(conn: sqlite3.Connection) -> dict[str, list[RunEventRecord]]:
-            fenced = {run_id: events for run_id, events in todo.items() if self._holds(
-                conn, run_id, tokens.get(run_id)
-            )}  # fmt: skip
-            return _service.append_batch(conn, fenced)
+            fenced = {
+                run_id: events
+                for run_id, events in todo.items()
+                if self._holds(conn, run_id, token_of.get(run_id))
+            }
+            return service.append_batch(conn, fenced)
 
         if todo:
             out.update(await self._db.write(op))
@@ -559,15 +545,15 @@ class SqliteStore:
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[RunEventRecord]:
-        return await self._db.read(lambda conn: _service.read_events(conn, run_id, after, limit))
+        return await self._db.read(lambda conn: service.read_events(conn, run_id, after, limit))
 
     async def add_api_key(self, key: ApiKey) -> None:
-        await self._db.write(lambda conn: _service.add_key(conn, key))
+        await self._db.write(lambda conn: service.add_key(conn, key))
 
     async def find_api_key(self, key_hash: str) -> ApiKey | None:
-        return await self._db.read(lambda conn: _service.find_key(conn, key_hash))
+        return await self._db.read(lambda conn: service.find_key(conn, key_hash))
 
-    # --- approvals (rules in _approvals, SQL in _approvals_sqlite) -------------------------
+    # --- approvals (rules in _approvals, SQL in approvals) --------------------------------
 
     async def request_approval(
         self, approval: Approval, *, lease_token: int | None = None
@@ -576,17 +562,17 @@ class SqliteStore:
             if conn.execute(_SESSION_EXISTS, (approval.session_id,)).fetchone() is None:
                 raise session_not_found(approval.session_id)
             self._check_token(conn, approval.run_id, lease_token)
-            return _approvals_sqlite.request(conn, approval)
+            return approvals.request(conn, approval)
 
         return await self._db.write(op)
 
     async def get_approval(self, approval_id: str) -> Approval:
-        return await self._db.read(lambda conn: _approvals_sqlite.get(conn, approval_id))
+        return await self._db.read(lambda conn: approvals.get(conn, approval_id))
 
     async def list_approvals(
         self, *, session_id: str | None = None, run_id: str | None = None
     ) -> list[Approval]:
-        return await self._db.read(lambda conn: _approvals_sqlite.listing(conn, session_id, run_id))
+        return await self._db.read(lambda conn: approvals.listing(conn, session_id, run_id))
 
     async def list_pending_approvals(
         self, *, owner: str | None = None, before: str | None = None, limit: int | None = None
@@ -595,7 +581,7 @@ class SqliteStore:
         (``None``: everyone's); ``before``: the previous page's last approval id."""
         lim = -1 if limit is None else max(limit, 0)
         return await self._db.read(
-            lambda conn: _approvals_sqlite.pending(conn, owner=owner, before=before, limit=lim)
+            lambda conn: approvals.pending(conn, owner=owner, before=before, limit=lim)
         )
 
     async def decide_approval(
@@ -609,31 +595,36 @@ class SqliteStore:
         reason: str | None = None,
     ) -> Approval:
         return await self._db.write(
-            lambda conn: _approvals_sqlite.decide(
-                conn, approval_id, approve=approve, grantor=grantor, at=at,
-                ttl_seconds=ttl_seconds, reason=reason,
+            lambda conn: approvals.decide(
+                conn,
+                approval_id,
+                approve=approve,
+                grantor=grantor,
+                at=at,
+                ttl_seconds=ttl_seconds,
+                reason=reason,
             )
-        )  # fmt: skip
+        )
 
     async def consume_approval(self, approval_id: str, use: ApprovalUse) -> Approval:
-        return await self._db.write(lambda conn: _approvals_sqlite.consume(conn, approval_id, use))
+        return await self._db.write(lambda conn: approvals.consume(conn, approval_id, use))
 
-    # --- summaries, constraints, search (see _sqlite_summaries) ----------------------------
+    # --- summaries, constraints, search (see summaries.py) --------------------------------
 
     async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
         self._contexts.forget(summary.session_id)
         try:
             await self._db.write(
-                lambda conn: _summaries.activate(conn, summary, expected_generation)
+                lambda conn: summaries.activate(conn, summary, expected_generation)
             )
         finally:
             self._contexts.forget(summary.session_id)
 
     async def get_summary(self, session_id: str) -> Summary | None:
-        return await self._db.read(lambda conn: _summaries.get_active(conn, session_id))
+        return await self._db.read(lambda conn: summaries.get_active(conn, session_id))
 
     async def list_summaries(self, session_id: str) -> list[Summary]:
-        return await self._db.read(lambda conn: _summaries.list_summaries(conn, session_id))
+        return await self._db.read(lambda conn: summaries.list_summaries(conn, session_id))
 
     async def add_constraints(
         self, session_id: str, constraints: Sequence[Constraint]
@@ -641,19 +632,21 @@ class SqliteStore:
         items = list(constraints)
         self._contexts.forget(session_id)
         try:
-            return await self._db.write(lambda c: _summaries.add_constraints(c, session_id, items))
+            return await self._db.write(
+                lambda conn: summaries.add_constraints(conn, session_id, items)
+            )
         finally:
             self._contexts.forget(session_id)
 
     async def list_constraints(self, session_id: str) -> list[Constraint]:
-        return await self._db.read(lambda conn: _summaries.list_constraints(conn, session_id))
+        return await self._db.read(lambda conn: summaries.list_constraints(conn, session_id))
 
     async def summary_and_constraints(
         self, session_id: str
     ) -> tuple[Summary | None, list[Constraint]]:
         """:meth:`get_summary` and :meth:`list_constraints` from one snapshot: what every
         step's context reads. Answered without I/O while no other connection committed
-        since this store last read them (see :mod:`._sqlite_context`)."""
+        since this store last read them (see :mod:`.context`)."""
         known = self._contexts.get(session_id)
         if known is not None:
             return known
@@ -671,9 +664,9 @@ class SqliteStore:
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
     ) -> list[StoredMessage]:
         search_terms(query)  # a bad query fails before anything is written
-        await self._db.write(_summaries.catch_up_index)
+        await self._db.write(summaries.catch_up_index)
         return await self._db.read(
-            lambda conn: _summaries.search(conn, session_id, query, through_seq, max(limit, 0))
+            lambda conn: summaries.search(conn, session_id, query, through_seq, max(limit, 0))
         )
 
     async def check_writable(self) -> None:

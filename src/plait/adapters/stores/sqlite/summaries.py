@@ -26,7 +26,7 @@ from plait.adapters.stores.shared.summary_state import (
     duplicate_summary,
     new_constraints,
 )
-from plait.adapters.stores.sqlite import segments as _sqlite_segments
+from plait.adapters.stores.sqlite import segments
 from plait.adapters.stores.sqlite.conn import VERSION_OF
 from plait.domain.recall import matches, search_terms, search_text
 from plait.domain.session import Session, StoredMessage
@@ -215,7 +215,7 @@ def search(
     fts = _fts_query(terms)
     rows: list[Any] = []
     # newest first: the segments (disjoint seq ranges) from the last one back
-    for owner, lo, hi in reversed(list(_sqlite_segments.ranges(conn, session_id, 0, upto))):
+    for owner, lo, hi in reversed(list(segments.ranges(conn, session_id, 0, upto))):
         if fts is None:
             rows += conn.execute(_SCAN, (owner, lo, hi)).fetchall()
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
-from plait.adapters.stores.sqlite import segments as _sqlite_segments
+from plait.adapters.stores.sqlite import segments
 
 __all__ = ["forget", "read", "save"]
 
@@ -30,19 +30,19 @@ _SAVE = (
 _FORGET = "DELETE FROM message_tokens WHERE message_pk = ?"
 
 
-def _missing_table(e: sqlite3.OperationalError) -> bool:
-    return "no such table" in str(e)
+def _missing_table(error: sqlite3.OperationalError) -> bool:
+    return "no such table" in str(error)
 
 
 def read(conn: sqlite3.Connection, session_id: str, meter: str) -> dict[str, int]:
     try:
         rows = [
             row
-            for part in _sqlite_segments.ranges(conn, session_id)
+            for part in segments.ranges(conn, session_id)
             for row in conn.execute(_READ, (meter, *part)).fetchall()
         ]
-    except sqlite3.OperationalError as e:
-        if _missing_table(e):
+    except sqlite3.OperationalError as error:
+        if _missing_table(error):
             return {}  # nothing was ever counted in this store
         raise
     return {str(mid): int(tokens) for mid, tokens in rows}
@@ -51,10 +51,10 @@ def read(conn: sqlite3.Connection, session_id: str, meter: str) -> dict[str, int
 def save(conn: sqlite3.Connection, session_id: str, meter: str, counts: Mapping[str, int]) -> None:
     """Run inside a write transaction."""
     conn.execute(_DDL)
-    parts = _sqlite_segments.segments(conn, session_id)
+    parts = segments.segments(conn, session_id)
     rows = []
     for message_id, tokens in counts.items():
-        found = _sqlite_segments.member(conn, session_id, message_id, parts)
+        found = segments.member(conn, session_id, message_id, parts)
         if found is not None:
             rows.append((found[1], meter, int(tokens)))
     conn.executemany(_SAVE, rows)
@@ -64,6 +64,6 @@ def forget(conn: sqlite3.Connection, message_pk: int) -> None:
     """The counts of a body rewritten in place (inside its write transaction)."""
     try:
         conn.execute(_FORGET, (message_pk,))
-    except sqlite3.OperationalError as e:
-        if not _missing_table(e):
+    except sqlite3.OperationalError as error:
+        if not _missing_table(error):
             raise

@@ -31,9 +31,8 @@ from plait.adapters.stores.shared.webhook_rows import (
     job_from_row,
     not_found,
 )
-from plait.adapters.stores.sqlite import approvals as _approvals_sqlite
-from plait.adapters.stores.sqlite import service as _service
-from plait.domain.webhooks import Delivery, DeliveryJob, DeliveryStatus, Endpoint
+from plait.adapters.stores.sqlite import approvals, service
+from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, DeliveryStatus, Endpoint
 
 __all__ = [
     "add",
@@ -150,8 +149,8 @@ def _has(conn: sqlite3.Connection) -> bool:
 
 
 def _ensure(conn: sqlite3.Connection) -> None:
-    _service._ensure(conn)  # the tables the triggers watch
-    _approvals_sqlite._ensure(conn)
+    service._ensure(conn)  # the tables the triggers watch
+    approvals._ensure(conn)
     for statement in _DDL:
         conn.execute(statement)
 
@@ -231,28 +230,7 @@ def claim(
     return [job_from_row(tuple(conn.execute(JOB, tuple(key)).fetchone())) for key in keys]
 
 
-def finish(
-    conn: sqlite3.Connection,
-    endpoint_id: str,
-    event_id: str,
-    *,
-    now: float,
-    ok: bool,
-    status_code: int | None,
-    error: str | None,
-    retry_at: float | None,
-    pause_after: int,
-) -> None:
-    """Inside a write transaction. A delivery no longer pending (another worker delivered
-    it after this one's lease expired) is left as it is."""
-    for sql, args in finish_statements(
-        endpoint_id,
-        event_id,
-        now=now,
-        ok=ok,
-        status_code=status_code,
-        error=error,
-        retry_at=retry_at,
-        pause_after=pause_after,
-    ):
+def finish(conn: sqlite3.Connection, attempt: DeliveryAttempt) -> None:
+    """Inside a write transaction (see :func:`..shared.webhook_rows.finish_statements`)."""
+    for sql, args in finish_statements(attempt):
         conn.execute(sql, args)
