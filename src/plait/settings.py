@@ -116,7 +116,8 @@ def data_dir(env: Mapping[str, str]) -> Path:
     """``$XDG_DATA_HOME/plait``, else ``~/.local/share/plait`` (outside any project, so
     out of the agent's reach)."""
     base = env.get("XDG_DATA_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    root = Path(base) if os.path.isabs(base) else home / ".local" / "share"
     return root / "plait"
 
 

@@ -14,7 +14,6 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from plait.domain.errors import ConfigError
@@ -84,10 +83,7 @@ def _runtime(settings: RootSettings, *, need_model: bool) -> Runtime:
         raise ConfigError(
             "workers need a model: set PLAIT_MODEL or pass --model (e.g. scripted:PATH)"
         )
-    return Runtime.open(
-        settings=settings if need_model else replace(settings, model=None),
-        lease_seconds=service.lease_seconds,
-    )
+    return Runtime.open(settings=settings, lease_seconds=service.lease_seconds)
 
 
 def _check_service_store(store: Any, url: str) -> None:
