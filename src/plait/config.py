@@ -51,7 +51,6 @@ Unknown keys and wrong types are errors naming the file and the key, never ignor
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +179,8 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
     """Read and merge the config files (project over user), then ``PLAIT_MODEL`` of
     ``env``. Called by :func:`plait.settings.resolve_settings`, which passes the process
     environment."""
+    import tomllib  # start-up: `plait --help` and `import plait.settings` parse no TOML
+
     model: str | None = None
     models: dict[str, ModelEntry] = {}
     sources: list[str] = []
