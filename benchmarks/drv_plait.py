@@ -208,7 +208,7 @@ def build_agent(
     store: SqliteStore, model: FakeModel, tool_bytes: int, telemetry: Any = None
 ) -> AgentService:
     fn = model.answer if isinstance(model, SlowModel) else model
-    return AgentService(
+    return AgentService.build(
         telemetry=telemetry,
         store=store,
         artifacts=store,

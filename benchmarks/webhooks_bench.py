@@ -66,7 +66,7 @@ async def _sends(service: AgentService, runs: int) -> float:
 async def main(url: str, runs: int) -> None:
     store: Any = open_store(url)
     clock, ids = SystemClock(), RandomIds()
-    service = AgentService(
+    service = AgentService.build(
         store=store,
         artifacts=store,
         model=FunctionModel(_answer, name="m"),

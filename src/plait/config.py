@@ -51,8 +51,6 @@ Unknown keys and wrong types are errors naming the file and the key, never ignor
 
 from __future__ import annotations
 
-import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,9 +123,10 @@ class Config:
         return self.models.get(name)
 
 
-def config_paths(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
-    """Files read, lowest precedence first (missing files are skipped)."""
-    env = os.environ if env is None else env
+def config_paths(cwd: Path | None, env: Mapping[str, str]) -> list[Path]:
+    """Files read, lowest precedence first (missing files are skipped); ``cwd``: the
+    project (default the working directory), ``env``: where ``XDG_CONFIG_HOME`` and
+    ``HOME`` are looked up."""
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
     return [Path(base) / "plait" / "config.toml", (cwd or Path.cwd()) / "plait.toml"]
 
@@ -176,9 +175,12 @@ def _entry(source: str, name: str, table: object, base: ModelEntry | None) -> Mo
     )
 
 
-def load_config(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Read and merge the config files (project over user), then ``PLAIT_MODEL``."""
-    env = os.environ if env is None else env
+def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
+    """Read and merge the config files (project over user), then ``PLAIT_MODEL`` of
+    ``env``. Called by :func:`plait.settings.resolve_settings`, which passes the process
+    environment."""
+    import tomllib  # start-up: `plait --help` and `import plait.settings` parse no TOML
+
     model: str | None = None
     models: dict[str, ModelEntry] = {}
     sources: list[str] = []

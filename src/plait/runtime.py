@@ -1,15 +1,18 @@
 """Composition root: the only module that picks concrete adapters.
 
 ``Runtime`` takes every port as a keyword argument (tests pass fakes); ``Runtime.open``
-builds the real ones from a store URL and a model spec.
+builds the real ones from the :class:`~plait.settings.Settings` (resolved once, from the
+defaults, the config files, the environment and its own arguments) and passes down what
+each adapter needs: nothing below reads a config file or the environment.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from plait.application.context_builder import ContextBuilder
 from plait.application.gate import AllowAll, ToolGate
@@ -21,14 +24,16 @@ from plait.application.tool_runner import ToolRunner
 from plait.application.toolset import ToolSet
 from plait.domain.errors import ConfigError
 from plait.domain.runs import Budget
+from plait.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from plait.adapters.mcp import McpManager, McpServerConfig, McpToolInfo
+    from plait.adapters.stores.postgres.feed import PgEventFeed
     from plait.adapters.tools import SandboxSettings
+    from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
     from plait.application.compaction import CompactionService
+    from plait.application.event_feed import LocalEventFeed, RunEventFeed
     from plait.application.fork import ForkService
     from plait.application.ports import (
         ApprovalStore,
@@ -45,12 +50,15 @@ if TYPE_CHECKING:
     )
     from plait.application.retention import RetentionService
     from plait.application.toolset import ToolSource
-    from plait.application.webhooks import WebhookService
+    from plait.application.webhooks import WebhookDispatcher, WebhookService
+    from plait.application.worker import EventEncoder, Worker
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
     from plait.domain.retention import RetentionSettings
     from plait.domain.subagents import SubAgent
     from plait.domain.tools import ToolSpec
+    from plait.domain.webhooks import Endpoint
+    from plait.settings import ServiceSettings
 
 __all__ = [
     "Runtime",
@@ -64,28 +72,42 @@ __all__ = [
     "governed_gate",
     "offered_tools",
     "open_model",
+    "token_meters",
+    "webhook_runtime",
 ]
 
 
 def data_dir() -> Path:
     """Where plait keeps its data by default: ``$XDG_DATA_HOME/plait``, else
     ``~/.local/share/plait`` (outside any project, so out of the agent's reach)."""
-    base = os.environ.get("XDG_DATA_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
-    return root / "plait"
+    return resolve_settings().data_dir
 
 
 def default_db_url() -> str:
     """``PLAIT_DB`` if set, else ``plait.db`` in :func:`data_dir`."""
-    return os.environ.get("PLAIT_DB") or f"sqlite:///{data_dir() / 'plait.db'}"
+    return resolve_settings().db
 
 
-def open_model(spec: str, *, tools: Sequence[ToolSpec] = ()) -> ModelClient:
+def open_model(
+    spec: str, *, tools: Sequence[ToolSpec] = (), settings: Settings | None = None
+) -> ModelClient:
     """A model client for ``spec`` (``openai:gpt-4o``, ``scripted:demo.yaml``, a name from
-    plait.toml, ...; see :mod:`plait.adapters.models`). Imports no provider SDK."""
+    plait.toml, ...; see :mod:`plait.adapters.models`), with the config and keys of
+    ``settings`` (default: resolved now). Imports no provider SDK."""
     from plait.adapters.models import open_model as open_spec
 
-    return open_spec(spec, tools=tools)
+    chosen = settings or resolve_settings()
+    return open_spec(spec, tools=tools, config=chosen.config, env=chosen.environ)
+
+
+def token_meters(settings: Settings) -> Callable[[ModelClient], TokenMeter]:
+    """The token meter of each model client, as plait.toml declares it."""
+    from plait.adapters.tokens import meter_for
+
+    def meter(client: ModelClient) -> TokenMeter:
+        return meter_for(client, settings.config)
+
+    return meter
 
 
 def _compaction(
@@ -95,6 +117,7 @@ def _compaction(
     ids: IdGenerator,
     settings: CompactionSettings | None,
     meter_for: Callable[[ModelClient], TokenMeter] | None,
+    opener: ModelOpener,
 ) -> CompactionService | None:
     from plait.application.compaction import CompactionService, ModelProfiles
     from plait.application.compaction.estimate import EstimateMeter
@@ -108,7 +131,7 @@ def _compaction(
     summarizer = model  # the RFC's default: the run's model (see summarizer_for)
     spec = settings.summarizer_model if settings is not None and model is not None else None
     if spec:
-        summarizer = open_model(spec)
+        summarizer = opener(spec, ())
     clients = [c for c in (model, summarizer) if c is not None]
     profiles = ModelProfiles.of_clients(clients, meter_for or estimate)
     return CompactionService(
@@ -139,28 +162,69 @@ def _with_recall(
     return [*tools, recall_tool(store)]
 
 
-def _stages(
-    tools: Sequence[Tool],
+ModelOpener: TypeAlias = "Callable[[str, Sequence[ToolSpec]], ModelClient]"
+"""Opens a model spec for the given tools (the settings' config and keys bound in)."""
+
+
+def _opener(settings: Settings | None) -> ModelOpener:
+    """Model specs opened with ``settings`` (resolved at the first spec opened when the
+    runtime was built without them, e.g. from fakes in tests)."""
+
+    def opener(spec: str, tools: Sequence[ToolSpec]) -> ModelClient:
+        return open_model(spec, tools=tools, settings=settings)
+
+    return opener
+
+
+def _service(
+    *,
+    tools: Sequence[Tool] | ToolSet,
+    specs: Sequence[Tool],
     instructions: str,
     model: ModelClient | None,
-    clock: Clock,
+    store: SessionStore,
     artifacts: ArtifactStore,
+    clock: Clock,
+    ids: IdGenerator,
+    budget: Budget | None,
+    owner: str | None,
+    lease_seconds: float,
     meter: TokenMeter | None,
     retry: RetryPolicy | None,
     on_overflow: OverflowHook | None,
-) -> dict[str, Any]:
-    """The loop's stages other than the gate (DESIGN §1), and the recovery sweeper of
-    interrupted writes, as AgentService keywords."""
-    return {
-        "context": ContextBuilder(
-            instructions=instructions, tools=tuple(t.spec for t in tools), meter=meter
-        ),
-        "caller": ModelCaller(
+    gate: ToolGate | None,
+    compaction: CompactionService | None,
+    model_spec: str | None,
+    opener: ModelOpener,
+    telemetry: RunTelemetry | None,
+) -> AgentService:
+    """The service over the loop's stages (DESIGN §1) built here, and the recovery
+    sweeper of interrupted writes; ``specs``: the tools the context and reopened models
+    are told about."""
+    tool_specs = tuple(t.spec for t in specs)
+    return AgentService.build(
+        store=store,
+        artifacts=artifacts,
+        model=model,
+        tools=tools,
+        clock=clock,
+        ids=ids,
+        instructions=instructions,
+        budget=budget,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        context=ContextBuilder(instructions=instructions, tools=tool_specs, meter=meter),
+        caller=ModelCaller(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         ),
-        "runner": ToolRunner(artifacts),
-        "sweeper": _sweeper(),
-    }
+        runner=ToolRunner(artifacts),
+        sweeper=_sweeper(),
+        gate=gate or AllowAll(),
+        compaction=compaction,
+        model_spec=model_spec,
+        model_factory=lambda spec: opener(spec, tool_specs),
+        telemetry=telemetry,
+    )
 
 
 def _child_service(
@@ -179,6 +243,7 @@ def _child_service(
     retry: RetryPolicy | None,
     model_spec: str | None,
     telemetry: RunTelemetry | None,
+    opener: ModelOpener,
 ) -> AgentService:
     """The service that drives ``agent``'s runs: its instructions, model and tools, the
     parent's store, gate (so its approvals reach the same inbox), owner and telemetry (its
@@ -195,41 +260,48 @@ def _child_service(
     child_tools = [by_name[n] for n in names]
     child_model = model
     if agent.model is not None:
-        child_model = open_model(agent.model, tools=[t.spec for t in child_tools])
+        child_model = opener(agent.model, [t.spec for t in child_tools])
     if agent.policy is not None:  # its own rules; approvals in the same store (one inbox)
         if not store.capabilities.approvals:
             raise ConfigError(
                 f"sub-agent {agent.name!r} has a policy, but this store keeps no approvals",
                 subagent=agent.name,
             )
-        gate = governed_gate(agent.policy, cast("ApprovalStore", store), clock, ids, child_model)
-    stages = _stages(
-        child_tools, agent.instructions, child_model, clock, artifacts, None, retry, None
-    )
-    return AgentService(
+        gate = governed_gate(
+            agent.policy, cast("ApprovalStore", store), clock, ids, child_model, opener=opener
+        )
+    return _service(
+        tools=child_tools,
+        specs=child_tools,
+        instructions=agent.instructions,
+        model=child_model,
         store=store,
         artifacts=artifacts,
-        model=child_model,
-        tools=child_tools,
         clock=clock,
         ids=ids,
-        instructions=agent.instructions,
         budget=budget,
         owner=owner,
         lease_seconds=lease_seconds,
-        **stages,
-        gate=gate or AllowAll(),
+        meter=None,
+        retry=retry,
+        on_overflow=None,
+        gate=gate,
+        compaction=None,
         model_spec=agent.model or model_spec,
-        model_factory=lambda spec: open_model(spec, tools=[t.spec for t in child_tools]),
+        opener=opener,
         telemetry=telemetry,
     )
 
 
-def _policy(policy: Policy | str | None) -> Policy:
+def _policy(policy: Policy | str | None, settings: Settings | None = None) -> Policy:
+    """``policy`` itself, the file it names, else the settings' policy file (default:
+    resolved now), else the built-in default."""
     from plait.adapters.policy_file import policy_from
     from plait.domain.policy import Policy
 
-    return policy if isinstance(policy, Policy) else policy_from(policy)
+    if isinstance(policy, Policy):
+        return policy
+    return policy_from(policy or (settings or resolve_settings()).policy)
 
 
 def governed_gate(
@@ -238,19 +310,21 @@ def governed_gate(
     clock: Clock,
     ids: IdGenerator,
     model: ModelClient | None,
+    *,
+    opener: ModelOpener | None = None,
 ) -> ToolGate:
     """The policy → reviewer → approval gate (DESIGN §5) over ``approvals``; ``policy``
     is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default. A
     policy whose ``[reviewer] model`` names a model gets a reviewer with that model
-    (opened here, so a bad spec or a missing key fails now); otherwise the reviewer uses
-    the run's model."""
+    (opened here with ``opener``, so a bad spec or a missing key fails now); otherwise the
+    reviewer uses the run's model."""
     from plait.adapters.tools.probe import FileProbe
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
     from plait.application.governance.reviewer import Reviewer
 
     chosen = _policy(policy)
-    own = _reviewer_model(chosen)
+    own = _reviewer_model(chosen, opener or _opener(None))
     named = own or model
     reviewer = Reviewer(config=chosen.reviewer, model=own, name=named.name if named else "reviewer")
     governor = Governor(
@@ -264,14 +338,14 @@ def governed_gate(
     return GovernedGate(governor)
 
 
-def _reviewer_model(policy: Policy) -> ModelClient | None:
+def _reviewer_model(policy: Policy, opener: ModelOpener) -> ModelClient | None:
     """The reviewer's own model (``[reviewer] model``), opened with no tools: it only
     judges; a spec that cannot be opened is a ConfigError naming the policy file."""
     spec = policy.reviewer.model
     if not spec:
         return None
     try:
-        return open_model(spec)
+        return opener(spec, ())
     except ConfigError as e:
         raise ConfigError(
             f"{policy.source}: [reviewer] model {spec!r} cannot be opened: {e.message}",
@@ -279,12 +353,11 @@ def _reviewer_model(policy: Policy) -> ModelClient | None:
         ) from e
 
 
-def configured_sandbox() -> SandboxSettings:
+def configured_sandbox(settings: Settings | None = None) -> SandboxSettings:
     """The ``[sandbox]`` settings of the config files (defaults without any)."""
     from plait.adapters.tools import SandboxSettings
-    from plait.config import load_config
 
-    config = load_config()
+    config = (settings or resolve_settings()).config
     try:
         return SandboxSettings.from_mapping(config.sandbox)
     except ConfigError as e:
@@ -292,11 +365,9 @@ def configured_sandbox() -> SandboxSettings:
         raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
 
 
-def configured_mcp() -> dict[str, McpServerConfig]:
+def configured_mcp(settings: Settings | None = None) -> dict[str, McpServerConfig]:
     """The ``[mcp.servers.NAME]`` tables of the config files (none without any)."""
-    from plait.config import load_config
-
-    config = load_config()
+    config = (settings or resolve_settings()).config
     if not config.mcp:
         return {}
     # imported only when servers are configured: the MCP SDK costs ~0.5 s of start-up
@@ -326,11 +397,11 @@ def _renew_rule(
 
 
 def _mcp_manager(
-    servers: Mapping[str, McpServerConfig] | None, url: str, policy: Policy | None
+    servers: Mapping[str, McpServerConfig] | None, settings: Settings, policy: Policy | None
 ) -> McpManager | None:
     """The manager of the MCP servers a session offers (``None`` without any): stdio
     servers get run_command's sandbox, with the policy's paths and the store hidden."""
-    chosen = configured_mcp() if servers is None else dict(servers)
+    chosen = configured_mcp(settings) if servers is None else dict(servers)
     if not chosen:
         return None
     from plait.adapters.mcp import McpManager
@@ -339,9 +410,9 @@ def _mcp_manager(
 
     return McpManager(
         chosen,
-        sandbox=with_policy(configured_sandbox(), policy),
-        protected=[str(p) for p in protected_paths(url)],
-        environ=os.environ,  # secrets named by env_from and ${NAME} headers
+        sandbox=with_policy(configured_sandbox(settings), policy),
+        protected=[str(p) for p in protected_paths(settings.db)],
+        environ=settings.environ,  # secrets named by env_from and ${NAME} headers
         workspace=os.getcwd(),  # where servers start to list their tools
         protect_git=policy.protect_git if policy is not None else True,
     )
@@ -352,6 +423,7 @@ def offered_tools(
     db: str | None = None,
     policy: Policy | str | None = None,
     mcp_servers: Mapping[str, McpServerConfig] | None = None,
+    settings: Settings | None = None,
 ) -> list[dict[str, Any]]:
     """Every tool a session opened with these settings would offer (``plait tools
     list``): name, source (``built-in`` or ``mcp:SERVER``), effect class, and the policy's
@@ -362,12 +434,12 @@ def offered_tools(
     from plait.application.compaction import RECALL_SPEC
     from plait.domain.policy import CallFacts
 
-    url = db or default_db_url()
-    chosen = _policy(policy)
+    resolved = settings or resolve_settings(db=db)
+    chosen = _policy(policy, resolved)
     # recall comes with compaction, which every store that keeps summaries has
-    builtin = [*(t.spec for t in _session_tools(url, chosen)), RECALL_SPEC]
+    builtin = [*(t.spec for t in _session_tools(resolved, chosen)), RECALL_SPEC]
     rows: list[tuple[ToolSpec, str, bool | None]] = [(s, "built-in", None) for s in builtin]
-    manager = _mcp_manager(mcp_servers, url, chosen)
+    manager = _mcp_manager(mcp_servers, resolved, chosen)
     if manager is not None:
         try:
             infos = list_mcp_tools(manager)
@@ -401,12 +473,11 @@ def offered_tools(
     return out
 
 
-def _configured_compaction() -> CompactionSettings:
+def _configured_compaction(settings: Settings) -> CompactionSettings:
     """The ``[compaction]`` settings of the config files (defaults without any)."""
-    from plait.config import load_config
     from plait.domain.compaction import CompactionSettings
 
-    config = load_config()
+    config = settings.config
     try:
         return CompactionSettings.from_mapping(config.compaction)
     except ConfigError as e:
@@ -414,12 +485,11 @@ def _configured_compaction() -> CompactionSettings:
         raise ConfigError(f"{where}: [compaction]: {e.message}", **e.details) from e
 
 
-def configured_subagents() -> list[SubAgent]:
+def configured_subagents(settings: Settings | None = None) -> list[SubAgent]:
     """The ``[agents.NAME]`` sub-agents of the config files."""
-    from plait.config import load_config
     from plait.domain.subagents import SubAgent
 
-    config = load_config()
+    config = (settings or resolve_settings()).config
     try:
         return [SubAgent.from_mapping(name, table) for name, table in config.agents.items()]
     except ConfigError as e:
@@ -427,23 +497,16 @@ def configured_subagents() -> list[SubAgent]:
         raise ConfigError(f"{where}: {e.message}", **e.details) from e
 
 
-def configured_retention() -> RetentionSettings:
+def configured_retention(settings: Settings | None = None) -> RetentionSettings:
     """The ``[retention]`` settings of the config files (no policy without any)."""
-    from plait.config import load_config
     from plait.domain.retention import RetentionSettings
 
-    config = load_config()
+    config = (settings or resolve_settings()).config
     try:
         return RetentionSettings.from_mapping(config.retention)
     except ConfigError as e:
         where = ", ".join(config.sources) or "config"
         raise ConfigError(f"{where}: [retention]: {e.message}", **e.details) from e
-
-
-def _configured_model() -> str | None:
-    from plait.config import load_config
-
-    return load_config().model
 
 
 def _retention(store: SessionStore, clock: Clock) -> RetentionService | None:
@@ -462,13 +525,13 @@ def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookSer
     return WebhookService(store=store, clock=clock, ids=ids)  # type: ignore[arg-type]
 
 
-def webhook_runtime(db: str | None = None) -> Runtime:
+def webhook_runtime(db: str | None = None, settings: Settings | None = None) -> Runtime:
     """A runtime without a model or tools over the store named by ``db``, created if
     missing (an endpoint may be registered before the first run): ``plait webhooks``."""
     from plait.adapters.stores.shared.redact import redact_url
     from plait.adapters.system import RandomIds, SystemClock
 
-    url = db or default_db_url()
+    url = (settings or resolve_settings(db=db)).db
     store = _open_store(url, create=True)
     return Runtime(
         store=store,
@@ -494,48 +557,36 @@ def _forks(
     return ForkService(store=store, clock=clock, snapshots=snapshots, telemetry=telemetry)  # type: ignore[arg-type]
 
 
-def configured_telemetry() -> RunTelemetry | None:
+def configured_telemetry(settings: Settings | None = None) -> RunTelemetry | None:
     """The OpenTelemetry adapter of the ``[telemetry]`` settings (``None``: off, the
     default; then nothing from OpenTelemetry is imported). ConfigError naming the file for
     a bad table, or naming the extra to install when the SDK is missing."""
-    from plait.config import load_config
-
-    config = load_config()
+    resolved = settings or resolve_settings()
+    config = resolved.config
     if not config.telemetry:
         return None
     from plait.adapters.telemetry import TelemetrySettings, open_telemetry
 
     try:
-        settings = TelemetrySettings.from_mapping(config.telemetry, os.environ)
-        return open_telemetry(settings)
+        chosen = TelemetrySettings.from_mapping(config.telemetry, resolved.environ)
+        return open_telemetry(chosen)
     except ConfigError as e:
         where = ", ".join(config.sources) or "config"
         raise ConfigError(f"{where}: [telemetry]: {e.message}", **e.details) from e
 
 
 def _chosen_model(
-    model: str | ModelClient | None,
-    store_only: bool,
-    tools: Sequence[ToolSpec],
-    options: dict[str, Any],
+    model: str | ModelClient | None, settings: Settings, tools: Sequence[ToolSpec]
 ) -> tuple[ModelClient | None, str | None]:
     """The model client and its spec (``None`` when given as a client or not at all)."""
-    if store_only:
-        return None, None
-    options.setdefault("compaction", _configured_compaction())
-    options.setdefault("subagents", configured_subagents())
     if model is not None and not isinstance(model, str):
         return model, None
-    spec = model or os.environ.get("PLAIT_MODEL") or _configured_model()
+    spec = model or settings.model
     if not spec:
         return None, None
-    if not spec.startswith("scripted:"):
-        from plait.adapters.tokens import meter_for
-
-        options.setdefault("meter_for", meter_for)
     from plait.application.compaction import RECALL_SPEC  # added with compaction on
 
-    return open_model(spec, tools=[*tools, RECALL_SPEC]), spec
+    return open_model(spec, tools=[*tools, RECALL_SPEC], settings=settings), spec
 
 
 def _sweeper() -> LeftoverSweeper:
@@ -544,13 +595,15 @@ def _sweeper() -> LeftoverSweeper:
     return WorkspaceLeftovers()
 
 
-def _session_tools(url: str, policy: Policy | None) -> Sequence[Tool]:
+def _session_tools(settings: Settings, policy: Policy | None) -> Sequence[Tool]:
     from plait.adapters.stores import protected_paths
     from plait.adapters.tools import session_tools
 
     # The sandbox enforces the policy's denied paths too (read-only / hidden).
     return session_tools(
-        protected=protected_paths(url), policy=policy, sandbox=configured_sandbox()
+        protected=protected_paths(settings.db),
+        policy=policy,
+        sandbox=configured_sandbox(settings),
     )
 
 
@@ -559,10 +612,10 @@ def _open_store(url: str, *, create: bool) -> Any:
     it (issue 6 item 7): the SQLite store runs every call on its own I/O thread, a JSONL
     store is wrapped in :class:`~plait.adapters.stores.shared.offload.Offloaded`; PostgreSQL is
     asynchronous and the memory store does no I/O."""
-    from plait.adapters.stores import open_store
+    from plait.adapters.stores import open_store, store_kind
 
     store = open_store(url, create=create)
-    if url.startswith("jsonl:"):
+    if store_kind(url) == "jsonl":
         from plait.adapters.stores.shared.offload import Offloaded
 
         return Offloaded(store)
@@ -600,6 +653,7 @@ class Runtime:
         subagents: Sequence[SubAgent] = (),
         mcp: McpManager | None = None,
         tool_source: ToolSource | None = None,
+        settings: Settings | None = None,
     ) -> None:
         """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
@@ -610,16 +664,20 @@ class Runtime:
         ``subagents``: each gets a ``delegate_NAME`` tool and a service of its own for its
         child runs (see :mod:`plait.application.subagents`); ``mcp``: the MCP servers'
         manager, stopped by :meth:`close`; ``tool_source``: where some of ``tools`` come
-        from and can change between steps (the MCP servers' lists)."""
+        from and can change between steps (the MCP servers' lists); ``settings``: the
+        config and keys model specs are opened with (default: resolved when a spec is
+        first opened)."""
         self.store = store
+        self.settings = settings
         self.telemetry = telemetry
         self.mcp = mcp
         self.artifacts = artifacts
         self.model = model
+        opener = _opener(settings)
         where = location or f"(a {type(store).__name__})"
         self.queries = Queries(store=store, artifacts=artifacts, clock=clock, location=where)
         self.instructions = instructions
-        self.compaction = _compaction(store, model, clock, ids, compaction, meter_for)
+        self.compaction = _compaction(store, model, clock, ids, compaction, meter_for, opener)
         """Compaction over this store and model (``None``: the store keeps no summaries)."""
         compacting = self.compaction is not None
         self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
@@ -646,28 +704,32 @@ class Runtime:
                     retry=retry,
                     model_spec=model_spec,
                     telemetry=telemetry,
+                    opener=opener,
                 ),
                 self.forks,
             )
             for agent in subagents
         ]
         tools = [*tools, *(d.tool for d in delegations)]
-        self.service = AgentService(
+        self.service = _service(
+            tools=tools if tool_source is None else ToolSet(tools, tool_source),
+            specs=tools,
+            instructions=instructions,
+            model=model,
             store=store,
             artifacts=artifacts,
-            model=model,
-            tools=tools if tool_source is None else ToolSet(tools, tool_source),
             clock=clock,
             ids=ids,
-            instructions=instructions,
             budget=budget,
             owner=owner,
             lease_seconds=lease_seconds,
-            **_stages(tools, instructions, model, clock, artifacts, meter, retry, on_overflow),
-            gate=gate or AllowAll(),
+            meter=meter,
+            retry=retry,
+            on_overflow=on_overflow,
+            gate=gate,
             compaction=self.compaction,
             model_spec=model_spec,
-            model_factory=lambda spec: open_model(spec, tools=[t.spec for t in tools]),
+            opener=opener,
             telemetry=telemetry,
         )
         for delegation in delegations:
@@ -694,28 +756,51 @@ class Runtime:
         store_only: bool = False,
         policy: Policy | str | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
-        **options: Any,
+        settings: Settings | None = None,
+        instructions: str = DEFAULT_INSTRUCTIONS,
+        budget: Budget | None = None,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
+        compaction: CompactionSettings | None = None,
+        subagents: Sequence[SubAgent] | None = None,
+        meter_for: Callable[[ModelClient], TokenMeter] | None = None,
+        meter: TokenMeter | None = None,
+        retry: RetryPolicy | None = None,
+        on_overflow: OverflowHook | None = None,
+        gate: ToolGate | None = None,
+        snapshots: WorkspaceSnapshots | None = None,
+        telemetry: RunTelemetry | None = None,
     ) -> Runtime:
-        """Open the store named by ``db`` (default :func:`default_db_url`) and the model
-        named by ``model`` (default ``PLAIT_MODEL``; without one the service can read,
-        cancel and resolve but not run). ``tools``: default the session tools. ``create=
-        False`` refuses a missing store; ``store_only=True`` implies it (no model, no tools).
-        Unless a ``gate`` is given, tool calls are governed by ``policy``
-        (a :class:`~plait.domain.policy.Policy` or a file path; default ``PLAIT_POLICY``,
-        else the built-in default policy, see docs/policy.md). Unless a ``telemetry`` is
-        given, the ``[telemetry]`` table decides (:func:`configured_telemetry`).
-        ``mcp_servers``: the MCP servers whose tools the session also gets (default the
-        ``[mcp.servers]`` of plait.toml; ``{}`` for none); their destructive tools need
-        approval unless a policy rule names them."""
+        """Open the store named by ``db`` and the model named by ``model`` (defaults: the
+        ``settings``, else those resolved now from the config files and the environment:
+        ``PLAIT_DB`` or ``plait.db`` in :func:`data_dir`, ``PLAIT_MODEL`` or plait.toml's
+        ``model``; without one the service can read, cancel and resolve but not run).
+        ``tools``: default the session tools. ``create=False`` refuses a missing store;
+        ``store_only=True`` implies it (no model, no tools). Unless a ``gate`` is given,
+        tool calls are governed by ``policy`` (a :class:`~plait.domain.policy.Policy` or a
+        file path; default ``PLAIT_POLICY``, else the built-in default policy, see
+        docs/policy.md). Unless a ``telemetry`` is given, the ``[telemetry]`` table
+        decides (:func:`configured_telemetry`); ``compaction`` and ``subagents`` default
+        to the ``[compaction]`` and ``[agents.NAME]`` tables, ``snapshots`` to git
+        worktrees in the data directory. ``mcp_servers``: the MCP servers whose tools the
+        session also gets (default the ``[mcp.servers]`` of plait.toml; ``{}`` for none);
+        their destructive tools need approval unless a policy rule names them. The other
+        keywords are :class:`Runtime`'s."""
         from plait.adapters.stores.shared.redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
-        url = db or default_db_url()
-        governed = not store_only and "gate" not in options
-        chosen = base = _policy(policy) if governed else None
-        tools = () if store_only else _session_tools(url, chosen) if tools is None else tools
-        manager = None if store_only else _mcp_manager(mcp_servers, url, chosen)
+        if settings is None:
+            settings = resolve_settings(db=db)
+        elif db is not None:
+            settings = replace(settings, db=db)
+        url = settings.db
+        governed = not store_only and gate is None
+        chosen = base = _policy(policy, settings) if governed else None
+        tools = () if store_only else _session_tools(settings, chosen) if tools is None else tools
+        manager = None if store_only else _mcp_manager(mcp_servers, settings, chosen)
         infos: tuple[McpToolInfo, ...] = ()
+        model_client: ModelClient | None = None
+        spec: str | None = None
         try:
             if manager is not None:
                 from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
@@ -723,8 +808,15 @@ class Runtime:
                 infos = list_mcp_tools(manager)
                 if chosen is not None:
                     chosen = with_destructive_rule(chosen, infos)
-            specs = [*(t.spec for t in tools), *(i.spec for i in infos)]
-            model_client, spec = _chosen_model(model, store_only, specs, options)
+            if not store_only:
+                if compaction is None:
+                    compaction = _configured_compaction(settings)
+                if subagents is None:
+                    subagents = configured_subagents(settings)
+                specs = [*(t.spec for t in tools), *(i.spec for i in infos)]
+                model_client, spec = _chosen_model(model, settings, specs)
+                if meter_for is None and spec is not None and not spec.startswith("scripted:"):
+                    meter_for = token_meters(settings)
             store = _open_store(url, create=create and not store_only)
         except BaseException:
             if manager is not None:
@@ -732,21 +824,22 @@ class Runtime:
             raise
         clock, ids = SystemClock(), RandomIds()
         if governed:
-            options["gate"] = governed_gate(chosen, store, clock, ids, model_client)
+            gate = governed_gate(chosen, store, clock, ids, model_client, opener=_opener(settings))
+        tool_source: ToolSource | None = None
         if manager is not None:
             from plait.adapters.mcp import McpToolSource, mcp_tools
 
             manager.stop_unhidden()  # listed before a new store existed: restart hiding it
             tools = [*tools, *mcp_tools(manager, infos, artifacts=store)]
-            options["tool_source"] = McpToolSource(
-                manager, infos, artifacts=store, on_change=_renew_rule(options.get("gate"), base)
+            tool_source = McpToolSource(
+                manager, infos, artifacts=store, on_change=_renew_rule(gate, base)
             )
-        if "telemetry" not in options:
-            options["telemetry"] = configured_telemetry()
-        if "snapshots" not in options:
+        if telemetry is None:
+            telemetry = configured_telemetry(settings)
+        if snapshots is None:
             from plait.adapters.snapshots import GitSnapshots
 
-            options["snapshots"] = GitSnapshots()
+            snapshots = GitSnapshots(settings.worktrees_dir)
         return cls(
             store=store,
             artifacts=store,
@@ -754,11 +847,95 @@ class Runtime:
             tools=tools,
             clock=clock,
             ids=ids,
+            instructions=instructions,
+            budget=budget,
+            owner=owner or process_owner(),
+            lease_seconds=lease_seconds,
+            compaction=compaction,
+            meter_for=meter_for,
             location=redact_url(url),
+            meter=meter,
+            retry=retry,
+            on_overflow=on_overflow,
+            gate=gate,
+            snapshots=snapshots,
             model_spec=spec,
+            telemetry=telemetry,
+            subagents=subagents or (),
             mcp=manager,
-            **({"owner": process_owner()} | options),
+            tool_source=tool_source,
+            settings=settings,
         )
+
+    def resolved_settings(self) -> Settings:
+        """The settings this runtime was opened with (resolved now, once, for one built
+        from parts without them)."""
+        if self.settings is None:
+            self.settings = resolve_settings()
+        return self.settings
+
+    def event_feed(self, db: str, poll_seconds: float = 0.5) -> LocalEventFeed | PgEventFeed:
+        """Live events for the SSE streams of this process: PostgreSQL ``LISTEN`` (events
+        of workers anywhere), else in-process (the embedded worker tells it directly).
+        ``db``: the store's URL when the store does not say it."""
+        from plait.adapters.stores import store_kind
+
+        url = getattr(self.store, "url", db)
+        if store_kind(url) == "postgres":
+            from plait.adapters.stores.postgres.feed import PgEventFeed
+
+            return PgEventFeed(url, poll_seconds=poll_seconds)
+        from plait.application.event_feed import LocalEventFeed
+
+        return LocalEventFeed(poll_seconds=poll_seconds)
+
+    def worker(
+        self,
+        *,
+        encode: EventEncoder,
+        concurrency: int,
+        grace_seconds: float,
+        feed: RunEventFeed | None = None,
+    ) -> Worker:
+        """A worker driving this store's queued runs with this runtime's service;
+        ``encode``: how its run events are stored (the HTTP API's shapes)."""
+        from plait.application.worker import Worker
+
+        return Worker(
+            service=self.service,
+            queue=self.store,  # type: ignore[arg-type]
+            encode=encode,
+            concurrency=concurrency,
+            grace_seconds=grace_seconds,
+            feed=feed,
+        )
+
+    def configured_webhooks(self) -> list[Endpoint]:
+        """The ``[webhooks.NAME]`` endpoints of the config files, their secrets looked up
+        in the environment; a bad table is a ConfigError naming it."""
+        from plait.domain.webhooks import configured_endpoints
+
+        settings = self.resolved_settings()
+        return configured_endpoints(settings.config.webhooks, settings.environ)
+
+    def webhook_dispatcher(self, service: ServiceSettings) -> tuple[WebhookDispatcher, HttpxSender]:
+        """The webhook delivery loop of a worker over this store's outbox, and the HTTP
+        sender it posts with (the caller closes it)."""
+        from plait.adapters.webhook_sender import HttpxSender
+        from plait.application.webhooks import WebhookDispatcher
+
+        sender = HttpxSender(timeout=service.webhook_timeout_seconds)
+        dispatcher = WebhookDispatcher(
+            store=self.store,  # type: ignore[arg-type]
+            sender=sender,
+            clock=self.service.clock,
+            owner=self.service.owner,
+            lease_seconds=max(service.webhook_lease_seconds, service.webhook_timeout_seconds),
+            poll_seconds=service.webhook_poll_seconds,
+            schedule=service.webhook_retry_seconds,
+            pause_after=service.webhook_pause_after,
+        )
+        return dispatcher, sender
 
     async def close(self) -> None:
         if self.mcp is not None:

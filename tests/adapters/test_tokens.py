@@ -67,8 +67,10 @@ def test_meters_per_model_and_unknown_models() -> None:
 
 def test_meter_for_a_client() -> None:
     with FakeProvider("openai", []) as fake:
-        assert isinstance(meter_for(client_for("openai", fake.base_url)), OpenAIMeter)
-        assert isinstance(meter_for(client_for("anthropic", fake.base_url)), EstimatingMeter)
+        assert isinstance(meter_for(client_for("openai", fake.base_url), Config()), OpenAIMeter)
+        assert isinstance(
+            meter_for(client_for("anthropic", fake.base_url), Config()), EstimatingMeter
+        )
 
 
 _CORPUS = Path(__file__).parent / "fixtures" / "tokens" / "corpus.json"

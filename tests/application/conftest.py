@@ -96,7 +96,7 @@ def make_rig(
     store = store or MemoryStore()
     clock = clock or FixedClock()
     turns = Turns(list(items))
-    service = AgentService(
+    service = AgentService.build(
         store=store,
         artifacts=store,
         model=FunctionModel(turns, name="fn"),

@@ -125,7 +125,7 @@ def test_a_cost_ceiling_ends_the_run() -> None:
     from plait.application.service import AgentService
     from plait.testing import SequentialIds, echo_tool
 
-    service = AgentService(
+    service = AgentService.build(
         store=store,
         artifacts=store,
         model=FunctionModel(turns, capabilities=PRICED),

@@ -64,7 +64,7 @@ def service(
             store=store, profiles=ModelProfiles.of_clients(clients, lambda c: CharMeter()),
             summarizer=summarizer or assistant, clock=clock, ids=ids, settings=compaction,
         )  # fmt: skip
-    svc = AgentService(
+    svc = AgentService.build(
         store=store, artifacts=store, model=assistant,
         tools=[RecordingTool(EDIT).tool] if tools else [], clock=clock, ids=ids, owner="t",
         gate=gate, compaction=service_compaction,
@@ -150,7 +150,7 @@ def test_a_queued_run_is_checked_when_submitted_and_when_a_worker_takes_it() -> 
     # an API process without a model queues it; the worker's model is checked on claim
     store = MemoryStore()
     asyncio.run(store.create_session(Session(id="s1", created_at=1.0)))
-    api = AgentService(
+    api = AgentService.build(
         store=store, artifacts=store, model=None, clock=FixedClock(), ids=SequentialIds()
     )
     asyncio.run(api.submit("s1", "go"))

@@ -47,7 +47,7 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
 
 
 def _service(store: Store, owner: str, clock: FixedClock, turns: Turns, tool: Any) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store, artifacts=store, model=FunctionModel(turns, name="fn"), tools=[tool.tool],
         clock=clock, ids=SequentialIds(prefix_tag=owner[-1]), owner=owner, lease_seconds=LEASE,
     )  # fmt: skip

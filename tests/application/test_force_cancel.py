@@ -50,7 +50,7 @@ def _blocking(name: str, effect: EffectClass, release: asyncio.Event) -> Tool:
 
 
 def _service(store: Store, owner: str, tools: list[Tool], turns: Turns) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store,
         artifacts=store,
         model=FunctionModel(turns, name="fn"),

@@ -61,7 +61,7 @@ def _never(request: ModelRequest) -> ModelResponse:
 
 async def _service(db: Path, owner: str, tool: Tool, model: FunctionModel) -> AgentService:
     store = SqliteStore.open(db)
-    return AgentService(
+    return AgentService.build(
         store=store,
         artifacts=store,
         model=model,

@@ -107,7 +107,7 @@ def service(
     clock = clock or FixedClock()
     ids = SequentialIds(start=start)
     fn = FunctionModel(model, name="fn")
-    return AgentService(
+    return AgentService.build(
         store=store, artifacts=store, model=fn, tools=[*workspace_tools(), *command_tools()],
         clock=clock, ids=ids, owner=owner,
         gate=gate or governed_gate(None, store, clock, ids, fn),
@@ -253,7 +253,7 @@ def test_tool_output_with_a_lone_surrogate_is_stored_escaped(store: Store, works
     sid = new_session(store, workspace)
     clock, ids = FixedClock(), SequentialIds()
     fn = FunctionModel(model, name="fn")
-    svc = AgentService(
+    svc = AgentService.build(
         store=store, artifacts=store, model=fn, tools=[dump.tool], clock=clock, ids=ids,
         owner="w",
     )  # fmt: skip

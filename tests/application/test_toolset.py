@@ -78,7 +78,7 @@ def test_a_tool_added_mid_run_is_offered_at_the_next_step_and_runs() -> None:
         gate=gate,
     )
     # a service over the rig's store and model, with a tool set that has a source
-    service = AgentService(
+    service = AgentService.build(
         store=rig.store,
         artifacts=rig.store,
         model=rig.service.model,
@@ -109,7 +109,7 @@ def test_a_waiting_call_to_a_tool_that_is_gone_fails_clearly() -> None:
     gate = ScriptedGate({"write": GateDecision.needs_approval("a person must ok it", by="p")})
     rig = make_rig([reply("", call("write", {"text": "x"}, "c1")), reply("done")], gate=gate)
 
-    service = AgentService(
+    service = AgentService.build(
         store=rig.store,
         artifacts=rig.store,
         model=rig.service.model,

@@ -65,7 +65,7 @@ def crashed(tmp_path: Path) -> Iterator[Stranded]:
     async def strand() -> tuple[str, str]:
         store = SqliteStore.open(path)
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store, artifacts=store, model=model, tools=[tool.tool],
                 clock=SystemClock(), ids=RandomIds(), owner="dead", lease_seconds=0.2,
                 checkpoint=_die_after_the_tool,

@@ -78,7 +78,7 @@ def crash(
     async def go() -> Crashed:
         store = open_store(url)
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store,
                 artifacts=store,
                 model=ScriptedModel.from_file(model.removeprefix("scripted:")),

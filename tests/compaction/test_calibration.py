@@ -90,7 +90,7 @@ def _run(chars_per_token: int) -> tuple[Any, int, ModelProfile]:
             ids=ids,
             settings=CompactionSettings(summary_max_tokens=300),
         )
-        agent = AgentService(
+        agent = AgentService.build(
             store=store, artifacts=store, model=model, tools=[echo_tool().tool],
             clock=FixedClock(), ids=ids, compaction=compaction,
         )  # fmt: skip

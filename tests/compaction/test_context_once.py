@@ -177,7 +177,7 @@ def process(model: ModelClient, store: MemoryStore, tag: str) -> AgentService:
         store=store, profiles=ModelProfiles([profile]), summarizer=model, clock=FixedClock(),
         ids=ids, settings=CompactionSettings(summary_max_tokens=300),
     )  # fmt: skip
-    agent = AgentService(
+    agent = AgentService.build(
         store=store, artifacts=store, model=model, tools=[echo_tool().tool], clock=FixedClock(),
         ids=ids, compaction=compaction,
     )  # fmt: skip

@@ -87,7 +87,7 @@ def service(
         ids=ids,
         settings=settings or CompactionSettings(summary_max_tokens=300),
     )
-    agent = AgentService(
+    agent = AgentService.build(
         store=store,
         artifacts=store,
         model=model,
@@ -222,7 +222,7 @@ def _agent_with(model: ScriptedModel, profiles: ModelProfiles, **settings: Any) 
         store=store, profiles=profiles, summarizer=model, clock=FixedClock(),
         ids=SequentialIds(), settings=CompactionSettings(**settings),
     )  # fmt: skip
-    return AgentService(
+    return AgentService.build(
         store=store, artifacts=store, model=model, tools=[echo_tool().tool],
         clock=FixedClock(), ids=SequentialIds(), compaction=compaction,
     )  # fmt: skip
@@ -323,7 +323,7 @@ def test_a_summary_claiming_approval_does_not_let_a_gated_call_run() -> None:
             ids=ids,
             settings=CompactionSettings(summary_max_tokens=300),
         )
-        agent = AgentService(
+        agent = AgentService.build(
             store=store,
             artifacts=store,
             model=model,

@@ -85,7 +85,7 @@ def agent_for(
         ids=ids,
         settings=settings,
     )
-    agent = AgentService(
+    agent = AgentService.build(
         store=store,
         artifacts=store,
         model=model,

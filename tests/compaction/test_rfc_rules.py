@@ -413,7 +413,7 @@ def test_a_recovered_run_whose_model_has_no_window_fails_before_any_call() -> No
         compaction = CompactionService(
             store=store, profiles=profiles, summarizer=model, clock=FixedClock(), ids=ids
         )
-        return AgentService(
+        return AgentService.build(
             store=store, artifacts=store, model=model, tools=[echo_tool().tool],
             clock=FixedClock(), ids=ids, compaction=compaction, **kw,
         )  # fmt: skip
@@ -486,7 +486,7 @@ def test_a_crash_in_a_final_answers_post_step_check_is_recovered_without_a_new_a
             store=store, profiles=ModelProfiles([profile]), summarizer=model,
             clock=FixedClock(), ids=ids, settings=CompactionSettings(summary_max_tokens=300),
         )  # fmt: skip
-        return AgentService(
+        return AgentService.build(
             store=store, artifacts=store, model=model, tools=[echo_tool().tool],
             clock=FixedClock(), ids=ids, compaction=compaction, **kw,
         )  # fmt: skip

@@ -150,7 +150,7 @@ class Model:
 
 
 def service(store: PostgresStore, model: Model, owner: str, tool: Any) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store, artifacts=store, model=FunctionModel(model, name="m"), tools=[tool.tool],
         clock=SystemClock(), ids=RandomIds(), owner=owner, lease_seconds=0.6,
     )  # fmt: skip

@@ -198,7 +198,7 @@ def make_service(
     owner: str | None,
     checkpoint: Callable[[str], None] | None,
 ) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store,
         artifacts=store,
         model=ScriptedModel(script(order)),

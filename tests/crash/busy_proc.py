@@ -63,7 +63,7 @@ def tools(case_dir: Path) -> list[Tool]:
 
 
 def service(store: Store, case_dir: Path, steps: int) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store,
         artifacts=store,
         model=ScriptedModel(script(steps)),

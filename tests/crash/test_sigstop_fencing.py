@@ -57,7 +57,7 @@ def _call(url: str, op: Callable[[AgentService], Any]) -> Any:
             else (PostgresStore(url))
         )
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store, artifacts=store, model=FunctionModel(_answer, name="fenced"),
                 clock=SystemClock(), ids=RandomIds(), owner="person",
             )  # fmt: skip

@@ -18,7 +18,7 @@ from tests.fork.conftest import forks_over, run, seed, stored
 def _service(
     store: ForkableStore, model: FunctionModel, tools: list[RecordingTool]
 ) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store,
         artifacts=store,  # type: ignore[arg-type]
         model=model,
@@ -124,7 +124,7 @@ def test_branch_reads_its_workspace_as_it_is_now(store: ForkableStore, tmp_path:
         def answer(request: ModelRequest) -> ModelResponse:
             return next(answers)
 
-        service = AgentService(
+        service = AgentService.build(
             store=store,
             artifacts=store,  # type: ignore[arg-type]
             model=FunctionModel(answer),

@@ -87,7 +87,7 @@ def test_summary_past_the_fork_point_is_not_inherited_and_does_not_leak(
         ]
         # The next context the model would see in the branch.
         model = FunctionModel(lambda r: ModelResponse(text="ok"))
-        service = AgentService(
+        service = AgentService.build(
             store=store,
             artifacts=store,  # type: ignore[arg-type]
             model=model,

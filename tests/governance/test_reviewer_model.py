@@ -52,7 +52,7 @@ def service(policy: Policy, model: ModelClient, reviewer: ModelClient | None) ->
         ids=ids,
         reviewer=Reviewer(config=policy.reviewer, model=reviewer, name="judge"),
     )
-    svc = AgentService(
+    svc = AgentService.build(
         store=store, artifacts=store, model=model, tools=[RecordingTool(EDIT).tool],
         clock=clock, ids=ids, owner="test", gate=GovernedGate(governor),
         retry=RetryPolicy(max_attempts=1),

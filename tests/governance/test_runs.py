@@ -82,7 +82,7 @@ class Rig:
             policy=policy, approvals=self.store, clock=self.clock, ids=ids,
             reviewer=Reviewer(config=policy.reviewer, name=model.name),
         )  # fmt: skip
-        self.service = AgentService(
+        self.service = AgentService.build(
             store=self.store, artifacts=self.store, model=model,
             tools=[self.editor.tool, self.reader.tool], clock=self.clock, ids=ids,
             owner="test", gate=GovernedGate(governor), retry=RetryPolicy(max_attempts=1),

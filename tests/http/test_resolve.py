@@ -49,7 +49,7 @@ def _stranded(open_store: Callable[[], Any], session_id: str, text: str) -> Reco
     async def go() -> None:
         store = open_store()
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store, artifacts=store, model=FunctionModel(_appends, name="behaviour"),
                 tools=[tool.tool], clock=SystemClock(), ids=RandomIds(), owner="dead",
                 lease_seconds=0.2, checkpoint=_die_after_the_tool,

@@ -31,7 +31,7 @@ def _resolve_without_queue(open_store: Callable[[], Any], run_id: str) -> None:
     async def go() -> None:
         store = open_store()
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store, artifacts=store, model=FunctionModel(_appends, name="behaviour"),
                 clock=SystemClock(), ids=RandomIds(), owner="cli",
             )  # fmt: skip
@@ -91,7 +91,7 @@ def test_requeue_is_refused_on_a_store_no_worker_can_serve(tmp_path: Any) -> Non
     async def go() -> None:
         store = JsonlStore(tmp_path / "store")
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store, artifacts=store, model=FunctionModel(_appends, name="behaviour"),
                 clock=SystemClock(), ids=RandomIds(), owner="cli",
             )  # fmt: skip

@@ -87,6 +87,7 @@ def manager_for(tmp_path: Path) -> Iterator[Any]:
     made: list[McpManager] = []
 
     def make(*configs: McpServerConfig, workspace: Path, **kw: Any) -> McpManager:
+        kw.setdefault("environ", os.environ)
         manager = McpManager({c.name: c for c in configs}, workspace=str(workspace), **kw)
         made.append(manager)
         return manager

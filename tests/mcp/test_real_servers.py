@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,7 @@ def test_everything_schemas_and_annotations_become_specs(tmp_path: Path, git_ws:
     manager = McpManager(
         {"everything": node_server("everything", "server-everything", "stdio")},
         workspace=str(git_ws),
+        environ=os.environ,
     )
     try:
         infos = {i.remote_name: i for i in list_mcp_tools(manager)}
@@ -189,6 +191,7 @@ def test_progress_is_received_and_a_timeout_is_reported(tmp_path: Path, git_ws: 
     manager = McpManager(
         {"everything": config},
         workspace=str(git_ws),
+        environ=os.environ,
         on_progress=lambda server, tool, done, total, _msg: seen.append(
             (server, tool, done, total)
         ),

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from plait.adapters.tools import SandboxSettings
-from plait.config import load_config
 from plait.domain.errors import ConfigError
 from plait.runtime import Runtime
+from plait.settings import resolve_settings
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_tables_merge_project_over_user(project: Path) -> None:
     (project / "plait.toml").write_text('[sandbox]\nnetwork = false\ntest_command = "true"\n')
-    config = load_config()
+    config = resolve_settings().config
     assert dict(config.sandbox) == {"timeout_seconds": 30, "network": False, "test_command": "true"}
     settings = SandboxSettings.from_mapping(config.sandbox)
     assert settings.timeout_seconds == 30
@@ -50,4 +50,4 @@ def test_a_bad_table_names_the_file_and_key(project: Path, tmp_path: Path) -> No
         Runtime.open(db=f"sqlite:///{tmp_path / 'plait.db'}", model=None)
     (project / "plait.toml").write_text('sandbox = "on"\n')
     with pytest.raises(ConfigError, match="sandbox must be a table"):
-        load_config()
+        resolve_settings()

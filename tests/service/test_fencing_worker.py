@@ -82,7 +82,7 @@ def test_a_stalled_worker_is_fenced_off_logs_once_and_keeps_serving(
         tool = RecordingTool(spec("deploy", EffectClass.SIDE_EFFECT), fn=deploy)
 
         def service(store: Any, owner: str, clock: SystemClock) -> AgentService:
-            return AgentService(
+            return AgentService.build(
                 store=store, artifacts=store, model=FunctionModel(_deploys, name="m"),
                 tools=[tool.tool], clock=clock, ids=RandomIds(), owner=owner,
                 lease_seconds=60.0,

@@ -39,7 +39,7 @@ def service(store: MemoryStore, owner: str = "w1", lease: float = 30.0) -> Agent
     def answer(request: ModelRequest) -> ModelResponse:
         return ModelResponse(text="done")
 
-    return AgentService(
+    return AgentService.build(
         store=store, artifacts=store, model=FunctionModel(answer, name="m"),
         clock=SystemClock(), ids=RandomIds(), owner=owner, lease_seconds=lease,
     )  # fmt: skip

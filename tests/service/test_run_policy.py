@@ -94,7 +94,7 @@ def test_an_ungoverned_run_records_no_policy() -> None:
     from plait.testing import FixedClock, SequentialIds
 
     store = MemoryStore()
-    svc = AgentService(
+    svc = AgentService.build(
         store=store, artifacts=store, model=script({"text": "hi"}), clock=FixedClock(),
         ids=SequentialIds(),
     )  # fmt: skip

@@ -39,7 +39,7 @@ class Model:
 
 
 def service(store: MemoryStore, model: Model, owner: str, tool: Any) -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store, artifacts=store, model=FunctionModel(model, name="m"), tools=[tool.tool],
         clock=SystemClock(), ids=RandomIds(), owner=owner, lease_seconds=0.6,
     )  # fmt: skip

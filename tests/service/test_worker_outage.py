@@ -46,7 +46,7 @@ def _pg() -> Iterator[Cluster]:
 
 
 def service(store: Any, owner: str = "w1") -> AgentService:
-    return AgentService(
+    return AgentService.build(
         store=store,
         artifacts=store,
         model=FunctionModel(Model(), name="m"),
@@ -251,7 +251,7 @@ def test_side_effect_in_flight_at_a_full_disk_ends_awaiting_resolution(
             parameters={"type": "object", "properties": {"text": {"type": "string"}}},
             effect=EffectClass.SIDE_EFFECT,
         )
-        svc = AgentService(
+        svc = AgentService.build(
             store=store,
             artifacts=store,
             model=FunctionModel(Model(), name="m"),

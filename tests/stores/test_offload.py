@@ -144,7 +144,7 @@ def test_a_stalled_commit_does_not_stall_the_event_loop(
         slow = asyncio.ensure_future(store.create_session(new_session("stuck")))
         assert await asyncio.to_thread(seen.stalled.wait, 5)
         # The commit's fsync is stuck: another session's run is served meanwhile.
-        other = AgentService(
+        other = AgentService.build(
             store=MemoryStore(), artifacts=MemoryStore(), model=_model(2),
             tools=[_echo_tool()], clock=FixedClock(), ids=SequentialIds(),
         )  # fmt: skip

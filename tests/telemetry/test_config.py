@@ -12,9 +12,9 @@ import pytest
 
 from plait.adapters.telemetry import TelemetrySettings, open_telemetry
 from plait.adapters.telemetry._otel import OtelTelemetry
-from plait.config import load_config
 from plait.domain.errors import ConfigError
 from plait.runtime import Runtime, configured_telemetry
+from plait.settings import resolve_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def test_the_table_is_read_and_merged(project: Path) -> None:
     (project / "plait.toml").write_text(
         '[telemetry]\nenabled = true\ncapture_content = true\nexporter = "console"\n'
     )
-    config = load_config()
+    config = resolve_settings().config
     assert dict(config.telemetry) == {
         "enabled": True,
         "capture_content": True,
@@ -72,7 +72,7 @@ def test_a_bad_table_is_an_error_naming_the_file(project: Path, table: str, mess
 def test_telemetry_that_is_not_a_table_is_refused(project: Path) -> None:
     (project / "plait.toml").write_text("telemetry = true\n")
     with pytest.raises(ConfigError, match="telemetry must be a table"):
-        load_config()
+        resolve_settings()
 
 
 def test_the_standard_variables_win() -> None:

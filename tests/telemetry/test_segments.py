@@ -26,7 +26,7 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
 def agent(otel: Otel, *turns: dict[str, Any]) -> tuple[AgentService, MemoryStore]:
     store = MemoryStore()
     model = ScriptedModel({"version": 1, "assistant": list(turns)})
-    service = AgentService(
+    service = AgentService.build(
         store=store,
         artifacts=store,
         model=model,
@@ -163,7 +163,7 @@ def reviewed(otel: Otel, reviewer: list[dict[str, Any]]) -> tuple[AgentService, 
         ids=ids,
         reviewer=Reviewer(config=policy.reviewer, name=model.name),
     )
-    service = AgentService(
+    service = AgentService.build(
         store=store,
         artifacts=store,
         model=model,
@@ -218,7 +218,7 @@ def test_a_claimed_run_its_worker_cannot_run_gets_its_failed_segment(otel: Otel)
     """The worker's model fails the capability check in ``execute`` before the run is
     driven: the run fails ``config_error`` and its claimed segment says so."""
     store, clock, ids = MemoryStore(), FixedClock(), SequentialIds()
-    api = AgentService(
+    api = AgentService.build(
         store=store,
         artifacts=store,
         model=ScriptedModel({"version": 1}),
@@ -228,7 +228,7 @@ def test_a_claimed_run_its_worker_cannot_run_gets_its_failed_segment(otel: Otel)
         telemetry=otel.telemetry,
     )
     no_tools = ScriptedModel({"version": 1, "capabilities": {"tool_calls": False}})
-    worker = AgentService(
+    worker = AgentService.build(
         store=store,
         artifacts=store,
         model=no_tools,

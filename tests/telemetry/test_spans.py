@@ -93,7 +93,7 @@ def service(otel: Otel, scripted: ScriptedModel) -> tuple[AgentService, MemorySt
         reviewer=Reviewer(config=POLICY.reviewer, name=scripted.name),
     )
     editor = RecordingTool(EDIT, output="edited")
-    agent = AgentService(
+    agent = AgentService.build(
         store=store,
         artifacts=store,
         model=scripted,

@@ -39,7 +39,7 @@ def test_the_trace_context_is_stored_and_survives_a_claim(store_url: str) -> Non
         store: Any = open_store(store_url)
         try:
             model = ScriptedModel({"version": 1})
-            service = AgentService(
+            service = AgentService.build(
                 store=store,
                 artifacts=store,
                 model=model,
@@ -95,7 +95,7 @@ def test_the_queue_depth_leaves_out_runs_a_worker_claimed_but_has_not_started(
     async def go() -> None:
         store: Any = open_store(queue_url)
         try:
-            service = AgentService(
+            service = AgentService.build(
                 store=store,
                 artifacts=store,
                 model=ScriptedModel({"version": 1}),

@@ -55,7 +55,7 @@ class World:
         assert isinstance(store, MemoryStore | SqliteStore | PostgresStore)
         self.store = store
         self.clock = SystemClock()
-        self.service = AgentService(
+        self.service = AgentService.build(
             store=store, artifacts=store, model=FunctionModel(answer, name="m"),
             clock=self.clock, ids=RandomIds(),
         )  # fmt: skip

@@ -1,5 +1,5 @@
-"""Load the tool policy: ``--policy FILE``, else ``PLAIT_POLICY``, else the built-in
-default (format: docs/policy.md)."""
+"""Load the tool policy: the file the settings name (``--policy FILE``, else
+``PLAIT_POLICY``), else the built-in default (format: docs/policy.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     return parse_policy(text, str(path))
 
 
-def policy_from(flag: str | None = None) -> Policy:
-    """The policy named by ``flag``, else by ``PLAIT_POLICY``, else the default."""
-    path = flag or os.environ.get("PLAIT_POLICY")
+def policy_from(path: str | None) -> Policy:
+    """The policy in the file ``path`` (:attr:`plait.settings.Settings.policy`), else
+    the default."""
     return load_policy(path) if path else Policy.default()

@@ -18,7 +18,7 @@ from pathlib import Path
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.forks import WorkspaceSnapshot
 
-__all__ = ["GitSnapshots", "SnapshotError", "default_worktrees_dir"]
+__all__ = ["GitSnapshots", "SnapshotError"]
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "plait",
@@ -32,18 +32,13 @@ class SnapshotError(PlaitError):
     code = "snapshot_failed"
 
 
-def default_worktrees_dir() -> Path:
-    """``$XDG_DATA_HOME/plait/worktrees`` (default ``~/.local/share/plait/worktrees``):
-    never inside a workspace."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "plait" / "worktrees"
-
-
 class GitSnapshots:
     """:class:`~plait.application.ports.WorkspaceSnapshots` with the ``git`` command."""
 
-    def __init__(self, worktrees_dir: str | Path | None = None) -> None:
-        self._dir = Path(worktrees_dir) if worktrees_dir else default_worktrees_dir()
+    def __init__(self, worktrees_dir: str | Path) -> None:
+        """``worktrees_dir``: where snapshots' worktrees go, never inside a workspace
+        (:attr:`plait.settings.Settings.worktrees_dir`)."""
+        self._dir = Path(worktrees_dir)
 
     def take(self, workspace: str, *, name: str, message: str) -> WorkspaceSnapshot:
         ws = Path(workspace).resolve()
@@ -108,7 +103,7 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, check: bool =
         out = subprocess.run(
             ["git", *args],
             cwd=cwd,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {})},  # git's own environment, passed through
             capture_output=True,
             text=True,
             check=False,

@@ -1,6 +1,6 @@
 """The lease heartbeat of a run being driven (DESIGN §4, issue 6 item 3).
 
-A run holds a lease of ``lease_seconds`` (configurable: ``AgentService(lease_seconds=...)``
+A run holds a lease of ``lease_seconds`` (configurable: ``AgentService.build(lease_seconds=...)``
 / ``Runtime(lease_seconds=...)``, default 60 s). While the run is driven, a separate task
 renews it every third of that, whatever the model or a tool is doing: the store's I/O runs
 off the event loop and tools run in threads or subprocesses, so the heartbeat is never

@@ -14,7 +14,7 @@ both alone, :meth:`resume` continues either once nothing blocks it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
@@ -72,6 +72,7 @@ __all__ = [
     "AgentService",
     "ModelFactory",
     "RecoveryReport",
+    "RunDefaults",
     "RunResult",
     "idempotency_key",
 ]
@@ -84,31 +85,71 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDefaults:
+    """What a service's runs get unless a call says otherwise."""
+
+    instructions: str = DEFAULT_INSTRUCTIONS
+    budget: Budget = field(default_factory=Budget)
+    lease_seconds: float = 60.0
+
+
 class AgentService:
     """The application's public API over the loop's stages. Build it with
-    :class:`plait.runtime.Runtime` or directly with fakes in tests.
+    :class:`plait.runtime.Runtime`, with :meth:`build` from its parts, or directly from
+    collaborators already built:
 
-    The stages are plain collaborators (DESIGN §1), each replaceable by keyword:
-
-    - ``context`` (:class:`ContextBuilder`): the model-visible context for a role, with a
-      ``meter`` (:class:`~plait.application.ports.TokenMeter`) and cached counts;
-    - ``caller`` (:class:`ModelCaller`): model calls with the retry / overflow / fail
-      policy (``retry``, ``on_overflow``);
-    - ``gate`` (:class:`ToolGate`): allow / deny / needs-approval per call
-      (default :class:`AllowAll`);
-    - ``runner`` (:class:`ToolRunner`): timeout, cancellation, output cap and spooling;
-    - the :class:`RunDriver` they are composed into (``self.driver``).
-
-    Without them the defaults are built from ``model``, ``tools``, ``instructions`` and
-    ``artifacts``.
-
-    ``checkpoint`` is a test-only hook called with the name of each persistence point
-    (``user_saved``, ``assistant_saved``, ``execution_started``, ``tool_returned``,
-    ``result_saved``) right after it is reached; crash tests kill the process there.
+    - ``driver`` (:class:`RunDriver`): the loop over the stages (DESIGN §1): the
+      ``context`` (:class:`ContextBuilder`), the ``caller`` (:class:`ModelCaller`), the
+      ``gate`` (:class:`ToolGate`), the ``runner`` (:class:`ToolRunner`), over the
+      :class:`RunJournal` that persists the runs;
+    - ``models`` (:class:`RunModels`): which model a run taken over continues with;
+    - ``compaction`` (:class:`CompactionService`): summaries, constraints and recall in
+      the assistant's context (DESIGN §8); ``None``: whole history;
+    - ``sweeper``: what recovery clears of an interrupted write;
+    - ``defaults`` (:class:`RunDefaults`): instructions, budget and lease of runs.
     """
 
     def __init__(
         self,
+        *,
+        store: SessionStore,
+        artifacts: ArtifactStore,
+        clock: Clock,
+        ids: IdGenerator,
+        driver: RunDriver,
+        models: RunModels,
+        defaults: RunDefaults,
+        compaction: CompactionService | None = None,
+        sweeper: LeftoverSweeper | None = None,
+    ) -> None:
+        _check_config(list(driver.tools.values()), defaults.lease_seconds)
+        self.store = store
+        self.artifacts = artifacts
+        self.clock = clock
+        self.ids = ids
+        self.instructions = defaults.instructions
+        self.budget = defaults.budget
+        self.lease_seconds = defaults.lease_seconds
+        self.driver = driver
+        self.journal = driver.journal
+        self.caller = driver.caller
+        self._gate = driver.gate
+        self._compaction = compaction
+        self._active = self.driver.active
+        self.sweeper = sweeper
+        self.subagents: dict[str, AgentService] = {}
+        """The services of this agent's sub-agents, by name (the composition root fills
+        it): a child run is continued by its own agent's service (its instructions,
+        tools and model), whoever is asked to continue it."""
+        self.approvals = Approvals(store, clock)
+        """A person's answers to calls that wait (approve, deny)."""
+        self.models = models
+        """Which model a run taken over continues with (its recorded spec)."""
+
+    @classmethod
+    def build(
+        cls,
         *,
         store: SessionStore,
         artifacts: ArtifactStore,
@@ -133,29 +174,26 @@ class AgentService:
         model_factory: ModelFactory | None = None,
         sweeper: LeftoverSweeper | None = None,
         telemetry: RunTelemetry | None = None,
-    ) -> None:
-        """``compaction``: summaries, constraints and recall in the assistant's context,
-        with the post-step and overflow triggers (DESIGN §8); ``None``: whole history.
-        ``telemetry``: traces and metrics of the runs (``None``: off). ``tools`` as a
-        :class:`~plait.application.toolset.ToolSet` can change between steps."""
+    ) -> AgentService:
+        """A service from its parts, each stage defaulted when not given: the context
+        from ``instructions``, ``tools`` and ``meter``; the caller from ``model``,
+        ``retry`` and ``on_overflow``; the gate allows everything; the runner spools to
+        ``artifacts``. ``tools`` as a :class:`~plait.application.toolset.ToolSet` can
+        change between steps; ``telemetry``: traces and metrics of the runs (``None``:
+        off). ``checkpoint`` is a test-only hook called with the name of each persistence
+        point (``user_saved``, ``assistant_saved``, ``execution_started``,
+        ``tool_returned``, ``result_saved``) right after it is reached; crash tests kill
+        the process there."""
         toolset = tools if isinstance(tools, ToolSet) else None
         tools = list(tools.tools.values()) if isinstance(tools, ToolSet) else tools
         _check_config(tools, lease_seconds)
-        self.store = store
-        self.artifacts = artifacts
-        self.clock = clock
-        self.ids = ids
-        self.instructions = instructions
-        self.budget = budget or Budget()
-        self.lease_seconds = lease_seconds
-        self.caller = caller or ModelCaller(
+        caller = caller or ModelCaller(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         )
-        self._gate = gate or AllowAll()
-        self._compaction = compaction
-        if (own_reviewer := reviewer_model_of(self._gate)) is not None:
-            self.caller.role_models["reviewer"] = own_reviewer  # its own model, same budget
-        self.journal = RunJournal(
+        gate = gate or AllowAll()
+        if (own_reviewer := reviewer_model_of(gate)) is not None:
+            caller.role_models["reviewer"] = own_reviewer  # its own model, same budget
+        journal = RunJournal(
             store=store,
             clock=clock,
             ids=ids,
@@ -163,21 +201,36 @@ class AgentService:
             checkpoint=checkpoint,
             telemetry=telemetry,
         )
-        self.driver = _compose_driver(
-            store, self.journal, self.caller, tools, lease_seconds=lease_seconds,
-            instructions=instructions, artifacts=artifacts, context=context, meter=meter,
-            gate=gate, runner=runner, compaction=compaction, toolset=toolset,
-        )  # fmt: skip
-        self._active = self.driver.active
-        self.sweeper = sweeper
-        self.subagents: dict[str, AgentService] = {}
-        """The services of this agent's sub-agents, by name (the composition root fills
-        it): a child run is continued by its own agent's service (its instructions,
-        tools and model), whoever is asked to continue it."""
-        self.approvals = Approvals(store, clock)
-        """A person's answers to calls that wait (approve, deny)."""
-        self.models = RunModels(self.caller, model_spec, model_factory)
-        """Which model a run taken over continues with (its recorded spec)."""
+        specs = tuple(tool.spec for tool in tools)
+        driver = RunDriver(
+            store=store,
+            journal=journal,
+            context=context or ContextBuilder(instructions=instructions, tools=specs, meter=meter),
+            caller=caller,
+            gate=gate,
+            runner=runner or ToolRunner(artifacts),
+            tools={tool.spec.name: tool for tool in tools},
+            lease_seconds=lease_seconds,
+            toolset=toolset,
+            compaction=None
+            if compaction is None
+            else CompactionStage(
+                compaction, instructions=instructions, tools=specs, emit=journal.emit
+            ),
+        )
+        return cls(
+            store=store,
+            artifacts=artifacts,
+            clock=clock,
+            ids=ids,
+            driver=driver,
+            models=RunModels(caller, model_spec, model_factory),
+            defaults=RunDefaults(
+                instructions=instructions, budget=budget or Budget(), lease_seconds=lease_seconds
+            ),
+            compaction=compaction,
+            sweeper=sweeper,
+        )
 
     @property
     def owner(self) -> str:
@@ -654,40 +707,6 @@ class AgentService:
             if waiting.status is RunStatus.AWAITING_APPROVAL:
                 await self.resume(parent.run_id, observer=observer, on_text=on_text)
         return result
-
-
-def _compose_driver(
-    store: SessionStore,
-    journal: RunJournal,
-    caller: ModelCaller,
-    tools: Sequence[Tool],
-    *,
-    lease_seconds: float,
-    instructions: str,
-    artifacts: ArtifactStore,
-    context: ContextBuilder | None,
-    meter: TokenMeter | None,
-    gate: ToolGate | None,
-    runner: ToolRunner | None,
-    compaction: CompactionService | None,
-    toolset: ToolSet | None = None,
-) -> RunDriver:
-    """The loop over the given stages, each defaulted when not given."""
-    specs = tuple(t.spec for t in tools)
-    return RunDriver(
-        store=store,
-        journal=journal,
-        context=context or ContextBuilder(instructions=instructions, tools=specs, meter=meter),
-        caller=caller,
-        gate=gate or AllowAll(),
-        runner=runner or ToolRunner(artifacts),
-        tools={t.spec.name: t for t in tools},
-        lease_seconds=lease_seconds,
-        toolset=toolset,
-        compaction=None
-        if compaction is None
-        else CompactionStage(compaction, instructions=instructions, tools=specs, emit=journal.emit),
-    )
 
 
 def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:

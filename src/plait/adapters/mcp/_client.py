@@ -325,13 +325,15 @@ class McpManager:
         *,
         sandbox: SandboxSettings | None = None,
         protected: Sequence[str] = (),
-        environ: Mapping[str, str] | None = None,
+        environ: Mapping[str, str],
         workspace: str | None = None,
         on_progress: ProgressSink | None = None,
         protect_git: bool = True,
     ) -> None:
         """``on_progress`` receives the servers' progress notifications about calls
         (server, tool, progress, total, message); by default they are logged.
+        ``environ``: where ``env_from`` secrets and ``${NAME}`` headers are looked up
+        (:attr:`plait.settings.Settings.environ`).
 
         With ``protect_git`` (the policy's, on by default) a sandboxed stdio server sees
         the workspace's git places (``.git`` and bare repositories, nested ones included)
@@ -345,7 +347,7 @@ class McpManager:
         self._launch = _Launch(
             sandbox or SandboxSettings(),
             protected,
-            os.environ if environ is None else environ,
+            environ,
             protect_git,
         )
         self._connections: dict[tuple[str, str], _Connection] = {}

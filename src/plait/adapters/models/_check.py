@@ -5,7 +5,8 @@ falls back) and reported as not streaming."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from plait.adapters.models._spec import open_model
 from plait.application.ports import ModelClient, ModelRequest, ModelResponse
@@ -13,6 +14,9 @@ from plait.domain.context import Context
 from plait.domain.errors import ModelError, ModelErrorCode, ModelTimeoutError
 from plait.domain.messages import AssistantMessage, UserMessage
 from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:
+    from plait.config import Config
 
 __all__ = ["check_model"]
 
@@ -53,7 +57,9 @@ def _auth_ok(model: ModelClient, response: ModelResponse) -> dict[str, Any]:
     return {"check": "auth", "ok": True, "detail": f"answered as {response.model or model.name}"}
 
 
-async def check_model(spec: str) -> tuple[str, list[dict[str, Any]]]:
+async def check_model(
+    spec: str, *, config: Config, env: Mapping[str, str]
+) -> tuple[str, list[dict[str, Any]]]:
     """One minimal streamed call with one tool: (model name, one check per line: auth,
     tool calling, streaming, each ``{"check", "ok", "detail"}``). A call refused as an
     invalid request is made again without the tool, to tell a server that cannot take
@@ -61,7 +67,7 @@ async def check_model(spec: str) -> tuple[str, list[dict[str, Any]]]:
     ping = ToolSpec(
         name="ping", description="Answers pong.", parameters=_PING, effect=EffectClass.READ_ONLY
     )
-    model = open_model(spec, tools=[ping])
+    model = open_model(spec, tools=[ping], config=config, env=env)
     deltas: list[str] = []
     streams = model.capabilities.streaming
     try:

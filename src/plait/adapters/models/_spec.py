@@ -4,7 +4,6 @@ config into a ready client. No SDK is imported here."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -15,7 +14,7 @@ from plait.adapters.models._catalog import KIND_DEFAULTS, builtin_capabilities, 
 from plait.adapters.models._common import Target
 from plait.adapters.models._driver import DEFAULT_IDLE_TIMEOUT, missing_key
 from plait.application.ports import ModelCapabilities
-from plait.config import Config, load_config
+from plait.config import Config
 from plait.domain.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -222,18 +221,19 @@ def open_model(
     spec: str,
     *,
     tools: Sequence[ToolSpec] = (),
-    config: Config | None = None,
-    env: Mapping[str, str] | None = None,
+    config: Config,
+    env: Mapping[str, str],
 ) -> ModelClient:
     """A model client for ``spec`` (see :data:`MODEL_SPEC_FORMS`), with its capabilities
-    from the built-in table and plait.toml; fails here, with a clear error, on a bad spec,
-    a missing key, a setting the model cannot honour or a tool schema it cannot take."""
+    from the built-in table and ``config`` (plait.toml), its key looked up in ``env``
+    (:attr:`plait.settings.Settings.environ`); fails here, with a clear error, on a bad
+    spec, a missing key, a setting the model cannot honour or a tool schema it cannot
+    take."""
     if spec.startswith("scripted:"):
         from plait.testing.scripted import ScriptedModel
 
         return ScriptedModel.from_file(Path(parse_spec(spec).model))
-    config = load_config() if config is None else config
     resolved = resolve(spec, config)
-    client = build_client(resolved, os.environ if env is None else env)
+    client = build_client(resolved, env)
     check_tools(resolved, tools)
     return client

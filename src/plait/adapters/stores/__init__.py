@@ -19,7 +19,7 @@ Backends are imported lazily so ``import plait`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from plait.application.ports import (
     ApprovalStore,
@@ -43,9 +43,11 @@ __all__ = [
     "PostgresStore",
     "SqliteStore",
     "Store",
+    "StoreKind",
     "StoreWarning",
     "open_store",
     "protected_paths",
+    "store_kind",
 ]
 
 _FORMS = (
@@ -63,8 +65,30 @@ class Store(
     the rest it declares in its ``capabilities`` (see docs/architecture-stores.md)."""
 
 
-def _path(url: str, scheme: str) -> Path:
-    rest = url[len(scheme) :]
+StoreKind = Literal["memory", "sqlite", "jsonl", "postgres"]
+
+_SCHEMES: tuple[tuple[str, StoreKind], ...] = (
+    ("sqlite:///", "sqlite"),
+    ("jsonl:///", "jsonl"),
+    ("postgresql://", "postgres"),
+    ("postgres://", "postgres"),
+)
+
+
+def store_kind(url: str) -> StoreKind | None:
+    """Which backend ``url`` names (``None``: none): the one place a store URL's form is
+    read."""
+    if url in ("memory://", "memory:"):
+        return "memory"
+    for scheme, kind in _SCHEMES:
+        if url.startswith(scheme):
+            return kind
+    return None
+
+
+def _path(url: str) -> Path:
+    """The path of a ``sqlite:///`` or ``jsonl:///`` URL."""
+    rest = url.split(":///", 1)[1]
     if not rest or "?" in rest or "#" in rest or rest.startswith(("\x00",)):
         shown = _shown(url)
         raise ConfigError(f"store URL {shown!r} has no usable path; {_FORMS}", url=shown)
@@ -78,13 +102,12 @@ def _shown(url: str) -> str:
 
 
 def _require_existing(url: str) -> None:
-    for scheme in ("sqlite:///", "jsonl:///"):
-        if url.startswith(scheme) and not _path(url, scheme).exists():
-            raise StoreNotFoundError(
-                f"no plait store at {url!r}; check --db or PLAIT_DB, or create one with "
-                "'plait sessions new'",
-                url=url,
-            )
+    if store_kind(url) in ("sqlite", "jsonl") and not _path(url).exists():
+        raise StoreNotFoundError(
+            f"no plait store at {url!r}; check --db or PLAIT_DB, or create one with "
+            "'plait sessions new'",
+            url=url,
+        )
 
 
 _SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
@@ -95,11 +118,12 @@ def protected_paths(url: str) -> tuple[Path, ...]:
     SQLite the database file and its ``-wal``/``-shm``/``-journal`` companions, for JSONL
     the whole directory; none for ``memory://``). The agent's tools must never reach
     them: the file tools deny them, and a sandbox should hide them."""
-    if url.startswith("sqlite:///"):
-        db = _path(url, "sqlite:///").absolute()
+    kind = store_kind(url)
+    if kind == "sqlite":
+        db = _path(url).absolute()
         return (db, *(db.with_name(db.name + s) for s in _SQLITE_SIDECARS))
-    if url.startswith("jsonl:///"):
-        return (_path(url, "jsonl:///").absolute(),)
+    if kind == "jsonl":
+        return (_path(url).absolute(),)
     return ()
 
 
@@ -112,19 +136,20 @@ def open_store(url: str, *, create: bool = True) -> Store:
         raise ConfigError(f"store URL must be a string; {_FORMS}")
     if not create:
         _require_existing(url)
-    if url in ("memory://", "memory:"):
+    kind = store_kind(url)
+    if kind == "memory":
         from plait.adapters.stores.memory.store import MemoryStore
 
         return MemoryStore()
-    if url.startswith("sqlite:///"):
+    if kind == "sqlite":
         from plait.adapters.stores.sqlite.store import SqliteStore
 
-        return SqliteStore.open(_path(url, "sqlite:///"))
-    if url.startswith("jsonl:///"):
+        return SqliteStore.open(_path(url))
+    if kind == "jsonl":
         from plait.adapters.stores.jsonl.store import JsonlStore
 
-        return JsonlStore(_path(url, "jsonl:///"))
-    if url.startswith(("postgresql://", "postgres://")):
+        return JsonlStore(_path(url))
+    if kind == "postgres":
         from plait.adapters.stores.postgres.store import PostgresStore
 
         # A read command (create=False) must not write: it checks the schema instead of

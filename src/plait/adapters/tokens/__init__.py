@@ -26,14 +26,14 @@ __all__ = [
 _OPENAI_KINDS = ("openai", "openai-responses")
 
 
-def open_meter(spec: str, config: Config | None = None) -> TokenMeter:
+def open_meter(spec: str, config: Config) -> TokenMeter:
     """The meter for a model spec (or a plait.toml name). Exact for OpenAI's models; an
     estimate for the others; a model that is neither built in nor declared with a
-    context window in plait.toml raises :class:`TokenMeterModelUnconfiguredError`."""
+    context window in ``config`` (plait.toml) raises
+    :class:`TokenMeterModelUnconfiguredError`."""
     from plait.adapters.models import resolve
-    from plait.config import load_config
 
-    resolved = resolve(spec, load_config() if config is None else config)
+    resolved = resolve(spec, config)
     if not resolved.known or resolved.capabilities.context_window is None:
         raise TokenMeterModelUnconfiguredError(
             f"TOKEN_METER_MODEL_UNCONFIGURED: plait has no token meter and context window "
@@ -45,11 +45,11 @@ def open_meter(spec: str, config: Config | None = None) -> TokenMeter:
     return EstimatingMeter(str(resolved.spec))
 
 
-def meter_for(client: ModelClient) -> TokenMeter:
+def meter_for(client: ModelClient, config: Config) -> TokenMeter:
     """The meter a runtime uses for ``client``'s context building: exact for OpenAI's
     models, otherwise an estimate (compaction separately refuses a model whose window is
     unknown)."""
     try:
-        return open_meter(client.name)
+        return open_meter(client.name, config)
     except ConfigError:  # a scripted model, an undeclared local model: estimate
         return EstimatingMeter(client.name)

@@ -155,6 +155,8 @@ class _Runner:
                 "allow_unsandboxed = true in the [sandbox] settings; not recommended.)",
                 problem=problem,
             )
+        # The command's environment is the process's, filtered by [sandbox] env_allow:
+        # environment passed through to a subprocess, not configuration.
         env = sandbox_env(self.settings, dict(os.environ))
         shell = [_SHELL, "-c", command]
         git: GitScan | None = None

@@ -75,7 +75,7 @@ def _invocation() -> str:
     on PATH, ``uv run plait`` under ``uv run``, else ``python -m plait``."""
     # ``uv run`` puts the project's venv on PATH only for its child, so check it first:
     # a bare ``plait`` found there would not run in the user's own shell.
-    if os.environ.get("UV"):
+    if os.environ.get("UV"):  # how this process was started, not a setting
         return "uv run plait"
     on_path = shutil.which("plait")
     if on_path and Path(on_path).resolve() == Path(sys.argv[0]).resolve():

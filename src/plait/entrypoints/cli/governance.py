@@ -284,8 +284,9 @@ COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
 def _explain(a: argparse.Namespace, out: _Output) -> int:
     from plait.adapters.policy_file import policy_from
     from plait.application.governance.facts import explain_call
+    from plait.settings import resolve_settings
 
-    policy = policy_from(a.policy)
+    policy = policy_from(resolve_settings(policy=a.policy).policy)
     try:
         args = json.loads(a.arguments)
     except ValueError as e:

@@ -58,18 +58,21 @@ def tools_list(a: argparse.Namespace, out: _Output) -> int:
 
 def mcp_check(a: argparse.Namespace, out: _Output) -> int:
     from plait.adapters.mcp import McpManager, list_mcp_tools, servers_from_mapping
-    from plait.config import load_config
     from plait.domain.errors import ConfigError
     from plait.runtime import configured_sandbox
+    from plait.settings import resolve_settings
 
-    servers = servers_from_mapping(load_config().mcp)
+    settings = resolve_settings()
+    servers = servers_from_mapping(settings.config.mcp)
     if a.name not in servers:
         known = ", ".join(sorted(servers)) or "none"
         raise ConfigError(
             f"no MCP server {a.name!r} in plait.toml ([mcp.servers.NAME]; configured: {known})"
         )
     config = servers[a.name]
-    manager = McpManager({a.name: config}, sandbox=configured_sandbox())
+    manager = McpManager(
+        {a.name: config}, sandbox=configured_sandbox(settings), environ=settings.environ
+    )
     try:
         infos = list_mcp_tools(manager)
     finally:

@@ -56,9 +56,9 @@ def _line(row: dict[str, Any]) -> str:
 def models_list(a: argparse.Namespace, out: _Output) -> int:
     from plait.adapters.models import resolve
     from plait.adapters.models._catalog import CATALOG_DATE, CATALOG_SOURCE, builtin_models
-    from plait.config import load_config
+    from plait.settings import resolve_settings
 
-    config = load_config()
+    config = resolve_settings().config
     rows = [_row(spec, "built-in", caps) for spec, caps in builtin_models()]
     for name, entry in sorted(config.models.items()):
         r = resolve(name, config)
@@ -75,8 +75,10 @@ def models_list(a: argparse.Namespace, out: _Output) -> int:
 
 def models_check(a: argparse.Namespace, out: _Output) -> int:
     from plait.adapters.models import check_model
+    from plait.settings import resolve_settings
 
-    name, checks = asyncio.run(check_model(a.spec))
+    settings = resolve_settings()
+    name, checks = asyncio.run(check_model(a.spec, config=settings.config, env=settings.environ))
     ok = all(c["ok"] for c in checks)
     out.emit(
         {"model": name, "ok": ok, "checks": checks},

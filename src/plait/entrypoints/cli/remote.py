@@ -157,6 +157,7 @@ def _waiting_lines(run_id: str, waiting: list[dict[str, Any]], server: str) -> l
 
 def send_remote(a: argparse.Namespace, out: Out) -> int:
     _refuse_local_flags(a)
+    # A remote server's key, not this process's settings: the flag, else the environment.
     key = getattr(a, "api_key", None) or os.environ.get("PLAIT_API_KEY")
     if not key:
         raise ConfigError("--server needs an API key: --api-key KEY or PLAIT_API_KEY")

@@ -35,9 +35,9 @@ def register(sub: Any, common: Common) -> None:
     kc.add_argument("--admin", action="store_true", help="may see every principal's sessions")
     common(kc)
 
-    from plait.entrypoints.http.server import ENV_HELP
+    from plait.settings import SERVICE_ENV_HELP
 
-    env = "settings (environment variables; flags override them):\n" + ENV_HELP
+    env = "settings (environment variables; flags override them):\n" + SERVICE_ENV_HELP
     sv = sub.add_parser(
         "serve",
         help="run the HTTP API (with an in-process worker for SQLite)",
@@ -73,9 +73,9 @@ def register(sub: Any, common: Common) -> None:
 def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
     from plait.adapters.stores import open_store
     from plait.adapters.stores.postgres.store import PostgresStore
-    from plait.runtime import default_db_url
+    from plait.settings import resolve_settings
 
-    url = getattr(a, "db", None) or default_db_url()
+    url = resolve_settings(db=getattr(a, "db", None)).db
     store = open_store(url)
     if not isinstance(store, PostgresStore):
         raise ConfigError(
@@ -105,9 +105,9 @@ def _keys_create(a: argparse.Namespace, out: Any) -> int:
     from plait.adapters.system import RandomIds, SystemClock
     from plait.domain.service import Role
     from plait.entrypoints.http.auth import create_key
-    from plait.runtime import default_db_url
+    from plait.settings import resolve_settings
 
-    url = getattr(a, "db", None) or default_db_url()
+    url = resolve_settings(db=getattr(a, "db", None)).db
     store: Any = open_store(url)
     if not store.capabilities.api_keys:
         raise ConfigError(f"the store {url!r} cannot hold API keys; use PostgreSQL or SQLite")
@@ -128,10 +128,12 @@ def _keys_create(a: argparse.Namespace, out: Any) -> int:
 
 
 def _settings(a: argparse.Namespace) -> Any:
-    from plait.entrypoints.http.server import Settings
+    """The service process's settings, resolved once: defaults, config files,
+    environment, then these flags."""
+    from plait.settings import resolve_settings
 
-    flags = {k: v for k, v in vars(a).items() if k in Settings.__dataclass_fields__}
-    return Settings.from_env(**flags)
+    flags = vars(a)
+    return resolve_settings(db=flags.get("db"), model=flags.get("model"), service=flags)
 
 
 def _serve(a: argparse.Namespace, out: Any) -> int:
