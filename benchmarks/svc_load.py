@@ -792,7 +792,8 @@ def _run_with(a: argparse.Namespace, db: str, ledger: Path) -> dict[str, Any]:
     ]
     stats = a.pg_stats and shared
     try:
-        kill = workers[0] if workers and a.kill else None
+        # One worker alone is not killed: nothing would be left to recover its runs.
+        kill = workers[0] if len(workers) > 1 and a.kill else None
         reset = (lambda: _pg_stats_reset(db)) if stats else None
         snapshot = (lambda: _pg_stats(db, a.runs)) if stats else None
         pids = {"api": api.pid, **{f"worker{i}": w.pid for i, w in enumerate(workers)}}
