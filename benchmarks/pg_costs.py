@@ -16,7 +16,10 @@ not. Kinds:
 - ``event_write``: the store's write of one run's three events (one statement that
   numbers, inserts and notifies; a durable commit);
 - ``message_commit``: the store's commit of one user message to a session (one call of
-  ``plait_commit``, a durable commit), the session growing as it goes.
+  ``plait_commit``, a durable commit), the session growing as it goes;
+- ``claim``: a worker's claim of a queued run (``plait_claim``: the run set running,
+  its session and history read; a durable commit), the runs submitted beforehand;
+- ``claim_empty``: the same on an empty queue (what an idle worker polls with).
 
 It splits a run's cost by statement for docs/scaling.md: what removing one statement
 per run, or one durable commit, saves.
@@ -63,6 +66,7 @@ async def _run(url: str, n: int) -> dict[str, Any]:
     from plait.domain.messages import UserMessage
     from plait.domain.service import EventType, NewRunEvent
     from plait.domain.session import Session
+    from plait.runtime import Runtime
 
     store = PostgresStore(url, min_size=1, max_size=1)
     ids, clock = RandomIds(), SystemClock()
@@ -108,6 +112,27 @@ async def _run(url: str, n: int) -> dict[str, Any]:
             commit = Commit(session_id=session.id, expected_version=version[0], messages=(message,))
             version[0] = (await store.commit(commit)).version
 
+        runtime = Runtime(store=store, artifacts=store, model=None, tools=[], clock=clock, ids=ids)
+        for _ in range(n + 20):  # one queued run per session, claimed below
+            queued = await runtime.service.create_session()
+            await runtime.service.submit(queued.id, "go")
+
+        async def claim(_: int) -> None:
+            now = clock.now()
+            found = await store.claim_and_start_run(
+                owner="bench", now=now, expires_at=now + 30, model="m", model_spec=None
+            )
+            assert found is not None
+
+        async def claim_empty(_: int) -> None:
+            now = clock.now()
+            found = await store.claim_and_start_run(
+                owner="bench", now=now, expires_at=now + 30, model="m", model_spec=None
+            )
+            assert found is None
+
+        out["claim"] = await _measure(backend, n, claim)
+        out["claim_empty"] = await _measure(backend, n, claim_empty)
         out["context_read"] = await _measure(backend, n, context_read)
         out["message_commit"] = await _measure(backend, n, message_commit)
         out["event_write"] = await _measure(backend, n, event_write)
