@@ -2,7 +2,9 @@
 
     uv run python benchmarks/svc_load.py --store postgresql --runs 500 --workers 4
     uv run python benchmarks/svc_load.py --store sqlite --runs 500
-    (--pg-stats also counts the SQL statements per run with pg_stat_statements)
+    (--pg-stats also counts the SQL statements per run with pg_stat_statements, with the
+    WAL each wrote, and the rows each table got; --waits samples what the database's
+    busy backends wait for; --workers 1..8 for the scaling series of docs/scaling.md)
 
 PostgreSQL: starts a throw-away cluster (fsync, synchronous_commit and full_page_writes
 on: every acknowledged write is durable), an API process (no in-process worker) and
@@ -11,8 +13,9 @@ runs concurrently (one session each, through a pool of 64 keep-alive connections
 SIGKILLs worker 0 once half of the runs have ended. SQLite: one process serving the API
 with an in-process worker (SQLite does its I/O on its own thread); nothing is killed.
 The driver shares the machine's cores with the service: it uses a minimal HTTP client
-and learns progress from one session listing per 0.25 s, not from polling every run (the
-figures come from the server's timestamps, not from when the driver noticed).
+and learns progress from one count of the ended runs per 0.25 s, asked of PostgreSQL
+directly (SQLite: one session listing), not from polling every run (the figures come
+from the server's timestamps, not from when the driver noticed).
 
 Each run is three steps with a deterministic function model (no network): two calls of an
 idempotent tool, then an answer. The tool itself keeps the ledger the checks use (not the
@@ -45,6 +48,16 @@ Figures:
   PostgreSQL process (backends opened meanwhile included; a killed worker counts what it
   had spent when last sampled). ``transactions_per_run``: ``pg_stat_database`` commits
   and rollbacks over the same window (each autocommit statement counts as one).
+  ``cpu_ms_per_run_by_worker``: the same, per worker process.
+- ``wal_bytes_per_run``: the WAL written over the same window (``pg_current_wal_lsn``);
+  ``wal_records_per_run``, ``wal_fpi_per_run`` (full-page images) and
+  ``wal_syncs_per_run`` (WAL fsyncs: durable points, several commits may share one)
+  from ``pg_stat_wal``, read once the clients have gone.
+- ``--waits``: ``waits``, the share of busy-backend samples per wait event
+  (``LWLock:WALWrite``/``IO:WALSync``: waiting for a commit's flush; ``Lock:*``: a
+  heavyweight lock; ``CPU``: none) and per statement, and lock requests waiting.
+- ``--no-fsync``: a cluster that does not fsync, to split the cost of durability off
+  (never a figure of the service).
 - ``--no-kill``: nothing is killed (the figure without the killed worker's lease tail).
 - ``SVC_LOAD_PROFILE=DIR``: each worker writes a CPU-time cProfile to ``DIR``.
 """
@@ -63,7 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -286,14 +299,14 @@ def _key(db: str) -> str:
 
 
 @contextlib.contextmanager
-def _store(kind: str, tmp: Path, *, pg_stats: bool) -> Iterator[str]:
+def _store(kind: str, tmp: Path, *, pg_stats: bool, fsync: bool = True) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp / 'plait.db'}"
         return
     from plait.testing.postgres import temporary_cluster
 
     extra = ["shared_preload_libraries=pg_stat_statements"] if pg_stats else []
-    with temporary_cluster(fsync=True, max_connections=200, settings=extra) as url:
+    with temporary_cluster(fsync=fsync, max_connections=200, settings=extra) as url:
         yield url
 
 
@@ -339,6 +352,92 @@ async def _pg_xacts(db: str) -> int:
     return int(row[0])
 
 
+async def _pg_tables(db: str) -> dict[str, tuple[int, int, int]]:
+    """Rows inserted, updated and updated in place (HOT: no index entry) per table."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        rows = await (
+            await conn.execute(
+                "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            )
+        ).fetchall()
+    return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+
+
+async def _pg_wal(db: str) -> dict[str, int]:
+    """The WAL position (bytes) and ``pg_stat_wal``'s counters: records, full-page images,
+    bytes, writes and syncs (fsyncs of WAL: a commit's durable point)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, wal_records, wal_fpi, "
+                "wal_bytes::bigint, wal_write, wal_sync FROM pg_stat_wal"
+            )
+        ).fetchone()
+    assert row is not None
+    names = ("lsn", "records", "fpi", "bytes", "writes", "syncs")
+    return {name: int(value) for name, value in zip(names, row, strict=True)}
+
+
+class _WaitSampler:
+    """``--waits``: what the database's busy backends are doing, sampled every 20 ms
+    from ``pg_stat_activity`` while the load runs (a backend with no wait event is on the
+    CPU or waiting for one), and how many lock requests wait (``pg_locks``). Shares per
+    busy-backend sample, by wait event and by statement."""
+
+    _ACTIVITY = (
+        "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), "
+        "left(regexp_replace(query, '\\s+', ' ', 'g'), 48) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND state = 'active' "
+        "AND pid <> pg_backend_pid()"
+    )
+    _LOCKS = (
+        "SELECT coalesce(relation::regclass::text, locktype), mode FROM pg_locks WHERE NOT granted"
+    )
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.busy = 0
+        self.events: dict[str, int] = {}
+        self.statements: dict[str, int] = {}
+        self.lock_waits: dict[str, int] = {}
+
+    async def run(self, db: str, stop: asyncio.Event) -> None:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+            while not stop.is_set():
+                rows = await (await conn.execute(self._ACTIVITY)).fetchall()
+                locks = await (await conn.execute(self._LOCKS)).fetchall()
+                self.samples += 1
+                self.busy += len(rows)
+                for event, query in rows:
+                    self.events[event] = self.events.get(event, 0) + 1
+                    self.statements[query] = self.statements.get(query, 0) + 1
+                for relation, mode in locks:
+                    name = f"{relation} {mode}"
+                    self.lock_waits[name] = self.lock_waits.get(name, 0) + 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.02)
+
+    def report(self) -> dict[str, Any]:
+        def shares(counts: dict[str, int], total: int) -> dict[str, float]:
+            top = sorted(counts.items(), key=lambda kv: -kv[1])[:10]
+            return {k: round(v / max(total, 1), 3) for k, v in top}
+
+        return {
+            "samples": self.samples,
+            "busy_backends_avg": round(self.busy / max(self.samples, 1), 2),
+            "by_wait_event": shares(self.events, self.busy),
+            "by_statement": shares(self.statements, self.busy),
+            "lock_waits_avg": round(sum(self.lock_waits.values()) / max(self.samples, 1), 3),
+            "lock_waits_by_relation": shares(self.lock_waits, self.samples),
+        }
+
+
 async def _pg_stats(db: str, runs: int) -> dict[str, Any]:
     """Statements executed per run since the reset (all processes), the top ones."""
     import psycopg
@@ -346,14 +445,20 @@ async def _pg_stats(db: str, runs: int) -> dict[str, Any]:
     async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
         rows = await (
             await conn.execute(
-                "SELECT calls, total_exec_time, query FROM pg_stat_statements "
-                "WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC"
+                "SELECT calls, total_exec_time, wal_bytes::bigint, query "
+                "FROM pg_stat_statements WHERE toplevel "
+                "AND query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC"
             )
         ).fetchall()
     total = sum(r[0] for r in rows)
     top = [
-        {"per_run": round(c / runs, 2), "ms": round(t, 1), "sql": " ".join(q.split())[:110]}
-        for c, t, q in rows[:25]
+        {
+            "per_run": round(c / runs, 2),
+            "ms": round(t, 1),
+            "wal_bytes_per_run": round(w / runs),
+            "sql": " ".join(q.split())[:110],
+        }
+        for c, t, w, q in rows[:25]
     ]
     return {
         "statements_per_run": round(total / runs, 1),
@@ -402,7 +507,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _ready(http: _Http) -> None:
-    for _ in range(300):
+    for _ in range(900):
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             if (await http.request("GET", "/v1/ready"))[0] == 200:
                 return
@@ -422,6 +527,19 @@ async def _watch(http: _Http, run_ids: list[str], lags: list[float]) -> None:
     await asyncio.gather(*[follow(r) for r in run_ids])
 
 
+async def _ended_runs(db: str) -> AsyncIterator[int]:
+    """The number of ended runs, each time it is asked (one connection, one statement)."""
+    import psycopg
+
+    ended = "('completed', 'budget_exhausted', 'failed', 'cancelled')"
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        while True:
+            row = await (
+                await conn.execute(f"SELECT count(*) FROM runs WHERE status IN {ended}")
+            ).fetchone()
+            yield 0 if row is None else int(row[0])
+
+
 async def _wait_all(
     http: _Http,
     sids: set[str],
@@ -429,17 +547,25 @@ async def _wait_all(
     kill: subprocess.Popen[bytes] | None,
     t0: float,
     meter: _CpuMeter,
+    db: str | None,
 ) -> int | None:
-    """Until every session's run has ended (one listing per sweep: a session whose run
-    ended has no active run and all its 6 messages); SIGKILL ``kill`` at half."""
+    """Until every session's run has ended; SIGKILL ``kill`` at half. PostgreSQL: one
+    count of the ended runs per sweep, asked of the database directly (a listing of every
+    session through the API would cost the API and the database more than the load's
+    own requests); SQLite: one listing per sweep (a session whose run ended has no
+    active run and all its 6 messages)."""
     killed_at = None
+    ended = _ended_runs(db) if db is not None else None
     while True:
-        _, page = await http.request("GET", f"/v1/sessions?limit={len(sids)}")
-        done = sum(
-            1
-            for s in page["sessions"]
-            if s["session_id"] in sids and s["active_run_id"] is None and s["version"] >= 6
-        )
+        if ended is not None:
+            done = await anext(ended)
+        else:
+            _, page = await http.request("GET", f"/v1/sessions?limit={len(sids)}")
+            done = sum(
+                1
+                for s in page["sessions"]
+                if s["session_id"] in sids and s["active_run_id"] is None and s["version"] >= 6
+            )
         meter.sample()
         if kill is not None and killed_at is None and done >= runs // 2:
             kill.send_signal(signal.SIGKILL)
@@ -461,8 +587,13 @@ async def _drive(
     watch: int,
     pids: dict[str, int],
     db: str | None,
+    sampler: _WaitSampler | None = None,
 ) -> dict[str, Any]:
     http = _Http(port, key, 64)
+    wal: dict[str, int] = {}
+    tables: dict[str, tuple[int, int, int]] = {}
+    sampling = None
+    stop_sampling = asyncio.Event()
     try:
         await _ready(http)
         made = await asyncio.gather(
@@ -476,6 +607,10 @@ async def _drive(
         if db is not None:
             pg_dir = await _pg_data_dir(db)
             xacts = await _pg_xacts(db)
+            wal = await _pg_wal(db)
+            tables = await _pg_tables(db)
+            if sampler is not None:
+                sampling = asyncio.ensure_future(sampler.run(db, stop_sampling))
         meter = _CpuMeter(groups, pg_dir)
         t0 = time.time()
         posted = await asyncio.gather(
@@ -487,10 +622,14 @@ async def _drive(
         run_ids = [body["run_id"] for _, body in posted]
         lags: list[float] = []
         watching = asyncio.ensure_future(_watch(http, run_ids[-watch:] if watch else [], lags))
-        killed_at = await _wait_all(http, set(sids), runs, kill, t0, meter)
+        killed_at = await _wait_all(http, set(sids), runs, kill, t0, meter, db)
         cpu = meter.spent()
+        stop_sampling.set()
+        if sampling is not None:
+            await sampling
         if db is not None:
             cpu["transactions"] = await _pg_xacts(db) - xacts - 1
+            wal["lsn_after"] = (await _pg_wal(db))["lsn"]
         stats = await after() if after is not None else None
         await asyncio.wait_for(watching, 60)
         done = [(await http.request("GET", f"/v1/runs/{r}"))[1] for r in run_ids]
@@ -503,6 +642,8 @@ async def _drive(
         "t0": t0, "submitted": submitted, "killed_at": killed_at, "runs": done,
         "histories": histories, "lags": lags, "pg": stats, "cpu": cpu,
         "killed_pid": None if kill is None or killed_at is None else str(kill.pid),
+        "wal": wal,
+        "tables": tables if db is not None else {},
     }  # fmt: skip
 
 
@@ -618,8 +759,10 @@ def _cpu_report(cpu: dict[str, float], runs: int) -> dict[str, Any]:
     for name, seconds in cpu.items():
         key = "workers" if name.startswith("worker") else name
         per[key] = per.get(key, 0.0) + 1000 * seconds / runs
+    workers = {k: round(1000 * v / runs, 1) for k, v in cpu.items() if k.startswith("worker")}
     out: dict[str, Any] = {
         "cpu_ms_per_run": {k: round(v, 1) for k, v in per.items()},
+        "cpu_ms_per_run_by_worker": workers,
         "cpu_ms_per_run_total": round(sum(per.values()), 1),
     }
     if xacts is not None:
@@ -649,12 +792,25 @@ def _run_with(a: argparse.Namespace, db: str, ledger: Path) -> dict[str, Any]:
     ]
     stats = a.pg_stats and shared
     try:
-        kill = workers[0] if workers and a.kill else None
+        # One worker alone is not killed: nothing would be left to recover its runs.
+        kill = workers[0] if len(workers) > 1 and a.kill else None
         reset = (lambda: _pg_stats_reset(db)) if stats else None
         snapshot = (lambda: _pg_stats(db, a.runs)) if stats else None
         pids = {"api": api.pid, **{f"worker{i}": w.pid for i, w in enumerate(workers)}}
+        sampler = _WaitSampler() if a.waits and shared else None
         result = asyncio.run(
-            _drive(port, key, a.runs, kill, reset, snapshot, a.watch, pids, db if shared else None)
+            _drive(
+                port,
+                key,
+                a.runs,
+                kill,
+                reset,
+                snapshot,
+                a.watch,
+                pids,
+                db if shared else None,
+                sampler,
+            )
         )
         run_ids = [r["run_id"] for r in result["runs"]]
         result["events"] = asyncio.run(_all_events(port, key, run_ids))
@@ -666,9 +822,45 @@ def _run_with(a: argparse.Namespace, db: str, ledger: Path) -> dict[str, Any]:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=60)
     report = _report(a, result, ledger)
+    if shared:
+        # The counters once every client's backend has exited (each reports its
+        # statistics when it ends; an idle one may hold them back for seconds).
+        time.sleep(0.5)
+        report.update(_wal_report(result["wal"], asyncio.run(_pg_wal(db)), a.runs))
+        if stats:
+            report["rows_per_run"] = _rows_report(
+                result["tables"], asyncio.run(_pg_tables(db)), a.runs
+            )
+    if sampler is not None:
+        report["waits"] = sampler.report()
     if stats:
         report["pg"] = result["pg"]
     return report
+
+
+def _rows_report(
+    before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]], runs: int
+) -> dict[str, dict[str, float]]:
+    """Per table and run: rows inserted, updated, and of those updated in place (HOT)."""
+    out = {}
+    for table, counts in sorted(after.items()):
+        was = before.get(table, (0, 0, 0))
+        ins, upd, hot = (round((n - b) / runs, 2) for n, b in zip(counts, was, strict=True))
+        if ins or upd:
+            out[table] = {"inserted": ins, "updated": upd, "hot": hot}
+    return out
+
+
+def _wal_report(before: dict[str, int], after: dict[str, int], runs: int) -> dict[str, Any]:
+    """WAL per run: bytes from the WAL position over the load (exact); records, full-page
+    images and syncs from ``pg_stat_wal`` once the clients have gone (they include the
+    few reads the checks make after the load: reads write no WAL)."""
+    return {
+        "wal_bytes_per_run": round((before["lsn_after"] - before["lsn"]) / runs),
+        "wal_records_per_run": round((after["records"] - before["records"]) / runs, 1),
+        "wal_fpi_per_run": round((after["fpi"] - before["fpi"]) / runs, 2),
+        "wal_syncs_per_run": round((after["syncs"] - before["syncs"]) / runs, 2),
+    }
 
 
 def _profiled(role: str, work: Callable[[], None]) -> None:
@@ -701,10 +893,20 @@ def main() -> None:
     p.add_argument("--watch", type=int, default=20, help="runs followed live over SSE")
     p.add_argument("--pg-stats", action="store_true", help="count statements per run")
     p.add_argument(
+        "--waits", action="store_true", help="sample the backends' wait events and lock waits"
+    )
+    p.add_argument(
         "--kill",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="SIGKILL worker 0 halfway (its runs wait for their leases to expire)",
+    )
+    p.add_argument(
+        "--fsync",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--no-fsync: a cluster that does not fsync (splits the cost of durability off; "
+        "never a figure of the service)",
     )
     p.add_argument("--role", choices=["driver", "api", "worker"], default="driver")
     p.add_argument("--db")
@@ -721,7 +923,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # still clean up
     with (
         tempfile.TemporaryDirectory(prefix="plait-load-") as tmp,
-        _store(a.store, Path(tmp), pg_stats=a.pg_stats) as db,
+        _store(a.store, Path(tmp), pg_stats=a.pg_stats, fsync=a.fsync) as db,
     ):
         report = _run(a, Path(tmp), db)
     print(json.dumps(report))

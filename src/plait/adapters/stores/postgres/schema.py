@@ -28,6 +28,7 @@ from plait.adapters.stores.postgres.functions import (
     COMMIT_FUNCTION_V10,
     COMMIT_FUNCTION_V11,
     COMMIT_FUNCTION_V14,
+    COMMIT_FUNCTION_V17,
     MEMBERS_FUNCTION,
     SEGMENTS_DDL,
     VERSION_FUNCTION,
@@ -208,6 +209,9 @@ MIGRATIONS += (
     # 16: the pending approvals and the waiting runs of every session, a page at a time
     # (the console's inbox; see shared/inbox_pages.py).
     (APPROVALS_PENDING_PG, RUNS_WAITING_PG),
+    # 17: plait_commit reads the session's version without calling plait_version (a SQL
+    # function PL/pgSQL plans again in every transaction; see _pg_functions).
+    (COMMIT_FUNCTION_V17,),
 )
 
 LATEST = len(MIGRATIONS)

@@ -1,0 +1,74 @@
+"""PostgreSQL statements on the hot path of service mode keep their plans: the event write
+is planned once per connection (not at every write), and a commit does not call a SQL
+function that PL/pgSQL would plan again in every transaction."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from plait.adapters.stores.postgres.commit import apply
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.application.ports import Commit
+from plait.domain.service import EventType, NewRunEvent
+from tests.contract.builders import new_session, user
+from tests.pg import empty_database
+
+
+@pytest.fixture
+def url(pg_url: str) -> str:
+    empty_database(pg_url)
+    return pg_url
+
+
+def test_the_event_write_keeps_its_generic_plan(url: str) -> None:
+    async def main() -> tuple[int, int]:
+        store = PostgresStore(url, min_size=1, max_size=1)  # one connection: one cache
+        try:
+            for i in range(20):
+                event = NewRunEvent(type=EventType.STEP_STARTED, at=1.0, data={"step": i})
+                await store.append_run_events_batch({"r1": [event], "r2": [event, event]})
+            row = await store._one(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE %s",
+                ("%INSERT INTO run_events%",),
+            )
+            assert [e.seq for e in await store.read_run_events("r2")] == list(range(1, 41))
+        finally:
+            await store.close()
+        assert row is not None, "the event write was never prepared"
+        return int(row[0]), int(row[1])
+
+    generic, custom = asyncio.run(main())
+    # The server tries a plan for the values five times, then keeps the generic one.
+    assert custom <= 5
+    assert generic >= 5
+
+
+def test_a_commit_does_not_call_plait_version(url: str) -> None:
+    async def main() -> tuple[int, int]:
+        store = PostgresStore(url)
+        try:
+            await store.create_session(new_session("s1"))
+        finally:
+            await store.close()
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            await conn.execute("SET track_functions = 'all'")
+            commit = Commit(session_id="s1", expected_version=0, messages=(user("m1"),))
+            result, _ = await apply(conn, commit, start=False)
+            assert result.version == 1
+            row = await (
+                await conn.execute(
+                    "SELECT coalesce(pg_stat_get_xact_function_calls('plait_commit'::regproc), 0),"
+                    " coalesce(pg_stat_get_xact_function_calls('plait_version'::regproc), 0)"
+                )
+            ).fetchone()
+            await conn.rollback()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    commits, versions = asyncio.run(main())
+    assert commits == 1  # the counting works
+    assert versions == 0
