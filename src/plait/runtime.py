@@ -64,6 +64,7 @@ __all__ = [
     "governed_gate",
     "offered_tools",
     "open_model",
+    "open_store",
 ]
 
 
@@ -465,7 +466,7 @@ def _webhooks(store: object, clock: Clock, ids: IdGenerator) -> WebhookService |
 def webhook_runtime(db: str | None = None) -> Runtime:
     """A runtime without a model or tools over the store named by ``db``, created if
     missing (an endpoint may be registered before the first run): ``plait webhooks``."""
-    from plait.adapters.stores.shared.redact import redact_url
+    from plait.adapters.stores import redact_url
     from plait.adapters.system import RandomIds, SystemClock
 
     url = db or default_db_url()
@@ -563,10 +564,17 @@ def _open_store(url: str, *, create: bool) -> Any:
 
     store = open_store(url, create=create)
     if url.startswith("jsonl:"):
-        from plait.adapters.stores.shared.offload import Offloaded
+        from plait.adapters.stores import Offloaded
 
         return Offloaded(store)
     return store
+
+
+def open_store(db: str | None = None, *, create: bool = True) -> Any:
+    """The store named by ``db`` (default :func:`default_db_url`) opened as a runtime opens
+    it, for the commands that need the store alone (``plait db upgrade``, ``plait keys
+    create``)."""
+    return _open_store(db or default_db_url(), create=create)
 
 
 class Runtime:
@@ -707,7 +715,7 @@ class Runtime:
         ``mcp_servers``: the MCP servers whose tools the session also gets (default the
         ``[mcp.servers]`` of plait.toml; ``{}`` for none); their destructive tools need
         approval unless a policy rule names them."""
-        from plait.adapters.stores.shared.redact import redact_url
+        from plait.adapters.stores import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         url = db or default_db_url()

@@ -16,12 +16,23 @@ from plait.adapters.shapes import (
     message_json,
     run_json,
     session_json,
+    workspace_json,
 )
+from plait.adapters.system import SystemClock, owner_alive
 from plait.domain.errors import RunStateError
 from plait.domain.runs import RunStatus
 from plait.entrypoints.cli._io import InputError, Out
-from plait.entrypoints.cli._parser import UsageError
-from plait.entrypoints.cli._render import lease_hint, message_text, run_text, session_line
+from plait.entrypoints.cli._options import UsageError
+from plait.entrypoints.cli._render import (
+    approval_lines,
+    decision_line,
+    lease_hint,
+    message_text,
+    run_text,
+    session_line,
+)
+from plait.entrypoints.cli.compaction import history_summaries
+from plait.entrypoints.cli.forks import branch_lines
 
 if TYPE_CHECKING:
     from plait.application.service import RunResult
@@ -67,10 +78,6 @@ async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    from plait.adapters.shapes import workspace_json
-    from plait.entrypoints.cli.compaction import history_summaries
-    from plait.entrypoints.cli.forks import branch_lines
-
     messages = await rt.queries.history(a.session_id)
     session = await rt.queries.get_session(a.session_id)
     fork = await rt.queries.fork_record(session.id) if session.fork_origin else None
@@ -93,9 +100,6 @@ async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 
 async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    from plait.adapters.system import SystemClock
-    from plait.entrypoints.cli.governance import approval_lines, decision_line
-
     detail = await rt.queries.run_detail(a.run_id)
     r, executions = detail.run, detail.executions
     approvals = await rt.queries.list_approvals(run_id=r.id)
@@ -155,7 +159,6 @@ async def artifacts_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 async def _check_force(rt: Runtime, run_id: str) -> None:
     """A forced takeover only when the lease holder is not a live process on this host."""
-    from plait.adapters.system import owner_alive
 
     for lease in await rt.queries.live_leases(run_id=run_id):
         if owner_alive(lease.owner):

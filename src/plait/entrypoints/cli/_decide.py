@@ -15,11 +15,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from plait.adapters.shapes import approval_json, iso, message_json, run_json
+from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.governance import ApprovalStatus
 from plait.domain.runs import RunStatus
 from plait.entrypoints.cli._commands import EXIT_OK, exit_for
 from plait.entrypoints.cli._io import Out
+from plait.entrypoints.cli._live import terminal_progress
 from plait.entrypoints.cli._render import message_text, plural, run_text
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ def decide(a: argparse.Namespace, out: Out, *, approve: bool, ttl: float | None)
     kwargs |= {"ttl_seconds": ttl} if approve else {"reason": reason}
 
     async def go() -> int:
+        # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
         from plait.runtime import Runtime
 
         db = getattr(a, "db", None)
@@ -88,9 +91,8 @@ async def _continue(desk: ApprovalDesk, approval_id: str, kw: dict[str, Any], ou
         done = await desk.decide_and_continue(approval_id, **kw)
         shown = False
     else:
+        # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.console import Console
-
-        from plait.entrypoints.cli._live import terminal_progress
 
         console = Console()
         with terminal_progress(console) as observe:
@@ -157,6 +159,4 @@ async def _queue(
 
 
 def desk_now() -> float:
-    from plait.adapters.system import SystemClock
-
     return SystemClock().now()

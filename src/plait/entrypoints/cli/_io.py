@@ -13,7 +13,7 @@ from typing import Any
 from plait.application.answers import output_schema_of
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import ConfigError
-from plait.entrypoints.cli._parser import UsageError
+from plait.entrypoints.cli._options import UsageError
 
 __all__ = [
     "InputError",

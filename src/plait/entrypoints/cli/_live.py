@@ -32,6 +32,7 @@ def short_args(arguments: dict[str, Any], limit: int = _ARGS_SHOWN) -> str:
 
 def print_message(console: Any, sm: StoredMessage) -> None:
     """An assistant message (markdown and its calls) or a tool result (status, first line)."""
+    # lazy: rich costs ~100 ms and only a terminal run needs it
     from rich.markdown import Markdown
     from rich.markup import escape
 
@@ -82,6 +83,7 @@ class _Progress:
                 print_compaction(self._console, compaction_event_json(event))
 
     def on_text(self, delta: str) -> None:
+        # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.markup import escape
 
         self._streamed += delta
@@ -99,6 +101,7 @@ def terminal_progress(console: Any) -> Iterator[_Progress]:
 
 def print_compaction(console: Any, data: dict[str, Any]) -> None:
     """One line for a compaction that ended (the shape of ``compaction_event_json``)."""
+    # lazy: rich costs ~100 ms and only a terminal run needs it
     from rich.markup import escape
 
     colour = "green" if data["phase"] == "activated" else "yellow"

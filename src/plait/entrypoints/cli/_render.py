@@ -13,8 +13,12 @@ from plait.domain.session import Session, StoredMessage
 
 if TYPE_CHECKING:
     from plait.application.queries import LeaseInfo
+    from plait.domain.governance import Approval
+    from plait.domain.session import ExecutionRecord
 
 __all__ = [
+    "approval_lines",
+    "decision_line",
     "lease_hint",
     "message_text",
     "message_text_of",
@@ -113,3 +117,19 @@ def run_text_of(r: dict[str, Any]) -> str:
     if (lease := r["lease"]) is not None:
         lines.append(f"  lease       {lease['owner']} until {lease['expires_at']}")
     return "\n".join(lines)
+
+
+def decision_line(e: ExecutionRecord) -> list[str]:
+    """``plait runs show``: who decided about a call, when and why."""
+    if e.decision is None:
+        return []
+    return [f"    {e.decision} by {e.decided_by} at {iso(e.reviewed_at)}: {e.decision_reason}"]
+
+
+def approval_lines(approvals: list[Approval], now: float) -> list[str]:
+    lines = []
+    for x in approvals:
+        who = f" by {x.grantor} at {iso(x.decided_at)}" if x.grantor else ""
+        why = f": {x.denial_reason}" if x.denial_reason else ""
+        lines.append(f"  approval {x.id}  call {x.call_id}  {x.state(now)}{who}{why}")
+    return lines

@@ -11,7 +11,7 @@ from plait.domain.errors import ConfigError
 from plait.entrypoints.cli._commands import exit_for, print_result
 from plait.entrypoints.cli._io import Out, read_message, read_output_schema
 from plait.entrypoints.cli._live import json_lines, terminal_progress
-from plait.entrypoints.cli._parser import budget
+from plait.entrypoints.cli._options import budget
 
 if TYPE_CHECKING:
     from plait.runtime import Runtime
@@ -27,6 +27,7 @@ def prepare_send(a: argparse.Namespace) -> None:
     a.mcp_servers = None if not (a.mcp or a.no_mcp) else tuple(dict.fromkeys(a.mcp or ()))
     a.mcp_configs = None
     if a.mcp_servers is not None:
+        # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
         from plait.runtime import configured_mcp
 
         configured = configured_mcp()
@@ -61,6 +62,7 @@ async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
             mcp_servers=a.mcp_servers,
         )
         return print_result(out, result)
+    # lazy: rich costs ~100 ms and only a terminal run needs it
     from rich.console import Console
 
     console = Console()

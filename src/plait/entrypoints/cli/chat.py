@@ -64,6 +64,7 @@ class _Chat:
     (an approval, an unknown outcome) asked here, inline, before the prompt returns."""
 
     def __init__(self, runtime: Runtime, session_id: str, budget: Budget) -> None:
+        # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.console import Console
 
         self.rt = runtime
@@ -328,6 +329,7 @@ def _indented(text: str) -> str:
 
 
 def run_chat(a: argparse.Namespace, budget: Budget) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, policy=a.policy)

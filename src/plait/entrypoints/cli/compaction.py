@@ -164,6 +164,7 @@ def view_text(v: ContextView, *, items: bool) -> str:
 
 
 def _open(a: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, create=False)
@@ -224,6 +225,7 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _eval(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: the evaluation harness and the runtime load the whole stack; only eval needs them
     from plait.eval.compaction import report_text, run_eval, tool_specs
     from plait.runtime import open_model
 

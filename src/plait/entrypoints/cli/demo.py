@@ -85,6 +85,7 @@ def _invocation() -> str:
 
 def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = None) -> int:
     """The demo scenario; ``model`` (a spec) replaces the scripted model with a real one."""
+    # lazy: the runtime and the scripted model (~80 ms) are for the demo only
     from plait.runtime import Runtime
     from plait.testing.scripted import ScriptedModel
 

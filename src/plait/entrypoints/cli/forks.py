@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from plait.adapters.shapes import fork_json, iso, parent_json, session_json, workspace_json
+from plait.adapters.system import RandomIds
 from plait.domain.errors import ConfigError, MessageNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
@@ -61,6 +62,7 @@ def register(ssub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
 
 
 def _run(a: argparse.Namespace, fn: Callable[[Queries, ForkService], Awaitable[int]]) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     async def go() -> int:
@@ -99,8 +101,6 @@ def _count(n: int) -> str:
 
 
 def _fork(a: argparse.Namespace, out: _Output) -> int:
-    from plait.adapters.system import RandomIds
-
     request_id = a.request_id or RandomIds().new("req")
 
     async def go(queries: Queries, forks: ForkService) -> int:

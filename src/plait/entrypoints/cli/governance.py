@@ -9,23 +9,21 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.adapters.shapes import approval_json, iso
+from plait.adapters.shapes import approval_json
+from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.policy import Policy, ToolRule
+from plait.domain.tools import EffectClass
+from plait.entrypoints.cli._decide import decide
+from plait.entrypoints.cli._options import policy_opt
 
 if TYPE_CHECKING:
-    from plait.domain.governance import Approval
-    from plait.domain.session import ExecutionRecord
     from plait.runtime import Runtime
 
 __all__ = [
     "COMMANDS",
-    "approval_json",
-    "approval_lines",
-    "decision_line",
     "parse_ttl",
     "policy_json",
-    "policy_opt",
     "register",
 ]
 
@@ -47,17 +45,6 @@ def parse_ttl(text: str) -> float:
             f"--ttl {text!r} is not a duration; write e.g. 90s, 10m, 2h or 1d", ttl=text
         )
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-
-
-def policy_opt(p: argparse.ArgumentParser) -> None:
-    """``--policy FILE`` for the commands that run tool calls."""
-    p.add_argument(
-        "--policy",
-        default=None,
-        metavar="FILE",
-        help="tool policy file (default: $PLAIT_POLICY, else the built-in policy; "
-        "see docs/policy.md)",
-    )
 
 
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -134,22 +121,6 @@ def _decision_opts(
 # --- shapes ---------------------------------------------------------------------------------
 
 
-def decision_line(e: ExecutionRecord) -> list[str]:
-    """``plait runs show``: who decided about a call, when and why."""
-    if e.decision is None:
-        return []
-    return [f"    {e.decision} by {e.decided_by} at {iso(e.reviewed_at)}: {e.decision_reason}"]
-
-
-def approval_lines(approvals: list[Approval], now: float) -> list[str]:
-    lines = []
-    for x in approvals:
-        who = f" by {x.grantor} at {iso(x.decided_at)}" if x.grantor else ""
-        why = f": {x.denial_reason}" if x.denial_reason else ""
-        lines.append(f"  approval {x.id}  call {x.call_id}  {x.state(now)}{who}{why}")
-    return lines
-
-
 def _rule_json(r: ToolRule) -> dict[str, Any]:
     return {
         "name": r.name,
@@ -218,6 +189,7 @@ def _policy_text(p: Policy) -> str:
 
 def _run(a: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> int:
     """Run ``fn`` over a runtime of the existing store (no model, no tools)."""
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     async def go() -> int:
@@ -231,8 +203,6 @@ def _run(a: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> int:
 
 
 def _now() -> float:
-    from plait.adapters.system import SystemClock
-
     return SystemClock().now()
 
 
@@ -260,12 +230,11 @@ def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _decide(a: argparse.Namespace, out: Any, *, approve: bool) -> int:
-    from plait.entrypoints.cli._decide import decide
-
     return decide(a, out, approve=approve, ttl=parse_ttl(a.ttl) if approve else None)
 
 
 def _policy_check(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: the policy parser loads tomllib and shlex; only policy commands need it
     from plait.adapters.policy_file import load_policy
 
     p = load_policy(a.file)
@@ -282,6 +251,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
 
 
 def _explain(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: the policy parser and the tools catalogue (~30 ms) are for explain only
     from plait.adapters.policy_file import policy_from
     from plait.application.governance.facts import explain_call
 
@@ -296,8 +266,8 @@ def _explain(a: argparse.Namespace, out: _Output) -> int:
     async def go(rt: Runtime) -> int:
         session = await rt.queries.get_session(a.session_id)
         effect = _effect(a.tool, args)
+        # lazy: plait.adapters.tools (~20 ms) is for explain only
         from plait.adapters.tools.probe import FileProbe
-        from plait.domain.tools import EffectClass
 
         facts, v = explain_call(
             policy, a.tool, args, read_only=effect is EffectClass.READ_ONLY,
@@ -325,8 +295,8 @@ def _explain(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _effect(tool: str, args: dict[str, Any]) -> Any:
+    # lazy: plait.adapters.tools (~20 ms) is for explain only
     from plait.adapters.tools import workspace_tools
-    from plait.domain.tools import EffectClass
 
     for t in workspace_tools():
         if t.spec.name == tool:

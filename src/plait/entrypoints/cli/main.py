@@ -21,11 +21,15 @@ from plait.domain.errors import ConfigError, PlaitError
 from plait.entrypoints.cli import _commands as cmd
 from plait.entrypoints.cli import service_cmds
 from plait.entrypoints.cli._io import Out, check_argv, printable
-from plait.entrypoints.cli._parser import UsageError, build_parser
+from plait.entrypoints.cli._options import UsageError, budget
+from plait.entrypoints.cli._parser import build_parser
 from plait.entrypoints.cli._send import prepare_send, send
 from plait.entrypoints.cli.compaction import COMMANDS as COMPACTION_COMMANDS
 from plait.entrypoints.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.entrypoints.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.entrypoints.cli.mcp import COMMANDS as MCP_COMMANDS
+from plait.entrypoints.cli.models import COMMANDS as MODEL_COMMANDS
+from plait.entrypoints.cli.retention import COMMANDS as RETENTION_COMMANDS
 
 if TYPE_CHECKING:
     from plait.runtime import Runtime
@@ -69,6 +73,7 @@ def resolve_workspace(given: str) -> str:
 
 
 async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     db = getattr(a, "db", None)
@@ -99,17 +104,19 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     sub = getattr(args, f"{args.command}_command", None)
     key: tuple[str, ...] = (args.command, sub) if sub else (args.command,)
     if args.command == "chat":
-        from plait.entrypoints.cli._parser import budget
+        # lazy: chat loads rich and prompt_toolkit (~200 ms); only chat needs them
         from plait.entrypoints.cli.chat import run_chat
 
         return run_chat(args, budget(args))
     if args.command == "demo":
+        # lazy: the demo loads tempfile, shlex and importlib.resources; only demo needs them
         from plait.entrypoints.cli.demo import run_demo
 
         return run_demo(
             db=getattr(args, "db", None), clean=args.clean, as_json=out.json, model=args.model
         )
     if args.command == "send" and getattr(args, "server", None):
+        # lazy: remote loads httpx (~50 ms); only send --server needs it
         from plait.entrypoints.cli.remote import send_remote
 
         return send_remote(args, out)
@@ -122,16 +129,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     if key in GOVERNANCE_COMMANDS:
         return GOVERNANCE_COMMANDS[key](args, out)
     if args.command == "retention":
-        from plait.entrypoints.cli.retention import COMMANDS as RETENTION_COMMANDS
-
         return RETENTION_COMMANDS[key](args, out)
     if args.command in ("tools", "mcp"):
-        from plait.entrypoints.cli.mcp import COMMANDS as MCP_COMMANDS
-
         return MCP_COMMANDS[key](args, out)
     if args.command == "models":
-        from plait.entrypoints.cli.models import COMMANDS as MODEL_COMMANDS
-
         return MODEL_COMMANDS[key](args, out)
     command = _COMMANDS[key]
     if command.prepare is not None:

@@ -8,6 +8,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from plait.domain.errors import ConfigError
+
 __all__ = ["COMMANDS", "register"]
 
 EXIT_OK = 0
@@ -39,6 +41,7 @@ def register(
 
 
 def tools_list(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import offered_tools
 
     rows = offered_tools(db=getattr(a, "db", None), policy=getattr(a, "policy", None))
@@ -57,9 +60,9 @@ def tools_list(a: argparse.Namespace, out: _Output) -> int:
 
 
 def mcp_check(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: the MCP client SDK and the runtime are heavy; only mcp commands need them
     from plait.adapters.mcp import McpManager, list_mcp_tools, servers_from_mapping
     from plait.config import load_config
-    from plait.domain.errors import ConfigError
     from plait.runtime import configured_sandbox
 
     servers = servers_from_mapping(load_config().mcp)

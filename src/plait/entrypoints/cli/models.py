@@ -54,8 +54,8 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def models_list(a: argparse.Namespace, out: _Output) -> int:
-    from plait.adapters.models import resolve
-    from plait.adapters.models._catalog import CATALOG_DATE, CATALOG_SOURCE, builtin_models
+    # lazy: the model adapters and the config reader (~25 ms) are for this command only
+    from plait.adapters.models import CATALOG_DATE, CATALOG_SOURCE, builtin_models, resolve
     from plait.config import load_config
 
     config = load_config()
@@ -74,6 +74,7 @@ def models_list(a: argparse.Namespace, out: _Output) -> int:
 
 
 def models_check(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: the model adapters (~20 ms) are for this command only
     from plait.adapters.models import check_model
 
     name, checks = asyncio.run(check_model(a.spec))

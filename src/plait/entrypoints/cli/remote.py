@@ -21,7 +21,7 @@ from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import RunStatus
 from plait.entrypoints.cli._commands import exit_for
 from plait.entrypoints.cli._io import Out, read_message, read_output_schema, terminal_safe
-from plait.entrypoints.cli._parser import UsageError
+from plait.entrypoints.cli._options import UsageError, budget
 from plait.entrypoints.cli._render import message_text_of, plural, run_text_of
 
 __all__ = ["RemoteError", "send_remote"]
@@ -118,7 +118,6 @@ _BUDGET_FIELDS = (
 def _budget_body(a: argparse.Namespace) -> dict[str, Any]:
     """The budget flags as the API takes them (the limits send would set; none is left
     out, so the run has exactly the budget it would have had without --server)."""
-    from plait.entrypoints.cli._parser import budget
 
     b = budget(a)
     return {f: getattr(b, f) for f in _BUDGET_FIELDS if getattr(b, f) is not None}

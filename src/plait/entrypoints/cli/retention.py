@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from plait.adapters.shapes import restore_json, retention_json
+from plait.application.retention import RetentionRequest
 from plait.domain.errors import ConfigError
 
 __all__ = ["COMMANDS", "register"]
@@ -110,6 +111,7 @@ def _service(runtime: Any) -> Any:
 
 
 def _restore(a: argparse.Namespace, out: _Output) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
@@ -127,7 +129,8 @@ def _restore(a: argparse.Namespace, out: _Output) -> int:
 
 
 def _expire(a: argparse.Namespace, out: _Output) -> int:
-    from plait.application.retention import RetentionRequest
+
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime, configured_retention
 
     settings = configured_retention()

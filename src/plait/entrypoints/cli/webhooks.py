@@ -43,6 +43,7 @@ def register(sub: Any, common: Common) -> None:
 
 
 def _with_service(a: argparse.Namespace, op: Callable[[Any], Awaitable[Any]]) -> Any:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import webhook_runtime
 
     runtime = webhook_runtime(getattr(a, "db", None))

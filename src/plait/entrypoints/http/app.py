@@ -53,6 +53,7 @@ from plait.entrypoints.http.console import console_routes
 from plait.entrypoints.http.inbox import inbox_routes
 from plait.entrypoints.http.limits import BodyLimit
 from plait.entrypoints.http.sse import event_stream
+from plait.entrypoints.http.webhooks import webhook_routes
 from plait.entrypoints.http.workspaces import bind_directory, bind_workspace
 
 __all__ = ["ApiContext", "create_app"]
@@ -133,8 +134,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
         routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
     if hasattr(ctx.store, "claim_deliveries"):
-        from plait.entrypoints.http.webhooks import webhook_routes
-
         hooks = webhook_routes(ctx, _principal_dependency(ctx))
         app.include_router(hooks, prefix="/v1", responses=ERRORS)
     app.include_router(console_routes())  # the web console at / (pages call /v1)

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from plait.adapters.shapes import approval_json
 from plait.application.approvals import ApprovalDesk
 from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.errors import ApprovalNotFoundError, SessionNotFoundError
-from plait.entrypoints.cli.governance import approval_json
 from plait.entrypoints.http.auth import Principal
 from plait.entrypoints.http.models import Text
 

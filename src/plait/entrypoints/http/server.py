@@ -42,8 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from plait.application.event_feed import LocalEventFeed
 from plait.domain.errors import ConfigError
-from plait.domain.webhooks import PAUSE_AFTER, RETRY_SECONDS
+from plait.domain.webhooks import PAUSE_AFTER, RETRY_SECONDS, configured_endpoints
+from plait.entrypoints.http.auth import Authenticator
+from plait.entrypoints.http.events import encode_event
 
 T = TypeVar("T")
 
@@ -157,6 +160,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **flags: Any) -> Settings:
         """Environment variables, then flags (those not ``None``) over them."""
+        # lazy: plait --help imports this module (ENV_HELP); the runtime costs ~50 ms
         from plait.runtime import default_db_url
 
         e = os.environ if env is None else env
@@ -191,6 +195,7 @@ class Settings:
 
 
 def _runtime(settings: Settings, *, need_model: bool) -> Any:
+    # lazy: plait --help imports this module (ENV_HELP); the runtime costs ~50 ms
     from plait.runtime import Runtime
 
     if need_model and not settings.model:
@@ -205,7 +210,8 @@ def _runtime(settings: Settings, *, need_model: bool) -> Any:
 
 
 def _check_service_store(store: Any, url: str) -> None:
-    from plait.adapters.stores.shared.redact import redact_url
+    # lazy: plait --help imports this module (ENV_HELP); the stores package is for serving
+    from plait.adapters.stores import redact_url
 
     for method in ("claim_queued_run", "append_run_events", "find_api_key"):
         if not hasattr(store, method):
@@ -226,9 +232,9 @@ def build_context(settings: Settings) -> Any:
 def context_for(rt: Any, settings: Settings) -> Any:
     """The API over an opened :class:`~plait.runtime.Runtime` (tests pass one with
     fakes). The context closes the runtime when the app shuts down."""
+    # lazy: plait --help imports this module (ENV_HELP); the API's modules load FastAPI
     from plait.application.fork import ForkService
     from plait.entrypoints.http.app import ApiContext
-    from plait.entrypoints.http.auth import Authenticator
 
     _check_service_store(rt.store, settings.db)
     feed = event_feed(getattr(rt.store, "url", settings.db), settings.event_poll_seconds)
@@ -269,17 +275,17 @@ def event_feed(url: str, poll_seconds: float = 0.5) -> Any:
     """Live events for the SSE streams of this process: PostgreSQL ``LISTEN`` (events
     of workers anywhere), else in-process (the embedded worker tells it directly)."""
     if url.startswith(("postgresql://", "postgres://")):
-        from plait.adapters.stores.postgres.feed import PgEventFeed
+        # lazy: the PostgreSQL driver (~100 ms) only where the store is PostgreSQL
+        from plait.adapters.stores import PgEventFeed
 
         return PgEventFeed(url, poll_seconds=poll_seconds)
-    from plait.application.event_feed import LocalEventFeed
 
     return LocalEventFeed(poll_seconds=poll_seconds)
 
 
 def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None) -> Any:
+    # lazy: plait --help imports this module (ENV_HELP); the worker loads the application layer
     from plait.application.worker import Worker
-    from plait.entrypoints.http.events import encode_event
 
     return Worker(
         service=rt.service,
@@ -297,8 +303,8 @@ async def _no_webhooks() -> None:
 
 def _configured_webhooks() -> list[Any]:
     """The ``[webhooks.NAME]`` endpoints of the config files."""
+    # lazy: plait --help imports this module (ENV_HELP); the config reader loads tomllib
     from plait.config import load_config
-    from plait.domain.webhooks import configured_endpoints
 
     return configured_endpoints(load_config().webhooks, os.environ)
 
@@ -306,6 +312,7 @@ def _configured_webhooks() -> list[Any]:
 def start_webhooks(rt: Any, settings: Settings, stop: asyncio.Event) -> asyncio.Future[None]:
     """The webhook delivery loop of a worker (until ``stop``), on a store with an
     outbox; an awaitable that ends with it (and closes its HTTP client)."""
+    # lazy: plait --help imports this module (ENV_HELP); the sender loads httpx (~50 ms)
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.webhooks import WebhookDispatcher
 
@@ -358,6 +365,7 @@ async def _supervise(make: Any, stop: asyncio.Event) -> None:
     store outages by itself (see :mod:`plait.application.worker`); one that stops on
     any other error is logged and replaced after a backoff, so the process never keeps
     answering ``202`` with nobody to drive the runs."""
+    # lazy: plait --help imports this module (ENV_HELP); the worker loads the application layer
     from plait.application.worker import Backoff
 
     backoff = Backoff(first=1.0, most=30.0)
@@ -372,8 +380,10 @@ async def _supervise(make: Any, stop: asyncio.Event) -> None:
 
 def serve(settings: Settings) -> None:
     """Run the API until SIGINT/SIGTERM (uvicorn shuts down gracefully)."""
+    # lazy: plait --help imports this module (ENV_HELP); uvicorn is for serving only
     import uvicorn
 
+    # lazy: same block
     from plait.entrypoints.http.app import create_app
 
     configure_logging(settings.log_level)
@@ -395,8 +405,10 @@ def uvicorn_config(
 ) -> Any:
     """How ``plait serve`` runs uvicorn: h11 with a deadline on request heads and a
     keep-alive timeout (see :mod:`plait.entrypoints.http.protocol`), no access log."""
+    # lazy: plait --help imports this module (ENV_HELP); uvicorn is for serving only
     import uvicorn
 
+    # lazy: same block
     from plait.entrypoints.http import protocol as p
 
     return uvicorn.Config(
@@ -418,6 +430,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     standard loop. Workers only: ``plait serve`` stays on the standard loop (its event
     streams' fallback to polling stalled on uvloop under load)."""
     try:
+        # lazy: optional (a worker's loop where it is installed)
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
         return asyncio.run(main)
