@@ -99,8 +99,11 @@ def unexplained_lazy_imports(path: Path) -> list[int]:
 
     def walk(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            lazy = isinstance(child, ast.Import | ast.ImportFrom) and in_function
-            if lazy and not explained(child):
+            if (
+                isinstance(child, ast.Import | ast.ImportFrom)
+                and in_function
+                and not explained(child)
+            ):
                 found.append(child.lineno)
             function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
             walk(child, in_function or function)

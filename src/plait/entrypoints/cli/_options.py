@@ -71,15 +71,15 @@ def _dollars(text: str) -> float:
     return value
 
 
-def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+def common(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
     # Sub-commands SUPPRESS their defaults so `plait --json history S` keeps --json.
-    p.add_argument(
+    parser.add_argument(
         "--json",
         action="store_true",
         default=False if top else argparse.SUPPRESS,
         help="print machine-readable JSON",
     )
-    p.add_argument(
+    parser.add_argument(
         "--db",
         default=argparse.SUPPRESS,
         help="store URL: sqlite:///PATH, postgresql://..., jsonl:///DIR or memory:// "
@@ -88,30 +88,34 @@ def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     )
 
 
-def model_opt(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+def model_opt(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--model",
         default=None,
         help="model spec, e.g. scripted:PATH (default: $PLAIT_MODEL)",
     )
 
 
-def budget_opts(p: argparse.ArgumentParser) -> None:
-    d = Budget()
-    g = p.add_argument_group("budget")
-    g.add_argument("--max-steps", type=positive_int, default=d.max_steps)
-    g.add_argument("--deadline", type=_seconds, default=d.deadline_seconds, help="seconds")
-    g.add_argument("--max-model-calls", type=positive_int, default=d.max_model_calls)
-    g.add_argument("--max-tokens", type=positive_int, default=d.max_total_tokens)
-    g.add_argument(
+def budget_opts(parser: argparse.ArgumentParser) -> None:
+    defaults = Budget()
+    group = parser.add_argument_group("budget")
+    group.add_argument("--max-steps", type=positive_int, default=defaults.max_steps)
+    group.add_argument(
+        "--deadline", type=_seconds, default=defaults.deadline_seconds, help="seconds"
+    )
+    group.add_argument("--max-model-calls", type=positive_int, default=defaults.max_model_calls)
+    group.add_argument("--max-tokens", type=positive_int, default=defaults.max_total_tokens)
+    group.add_argument(
         "--max-cost",
         type=_dollars,
-        default=d.max_cost_usd,
+        default=defaults.max_cost_usd,
         metavar="USD",
         help="cost ceiling in US dollars, from the model's declared prices",
     )
-    g.add_argument("--tool-timeout", type=_seconds, default=d.tool_timeout_seconds, help="seconds")
-    g.add_argument("--output-cap", type=positive_int, default=d.tool_output_cap_bytes)
+    group.add_argument(
+        "--tool-timeout", type=_seconds, default=defaults.tool_timeout_seconds, help="seconds"
+    )
+    group.add_argument("--output-cap", type=positive_int, default=defaults.tool_output_cap_bytes)
 
 
 _BUDGET_FLAGS = {
@@ -125,18 +129,18 @@ _BUDGET_FLAGS = {
 }
 
 
-def budget(a: argparse.Namespace) -> Budget:
+def budget(args: argparse.Namespace) -> Budget:
     """The run's budget from the flags; a limit the domain refuses is reported under the
     flag's name."""
     try:
         return Budget(
-            max_steps=a.max_steps,
-            deadline_seconds=a.deadline,
-            max_model_calls=a.max_model_calls,
-            max_total_tokens=a.max_tokens,
-            max_cost_usd=a.max_cost,
-            tool_timeout_seconds=a.tool_timeout,
-            tool_output_cap_bytes=a.output_cap,
+            max_steps=args.max_steps,
+            deadline_seconds=args.deadline,
+            max_model_calls=args.max_model_calls,
+            max_total_tokens=args.max_tokens,
+            max_cost_usd=args.max_cost,
+            tool_timeout_seconds=args.tool_timeout,
+            tool_output_cap_bytes=args.output_cap,
         )
     except ValidationError as e:
         message = e.message
@@ -145,9 +149,9 @@ def budget(a: argparse.Namespace) -> Budget:
         raise ValidationError(message, **e.details) from e
 
 
-def policy_opt(p: argparse.ArgumentParser) -> None:
+def policy_opt(parser: argparse.ArgumentParser) -> None:
     """``--policy FILE`` for the commands that run tool calls."""
-    p.add_argument(
+    parser.add_argument(
         "--policy",
         default=None,
         metavar="FILE",

@@ -72,21 +72,21 @@ def resolve_workspace(given: str) -> str:
     return str(path.resolve())
 
 
-async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
+async def _run(command: _Command, args: argparse.Namespace, out: Out) -> int:
     # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
-    db = getattr(a, "db", None)
+    db = getattr(args, "db", None)
     if command.mode == "read":
         runtime = Runtime.open(db=db, store_only=True)
     else:
-        model = getattr(a, "model", None)
-        policy = getattr(a, "policy", None)
+        model = getattr(args, "model", None)
+        policy = getattr(args, "policy", None)
         # Only commands that run the agent start the MCP servers (to offer their tools).
         runs_agent = command.run in (send, cmd.runs_recover, cmd.runs_resume)
         servers: dict[str, Any] | None = None if runs_agent else {}
-        if command.run is send and a.mcp_configs is not None:
-            servers = a.mcp_configs  # only the servers the run chose (send --mcp)
+        if command.run is send and args.mcp_configs is not None:
+            servers = args.mcp_configs  # only the servers the run chose (send --mcp)
         runtime = Runtime.open(
             db=db,
             model=model,
@@ -95,7 +95,7 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
             mcp_servers=servers,
         )
     try:
-        return await command.run(runtime, a, out)
+        return await command.run(runtime, args, out)
     finally:
         await runtime.close()
 
@@ -151,14 +151,14 @@ def _warn(
     print(f"plait: warning: {message}", file=sys.stderr)
 
 
-def _fail(e: PlaitError, *, as_json: bool, events: bool = False) -> int:
+def _fail(error: PlaitError, *, as_json: bool, events: bool = False) -> int:
     if events:
-        Out.line(event_json("error", error_json(e)))
+        Out.line(event_json("error", error_json(error)))
     elif as_json:
-        Out(True).emit(error_json(e), "")
-    print(f"plait: error: {printable(e.message)}", file=sys.stderr)
-    if isinstance(e, UsageError):
-        command = e.details.get("command", "plait")
+        Out(True).emit(error_json(error), "")
+    print(f"plait: error: {printable(error.message)}", file=sys.stderr)
+    if isinstance(error, UsageError):
+        command = error.details.get("command", "plait")
         print(f"plait: see '{command} --help' for how to call it", file=sys.stderr)
     return EXIT_ERROR
 

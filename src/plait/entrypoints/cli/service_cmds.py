@@ -73,12 +73,12 @@ def register(sub: Any, common: Common) -> None:
     webhooks.register(sub, common)
 
 
-def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
+def _db_upgrade(args: argparse.Namespace, out: Any) -> int:
     # lazy: the runtime (~50 ms) and the PostgreSQL driver are for this command only
     from plait.adapters.stores import PostgresStore
     from plait.runtime import default_db_url, open_store
 
-    url = getattr(a, "db", None) or default_db_url()
+    url = getattr(args, "db", None) or default_db_url()
     store = open_store(url)
     if not isinstance(store, PostgresStore):
         raise ConfigError(
@@ -103,20 +103,20 @@ def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _keys_create(a: argparse.Namespace, out: Any) -> int:
+def _keys_create(args: argparse.Namespace, out: Any) -> int:
     # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import default_db_url, open_store
 
-    url = getattr(a, "db", None) or default_db_url()
+    url = getattr(args, "db", None) or default_db_url()
     store: Any = open_store(url)
     if not hasattr(store, "add_api_key"):
         raise ConfigError(f"the store {url!r} cannot hold API keys; use PostgreSQL or SQLite")
-    role = Role.ADMIN if a.admin else Role.USER
+    role = Role.ADMIN if args.admin else Role.USER
 
     async def go() -> tuple[Any, str]:
         try:
             return await create_key(
-                store, principal=a.principal, role=role, clock=SystemClock(), ids=RandomIds()
+                store, principal=args.principal, role=role, clock=SystemClock(), ids=RandomIds()
             )
         finally:
             await store.close()
@@ -127,21 +127,21 @@ def _keys_create(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _settings(a: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> Any:
 
-    flags = {k: v for k, v in vars(a).items() if k in Settings.__dataclass_fields__}
+    flags = {k: v for k, v in vars(args).items() if k in Settings.__dataclass_fields__}
     return Settings.from_env(**flags)
 
 
-def _serve(a: argparse.Namespace, out: Any) -> int:
+def _serve(args: argparse.Namespace, out: Any) -> int:
 
-    serve(_settings(a))
+    serve(_settings(args))
     return 0
 
 
-def _worker(a: argparse.Namespace, out: Any) -> int:
+def _worker(args: argparse.Namespace, out: Any) -> int:
 
-    stats = run_async(run_worker(_settings(a)))
+    stats = run_async(run_worker(_settings(args)))
     out.emit(stats, f"worker stopped: {stats}")
     return 0
 

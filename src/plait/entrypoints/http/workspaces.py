@@ -113,9 +113,11 @@ def _walk(root: Path, segments: list[str], name: str) -> None:
         os.close(fd)
 
 
-def _refusal(e: OSError, parent: int, segment: str, name: str) -> ValidationError:
-    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-        return ValidationError(f"workspace {name!r} cannot be opened: {e.strerror}", workspace=name)
+def _refusal(error: OSError, parent: int, segment: str, name: str) -> ValidationError:
+    if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return ValidationError(
+            f"workspace {name!r} cannot be opened: {error.strerror}", workspace=name
+        )
     try:
         kind = stat.S_IFMT(os.stat(segment, dir_fd=parent, follow_symlinks=False).st_mode)
     except OSError:
