@@ -139,10 +139,10 @@ async def artifacts_show(rt: Runtime, args: argparse.Namespace, out: Out) -> int
     if args.output:
         try:
             await asyncio.to_thread(Path(args.output).write_bytes, data)
-        except OSError as e:
+        except OSError as error:
             raise InputError(
-                f"cannot write -o {args.output!r}: {e.strerror or type(e).__name__}; choose a "
-                "writable path",
+                f"cannot write -o {args.output!r}: {error.strerror or type(error).__name__}; "
+                "choose a writable path",
                 path=args.output,
             ) from None
     if out.json:

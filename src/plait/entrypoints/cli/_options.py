@@ -142,11 +142,11 @@ def budget(args: argparse.Namespace) -> Budget:
             tool_timeout_seconds=args.tool_timeout,
             tool_output_cap_bytes=args.output_cap,
         )
-    except ValidationError as e:
-        message = e.message
+    except ValidationError as error:
+        message = error.message
         for field, flag in _BUDGET_FLAGS.items():
             message = message.replace(f"budget {field}", flag)
-        raise ValidationError(message, **e.details) from e
+        raise ValidationError(message, **error.details) from error
 
 
 def policy_opt(parser: argparse.ArgumentParser) -> None:

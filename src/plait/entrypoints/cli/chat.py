@@ -52,8 +52,8 @@ def _json_chat(service: AgentService, session_id: str, budget: Budget) -> int:
             if not text.strip():
                 continue
             result = asyncio.run(service.send(session_id, text, budget=budget, observer=json_lines))
-        except PlaitError as e:
-            Out.line(event_json("error", error_json(e)))
+        except PlaitError as error:
+            Out.line(event_json("error", error_json(error)))
             continue
         Out.line(event_json("run", run_json(result.run)))
     return 0
@@ -192,8 +192,8 @@ class _Chat:
                     continue
                 try:
                     kwargs = {"approve": True, "ttl_seconds": parse_ttl(ttl)}
-                except PlaitError as e:
-                    self.say(f"[red]{escape(e.message)}[/]")
+                except PlaitError as error:
+                    self.say(f"[red]{escape(error.message)}[/]")
                     continue
             elif choice in ("d", "deny", "n", "no"):
                 reason = self.ask("why (the model reads it)? ")
@@ -282,8 +282,8 @@ class _Chat:
         runs = asyncio.run(self.rt.queries.list_runs(session_id=self.session_id))
         try:
             run = self.drive(start, None, frozenset(r.id for r in runs))
-        except PlaitError as e:
-            self.say(f"[red]error:[/] {escape(terminal_safe(e.message))}")
+        except PlaitError as error:
+            self.say(f"[red]error:[/] {escape(terminal_safe(error.message))}")
             return
         self.settle(run)
 

@@ -262,8 +262,10 @@ def _explain(options: argparse.Namespace, out: _Output) -> int:
     policy = policy_from(options.policy)
     try:
         args = json.loads(options.arguments)
-    except ValueError as e:
-        raise ConfigError(f'ARGS_JSON is not JSON ({e}); e.g. \'{{"path": "a.txt"}}\'') from e
+    except ValueError as error:
+        raise ConfigError(
+            f'ARGS_JSON is not JSON ({error}); e.g. \'{{"path": "a.txt"}}\''
+        ) from error
     if not isinstance(args, dict):
         raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
 
@@ -274,10 +276,14 @@ def _explain(options: argparse.Namespace, out: _Output) -> int:
         from plait.adapters.tools.probe import FileProbe
 
         facts, verdict = explain_call(
-            policy, options.tool, args, read_only=effect is EffectClass.READ_ONLY,
-            workspace=session.workspace, calls_so_far=options.calls_so_far,
+            policy,
+            options.tool,
+            args,
+            read_only=effect is EffectClass.READ_ONLY,
+            workspace=session.workspace,
+            calls_so_far=options.calls_so_far,
             probe=FileProbe() if session.workspace else None,
-        )  # fmt: skip
+        )
         data = {
             "session_id": session.id,
             "tool": options.tool,

@@ -201,16 +201,16 @@ def _main(argv: list[str]) -> int:
     try:
         check_argv(argv)
         args = build_parser().parse_args(argv)
-    except UsageError as e:
-        return _fail(e, as_json=as_json)
+    except UsageError as error:
+        return _fail(error, as_json=as_json)
     out = Out(args.json)
     events = bool(getattr(args, "events", False))
     try:
         if getattr(args, "workspace", None) is not None:
             args.workspace = resolve_workspace(args.workspace)
         return _dispatch(args, out)
-    except PlaitError as e:
-        return _fail(e, as_json=out.json, events=events)
+    except PlaitError as error:
+        return _fail(error, as_json=out.json, events=events)
     except KeyboardInterrupt:
         print("plait: interrupted", file=sys.stderr)
         return 130

@@ -50,10 +50,12 @@ class _Client:
             req.add_header(name.replace("_", "-"), value)
         try:
             return urllib.request.urlopen(req, timeout=60)
-        except urllib.error.HTTPError as e:
-            raise _error(e) from None
-        except urllib.error.URLError as e:
-            raise RemoteError(f"cannot reach {self.base}: {e.reason}", server=self.base) from e
+        except urllib.error.HTTPError as error:
+            raise _error(error) from None
+        except urllib.error.URLError as error:
+            raise RemoteError(
+                f"cannot reach {self.base}: {error.reason}", server=self.base
+            ) from error
 
     def json(self, method: str, path: str, body: Any = None) -> Any:
         with self._request(method, path, body) as response:
@@ -109,9 +111,14 @@ def _follow(client: _Client, run_id: str, on_event: Callable[[str, Any], None]) 
 
 
 _BUDGET_FIELDS = (
-    "max_steps", "deadline_seconds", "max_model_calls", "max_total_tokens", "max_cost_usd",
-    "tool_timeout_seconds", "tool_output_cap_bytes",
-)  # fmt: skip
+    "max_steps",
+    "deadline_seconds",
+    "max_model_calls",
+    "max_total_tokens",
+    "max_cost_usd",
+    "tool_timeout_seconds",
+    "tool_output_cap_bytes",
+)
 """The budget fields of the API's message body (``BudgetIn``)."""
 
 

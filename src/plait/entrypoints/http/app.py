@@ -320,8 +320,8 @@ def _ops_routes(ctx: ApiContext) -> APIRouter:
                 await ctx.store.check_writable()
             else:
                 await ctx.store.list_sessions(limit=1)
-        except PlaitError as e:
-            body = error_body("not_ready", f"the store cannot commit now: {e.message}")
+        except PlaitError as error:
+            body = error_body("not_ready", f"the store cannot commit now: {error.message}")
             return JSONResponse(body, status_code=503)
         return {"status": "ready"}
 

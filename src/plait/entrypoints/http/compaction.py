@@ -194,13 +194,19 @@ async def _lookup(
             raise _missing(got)
         if isinstance(got, ExpiredSource):  # the content is gone: say so, serve nothing
             return {
-                "artifact_id": artifact_id, "from_message_id": got.expiry.message_id,
-                "content": None, "expired": expiry_json(got.expiry),
-            }  # fmt: skip
+                "artifact_id": artifact_id,
+                "from_message_id": got.expiry.message_id,
+                "content": None,
+                "expired": expiry_json(got.expiry),
+            }
         return {
-            "artifact_id": got.artifact_id, "from_message_id": got.owner.message.id,
-            "offset": got.offset, "end": got.end, "size": got.size, "content": got.text,
-        }  # fmt: skip
+            "artifact_id": got.artifact_id,
+            "from_message_id": got.owner.message.id,
+            "offset": got.offset,
+            "end": got.end,
+            "size": got.size,
+            "content": got.text,
+        }
     assert query is not None
     facts, hits = await search(store, session_id, query, limit)
     return {"facts": facts, "messages": [message_json(sm) for sm in hits]}

@@ -33,9 +33,12 @@ def encode_event(event: RunEvent, at: float) -> list[NewRunEvent]:
         return [NewRunEvent(type=EventType.STEP_STARTED, at=at, data=data)]
     if isinstance(event, ToolDecided):
         decided = {
-            "call_id": event.call.id, "name": event.call.name, "verdict": event.verdict,
-            "decided_by": event.decided_by, "reason": event.reason,
-        }  # fmt: skip
+            "call_id": event.call.id,
+            "name": event.call.name,
+            "verdict": event.verdict,
+            "decided_by": event.decided_by,
+            "reason": event.reason,
+        }
         return [NewRunEvent(type=EventType.DECISION, at=at, data=decided)]
     if isinstance(event, ToolStarted):
         call = {"call_id": event.call.id, "name": event.call.name}

@@ -49,8 +49,8 @@ async def event_stream(
             queue, store, run_id, after, feed=feed, poll_min_s=poll_min_s, poll_max_s=poll_max_s
         ):
             yield frame
-    except Exception as e:
-        yield _failed(run_id, e)
+    except Exception as error:
+        yield _failed(run_id, error)
 
 
 def _failed(run_id: str, error: Exception) -> str:
@@ -63,8 +63,13 @@ def _failed(run_id: str, error: Exception) -> str:
         body = error_body(error.code, message)
     elif status >= 500:
         trace = (type(error), error, error.__traceback__)
-        log.error("run event stream failed: %s: %s", type(error).__name__, error, exc_info=trace,
-                  extra=extra)  # fmt: skip
+        log.error(
+            "run event stream failed: %s: %s",
+            type(error).__name__,
+            error,
+            exc_info=trace,
+            extra=extra,
+        )
         message = "the server could not continue the stream; reconnect with Last-Event-ID"
         body = error_body("internal", message)
     else:

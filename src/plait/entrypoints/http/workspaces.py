@@ -93,10 +93,10 @@ def _walk(root: Path, segments: list[str], name: str) -> None:
     try:
         os.makedirs(root, exist_ok=True)
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as e:
+    except OSError as error:
         raise ConfigError(
             "the server's workspace root (PLAIT_WORKSPACE_ROOT) is not a directory it can "
-            f"open: {e.strerror}",
+            f"open: {error.strerror}",
             workspace=name,
         ) from None
     try:
@@ -105,8 +105,8 @@ def _walk(root: Path, segments: list[str], name: str) -> None:
                 os.mkdir(segment, 0o777, dir_fd=fd)
             try:
                 child = os.open(segment, _DIR_FLAGS, dir_fd=fd)
-            except OSError as e:
-                raise _refusal(e, fd, segment, name) from None
+            except OSError as error:
+                raise _refusal(error, fd, segment, name) from None
             os.close(fd)
             fd = child
     finally:
