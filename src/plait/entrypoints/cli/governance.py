@@ -14,7 +14,6 @@ from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.policy import Policy, ToolRule
 from plait.domain.tools import EffectClass
-from plait.entrypoints.cli._decide import decide
 from plait.entrypoints.cli._options import policy_opt
 
 if TYPE_CHECKING:
@@ -234,6 +233,9 @@ def _approvals_list(args: argparse.Namespace, out: _Output) -> int:
 
 
 def _decide(args: argparse.Namespace, out: Any, *, approve: bool) -> int:
+    # lazy: approve/deny only (it loads getpass and termios; plait --help does not)
+    from plait.entrypoints.cli._decide import decide
+
     return decide(args, out, approve=approve, ttl=parse_ttl(args.ttl) if approve else None)
 
 

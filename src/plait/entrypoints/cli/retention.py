@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from plait.adapters.shapes import restore_json, retention_json
-from plait.application.retention import RetentionRequest
 from plait.domain.errors import ConfigError
 
 __all__ = ["COMMANDS", "register"]
@@ -139,8 +138,8 @@ def _restore(args: argparse.Namespace, out: _Output) -> int:
 
 
 def _expire(args: argparse.Namespace, out: _Output) -> int:
-
     # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
+    from plait.application.retention import RetentionRequest
     from plait.runtime import Runtime, configured_retention
 
     settings = configured_retention()

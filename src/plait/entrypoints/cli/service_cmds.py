@@ -17,7 +17,6 @@ from plait.domain.errors import ConfigError
 from plait.domain.service import Role
 from plait.entrypoints.cli import webhooks
 from plait.entrypoints.cli.webhooks import COMMANDS as WEBHOOK_COMMANDS
-from plait.entrypoints.http.auth import create_key
 from plait.entrypoints.http.server import ENV_HELP, Settings, run_async, run_worker, serve
 
 __all__ = ["COMMANDS", "register"]
@@ -105,6 +104,7 @@ def _db_upgrade(args: argparse.Namespace, out: Any) -> int:
 
 def _keys_create(args: argparse.Namespace, out: Any) -> int:
     # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
+    from plait.entrypoints.http.auth import create_key
     from plait.runtime import default_db_url, open_store
 
     url = getattr(args, "db", None) or default_db_url()
@@ -128,19 +128,16 @@ def _keys_create(args: argparse.Namespace, out: Any) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-
     flags = {k: v for k, v in vars(args).items() if k in Settings.__dataclass_fields__}
     return Settings.from_env(**flags)
 
 
 def _serve(args: argparse.Namespace, out: Any) -> int:
-
     serve(_settings(args))
     return 0
 
 
 def _worker(args: argparse.Namespace, out: Any) -> int:
-
     stats = run_async(run_worker(_settings(args)))
     out.emit(stats, f"worker stopped: {stats}")
     return 0
@@ -155,7 +152,6 @@ COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
 
 
 def _webhook_commands() -> None:
-
     COMMANDS.update(WEBHOOK_COMMANDS)
 
 

@@ -42,11 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from plait.application.event_feed import LocalEventFeed
 from plait.domain.errors import ConfigError
 from plait.domain.webhooks import PAUSE_AFTER, RETRY_SECONDS, configured_endpoints
-from plait.entrypoints.http.auth import Authenticator
-from plait.entrypoints.http.events import encode_event
 
 T = TypeVar("T")
 
@@ -235,6 +232,7 @@ def context_for(rt: Any, settings: Settings) -> Any:
     # lazy: plait --help imports this module (ENV_HELP); the API's modules load FastAPI
     from plait.application.fork import ForkService
     from plait.entrypoints.http.app import ApiContext
+    from plait.entrypoints.http.auth import Authenticator
 
     _check_service_store(rt.store, settings.db)
     feed = event_feed(getattr(rt.store, "url", settings.db), settings.event_poll_seconds)
@@ -279,6 +277,8 @@ def event_feed(url: str, poll_seconds: float = 0.5) -> Any:
         from plait.adapters.stores import PgEventFeed
 
         return PgEventFeed(url, poll_seconds=poll_seconds)
+    # lazy: plait --help imports this module (ENV_HELP); the feed is for serving only
+    from plait.application.event_feed import LocalEventFeed
 
     return LocalEventFeed(poll_seconds=poll_seconds)
 
@@ -286,6 +286,7 @@ def event_feed(url: str, poll_seconds: float = 0.5) -> Any:
 def _make_worker(rt: Any, settings: Settings, concurrency: int, feed: Any = None) -> Any:
     # lazy: plait --help imports this module (ENV_HELP); the worker loads the application layer
     from plait.application.worker import Worker
+    from plait.entrypoints.http.events import encode_event
 
     return Worker(
         service=rt.service,
