@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from plait.domain.summary import Summary
     from plait.runtime import Runtime
 
-__all__ = ["COMMANDS", "history_summaries", "register", "summary_json"]  # summary_json: shapes
+__all__ = ["COMMANDS", "history_summaries", "register"]
 
 EXIT_OK, EXIT_NOT_DONE = 0, 1
 
