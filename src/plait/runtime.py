@@ -28,7 +28,7 @@ from plait.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
     from plait.adapters.mcp import McpManager, McpServerConfig, McpToolInfo
-    from plait.adapters.stores.postgres.feed import PgEventFeed
+    from plait.adapters.stores import PgEventFeed
     from plait.adapters.tools import SandboxSettings
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
@@ -72,6 +72,7 @@ __all__ = [
     "governed_gate",
     "offered_tools",
     "open_model",
+    "open_store",
     "token_meters",
     "webhook_runtime",
 ]
@@ -528,7 +529,7 @@ def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookSer
 def webhook_runtime(db: str | None = None, settings: Settings | None = None) -> Runtime:
     """A runtime without a model or tools over the store named by ``db``, created if
     missing (an endpoint may be registered before the first run): ``plait webhooks``."""
-    from plait.adapters.stores.shared.redact import redact_url
+    from plait.adapters.stores import redact_url
     from plait.adapters.system import RandomIds, SystemClock
 
     url = (settings or resolve_settings(db=db)).db
@@ -616,10 +617,17 @@ def _open_store(url: str, *, create: bool) -> Any:
 
     store = open_store(url, create=create)
     if store_kind(url) == "jsonl":
-        from plait.adapters.stores.shared.offload import Offloaded
+        from plait.adapters.stores import Offloaded
 
         return Offloaded(store)
     return store
+
+
+def open_store(db: str | None = None, *, create: bool = True) -> Any:
+    """The store named by ``db`` (default :func:`default_db_url`) opened as a runtime opens
+    it, for the commands that need the store alone (``plait db upgrade``, ``plait keys
+    create``)."""
+    return _open_store(db or default_db_url(), create=create)
 
 
 class Runtime:
@@ -786,7 +794,7 @@ class Runtime:
         session also gets (default the ``[mcp.servers]`` of plait.toml; ``{}`` for none);
         their destructive tools need approval unless a policy rule names them. The other
         keywords are :class:`Runtime`'s."""
-        from plait.adapters.stores.shared.redact import redact_url
+        from plait.adapters.stores import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
         if settings is None:
@@ -882,7 +890,7 @@ class Runtime:
 
         url = getattr(self.store, "url", db)
         if store_kind(url) == "postgres":
-            from plait.adapters.stores.postgres.feed import PgEventFeed
+            from plait.adapters.stores import PgEventFeed
 
             return PgEventFeed(url, poll_seconds=poll_seconds)
         from plait.application.event_feed import LocalEventFeed

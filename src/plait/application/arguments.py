@@ -61,14 +61,16 @@ def _multiple_of(
     except (ValueError, OverflowError, ZeroDivisionError):  # inf, nan
         exact = False
     if not exact:
-        from jsonschema.exceptions import ValidationError as Violation  # lazy: start-up time
+        from jsonschema.exceptions import (
+            ValidationError as Violation,  # lazy: jsonschema costs ~0.1 s at start-up
+        )
 
         yield Violation(f"{instance!r} is not a multiple of {divisor!r}")
 
 
 @cache
 def _validator_class() -> type[Validator]:
-    # jsonschema is imported when the first schema is compiled: start-up time (~0.1 s)
+    # lazy: jsonschema is imported when the first schema is compiled (start-up, ~0.1 s)
     from jsonschema import Draft202012Validator, validators
 
     extended: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
@@ -84,7 +86,7 @@ class ArgumentSchema:
 
     def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
         self.tool = tool
-        from jsonschema.exceptions import SchemaError  # lazy: start-up time
+        from jsonschema.exceptions import SchemaError  # lazy: jsonschema costs ~0.1 s at start-up
 
         validator_class = _validator_class()
         try:
@@ -170,7 +172,7 @@ def argument_errors(spec: ToolSpec, arguments: object) -> list[str]:
 
 def _check_refs(tool: str, schema: Mapping[str, Any]) -> None:
     """Every ``$ref`` must resolve inside the schema: plait never fetches a remote one."""
-    # jsonschema's reference resolver, imported with it (start-up time)
+    # lazy: jsonschema's reference resolver, imported with it (start-up time)
     from referencing import Registry, Resource
     from referencing.exceptions import Unresolvable
     from referencing.jsonschema import DRAFT202012

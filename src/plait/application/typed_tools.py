@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 import types
 import typing
@@ -381,7 +382,6 @@ def schema_cache_text(models: Mapping[str, type[BaseModel]]) -> str:
     """The JSON text of a precomputed schema file (see
     :func:`plait.application.arguments.cached_schemas`): each tool's :func:`arguments_schema`
     by tool name. ``scripts/tool_schemas.py`` writes it; a test checks it is current."""
-    import json
 
     schemas = {name: arguments_schema(model) for name, model in models.items()}
     return json.dumps(schemas, indent=2, ensure_ascii=False) + "\n"

@@ -28,7 +28,7 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.shared.exceptions import MCPError
 
 from plait.adapters.mcp._config import McpServerConfig
-from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
+from plait.adapters.tools import GitScan, scan_git, undo_new_git
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
     args_data,

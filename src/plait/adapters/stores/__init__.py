@@ -34,12 +34,17 @@ from plait.domain.errors import ConfigError, StoreNotFoundError
 if TYPE_CHECKING:
     from plait.adapters.stores.jsonl.store import JsonlStore, StoreWarning
     from plait.adapters.stores.memory.store import MemoryStore
+    from plait.adapters.stores.postgres.feed import PgEventFeed
     from plait.adapters.stores.postgres.store import PostgresStore
+    from plait.adapters.stores.shared.offload import Offloaded
+    from plait.adapters.stores.shared.redact import redact_url
     from plait.adapters.stores.sqlite.store import SqliteStore
 
 __all__ = [
     "JsonlStore",
     "MemoryStore",
+    "Offloaded",
+    "PgEventFeed",
     "PostgresStore",
     "SqliteStore",
     "Store",
@@ -47,6 +52,7 @@ __all__ = [
     "StoreWarning",
     "open_store",
     "protected_paths",
+    "redact_url",
     "store_kind",
 ]
 
@@ -168,6 +174,18 @@ def __getattr__(name: str) -> Any:
         from plait.adapters.stores.postgres.store import PostgresStore
 
         return PostgresStore
+    if name == "PgEventFeed":  # the HTTP API's live events on PostgreSQL (LISTEN)
+        from plait.adapters.stores.postgres.feed import PgEventFeed
+
+        return PgEventFeed
+    if name == "Offloaded":  # a blocking store's calls moved off the event loop thread
+        from plait.adapters.stores.shared.offload import Offloaded
+
+        return Offloaded
+    if name == "redact_url":  # a store URL with its password hidden, for messages and logs
+        from plait.adapters.stores.shared.redact import redact_url
+
+        return redact_url
     if name == "SqliteStore":
         from plait.adapters.stores.sqlite.store import SqliteStore
 

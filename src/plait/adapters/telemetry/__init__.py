@@ -24,6 +24,7 @@ def open_telemetry(settings: TelemetrySettings) -> OtelTelemetry | None:
     if not settings.enabled:
         return None
     try:
+        # lazy: the OpenTelemetry SDK is an optional extra (a clear error when missing)
         from plait.adapters.telemetry._otel import OtelTelemetry
     except ImportError as exc:
         raise ConfigError(

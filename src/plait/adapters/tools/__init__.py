@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._limits import WorkspaceLimits
 from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
 from plait.application.ports import Tool
@@ -16,12 +17,15 @@ if TYPE_CHECKING:
     from plait.adapters.tools.workspace import workspace_tools
 
 __all__ = [
+    "GitScan",
     "Limits",
     "SandboxSettings",
     "SandboxUnavailableError",
     "WorkspaceLimits",
     "command_tools",
+    "scan_git",
     "session_tools",
+    "undo_new_git",
     "workspace_tools",
 ]
 
@@ -40,7 +44,7 @@ def session_tools(
     (its file rules bind the file tools through the governance checks, and again on the
     real path when a write is made), and its ``protect_git`` keeps every tool out of git
     repositories' config and hooks."""
-    # imported here, not above: start-up time (see __getattr__)
+    # lazy: the tools' typed arguments import pydantic (start-up time, see __getattr__)
     from plait.adapters.tools.command import command_tools
     from plait.adapters.tools.workspace import workspace_tools
 
@@ -51,7 +55,7 @@ def session_tools(
 
 
 def __getattr__(name: str) -> Any:
-    # The tools' typed arguments import pydantic: only when tools are built (start-up time)
+    # lazy: the tools' typed arguments import pydantic: only when tools are built
     if name == "command_tools":
         from plait.adapters.tools.command import command_tools
 

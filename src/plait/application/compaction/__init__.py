@@ -40,7 +40,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The recall tool's typed arguments import pydantic: only when recall is wanted.
+    # lazy: the recall tool's typed arguments import pydantic: only when recall is wanted
     if name in ("RECALL_SPEC", "recall_tool"):
         from plait.application.compaction import recall
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from plait.application.compaction.recall import MAX_SLICE, SCHEMA_FILE
+from plait.application.compaction._recall_limits import MAX_SLICE, SCHEMA_FILE
 from plait.application.typed_tools import ToolArguments
 
 __all__ = ["MODELS", "SCHEMA_FILE", "RecallArguments"]

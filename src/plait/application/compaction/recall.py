@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from plait.application.arguments import cached_schemas
+from plait.application.compaction._recall_limits import MAX_SLICE, SCHEMA_FILE
 from plait.application.compaction._render import render_message
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.application.retention import expiries_of
@@ -41,11 +41,6 @@ __all__ = [
     "recall_tool",
     "search",
 ]
-
-MAX_SLICE = 32_000
-SCHEMA_FILE = Path(__file__).with_name("_recall_schema.json")
-"""recall's schema, precomputed from its arguments model (:mod:`._recall_args`, see
-``scripts/tool_schemas.py``) so that offering recall does not import pydantic."""
 
 
 RECALL_SPEC = ToolSpec(
@@ -244,7 +239,7 @@ def recall_tool(store: Any) -> Tool:
     :class:`~plait.application.ports.ArtifactStore`."""
 
     async def execute(invocation: ToolInvocation) -> ToolOutput:
-        # the typed model imports pydantic: at the first call, not when recall is offered
+        # lazy: the typed model imports pydantic: at the first call, not when recall is offered
         from plait.application.compaction._recall_args import RecallArguments
         from plait.application.typed_tools import parse_arguments
 

@@ -33,8 +33,8 @@ def parse_command(command: str) -> ParsedCommand:
         return ParsedCommand(ok=False, problem="contains a NUL character")
     if not command.strip():
         return ParsedCommand(ok=True)
-    # Imported here, not at module level: the parser costs ~150 ms to import and only a
-    # policy with a command rule ever reaches this line (Runtime.open stays fast).
+    # lazy: bashlex costs ~150 ms to import and only a policy with a command rule reaches
+    # this line (Runtime.open stays fast)
     import bashlex  # type: ignore[import-untyped]
 
     try:

@@ -10,6 +10,7 @@ __all__ = ["run"]
 
 def run() -> None:
     try:
+        # lazy: inside the try, so Ctrl-C while the modules load still exits 130
         from plait.entrypoints.cli.main import main
 
         code = main()

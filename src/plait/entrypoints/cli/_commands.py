@@ -16,12 +16,23 @@ from plait.adapters.shapes import (
     message_json,
     run_json,
     session_json,
+    workspace_json,
 )
+from plait.adapters.system import SystemClock, owner_alive
 from plait.domain.errors import RunStateError
 from plait.domain.runs import RunStatus
 from plait.entrypoints.cli._io import InputError, Out
-from plait.entrypoints.cli._parser import UsageError
-from plait.entrypoints.cli._render import lease_hint, message_text, run_text, session_line
+from plait.entrypoints.cli._options import UsageError
+from plait.entrypoints.cli._render import (
+    approval_lines,
+    decision_line,
+    lease_hint,
+    message_text,
+    run_text,
+    session_line,
+)
+from plait.entrypoints.cli.compaction import history_summaries
+from plait.entrypoints.cli.forks import branch_lines
 
 if TYPE_CHECKING:
     from plait.application.service import RunResult
@@ -51,14 +62,14 @@ def exit_for(status: RunStatus) -> int:
     return EXIT_OK if status is RunStatus.COMPLETED else EXIT_RUN_NOT_COMPLETED
 
 
-async def sessions_new(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    session = await rt.service.create_session(workspace=a.workspace, title=a.title)
+async def sessions_new(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    session = await rt.service.create_session(workspace=args.workspace, title=args.title)
     out.emit(session_json(session), session.id)
     return EXIT_OK
 
 
-async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    sessions = await rt.queries.list_sessions(limit=a.limit)
+async def sessions_list(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    sessions = await rt.queries.list_sessions(limit=args.limit)
     out.emit(
         [session_json(s) for s in sessions],
         lambda: "\n".join(session_line(s) for s in sessions) or "no sessions",
@@ -66,16 +77,12 @@ async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    from plait.adapters.shapes import workspace_json
-    from plait.entrypoints.cli.compaction import history_summaries
-    from plait.entrypoints.cli.forks import branch_lines
-
-    messages = await rt.queries.history(a.session_id)
-    session = await rt.queries.get_session(a.session_id)
+async def history(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    messages = await rt.queries.history(args.session_id)
+    session = await rt.queries.get_session(args.session_id)
     fork = await rt.queries.fork_record(session.id) if session.fork_origin else None
     head = branch_lines(session, fork)
-    data: dict[str, Any] = {"session_id": a.session_id}
+    data: dict[str, Any] = {"session_id": args.session_id}
     if session.fork_origin is not None:  # a branch says what it is bound to
         data["workspace"] = workspace_json(session, fork)
     extra, tail = await history_summaries(rt.queries, session.id)
@@ -92,27 +99,25 @@ async def history(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    from plait.adapters.system import SystemClock
-    from plait.entrypoints.cli.governance import approval_lines, decision_line
-
-    detail = await rt.queries.run_detail(a.run_id)
-    r, executions = detail.run, detail.executions
-    approvals = await rt.queries.list_approvals(run_id=r.id)
+async def runs_show(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    detail = await rt.queries.run_detail(args.run_id)
+    run, executions = detail.run, detail.executions
+    approvals = await rt.queries.list_approvals(run_id=run.id)
     now = SystemClock().now()
-    data = run_json(r) | {
-        "executions": [execution_json(e) for e in executions],
+    data = run_json(run) | {
+        "executions": [execution_json(execution) for execution in executions],
         "approvals": [approval_json(x, now) for x in approvals],
     }
 
     def text() -> str:
-        lines = [run_text(r)]
-        for e in executions:
+        lines = [run_text(run)]
+        for execution in executions:
             lines.append(
-                f"  call {e.call_id}  {e.tool_name}  {e.effect.value}  {e.state.value}"
-                + (f"  → {e.result_status.value}" if e.result_status else "")
+                f"  call {execution.call_id}  {execution.tool_name}  {execution.effect.value}  "
+                f"{execution.state.value}"
+                + (f"  → {execution.result_status.value}" if execution.result_status else "")
             )
-            lines.extend(decision_line(e))
+            lines.extend(decision_line(execution))
         lines.extend(approval_lines(approvals, now))
         return "\n".join(lines)
 
@@ -120,8 +125,8 @@ async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-async def runs_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    runs = await rt.queries.list_runs(session_id=a.session_id)
+async def runs_list(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    runs = await rt.queries.list_runs(session_id=args.session_id)
     out.emit(
         [run_json(r) for r in runs],
         lambda: "\n".join(f"{r.id}  {r.session_id}  {r.status.value}" for r in runs) or "no runs",
@@ -129,16 +134,16 @@ async def runs_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
-async def artifacts_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    ref, data = await rt.queries.artifact(a.artifact_id)
-    if a.output:
+async def artifacts_show(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    ref, data = await rt.queries.artifact(args.artifact_id)
+    if args.output:
         try:
-            await asyncio.to_thread(Path(a.output).write_bytes, data)
-        except OSError as e:
+            await asyncio.to_thread(Path(args.output).write_bytes, data)
+        except OSError as error:
             raise InputError(
-                f"cannot write -o {a.output!r}: {e.strerror or type(e).__name__}; choose a "
-                "writable path",
-                path=a.output,
+                f"cannot write -o {args.output!r}: {error.strerror or type(error).__name__}; "
+                "choose a writable path",
+                path=args.output,
             ) from None
     if out.json:
         try:
@@ -146,8 +151,8 @@ async def artifacts_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
         except UnicodeDecodeError:
             text = None
         meta = {"artifact_id": ref.id, "sha256": ref.sha256, "size": ref.size}
-        out.emit(meta | {"media_type": ref.media_type, "text": None if a.output else text}, "")
-    elif not a.output:
+        out.emit(meta | {"media_type": ref.media_type, "text": None if args.output else text}, "")
+    elif not args.output:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     return EXIT_OK
@@ -155,7 +160,6 @@ async def artifacts_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 
 async def _check_force(rt: Runtime, run_id: str) -> None:
     """A forced takeover only when the lease holder is not a live process on this host."""
-    from plait.adapters.system import owner_alive
 
     for lease in await rt.queries.live_leases(run_id=run_id):
         if owner_alive(lease.owner):
@@ -167,36 +171,36 @@ async def _check_force(rt: Runtime, run_id: str) -> None:
             )
 
 
-async def runs_cancel(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    before = await rt.service.get_run(a.run_id)
-    if a.force:
-        await _check_force(rt, a.run_id)
-    r = await rt.service.cancel(a.run_id, force=a.force)
+async def runs_cancel(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    before = await rt.service.get_run(args.run_id)
+    if args.force:
+        await _check_force(rt, args.run_id)
+    run = await rt.service.cancel(args.run_id, force=args.force)
     if before.status.terminal:
-        text = f"run {r.id} already ended ({r.status.value}); nothing to cancel"
-    elif r.status.terminal:
-        text = f"cancelled run {r.id} ({r.status.value})"
-    elif a.force and r.status is RunStatus.AWAITING_RESOLUTION:
-        why = r.error.message if r.error else "a call's outcome is unknown"
+        text = f"run {run.id} already ended ({run.status.value}); nothing to cancel"
+    elif run.status.terminal:
+        text = f"cancelled run {run.id} ({run.status.value})"
+    elif args.force and run.status is RunStatus.AWAITING_RESOLUTION:
+        why = run.error.message if run.error else "a call's outcome is unknown"
         text = (
-            f"run {r.id} awaits resolution, not cancelled: {why}; record what happened "
-            f"(plait runs resolve {r.id} --call CALL ...), then `plait runs resume` ends it"
+            f"run {run.id} awaits resolution, not cancelled: {why}; record what happened "
+            f"(plait runs resolve {run.id} --call CALL ...), then `plait runs resume` ends it"
         )
     else:
-        text = f"cancellation requested for run {r.id}; it stops at its next step"
-        leases = await rt.queries.live_leases(run_id=r.id)
+        text = f"cancellation requested for run {run.id}; it stops at its next step"
+        leases = await rt.queries.live_leases(run_id=run.id)
         if leases:
             text += "\n" + lease_hint(leases[0], command="cancel")
-    out.emit(run_json(r), text)
+    out.emit(run_json(run), text)
     return EXIT_OK
 
 
-async def runs_recover(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    if a.force:
-        if a.run_id is None:
+async def runs_recover(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    if args.force:
+        if args.run_id is None:
             raise UsageError("--force takes over one run: name it with --run RUN")
-        await _check_force(rt, a.run_id)
-    reports = await rt.service.recover(run_id=a.run_id, force=a.force)
+        await _check_force(rt, args.run_id)
+    reports = await rt.service.recover(run_id=args.run_id, force=args.force)
     data = [
         {
             "run_id": r.run_id,
@@ -219,23 +223,27 @@ async def runs_recover(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     return max((exit_for(s) for s in driven), default=EXIT_OK)
 
 
-async def runs_resolve(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    r = await rt.service.resolve(a.run_id, a.call_id, a.status, a.note, by=a.by, queue=a.queue)
+async def runs_resolve(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    run = await rt.service.resolve(
+        args.run_id, args.call_id, args.status, args.note, by=args.by, queue=args.queue
+    )
     then = (
         "queued for a worker"
-        if r.status is RunStatus.QUEUED
-        else f"continue with: plait runs resume {r.id}"
+        if run.status is RunStatus.QUEUED
+        else f"continue with: plait runs resume {run.id}"
     )
-    out.emit(run_json(r), f"call {a.call_id} of run {r.id} resolved as {a.status}; {then}")
+    out.emit(
+        run_json(run), f"call {args.call_id} of run {run.id} resolved as {args.status}; {then}"
+    )
     return EXIT_OK
 
 
-async def runs_resume(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    if a.queue:
-        r = await rt.service.requeue(a.run_id)
-        out.emit(run_json(r), f"run {r.id} is {r.status.value}: a worker continues it")
+async def runs_resume(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    if args.queue:
+        run = await rt.service.requeue(args.run_id)
+        out.emit(run_json(run), f"run {run.id} is {run.status.value}: a worker continues it")
         return EXIT_OK
-    return print_result(out, await rt.service.resume(a.run_id))
+    return print_result(out, await rt.service.resume(args.run_id))
 
 
 def print_result(out: Out, result: RunResult, *, shown: bool = False) -> int:

@@ -15,11 +15,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from plait.adapters.shapes import approval_json, iso, message_json, run_json
+from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.governance import ApprovalStatus
 from plait.domain.runs import RunStatus
 from plait.entrypoints.cli._commands import EXIT_OK, exit_for
 from plait.entrypoints.cli._io import Out
+from plait.entrypoints.cli._live import terminal_progress
 from plait.entrypoints.cli._render import message_text, plural, run_text
 
 if TYPE_CHECKING:
@@ -31,46 +33,50 @@ if TYPE_CHECKING:
 __all__ = ["decide"]
 
 
-def decide(a: argparse.Namespace, out: Out, *, approve: bool, ttl: float | None) -> int:
+def decide(args: argparse.Namespace, out: Out, *, approve: bool, ttl: float | None) -> int:
     """Approve (``ttl`` seconds) or deny (``a.reason``) ``a.approval_id``."""
-    reason = None if approve else a.reason
+    reason = None if approve else args.reason
     if not approve and not (reason or "").strip():
         raise ConfigError("--reason must say why (the model reads it)")
-    grantor = a.by or getpass.getuser()
+    grantor = args.by or getpass.getuser()
     kwargs: dict[str, Any] = {"approve": approve, "grantor": grantor}
     kwargs |= {"ttl_seconds": ttl} if approve else {"reason": reason}
 
     async def go() -> int:
+        # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
         from plait.runtime import Runtime
 
-        db = getattr(a, "db", None)
-        if a.queue:  # a worker continues it: no model, no tools here
+        db = getattr(args, "db", None)
+        if args.queue:  # a worker continues it: no model, no tools here
             rt = Runtime.open(db=db, store_only=True)
         else:
-            rt = Runtime.open(db=db, model=a.model, create=False, policy=a.policy)
+            rt = Runtime.open(db=db, model=args.model, create=False, policy=args.policy)
         try:
             desk = rt.approval_desk()
-            if a.queue:
-                return await _queue(rt, desk, a.approval_id, kwargs, out)
-            return await _continue(desk, a.approval_id, kwargs, out)
+            if args.queue:
+                return await _queue(rt, desk, args.approval_id, kwargs, out)
+            return await _continue(desk, args.approval_id, kwargs, out)
         finally:
             await rt.close()
 
     return asyncio.run(go())
 
 
-def _head(x: Approval) -> str:
-    verb = "approved" if x.status is ApprovalStatus.APPROVED else "denied"
-    until = f" until {iso(x.expires_at)}" if x.expires_at is not None else ""
-    return f"{verb} {x.id} ({x.tool_name}, call {x.call_id}){until}"
+def _head(approval: Approval) -> str:
+    verb = "approved" if approval.status is ApprovalStatus.APPROVED else "denied"
+    until = f" until {iso(approval.expires_at)}" if approval.expires_at is not None else ""
+    return f"{verb} {approval.id} ({approval.tool_name}, call {approval.call_id}){until}"
 
 
 def _waiting_lines(run_id: str, pending: tuple[Approval, ...]) -> list[str]:
     lines = [f"run {run_id} waits for {plural(len(pending), 'more decision')}:"]
-    for p in pending:
-        lines.append(f"  {p.id}  {p.tool_name}  call {p.call_id}  why: {p.reason}")
+    for request in pending:
         lines.append(
-            f'    plait approvals approve {p.id}   or   plait approvals deny {p.id} --reason "..."'
+            f"  {request.id}  {request.tool_name}  call {request.call_id}  why: {request.reason}"
+        )
+        lines.append(
+            f"    plait approvals approve {request.id}   or   plait approvals deny {request.id} "
+            f'--reason "..."'
         )
     return lines
 
@@ -88,9 +94,8 @@ async def _continue(desk: ApprovalDesk, approval_id: str, kw: dict[str, Any], ou
         done = await desk.decide_and_continue(approval_id, **kw)
         shown = False
     else:
+        # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.console import Console
-
-        from plait.entrypoints.cli._live import terminal_progress
 
         console = Console()
         with terminal_progress(console) as observe:
@@ -157,6 +162,4 @@ async def _queue(
 
 
 def desk_now() -> float:
-    from plait.adapters.system import SystemClock
-
     return SystemClock().now()

@@ -13,7 +13,7 @@ from typing import Any
 from plait.application.answers import output_schema_of
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import ConfigError
-from plait.entrypoints.cli._parser import UsageError
+from plait.entrypoints.cli._options import UsageError
 
 __all__ = [
     "InputError",
@@ -76,8 +76,8 @@ def printable(text: str) -> str:
 def _bad_byte(raw: bytes) -> tuple[int, int]:
     try:
         raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start, raw[e.start]
+    except UnicodeDecodeError as error:
+        return error.start, raw[error.start]
     return -1, 0
 
 
@@ -99,11 +99,11 @@ def check_argv(argv: Sequence[str]) -> None:
 def decode_utf8(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
+    except UnicodeDecodeError as error:
         raise InputError(
-            f"{what} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+            f"{what} is not valid UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start}); "
             "convert it to UTF-8 (e.g. with iconv) and try again",
-            offset=e.start,
+            offset=error.start,
         ) from None
 
 
@@ -115,17 +115,17 @@ def read_message(text: str | None, file: str | None) -> str:
             raise UsageError("give the message as TEXT or with --file, not both")
         try:
             raw = Path(file).read_bytes()
-        except OSError as e:
+        except OSError as error:
             raise InputError(
-                f"cannot read --file {file!r}: {e.strerror or type(e).__name__}", path=file
+                f"cannot read --file {file!r}: {error.strerror or type(error).__name__}", path=file
             ) from None
         return _non_empty(decode_utf8(raw, f"--file {file!r}"), f"--file {file!r}")
     if text == "-" or (text is None and not sys.stdin.isatty()):
         try:
             raw = sys.stdin.buffer.read()
-        except (OSError, ValueError, AttributeError) as e:
+        except (OSError, ValueError, AttributeError) as error:
             raise InputError(
-                f"cannot read the message from standard input ({e}); give TEXT or --file PATH"
+                f"cannot read the message from standard input ({error}); give TEXT or --file PATH"
             ) from None
         return _non_empty(decode_utf8(raw, "standard input"), "stdin")
     if text is None:
@@ -139,14 +139,15 @@ def read_output_schema(path: str | None) -> OutputSchema | None:
         return None
     try:
         raw = Path(path).read_bytes()
-    except OSError as e:
+    except OSError as error:
         raise InputError(
-            f"cannot read --output-schema {path!r}: {e.strerror or type(e).__name__}", path=path
+            f"cannot read --output-schema {path!r}: {error.strerror or type(error).__name__}",
+            path=path,
         ) from None
     try:
         schema = json.loads(decode_utf8(raw, f"--output-schema {path!r}"))
-    except ValueError as e:
-        raise InputError(f"--output-schema {path!r} is not JSON: {e}", path=path) from None
+    except ValueError as error:
+        raise InputError(f"--output-schema {path!r} is not JSON: {error}", path=path) from None
     return output_schema_of(OutputSchema.create(schema))  # a schema that is no JSON Schema: now
 
 

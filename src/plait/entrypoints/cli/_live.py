@@ -32,25 +32,27 @@ def short_args(arguments: dict[str, Any], limit: int = _ARGS_SHOWN) -> str:
 
 def print_message(console: Any, sm: StoredMessage) -> None:
     """An assistant message (markdown and its calls) or a tool result (status, first line)."""
+    # lazy: rich costs ~100 ms and only a terminal run needs it
     from rich.markdown import Markdown
     from rich.markup import escape
 
-    m = sm.message
-    if m.kind == "assistant":
-        if m.text:
-            console.print(Markdown(terminal_safe(m.text)))
-        for c in m.tool_calls:
-            args = escape(short_args(c.arguments()))
-            name = escape(terminal_safe(c.name))
+    message = sm.message
+    if message.kind == "assistant":
+        if message.text:
+            console.print(Markdown(terminal_safe(message.text)))
+        for call in message.tool_calls:
+            args = escape(short_args(call.arguments()))
+            name = escape(terminal_safe(call.name))
             console.print(f"  [cyan]→ {name}[/] [dim]{args}[/]", highlight=False)
-    elif m.kind == "tool_result":
-        r = m.result
-        ok = r.status.value == "succeeded"
+    elif message.kind == "tool_result":
+        result = message.result
+        ok = result.status.value == "succeeded"
         colour, mark = ("green", "✓") if ok else ("yellow", "✗")
-        first = terminal_safe(r.reason or r.content).strip().splitlines()
+        first = terminal_safe(result.reason or result.content).strip().splitlines()
         detail = escape(first[0][:120]) if first else ""
         console.print(
-            f"  [{colour}]{mark} {escape(m.tool_name)} {r.status.value}[/] [dim]{detail}[/]",
+            f"  [{colour}]{mark} {escape(message.tool_name)} {result.status.value}[/] "
+            f"[dim]{detail}[/]",
             highlight=False,
         )
 
@@ -82,6 +84,7 @@ class _Progress:
                 print_compaction(self._console, compaction_event_json(event))
 
     def on_text(self, delta: str) -> None:
+        # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.markup import escape
 
         self._streamed += delta
@@ -99,6 +102,7 @@ def terminal_progress(console: Any) -> Iterator[_Progress]:
 
 def print_compaction(console: Any, data: dict[str, Any]) -> None:
     """One line for a compaction that ended (the shape of ``compaction_event_json``)."""
+    # lazy: rich costs ~100 ms and only a terminal run needs it
     from rich.markup import escape
 
     colour = "green" if data["phase"] == "activated" else "yellow"

@@ -1,141 +1,32 @@
-"""The argument parser of ``plait``: commands, options and their validation."""
+"""The argument parser of ``plait``: every command and its options (the options several
+commands share are in :mod:`plait.entrypoints.cli._options`)."""
 
 from __future__ import annotations
 
 import argparse
-import math
-from typing import NoReturn
 
-from plait.domain.errors import ConfigError, ValidationError
-from plait.domain.runs import Budget
-from plait.entrypoints.cli.governance import policy_opt
+from plait.entrypoints.cli import (
+    compaction,
+    forks,
+    governance,
+    mcp,
+    models,
+    retention,
+    service_cmds,
+)
+from plait.entrypoints.cli._options import (
+    Parser,
+    budget_opts,
+    common,
+    model_opt,
+    policy_opt,
+    positive_int,
+)
 
-__all__ = ["UsageError", "build_parser"]
-
-
-class UsageError(ConfigError):
-    """The command line itself is wrong (unknown option, missing argument, ...)."""
-
-    code = "usage"
-
-
-class _Parser(argparse.ArgumentParser):
-    """Turns argparse's exit-on-error into a UsageError, so ``--json`` gets its error and
-    the first line on stderr is the message, not the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}", command=self.prog)
+__all__ = ["build_parser"]
 
 
-def _whole(text: str, *, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    return _whole(text, least=1)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return value
-
-
-def _dollars(text: str) -> float:
-    try:
-        value = float(text.removeprefix("$"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an amount of US dollars, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 dollars, got {text}")
-    return value
-
-
-def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
-    # Sub-commands SUPPRESS their defaults so `plait --json history S` keeps --json.
-    p.add_argument(
-        "--json",
-        action="store_true",
-        default=False if top else argparse.SUPPRESS,
-        help="print machine-readable JSON",
-    )
-    p.add_argument(
-        "--db",
-        default=argparse.SUPPRESS,
-        help="store URL: sqlite:///PATH, postgresql://..., jsonl:///DIR or memory:// "
-        "(default: $PLAIT_DB, "
-        "else plait.db in $XDG_DATA_HOME/plait or ~/.local/share/plait)",
-    )
-
-
-def model_opt(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model",
-        default=None,
-        help="model spec, e.g. scripted:PATH (default: $PLAIT_MODEL)",
-    )
-
-
-def budget_opts(p: argparse.ArgumentParser) -> None:
-    d = Budget()
-    g = p.add_argument_group("budget")
-    g.add_argument("--max-steps", type=positive_int, default=d.max_steps)
-    g.add_argument("--deadline", type=_seconds, default=d.deadline_seconds, help="seconds")
-    g.add_argument("--max-model-calls", type=positive_int, default=d.max_model_calls)
-    g.add_argument("--max-tokens", type=positive_int, default=d.max_total_tokens)
-    g.add_argument(
-        "--max-cost",
-        type=_dollars,
-        default=d.max_cost_usd,
-        metavar="USD",
-        help="cost ceiling in US dollars, from the model's declared prices",
-    )
-    g.add_argument("--tool-timeout", type=_seconds, default=d.tool_timeout_seconds, help="seconds")
-    g.add_argument("--output-cap", type=positive_int, default=d.tool_output_cap_bytes)
-
-
-_BUDGET_FLAGS = {
-    "max_steps": "--max-steps",
-    "deadline_seconds": "--deadline",
-    "max_model_calls": "--max-model-calls",
-    "max_total_tokens": "--max-tokens",
-    "max_cost_usd": "--max-cost",
-    "tool_timeout_seconds": "--tool-timeout",
-    "tool_output_cap_bytes": "--output-cap",
-}
-
-
-def budget(a: argparse.Namespace) -> Budget:
-    """The run's budget from the flags; a limit the domain refuses is reported under the
-    flag's name."""
-    try:
-        return Budget(
-            max_steps=a.max_steps,
-            deadline_seconds=a.deadline,
-            max_model_calls=a.max_model_calls,
-            max_total_tokens=a.max_tokens,
-            max_cost_usd=a.max_cost,
-            tool_timeout_seconds=a.tool_timeout,
-            tool_output_cap_bytes=a.output_cap,
-        )
-    except ValidationError as e:
-        message = e.message
-        for field, flag in _BUDGET_FLAGS.items():
-            message = message.replace(f"budget {field}", flag)
-        raise ValidationError(message, **e.details) from e
-
-
-def _sessions(sub: argparse._SubParsersAction[_Parser]) -> None:
+def _sessions(sub: argparse._SubParsersAction[Parser]) -> None:
     sessions = sub.add_parser("sessions", help="create and list sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
     new = ssub.add_parser("new", help="create a session")
@@ -145,12 +36,10 @@ def _sessions(sub: argparse._SubParsersAction[_Parser]) -> None:
     lst = ssub.add_parser("list", help="list sessions, newest first")
     lst.add_argument("--limit", type=positive_int, default=50)
     common(lst)
-    from plait.entrypoints.cli.forks import register as register_forks
-
-    register_forks(ssub, common)
+    forks.register(ssub, common)
 
 
-def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
+def _send(sub: argparse._SubParsersAction[Parser]) -> None:
     send = sub.add_parser(
         "send",
         help="send a message and run until the run ends",
@@ -194,7 +83,7 @@ def _send(sub: argparse._SubParsersAction[_Parser]) -> None:
     common(send)
 
 
-def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
+def _runs(sub: argparse._SubParsersAction[Parser]) -> None:
     runs = sub.add_parser("runs", help="inspect and control runs")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     show = rsub.add_parser("show", help="show a run, its usage and its tool executions")
@@ -255,10 +144,10 @@ def _runs(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="plait", description="plait: a durable agent backend (see README.md)")
+    parser = Parser(prog="plait", description="plait: a durable agent backend (see README.md)")
     common(parser, top=True)
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+        dest="command", required=True, metavar="COMMAND", parser_class=Parser
     )
     _sessions(sub)
     _send(sub)
@@ -266,25 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("session_id", metavar="SESSION")
     common(hist)
     _runs(sub)
-    from plait.entrypoints.cli import service_cmds
-
     service_cmds.register(sub, common)
-    from plait.entrypoints.cli.compaction import register as register_compaction
-
-    register_compaction(sub, common, model_opt)
-    from plait.entrypoints.cli.governance import register as register_governance
-
-    register_governance(sub, common)
-    from plait.entrypoints.cli.models import register as register_models
-
-    register_models(sub, common)
-    from plait.entrypoints.cli.retention import register as register_retention
-
-    register_retention(sub, common)
-
-    from plait.entrypoints.cli.mcp import register as register_mcp
-
-    register_mcp(sub, common, policy_opt)
+    compaction.register(sub, common, model_opt)
+    governance.register(sub, common)
+    models.register(sub, common)
+    retention.register(sub, common)
+    mcp.register(sub, common, policy_opt)
 
     arts = sub.add_parser("artifacts", help="read stored artifacts (whole large tool outputs)")
     asub = arts.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")

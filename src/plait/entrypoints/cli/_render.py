@@ -13,8 +13,12 @@ from plait.domain.session import Session, StoredMessage
 
 if TYPE_CHECKING:
     from plait.application.queries import LeaseInfo
+    from plait.domain.governance import Approval
+    from plait.domain.session import ExecutionRecord
 
 __all__ = [
+    "approval_lines",
+    "decision_line",
     "lease_hint",
     "message_text",
     "message_text_of",
@@ -25,14 +29,14 @@ __all__ = [
 ]
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def session_line(s: Session) -> str:
-    title = f"  {s.title!r}" if s.title else ""
-    active = f"  (run {s.active_run_id} active)" if s.active_run_id else ""
-    return f"{s.id}{title}  v{s.version}  {s.workspace or '-'}{active}"
+def session_line(session: Session) -> str:
+    title = f"  {session.title!r}" if session.title else ""
+    active = f"  (run {session.active_run_id} active)" if session.active_run_id else ""
+    return f"{session.id}{title}  v{session.version}  {session.workspace or '-'}{active}"
 
 
 def lease_hint(lease: LeaseInfo, *, command: str = "recover --run") -> str:
@@ -50,13 +54,16 @@ def _indent(text: str, limit: int = 1200) -> str:
     return textwrap.indent(text, "    ")
 
 
-def expired_line(sm: StoredMessage, e: Expiry) -> str:
-    m = sm.message
-    where = f" {m.tool_name} [{m.result.call_id}]" if m.kind == "tool_result" else ""
-    archived = f", archived in artifact {e.archive_id}" if e.archive_id else ""
+def expired_line(sm: StoredMessage, expiry: Expiry) -> str:
+    message = sm.message
+    where = (
+        f" {message.tool_name} [{message.result.call_id}]" if message.kind == "tool_result" else ""
+    )
+    archived = f", archived in artifact {expiry.archive_id}" if expiry.archive_id else ""
     return (
-        f"[{sm.seq}] {m.kind}{where}: expired {iso(e.expired_at)} by the retention policy "
-        f"{e.policy}{archived} (written {iso(m.created_at)})"
+        f"[{sm.seq}] {message.kind}{where}: expired {iso(expiry.expired_at)} by the retention "
+        f"policy "
+        f"{expiry.policy}{archived} (written {iso(message.created_at)})"
     )
 
 
@@ -66,50 +73,72 @@ def message_text(sm: StoredMessage, expiry: Expiry | None = None) -> str:
     return message_text_of(message_json(sm))
 
 
-def message_text_of(m: dict[str, Any]) -> str:
+def message_text_of(message: dict[str, Any]) -> str:
     """A message in its JSON shape (``message_json``; as the API serves it) for people:
     local ``send`` and ``send --server`` print the same lines."""
-    seq = m["seq"]
-    if m["kind"] == "user":
-        return f"[{seq}] user:\n{_indent(m['text'])}"
-    if m["kind"] == "assistant":
-        lines = [f"[{seq}] assistant (step {m['step']}):"]
-        if m["text"]:
-            lines.append(_indent(m["text"]))
-        for c in m["tool_calls"]:
-            args = json.dumps(c["arguments"], ensure_ascii=False)
+    seq = message["seq"]
+    if message["kind"] == "user":
+        return f"[{seq}] user:\n{_indent(message['text'])}"
+    if message["kind"] == "assistant":
+        lines = [f"[{seq}] assistant (step {message['step']}):"]
+        if message["text"]:
+            lines.append(_indent(message["text"]))
+        for call in message["tool_calls"]:
+            args = json.dumps(call["arguments"], ensure_ascii=False)
             if len(args) > 200:
                 args = args[:200] + "…"
-            lines.append(f"    → {c['name']}({args})  [{c['call_id']}]")
+            lines.append(f"    → {call['name']}({args})  [{call['call_id']}]")
         return "\n".join(lines)
-    head = f"[{seq}] {m['tool_name']} [{m['call_id']}] {m['status']}"
-    if m["reason"] and m["reason"] != m["content"]:
-        head += f": {m['reason']}"
-    if (a := m["artifact"]) is not None:
-        head += f" (whole output: artifact {a['artifact_id']}, {a['size']} bytes)"
-    return head + ("\n" + _indent(m["content"], 600) if m["content"] else "")
+    head = f"[{seq}] {message['tool_name']} [{message['call_id']}] {message['status']}"
+    if message["reason"] and message["reason"] != message["content"]:
+        head += f": {message['reason']}"
+    if (artifact := message["artifact"]) is not None:
+        head += f" (whole output: artifact {artifact['artifact_id']}, {artifact['size']} bytes)"
+    return head + ("\n" + _indent(message["content"], 600) if message["content"] else "")
 
 
-def run_text(r: Run) -> str:
-    return run_text_of(run_json(r))
+def run_text(run: Run) -> str:
+    return run_text_of(run_json(run))
 
 
-def run_text_of(r: dict[str, Any]) -> str:
+def run_text_of(run: dict[str, Any]) -> str:
     """A run in its JSON shape (``run_json``) for people."""
-    u = r["usage"]
+    usage = run["usage"]
     lines = [
-        f"run {r['run_id']}  session {r['session_id']}",
-        f"  status      {r['status']}",
-        f"  model       {r['model']}",
-        f"  started     {r['started_at']}",
-        f"  ended       {r['ended_at'] or '-'}",
-        f"  usage       {plural(u['steps'], 'step')}, "
-        f"{plural(u['model_calls'], 'model call')} "
-        f"({plural(u['corrections'], 'correction')}), {plural(u['tool_calls'], 'tool call')}, "
-        f"{u['input_tokens']} in / {u['output_tokens']} out tokens",
+        f"run {run['run_id']}  session {run['session_id']}",
+        f"  status      {run['status']}",
+        f"  model       {run['model']}",
+        f"  started     {run['started_at']}",
+        f"  ended       {run['ended_at'] or '-'}",
+        f"  usage       {plural(usage['steps'], 'step')}, "
+        f"{plural(usage['model_calls'], 'model call')} "
+        f"({plural(usage['corrections'], 'correction')}), "
+        f"{plural(usage['tool_calls'], 'tool call')}, "
+        f"{usage['input_tokens']} in / {usage['output_tokens']} out tokens",
     ]
-    if (e := r["error"]) is not None:
-        lines.append(f"  error       {e['code']}: {e['message']}")
-    if (lease := r["lease"]) is not None:
+    if (error := run["error"]) is not None:
+        lines.append(f"  error       {error['code']}: {error['message']}")
+    if (lease := run["lease"]) is not None:
         lines.append(f"  lease       {lease['owner']} until {lease['expires_at']}")
     return "\n".join(lines)
+
+
+def decision_line(execution: ExecutionRecord) -> list[str]:
+    """``plait runs show``: who decided about a call, when and why."""
+    if execution.decision is None:
+        return []
+    return [
+        f"    {execution.decision} by {execution.decided_by} at {iso(execution.reviewed_at)}: "
+        f"{execution.decision_reason}"
+    ]
+
+
+def approval_lines(approvals: list[Approval], now: float) -> list[str]:
+    lines = []
+    for approval in approvals:
+        who = f" by {approval.grantor} at {iso(approval.decided_at)}" if approval.grantor else ""
+        why = f": {approval.denial_reason}" if approval.denial_reason else ""
+        lines.append(
+            f"  approval {approval.id}  call {approval.call_id}  {approval.state(now)}{who}{why}"
+        )
+    return lines

@@ -11,7 +11,7 @@ from plait.domain.errors import ConfigError
 from plait.entrypoints.cli._commands import exit_for, print_result
 from plait.entrypoints.cli._io import Out, read_message, read_output_schema
 from plait.entrypoints.cli._live import json_lines, terminal_progress
-from plait.entrypoints.cli._parser import budget
+from plait.entrypoints.cli._options import budget
 
 if TYPE_CHECKING:
     from plait.runtime import Runtime
@@ -19,59 +19,63 @@ if TYPE_CHECKING:
 __all__ = ["prepare_send", "send"]
 
 
-def prepare_send(a: argparse.Namespace) -> None:
+def prepare_send(args: argparse.Namespace) -> None:
     """Read and check the message (and the budget) before anything is opened."""
-    a.message = read_message(a.text, a.file)
-    a.budget = budget(a)
-    a.answer_schema = read_output_schema(a.output_schema)
-    a.mcp_servers = None if not (a.mcp or a.no_mcp) else tuple(dict.fromkeys(a.mcp or ()))
-    a.mcp_configs = None
-    if a.mcp_servers is not None:
+    args.message = read_message(args.text, args.file)
+    args.budget = budget(args)
+    args.answer_schema = read_output_schema(args.output_schema)
+    args.mcp_servers = (
+        None if not (args.mcp or args.no_mcp) else tuple(dict.fromkeys(args.mcp or ()))
+    )
+    args.mcp_configs = None
+    if args.mcp_servers is not None:
+        # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
         from plait.runtime import configured_mcp
 
         configured = configured_mcp()
-        for name in a.mcp_servers:
+        for name in args.mcp_servers:
             if name not in configured:
                 have = ", ".join(repr(k) for k in sorted(configured)) or "none"
                 raise ConfigError(
                     f"--mcp {name!r}: no such MCP server in [mcp.servers] (configured: {have})",
                     server=name,
                 )
-        a.mcp_configs = {name: configured[name] for name in a.mcp_servers}
+        args.mcp_configs = {name: configured[name] for name in args.mcp_servers}
 
 
-async def send(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    if a.events:
+async def send(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
+    if args.events:
         result = await rt.service.send(
-            a.session_id,
-            a.message,
-            budget=a.budget,
+            args.session_id,
+            args.message,
+            budget=args.budget,
             observer=json_lines,
-            output_type=a.answer_schema,
-            mcp_servers=a.mcp_servers,
+            output_type=args.answer_schema,
+            mcp_servers=args.mcp_servers,
         )
         Out.line(event_json("run", run_json(result.run)))
         return exit_for(result.run.status)
     if out.json or not sys.stdout.isatty():
         result = await rt.service.send(
-            a.session_id,
-            a.message,
-            budget=a.budget,
-            output_type=a.answer_schema,
-            mcp_servers=a.mcp_servers,
+            args.session_id,
+            args.message,
+            budget=args.budget,
+            output_type=args.answer_schema,
+            mcp_servers=args.mcp_servers,
         )
         return print_result(out, result)
+    # lazy: rich costs ~100 ms and only a terminal run needs it
     from rich.console import Console
 
     console = Console()
     with terminal_progress(console) as observe:
         result = await rt.service.send(
-            a.session_id,
-            a.message,
-            budget=a.budget,
+            args.session_id,
+            args.message,
+            budget=args.budget,
             observer=observe,
             on_text=observe.on_text,
-            output_type=a.answer_schema,
-            mcp_servers=a.mcp_servers,
+            output_type=args.answer_schema,
+            mcp_servers=args.mcp_servers,
         )
     return print_result(out, result, shown=True)

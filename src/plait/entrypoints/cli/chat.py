@@ -52,8 +52,8 @@ def _json_chat(service: AgentService, session_id: str, budget: Budget) -> int:
             if not text.strip():
                 continue
             result = asyncio.run(service.send(session_id, text, budget=budget, observer=json_lines))
-        except PlaitError as e:
-            Out.line(event_json("error", error_json(e)))
+        except PlaitError as error:
+            Out.line(event_json("error", error_json(error)))
             continue
         Out.line(event_json("run", run_json(result.run)))
     return 0
@@ -64,6 +64,7 @@ class _Chat:
     (an approval, an unknown outcome) asked here, inline, before the prompt returns."""
 
     def __init__(self, runtime: Runtime, session_id: str, budget: Budget) -> None:
+        # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.console import Console
 
         self.rt = runtime
@@ -134,11 +135,11 @@ class _Chat:
 
     async def _call_arguments(self, call_id: str) -> dict[str, Any] | None:
         for sm in await self.rt.queries.history(self.session_id):
-            m = sm.message
-            if m.kind == "assistant":
-                for c in m.tool_calls:
-                    if c.id == call_id:
-                        return c.arguments()
+            message = sm.message
+            if message.kind == "assistant":
+                for call in message.tool_calls:
+                    if call.id == call_id:
+                        return call.arguments()
         return None
 
     def show_call(self, tool: str, call_id: str) -> None:
@@ -168,16 +169,18 @@ class _Chat:
         pending = asyncio.run(desk.pending(run))
         if not pending:
             return None
-        x = pending[0]
-        why = escape(terminal_safe(x.reason))
-        self.say(f"[bold yellow]approval needed[/] ({escape(x.id)}): {why}")
-        self.show_call(x.tool_name, x.call_id)
+        approval = pending[0]
+        why = escape(terminal_safe(approval.reason))
+        self.say(f"[bold yellow]approval needed[/] ({escape(approval.id)}): {why}")
+        self.show_call(approval.tool_name, approval.call_id)
         while True:
             answer = self.ask(
                 "[bold]" + escape("approve? [a]pprove, approve for a [t]ime, [d]eny > ") + "[/]"
             )
             if answer is None:
-                self.say(f"[yellow]left undecided: {x.id} still waits (ask again by sending)[/]")
+                self.say(
+                    f"[yellow]left undecided: {approval.id} still waits (ask again by sending)[/]"
+                )
                 return None
             choice = answer.lower()
             kwargs: dict[str, Any]
@@ -189,8 +192,8 @@ class _Chat:
                     continue
                 try:
                     kwargs = {"approve": True, "ttl_seconds": parse_ttl(ttl)}
-                except PlaitError as e:
-                    self.say(f"[red]{escape(e.message)}[/]")
+                except PlaitError as error:
+                    self.say(f"[red]{escape(error.message)}[/]")
                     continue
             elif choice in ("d", "deny", "n", "no"):
                 reason = self.ask("why (the model reads it)? ")
@@ -204,9 +207,11 @@ class _Chat:
             break
 
         async def start(**live: Any) -> Decided:
-            return await desk.decide_and_continue(x.id, grantor=self.who, **kwargs, **live)
+            return await desk.decide_and_continue(approval.id, grantor=self.who, **kwargs, **live)
 
-        self.say(f"[green]{'approving' if kwargs['approve'] else 'denying'} {escape(x.id)}[/]")
+        self.say(
+            f"[green]{'approving' if kwargs['approve'] else 'denying'} {escape(approval.id)}[/]"
+        )
         return self.drive(start, run.id)
 
     def resolve(self, run: Run) -> Run | None:
@@ -277,8 +282,8 @@ class _Chat:
         runs = asyncio.run(self.rt.queries.list_runs(session_id=self.session_id))
         try:
             run = self.drive(start, None, frozenset(r.id for r in runs))
-        except PlaitError as e:
-            self.say(f"[red]error:[/] {escape(terminal_safe(e.message))}")
+        except PlaitError as error:
+            self.say(f"[red]error:[/] {escape(terminal_safe(error.message))}")
             return
         self.settle(run)
 
@@ -327,21 +332,22 @@ def _indented(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
-def run_chat(a: argparse.Namespace, budget: Budget) -> int:
+def run_chat(args: argparse.Namespace, budget: Budget) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
-    runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, policy=a.policy)
+    runtime = Runtime.open(db=getattr(args, "db", None), model=args.model, policy=args.policy)
     service = runtime.service
 
     async def start() -> str:
-        if a.session_id:
-            return (await runtime.queries.get_session(a.session_id)).id
-        return (await service.create_session(workspace=a.workspace)).id
+        if args.session_id:
+            return (await runtime.queries.get_session(args.session_id)).id
+        return (await service.create_session(workspace=args.workspace)).id
 
     try:
         service.check_can_run(budget)  # no model, no prices for --max-cost: fail first
         session_id = asyncio.run(start())
-        if getattr(a, "json", False):
+        if getattr(args, "json", False):
             return _json_chat(service, session_id, budget)
         return _Chat(runtime, session_id, budget).loop()
     finally:

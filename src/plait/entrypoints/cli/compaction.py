@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from plait.domain.summary import Summary
     from plait.runtime import Runtime
 
-__all__ = ["COMMANDS", "history_summaries", "register", "summary_json"]  # summary_json: shapes
+__all__ = ["COMMANDS", "history_summaries", "register"]
 
 EXIT_OK, EXIT_NOT_DONE = 0, 1
 
@@ -85,24 +85,27 @@ def register(
 # --- text -----------------------------------------------------------------------------------
 
 
-def summary_text(s: Summary) -> str:
-    b = s.body
+def summary_text(summary: Summary) -> str:
+    body = summary.body
     lines = [
-        f"summary {s.id} (generation {s.generation}): replaces messages 1..{s.covered_through_seq}"
-        f" in the context ({s.source_tokens} -> {s.summary_tokens} tokens, {s.trigger}, model "
-        f"{s.model or '?'}, template {s.template_version or '?'}, {iso(s.created_at)})",
-        f"  goal: {b.goal}",
+        f"summary {summary.id} (generation {summary.generation}): replaces messages "
+        f"1..{summary.covered_through_seq}"
+        f" in the context ({summary.source_tokens} -> {summary.summary_tokens} tokens, "
+        f"{summary.trigger}, model "
+        f"{summary.model or '?'}, template {summary.template_version or '?'}, "
+        f"{iso(summary.created_at)})",
+        f"  goal: {body.goal}",
     ]
-    lines += [f"  decision: {n.text} [{', '.join(n.source_ids)}]" for n in b.decisions]
+    lines += [f"  decision: {n.text} [{', '.join(n.source_ids)}]" for n in body.decisions]
     lines += [
         f"  open: {q.text} (uncertain: {q.uncertainty}) [{', '.join(q.source_ids)}]"
-        for q in b.open_questions
+        for q in body.open_questions
     ]
-    lines += [f"  evidence: {e.message_id} {e.note}" for e in b.evidence]
-    f = s.facts
+    lines += [f"  evidence: {e.message_id} {e.note}" for e in body.evidence]
+    facts = summary.facts
     lines.append(
-        f"  facts: {len(f.files)} file(s), {len(f.commands)} command(s), "
-        f"{len(f.failing_tests)} failing test(s), {len(f.constraints)} constraint(s)"
+        f"  facts: {len(facts.files)} file(s), {len(facts.commands)} command(s), "
+        f"{len(facts.failing_tests)} failing test(s), {len(facts.constraints)} constraint(s)"
     )
     return "\n".join(lines)
 
@@ -126,47 +129,50 @@ async def history_summaries(queries: Queries, session_id: str) -> tuple[dict[str
     return data, lines
 
 
-def view_text(v: ContextView, *, items: bool) -> str:
-    t, b = v.tokens, v.budget
-    meter = f"{v.meter}, {'exact' if v.exact else 'estimate'}"
+def view_text(view: ContextView, *, items: bool) -> str:
+    tokens, budget = view.tokens, view.budget
+    meter = f"{view.meter}, {'exact' if view.exact else 'estimate'}"
     lines = [
-        f"model {v.model} (meter {meter}): window {b.window}, reserved output "
-        f"{b.reserved_output}, safety margin {b.safety_margin}, input budget {b.input_budget}, "
-        f"compaction at {v.threshold_tokens}",
-        f"  instructions            {t.instructions:>8}",
-        f"  tool definitions        {t.tools:>8}",
-        f"  constraints + summary   {t.preamble:>8}",
-        f"  pinned request          {t.pinned:>8}",
-        f"  recent history          {t.tail:>8}  (messages {v.tail_from_seq}.."
-        f"{v.history_messages})",
-        f"  total                   {t.total:>8}  (raw history alone: {v.full_history_tokens})",
+        f"model {view.model} (meter {meter}): window {budget.window}, reserved output "
+        f"{budget.reserved_output}, safety margin {budget.safety_margin}, input budget "
+        f"{budget.input_budget}, "
+        f"compaction at {view.threshold_tokens}",
+        f"  instructions            {tokens.instructions:>8}",
+        f"  tool definitions        {tokens.tools:>8}",
+        f"  constraints + summary   {tokens.preamble:>8}",
+        f"  pinned request          {tokens.pinned:>8}",
+        f"  recent history          {tokens.tail:>8}  (messages {view.tail_from_seq}.."
+        f"{view.history_messages})",
+        f"  total                   {tokens.total:>8}  (raw history alone: "
+        f"{view.full_history_tokens})",
     ]
-    if v.calibration != 1.0:
+    if view.calibration != 1.0:
         lines.append(
-            f"  corrected by usage      {v.corrected_total:>8}  (x{v.calibration:.2f}: the "
+            f"  corrected by usage      {view.corrected_total:>8}  (x{view.calibration:.2f}: the "
             "provider reported more input tokens than the meter counted)"
         )
-    if v.over_budget:
+    if view.over_budget:
         lines.append("  over the input budget: the next call would not fit")
-    elif v.over_threshold:
+    elif view.over_threshold:
         lines.append("  over the compaction threshold: the next step compacts")
-    if v.summary is not None:
-        lines.append(summary_text(v.summary))
-    lines += [f"constraint: {c.text} [{c.source_message_id}]" for c in v.constraints]
+    if view.summary is not None:
+        lines.append(summary_text(view.summary))
+    lines += [f"constraint: {c.text} [{c.source_message_id}]" for c in view.constraints]
     if items:
-        for m in v.context.items:
-            source, trust = context_item_source(m)
-            lines.append(f"  item {m.id}: {m.kind}, from {source}, trust {trust}")
+        for item in view.context.items:
+            source, trust = context_item_source(item)
+            lines.append(f"  item {item.id}: {item.kind}, from {source}, trust {trust}")
     return "\n".join(lines)
 
 
 # --- commands -------------------------------------------------------------------------------
 
 
-def _open(a: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
+def _open(args: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
-    runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, create=False)
+    runtime = Runtime.open(db=getattr(args, "db", None), model=args.model, create=False)
     compaction, model = runtime.compaction, runtime.model
     if model is None or compaction is None:
         asyncio.run(runtime.close())
@@ -179,13 +185,13 @@ def _open(a: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
     return runtime, compaction, model.name
 
 
-def _compact(a: argparse.Namespace, out: _Output) -> int:
-    runtime, compaction, model = _open(a)
+def _compact(args: argparse.Namespace, out: _Output) -> int:
+    runtime, compaction, model = _open(args)
 
     async def go() -> int:
         try:
             outcome = await compaction.compact(
-                a.session_id,
+                args.session_id,
                 trigger="manual",
                 model=model,
                 instructions=runtime.instructions,
@@ -202,14 +208,14 @@ def _compact(a: argparse.Namespace, out: _Output) -> int:
     return asyncio.run(go())
 
 
-def _context(a: argparse.Namespace, out: _Output) -> int:
-    runtime, compaction, model = _open(a)
+def _context(args: argparse.Namespace, out: _Output) -> int:
+    runtime, compaction, model = _open(args)
 
     async def go() -> int:
         try:
-            stored = await runtime.queries.history(a.session_id)
+            stored = await runtime.queries.history(args.session_id)
             view = await compaction.view(
-                a.session_id,
+                args.session_id,
                 [sm.message for sm in stored],
                 model=model,
                 instructions=runtime.instructions,
@@ -217,20 +223,21 @@ def _context(a: argparse.Namespace, out: _Output) -> int:
             )
         finally:
             await runtime.close()
-        out.emit(view_json(view, items=a.items), view_text(view, items=a.items))
+        out.emit(view_json(view, items=args.items), view_text(view, items=args.items))
         return EXIT_OK
 
     return asyncio.run(go())
 
 
-def _eval(a: argparse.Namespace, out: _Output) -> int:
+def _eval(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: the evaluation harness and the runtime load the whole stack; only eval needs them
     from plait.eval.compaction import report_text, run_eval, tool_specs
     from plait.runtime import open_model
 
-    if a.repeat < 1:
-        raise ConfigError(f"--repeat must be at least 1, got {a.repeat}")
-    model = open_model(a.model, tools=tool_specs()) if a.model else None
-    report = asyncio.run(run_eval(model=model, trajectories=a.trajectory, repeat=a.repeat))
+    if args.repeat < 1:
+        raise ConfigError(f"--repeat must be at least 1, got {args.repeat}")
+    model = open_model(args.model, tools=tool_specs()) if args.model else None
+    report = asyncio.run(run_eval(model=model, trajectories=args.trajectory, repeat=args.repeat))
     out.emit(report, lambda: report_text(report))
     return EXIT_OK
 

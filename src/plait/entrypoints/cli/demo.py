@@ -85,6 +85,7 @@ def _invocation() -> str:
 
 def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = None) -> int:
     """The demo scenario; ``model`` (a spec) replaces the scripted model with a real one."""
+    # lazy: the runtime and the scripted model (~80 ms) are for the demo only
     from plait.runtime import Runtime
     from plait.testing.scripted import ScriptedModel
 
@@ -166,15 +167,15 @@ def _report(
                     "tests_after": {"passed": after[0], "summary": after[1]},
                     "deploy_config_untouched": deploy_untouched,
                     "run": run_json(run),
-                    "messages": [message_json(m) for m in messages],
+                    "messages": [message_json(message) for message in messages],
                 },
                 ensure_ascii=False,
                 indent=2,
             )
         )
     else:
-        for m in messages:
-            print(message_text(m))
+        for message in messages:
+            print(message_text(message))
         print()
         print(run_text(run))
         print(f"\ntests after: {'pass' if after[0] else 'FAIL'} ({after[1]})")

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from plait.adapters.shapes import fork_json, iso, parent_json, session_json, workspace_json
+from plait.adapters.system import RandomIds
 from plait.domain.errors import ConfigError, MessageNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
@@ -60,12 +61,13 @@ def register(ssub: Any, common: Callable[[argparse.ArgumentParser], None]) -> No
     common(tree)
 
 
-def _run(a: argparse.Namespace, fn: Callable[[Queries, ForkService], Awaitable[int]]) -> int:
+def _run(args: argparse.Namespace, fn: Callable[[Queries, ForkService], Awaitable[int]]) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     async def go() -> int:
         # Every command here needs an existing session: never create a store to find none.
-        runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
+        runtime = Runtime.open(db=getattr(args, "db", None), store_only=True)
         try:
             if runtime.forks is None:
                 where = runtime.queries.store_info().location
@@ -91,91 +93,92 @@ def branch_lines(session: Session, record: ForkRecord | None) -> list[str]:
     return lines
 
 
-def _count(n: int) -> str:
-    return f"{n} message" if n == 1 else f"{n} messages"
+def _count(count: int) -> str:
+    return f"{count} message" if count == 1 else f"{count} messages"
 
 
 # --- commands -------------------------------------------------------------------------------
 
 
-def _fork(a: argparse.Namespace, out: _Output) -> int:
-    from plait.adapters.system import RandomIds
-
-    request_id = a.request_id or RandomIds().new("req")
+def _fork(args: argparse.Namespace, out: _Output) -> int:
+    request_id = args.request_id or RandomIds().new("req")
 
     async def go(queries: Queries, forks: ForkService) -> int:
-        through = await _message_id(queries, a.session_id, a.through)
-        result = await forks.fork_session(a.session_id, through, request_id, snapshot=a.snapshot)
-        b, r = result.branch, result.record
+        through = await _message_id(queries, args.session_id, args.through)
+        result = await forks.fork_session(
+            args.session_id, through, request_id, snapshot=args.snapshot
+        )
+        branch, record = result.branch, result.record
 
         def text() -> str:
             head = "created" if result.created else "already created by this request id:"
             return "\n".join(
                 [
-                    f"{head} branch {b.id}",
-                    *branch_lines(b, r),
-                    f"request id {r.request_id} (repeat it to get this same branch)",
-                    f"continue with: plait send {b.id} TEXT",
+                    f"{head} branch {branch.id}",
+                    *branch_lines(branch, record),
+                    f"request id {record.request_id} (repeat it to get this same branch)",
+                    f"continue with: plait send {branch.id} TEXT",
                 ]
             )
 
         out.emit(
             {
-                "session": session_json(b),
+                "session": session_json(branch),
                 "created": result.created,
-                "fork": fork_json(r),
-                "workspace": workspace_json(b, r),
+                "fork": fork_json(record),
+                "workspace": workspace_json(branch, record),
             },
             text,
         )
         return 0
 
-    return _run(a, go)
+    return _run(args, go)
 
 
 async def _message_id(queries: Queries, session_id: str, given: str) -> str:
     """``--through`` takes a message id or a message number (seq) as history prints it."""
     if not given.isdigit() or await queries.message_seq(session_id, given) is not None:
         return given
-    n = int(given)
-    found = await queries.message_numbered(session_id, n)
+    number = int(given)
+    found = await queries.message_numbered(session_id, number)
     if found is None:
         raise MessageNotFoundError(
-            f"session {session_id!r} has no message number {n}; see: plait history {session_id}",
+            f"session {session_id!r} has no message number {number}; see: plait history "
+            f"{session_id}",
             session_id=session_id,
             message_id=given,
         )
     return found.message.id
 
 
-def _show(a: argparse.Namespace, out: _Output) -> int:
+def _show(args: argparse.Namespace, out: _Output) -> int:
     async def go(queries: Queries, forks: ForkService) -> int:
-        s = await forks.readable(a.session_id, None)
-        record = await queries.fork_record(s.id)
+        session = await forks.readable(args.session_id, None)
+        record = await queries.fork_record(session.id)
         children = [
             c
             for c in await queries.list_sessions()
-            if c.fork_origin is not None and c.fork_origin.parent_session_id == s.id
+            if c.fork_origin is not None and c.fork_origin.parent_session_id == session.id
         ]
         children.sort(key=lambda c: c.created_at)
 
         def text() -> str:
             lines = [
-                f"session {s.id}",
-                f"  created     {iso(s.created_at)}",
-                f"  title       {s.title or '-'}",
-                f"  owner       {s.owner or '-'}",
-                f"  version     {_count(s.version)}",
-                f"  active run  {s.active_run_id or '-'}",
+                f"session {session.id}",
+                f"  created     {iso(session.created_at)}",
+                f"  title       {session.title or '-'}",
+                f"  owner       {session.owner or '-'}",
+                f"  version     {_count(session.version)}",
+                f"  active run  {session.active_run_id or '-'}",
             ]
-            if s.fork_origin is not None:
+            if session.fork_origin is not None:
                 at = "" if record is None else f" (#{record.through_seq})"
                 lines.append(
-                    f"  parent      {s.fork_origin.parent_session_id} through "
-                    f"{s.fork_origin.fork_point_message_id}{at}"
+                    f"  parent      {session.fork_origin.parent_session_id} through "
+                    f"{session.fork_origin.fork_point_message_id}{at}"
                 )
-            lines.append(f"  workspace   {s.workspace or '-'}")
-            note = workspace_json(s, record)["note"]
+            lines.append(f"  workspace   {session.workspace or '-'}")
+            note = workspace_json(session, record)["note"]
             if note:
                 lines.append(f"              {note}")
             lines += [
@@ -186,56 +189,60 @@ def _show(a: argparse.Namespace, out: _Output) -> int:
             return "\n".join(lines)
 
         out.emit(
-            session_json(s)
+            session_json(session)
             | {
                 "fork": fork_json(record),
-                "workspace_binding": workspace_json(s, record),
+                "workspace_binding": workspace_json(session, record),
                 "forks": [c.id for c in children],
             },
             text,
         )
         return 0
 
-    return _run(a, go)
+    return _run(args, go)
 
 
-def _tree(a: argparse.Namespace, out: _Output) -> int:
+def _tree(args: argparse.Namespace, out: _Output) -> int:
     async def go(queries: Queries, forks: ForkService) -> int:
-        family = await forks.family(a.session_id)
-        ids = {s.id for s in family}
+        family = await forks.family(args.session_id)
+        ids = {session.id for session in family}
         kids: dict[str | None, list[Session]] = {}
-        for s in family:
-            parent = s.fork_origin.parent_session_id if s.fork_origin else None
-            kids.setdefault(parent if parent in ids else None, []).append(s)
+        for session in family:
+            parent = session.fork_origin.parent_session_id if session.fork_origin else None
+            kids.setdefault(parent if parent in ids else None, []).append(session)
         delegated = await _delegated(queries, family)
-        for s, link in delegated.values():
-            if s.id not in ids:  # a fork-context child is in the family already
-                kids.setdefault(link.session_id, []).append(s)
+        for session, link in delegated.values():
+            if session.id not in ids:  # a fork-context child is in the family already
+                kids.setdefault(link.session_id, []).append(session)
         links = {sid: link for sid, (_, link) in delegated.items()}
 
-        def node(s: Session) -> dict[str, Any]:
+        def node(session: Session) -> dict[str, Any]:
             return {
-                "session_id": s.id,
-                "fork_point_message_id": s.fork_origin.fork_point_message_id
-                if s.fork_origin
+                "session_id": session.id,
+                "fork_point_message_id": session.fork_origin.fork_point_message_id
+                if session.fork_origin
                 else None,
-                "version": s.version,
-                "workspace": s.workspace,
-                "delegated_by": parent_json(links.get(s.id)),
-                "children": [node(c) for c in kids.get(s.id, [])],
+                "version": session.version,
+                "workspace": session.workspace,
+                "delegated_by": parent_json(links.get(session.id)),
+                "children": [node(child) for child in kids.get(session.id, [])],
             }
 
-        def draw(s: Session, prefix: str, last: bool, top: bool) -> list[str]:
+        def draw(session: Session, prefix: str, last: bool, top: bool) -> list[str]:
             mark = "" if top else ("└── " if last else "├── ")
-            where = f"  through {s.fork_origin.fork_point_message_id}" if s.fork_origin else ""
-            if (link := links.get(s.id)) is not None:
+            where = (
+                f"  through {session.fork_origin.fork_point_message_id}"
+                if session.fork_origin
+                else ""
+            )
+            if (link := links.get(session.id)) is not None:
                 where = f"  sub-agent {link.agent} for call {link.call_id} of {link.run_id}"
-            here = "  ← this session" if s.id == a.session_id else ""
-            lines = [f"{prefix}{mark}{s.id}{where}  ({_count(s.version)}){here}"]
+            here = "  ← this session" if session.id == args.session_id else ""
+            lines = [f"{prefix}{mark}{session.id}{where}  ({_count(session.version)}){here}"]
             below = prefix if top else prefix + ("    " if last else "│   ")
-            children = kids.get(s.id, [])
-            for i, c in enumerate(children):
-                lines += draw(c, below, i == len(children) - 1, False)
+            children = kids.get(session.id, [])
+            for index, child in enumerate(children):
+                lines += draw(child, below, index == len(children) - 1, False)
             return lines
 
         roots = kids.get(None, [])
@@ -245,7 +252,7 @@ def _tree(a: argparse.Namespace, out: _Output) -> int:
         )
         return 0
 
-    return _run(a, go)
+    return _run(args, go)
 
 
 async def _delegated(

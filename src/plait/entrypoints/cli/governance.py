@@ -9,23 +9,20 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from plait.adapters.shapes import approval_json, iso
+from plait.adapters.shapes import approval_json
+from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.policy import Policy, ToolRule
+from plait.domain.tools import EffectClass
+from plait.entrypoints.cli._options import policy_opt
 
 if TYPE_CHECKING:
-    from plait.domain.governance import Approval
-    from plait.domain.session import ExecutionRecord
     from plait.runtime import Runtime
 
 __all__ = [
     "COMMANDS",
-    "approval_json",
-    "approval_lines",
-    "decision_line",
     "parse_ttl",
     "policy_json",
-    "policy_opt",
     "register",
 ]
 
@@ -41,23 +38,12 @@ class _Output(Protocol):
 
 def parse_ttl(text: str) -> float:
     """``90``, ``90s``, ``10m``, ``2h``, ``1d`` → seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m or float(m.group(1)) <= 0:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
         raise ConfigError(
             f"--ttl {text!r} is not a duration; write e.g. 90s, 10m, 2h or 1d", ttl=text
         )
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-
-
-def policy_opt(p: argparse.ArgumentParser) -> None:
-    """``--policy FILE`` for the commands that run tool calls."""
-    p.add_argument(
-        "--policy",
-        default=None,
-        metavar="FILE",
-        help="tool policy file (default: $PLAIT_POLICY, else the built-in policy; "
-        "see docs/policy.md)",
-    )
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -112,71 +98,58 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
 
 
 def _decision_opts(
-    p: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None], *, who: str
+    parser: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None], *, who: str
 ) -> None:
-    p.add_argument("--by", default=None, help=f"who {who} (default: your user name)")
-    p.add_argument(
+    parser.add_argument("--by", default=None, help=f"who {who} (default: your user name)")
+    parser.add_argument(
         "--queue",
         action="store_true",
         help="put the run back in the queue for a worker (`plait worker`, `plait serve`) "
         "instead of continuing it here",
     )
-    p.add_argument(
+    parser.add_argument(
         "--model",
         default=None,
         help="model to continue with when the run recorded none (default: the run's own "
         "model, else $PLAIT_MODEL)",
     )
-    policy_opt(p)
-    common(p)
+    policy_opt(parser)
+    common(parser)
 
 
 # --- shapes ---------------------------------------------------------------------------------
 
 
-def decision_line(e: ExecutionRecord) -> list[str]:
-    """``plait runs show``: who decided about a call, when and why."""
-    if e.decision is None:
-        return []
-    return [f"    {e.decision} by {e.decided_by} at {iso(e.reviewed_at)}: {e.decision_reason}"]
-
-
-def approval_lines(approvals: list[Approval], now: float) -> list[str]:
-    lines = []
-    for x in approvals:
-        who = f" by {x.grantor} at {iso(x.decided_at)}" if x.grantor else ""
-        why = f": {x.denial_reason}" if x.denial_reason else ""
-        lines.append(f"  approval {x.id}  call {x.call_id}  {x.state(now)}{who}{why}")
-    return lines
-
-
-def _rule_json(r: ToolRule) -> dict[str, Any]:
+def _rule_json(rule: ToolRule) -> dict[str, Any]:
     return {
-        "name": r.name,
-        "action": r.action.value,
-        "tools": list(r.tools),
-        "paths": list(r.paths),
-        "commands": [" ".join(c) for c in r.commands],
-        "reason": r.reason,
+        "name": rule.name,
+        "action": rule.action.value,
+        "tools": list(rule.tools),
+        "paths": list(rule.paths),
+        "commands": [" ".join(c) for c in rule.commands],
+        "reason": rule.reason,
     }
 
 
-def policy_json(p: Policy) -> dict[str, Any]:
-    rv = p.reviewer
+def policy_json(policy: Policy) -> dict[str, Any]:
+    rv = policy.reviewer
     return {
-        "source": p.source,
+        "source": policy.source,
         "defaults": {
-            "read": p.read.value,
-            "write": p.write.value,
-            "command": p.command.value,
-            "other": p.other.value,
-            "protected": p.protected_action.value,
+            "read": policy.read.value,
+            "write": policy.write.value,
+            "command": policy.command.value,
+            "other": policy.other.value,
+            "protected": policy.protected_action.value,
         },
-        "protected": list(p.protected),
-        "tools": {"command": list(p.command_tools), "path_arguments": list(p.path_arguments)},
+        "protected": list(policy.protected),
+        "tools": {
+            "command": list(policy.command_tools),
+            "path_arguments": list(policy.path_arguments),
+        },
         "limits": {
-            "max_calls_per_run": p.limits.max_calls_per_run,
-            "max_argument_bytes": p.limits.max_argument_bytes,
+            "max_calls_per_run": policy.limits.max_calls_per_run,
+            "max_argument_bytes": policy.limits.max_argument_bytes,
         },
         "reviewer": {
             "model": rv.model or None,
@@ -187,41 +160,43 @@ def policy_json(p: Policy) -> dict[str, Any]:
             "max_output_tokens": rv.max_output_tokens,
             "history_messages": rv.history_messages,
         },
-        "rules": [_rule_json(r) for r in p.rules],
+        "rules": [_rule_json(r) for r in policy.rules],
     }
 
 
-def _policy_text(p: Policy) -> str:
+def _policy_text(policy: Policy) -> str:
     lines = [
-        f"policy {p.source}: valid",
-        f"defaults: read {p.read.value}, write {p.write.value}, command {p.command.value}, "
-        f"other {p.other.value}; protected paths ({p.protected_action.value}): "
-        + (", ".join(p.protected) or "none"),
+        f"policy {policy.source}: valid",
+        f"defaults: read {policy.read.value}, write {policy.write.value}, command "
+        f"{policy.command.value}, "
+        f"other {policy.other.value}; protected paths ({policy.protected_action.value}): "
+        + (", ".join(policy.protected) or "none"),
     ]
-    if p.limits.max_calls_per_run is not None or p.limits.max_argument_bytes is not None:
+    if policy.limits.max_calls_per_run is not None or policy.limits.max_argument_bytes is not None:
         lines.append(
-            f"limits: max_calls_per_run {p.limits.max_calls_per_run}, "
-            f"max_argument_bytes {p.limits.max_argument_bytes}"
+            f"limits: max_calls_per_run {policy.limits.max_calls_per_run}, "
+            f"max_argument_bytes {policy.limits.max_argument_bytes}"
         )
-    if p.reviews:
+    if policy.reviews:
         lines.append(
-            f"reviewer: model {p.reviewer.model or '(the run model)'}, "
-            f"max_model_calls {p.reviewer.max_model_calls}"
+            f"reviewer: model {policy.reviewer.model or '(the run model)'}, "
+            f"max_model_calls {policy.reviewer.max_model_calls}"
         )
-    lines.append(f"rules ({len(p.rules)}):")
-    lines.extend(f"  {r.describe()}" for r in p.rules)
+    lines.append(f"rules ({len(policy.rules)}):")
+    lines.extend(f"  {r.describe()}" for r in policy.rules)
     return "\n".join(lines)
 
 
 # --- commands -------------------------------------------------------------------------------
 
 
-def _run(a: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> int:
+def _run(args: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> int:
     """Run ``fn`` over a runtime of the existing store (no model, no tools)."""
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
     async def go() -> int:
-        rt = Runtime.open(db=getattr(a, "db", None), store_only=True)
+        rt = Runtime.open(db=getattr(args, "db", None), store_only=True)
         try:
             return await fn(rt)
         finally:
@@ -231,16 +206,14 @@ def _run(a: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> int:
 
 
 def _now() -> float:
-    from plait.adapters.system import SystemClock
-
     return SystemClock().now()
 
 
-def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
+def _approvals_list(args: argparse.Namespace, out: _Output) -> int:
     async def go(rt: Runtime) -> int:
         now = _now()
-        found = await rt.queries.list_approvals(session_id=a.session_id, run_id=a.run_id)
-        if a.pending:
+        found = await rt.queries.list_approvals(session_id=args.session_id, run_id=args.run_id)
+        if args.pending:
             found = [x for x in found if x.state(now) == "pending"]
 
         def text() -> str:
@@ -256,82 +229,96 @@ def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
         out.emit([approval_json(x, now, parents.get(x.run_id)) for x in found], text)
         return 0
 
-    return _run(a, go)
+    return _run(args, go)
 
 
-def _decide(a: argparse.Namespace, out: Any, *, approve: bool) -> int:
+def _decide(args: argparse.Namespace, out: Any, *, approve: bool) -> int:
+    # lazy: approve/deny only (it loads getpass and termios; plait --help does not)
     from plait.entrypoints.cli._decide import decide
 
-    return decide(a, out, approve=approve, ttl=parse_ttl(a.ttl) if approve else None)
+    return decide(args, out, approve=approve, ttl=parse_ttl(args.ttl) if approve else None)
 
 
-def _policy_check(a: argparse.Namespace, out: _Output) -> int:
+def _policy_check(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: the policy parser loads tomllib and shlex; only policy commands need it
     from plait.adapters.policy_file import load_policy
 
-    p = load_policy(a.file)
-    out.emit(policy_json(p), lambda: _policy_text(p))
+    policy = load_policy(args.file)
+    out.emit(policy_json(policy), lambda: _policy_text(policy))
     return 0
 
 
 COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
     ("approvals", "list"): _approvals_list,
-    ("approvals", "approve"): lambda a, out: _decide(a, out, approve=True),
-    ("approvals", "deny"): lambda a, out: _decide(a, out, approve=False),
+    ("approvals", "approve"): lambda args, out: _decide(args, out, approve=True),
+    ("approvals", "deny"): lambda args, out: _decide(args, out, approve=False),
     ("policy", "check"): _policy_check,
 }
 
 
-def _explain(a: argparse.Namespace, out: _Output) -> int:
+def _explain(options: argparse.Namespace, out: _Output) -> int:
+    # lazy: the policy parser and the tools catalogue (~30 ms) are for explain only
     from plait.adapters.policy_file import policy_from
     from plait.application.governance.facts import explain_call
     from plait.settings import resolve_settings
 
-    policy = policy_from(resolve_settings(policy=a.policy).policy)
+    policy = policy_from(resolve_settings(policy=options.policy).policy)
     try:
-        args = json.loads(a.arguments)
-    except ValueError as e:
-        raise ConfigError(f'ARGS_JSON is not JSON ({e}); e.g. \'{{"path": "a.txt"}}\'') from e
+        args = json.loads(options.arguments)
+    except ValueError as error:
+        raise ConfigError(
+            f'ARGS_JSON is not JSON ({error}); e.g. \'{{"path": "a.txt"}}\''
+        ) from error
     if not isinstance(args, dict):
         raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
 
     async def go(rt: Runtime) -> int:
-        session = await rt.queries.get_session(a.session_id)
-        effect = _effect(a.tool, args)
+        session = await rt.queries.get_session(options.session_id)
+        effect = _effect(options.tool, args)
+        # lazy: plait.adapters.tools (~20 ms) is for explain only
         from plait.adapters.tools.probe import FileProbe
-        from plait.domain.tools import EffectClass
 
-        facts, v = explain_call(
-            policy, a.tool, args, read_only=effect is EffectClass.READ_ONLY,
-            workspace=session.workspace, calls_so_far=a.calls_so_far,
+        facts, verdict = explain_call(
+            policy,
+            options.tool,
+            args,
+            read_only=effect is EffectClass.READ_ONLY,
+            workspace=session.workspace,
+            calls_so_far=options.calls_so_far,
             probe=FileProbe() if session.workspace else None,
-        )  # fmt: skip
+        )
         data = {
             "session_id": session.id,
-            "tool": a.tool,
+            "tool": options.tool,
             "effect": effect.value,
             "policy": policy.source,
-            "action": v.action.value,
-            "rule": v.rule,
-            "reason": v.reason,
+            "action": verdict.action.value,
+            "rule": verdict.rule,
+            "reason": verdict.reason,
             "paths": list(facts.paths),
             "outside": list(facts.outside),
             "commands": None
             if facts.command is None
             else [" ".join(c) for c in facts.command.commands],
         }
-        out.emit(data, f"{v.action.value} by {v.rule}: {v.reason}  (policy {policy.source})")
+        out.emit(
+            data,
+            f"{verdict.action.value} by {verdict.rule}: {verdict.reason}  (policy {policy.source})",
+        )
         return 0
 
-    return _run(a, go)
+    return _run(options, go)
 
 
 def _effect(tool: str, args: dict[str, Any]) -> Any:
+    # lazy: plait.adapters.tools (~20 ms) is for explain only
     from plait.adapters.tools import workspace_tools
-    from plait.domain.tools import EffectClass
 
-    for t in workspace_tools():
-        if t.spec.name == tool:
-            return EffectClass(t.effect_of(args)) if t.effect_of else t.spec.effect
+    for offered in workspace_tools():
+        if offered.spec.name == tool:
+            return (
+                EffectClass(offered.effect_of(args)) if offered.effect_of else offered.spec.effect
+            )
     return EffectClass.SIDE_EFFECT
 
 

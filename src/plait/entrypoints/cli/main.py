@@ -21,11 +21,15 @@ from plait.domain.errors import ConfigError, PlaitError
 from plait.entrypoints.cli import _commands as cmd
 from plait.entrypoints.cli import service_cmds
 from plait.entrypoints.cli._io import Out, check_argv, printable
-from plait.entrypoints.cli._parser import UsageError, build_parser
+from plait.entrypoints.cli._options import UsageError, budget
+from plait.entrypoints.cli._parser import build_parser
 from plait.entrypoints.cli._send import prepare_send, send
 from plait.entrypoints.cli.compaction import COMMANDS as COMPACTION_COMMANDS
 from plait.entrypoints.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.entrypoints.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.entrypoints.cli.mcp import COMMANDS as MCP_COMMANDS
+from plait.entrypoints.cli.models import COMMANDS as MODEL_COMMANDS
+from plait.entrypoints.cli.retention import COMMANDS as RETENTION_COMMANDS
 
 if TYPE_CHECKING:
     from plait.runtime import Runtime
@@ -68,20 +72,21 @@ def resolve_workspace(given: str) -> str:
     return str(path.resolve())
 
 
-async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
+async def _run(command: _Command, args: argparse.Namespace, out: Out) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
-    db = getattr(a, "db", None)
+    db = getattr(args, "db", None)
     if command.mode == "read":
         runtime = Runtime.open(db=db, store_only=True)
     else:
-        model = getattr(a, "model", None)
-        policy = getattr(a, "policy", None)
+        model = getattr(args, "model", None)
+        policy = getattr(args, "policy", None)
         # Only commands that run the agent start the MCP servers (to offer their tools).
         runs_agent = command.run in (send, cmd.runs_recover, cmd.runs_resume)
         servers: dict[str, Any] | None = None if runs_agent else {}
-        if command.run is send and a.mcp_configs is not None:
-            servers = a.mcp_configs  # only the servers the run chose (send --mcp)
+        if command.run is send and args.mcp_configs is not None:
+            servers = args.mcp_configs  # only the servers the run chose (send --mcp)
         runtime = Runtime.open(
             db=db,
             model=model,
@@ -90,7 +95,7 @@ async def _run(command: _Command, a: argparse.Namespace, out: Out) -> int:
             mcp_servers=servers,
         )
     try:
-        return await command.run(runtime, a, out)
+        return await command.run(runtime, args, out)
     finally:
         await runtime.close()
 
@@ -99,17 +104,19 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     sub = getattr(args, f"{args.command}_command", None)
     key: tuple[str, ...] = (args.command, sub) if sub else (args.command,)
     if args.command == "chat":
-        from plait.entrypoints.cli._parser import budget
+        # lazy: chat loads rich and prompt_toolkit (~200 ms); only chat needs them
         from plait.entrypoints.cli.chat import run_chat
 
         return run_chat(args, budget(args))
     if args.command == "demo":
+        # lazy: the demo loads tempfile, shlex and importlib.resources; only demo needs them
         from plait.entrypoints.cli.demo import run_demo
 
         return run_demo(
             db=getattr(args, "db", None), clean=args.clean, as_json=out.json, model=args.model
         )
     if args.command == "send" and getattr(args, "server", None):
+        # lazy: remote loads httpx (~50 ms); only send --server needs it
         from plait.entrypoints.cli.remote import send_remote
 
         return send_remote(args, out)
@@ -122,16 +129,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     if key in GOVERNANCE_COMMANDS:
         return GOVERNANCE_COMMANDS[key](args, out)
     if args.command == "retention":
-        from plait.entrypoints.cli.retention import COMMANDS as RETENTION_COMMANDS
-
         return RETENTION_COMMANDS[key](args, out)
     if args.command in ("tools", "mcp"):
-        from plait.entrypoints.cli.mcp import COMMANDS as MCP_COMMANDS
-
         return MCP_COMMANDS[key](args, out)
     if args.command == "models":
-        from plait.entrypoints.cli.models import COMMANDS as MODEL_COMMANDS
-
         return MODEL_COMMANDS[key](args, out)
     command = _COMMANDS[key]
     if command.prepare is not None:
@@ -150,14 +151,14 @@ def _warn(
     print(f"plait: warning: {message}", file=sys.stderr)
 
 
-def _fail(e: PlaitError, *, as_json: bool, events: bool = False) -> int:
+def _fail(error: PlaitError, *, as_json: bool, events: bool = False) -> int:
     if events:
-        Out.line(event_json("error", error_json(e)))
+        Out.line(event_json("error", error_json(error)))
     elif as_json:
-        Out(True).emit(error_json(e), "")
-    print(f"plait: error: {printable(e.message)}", file=sys.stderr)
-    if isinstance(e, UsageError):
-        command = e.details.get("command", "plait")
+        Out(True).emit(error_json(error), "")
+    print(f"plait: error: {printable(error.message)}", file=sys.stderr)
+    if isinstance(error, UsageError):
+        command = error.details.get("command", "plait")
         print(f"plait: see '{command} --help' for how to call it", file=sys.stderr)
     return EXIT_ERROR
 
@@ -200,16 +201,16 @@ def _main(argv: list[str]) -> int:
     try:
         check_argv(argv)
         args = build_parser().parse_args(argv)
-    except UsageError as e:
-        return _fail(e, as_json=as_json)
+    except UsageError as error:
+        return _fail(error, as_json=as_json)
     out = Out(args.json)
     events = bool(getattr(args, "events", False))
     try:
         if getattr(args, "workspace", None) is not None:
             args.workspace = resolve_workspace(args.workspace)
         return _dispatch(args, out)
-    except PlaitError as e:
-        return _fail(e, as_json=out.json, events=events)
+    except PlaitError as error:
+        return _fail(error, as_json=out.json, events=events)
     except KeyboardInterrupt:
         print("plait: interrupted", file=sys.stderr)
         return 130

@@ -8,6 +8,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from plait.domain.errors import ConfigError
+
 __all__ = ["COMMANDS", "register"]
 
 EXIT_OK = 0
@@ -38,10 +40,11 @@ def register(
     common(check)
 
 
-def tools_list(a: argparse.Namespace, out: _Output) -> int:
+def tools_list(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import offered_tools
 
-    rows = offered_tools(db=getattr(a, "db", None), policy=getattr(a, "policy", None))
+    rows = offered_tools(db=getattr(args, "db", None), policy=getattr(args, "policy", None))
 
     def text() -> str:
         header = f"{'TOOL':<48} {'SOURCE':<16} {'EFFECT':<12} DECISION"
@@ -56,22 +59,22 @@ def tools_list(a: argparse.Namespace, out: _Output) -> int:
     return EXIT_OK
 
 
-def mcp_check(a: argparse.Namespace, out: _Output) -> int:
+def mcp_check(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: the MCP client SDK and the runtime are heavy; only mcp commands need them
     from plait.adapters.mcp import McpManager, list_mcp_tools, servers_from_mapping
-    from plait.domain.errors import ConfigError
     from plait.runtime import configured_sandbox
     from plait.settings import resolve_settings
 
     settings = resolve_settings()
     servers = servers_from_mapping(settings.config.mcp)
-    if a.name not in servers:
+    if args.name not in servers:
         known = ", ".join(sorted(servers)) or "none"
         raise ConfigError(
-            f"no MCP server {a.name!r} in plait.toml ([mcp.servers.NAME]; configured: {known})"
+            f"no MCP server {args.name!r} in plait.toml ([mcp.servers.NAME]; configured: {known})"
         )
-    config = servers[a.name]
+    config = servers[args.name]
     manager = McpManager(
-        {a.name: config}, sandbox=configured_sandbox(settings), environ=settings.environ
+        {args.name: config}, sandbox=configured_sandbox(settings), environ=settings.environ
     )
     try:
         infos = list_mcp_tools(manager)
@@ -93,14 +96,14 @@ def mcp_check(a: argparse.Namespace, out: _Output) -> int:
         where = "OUTSIDE the sandbox"
 
     def text() -> str:
-        head = f"MCP server {a.name!r}: ok, {len(rows)} tools ({where})"
+        head = f"MCP server {args.name!r}: ok, {len(rows)} tools ({where})"
         lines = [
             f"  {r['name']:<48} {r['effect']:<12}{' destructive' if r['destructive'] else ''}"
             for r in rows
         ]
         return "\n".join([head, *lines])
 
-    out.emit({"server": a.name, "ok": True, "transport": config.transport, "tools": rows}, text)
+    out.emit({"server": args.name, "ok": True, "transport": config.transport, "tools": rows}, text)
     return EXIT_OK
 
 

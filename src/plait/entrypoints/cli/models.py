@@ -43,42 +43,47 @@ def _price(value: float | None) -> str:
 
 
 def _line(row: dict[str, Any]) -> str:
-    c = row["capabilities"]
-    window = f"{c['context_window']:,}" if c["context_window"] else "?"
-    flags = [k for k in ("tool_calls", "parallel_tool_calls", "streaming", "reasoning") if c[k]]
+    capabilities = row["capabilities"]
+    window = f"{capabilities['context_window']:,}" if capabilities["context_window"] else "?"
+    flags = [
+        k
+        for k in ("tool_calls", "parallel_tool_calls", "streaming", "reasoning")
+        if capabilities[k]
+    ]
     prices = "/".join(
-        _price(c[k])
+        _price(capabilities[k])
         for k in ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok")
     )
     return f"{row['spec']:<58} {window:>10}  ${prices:<16} {' '.join(flags)}  [{row['source']}]"
 
 
-def models_list(a: argparse.Namespace, out: _Output) -> int:
-    from plait.adapters.models import resolve
-    from plait.adapters.models._catalog import CATALOG_DATE, CATALOG_SOURCE, builtin_models
+def models_list(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: the model adapters and the settings (~25 ms) are for this command only
+    from plait.adapters.models import CATALOG_DATE, CATALOG_SOURCE, builtin_models, resolve
     from plait.settings import resolve_settings
 
     config = resolve_settings().config
     rows = [_row(spec, "built-in", caps) for spec, caps in builtin_models()]
     for name, entry in sorted(config.models.items()):
-        r = resolve(name, config)
-        label = name if str(r.spec) == name else f"{name} = {r.spec}"
-        rows.append(_row(label, entry.source, r.capabilities))
+        resolved = resolve(name, config)
+        label = name if str(resolved.spec) == name else f"{name} = {resolved.spec}"
+        rows.append(_row(label, entry.source, resolved.capabilities))
     header = f"{'SPEC':<58} {'WINDOW':>10}  {'$/MTOK in/out/cached':<17} CAPABILITIES"
     dated = f"built-in catalog as of {CATALOG_DATE} (refresh: scripts/refresh_catalog.py)"
     out.emit(
         {"models": rows, "catalog": {"as_of": CATALOG_DATE, "source": CATALOG_SOURCE}},
-        lambda: "\n".join([dated, header, *(_line(r) for r in rows)]),
+        lambda: "\n".join([dated, header, *(_line(resolved) for resolved in rows)]),
     )
     return EXIT_OK
 
 
-def models_check(a: argparse.Namespace, out: _Output) -> int:
+def models_check(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: the model adapters (~20 ms) are for this command only
     from plait.adapters.models import check_model
     from plait.settings import resolve_settings
 
     settings = resolve_settings()
-    name, checks = asyncio.run(check_model(a.spec, config=settings.config, env=settings.environ))
+    name, checks = asyncio.run(check_model(args.spec, config=settings.config, env=settings.environ))
     ok = all(c["ok"] for c in checks)
     out.emit(
         {"model": name, "ok": ok, "checks": checks},

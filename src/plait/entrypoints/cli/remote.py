@@ -21,7 +21,7 @@ from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import RunStatus
 from plait.entrypoints.cli._commands import exit_for
 from plait.entrypoints.cli._io import Out, read_message, read_output_schema, terminal_safe
-from plait.entrypoints.cli._parser import UsageError
+from plait.entrypoints.cli._options import UsageError, budget
 from plait.entrypoints.cli._render import message_text_of, plural, run_text_of
 
 __all__ = ["RemoteError", "send_remote"]
@@ -50,27 +50,29 @@ class _Client:
             req.add_header(name.replace("_", "-"), value)
         try:
             return urllib.request.urlopen(req, timeout=60)
-        except urllib.error.HTTPError as e:
-            raise _error(e) from None
-        except urllib.error.URLError as e:
-            raise RemoteError(f"cannot reach {self.base}: {e.reason}", server=self.base) from e
+        except urllib.error.HTTPError as error:
+            raise _error(error) from None
+        except urllib.error.URLError as error:
+            raise RemoteError(
+                f"cannot reach {self.base}: {error.reason}", server=self.base
+            ) from error
 
     def json(self, method: str, path: str, body: Any = None) -> Any:
-        with self._request(method, path, body) as r:
-            return json.loads(r.read())
+        with self._request(method, path, body) as response:
+            return json.loads(response.read())
 
     def events(self, run_id: str, last: int) -> Any:
         return self._request("GET", f"/v1/runs/{run_id}/events", Last_Event_ID=str(last))
 
 
-def _error(e: urllib.error.HTTPError) -> RemoteError:
+def _error(error: urllib.error.HTTPError) -> RemoteError:
     try:
-        err = json.loads(e.read())["error"]
+        err = json.loads(error.read())["error"]
         return RemoteError(
-            f"{err['message']} ({err['code']})", status=e.code, remote_code=err["code"]
+            f"{err['message']} ({err['code']})", status=error.code, remote_code=err["code"]
         )
     except (ValueError, KeyError, TypeError):
-        return RemoteError(f"the service answered HTTP {e.code}", status=e.code)
+        return RemoteError(f"the service answered HTTP {error.code}", status=error.code)
 
 
 def _follow(client: _Client, run_id: str, on_event: Callable[[str, Any], None]) -> dict[str, Any]:
@@ -109,19 +111,23 @@ def _follow(client: _Client, run_id: str, on_event: Callable[[str, Any], None]) 
 
 
 _BUDGET_FIELDS = (
-    "max_steps", "deadline_seconds", "max_model_calls", "max_total_tokens", "max_cost_usd",
-    "tool_timeout_seconds", "tool_output_cap_bytes",
-)  # fmt: skip
+    "max_steps",
+    "deadline_seconds",
+    "max_model_calls",
+    "max_total_tokens",
+    "max_cost_usd",
+    "tool_timeout_seconds",
+    "tool_output_cap_bytes",
+)
 """The budget fields of the API's message body (``BudgetIn``)."""
 
 
-def _budget_body(a: argparse.Namespace) -> dict[str, Any]:
+def _budget_body(args: argparse.Namespace) -> dict[str, Any]:
     """The budget flags as the API takes them (the limits send would set; none is left
     out, so the run has exactly the budget it would have had without --server)."""
-    from plait.entrypoints.cli._parser import budget
 
-    b = budget(a)
-    return {f: getattr(b, f) for f in _BUDGET_FIELDS if getattr(b, f) is not None}
+    limits = budget(args)
+    return {f: getattr(limits, f) for f in _BUDGET_FIELDS if getattr(limits, f) is not None}
 
 
 _LOCAL_ONLY = {
@@ -132,9 +138,9 @@ _LOCAL_ONLY = {
 """Flags of ``send`` that do not apply to a server, and why (refused, not ignored)."""
 
 
-def _refuse_local_flags(a: argparse.Namespace) -> None:
+def _refuse_local_flags(args: argparse.Namespace) -> None:
     for name, why in _LOCAL_ONLY.items():
-        if getattr(a, name, None) is not None:
+        if getattr(args, name, None) is not None:
             raise UsageError(
                 f"--{name} does not apply with --server: {why}; leave it out",
                 command="plait send",
@@ -144,9 +150,10 @@ def _refuse_local_flags(a: argparse.Namespace) -> None:
 
 def _waiting_lines(run_id: str, waiting: list[dict[str, Any]], server: str) -> list[str]:
     lines = [f"run {run_id} waits for {plural(len(waiting), 'decision')}:"]
-    for x in waiting:
+    for request in waiting:
         lines.append(
-            f"  {x['approval_id']}  {x['tool_name']}  call {x['call_id']}  why: {x['reason']}"
+            f"  {request['approval_id']}  {request['tool_name']}  call {request['call_id']}  why: "
+            f"{request['reason']}"
         )
     lines.append(
         f"  decide in the console ({server}/console/approvals) or with POST "
@@ -155,25 +162,25 @@ def _waiting_lines(run_id: str, waiting: list[dict[str, Any]], server: str) -> l
     return lines
 
 
-def send_remote(a: argparse.Namespace, out: Out) -> int:
-    _refuse_local_flags(a)
+def send_remote(args: argparse.Namespace, out: Out) -> int:
+    _refuse_local_flags(args)
     # A remote server's key, not this process's settings: the flag, else the environment.
-    key = getattr(a, "api_key", None) or os.environ.get("PLAIT_API_KEY")
+    key = getattr(args, "api_key", None) or os.environ.get("PLAIT_API_KEY")
     if not key:
         raise ConfigError("--server needs an API key: --api-key KEY or PLAIT_API_KEY")
-    client = _Client(a.server, key)
-    text = read_message(a.text, a.file)
-    body: dict[str, Any] = {"text": text, "budget": _budget_body(a)}
-    if a.mcp or a.no_mcp:
-        body["mcp_servers"] = list(dict.fromkeys(a.mcp or ()))
-    schema = read_output_schema(a.output_schema)
+    client = _Client(args.server, key)
+    text = read_message(args.text, args.file)
+    body: dict[str, Any] = {"text": text, "budget": _budget_body(args)}
+    if args.mcp or args.no_mcp:
+        body["mcp_servers"] = list(dict.fromkeys(args.mcp or ()))
+    schema = read_output_schema(args.output_schema)
     if schema is not None:
         body["output_schema"] = schema.schema()
-    run = client.json("POST", f"/v1/sessions/{a.session_id}/messages", body)
+    run = client.json("POST", f"/v1/sessions/{args.session_id}/messages", body)
     shown: set[str] = set()
 
     def on_event(event: str, data: Any) -> None:
-        if a.events:
+        if args.events:
             if event in ("message", "compaction"):
                 Out.line(event_json(event, data["message"] if event == "message" else data))
             return
@@ -188,15 +195,15 @@ def send_remote(a: argparse.Namespace, out: Out) -> int:
     finished = _follow(client, run["run_id"], on_event)
     waiting: list[dict[str, Any]] = []
     if finished["status"] == RunStatus.AWAITING_APPROVAL.value:
-        found = client.json("GET", f"/v1/sessions/{a.session_id}/approvals")["approvals"]
+        found = client.json("GET", f"/v1/sessions/{args.session_id}/approvals")["approvals"]
         waiting = [
             x for x in found if x["run_id"] == finished["run_id"] and x["state"] == "pending"
         ]
     code = exit_for(RunStatus(finished["status"]))
-    if a.events:
+    if args.events:
         Out.line(event_json("run", finished | ({"waiting_for": waiting} if waiting else {})))
         return code
-    page = client.json("GET", f"/v1/sessions/{a.session_id}/messages?limit=1000")
+    page = client.json("GET", f"/v1/sessions/{args.session_id}/messages?limit=1000")
     added = [m for m in page["messages"] if m["run_id"] == run["run_id"]]
     answers = [m.get("output") for m in added if m["kind"] == "assistant"]
     output = answers[-1] if answers else None

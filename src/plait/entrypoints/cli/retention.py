@@ -81,11 +81,14 @@ def _text(data: dict[str, Any]) -> str:
         f"{verb} {len(expired)} message(s) written before {data['cutoff']} "
         f"(policy {data['policy']}, mode {data['mode']})"
     ]
-    for x in expired:
-        shared = f", also in {', '.join(x['held_by'][1:])}" if len(x["held_by"]) > 1 else ""
-        lines.append(f"  {x['session_id']} [{x['seq']}] {x['kind']} {x['message_id']}{shared}")
-    for h in data["held_back"]:
-        lines.append(f"  kept {h['messages']} old message(s): {h['reason']}")
+    for entry in expired:
+        shared = f", also in {', '.join(entry['held_by'][1:])}" if len(entry["held_by"]) > 1 else ""
+        lines.append(
+            f"  {entry['session_id']} [{entry['seq']}] {entry['kind']} "
+            f"{entry['message_id']}{shared}"
+        )
+    for held in data["held_back"]:
+        lines.append(f"  kept {held['messages']} old message(s): {held['reason']}")
     if data["archive_id"]:
         lines.append(f"originals archived in artifact {data['archive_id']}")
     return "\n".join(lines)
@@ -94,11 +97,18 @@ def _text(data: dict[str, Any]) -> str:
 def _restore_text(data: dict[str, Any]) -> str:
     verb = "would restore" if data["dry_run"] else "restored"
     lines = [f"{verb} {len(data['restored'])} message(s) from archive {data['archive_id']}"]
-    for x in data["restored"]:
-        shared = f", also in {', '.join(x['held_by'][1:])}" if len(x["held_by"]) > 1 else ""
-        lines.append(f"  {x['session_id']} [{x['seq']}] {x['kind']} {x['message_id']}{shared}")
-    for h in data["held_back"]:
-        lines.append(f"  left {h['messages']} archived message(s): {h['reason']}")
+    for restored in data["restored"]:
+        shared = (
+            f", also in {', '.join(restored['held_by'][1:])}"
+            if len(restored["held_by"]) > 1
+            else ""
+        )
+        lines.append(
+            f"  {restored['session_id']} [{restored['seq']}] {restored['kind']} "
+            f"{restored['message_id']}{shared}"
+        )
+    for held in data["held_back"]:
+        lines.append(f"  left {held['messages']} archived message(s): {held['reason']}")
     return "\n".join(lines)
 
 
@@ -109,14 +119,15 @@ def _service(runtime: Any) -> Any:
     return service
 
 
-def _restore(a: argparse.Namespace, out: _Output) -> int:
+def _restore(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
-    runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
+    runtime = Runtime.open(db=getattr(args, "db", None), store_only=True)
 
     async def go() -> int:
         try:
-            report = await _service(runtime).restore(a.archive_id, dry_run=a.dry_run)
+            report = await _service(runtime).restore(args.archive_id, dry_run=args.dry_run)
         finally:
             await runtime.close()
         data = restore_json(report)
@@ -126,12 +137,13 @@ def _restore(a: argparse.Namespace, out: _Output) -> int:
     return asyncio.run(go())
 
 
-def _expire(a: argparse.Namespace, out: _Output) -> int:
+def _expire(args: argparse.Namespace, out: _Output) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.application.retention import RetentionRequest
     from plait.runtime import Runtime, configured_retention
 
     settings = configured_retention()
-    days = a.older_than if a.older_than is not None else settings.raw_history_days
+    days = args.older_than if args.older_than is not None else settings.raw_history_days
     if days is None:
         raise ConfigError(
             "no retention age: pass --older-than DAYS or set [retention] raw_history_days "
@@ -139,12 +151,12 @@ def _expire(a: argparse.Namespace, out: _Output) -> int:
         )
     request = RetentionRequest(
         older_than_days=days,
-        mode=a.mode or settings.mode,
-        session_id=a.session_id,
-        force=a.force,
-        dry_run=a.dry_run,
+        mode=args.mode or settings.mode,
+        session_id=args.session_id,
+        force=args.force,
+        dry_run=args.dry_run,
     )
-    runtime = Runtime.open(db=getattr(a, "db", None), store_only=True)
+    runtime = Runtime.open(db=getattr(args, "db", None), store_only=True)
 
     async def go() -> int:
         try:

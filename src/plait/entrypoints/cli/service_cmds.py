@@ -12,7 +12,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from plait.adapters.system import RandomIds, SystemClock
 from plait.domain.errors import ConfigError
+from plait.domain.service import Role
+from plait.entrypoints.cli import webhooks
+from plait.entrypoints.cli.webhooks import COMMANDS as WEBHOOK_COMMANDS
+from plait.entrypoints.http.server import run_async, run_worker, serve
+from plait.settings import SERVICE_ENV_HELP, resolve_settings
 
 __all__ = ["COMMANDS", "register"]
 
@@ -34,8 +40,6 @@ def register(sub: Any, common: Common) -> None:
     kc.add_argument("--principal", required=True, help="who the key acts as (owns sessions)")
     kc.add_argument("--admin", action="store_true", help="may see every principal's sessions")
     common(kc)
-
-    from plait.settings import SERVICE_ENV_HELP
 
     env = "settings (environment variables; flags override them):\n" + SERVICE_ENV_HELP
     sv = sub.add_parser(
@@ -65,17 +69,16 @@ def register(sub: Any, common: Common) -> None:
         help="runs at once ($PLAIT_WORKER_CONCURRENCY, default 4)",
     )
     common(wk)
-    from plait.entrypoints.cli import webhooks
 
     webhooks.register(sub, common)
 
 
-def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
-    from plait.adapters.stores import open_store
-    from plait.adapters.stores.postgres.store import PostgresStore
-    from plait.settings import resolve_settings
+def _db_upgrade(args: argparse.Namespace, out: Any) -> int:
+    # lazy: the runtime (~50 ms) and the PostgreSQL driver are for this command only
+    from plait.adapters.stores import PostgresStore
+    from plait.runtime import open_store
 
-    url = resolve_settings(db=getattr(a, "db", None)).db
+    url = resolve_settings(db=getattr(args, "db", None)).db
     store = open_store(url)
     if not isinstance(store, PostgresStore):
         raise ConfigError(
@@ -100,23 +103,21 @@ def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _keys_create(a: argparse.Namespace, out: Any) -> int:
-    from plait.adapters.stores import open_store
-    from plait.adapters.system import RandomIds, SystemClock
-    from plait.domain.service import Role
+def _keys_create(args: argparse.Namespace, out: Any) -> int:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.entrypoints.http.auth import create_key
-    from plait.settings import resolve_settings
+    from plait.runtime import open_store
 
-    url = resolve_settings(db=getattr(a, "db", None)).db
+    url = resolve_settings(db=getattr(args, "db", None)).db
     store: Any = open_store(url)
     if not store.capabilities.api_keys:
         raise ConfigError(f"the store {url!r} cannot hold API keys; use PostgreSQL or SQLite")
-    role = Role.ADMIN if a.admin else Role.USER
+    role = Role.ADMIN if args.admin else Role.USER
 
     async def go() -> tuple[Any, str]:
         try:
             return await create_key(
-                store, principal=a.principal, role=role, clock=SystemClock(), ids=RandomIds()
+                store, principal=args.principal, role=role, clock=SystemClock(), ids=RandomIds()
             )
         finally:
             await store.close()
@@ -127,26 +128,20 @@ def _keys_create(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _settings(a: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> Any:
     """The service process's settings, resolved once: defaults, config files,
     environment, then these flags."""
-    from plait.settings import resolve_settings
-
-    flags = vars(a)
+    flags = vars(args)
     return resolve_settings(db=flags.get("db"), model=flags.get("model"), service=flags)
 
 
-def _serve(a: argparse.Namespace, out: Any) -> int:
-    from plait.entrypoints.http.server import serve
-
-    serve(_settings(a))
+def _serve(args: argparse.Namespace, out: Any) -> int:
+    serve(_settings(args))
     return 0
 
 
-def _worker(a: argparse.Namespace, out: Any) -> int:
-    from plait.entrypoints.http.server import run_async, run_worker
-
-    stats = run_async(run_worker(_settings(a)))
+def _worker(args: argparse.Namespace, out: Any) -> int:
+    stats = run_async(run_worker(_settings(args)))
     out.emit(stats, f"worker stopped: {stats}")
     return 0
 
@@ -160,8 +155,6 @@ COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, Any], int]] = {
 
 
 def _webhook_commands() -> None:
-    from plait.entrypoints.cli.webhooks import COMMANDS as WEBHOOK_COMMANDS
-
     COMMANDS.update(WEBHOOK_COMMANDS)
 
 

@@ -37,15 +37,16 @@ def register(sub: Any, common: Common) -> None:
         ("remove", "delete an endpoint and its deliveries"),
         ("resume", "re-enable a paused endpoint and resend what it missed"),
     ):
-        p = wsub.add_parser(name, help=text)
-        p.add_argument("webhook_id")
-        common(p)
+        parser = wsub.add_parser(name, help=text)
+        parser.add_argument("webhook_id")
+        common(parser)
 
 
-def _with_service(a: argparse.Namespace, op: Callable[[Any], Awaitable[Any]]) -> Any:
+def _with_service(args: argparse.Namespace, op: Callable[[Any], Awaitable[Any]]) -> Any:
+    # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import webhook_runtime
 
-    runtime = webhook_runtime(getattr(a, "db", None))
+    runtime = webhook_runtime(getattr(args, "db", None))
 
     async def go() -> Any:
         try:
@@ -63,9 +64,9 @@ def _with_service(a: argparse.Namespace, op: Callable[[Any], Awaitable[Any]]) ->
     return asyncio.run(go())
 
 
-def _add(a: argparse.Namespace, out: Any) -> int:
-    events = a.events.split(",")
-    endpoint = _with_service(a, lambda s: s.add(a.url, events, principal=a.principal))
+def _add(args: argparse.Namespace, out: Any) -> int:
+    events = args.events.split(",")
+    endpoint = _with_service(args, lambda s: s.add(args.url, events, principal=args.principal))
     data = {**webhook_json(endpoint), "secret": endpoint.secret}
     out.emit(
         data,
@@ -75,8 +76,8 @@ def _add(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _list(a: argparse.Namespace, out: Any) -> int:
-    endpoints = _with_service(a, lambda s: s.endpoints(principal=None))
+def _list(args: argparse.Namespace, out: Any) -> int:
+    endpoints = _with_service(args, lambda s: s.endpoints(principal=None))
     lines = [
         f"{e.id}  {e.status.value:<6}  {e.url}  {','.join(e.events)}"
         + (f"  principal={e.principal}" if e.principal else "")
@@ -87,12 +88,12 @@ def _list(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _deliveries(a: argparse.Namespace, out: Any) -> int:
-    status = DeliveryStatus(a.status) if a.status else None
+def _deliveries(args: argparse.Namespace, out: Any) -> int:
+    status = DeliveryStatus(args.status) if args.status else None
     found = _with_service(
-        a,
+        args,
         lambda s: s.deliveries(
-            principal=None, endpoint_id=a.endpoint, status=status, limit=a.limit
+            principal=None, endpoint_id=args.endpoint, status=status, limit=args.limit
         ),
     )
     lines = [
@@ -104,14 +105,14 @@ def _deliveries(a: argparse.Namespace, out: Any) -> int:
     return 0
 
 
-def _remove(a: argparse.Namespace, out: Any) -> int:
-    _with_service(a, lambda s: s.remove(a.webhook_id, principal=None))
-    out.emit({"id": a.webhook_id, "removed": True}, f"webhook {a.webhook_id} removed")
+def _remove(args: argparse.Namespace, out: Any) -> int:
+    _with_service(args, lambda s: s.remove(args.webhook_id, principal=None))
+    out.emit({"id": args.webhook_id, "removed": True}, f"webhook {args.webhook_id} removed")
     return 0
 
 
-def _resume(a: argparse.Namespace, out: Any) -> int:
-    endpoint = _with_service(a, lambda s: s.resume(a.webhook_id, principal=None))
+def _resume(args: argparse.Namespace, out: Any) -> int:
+    endpoint = _with_service(args, lambda s: s.resume(args.webhook_id, principal=None))
     out.emit(webhook_json(endpoint), f"webhook {endpoint.id} is {endpoint.status.value}")
     return 0
 

@@ -67,21 +67,23 @@ def _public(details: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in details.items() if k in ("sqlstate", "sqlite_error")}
 
 
-def status_and_body(e: PlaitError) -> tuple[int, dict[str, Any]]:
-    if isinstance(e, ApiError):
-        details = {k: v for k, v in e.details.items() if k not in ("status", "code")}
-        return e.status, error_body(str(e.details.get("code", "error")), e.message, details)
-    if isinstance(e, StoreUnavailableError):
+def status_and_body(error: PlaitError) -> tuple[int, dict[str, Any]]:
+    if isinstance(error, ApiError):
+        details = {k: v for k, v in error.details.items() if k not in ("status", "code")}
+        return error.status, error_body(
+            str(error.details.get("code", "error")), error.message, details
+        )
+    if isinstance(error, StoreUnavailableError):
         text = "the store is unavailable for now; retry later"
-        return 503, error_body(e.code, text, _public(e.details))
-    if isinstance(e, NotFoundError):
-        return 404, error_body("not_found", e.message, e.details)
-    if e.code == "invalid_cut_point":
-        return 422, error_body(e.code, e.message, e.details)
-    if isinstance(e, ConflictError | RunStateError):
-        return 409, error_body(e.code, e.message, e.details)
-    if isinstance(e, ConfigError):
-        return 400, error_body(e.code, e.message, e.details)
-    if isinstance(e, PolicyError):
-        return 403, error_body("forbidden", e.message, {"reason": e.code, **e.details})
+        return 503, error_body(error.code, text, _public(error.details))
+    if isinstance(error, NotFoundError):
+        return 404, error_body("not_found", error.message, error.details)
+    if error.code == "invalid_cut_point":
+        return 422, error_body(error.code, error.message, error.details)
+    if isinstance(error, ConflictError | RunStateError):
+        return 409, error_body(error.code, error.message, error.details)
+    if isinstance(error, ConfigError):
+        return 400, error_body(error.code, error.message, error.details)
+    if isinstance(error, PolicyError):
+        return 403, error_body("forbidden", error.message, {"reason": error.code, **error.details})
     return 500, error_body("internal", "the server could not complete the request")

@@ -81,8 +81,8 @@ class InternalErrors:
 
         try:
             await self.app(scope, receive, tracking)
-        except Exception as e:
-            log_internal(scope, e)
+        except Exception as error:
+            log_internal(scope, error)
             if started:
                 raise
             await internal_response()(scope, receive, send)

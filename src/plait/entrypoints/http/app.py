@@ -38,7 +38,7 @@ from plait.domain.errors import (
 from plait.domain.runs import Budget, Run
 from plait.domain.session import Session
 from plait.domain.text import ID_PATTERN, MAX_ID_LENGTH, id_problem, text_problem
-from plait.entrypoints.http import models as m
+from plait.entrypoints.http import models as api
 from plait.entrypoints.http._errors import (
     ApiError,
     error_body,
@@ -53,6 +53,7 @@ from plait.entrypoints.http.console import console_routes
 from plait.entrypoints.http.inbox import inbox_routes
 from plait.entrypoints.http.limits import BodyLimit
 from plait.entrypoints.http.sse import event_stream
+from plait.entrypoints.http.webhooks import webhook_routes
 from plait.entrypoints.http.workspaces import bind_directory, bind_workspace
 
 __all__ = ["ApiContext", "create_app"]
@@ -60,7 +61,7 @@ __all__ = ["ApiContext", "create_app"]
 log = logging.getLogger("plait.http")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": m.ErrorOut, "description": text}
+    code: {"model": api.ErrorOut, "description": text}
     for code, text in (
         (400, "invalid value"),
         (401, "missing or unknown API key"),
@@ -91,14 +92,14 @@ class ApiContext:
 def create_app(ctx: ApiContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        hooks = [asynccontextmanager(h)() for h in ctx.lifespan_hooks]
-        for h in hooks:
-            await h.__aenter__()
+        hooks = [asynccontextmanager(hook)() for hook in ctx.lifespan_hooks]
+        for hook in hooks:
+            await hook.__aenter__()
         try:
             yield
         finally:
-            for h in reversed(hooks):
-                await h.__aexit__(None, None, None)
+            for hook in reversed(hooks):
+                await hook.__aexit__(None, None, None)
             for close in ctx.on_close:
                 await close()
 
@@ -133,8 +134,6 @@ def create_app(ctx: ApiContext) -> FastAPI:
         routes = compaction_routes(ctx, stage, _principal_dependency(ctx))
         app.include_router(routes, prefix="/v1", responses=ERRORS)
     if ctx.store.capabilities.webhooks:
-        from plait.entrypoints.http.webhooks import webhook_routes
-
         hooks = webhook_routes(ctx, _principal_dependency(ctx))
         app.include_router(hooks, prefix="/v1", responses=ERRORS)
     app.include_router(console_routes())  # the web console at / (pages call /v1)
@@ -187,21 +186,23 @@ def _document_identifiers(app: FastAPI) -> None:
 
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(PlaitError)
-    async def plait_error(request: Request, e: PlaitError) -> JSONResponse:
-        status, body = status_and_body(e)
+    async def plait_error(request: Request, error: PlaitError) -> JSONResponse:
+        status, body = status_and_body(error)
         if status == 500:
-            log_internal(request.scope, e)
+            log_internal(request.scope, error)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        if isinstance(e, StoreUnavailableError):
+        if isinstance(error, StoreUnavailableError):
             headers = {"Retry-After": "1"}
-            log.warning("store unavailable: %s", e.message, extra=request_ids(request.scope, e))
+            log.warning(
+                "store unavailable: %s", error.message, extra=request_ids(request.scope, error)
+            )
         return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
         problems = [
             {"where": ".".join(str(p) for p in err.get("loc", ())), "problem": err.get("msg")}
-            for err in e.errors()
+            for err in error.errors()
         ]
         text = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
         return JSONResponse(
@@ -210,9 +211,9 @@ def _install_errors(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        status, body = http_status_and_body(e.status_code, str(e.detail))
-        headers = dict(e.headers or {})
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        status, body = http_status_and_body(error.status_code, str(error.detail))
+        headers = dict(error.headers or {})
         if status == 405:
             headers["Allow"] = _allowed_methods(app, request)
         return JSONResponse(body, status_code=status, headers=headers or None)
@@ -304,14 +305,14 @@ async def _own_run(ctx: ApiContext, who: Principal, run_id: str) -> Run:
 
 
 def _ops_routes(ctx: ApiContext) -> APIRouter:
-    r = APIRouter(tags=["operations"])
+    router = APIRouter(tags=["operations"])
 
-    @r.get("/health", response_model=m.HealthOut)
+    @router.get("/health", response_model=api.HealthOut)
     async def health() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
-    @r.get("/ready", response_model=m.HealthOut, responses={503: {"model": m.ErrorOut}})
+    @router.get("/ready", response_model=api.HealthOut, responses={503: {"model": api.ErrorOut}})
     async def ready() -> Any:
         """The store can commit (a store without a commit probe: it answers a read)."""
         try:
@@ -319,20 +320,20 @@ def _ops_routes(ctx: ApiContext) -> APIRouter:
                 await cast("CommitProbe", ctx.store).check_writable()
             else:
                 await ctx.store.list_sessions(limit=1)
-        except PlaitError as e:
-            body = error_body("not_ready", f"the store cannot commit now: {e.message}")
+        except PlaitError as error:
+            body = error_body("not_ready", f"the store cannot commit now: {error.message}")
             return JSONResponse(body, status_code=503)
         return {"status": "ready"}
 
-    return r
+    return router
 
 
 def _session_routes(ctx: ApiContext) -> APIRouter:
-    r = APIRouter(tags=["sessions"])
+    router = APIRouter(tags=["sessions"])
     Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
 
-    @r.post("/sessions", status_code=201, response_model=m.SessionOut)
-    async def create_session(body: m.SessionIn, who: Who) -> dict[str, Any]:
+    @router.post("/sessions", status_code=201, response_model=api.SessionOut)
+    async def create_session(body: api.SessionIn, who: Who) -> dict[str, Any]:
         workspace = _workspace(ctx, who, body.workspace)
         session = await ctx.service.create_session(
             workspace=workspace, owner=who.name, title=body.title
@@ -340,7 +341,7 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
         log.info("session created", extra={"session_id": session.id, "principal": who.name})
         return session_json(session)
 
-    @r.get("/sessions", response_model=m.SessionsOut)
+    @router.get("/sessions", response_model=api.SessionsOut)
     async def list_sessions(
         who: Who,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -368,16 +369,16 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
             "next_before": found[-1].id if more else None,
         }
 
-    @r.get("/sessions/{session_id}", response_model=m.SessionOut)
+    @router.get("/sessions/{session_id}", response_model=api.SessionOut)
     async def show_session(session_id: str, who: Who) -> dict[str, Any]:
         return session_json(await _own_session(ctx, who, session_id))
 
-    @r.get("/sessions/{session_id}/runs", response_model=m.RunsOut)
+    @router.get("/sessions/{session_id}/runs", response_model=api.RunsOut)
     async def list_runs(session_id: str, who: Who) -> dict[str, Any]:
         await _own_session(ctx, who, session_id)
         return {"runs": [run_json(x) for x in await ctx.store.list_runs(session_id=session_id)]}
 
-    @r.get("/sessions/{session_id}/subagents", response_model=m.SubAgentsOut)
+    @router.get("/sessions/{session_id}/subagents", response_model=api.SubAgentsOut)
     async def list_subagents(session_id: str, who: Who) -> dict[str, Any]:
         """The child runs the session's delegate calls started (its sub-agents), in call
         order; their sessions are the caller's as the parent is."""
@@ -398,15 +399,15 @@ def _session_routes(ctx: ApiContext) -> APIRouter:
             ]
         }
 
-    return r
+    return router
 
 
 def _message_routes(ctx: ApiContext) -> APIRouter:
-    r = APIRouter(tags=["sessions"])
+    router = APIRouter(tags=["sessions"])
     Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
 
-    @r.post("/sessions/{session_id}/messages", status_code=202, response_model=m.RunOut)
-    async def post_message(session_id: str, body: m.MessageIn, who: Who) -> dict[str, Any]:
+    @router.post("/sessions/{session_id}/messages", status_code=202, response_model=api.RunOut)
+    async def post_message(session_id: str, body: api.MessageIn, who: Who) -> dict[str, Any]:
         """Store the message and a queued run in one commit; a worker runs it. Follow it
         with GET /v1/runs/{run_id}/events."""
         budget = _budget(ctx, body.budget)
@@ -422,7 +423,7 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
         log.info("run queued", extra={"run_id": run.id, "session_id": session_id})
         return run_json(run)
 
-    @r.get("/sessions/{session_id}/messages", response_model=m.MessagesOut)
+    @router.get("/sessions/{session_id}/messages", response_model=api.MessagesOut)
     async def list_messages(
         session_id: str,
         who: Who,
@@ -441,15 +442,15 @@ def _message_routes(ctx: ApiContext) -> APIRouter:
             "next_after": page[-1].seq if more else None,
         }
 
-    return r
+    return router
 
 
 def _fork_routes(ctx: ApiContext, forks: ForkService) -> APIRouter:
-    r = APIRouter(tags=["sessions"])
+    router = APIRouter(tags=["sessions"])
     Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
 
-    @r.post("/sessions/{session_id}/fork", status_code=201, response_model=m.SessionOut)
-    async def fork(session_id: str, body: m.ForkIn, who: Who) -> dict[str, Any]:
+    @router.post("/sessions/{session_id}/fork", status_code=201, response_model=api.SessionOut)
+    async def fork(session_id: str, body: api.ForkIn, who: Who) -> dict[str, Any]:
         """A new session holding this one's history through a message that ends a
         complete unit (else ``invalid_cut_point``); the same request id returns the
         same branch."""
@@ -460,18 +461,18 @@ def _fork_routes(ctx: ApiContext, forks: ForkService) -> APIRouter:
         )
         return session_json(result.branch)
 
-    return r
+    return router
 
 
 def _run_routes(ctx: ApiContext) -> APIRouter:
-    r = APIRouter(tags=["runs"])
+    router = APIRouter(tags=["runs"])
     Who = Annotated[Principal, Depends(_principal_dependency(ctx))]
 
-    @r.get("/runs/{run_id}", response_model=m.RunOut)
+    @router.get("/runs/{run_id}", response_model=api.RunOut)
     async def show_run(run_id: str, who: Who) -> dict[str, Any]:
         return run_json(await _own_run(ctx, who, run_id))
 
-    @r.post("/runs/{run_id}/cancel", response_model=m.RunOut)
+    @router.post("/runs/{run_id}/cancel", response_model=api.RunOut)
     async def cancel_run(run_id: str, who: Who) -> dict[str, Any]:
         """Ask the run to stop (a queued one ends at once; a running one at its worker's
         next step). Cancelling an ended run changes nothing."""
@@ -480,8 +481,8 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         log.info("run cancel requested", extra={"run_id": run_id, "session_id": run.session_id})
         return run_json(run)
 
-    @r.post("/runs/{run_id}/resolve", response_model=m.RunOut)
-    async def resolve_run(run_id: str, body: m.ResolveIn, who: Who) -> dict[str, Any]:
+    @router.post("/runs/{run_id}/resolve", response_model=api.RunOut)
+    async def resolve_run(run_id: str, body: api.ResolveIn, who: Who) -> dict[str, Any]:
         """Record what you verified about a call whose outcome is unknown (its worker
         died while it ran a side effect); the model reads your note as the call's result.
         Once none of the run's calls is unknown, the run goes back to the queue and a
@@ -493,7 +494,7 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         log.info("run resolved", extra={"run_id": run_id, "session_id": run.session_id})
         return run_json(run)
 
-    @r.post("/runs/{run_id}/resume", response_model=m.RunOut)
+    @router.post("/runs/{run_id}/resume", response_model=api.RunOut)
     async def resume_run(run_id: str, who: Who) -> dict[str, Any]:
         """Put a run that waits for a person back in the queue once nothing blocks it any
         more (every unknown call resolved, or its approvals decided), e.g. a run left
@@ -504,7 +505,7 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         log.info("run requeued", extra={"run_id": run_id, "session_id": run.session_id})
         return run_json(run)
 
-    @r.get(
+    @router.get(
         "/runs/{run_id}/events",
         response_class=StreamingResponse,
         responses={200: {"content": {"text/event-stream": {"schema": _SSE_EVENT}}}},
@@ -524,7 +525,7 @@ def _run_routes(ctx: ApiContext) -> APIRouter:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
-    return r
+    return router
 
 
 _SSE_EVENT = {
@@ -552,7 +553,7 @@ def _last_event_id(value: str) -> int:
     return int(value) if value else 0
 
 
-def _budget(ctx: ApiContext, given: m.BudgetIn | None) -> Budget | None:
+def _budget(ctx: ApiContext, given: api.BudgetIn | None) -> Budget | None:
     if given is None:
         return None
     base = ctx.service.budget

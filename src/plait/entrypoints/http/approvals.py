@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from plait.adapters.shapes import approval_json
 from plait.application.approvals import ApprovalDesk
 from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.errors import ApprovalNotFoundError, SessionNotFoundError
-from plait.entrypoints.cli.governance import approval_json
 from plait.entrypoints.http.auth import Principal
 from plait.entrypoints.http.models import Text
 
@@ -36,7 +36,7 @@ class ApprovalsOut(BaseModel):
 
 
 def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIRouter:
-    r = APIRouter(tags=["approvals"])
+    router = APIRouter(tags=["approvals"])
     Who = Annotated[Principal, Depends(who_dep)]
     store: Any = ctx.store
     desk = ApprovalDesk(approvals=store, service=ctx.service)
@@ -53,7 +53,7 @@ def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> A
             )
         return approval
 
-    @r.get("/sessions/{session_id}/approvals", response_model=ApprovalsOut)
+    @router.get("/sessions/{session_id}/approvals", response_model=ApprovalsOut)
     async def list_approvals(session_id: str, who: Who) -> dict[str, Any]:
         """The session's approval requests, newest first."""
         session = await store.get_session(session_id)
@@ -63,26 +63,28 @@ def approval_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> A
         found = await store.list_approvals(session_id=session_id)
         for child in await sub_agent_sessions(store, session_id):  # one inbox
             found += await store.list_approvals(session_id=child)
-        found.sort(key=lambda x: x.requested_at, reverse=True)
+        found.sort(key=lambda decided: decided.requested_at, reverse=True)
         parents = await parent_calls(store, found)
         return {"approvals": [approval_json(a, now, parents.get(a.run_id)) for a in found]}
 
-    @r.post("/approvals/{approval_id}/approve", response_model=dict[str, Any])
+    @router.post("/approvals/{approval_id}/approve", response_model=dict[str, Any])
     async def approve(approval_id: str, body: ApproveIn, who: Who) -> dict[str, Any]:
         """Approve a pending request for ``ttl_seconds`` (anything else is ``run_state``);
         the run continues once none of its requests is pending."""
         await own(who, approval_id)
-        x = await desk.decide(
+        decided = await desk.decide(
             approval_id, approve=True, grantor=who.name, ttl_seconds=body.ttl_seconds
         )
-        return approval_json(x, time.time())
+        return approval_json(decided, time.time())
 
-    @r.post("/approvals/{approval_id}/deny", response_model=dict[str, Any])
+    @router.post("/approvals/{approval_id}/deny", response_model=dict[str, Any])
     async def deny(approval_id: str, body: DenyIn, who: Who) -> dict[str, Any]:
         """Deny a pending request with a reason; the run continues and the model reads
         the denial."""
         await own(who, approval_id)
-        x = await desk.decide(approval_id, approve=False, grantor=who.name, reason=body.reason)
-        return approval_json(x, time.time())
+        decided = await desk.decide(
+            approval_id, approve=False, grantor=who.name, reason=body.reason
+        )
+        return approval_json(decided, time.time())
 
-    return r
+    return router

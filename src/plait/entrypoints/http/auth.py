@@ -47,9 +47,12 @@ async def create_key(
         )
     secret = PREFIX + secrets.token_urlsafe(32)
     key = ApiKey(
-        id=ids.new("key"), principal=name, role=role, key_hash=hash_key(secret),
+        id=ids.new("key"),
+        principal=name,
+        role=role,
+        key_hash=hash_key(secret),
         created_at=clock.now(),
-    )  # fmt: skip
+    )
     await store.add_api_key(key)
     return key, secret
 

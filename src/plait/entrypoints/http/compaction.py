@@ -53,7 +53,7 @@ def compaction_stage(ctx: Any) -> CompactionStage | None:
 def compaction_routes(
     ctx: Any, stage: CompactionStage, who_dep: Callable[..., Awaitable[Principal]]
 ) -> APIRouter:
-    r = APIRouter(tags=["compaction"])
+    router = APIRouter(tags=["compaction"])
     Who = Annotated[Principal, Depends(who_dep)]
     store: Any = ctx.store
     service = stage.service
@@ -63,7 +63,7 @@ def compaction_routes(
         if not who.may_see(session):
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
 
-    @r.post("/sessions/{session_id}/compact", response_model=dict[str, Any])
+    @router.post("/sessions/{session_id}/compact", response_model=dict[str, Any])
     async def compact(session_id: str, who: Who) -> dict[str, Any]:
         """Summarize the session's older complete units now (raw history is kept)."""
         await own(who, session_id)
@@ -72,7 +72,7 @@ def compaction_routes(
         )
         return outcome_json(outcome)
 
-    @r.get("/sessions/{session_id}/context", response_model=dict[str, Any])
+    @router.get("/sessions/{session_id}/context", response_model=dict[str, Any])
     async def context(session_id: str, who: Who, items: bool = False) -> dict[str, Any]:
         """What the next model call would see, with its token breakdown."""
         await own(who, session_id)
@@ -91,7 +91,7 @@ def compaction_routes(
         )
         return view_json(view, items=items)
 
-    @r.get(
+    @router.get(
         "/sessions/{session_id}/evidence",
         response_model=dict[str, Any],
         openapi_extra={"parameters": [_SELECTOR]},
@@ -115,7 +115,7 @@ def compaction_routes(
         asked = (message_id, artifact_id, query)
         return await _lookup(store, session_id, asked, (offset, length), limit)
 
-    return r
+    return router
 
 
 _SELECTORS: dict[str, dict[str, Any]] = {
@@ -194,13 +194,19 @@ async def _lookup(
             raise _missing(got)
         if isinstance(got, ExpiredSource):  # the content is gone: say so, serve nothing
             return {
-                "artifact_id": artifact_id, "from_message_id": got.expiry.message_id,
-                "content": None, "expired": expiry_json(got.expiry),
-            }  # fmt: skip
+                "artifact_id": artifact_id,
+                "from_message_id": got.expiry.message_id,
+                "content": None,
+                "expired": expiry_json(got.expiry),
+            }
         return {
-            "artifact_id": got.artifact_id, "from_message_id": got.owner.message.id,
-            "offset": got.offset, "end": got.end, "size": got.size, "content": got.text,
-        }  # fmt: skip
+            "artifact_id": got.artifact_id,
+            "from_message_id": got.owner.message.id,
+            "offset": got.offset,
+            "end": got.end,
+            "size": got.size,
+            "content": got.text,
+        }
     assert query is not None
     facts, hits = await search(store, session_id, query, limit)
     return {"facts": facts, "messages": [message_json(sm) for sm in hits]}

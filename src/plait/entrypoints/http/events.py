@@ -33,9 +33,12 @@ def encode_event(event: RunEvent, at: float) -> list[NewRunEvent]:
         return [NewRunEvent(type=EventType.STEP_STARTED, at=at, data=data)]
     if isinstance(event, ToolDecided):
         decided = {
-            "call_id": event.call.id, "name": event.call.name, "verdict": event.verdict,
-            "decided_by": event.decided_by, "reason": event.reason,
-        }  # fmt: skip
+            "call_id": event.call.id,
+            "name": event.call.name,
+            "verdict": event.verdict,
+            "decided_by": event.decided_by,
+            "reason": event.reason,
+        }
         return [NewRunEvent(type=EventType.DECISION, at=at, data=decided)]
     if isinstance(event, ToolStarted):
         call = {"call_id": event.call.id, "name": event.call.name}
@@ -51,31 +54,42 @@ def encode_event(event: RunEvent, at: float) -> list[NewRunEvent]:
 
 def _message_events(event: MessageSaved, at: float) -> list[NewRunEvent]:
     stored = event.stored
-    m = stored.message
+    message = stored.message
     out = [NewRunEvent(type=EventType.MESSAGE, at=at, data={"message": message_json(stored)})]
-    if isinstance(m, AssistantMessage):
-        for c in m.tool_calls:
-            data = {"call_id": c.id, "name": c.name, "arguments": c.arguments(), "seq": stored.seq}
+    if isinstance(message, AssistantMessage):
+        for call in message.tool_calls:
+            data = {
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments(),
+                "seq": stored.seq,
+            }
             out.append(NewRunEvent(type=EventType.TOOL_CALL_REQUESTED, at=at, data=data))
-    elif isinstance(m, ToolResultMessage):
-        r = m.result
+    elif isinstance(message, ToolResultMessage):
+        tool_result = message.result
         result = {
-            "call_id": r.call_id,
-            "tool_name": m.tool_name,
-            "status": r.status.value,
+            "call_id": tool_result.call_id,
+            "tool_name": message.tool_name,
+            "status": tool_result.status.value,
             "seq": stored.seq,
         }
         out.append(NewRunEvent(type=EventType.TOOL_RESULT, at=at, data=result))
     return out
 
 
-def sse_payload(e: RunEventRecord) -> str:
+def sse_payload(event: RunEventRecord) -> str:
     return json.dumps(
-        {"run_id": e.run_id, "seq": e.seq, "type": e.type.value, "at": e.at, **e.data},
+        {
+            "run_id": event.run_id,
+            "seq": event.seq,
+            "type": event.type.value,
+            "at": event.at,
+            **event.data,
+        },
         ensure_ascii=False,
         separators=(",", ":"),
     )
 
 
-def sse_frame(e: RunEventRecord) -> str:
-    return f"id: {e.seq}\nevent: {e.type.value}\ndata: {sse_payload(e)}\n\n"
+def sse_frame(event: RunEventRecord) -> str:
+    return f"id: {event.seq}\nevent: {event.type.value}\ndata: {sse_payload(event)}\n\n"

@@ -68,7 +68,7 @@ class WaitingRunsOut(BaseModel):
 
 
 def inbox_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIRouter:
-    r = APIRouter(tags=["inbox"])
+    router = APIRouter(tags=["inbox"])
     Who = Annotated[Principal, Depends(who_dep)]
     store: Any = ctx.store
 
@@ -78,7 +78,7 @@ def inbox_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIR
         except SessionNotFoundError:
             return False
 
-    @r.get("/approvals", response_model=PendingApprovalsOut)
+    @router.get("/approvals", response_model=PendingApprovalsOut)
     async def pending_approvals(
         who: Who,
         status: Annotated[Literal["pending"], Query(description="only pending is listed")],
@@ -108,7 +108,7 @@ def inbox_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIR
             "next_before": found[-1].id if more else None,
         }
 
-    @r.get("/runs", response_model=WaitingRunsOut)
+    @router.get("/runs", response_model=WaitingRunsOut)
     async def waiting_runs(
         who: Who,
         status: Annotated[
@@ -145,4 +145,4 @@ def inbox_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIR
             runs.append({**run_json(run), "unknown_calls": unknown})
         return {"runs": runs, "next_before": found[-1].id if more else None}
 
-    return r
+    return router

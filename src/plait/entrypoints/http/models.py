@@ -154,9 +154,15 @@ class RunOut(BaseModel):
     run_id: str
     session_id: str
     status: Literal[
-        "queued", "running", "awaiting_approval", "awaiting_resolution", "completed",
-        "budget_exhausted", "failed", "cancelled",
-    ]  # fmt: skip
+        "queued",
+        "running",
+        "awaiting_approval",
+        "awaiting_resolution",
+        "completed",
+        "budget_exhausted",
+        "failed",
+        "cancelled",
+    ]
     model: str
     started_at: str | None
     ended_at: str | None

@@ -75,6 +75,7 @@ def configure_logging(level: str) -> None:
 
 def _runtime(settings: RootSettings, *, need_model: bool) -> Runtime:
     """The runtime of a service process over its resolved settings."""
+    # lazy: plait --help imports this module (ENV_HELP); the runtime costs ~50 ms
     from plait.runtime import Runtime
 
     service = settings.service
@@ -87,7 +88,8 @@ def _runtime(settings: RootSettings, *, need_model: bool) -> Runtime:
 
 
 def _check_service_store(store: Any, url: str) -> None:
-    from plait.adapters.stores.shared.redact import redact_url
+    # lazy: plait --help imports this module (ENV_HELP); the stores package is for serving
+    from plait.adapters.stores import redact_url
 
     if not (store.capabilities.run_queue and store.capabilities.api_keys):
         url = redact_url(url)
@@ -109,6 +111,7 @@ def build_context(settings: RootSettings) -> Any:
 def context_for(rt: Any, settings: ServiceSettings) -> Any:
     """The API over an opened :class:`~plait.runtime.Runtime` (tests pass one with
     fakes). The context closes the runtime when the app shuts down."""
+    # lazy: plait --help imports this module (ENV_HELP); the API's modules load FastAPI
     from plait.application.fork import ForkService
     from plait.entrypoints.http.app import ApiContext
     from plait.entrypoints.http.auth import Authenticator
@@ -149,6 +152,7 @@ async def _nothing() -> None:
 
 
 def _make_worker(rt: Any, settings: ServiceSettings, concurrency: int, feed: Any = None) -> Any:
+    # lazy: plait --help imports this module (ENV_HELP); the worker loads the HTTP event codec
     from plait.entrypoints.http.events import encode_event
 
     return rt.worker(
@@ -204,6 +208,7 @@ async def _supervise(make: Any, stop: asyncio.Event) -> None:
     store outages by itself (see :mod:`plait.application.worker`); one that stops on
     any other error is logged and replaced after a backoff, so the process never keeps
     answering ``202`` with nobody to drive the runs."""
+    # lazy: plait --help imports this module (ENV_HELP); the worker loads the application layer
     from plait.application.worker import Backoff
 
     backoff = Backoff(first=1.0, most=30.0)
@@ -218,8 +223,10 @@ async def _supervise(make: Any, stop: asyncio.Event) -> None:
 
 def serve(settings: RootSettings) -> None:
     """Run the API until SIGINT/SIGTERM (uvicorn shuts down gracefully)."""
+    # lazy: plait --help imports this module (ENV_HELP); uvicorn is for serving only
     import uvicorn
 
+    # lazy: same block
     from plait.entrypoints.http.app import create_app
 
     service = settings.service
@@ -243,8 +250,10 @@ def uvicorn_config(
 ) -> Any:
     """How ``plait serve`` runs uvicorn: h11 with a deadline on request heads and a
     keep-alive timeout (see :mod:`plait.entrypoints.http.protocol`), no access log."""
+    # lazy: plait --help imports this module (ENV_HELP); uvicorn is for serving only
     import uvicorn
 
+    # lazy: same block
     from plait.entrypoints.http import protocol as p
 
     return uvicorn.Config(
@@ -266,6 +275,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     standard loop. Workers only: ``plait serve`` stays on the standard loop (its event
     streams' fallback to polling stalled on uvloop under load)."""
     try:
+        # lazy: optional (a worker's loop where it is installed)
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
         return asyncio.run(main)

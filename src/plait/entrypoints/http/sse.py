@@ -49,26 +49,31 @@ async def event_stream(
             queue, store, run_id, after, feed=feed, poll_min_s=poll_min_s, poll_max_s=poll_max_s
         ):
             yield frame
-    except Exception as e:
-        yield _failed(run_id, e)
+    except Exception as error:
+        yield _failed(run_id, error)
 
 
-def _failed(run_id: str, e: Exception) -> str:
+def _failed(run_id: str, error: Exception) -> str:
     """Log the failure; the ``error`` frame that ends the stream."""
-    status, body = status_and_body(e) if isinstance(e, PlaitError) else (500, None)
-    extra = {"run_id": run_id, "code": getattr(e, "code", "internal")}
-    if isinstance(e, StoreUnavailableError):  # an outage, not a defect: no traceback
-        log.warning("run event stream ended by a store outage: %s", e.message, extra=extra)
+    status, body = status_and_body(error) if isinstance(error, PlaitError) else (500, None)
+    extra = {"run_id": run_id, "code": getattr(error, "code", "internal")}
+    if isinstance(error, StoreUnavailableError):  # an outage, not a defect: no traceback
+        log.warning("run event stream ended by a store outage: %s", error.message, extra=extra)
         message = "the store is unavailable for now; reconnect later with Last-Event-ID"
-        body = error_body(e.code, message)
+        body = error_body(error.code, message)
     elif status >= 500:
-        trace = (type(e), e, e.__traceback__)
-        log.error("run event stream failed: %s: %s", type(e).__name__, e, exc_info=trace,
-                  extra=extra)  # fmt: skip
+        trace = (type(error), error, error.__traceback__)
+        log.error(
+            "run event stream failed: %s: %s",
+            type(error).__name__,
+            error,
+            exc_info=trace,
+            extra=extra,
+        )
         message = "the server could not continue the stream; reconnect with Last-Event-ID"
         body = error_body("internal", message)
     else:
-        log.warning("run event stream ended: %s", e, extra=extra)
+        log.warning("run event stream ended: %s", error, extra=extra)
     return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
@@ -93,10 +98,10 @@ async def _events(
     yield ": stream of run events; reconnect with Last-Event-ID to resume\n\n"
     while True:
         events = await queue.read_run_events(run_id, after=last, limit=500)
-        for e in events:
-            last = e.seq
-            yield sse_frame(e)
-            if e.type is EventType.RUN_FINISHED:
+        for event in events:
+            last = event.seq
+            yield sse_frame(event)
+            if event.type is EventType.RUN_FINISHED:
                 return
         if events:
             delay, idle, terminal_for = poll_min_s, 0.0, 0.0

@@ -43,7 +43,7 @@ class DeliveriesOut(BaseModel):
 
 
 def webhook_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> APIRouter:
-    r = APIRouter(tags=["webhooks"])
+    router = APIRouter(tags=["webhooks"])
     Who = Annotated[Principal, Depends(who_dep)]
     service = ctx.service
     hooks = WebhookService(store=ctx.store, clock=service.clock, ids=service.ids)
@@ -51,28 +51,28 @@ def webhook_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> AP
     def scope(who: Principal) -> str | None:
         return None if who.admin else who.name
 
-    @r.post("/webhooks", status_code=201, response_model=dict[str, Any])
+    @router.post("/webhooks", status_code=201, response_model=dict[str, Any])
     async def add(body: WebhookIn, who: Who) -> dict[str, Any]:
         """Register an endpoint; the answer holds its signing secret (shown once)."""
         principal = body.principal if who.admin else who.name
         endpoint = await hooks.add(body.url, body.events, principal=principal)
         return {**webhook_json(endpoint), "secret": endpoint.secret}
 
-    @r.get("/webhooks", response_model=WebhooksOut)
+    @router.get("/webhooks", response_model=WebhooksOut)
     async def listing(who: Who) -> dict[str, Any]:
         return {"webhooks": [webhook_json(e) for e in await hooks.endpoints(principal=scope(who))]}
 
-    @r.delete("/webhooks/{webhook_id}", response_model=dict[str, Any])
+    @router.delete("/webhooks/{webhook_id}", response_model=dict[str, Any])
     async def remove(webhook_id: str, who: Who) -> dict[str, Any]:
         await hooks.remove(webhook_id, principal=scope(who))
         return {"id": webhook_id, "removed": True}
 
-    @r.post("/webhooks/{webhook_id}/resume", response_model=dict[str, Any])
+    @router.post("/webhooks/{webhook_id}/resume", response_model=dict[str, Any])
     async def resume(webhook_id: str, who: Who) -> dict[str, Any]:
         """Re-enable a paused endpoint; what it missed is sent again."""
         return webhook_json(await hooks.resume(webhook_id, principal=scope(who)))
 
-    @r.get("/webhooks/{webhook_id}/deliveries", response_model=DeliveriesOut)
+    @router.get("/webhooks/{webhook_id}/deliveries", response_model=DeliveriesOut)
     async def deliveries(
         webhook_id: str,
         who: Who,
@@ -84,4 +84,4 @@ def webhook_routes(ctx: Any, who_dep: Callable[..., Awaitable[Principal]]) -> AP
         )
         return {"deliveries": [delivery_json(d) for d in found]}
 
-    return r
+    return router

@@ -93,10 +93,10 @@ def _walk(root: Path, segments: list[str], name: str) -> None:
     try:
         os.makedirs(root, exist_ok=True)
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as e:
+    except OSError as error:
         raise ConfigError(
             "the server's workspace root (PLAIT_WORKSPACE_ROOT) is not a directory it can "
-            f"open: {e.strerror}",
+            f"open: {error.strerror}",
             workspace=name,
         ) from None
     try:
@@ -105,17 +105,19 @@ def _walk(root: Path, segments: list[str], name: str) -> None:
                 os.mkdir(segment, 0o777, dir_fd=fd)
             try:
                 child = os.open(segment, _DIR_FLAGS, dir_fd=fd)
-            except OSError as e:
-                raise _refusal(e, fd, segment, name) from None
+            except OSError as error:
+                raise _refusal(error, fd, segment, name) from None
             os.close(fd)
             fd = child
     finally:
         os.close(fd)
 
 
-def _refusal(e: OSError, parent: int, segment: str, name: str) -> ValidationError:
-    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-        return ValidationError(f"workspace {name!r} cannot be opened: {e.strerror}", workspace=name)
+def _refusal(error: OSError, parent: int, segment: str, name: str) -> ValidationError:
+    if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return ValidationError(
+            f"workspace {name!r} cannot be opened: {error.strerror}", workspace=name
+        )
     try:
         kind = stat.S_IFMT(os.stat(segment, dir_fd=parent, follow_symlinks=False).st_mode)
     except OSError:

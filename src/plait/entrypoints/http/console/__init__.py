@@ -52,32 +52,32 @@ def _page(page: str) -> HTMLResponse:
 
 
 def console_routes() -> APIRouter:
-    r = APIRouter(include_in_schema=False)
+    router = APIRouter(include_in_schema=False)
 
-    @r.get("/")
+    @router.get("/")
     async def sessions() -> HTMLResponse:
         return _page("sessions")
 
-    @r.get("/console/approvals")
+    @router.get("/console/approvals")
     async def approvals() -> HTMLResponse:
         return _page("approvals")
 
-    @r.get("/console/unknown")
+    @router.get("/console/unknown")
     async def unknown() -> HTMLResponse:
         return _page("unknown")
 
-    @r.get("/console/sessions/{session_id}")
+    @router.get("/console/sessions/{session_id}")
     async def session(session_id: str) -> HTMLResponse:
         return _page("session")  # the script reads the id from the address
 
-    @r.get("/console/sessions/{session_id}/context")
+    @router.get("/console/sessions/{session_id}/context")
     async def context(session_id: str) -> HTMLResponse:
         return _page("context")
 
-    @r.get("/console/static/{name}")
+    @router.get("/console/static/{name}")
     async def static(name: str) -> Response:
         if name not in _STATIC:
             raise ApiError(f"no console asset {name!r}", status=404, code="not_found")
         return Response(_asset(name), media_type=_STATIC[name], headers=_HEADERS)
 
-    return r
+    return router
