@@ -1,4 +1,4 @@
-"""The SDKs' own base-URL variables (named in the README) reach a built-in model spec."""
+"""The SDKs' own base-URL variables (named in docs/models.md) reach a built-in model spec."""
 
 from __future__ import annotations
 
