@@ -19,6 +19,7 @@ BASE_URL_VARIABLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", list(BASE_URL_VARIABLES))
 def test_the_sdks_base_url_variable_redirects_a_builtin_spec(
     dialect: str, monkeypatch: pytest.MonkeyPatch

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 import httpx
+import pytest
 
 import plait.domain.errors as domain_errors
 from plait.domain.errors import PlaitError
@@ -77,6 +78,7 @@ def test_every_code_the_api_answers_with_is_in_the_readme() -> None:
     assert "http_error" not in _errors.__doc__
 
 
+@pytest.mark.slow
 def test_a_400_from_the_framework_answers_a_documented_code(live: Live) -> None:
     """An attack found ``http_error``, a code the docs do not list, on a JSON body
     holding bytes that are not UTF-8."""
@@ -93,6 +95,7 @@ def test_a_400_from_the_framework_answers_a_documented_code(live: Live) -> None:
         error(c.post("/v1/sessions", content=b"{nope"), 422, "invalid_request")
 
 
+@pytest.mark.slow
 def test_a_405_names_the_allowed_methods(live: Live) -> None:
     """An attack (schemathesis) found 405 answers without the ``Allow`` header."""
     with live.client("alice") as c:

@@ -112,6 +112,7 @@ def _status(url: str, run_id: str) -> RunStatus:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_worker_process_drains_and_exits_on_sigterm(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'plait.db'}"
     script = tmp_path / "m.json"

@@ -24,6 +24,7 @@ def test_the_settings_table_shows_the_defaults() -> None:
     assert SandboxSettings.from_mapping(tomllib.loads(table)["sandbox"]) == SandboxSettings()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("bwrap")
 def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     [code] = _blocks("python")
