@@ -2,7 +2,8 @@
 fresh virtual environment outside the repository, ``plait --version`` and ``plait demo``
 work there.
 
-No network: the wheel is installed with ``uv pip install --offline --no-deps``, and the
+No network: the wheel is built with ``UV_OFFLINE=1`` (``uv sync`` left the build backend in
+uv's cache) and installed with ``uv pip install --offline --no-deps``, and the
 fresh environment reaches its dependencies through a ``.pth`` file naming this test's own
 site-packages (appended after the fresh environment's own, so ``plait`` itself is
 imported from the wheel; ``.pth`` files inside the appended directory, such as the
@@ -42,7 +43,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("uv") is None:
         pytest.fail("uv is needed to build the wheel (it builds every environment here)")
     out = tmp_path_factory.mktemp("dist")
-    _run(["uv", "build", "--wheel", "--out-dir", str(out)], cwd=ROOT, env=dict(os.environ))
+    # offline: the build backend is in uv's cache since `uv sync` built the checkout
+    env = os.environ | {"UV_OFFLINE": "1"}
+    _run(["uv", "build", "--wheel", "--out-dir", str(out)], cwd=ROOT, env=env)
     [built] = out.glob("plait-*.whl")
     return built
 
