@@ -1,4 +1,4 @@
-"""The SDKs' own base-URL variables (named in the README) reach a built-in model spec."""
+"""The SDKs' own base-URL variables (named in docs/models.md) reach a built-in model spec."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ BASE_URL_VARIABLES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", list(BASE_URL_VARIABLES))
 def test_the_sdks_base_url_variable_redirects_a_builtin_spec(
     dialect: str, monkeypatch: pytest.MonkeyPatch

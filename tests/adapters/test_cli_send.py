@@ -12,6 +12,7 @@ from plait.entrypoints.cli.main import main
 from plait.testing.fake_providers import FakeProvider, FakeTurn
 
 
+@pytest.mark.slow
 def test_send_to_a_local_openai_compatible_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

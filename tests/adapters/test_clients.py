@@ -21,6 +21,7 @@ READ = tool(
 TURN = FakeTurn(text="Let me look at it.", calls=(("call_1", "read_file", {"path": "a.txt"}),))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_plain_call(dialect: str) -> None:
     with FakeProvider(dialect, [TURN]) as fake:
@@ -40,6 +41,7 @@ def test_plain_call(dialect: str) -> None:
     assert auth is not None and "test-key" in auth
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_stream_shows_text_and_returns_the_whole_message(dialect: str) -> None:
     shown: list[str] = []
@@ -53,6 +55,7 @@ def test_stream_shows_text_and_returns_the_whole_message(dialect: str) -> None:
     assert [c.name for c in response.tool_calls] == ["read_file"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_429_with_retry_after_is_classified_and_not_retried_by_the_sdk(dialect: str) -> None:
     with FakeProvider(dialect, [TURN]) as fake:
@@ -68,6 +71,7 @@ def test_429_with_retry_after_is_classified_and_not_retried_by_the_sdk(dialect: 
     assert error.retry_after == 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_stream_cut_off_midway_is_a_transient_error(dialect: str) -> None:
     from dataclasses import replace
@@ -88,6 +92,7 @@ def test_a_missing_key_names_the_variable(spec: str) -> None:
     assert info.value.details["variable"].endswith("_API_KEY")
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_transient() -> None:
     with FakeProvider("openai", []) as fake:
         url = fake.base_url
@@ -97,6 +102,7 @@ def test_an_unreachable_server_is_transient() -> None:
     assert info.value.model_code == ModelErrorCode.TRANSIENT
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_gemini_speaks_the_pinned_api_version(
     streamed: bool, monkeypatch: pytest.MonkeyPatch
@@ -119,6 +125,7 @@ def test_gemini_speaks_the_pinned_api_version(
     assert {"parametersJsonSchema", "parameters_json_schema"} & set(declaration)
 
 
+@pytest.mark.slow
 def test_anthropic_streams_even_when_nobody_watches_the_text() -> None:
     """--json, scripts and workers pass no text sink: the call is still streamed (a long
     max_tokens must be), and the assembled message is the same."""

@@ -24,6 +24,7 @@ TURN = FakeTurn(text="One two three four five six.")
 SILENT = Reply(stall=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", list(SPECS))
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_a_silent_server_ends_the_attempt_with_model_timeout(dialect: str, streamed: bool) -> None:
@@ -41,6 +42,7 @@ def test_a_silent_server_ends_the_attempt_with_model_timeout(dialect: str, strea
     assert len(fake.requests) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", list(SPECS))
 def test_a_stream_that_stalls_after_its_headers_times_out(dialect: str) -> None:
     events = tuple(DIALECTS[dialect].events(TURN, "fake-model"))
@@ -51,6 +53,7 @@ def test_a_stream_that_stalls_after_its_headers_times_out(dialect: str) -> None:
             asyncio.run(model.complete(replace(ask(), on_text=lambda _: None)))
 
 
+@pytest.mark.slow
 def test_a_slow_stream_that_keeps_sending_is_not_cut() -> None:
     """Each event arrives within the idle timeout, the whole answer takes longer."""
     events = tuple(DIALECTS["openai"].events(TURN, "fake-model"))
@@ -91,6 +94,7 @@ async def _no_wait(seconds: float) -> None:
     return None
 
 
+@pytest.mark.slow
 def test_the_model_caller_retries_a_timed_out_attempt() -> None:
     with FakeProvider("anthropic", [TURN]) as fake:
         fake.fail_first(SILENT)
@@ -102,6 +106,7 @@ def test_the_model_caller_retries_a_timed_out_attempt() -> None:
     assert budget.spent == 2 and len(fake.requests) == 2
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_attempt_timed_out_fails_with_model_timeout() -> None:
     with FakeProvider("openai", []) as fake:
         fake.fail_first(SILENT, SILENT)

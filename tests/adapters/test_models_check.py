@@ -29,6 +29,7 @@ def _answer(request: RecordedRequest, turn: FakeTurn) -> Reply:
 PING = FakeTurn(calls=(("call_p", "ping", {}),))
 
 
+@pytest.mark.slow
 def test_models_check_tells_a_refused_stream_from_failed_auth(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -54,6 +55,7 @@ def test_models_check_tells_a_refused_stream_from_failed_auth(
     assert not any(line.rstrip().endswith(":") for line in lines)
 
 
+@pytest.mark.slow
 def test_models_check_tells_refused_tools_from_failed_auth(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -80,6 +82,7 @@ def test_models_check_tells_refused_tools_from_failed_auth(
     assert checks["streaming"]["ok"] is True
 
 
+@pytest.mark.slow
 def test_models_check_names_a_silent_server(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -45,6 +45,7 @@ def test_models_list_shows_builtin_and_configured_models(
     assert text.startswith(f"built-in catalog as of {CATALOG_DATE} (refresh: scripts/")
 
 
+@pytest.mark.slow
 def test_models_check_reports_auth_tools_and_streaming(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -61,6 +62,7 @@ def test_models_check_reports_auth_tools_and_streaming(
     assert request.body["stream"] is True and request.body["tools"][0]["function"]["name"] == "ping"
 
 
+@pytest.mark.slow
 def test_models_check_failing_auth(capsys: pytest.CaptureFixture[str]) -> None:
     denied = Reply(status=401, body={"error": {"message": "Incorrect API key provided"}})
     with FakeProvider("openai", []) as fake:
@@ -83,6 +85,7 @@ def test_models_check_without_a_key_is_a_config_error(
     assert "ANTHROPIC_API_KEY" in err
 
 
+@pytest.mark.slow
 def test_demo_with_a_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -82,6 +82,7 @@ def _complete(model: ModelClient, streamed: bool) -> ModelResponse:
     return asyncio.run(model.complete(request))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_empty_call_ids_get_plait_made_ids_that_come_back(streamed: bool) -> None:
     calls = [_call("Paris"), _call("Rome")]
@@ -102,6 +103,7 @@ def test_empty_call_ids_get_plait_made_ids_that_come_back(streamed: bool) -> Non
     assert all("extra_content" not in c for c in sent[1]["tool_calls"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_gemini_3_thought_signature_is_kept_and_sent_back(streamed: bool) -> None:
     first = [_call("Paris", extra=True), _call("Rome")]  # only the first call is signed
@@ -147,6 +149,7 @@ def _refuses_streaming(request: RecordedRequest) -> Reply:
     return Reply(body=_completion({"role": "assistant", "content": "Hello there."}, "stop"))
 
 
+@pytest.mark.slow
 def test_a_server_that_refuses_streaming_is_called_plainly_once_refused() -> None:
     shown: list[str] = []
     with FakeHttpServer(reply_for=_refuses_streaming) as server:
@@ -161,6 +164,7 @@ def test_a_server_that_refuses_streaming_is_called_plainly_once_refused() -> Non
     assert refusal and "no error message" in refusal and not refusal.endswith(": ")
 
 
+@pytest.mark.slow
 def test_a_bad_request_that_is_not_about_streaming_is_not_remembered() -> None:
     bad = Reply(status=400, body={"error": {"message": "Invalid 'max_tokens': too large."}})
     with FakeHttpServer(reply_for=lambda _: bad) as server:

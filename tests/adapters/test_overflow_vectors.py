@@ -65,6 +65,7 @@ def test_every_server_named_in_the_issue_has_an_overflow_vector() -> None:
     assert {c["expect"] for c in VECTORS} > {"CONTEXT_WINDOW_EXCEEDED"}  # negatives too
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "streamed"), _runs())
 def test_the_sdk_error_normalizes(case: dict[str, Any], streamed: bool) -> None:
     reply = _reply(case)

@@ -69,6 +69,7 @@ def unit_tests_pass(workspace: Path) -> bool:
     return proc.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", list(SPECS))
 def test_demo_scenario_with_a_429_and_a_stream_cut_off_midway(tmp_path: Path, dialect: str) -> None:
     (tmp_path / "shop").mkdir()
@@ -111,6 +112,7 @@ OPAQUE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("first", "second"),
     [
@@ -150,6 +152,7 @@ def test_a_session_continues_on_another_vendor_without_foreign_state(
         assert all(i in body for i in call_ids)  # the history went along, ids and all
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_run_completes_when_the_server_sends_calls_with_empty_ids(
     tmp_path: Path, stream: bool
@@ -180,6 +183,7 @@ def test_a_run_completes_when_the_server_sends_calls_with_empty_ids(
     assert len(fake.requests) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("silent", [1, 5], ids=["then-answers", "never-answers"])
 def test_a_silent_server_is_retried_then_fails_the_run_with_model_timeout(
     tmp_path: Path, silent: int
@@ -202,6 +206,7 @@ def test_a_silent_server_is_retried_then_fails_the_run_with_model_timeout(
         assert run_.usage.model_calls == 5 == len(fake.requests)
 
 
+@pytest.mark.slow
 def test_a_run_on_a_server_that_refuses_streaming_completes_on_plain_calls(
     tmp_path: Path,
 ) -> None:

@@ -19,6 +19,7 @@ from tests.adapters._cassettes import tool
 from tests.adapters._clients import client_for
 
 
+@pytest.mark.slow
 def test_openai_encodings_count_exactly_offline() -> None:
     o200k, cl100k = OpenAIMeter("o200k_base"), OpenAIMeter("cl100k_base")
     # token ids as tiktoken gives them: o200k "hello world" = [24912, 2375]
@@ -65,6 +66,7 @@ def test_meters_per_model_and_unknown_models() -> None:
     assert isinstance(open_meter(spec, declared), EstimatingMeter)
 
 
+@pytest.mark.slow
 def test_meter_for_a_client() -> None:
     with FakeProvider("openai", []) as fake:
         assert isinstance(meter_for(client_for("openai", fake.base_url), Config()), OpenAIMeter)
@@ -86,6 +88,7 @@ def test_tiktoken_counts_equal_the_previous_meters_on_a_corpus(encoding: str) ->
     assert counts == corpus["counts"][encoding]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
 def test_shipped_encodings_are_tiktokens_own(
     encoding: str, monkeypatch: pytest.MonkeyPatch
@@ -117,6 +120,7 @@ def test_shipped_encodings_are_tiktokens_own(
     assert ours.n_vocab == {"o200k_base": 200019, "cl100k_base": 100277}[encoding]
 
 
+@pytest.mark.slow
 def test_a_damaged_or_missing_encoding_is_refused() -> None:
     with pytest.raises(ValueError, match="no tiktoken encoding named 'p50k_base'"):
         load_encoding("p50k_base")

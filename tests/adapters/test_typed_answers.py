@@ -82,6 +82,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", list(EXPECTED))
 @pytest.mark.parametrize("stream", [False, True])
 def test_native_mode_is_sent_and_the_answer_parsed(dialect: str, stream: bool) -> None:
@@ -97,6 +98,7 @@ def test_native_mode_is_sent_and_the_answer_parsed(dialect: str, stream: bool) -
     assert check_answer(SCHEMA, response) == (ANSWER, ())
 
 
+@pytest.mark.slow
 def test_anthropic_lets_the_model_call_a_tool_before_answering() -> None:
     turns = [FakeTurn(calls=(("toolu_1", "read_file", {"path": "a"}),))]
     with FakeProvider("anthropic", turns) as fake:
@@ -108,6 +110,7 @@ def test_anthropic_lets_the_model_call_a_tool_before_answering() -> None:
     assert [c.name for c in response.tool_calls] == ["read_file"]
 
 
+@pytest.mark.slow
 def test_anthropic_wraps_an_answer_that_is_not_an_object() -> None:
     schema = OutputSchema.create({"type": "array", "items": {"type": "integer"}})
     with FakeProvider(
@@ -135,6 +138,7 @@ def test_gemini_refuses_an_output_schema_it_cannot_express() -> None:
         gemini_request(target, _typed(schema).context)
 
 
+@pytest.mark.slow
 def test_a_schema_outside_openai_strict_mode_is_sent_non_strict() -> None:
     loose = OutputSchema.create({"type": "object", "properties": {"a": {"type": "string"}}})
     with FakeProvider("openai", [FakeTurn(text='{"a": "x"}')]) as fake:

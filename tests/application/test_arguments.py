@@ -421,6 +421,7 @@ def test_recursive_ref_to_root() -> None:
     assert errors(schema, [1, [2, ["x"]]]) != []
 
 
+@pytest.mark.slow
 def test_deeply_nested_value_is_reported_not_raised() -> None:
     schema = {"type": "array", "items": {"$ref": "#"}}
     value: list[Any] = []

@@ -53,6 +53,7 @@ def _service(store: Store, owner: str, clock: FixedClock, turns: Turns, tool: An
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_paused_worker_that_lost_its_run_writes_no_result_after_the_take_over(
     opener: Opener, caplog: pytest.LogCaptureFixture
 ) -> None:

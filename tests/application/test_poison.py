@@ -165,6 +165,7 @@ def test_poisoned_argument_is_a_correction_not_a_wedged_run(
     assert [(m.result.call_id, m.result.status) for m in results] == [("c2", ToolStatus.SUCCEEDED)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("call_id", "said"),
     [
@@ -195,6 +196,7 @@ def test_poisoned_call_id_is_a_correction_not_a_wedged_run(
     assert [m.result.call_id for m in assert_settled(store, sid)] == ["c2"]
 
 
+@pytest.mark.slow
 def test_nul_in_the_answer_text_is_a_correction(store: Store, workspace: Path) -> None:
     model = Model([ModelResponse(text="bad\x00text"), ModelResponse(text="fine")])
     sid = new_session(store, workspace)
@@ -326,6 +328,7 @@ def legacy_poisoned_run(
     return sid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argument", ["path", "cwd"])
 def test_recover_settles_a_legacy_call_with_nul_in_a_path_as_failed(
     store: Store, workspace: Path, monkeypatch: pytest.MonkeyPatch, argument: str
@@ -343,6 +346,7 @@ def test_recover_settles_a_legacy_call_with_nul_in_a_path_as_failed(
     assert "embedded null byte" in (settled.result.reason or "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_serve_worker_settles_a_legacy_poisoned_run_instead_of_reclaiming_it_forever(
     kind: str, tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch,
@@ -456,6 +460,7 @@ def _poisoned_turn(target: str, value: str) -> ModelResponse:
     return ModelResponse(text=value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", STORES)
 def test_generated_poison_in_call_ids_and_arguments_never_wedges_a_run(
     kind: str, tmp_path: Path, workspace: Path, request: pytest.FixtureRequest,

@@ -21,7 +21,7 @@ from plait.adapters.stores import open_store
 from plait.entrypoints.cli.main import main
 from plait.testing import block_network
 
-# --- the documented JSON shapes (README, "JSON output") ---------------------------------------
+# --- the documented JSON shapes (docs/cli.md, "JSON output") -----------------------------------
 
 SESSION_FIELDS = {
     "session_id",

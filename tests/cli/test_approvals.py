@@ -93,6 +93,7 @@ def _kinds(messages: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     return [(m["kind"], m.get("status")) for m in messages]
 
 
+@pytest.mark.slow
 def test_approving_runs_the_call_and_the_run_to_its_end(plait: Plait) -> None:
     run_id, apr = plait.waiting(ONE_NOTE)
     done = plait.json("approvals", "approve", apr, "--ttl", "5m")

@@ -249,6 +249,7 @@ def _invoke(
     return env.plait.raw(*argv)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input(env: Env, case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
     argv = _fill(case.argv, env)

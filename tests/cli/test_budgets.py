@@ -7,6 +7,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from plait.adapters.stores import open_store
 from tests.cli.conftest import ARTIFACT_FIELDS, Plait, call, check_run, write_script
 
@@ -23,6 +25,7 @@ def _loop_script(turns: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_max_steps_ends_a_looping_run(plait: Plait, workspace: Path, tmp_path: Path) -> None:
     model = write_script(tmp_path, "loop", _loop_script(5))
     sid = plait.new_session(workspace)

@@ -209,6 +209,7 @@ def test_runs_show_and_list(plait: Plait, workspace: Path, model: str) -> None:
     assert lines == [f"{run2}  {other}  completed", f"{run_id}  {sid}  completed"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_json_flag_before_or_after_the_subcommand(
     plait: Plait, workspace: Path, model: str, where: str
@@ -244,6 +245,7 @@ def test_runs_recover_with_nothing_to_do(plait: Plait, model: str) -> None:
     assert plait.json("runs", "recover", "--model", model) == []
 
 
+@pytest.mark.slow
 def test_multi_send_conversation_across_processes(
     plait: Plait, workspace: Path, tmp_path: Path
 ) -> None:

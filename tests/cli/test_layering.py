@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import plait.entrypoints.cli
 
 CLI = Path(plait.entrypoints.cli.__file__).parent
@@ -102,6 +104,7 @@ def test_the_store_check_catches_a_command_that_reads_the_store() -> None:
     assert _touched_internals(through_queries) == []
 
 
+@pytest.mark.slow
 def test_json_comes_from_the_one_serializer() -> None:
     for path in sorted(CLI.glob("*.py")):
         for module, name in _imports(path):

@@ -121,6 +121,7 @@ def _waits(r: Result) -> Result:
     return r
 
 
+@pytest.mark.slow
 def test_unknown_side_effect_recover_show_resolve_resume(
     plait: Plait, workspace: Path, crashed_in_write: Crashed
 ) -> None:
@@ -224,6 +225,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
     assert more["messages"][-1]["text"] == "Anything else?"
 
 
+@pytest.mark.slow
 def test_resolve_text_output_says_how_to_continue(plait: Plait, crashed_in_write: Crashed) -> None:
     c = crashed_in_write
     _waits(plait("runs", "recover", "--run", c.run_id, "--model", c.model))

@@ -71,6 +71,7 @@ def test_dry_run_then_expire_and_history_shows_expired_entries(plait: Plait, db_
     assert again.startswith("expired 0 message(s)")
 
 
+@pytest.mark.slow
 def test_the_setting_gives_the_age_and_mode(plait: Plait, db_url: str, tmp_path: Path) -> None:
     seeded(db_url)
     (tmp_path / "plait.toml").write_text(

@@ -60,6 +60,7 @@ def test_message_from_a_file(plait: Plait, workspace: Path, model: str, tmp_path
     assert _user_text(plait, sid) == "From a file.\n"
 
 
+@pytest.mark.slow
 def test_a_ten_megabyte_message(
     plait: Plait, workspace: Path, model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

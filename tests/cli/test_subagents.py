@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Plait, call, check_run, write_script
 
 POLICY = 'version = 1\n[[rules]]\nname = "delegate"\ntools = ["delegate_*"]\naction = "allow"\n'
 
 
+@pytest.mark.slow
 def test_a_configured_sub_agent_runs_as_a_child_shown_in_the_tree(
     plait: Plait, workspace: Path, tmp_path: Path
 ) -> None:

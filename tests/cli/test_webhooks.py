@@ -8,6 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from plait.adapters.stores import open_store
 from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.adapters.system import SystemClock
@@ -39,6 +41,7 @@ def _send_due(db: str) -> int:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_add_list_deliveries_resume_remove(plait: Plait, tmp_path: Path) -> None:
     receiver = Receiver()
     try:

@@ -143,6 +143,7 @@ async def _killed_then_recovered(
     return report.result.run, events, summaries
 
 
+@pytest.mark.slow
 def test_a_run_killed_at_the_start_of_a_compaction_compacts_after_recovery_without_a_model(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -160,6 +161,7 @@ def test_a_run_killed_at_the_start_of_a_compaction_compacts_after_recovery_witho
     run(go())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recover_with_model", [True, False])
 def test_the_compaction_cap_of_a_run_holds_across_recovery(
     store_url: str, tmp_path: Path, recover_with_model: bool

@@ -19,6 +19,7 @@ from tests.compaction.test_fork_recall import stores
 NOW = 1_700_000_000.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl", "postgres"])
 def test_compaction_on_a_branch_of_a_parent_that_moved_on(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -9,6 +9,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import CompactionService, ModelProfile, ModelProfiles
 from plait.application.compaction._calibration import MAX_RATIO, Calibration
@@ -102,6 +104,7 @@ def _run(chars_per_token: int) -> tuple[Any, int, ModelProfile]:
         return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_meter_that_under_counts_is_corrected_before_the_threshold_check() -> None:
     under, summaries, profile = _run(chars_per_token=2)  # the provider counts ~4x more
     assert under.status is RunStatus.COMPLETED, under.error

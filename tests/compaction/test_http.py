@@ -74,6 +74,7 @@ def _talk(c: httpx.Client, sid: str, *texts: str) -> list[dict[str, Any]]:
     return messages
 
 
+@pytest.mark.slow
 def test_compact_context_and_evidence(live: Live) -> None:
     with live.client("alice") as c:
         sid = new_session(c)["session_id"]
@@ -118,6 +119,7 @@ def test_compact_context_and_evidence(live: Live) -> None:
             assert err["details"]["given"] == sorted(stray)
 
 
+@pytest.mark.slow
 def test_evidence_is_limited_to_the_branch(live: Live) -> None:
     with live.client("alice") as c:
         sid = new_session(c)["session_id"]
@@ -136,6 +138,7 @@ def test_evidence_is_limited_to_the_branch(live: Live) -> None:
         assert beta["messages"] == []
 
 
+@pytest.mark.slow
 def test_someone_elses_session_is_not_found(live: Live) -> None:
     with live.client("bob") as bob, live.client("alice") as alice:
         sid = new_session(bob)["session_id"]
@@ -152,6 +155,7 @@ def test_someone_elses_session_is_not_found(live: Live) -> None:
         assert bob.get(f"/v1/sessions/{sid}/context").json()["summary"] is None  # untouched
 
 
+@pytest.mark.slow
 def test_plait_send_through_the_server_shows_compactions(
     small: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -189,6 +193,7 @@ def test_a_model_without_a_window_is_the_rfc_error_in_the_service(windowless: Li
         assert c.get(f"/v1/sessions/{sid}/runs").json()["runs"] == []
 
 
+@pytest.mark.slow
 def test_expired_history_is_reported_as_expired(live: Live) -> None:
     """After the retention policy expired a session's history, the messages endpoint and
     the evidence endpoint say "expired" (when, by which policy), never "missing", and

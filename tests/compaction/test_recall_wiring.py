@@ -9,6 +9,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import RECALL_SPEC
 from plait.domain.messages import ToolResultMessage, ToolStatus
@@ -74,6 +76,7 @@ def test_recall_is_added_once_whenever_compaction_is_on() -> None:
     assert [t.spec.description for t in own.tools] == [echo_tool().tool.spec.description]
 
 
+@pytest.mark.slow
 def test_a_store_only_runtime_builds_no_tools_and_imports_no_schema_libraries() -> None:
     # Reading sessions must not pay for pydantic (typed tool arguments) or jsonschema.
     code = (

@@ -10,6 +10,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.compaction import (
     CompactionOutcome,
@@ -159,6 +161,7 @@ class _OverflowInStream(FakeProvider):
         return Reply(events=events)
 
 
+@pytest.mark.slow
 def test_an_in_stream_overflow_from_a_real_adapter_is_recovered_the_same_way() -> None:
     from tests.adapters._clients import client_for
 

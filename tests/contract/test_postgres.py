@@ -168,6 +168,7 @@ def test_typed_arrays_round_trip_in_binary(pg_url: str, value: list[object], sql
     assert row[0] == list(value) and row[1] == sql_type
 
 
+@pytest.mark.slow
 def test_migration_11_gives_existing_runs_a_lease_token(pg_url: str) -> None:
     """A database at migration 10 (before fencing) with a leased run is upgraded: the run
     reads with token 0 and its next claim fences the older holder."""

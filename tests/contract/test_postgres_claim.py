@@ -162,6 +162,7 @@ async def until(predicate: Any) -> None:
             await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_run_whose_worker_died_after_the_claim_is_recovered_once(url: str) -> None:
     async def go(store: PostgresStore) -> None:
         tool = echo_tool()
@@ -248,6 +249,7 @@ def test_after_a_claim_an_empty_summary_state_is_known_without_a_read(url: str) 
     run_with(url, go)
 
 
+@pytest.mark.slow
 def test_the_starting_claim_gives_the_run_a_new_lease_token(url: str) -> None:
     from plait.domain.errors import LeaseLostError
 

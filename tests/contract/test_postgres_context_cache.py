@@ -82,6 +82,7 @@ def test_an_unchanged_state_is_answered_without_io_once_per_commit(url: str) -> 
     run(url, go)
 
 
+@pytest.mark.slow
 def test_a_change_by_another_process_is_seen_from_the_next_commit_on(url: str) -> None:
     async def go(rig: Rig) -> None:
         s = rig.store

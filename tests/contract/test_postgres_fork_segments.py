@@ -26,6 +26,7 @@ def _rows(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
         return list(conn.execute(sql, args).fetchall())
 
 
+@pytest.mark.slow
 def test_a_fork_copies_no_membership_rows(url: str) -> None:
     async def go() -> None:
         store = PostgresStore(url)
@@ -45,6 +46,7 @@ def test_a_fork_copies_no_membership_rows(url: str) -> None:
     assert _rows(url, segments, "c1")[0] == ("s1", 1, 3)
 
 
+@pytest.mark.slow
 def test_branches_with_copied_rows_read_alike(url: str) -> None:
     async def make() -> None:
         store = PostgresStore(url)

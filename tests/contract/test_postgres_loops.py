@@ -18,6 +18,7 @@ from tests.contract.builders import new_session
 from tests.pg import empty_database
 
 
+@pytest.mark.slow
 def test_one_store_across_successive_event_loops(pg_url: str) -> None:
     empty_database(pg_url)
     store = PostgresStore(pg_url)

@@ -95,6 +95,7 @@ def _url(kind: str, case: Path, request: pytest.FixtureRequest) -> str:
     return url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl", "postgres"])
 @pytest.mark.parametrize("effects", [1, 40, 110])
 def test_a_run_killed_anywhere_ends_whole_with_no_effect_repeated(

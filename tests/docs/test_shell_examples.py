@@ -1,4 +1,5 @@
-"""Every shell example in the README and in ``docs/`` runs as written.
+"""Every shell example in the README and in ``docs/`` runs as written (the Python
+examples: ``test_python_examples.py``).
 
 Each ```` ```bash ```` (or ``sh``) block is run from the repository root by ``bash -e -o
 pipefail`` with a temporary ``HOME``, ``XDG_DATA_HOME`` and ``TMPDIR`` and no ``PLAIT_*``
@@ -38,11 +39,12 @@ class Block:
         return f"{self.path.relative_to(ROOT)}:{self.line}"
 
 
-def shell_blocks(path: Path) -> list[Block]:
+def code_blocks(path: Path, languages: tuple[str, ...] = ("bash", "sh", "shell")) -> list[Block]:
+    """The fenced blocks of ``path`` in one of ``languages``, in the order they appear."""
     text = path.read_text(encoding="utf-8")
     blocks: list[Block] = []
     for match in _FENCE.finditer(text):
-        if match.group(1) not in ("bash", "sh", "shell"):
+        if match.group(1) not in languages:
             continue
         line = text.count("\n", 0, match.start()) + 1
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
@@ -51,7 +53,7 @@ def shell_blocks(path: Path) -> list[Block]:
     return blocks
 
 
-BLOCKS = [b for path in DOCS for b in shell_blocks(path)]
+BLOCKS = [b for path in DOCS for b in code_blocks(path)]
 
 
 def test_the_docs_have_shell_examples() -> None:
@@ -59,11 +61,10 @@ def test_the_docs_have_shell_examples() -> None:
     assert all(b.skip.strip() for b in BLOCKS if b.skip is not None)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
-def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
-    if block.skip is not None:
-        pytest.skip(f"marked in the doc: {block.skip}")
+def run_example(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run an example from the repository root with a temporary ``HOME``,
+    ``XDG_DATA_HOME`` and ``TMPDIR``, no ``PLAIT_*`` settings, and this environment's
+    ``bin`` first on ``PATH``."""
     for name in ("home", "data", "tmp"):
         (tmp_path / name).mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
@@ -73,17 +74,19 @@ def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
         "TMPDIR": str(tmp_path / "tmp"),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     }
+    return subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
+def test_shell_example_runs(block: Block, tmp_path: Path) -> None:
+    if block.skip is not None:
+        pytest.skip(f"marked in the doc: {block.skip}")
     script = tmp_path / "example.sh"
     script.write_text("set -e -o pipefail\n" + _UV_SHIM + block.code, encoding="utf-8")
-    proc = subprocess.run(
-        ["bash", str(script)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_example(["bash", str(script)], tmp_path)
     assert proc.returncode == 0, (
         f"{block.name} failed with status {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
         f"\n--- stderr\n{proc.stderr[-3000:]}"

@@ -1,4 +1,4 @@
-"""The README's "Sub-agents" example runs as written: the lead delegates, the counter's
+"""docs/python-api.md's "Sub-agents" example runs as written: the lead delegates, the counter's
 child run reads the file and answers."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "python-api.md"
 
 
 def test_the_example_runs(

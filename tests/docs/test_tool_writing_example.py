@@ -1,4 +1,4 @@
-"""The README's "Writing your own tools" example runs as written and its tool stops
+"""docs/python-api.md's "Writing your own tools" example runs as written and its tool stops
 when its await is cancelled."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from plait.application.ports import ToolInvocation
 from plait.domain.messages import ToolCall
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "python-api.md"
 
 
 def _examples() -> list[str]:

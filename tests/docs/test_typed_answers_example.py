@@ -1,4 +1,4 @@
-"""The README's "Typed answers" example runs as written and prints the model instance."""
+"""docs/python-api.md's "Typed answers" example runs as written and prints the model instance."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "python-api.md"
 
 
 def test_the_example_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from plait.adapters.tools import workspace_tools
 from plait.application.ports import Commit, ForkableStore, ModelRequest, ModelResponse, RawToolCall
 from plait.application.service import AgentService
@@ -28,6 +30,7 @@ def _service(
     )
 
 
+@pytest.mark.slow
 def test_active_run_of_the_source_is_not_inherited(store: ForkableStore) -> None:
     async def go() -> None:
         history = await seed(store)
@@ -92,6 +95,7 @@ def test_copied_tool_calls_are_never_re_executed(store: ForkableStore) -> None:
     run(go())
 
 
+@pytest.mark.slow
 def test_branch_reads_its_workspace_as_it_is_now(store: ForkableStore, tmp_path: Path) -> None:
     """The source later changed a file in the shared workspace; the branch's history stops
     before that, but its workspace is not rolled back, and its next tool call sees the file

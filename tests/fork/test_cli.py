@@ -46,6 +46,7 @@ def plait(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str
     return code, data, err
 
 
+@pytest.mark.slow
 def test_fork_show_tree_and_history(
     db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,6 +139,7 @@ def test_fork_show_tree_and_history(
     ]
 
 
+@pytest.mark.slow
 def test_fork_errors(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     _seed(db)
     code, data, _ = plait(capsys, "sessions", "fork", "S", "--through", "m2", "--db", db, "--json")
@@ -156,6 +158,7 @@ def test_fork_errors(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert [s["session_id"] for s in data] == ["S"]  # nothing was created
 
 
+@pytest.mark.slow
 def test_snapshot_of_a_non_git_workspace_is_a_clear_error(
     db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -182,6 +185,7 @@ def _git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_snapshot_binds_the_branch_to_a_worktree_of_the_working_tree(
     db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

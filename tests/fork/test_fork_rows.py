@@ -139,6 +139,7 @@ def test_unknown_message_or_bad_arguments_create_nothing(store: ForkableStore) -
     run(go())
 
 
+@pytest.mark.slow
 def test_repeated_request_returns_the_same_branch(store: ForkableStore) -> None:
     async def go() -> None:
         history = await seed(store)
@@ -180,6 +181,7 @@ class _AppendDuringFork:
         return await self._inner.fork_session(commit)
 
 
+@pytest.mark.slow
 def test_fork_during_a_concurrent_append_holds_the_fixed_prefix(store: ForkableStore) -> None:
     async def go() -> None:
         history = await seed(store)

@@ -20,6 +20,7 @@ from tests.fork.conftest import forks_over, run, seed, stored, user
 from tests.fork.test_units import a, r, u
 
 
+@pytest.mark.slow
 def test_a_unit_longer_than_the_first_window_is_still_judged_whole(store: ForkableStore) -> None:
     calls = [f"c{i}" for i in range(150)]
     results = [r(f"res{i}", c) for i, c in enumerate(calls)]

@@ -32,6 +32,7 @@ POLICY = Policy(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 def test_an_allowed_command_still_cannot_write_a_denied_path(tmp_path: Path) -> None:
     ws = tmp_path / "ws"

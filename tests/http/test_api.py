@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.http.conftest import Live
 from tests.http.sse import read_events
@@ -40,6 +41,7 @@ def error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
     return err
 
 
+@pytest.mark.slow
 def test_health_ready_and_openapi(live: Live) -> None:
     with live.client(None) as c:
         assert c.get("/v1/health").json() == {"status": "ok"}
@@ -53,6 +55,7 @@ def test_health_ready_and_openapi(live: Live) -> None:
         } <= paths  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_message_queues_a_run_that_a_worker_completes(live: Live) -> None:
     with live.client() as c:
         s = new_session(c, title="first")
@@ -81,6 +84,7 @@ def test_a_message_queues_a_run_that_a_worker_completes(live: Live) -> None:
         assert [x["session_id"] for x in listed] == [s["session_id"]]
 
 
+@pytest.mark.slow
 def test_messages_page_by_seq(live: Live) -> None:
     with live.client() as c:
         s = new_session(c)
@@ -95,6 +99,7 @@ def test_messages_page_by_seq(live: Live) -> None:
         assert [m["seq"] for m in rest["messages"]] == [4] and rest["next_after"] is None
 
 
+@pytest.mark.slow
 def test_sse_streams_every_event_and_resumes_from_last_event_id(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]
@@ -131,6 +136,7 @@ def test_sse_streams_every_event_and_resumes_from_last_event_id(live: Live) -> N
         assert again.status_code == 200
 
 
+@pytest.mark.slow
 def test_streamed_text_arrives_as_text_deltas(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]
@@ -143,6 +149,7 @@ def test_streamed_text_arrives_as_text_deltas(live: Live) -> None:
         assert step < first_delta
 
 
+@pytest.mark.slow
 def test_cancel_while_running_and_session_busy(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]
@@ -167,6 +174,7 @@ def test_cancel_while_running_and_session_busy(live: Live) -> None:
         assert wait_terminal(c, after.json()["run_id"])["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_errors_have_one_shape_and_stable_codes(live: Live) -> None:
     with live.client(None) as anon:
         error(anon.get("/v1/sessions"), 401, "unauthorized")
@@ -204,6 +212,7 @@ def _a_run(c: httpx.Client, sid: str) -> str:
     return str(run["run_id"])
 
 
+@pytest.mark.slow
 def test_fork_through_the_api(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]

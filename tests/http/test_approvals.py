@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.governance import Approval
@@ -30,6 +32,7 @@ def _request(live: Live, session_id: str, run_id: str, aid: str) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_list_approve_deny_and_isolation(live: Live) -> None:
     with live.client("alice") as alice, live.client("bob") as bob:
         sid = new_session(alice)["session_id"]
@@ -54,6 +57,7 @@ def test_list_approve_deny_and_isolation(live: Live) -> None:
         error(alice.post("/v1/approvals/apr_404/approve", json={}), 404, "not_found")
 
 
+@pytest.mark.slow
 def test_a_sub_agents_request_is_listed_with_its_parent_session_and_names_it(live: Live) -> None:
     with live.client("alice") as alice:
         sid = new_session(alice)["session_id"]

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session, wait_terminal
@@ -39,6 +40,7 @@ def _messages(c: httpx.Client, sid: str) -> list[tuple[str, Any, Any]]:
     return [(m["kind"], m.get("text") or m.get("content"), m.get("status")) for m in page]
 
 
+@pytest.mark.slow
 def test_approving_the_last_pending_approval_runs_the_call_and_finishes(gated: Live) -> None:
     with gated.client("alice") as c:
         sid, run_id, approval = _waiting(c, "tool approve me")
@@ -62,6 +64,7 @@ def test_approving_the_last_pending_approval_runs_the_call_and_finishes(gated: L
         error(again, 409, "run_state")
 
 
+@pytest.mark.slow
 def test_denying_settles_the_call_as_denied_and_the_model_reads_it(gated: Live) -> None:
     with gated.client("alice") as c:
         sid, run_id, approval = _waiting(c, "tool deny me")
@@ -76,6 +79,7 @@ def test_denying_settles_the_call_as_denied_and_the_model_reads_it(gated: Live) 
         assert said.startswith("understood, not doing it: ") and "denied by alice: not now" in said
 
 
+@pytest.mark.slow
 def test_someone_elses_approval_is_not_found_and_stays_pending(gated: Live) -> None:
     with gated.client("alice") as alice, gated.client("bob") as bob:
         sid, run_id, approval = _waiting(alice, "tool mine")
@@ -88,6 +92,7 @@ def test_someone_elses_approval_is_not_found_and_stays_pending(gated: Live) -> N
         assert alice.get(f"/v1/runs/{run_id}").json()["status"] == "awaiting_approval"
 
 
+@pytest.mark.slow
 def test_the_sse_stream_of_a_continued_run_resumes_after_the_wait(gated: Live) -> None:
     from tests.http.sse import read_events
 
@@ -109,6 +114,7 @@ def test_the_sse_stream_of_a_continued_run_resumes_after_the_wait(gated: Live) -
         assert decisions == [("needs_approval", "policy:rules.ask-echo"), ("allow", "user:alice")]
 
 
+@pytest.mark.slow
 def test_a_denial_is_streamed_as_the_gates_decision(gated: Live) -> None:
     from tests.http.sse import read_events
 
@@ -126,6 +132,7 @@ def test_a_denial_is_streamed_as_the_gates_decision(gated: Live) -> None:
         assert results == ["denied"]
 
 
+@pytest.mark.slow
 def test_approve_and_deny_continue_runs_on_postgresql(gated_pg: Live) -> None:
     with gated_pg.client("alice") as c, gated_pg.client("bob") as bob:
         sid, run_id, approval = _waiting(c, "tool on pg")

@@ -58,6 +58,7 @@ def _post(live: Live, text: str, budget: dict[str, Any]) -> tuple[str, Any]:
         return sid, c.post(f"/v1/sessions/{sid}/messages", json={"text": text, "budget": budget})
 
 
+@pytest.mark.slow
 def test_the_budget_is_stored_on_the_queued_run_and_enforced(priced: Live) -> None:
     budget = {
         "max_steps": 5, "deadline_seconds": 120, "max_model_calls": 9,
@@ -81,6 +82,7 @@ def test_the_budget_is_stored_on_the_queued_run_and_enforced(priced: Live) -> No
     assert run["budget"]["max_cost_usd"] is None and run["budget"]["deadline_seconds"] == 600
 
 
+@pytest.mark.slow
 def test_a_cost_ceiling_for_a_model_without_prices_is_refused_before_anything_is_written(
     live: Live,
 ) -> None:
@@ -96,6 +98,7 @@ def test_a_cost_ceiling_for_a_model_without_prices_is_refused_before_anything_is
         assert wait_terminal(c, ok.json()["run_id"])["status"] == "completed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("budget", "where"),
     [
@@ -119,6 +122,7 @@ def test_bad_budgets_are_invalid_requests_naming_the_field(
         assert c.get(f"/v1/sessions/{sid}/runs").json()["runs"] == []
 
 
+@pytest.mark.slow
 def test_a_ceiling_the_api_could_not_check_fails_the_run_in_the_worker(no_model: Live) -> None:
     sid, r = _post(no_model, "hello", {"max_cost_usd": 1})
     assert r.status_code == 202 and r.json()["status"] == "queued"

@@ -3,10 +3,13 @@ data, with a strict Content-Security-Policy; an unknown asset is ``not_found``."
 
 from __future__ import annotations
 
+import pytest
+
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session
 
 
+@pytest.mark.slow
 def test_pages_are_data_free_shells_with_a_strict_policy(live: Live) -> None:
     with live.client("alice") as alice:
         sid = new_session(alice, title="alice's secret plan")["session_id"]

@@ -1,4 +1,4 @@
-"""Every error the API answers with has a code the README's error table lists, and
+"""Every error the API answers with has a code docs/service.md's error table lists, and
 protocol-level answers carry the headers HTTP requires (``Allow`` on a 405)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 import httpx
+import pytest
 
 import plait.domain.errors as domain_errors
 from plait.domain.errors import PlaitError
@@ -21,12 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 HTTP_SOURCES = ROOT / "src" / "plait" / "entrypoints" / "http"
 
 
-def _readme_codes() -> set[str]:
-    """The codes of the README's error paragraph (service section)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("with stable codes:")
-    end = text.index("An `internal` answer", start)
-    return set(re.findall(r"`([a-z_]+)`", text[start:end]))
+def _documented_codes() -> set[str]:
+    """The codes of the error table in docs/service.md (first column of each row)."""
+    text = (ROOT / "docs" / "service.md").read_text(encoding="utf-8")
+    section = text.split("### Error codes", 1)[1].split("\n#", 1)[0]
+    return set(re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE))
 
 
 def _is_text(node: ast.expr | None) -> TypeGuard[_Text]:
@@ -72,14 +72,15 @@ def test_every_code_the_api_answers_with_is_in_the_readme() -> None:
     emitted = _codes_in_http_sources() | _codes_of_domain_errors() | _codes_of_framework_answers()
     assert {"unauthorized", "invalid_request", "internal", "not_ready"} <= emitted
     assert set(HTTP_CODES.values()) <= emitted
-    missing = emitted - _readme_codes()
-    assert not missing, f"codes the API answers with that the README does not list: {missing}"
+    missing = emitted - _documented_codes()
+    assert not missing, f"codes the API answers with that docs/service.md does not list: {missing}"
     assert _errors.__doc__ is not None
     assert "http_error" not in _errors.__doc__
 
 
+@pytest.mark.slow
 def test_a_400_from_the_framework_answers_a_documented_code(live: Live) -> None:
-    """An attack found ``http_error``, a code the README does not list, on a JSON body
+    """An attack found ``http_error``, a code the docs do not list, on a JSON body
     holding bytes that are not UTF-8."""
     with live.client("alice") as c:
         bad = c.post(
@@ -94,6 +95,7 @@ def test_a_400_from_the_framework_answers_a_documented_code(live: Live) -> None:
         error(c.post("/v1/sessions", content=b"{nope"), 422, "invalid_request")
 
 
+@pytest.mark.slow
 def test_a_405_names_the_allowed_methods(live: Live) -> None:
     """An attack (schemathesis) found 405 answers without the ``Allow`` header."""
     with live.client("alice") as c:

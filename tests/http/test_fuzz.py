@@ -10,7 +10,7 @@ created as "the created resource is missing", but the only such 404 is about the
 
 The server's model declares a context window and prices, as one a service runs with
 does: without them a manual compaction is ``token_meter_model_unconfigured`` and a cost
-ceiling ``config_error``, both 400s the README documents for such a server.
+ceiling ``config_error``, both 400s docs/service.md documents for such a server.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ def _pages(c: httpx.Client, path: str, key: str, limit: int) -> list[list[dict[s
             return pages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_pending_approvals_paged_and_isolated(kind: str, request: pytest.FixtureRequest) -> None:
     live: Live = request.getfixturevalue("gated" if kind == "sqlite" else "gated_pg")
@@ -103,6 +104,7 @@ def _opener(kind: str, live: Live, request: pytest.FixtureRequest) -> Callable[[
     return lambda: PostgresStore(url)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_runs_awaiting_resolution_paged_and_isolated(
     kind: str, request: pytest.FixtureRequest

@@ -21,6 +21,7 @@ def _bobs_world(c: httpx.Client) -> tuple[str, str, str]:
     return sid, run["run_id"], first
 
 
+@pytest.mark.slow
 def test_another_principals_session_does_not_exist_for_you(live: Live) -> None:
     with live.client("bob") as bob, live.client("alice") as alice:
         sid, rid, first = _bobs_world(bob)
@@ -58,6 +59,7 @@ def test_another_principals_session_does_not_exist_for_you(live: Live) -> None:
         assert len(bob.get("/v1/sessions").json()["sessions"]) == 1
 
 
+@pytest.mark.slow
 def test_admin_sees_and_acts_on_everything(live: Live) -> None:
     with live.client("bob") as bob, live.client("root") as root:
         sid, rid, _ = _bobs_world(bob)
@@ -76,6 +78,7 @@ def _wait_running(c: httpx.Client, run_id: str) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_posting_to_anothers_busy_session_is_not_found(
     backend: str, request: pytest.FixtureRequest

@@ -124,6 +124,7 @@ def _start_run(c: httpx.Client) -> tuple[str, str]:
     return sid, run.json()["run_id"]
 
 
+@pytest.mark.slow
 def test_a_stream_sees_another_process_s_events_as_they_are_written(pg_live: PgLive) -> None:
     with pg_live.client() as c:
         sid, run_id = _start_run(c)
@@ -139,6 +140,7 @@ def test_a_stream_sees_another_process_s_events_as_they_are_written(pg_live: PgL
     assert pg_live.feed.live
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pg_live", [(0.2, 3.0)], indirect=True)
 def test_streams_fall_back_to_polling_while_the_listener_is_down(pg_live: PgLive) -> None:
     with pg_live.client() as c:

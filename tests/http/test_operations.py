@@ -28,7 +28,7 @@ from tests.http.conftest import start_server
 from tests.http.test_api import error
 
 ENV_NAMES = sorted(f"PLAIT_{f.name.upper()}" for f in fields(Settings))
-README = Path(__file__).parents[2] / "README.md"
+SERVICE_DOC = Path(__file__).parents[2] / "docs" / "service.md"
 
 
 @pytest.mark.parametrize("command", ["serve", "worker"])
@@ -39,8 +39,8 @@ def test_help_documents_every_setting(command: str, capsys: pytest.CaptureFixtur
     text = capsys.readouterr().out
     missing = [name for name in ENV_NAMES if name not in text]
     assert missing == [], f"`plait {command} --help` does not document {missing}"
-    readme = README.read_text(encoding="utf-8")
-    assert [name for name in ENV_NAMES if f"`{name}`" not in readme] == []
+    doc = SERVICE_DOC.read_text(encoding="utf-8")
+    assert [name for name in ENV_NAMES if f"`{name}`" not in doc] == []
 
 
 def test_ready_answers_503_when_the_store_does_not(tmp_path: Path) -> None:
@@ -112,6 +112,7 @@ def _status(url: str, run_id: str) -> RunStatus:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_worker_process_drains_and_exits_on_sigterm(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'plait.db'}"
     script = tmp_path / "m.json"

@@ -279,6 +279,7 @@ def _send(api: Api, field: Field, value: str) -> httpx.Response:
     return api.request(field.method, path, body=body)
 
 
+@pytest.mark.slow
 def test_generated_strings_in_every_http_field_never_give_a_5xx_or_a_stuck_run(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:

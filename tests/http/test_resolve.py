@@ -80,6 +80,7 @@ def _kinds(c: httpx.Client, sid: str) -> list[tuple[str, object, object]]:
     return [(m["kind"], m.get("text") or m.get("content"), m.get("status")) for m in page]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_resolving_the_unknown_call_queues_the_run_and_a_worker_finishes_it(
     kind: str, request: pytest.FixtureRequest

@@ -43,6 +43,7 @@ def _resolve_without_queue(open_store: Callable[[], Any], run_id: str) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_run_stuck_after_its_resolution_is_resumed_over_http(
     kind: str, request: pytest.FixtureRequest

@@ -11,6 +11,7 @@ from tests.http.conftest import Live
 from tests.http.test_api import new_session
 
 
+@pytest.mark.slow
 def test_send_through_the_server(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]
@@ -23,6 +24,7 @@ def test_send_through_the_server(live: Live, capsys: pytest.CaptureFixture[str])
     assert out["messages"][-1]["text"] == "answer to tool remote"
 
 
+@pytest.mark.slow
 def test_send_through_the_server_errors(
     live: Live, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -37,6 +39,7 @@ def test_send_through_the_server_errors(
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_send_through_the_server_takes_the_budget_flags(
     live: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -60,6 +63,7 @@ def _remote(live: Live, *argv: str) -> list[str]:
     return [*argv, "--server", live.url, "--api-key", live.keys["alice"]]
 
 
+@pytest.mark.slow
 def test_send_through_the_server_prints_what_send_prints(
     live: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,6 +81,7 @@ def test_send_through_the_server_prints_what_send_prints(
     assert "[assistant] \n" not in out and "[user]" not in out  # not the old bare lines
 
 
+@pytest.mark.slow
 def test_send_through_the_server_says_why_a_run_failed(
     live: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,6 +93,7 @@ def test_send_through_the_server_says_why_a_run_failed(
     assert "  error       max_steps: " in out
 
 
+@pytest.mark.slow
 def test_send_through_the_server_names_the_approvals_a_run_waits_for(
     gated: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,6 +110,7 @@ def test_send_through_the_server_names_the_approvals_a_run_waits_for(
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_send_through_the_server_events_are_json_lines(
     live: Live, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -117,6 +124,7 @@ def test_send_through_the_server_events_are_json_lines(
     assert lines[-1]["status"] == "completed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--model", "scripted:x.json"), ("--policy", "p.yaml"), ("--db", "memory://")],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.http.conftest import Live
 from tests.http.test_api import error, new_session
@@ -27,6 +28,7 @@ def _all_pages(c: httpx.Client, limit: int) -> list[str]:
         params = {"limit": limit, "before": body["next_before"]}
 
 
+@pytest.mark.slow
 def test_each_principal_pages_through_exactly_its_own_sessions(live: Live) -> None:
     with live.client("alice") as alice, live.client("bob") as bob, live.client("root") as root:
         made: dict[str, list[str]] = {"alice": [], "bob": []}
@@ -57,6 +59,7 @@ def test_each_principal_pages_through_exactly_its_own_sessions(live: Live) -> No
         assert [s["session_id"] for s in own["sessions"]] == made["alice"][::-1]
 
 
+@pytest.mark.slow
 def test_paging_by_owner_on_postgresql(live_pg: Live) -> None:
     with live_pg.client("alice") as alice, live_pg.client("bob") as bob:
         made: dict[str, list[str]] = {"alice": [], "bob": []}

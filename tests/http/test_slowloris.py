@@ -83,6 +83,7 @@ def _read_response(sock: socket.socket) -> bytes:
     return data
 
 
+@pytest.mark.slow
 def test_slowloris_connection_sending_headers_slowly_is_closed(
     address: tuple[str, int],
 ) -> None:
@@ -90,11 +91,13 @@ def test_slowloris_connection_sending_headers_slowly_is_closed(
         assert _closed_by_server(sock, _forever_headers())
 
 
+@pytest.mark.slow
 def test_slowloris_silent_connection_is_closed(address: tuple[str, int]) -> None:
     with socket.create_connection(address) as sock:
         assert _closed_by_server(sock, [])
 
 
+@pytest.mark.slow
 def test_slowloris_after_a_keep_alive_response_is_closed(address: tuple[str, int]) -> None:
     with socket.create_connection(address) as sock:
         sock.sendall(_get("/health"))
@@ -103,6 +106,7 @@ def test_slowloris_after_a_keep_alive_response_is_closed(address: tuple[str, int
         assert _closed_by_server(sock, [bytes([b]) for b in _get("/health")[:-2] * 200])
 
 
+@pytest.mark.slow
 def test_a_request_whose_head_arrived_may_take_longer_than_the_deadline(
     address: tuple[str, int],
 ) -> None:

@@ -47,6 +47,7 @@ def wait_until(predicate: Any, what: str, seconds: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_sqlite_disk_full_answers_503_store_unavailable_and_every_accepted_run_finishes(
     live: Live,
 ) -> None:

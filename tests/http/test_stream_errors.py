@@ -78,6 +78,7 @@ def served() -> Iterator[tuple[str, str, _Failing]]:
         thread.join(timeout=20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("failure", "code"),
     [
@@ -108,6 +109,7 @@ def test_a_failure_mid_stream_ends_it_with_an_error_event(
     assert logged and logged[0].exc_info is not None
 
 
+@pytest.mark.slow
 def test_a_run_that_vanishes_mid_stream_ends_it_with_not_found(
     served: tuple[str, str, _Failing],
 ) -> None:

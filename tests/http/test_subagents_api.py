@@ -45,6 +45,7 @@ def live(tmp_path: Path) -> Iterator[Live]:
     yield from serve_delegating(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_parent_lists_its_sub_agent_child_and_the_child_names_its_parent(live: Live) -> None:
     with live.client("alice") as c:
         parent = new_session(c)["session_id"]

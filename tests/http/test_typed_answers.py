@@ -3,6 +3,8 @@ value on the final message as ``output``, the schema on the run."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.http.conftest import Live
 from tests.http.test_api import new_session, wait_terminal
 
@@ -14,6 +16,7 @@ SCHEMA = {
 }
 
 
+@pytest.mark.slow
 def test_a_message_with_an_output_schema_ends_with_a_validated_output(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]
@@ -31,6 +34,7 @@ def test_a_message_with_an_output_schema_ends_with_a_validated_output(live: Live
         ]
 
 
+@pytest.mark.slow
 def test_an_output_schema_that_is_not_json_schema_is_refused(live: Live) -> None:
     with live.client() as c:
         sid = new_session(c)["session_id"]

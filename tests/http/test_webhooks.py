@@ -8,6 +8,7 @@ import time
 from typing import Any, get_args
 
 import httpx
+import pytest
 
 from plait.domain.webhooks import EVENT_TYPES
 from plait.entrypoints.http.webhooks import EventName
@@ -35,6 +36,7 @@ def _delivered(c: httpx.Client, webhook_id: str) -> list[dict[str, Any]]:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_principal_gets_its_own_runs_finished_signed(live: Live) -> None:
     alice_hook, bob_hook = Receiver(), Receiver()
     try:
@@ -67,6 +69,7 @@ def test_a_principal_gets_its_own_runs_finished_signed(live: Live) -> None:
         bob_hook.stop()
 
 
+@pytest.mark.slow
 def test_bad_webhooks_are_refused(live: Live) -> None:
     """The schema names what is accepted (an http(s) URL pattern, the event names), so a
     bad value is a 422 naming the field; nothing is stored."""
@@ -85,6 +88,7 @@ def test_bad_webhooks_are_refused(live: Live) -> None:
         assert alice.get("/v1/webhooks").json()["webhooks"] == []
 
 
+@pytest.mark.slow
 def test_a_call_waiting_for_approval_is_announced(gated: Live) -> None:
     """Through the real gate: the policy asks a person about ``echo``; the approval
     request and the run's end each reach the endpoint once."""

@@ -37,6 +37,7 @@ def _home(live: Live, principal: str) -> Path:
     return _root(live) / f"@{principal}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_two_principals_naming_the_same_workspace_get_separate_directories(
     backend: str, request: pytest.FixtureRequest
@@ -63,6 +64,7 @@ def test_two_principals_naming_the_same_workspace_get_separate_directories(
         assert stored["workspace"] == theirs["workspace"]
 
 
+@pytest.mark.slow
 def test_workspace_names_cannot_climb_out_of_the_principals_directory(rooted: Live) -> None:
     root = _root(rooted)
     with rooted.client("alice") as alice, rooted.client("bob") as bob:
@@ -81,6 +83,7 @@ def test_workspace_names_cannot_climb_out_of_the_principals_directory(rooted: Li
         assert sorted(p.name for p in Path(bobs).iterdir()) == ["secret"]
 
 
+@pytest.mark.slow
 def test_a_symlink_in_the_workspace_tree_is_refused_not_followed(
     rooted: Live, tmp_path: Path
 ) -> None:
@@ -108,6 +111,7 @@ def test_a_symlink_in_the_workspace_tree_is_refused_not_followed(
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_workspace_naming_an_existing_file_is_400(rooted: Live) -> None:
     home = _home(rooted, "alice")
     with rooted.client("alice") as alice:
@@ -121,6 +125,7 @@ def test_a_workspace_naming_an_existing_file_is_400(rooted: Live) -> None:
         assert (home / "notes").read_text() == "a file\n"
 
 
+@pytest.mark.slow
 def test_a_workspace_of_the_earlier_layout_named_like_a_principal_stays_apart(
     rooted: Live,
 ) -> None:
@@ -136,6 +141,7 @@ def test_a_workspace_of_the_earlier_layout_named_like_a_principal_stays_apart(
     assert (legacy / "src" / "bobs.txt").exists()
 
 
+@pytest.mark.slow
 def test_an_admin_binds_an_explicit_directory(rooted: Live, tmp_path: Path) -> None:
     there = tmp_path / "elsewhere" / "project"
     there.mkdir(parents=True)

@@ -108,6 +108,7 @@ def test_unsandboxed_only_when_allowed_and_marked(
     assert str(ws.resolve()) in out.content
 
 
+@pytest.mark.slow
 def test_unsandboxed_timeout_kills_the_group(ws: Path) -> None:
     settings = SandboxSettings(bwrap="/nonexistent/plait-bwrap", allow_unsandboxed=True)
     out = execute(
@@ -159,6 +160,7 @@ def test_binary_output_stays_within_the_cap(ws: Path) -> None:
     assert len(shown.encode()) <= 210
 
 
+@pytest.mark.slow
 def test_a_workspace_holding_the_system_is_refused() -> None:
     with pytest.raises(ToolError, match="contains system directories"):
         execute(tool(), Path("/"), command="true")

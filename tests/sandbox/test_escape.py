@@ -44,6 +44,7 @@ def test_read_etc_shadow(run: Run) -> None:
     assert first not in out.content
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("untouched")
 def test_read_a_file_outside_and_in_the_host_home(run: Run, outside: Path) -> None:
     home = Path.home() / f".plait-sandbox-test-{secrets.token_hex(4)}"
@@ -59,6 +60,7 @@ def test_read_a_file_outside_and_in_the_host_home(run: Run, outside: Path) -> No
         home.unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("untouched")
 @pytest.mark.parametrize(
     "command",
@@ -80,6 +82,7 @@ def test_write_outside(run: Run, outside: Path, command: str) -> None:
     assert not (Path.home() / "plait-escape").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("untouched")
 def test_write_through_a_planted_symlink(run: Run, ws: Path, outside: Path) -> None:
     (ws / "to-file").symlink_to(outside / "secret.txt")
@@ -191,6 +194,7 @@ def _wait_gone(marker: str) -> list[int]:
     return _host_processes(marker)
 
 
+@pytest.mark.slow
 def test_sigterm_ignoring_tree_is_killed_at_the_timeout(run: Run) -> None:
     marker = str(900000 + secrets.randbelow(99999))
     command = (
@@ -216,6 +220,7 @@ def _process_limit_enforceable() -> None:
     asyncio.run(cg.remove())
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("untouched")
 def test_fork_bomb_is_contained(run: Run) -> None:
     _process_limit_enforceable()
@@ -227,6 +232,7 @@ def test_fork_bomb_is_contained(run: Run) -> None:
     assert not run("echo still healthy").failed
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("untouched")
 def test_memory_hog_is_contained(run: Run) -> None:
     settings = SandboxSettings(limits=Limits(address_space_bytes=512 * 1024**2))
@@ -237,6 +243,7 @@ def test_memory_hog_is_contained(run: Run) -> None:
     assert not run("python3 -c 'print(len(bytearray(256 * 1024**2)))'").failed
 
 
+@pytest.mark.slow
 def test_cpu_time_limit(run: Run) -> None:
     settings = SandboxSettings(limits=Limits(cpu_seconds=1), timeout_seconds=60)
     out = run("while :; do :; done", settings)
@@ -244,6 +251,7 @@ def test_cpu_time_limit(run: Run) -> None:
     assert "killed by SIGXCPU (CPU time limit reached) [ended: limit" in out.content
 
 
+@pytest.mark.slow
 def test_50_mb_of_output_is_capped_and_kept_whole(ws: Path) -> None:
     size = 50 * 1024 * 1024
     cap = 16_000

@@ -67,6 +67,7 @@ def test_changing_a_nested_repositorys_config_or_hooks(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

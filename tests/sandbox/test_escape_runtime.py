@@ -58,6 +58,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
 def test_mv_data_data2_then_write_file_data2_plait_db(ws: Path, kind: str) -> None:
     (ws / "data").mkdir()
@@ -84,6 +85,7 @@ def test_mv_data_data2_then_write_file_data2_plait_db(ws: Path, kind: str) -> No
         asyncio.run(rt.close())
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("git_installed")
 def test_write_file_into_nested_hooks_and_git_init_end_to_end(
     ws: Path, tmp_path: Path, home: Path, marker: Path

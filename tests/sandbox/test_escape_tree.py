@@ -41,6 +41,7 @@ def config(ws: Path) -> Path:
     return deploy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [
@@ -94,6 +95,7 @@ def store(request: pytest.FixtureRequest, ws: Path) -> tuple[str, str]:
     return url, inner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

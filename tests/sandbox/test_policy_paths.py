@@ -19,6 +19,7 @@ pytestmark = pytest.mark.usefixtures("bwrap")
 DENY_DEPLOY = SandboxSettings(read_only_paths=("deploy/**",))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [
@@ -57,6 +58,7 @@ def test_the_rest_of_the_workspace_stays_writable(run: Run, ws: Path) -> None:
     assert (ws / "src" / "new.py").read_text() == "new\n"
 
 
+@pytest.mark.slow
 def test_file_globs_bind_each_match(run: Run, ws: Path) -> None:
     (ws / "src" / "a.lock").write_text("a\n")
     (ws / "b.lock").write_text("b\n")
@@ -68,6 +70,7 @@ def test_file_globs_bind_each_match(run: Run, ws: Path) -> None:
     assert not run("echo x > src/main.py", settings).failed
 
 
+@pytest.mark.slow
 def test_read_denied_paths_are_invisible(run: Run, ws: Path) -> None:
     (ws / "secrets").mkdir()
     (ws / "secrets" / "key.pem").write_text("PRIVATE KEY 42\n")
@@ -81,6 +84,7 @@ def test_read_denied_paths_are_invisible(run: Run, ws: Path) -> None:
     assert "PRIVATE KEY 42" in run("cat secrets/key.pem").content  # the rule did it
 
 
+@pytest.mark.slow
 def test_plaits_store_is_never_visible(ws: Path, tmp_path: Path) -> None:
     store = ws / ".plait"
     store.mkdir()
@@ -112,6 +116,7 @@ def test_patterns_may_not_leave_the_workspace(ws: Path) -> None:
         execute(t, ws, command="true")
 
 
+@pytest.mark.slow
 def test_session_tools_hide_the_store_named_by_its_url(ws: Path) -> None:
     db = ws / "state" / "plait.db"
     db.parent.mkdir()
@@ -148,6 +153,7 @@ def test_policy_paths_from_a_policy() -> None:
     assert policy_paths(Policy(protected_action=Action.APPROVE)) == ((), ())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [
@@ -164,6 +170,7 @@ def test_a_policy_denying_deploy_writes_holds_in_the_sandbox(ws: Path, command: 
     assert (ws / "src" / "main.py").exists()
 
 
+@pytest.mark.slow
 def test_policy_hides_read_denied_and_leaves_approval_paths_writable(ws: Path) -> None:
     (ws / "src" / "key.pem").write_text("PEM 0455\n")
     (ws / "docs").mkdir()

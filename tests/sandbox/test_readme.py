@@ -1,4 +1,4 @@
-"""The README's sandbox section runs as written and states the real defaults."""
+"""docs/sandbox.md's sandbox section runs as written and states the real defaults."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 from plait.adapters.tools import SandboxSettings
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "sandbox.md"
 
 
 def _blocks(language: str) -> list[str]:
     text = README.read_text()
-    section = text.split("### run_command and the sandbox", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## run_command and the sandbox", 1)[1].split("\n## ", 1)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, re.DOTALL)
 
 
@@ -24,6 +24,7 @@ def test_the_settings_table_shows_the_defaults() -> None:
     assert SandboxSettings.from_mapping(tomllib.loads(table)["sandbox"]) == SandboxSettings()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("bwrap")
 def test_the_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     [code] = _blocks("python")

@@ -18,6 +18,7 @@ from tests.sandbox.conftest import invocation, tool
 pytestmark = pytest.mark.usefixtures("bwrap")
 
 
+@pytest.mark.slow
 def test_big_output_becomes_an_artifact(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

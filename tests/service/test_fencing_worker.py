@@ -62,6 +62,7 @@ async def _until(check: Callable[[], Any]) -> None:
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_stalled_worker_is_fenced_off_logs_once_and_keeps_serving(
     opener: Callable[[], Any], caplog: pytest.LogCaptureFixture
 ) -> None:

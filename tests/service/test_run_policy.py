@@ -60,6 +60,7 @@ def test_a_worker_continuing_a_requeued_run_records_its_policy() -> None:
     assert asyncio.run(a.store.get_run(run_id)).policy == "/etc/plait/b.yaml"
 
 
+@pytest.mark.slow
 def test_a_postgres_worker_s_starting_claim_records_its_policy(pg_url: str) -> None:
     empty_database(pg_url)
 

@@ -183,6 +183,7 @@ async def cap_pages(store: SqliteStore, *, extra: int) -> None:
     await store._db.read(cap)
 
 
+@pytest.mark.slow
 def test_builtin_worker_survives_sqlite_disk_full(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -351,6 +352,7 @@ def wait_completed(url: str, run_id: str, proc: subprocess.Popen[str]) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_the_api_process_worker_is_replaced_when_it_stops_on_another_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from plait.adapters.stores.shared.long_lived import long_lived
 
 
@@ -12,6 +14,7 @@ class Node:
         self.n = n
 
 
+@pytest.mark.slow
 def test_objects_made_inside_go_to_the_oldest_generation() -> None:
     gc.collect()
     with long_lived():
@@ -33,6 +36,7 @@ def test_a_paused_gc_stays_paused() -> None:
         gc.enable()
 
 
+@pytest.mark.slow
 def test_objects_the_application_froze_stay_frozen() -> None:
     gc.collect()
     gc.freeze()

@@ -80,6 +80,7 @@ def test_postgresql_opens_lazily_and_names_an_unreachable_server() -> None:
     assert "secret" not in info.value.message  # the password is never shown
 
 
+@pytest.mark.slow
 def test_backends_are_imported_lazily() -> None:
     code = (
         "import sys, plait.adapters.stores as s\n"

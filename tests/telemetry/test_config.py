@@ -126,6 +126,7 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
 """
 
 
+@pytest.mark.slow
 def test_off_nothing_from_opentelemetry_is_imported(project: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(project / "cfg")}
     done = subprocess.run(

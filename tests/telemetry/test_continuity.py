@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.telemetry.otlp_receiver import Received, otlp_receiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +40,7 @@ def proc(command: str, case: Path, receiver: Received) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_tool_and_recovered_elsewhere_is_one_linked_trace(
     tmp_path: Path,
 ) -> None:

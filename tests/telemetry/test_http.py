@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.http.conftest import serve_live
 from tests.http.test_api import new_session, wait_terminal
 from tests.telemetry.conftest import make_otel, parent_id
 
 
+@pytest.mark.slow
 def test_a_posted_message_and_a_fork_through_the_api_are_traced(tmp_path: Path) -> None:
     otel = make_otel()
     lives = serve_live(tmp_path, telemetry=otel.telemetry)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import plait
 
 SRC = Path(plait.__file__).parent
@@ -22,6 +24,7 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 def test_only_the_telemetry_adapter_imports_opentelemetry() -> None:
     importers = {
         str(path.relative_to(SRC))

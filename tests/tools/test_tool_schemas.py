@@ -55,6 +55,7 @@ def test_every_precomputed_schema_is_valid_draft_2020_12(module: ModuleType) -> 
         ArgumentSchema(name, schema)
 
 
+@pytest.mark.slow
 def test_the_check_script_fails_on_a_stale_file(tmp_path: Path) -> None:
     script = ROOT / "scripts" / "tool_schemas.py"
     ok = subprocess.run(

@@ -65,6 +65,7 @@ def test_bad_tables_are_refused_naming_file_and_key(
     assert str(tmp_path / "plait.toml") in caught.value.message
 
 
+@pytest.mark.slow
 def test_a_configured_endpoint_is_registered_by_the_worker_and_gets_deliveries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -95,6 +95,7 @@ async def drain(dispatcher: WebhookDispatcher) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_every_event_kind_is_delivered_signed_once(db: str) -> None:
     receiver = Receiver()
 
@@ -144,6 +145,7 @@ def test_every_event_kind_is_delivered_signed_once(db: str) -> None:
         receiver.stop()
 
 
+@pytest.mark.slow
 def test_a_principal_endpoint_gets_only_its_own_sessions_events(db: str) -> None:
     mine, everyone = Receiver(), Receiver()
 
@@ -169,6 +171,7 @@ def test_a_principal_endpoint_gets_only_its_own_sessions_events(db: str) -> None
         everyone.stop()
 
 
+@pytest.mark.slow
 def test_a_receiver_down_for_a_while_gets_every_delivery_when_it_returns(db: str) -> None:
     receiver = Receiver()
 
@@ -196,6 +199,7 @@ def test_a_receiver_down_for_a_while_gets_every_delivery_when_it_returns(db: str
         receiver.stop()
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_keeps_failing_is_paused_until_resumed(db: str) -> None:
     receiver = Receiver()
     receiver.status = 503
@@ -226,6 +230,7 @@ def test_an_endpoint_that_keeps_failing_is_paused_until_resumed(db: str) -> None
         receiver.stop()
 
 
+@pytest.mark.slow
 def test_a_delivery_out_of_retries_is_failed_and_resume_requeues_it(db: str) -> None:
     receiver = Receiver()
     receiver.status = 500
@@ -264,6 +269,7 @@ def test_bad_input_is_refused_with_a_clear_error(db: str) -> None:
     run(db, body)
 
 
+@pytest.mark.slow
 def test_no_endpoint_no_events(db: str) -> None:
     """Without endpoints nothing is queued: deliveries go to endpoints that existed when
     the event was committed."""

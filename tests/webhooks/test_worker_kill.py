@@ -95,6 +95,7 @@ def _stop(proc: subprocess.Popen[str], sig: int) -> tuple[str, str]:
     return proc.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_delivery_causes_a_retry_never_a_loss(tmp_path: Path, db: str) -> None:
     url = db
     script = tmp_path / "m.json"
@@ -140,6 +141,7 @@ def test_a_worker_killed_mid_delivery_causes_a_retry_never_a_loss(tmp_path: Path
     assert not receiver.rejected
 
 
+@pytest.mark.slow
 def test_a_worker_killed_after_the_commit_before_sending_loses_nothing(
     tmp_path: Path, db: str
 ) -> None:

@@ -146,6 +146,9 @@ def _runs(sub: argparse._SubParsersAction[Parser]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="plait", description="plait: a durable agent backend (see README.md)")
     common(parser, top=True)
+    parser.add_argument(
+        "--version", action="store_true", help="print plait's version and exit (with --json: JSON)"
+    )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=Parser
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import warnings
@@ -194,10 +195,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _print_version(*, as_json: bool) -> int:
+    """``plait --version``: the version of the installed distribution (its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("plait")
+    except PackageNotFoundError:  # imported from a source tree nothing installed
+        from plait import __version__ as found
+    if as_json:
+        print(json.dumps({"name": "plait", "version": found}))
+    else:
+        print(f"plait {found}")
+    return EXIT_OK
+
+
 def _main(argv: list[str]) -> int:
     warnings.showwarning = _warn
     _reconfigure()
     as_json = "--json" in argv
+    if "--version" in argv and set(argv) <= {"--version", "--json"}:
+        return _print_version(as_json=as_json)
     try:
         check_argv(argv)
         args = build_parser().parse_args(argv)
