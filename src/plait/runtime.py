@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from plait.adapters.mcp import McpManager, McpServerConfig, McpToolInfo
+    from plait.adapters.stores.shared.offload import IoMode
     from plait.adapters.tools import SandboxSettings
     from plait.application.approvals import ApprovalDesk
     from plait.application.compaction import CompactionService
@@ -554,15 +555,17 @@ def _session_tools(url: str, policy: Policy | None) -> Sequence[Tool]:
     )
 
 
-def _open_store(url: str, *, create: bool) -> Any:
-    """The store named by ``url``, its blocking I/O off the event loop thread whoever uses
-    it (issue 6 item 7): the SQLite store runs every call on its own I/O thread, a JSONL
-    store is wrapped in :class:`~plait.adapters.stores.shared.offload.Offloaded`; PostgreSQL is
-    asynchronous and the memory store does no I/O."""
+def _open_store(url: str, *, create: bool, io: IoMode = "inline") -> Any:
+    """The store named by ``url``. With ``io="thread"`` (a process serving several runs)
+    its blocking I/O runs off the event loop thread (issue 6 item 7): the SQLite store
+    runs every call on its own I/O thread, a JSONL store is wrapped in
+    :class:`~plait.adapters.stores.shared.offload.Offloaded`. With ``io="inline"`` (a
+    process driving one run) they run on the loop's thread, without a round trip per call
+    (issue 27 item 1). PostgreSQL is asynchronous and the memory store does no I/O."""
     from plait.adapters.stores import open_store
 
-    store = open_store(url, create=create)
-    if url.startswith("jsonl:"):
+    store = open_store(url, create=create, io=io)
+    if url.startswith("jsonl:") and io == "thread":
         from plait.adapters.stores.shared.offload import Offloaded
 
         return Offloaded(store)
@@ -694,6 +697,7 @@ class Runtime:
         store_only: bool = False,
         policy: Policy | str | None = None,
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
+        store_io: IoMode = "inline",
         **options: Any,
     ) -> Runtime:
         """Open the store named by ``db`` (default :func:`default_db_url`) and the model
@@ -706,7 +710,11 @@ class Runtime:
         given, the ``[telemetry]`` table decides (:func:`configured_telemetry`).
         ``mcp_servers``: the MCP servers whose tools the session also gets (default the
         ``[mcp.servers]`` of plait.toml; ``{}`` for none); their destructive tools need
-        approval unless a policy rule names them."""
+        approval unless a policy rule names them. ``store_io``: where the store's blocking
+        calls run: ``"inline"`` for a process that drives one run at a time (the CLI, a
+        script: no thread round trip per call), ``"thread"`` for one serving several (``plait
+        serve``, workers: one slow fsync must not stall the others); see
+        :data:`~plait.adapters.stores.shared.offload.IoMode`."""
         from plait.adapters.stores.shared.redact import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
@@ -725,7 +733,7 @@ class Runtime:
                     chosen = with_destructive_rule(chosen, infos)
             specs = [*(t.spec for t in tools), *(i.spec for i in infos)]
             model_client, spec = _chosen_model(model, store_only, specs, options)
-            store = _open_store(url, create=create and not store_only)
+            store = _open_store(url, create=create and not store_only, io=store_io)
         except BaseException:
             if manager is not None:
                 manager.close()

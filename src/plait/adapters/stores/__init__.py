@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from plait.adapters.stores.jsonl.store import JsonlStore, StoreWarning
     from plait.adapters.stores.memory.store import MemoryStore
     from plait.adapters.stores.postgres.store import PostgresStore
+    from plait.adapters.stores.shared.offload import IoMode
     from plait.adapters.stores.sqlite.store import SqliteStore
 
 __all__ = [
@@ -102,11 +103,12 @@ def protected_paths(url: str) -> tuple[Path, ...]:
     return ()
 
 
-def open_store(url: str, *, create: bool = True) -> Store:
+def open_store(url: str, *, create: bool = True, io: IoMode = "thread") -> Store:
     """Open the store named by ``url``. Unknown forms raise
     :class:`~plait.domain.errors.ConfigError` listing the accepted ones. With
     ``create=False`` (commands that only read) a missing SQLite file or JSONL directory
-    raises :class:`~plait.domain.errors.StoreNotFoundError` and nothing is created."""
+    raises :class:`~plait.domain.errors.StoreNotFoundError` and nothing is created. ``io``:
+    where a SQLite store's calls run (:data:`~plait.adapters.stores.shared.offload.IoMode`)."""
     if not isinstance(url, str):
         raise ConfigError(f"store URL must be a string; {_FORMS}")
     if not create:
@@ -118,7 +120,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
     if url.startswith("sqlite:///"):
         from plait.adapters.stores.sqlite.store import SqliteStore
 
-        return SqliteStore.open(_path(url, "sqlite:///"))
+        return SqliteStore.open(_path(url, "sqlite:///"), io=io)
     if url.startswith("jsonl:///"):
         from plait.adapters.stores.jsonl.store import JsonlStore
 

@@ -201,6 +201,7 @@ def _runtime(settings: Settings, *, need_model: bool) -> Any:
         db=settings.db,
         model=settings.model if need_model else None,
         lease_seconds=settings.lease_seconds,
+        store_io="thread",  # several runs at once: one slow fsync must not stall the others
     )
 
 
