@@ -259,9 +259,10 @@ class SqliteStore:
     def commit_soon(
         self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
     ) -> asyncio.Future[CommitResult]:
-        """:meth:`commit`, queued on the I/O thread at once: the future resolves when the
-        commit is durable (or fails). Calls made after it are applied after it. See
-        :class:`~plait.application.ports.QueuedCommits` for ``after`` and ``hold``."""
+        """:meth:`commit`, queued at once (on the I/O thread, or run now inline): the
+        future resolves when the commit is durable (or fails). Calls made after it are
+        applied after it. See :class:`~plait.application.ports.QueuedCommits` for
+        ``after`` and ``hold``."""
         validate_commit(commit, start=False)
         return self._db.submit(lambda conn: self._apply(conn, commit), after=after, hold=hold)
 
