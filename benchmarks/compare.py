@@ -209,11 +209,17 @@ def medians(results: list[dict[str, Any]], cfg: str) -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = [f"medians ({cfg}; load average now {load})", "| label | workload | median | reps |"]
     lines.append("|---|---|---|---|")
+    steps: dict[str, list[float]] = {}  # plait's per-step medians: robust to one stall
+    for res in results:
+        if res.get("workload") == "w1" and "step_us_late" in res:
+            steps.setdefault(res["peer"], []).append(float(res["step_us_late"]))
     for (label, workload), values in sorted(table.items()):
         median = statistics.median(values)
         ratio = ""
         if workload == "w1" and floor:
             ratio = f" ({median / statistics.median(floor):.2f}x the FULL floor)"
+        if workload == "w1" and label in steps:
+            ratio += f"; step_us_late {statistics.median(steps[label]):g}"
         lines.append(
             f"| {label} | {workload} | {median:g} {keys[workload]}{ratio} | {len(values)} |"
         )
