@@ -178,9 +178,13 @@ def main() -> None:
                     with raw.open("a") as f:
                         f.write(json.dumps(res) + "\n")
                     keys = (
-                        "w1_us_per_step", "step_us_early", "step_us_late", "w2_ms", "w3_ms",
+                        "w1_us_per_step",
+                        "step_us_early",
+                        "step_us_late",
+                        "w2_ms",
+                        "w3_ms",
                         "build_s",
-                    )  # fmt: skip
+                    )
                     print(f"  {label} {w}: " + ", ".join(f"{k}={res[k]}" for k in keys if k in res))
                 shutil.rmtree(d, ignore_errors=True)
     finally:

@@ -124,9 +124,12 @@ def test_a_serving_runtime_runs_every_sqlite_statement_off_the_loop_thread(
 
     async def go() -> None:
         rt = Runtime.open(
-            db=f"sqlite:///{tmp_path}/plait.db", model=_model(3), tools=[_echo_tool()],
-            gate=AllowAll(), store_io="thread",
-        )  # fmt: skip
+            db=f"sqlite:///{tmp_path}/plait.db",
+            model=_model(3),
+            tools=[_echo_tool()],
+            gate=AllowAll(),
+            store_io="thread",
+        )
         assert isinstance(rt.store, SqliteStore) and isinstance(rt.store.io, IoThread)
         seen.threads.clear()  # opening the file (schema, pragmas) is synchronous, at start-up
         session = await rt.service.create_session()
@@ -156,9 +159,11 @@ def test_a_single_run_runtime_makes_no_thread_round_trip_on_a_step(
 
     async def go() -> None:
         rt = Runtime.open(
-            db=f"sqlite:///{tmp_path}/plait.db", model=_model(3), tools=[_echo_tool()],
+            db=f"sqlite:///{tmp_path}/plait.db",
+            model=_model(3),
+            tools=[_echo_tool()],
             gate=AllowAll(),
-        )  # fmt: skip
+        )
         assert isinstance(rt.store, SqliteStore) and isinstance(rt.store.io, InlineIo)
         seen.threads.clear()
         session = await rt.service.create_session()
@@ -181,17 +186,25 @@ def test_in_service_mode_a_blocked_commit_does_not_stall_another_run(
 
     async def go() -> None:
         rt = Runtime.open(
-            db=f"sqlite:///{tmp_path}/plait.db", model=_model(2), tools=[_echo_tool()],
-            gate=AllowAll(), store_io="thread",
-        )  # fmt: skip
+            db=f"sqlite:///{tmp_path}/plait.db",
+            model=_model(2),
+            tools=[_echo_tool()],
+            gate=AllowAll(),
+            store_io="thread",
+        )
         session = await rt.service.create_session()
         seen.stall.set()  # the run's first commit (its user message) blocks
         stuck = asyncio.ensure_future(rt.service.send(session.id, "go"))
         assert await asyncio.to_thread(seen.stalled.wait, 5)
         other = AgentService(
-            store=MemoryStore(), artifacts=MemoryStore(), model=_model(2),
-            tools=[_echo_tool()], clock=FixedClock(), ids=SequentialIds(), gate=AllowAll(),
-        )  # fmt: skip
+            store=MemoryStore(),
+            artifacts=MemoryStore(),
+            model=_model(2),
+            tools=[_echo_tool()],
+            clock=FixedClock(),
+            ids=SequentialIds(),
+            gate=AllowAll(),
+        )
         elsewhere = await other.create_session()
         assert (await other.send(elsewhere.id, "go")).run.status is RunStatus.COMPLETED
         assert not stuck.done()
@@ -238,9 +251,13 @@ def test_a_stalled_commit_does_not_stall_the_event_loop(
         assert await asyncio.to_thread(seen.stalled.wait, 5)
         # The commit's fsync is stuck: another session's run is served meanwhile.
         other = AgentService(
-            store=MemoryStore(), artifacts=MemoryStore(), model=_model(2),
-            tools=[_echo_tool()], clock=FixedClock(), ids=SequentialIds(),
-        )  # fmt: skip
+            store=MemoryStore(),
+            artifacts=MemoryStore(),
+            model=_model(2),
+            tools=[_echo_tool()],
+            clock=FixedClock(),
+            ids=SequentialIds(),
+        )
         session = await other.create_session()
         assert (await other.send(session.id, "go")).run.status is RunStatus.COMPLETED
         seen.release.set()

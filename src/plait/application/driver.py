@@ -648,7 +648,7 @@ class RunDriver:
             async with asyncio.timeout(time_limit):
                 response = await (active.caller or self.caller).call(
                     role, context, attempts, on_text=active.on_text if role == "assistant" else None
-                )  # fmt: skip
+                )
         except asyncio.CancelledError:
             self._note_cancel(active)
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
@@ -767,10 +767,16 @@ class RunDriver:
             return await self.ask(active, "reviewer", context, time_limit=time_limit)
 
         request = GateRequest(
-            call=call, spec=tool.spec, effect=record.effect, record=record, session=active.session,
-            run=active.run, reviewer=reviewer, history=Prefix(active.history),
+            call=call,
+            spec=tool.spec,
+            effect=record.effect,
+            record=record,
+            session=active.session,
+            run=active.run,
+            reviewer=reviewer,
+            history=Prefix(active.history),
             on_review=functools.partial(self.journal.emit, active),
-        )  # fmt: skip
+        )
         return self.journal.decided(active, call, await self.gate.decide(request))
 
     async def _execute(

@@ -59,13 +59,13 @@ def on_io_thread() -> bool:
 
 
 def _settle(done: list[_Done]) -> None:
-    for fut, result, error in done:
-        if fut.done():  # the caller stopped waiting (cancelled)
+    for future, result, error in done:
+        if future.done():  # the caller stopped waiting (cancelled)
             continue
         if error is None:
-            fut.set_result(result)
+            future.set_result(result)
         else:
-            fut.set_exception(error)
+            future.set_exception(error)
 
 
 class IoThread:
@@ -80,16 +80,16 @@ class IoThread:
     def __repr__(self) -> str:
         return f"IoThread({self._name!r}, running={self._running})"
 
-    def submit(self, fn: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
-        """Queue ``fn`` at once (before the caller next yields) and return the future of
+    def submit(self, call: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
+        """Queue ``call`` at once (before the caller next yields) and return the future of
         its result, resolved on the running loop. ``hold``: its result may wait for the
         next call's, if one is queued by the time it finishes (see above)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._queue.put((fn, fut, loop, hold))
+            self._queue.put((call, future, loop, hold))
             self._start()
-        return fut
+        return future
 
     def start(self) -> None:
         """Start the thread now (else the first call does), e.g. while opening the store."""
@@ -103,8 +103,8 @@ class IoThread:
             _thread.start_new_thread(self._work, ())
             self._running = True
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        return await self.submit(fn)
+    async def run(self, call: Callable[[], T]) -> T:
+        return await self.submit(call)
 
     def stop(self) -> None:
         """End the thread once the calls queued so far have run."""
@@ -137,14 +137,14 @@ class IoThread:
                 return False
         if item is None:
             return False
-        fn, fut, loop, hold = item
+        call, future, loop, hold = item
         result: Any = None
         error: BaseException | None = None
         try:
-            result = fn()
-        except BaseException as e:  # handed to the caller, whatever it is
-            error = e
-        held.append((loop, (fut, result, error)))
+            result = call()
+        except BaseException as raised:  # handed to the caller, whatever it is
+            error = raised
+        held.append((loop, (future, result, error)))
         if not (hold and not self._queue.empty()):
             _hand_back(held)
         return True
@@ -161,18 +161,18 @@ class InlineIo:
     def __repr__(self) -> str:
         return f"InlineIo({self._name!r})"
 
-    def submit(self, fn: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
-        """Run ``fn`` now; its result (or error) in a resolved future. ``hold`` changes
+    def submit(self, call: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
+        """Run ``call`` now; its result (or error) in a resolved future. ``hold`` changes
         nothing: there is no wake-up to save."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         try:
-            future.set_result(fn())
+            future.set_result(call())
         except Exception as error:  # handed to the caller, as the I/O thread does
             future.set_exception(error)
         return future
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        return fn()
+    async def run(self, call: Callable[[], T]) -> T:
+        return call()
 
     def start(self) -> None:
         """Nothing to start."""
