@@ -52,14 +52,37 @@ PEERS = [
 ]
 
 
+_CPU_CLOCK = (
+    "import runpy, sys, time; time.perf_counter = time.process_time; "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+"""Runs a driver with ``time.perf_counter`` reading the process's CPU time (all its
+threads): what a step costs in CPU, whatever else the machine runs meanwhile."""
+
+
 def _run(
-    python: str, driver: Path, workload: str, db: Path, variant: str, env: dict[str, str]
+    python: str,
+    driver: Path,
+    workload: str,
+    db: Path,
+    variant: str,
+    env: dict[str, str],
+    clock: str = "wall",
 ) -> dict[str, Any]:
     before = driver.parent.parent / "src"
     if driver.parent.name == "benchmarks" and driver.parent != HERE and before.is_dir():
         env = env | {"PYTHONPATH": str(before)}  # the other checkout's plait
     out = subprocess.run(
-        [python, str(driver), workload, "--db", str(db), "--variant", variant],
+        [
+            python,
+            *(("-c", _CPU_CLOCK) if clock == "cpu" else ()),
+            str(driver),
+            workload,
+            "--db",
+            str(db),
+            "--variant",
+            variant,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -92,6 +115,14 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help="where the databases go (default: a temp dir)")
     parser.add_argument("--workloads", default="w1,build,w2,w3", help="comma-separated subset")
     parser.add_argument("--steps", type=int, help="W1's steps (default $BENCH_STEPS or 200)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: every driver times with its process's CPU time instead of the wall clock "
+        "(on a loaded machine the wall clock also measures the scheduler; CPU time leaves "
+        "out waiting for fsync, so use it on tmpfs)",
+    )
     args = parser.parse_args()
 
     env = dict(os.environ)
@@ -146,7 +177,8 @@ def main() -> None:
     raw = out_dir / "raw.jsonl"
     cfg = (
         f"cfg: steps={env['BENCH_STEPS']} history={env['BENCH_HISTORY']} "
-        f"msg_bytes={env['BENCH_MSG_BYTES']} tool_bytes={env['BENCH_TOOL_BYTES']} reps={args.reps}"
+        f"msg_bytes={env['BENCH_MSG_BYTES']} tool_bytes={env['BENCH_TOOL_BYTES']} reps={args.reps} "
+        f"clock={args.clock}"
     )
     (out_dir / "cfg.txt").write_text(cfg + "\n")
     print(cfg)
@@ -172,7 +204,7 @@ def main() -> None:
                     # plait's W3 (fork) lives in its own script beside drv_plait.py.
                     fork = driver.parent / "fork_bench.py"
                     drv = fork if label.startswith("plait") and w == "w3" else driver
-                    res = _run(python, drv, w, db, variant, env)
+                    res = _run(python, drv, w, db, variant, env, args.clock)
                     res["peer"] = label
                     results.append(res)
                     with raw.open("a") as f:
