@@ -644,11 +644,14 @@ class RunDriver:
         active.interruptible = True
         try:
             # Inside the try: the timeout's own cancellation leaves as TimeoutError, never
-            # as a cancel of the run.
-            async with asyncio.timeout(time_limit):
-                response = await (active.caller or self.caller).call(
-                    role, context, attempts, on_text=active.on_text if role == "assistant" else None
-                )
+            # as a cancel of the run. Without a limit there is no timeout to arm.
+            on_text = active.on_text if role == "assistant" else None
+            call = (active.caller or self.caller).call(role, context, attempts, on_text=on_text)
+            if time_limit is None:
+                response = await call
+            else:
+                async with asyncio.timeout(time_limit):
+                    response = await call
         except asyncio.CancelledError:
             self._note_cancel(active)
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
