@@ -254,6 +254,7 @@ async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
         commits=store.writes,
         db_bytes=db_bytes(a.db),
         telemetry=telemetry is not None,
+        store_io=a.store_io,
     )
     if telemetry is not None:
         telemetry.shutdown()
