@@ -4,6 +4,9 @@
     uv run python benchmarks/compare.py --reps 5 --no-peers  # plait only
     uv run python benchmarks/compare.py --reps 7 --no-peers --floor  # plait + the bare loops
     uv run python benchmarks/compare.py --reps 5 --no-peers --telemetry  # + W1, telemetry on
+    # W1 only, main-before (a checkout of it) vs now vs the floor, on tmpfs, 10 steps:
+    uv run python benchmarks/compare.py --reps 9 --no-peers --floor --workloads w1 \
+        --before /tmp/plait-before --scratch /dev/shm --steps 10
 
 The peers' venv is made by ``bash ../shared/peer-bench/setup_venv.sh`` (outside the repo).
 Each peer x workload runs in its own process, as in peer-bench's run_all.sh; W2 gets a
@@ -12,6 +15,12 @@ pristine copy of the built session each time. ``--floor`` runs the bare SQLite l
 peers' venv, interleaved with plait, so W1 can be read as a ratio to the FULL floor measured
 under the same load (DESIGN §11's target is that ratio). Raw JSONL and the table land in
 ``benchmarks/results/<UTC timestamp>/``.
+
+``--before DIR`` also runs the plait of another checkout (e.g. ``git worktree add DIR main``
+before a change) with this Python, its ``src`` first on the path, interleaved with this one
+in every rep. ``--scratch DIR`` puts the databases there (``/dev/shm``: CPU only, no fsync
+cost). ``--workloads`` restricts what runs; ``--steps`` sets W1's steps. A last table gives,
+per label and workload, the median over the reps and (W1) its ratio to the FULL floor.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,11 +52,37 @@ PEERS = [
 ]
 
 
+_CPU_CLOCK = (
+    "import runpy, sys, time; time.perf_counter = time.process_time; "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+"""Runs a driver with ``time.perf_counter`` reading the process's CPU time (all its
+threads): what a step costs in CPU, whatever else the machine runs meanwhile."""
+
+
 def _run(
-    python: str, driver: Path, workload: str, db: Path, variant: str, env: dict[str, str]
+    python: str,
+    driver: Path,
+    workload: str,
+    db: Path,
+    variant: str,
+    env: dict[str, str],
+    clock: str = "wall",
 ) -> dict[str, Any]:
+    before = driver.parent.parent / "src"
+    if driver.parent.name == "benchmarks" and driver.parent != HERE and before.is_dir():
+        env = env | {"PYTHONPATH": str(before)}  # the other checkout's plait
     out = subprocess.run(
-        [python, str(driver), workload, "--db", str(db), "--variant", variant],
+        [
+            python,
+            *(("-c", _CPU_CLOCK) if clock == "cpu" else ()),
+            str(driver),
+            workload,
+            "--db",
+            str(db),
+            "--variant",
+            variant,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -60,22 +96,38 @@ def _run(
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--peer-bench", type=Path, default=DEFAULT_PEER_BENCH)
-    p.add_argument(
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--peer-bench", type=Path, default=DEFAULT_PEER_BENCH)
+    parser.add_argument(
         "--peervenv",
         type=Path,
         default=Path(os.environ.get("PEERVENV", Path(tempfile.gettempdir()) / "peervenv")),
     )
-    p.add_argument("--no-peers", action="store_true")
-    p.add_argument("--floor", action="store_true", help="run the bare loops (stdlib only)")
-    p.add_argument(
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--floor", action="store_true", help="run the bare loops (stdlib only)")
+    parser.add_argument(
         "--telemetry", action="store_true", help="also run W1 with telemetry on (plait-otel)"
     )
-    a = p.parse_args()
+    parser.add_argument("--before", type=Path, help="a checkout of plait before the change")
+    parser.add_argument("--scratch", type=Path, help="where the databases go (default: a temp dir)")
+    parser.add_argument("--workloads", default="w1,build,w2,w3", help="comma-separated subset")
+    parser.add_argument("--steps", type=int, help="W1's steps (default $BENCH_STEPS or 200)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: every driver times with its process's CPU time instead of the wall clock "
+        "(on a loaded machine the wall clock also measures the scheduler; CPU time leaves "
+        "out waiting for fsync, so use it on tmpfs)",
+    )
+    args = parser.parse_args()
 
     env = dict(os.environ)
+    if args.steps is not None:
+        env["BENCH_STEPS"] = str(args.steps)
     for k, v in {
         "BENCH_STEPS": "200",
         "BENCH_HISTORY": "5000",
@@ -93,25 +145,30 @@ def main() -> None:
     }
 
     configs = [("plait", sys.executable, HERE / "drv_plait.py", "", "w1,build,w2,w3")]
-    if a.telemetry:  # W1 again with OpenTelemetry on (spans and metrics, exported nowhere)
+    if args.before is not None:
+        driver = args.before.resolve() / "benchmarks" / "drv_plait.py"
+        if not driver.exists():
+            raise SystemExit(f"--before {args.before}: no benchmarks/drv_plait.py there")
+        configs.insert(0, ("plait-before", sys.executable, driver, "", "w1,build,w2,w3"))
+    if args.telemetry:  # W1 again with OpenTelemetry on (spans and metrics, exported nowhere)
         configs.append(("plait-otel", sys.executable, HERE / "drv_plait.py", "telemetry", "w1"))
-    peer_py = a.peervenv / "bin" / "python"
-    if a.floor and not a.peer_bench.is_dir():
-        raise SystemExit(f"--floor needs the peer benchmark at {a.peer_bench} (--peer-bench)")
-    if a.floor and (a.no_peers or not peer_py.exists()):
+    peer_py = args.peervenv / "bin" / "python"
+    if args.floor and not args.peer_bench.is_dir():
+        raise SystemExit(f"--floor needs the peer benchmark at {args.peer_bench} (--peer-bench)")
+    if args.floor and (args.no_peers or not peer_py.exists()):
         configs += [
-            (lbl, sys.executable, a.peer_bench / drv, var, wls)
+            (lbl, sys.executable, args.peer_bench / drv, var, wls)
             for lbl, drv, var, wls in PEERS
             if lbl.startswith("baseline")
         ]
-    if not a.no_peers:
-        if peer_py.exists() and a.peer_bench.is_dir():
+    if not args.no_peers:
+        if peer_py.exists() and args.peer_bench.is_dir():
             configs += [
-                (lbl, str(peer_py), a.peer_bench / drv, var, wls) for lbl, drv, var, wls in PEERS
+                (lbl, str(peer_py), args.peer_bench / drv, var, wls) for lbl, drv, var, wls in PEERS
             ]
         else:
             print(
-                f"(no peer venv at {a.peervenv} or no {a.peer_bench}: plait only; "
+                f"(no peer venv at {args.peervenv} or no {args.peer_bench}: plait only; "
                 "make it with `bash ../shared/peer-bench/setup_venv.sh`)"
             )
 
@@ -120,19 +177,24 @@ def main() -> None:
     raw = out_dir / "raw.jsonl"
     cfg = (
         f"cfg: steps={env['BENCH_STEPS']} history={env['BENCH_HISTORY']} "
-        f"msg_bytes={env['BENCH_MSG_BYTES']} tool_bytes={env['BENCH_TOOL_BYTES']} reps={a.reps}"
+        f"msg_bytes={env['BENCH_MSG_BYTES']} tool_bytes={env['BENCH_TOOL_BYTES']} reps={args.reps} "
+        f"clock={args.clock}"
     )
     (out_dir / "cfg.txt").write_text(cfg + "\n")
     print(cfg)
-    scratch = Path(tempfile.mkdtemp(prefix="plait-bench-"))
+    scratch = Path(tempfile.mkdtemp(prefix="plait-bench-", dir=args.scratch))
+    wanted = set(args.workloads.split(","))
+    results: list[dict[str, Any]] = []
     try:
-        for rep in range(1, a.reps + 1):
-            print(f"== rep {rep}/{a.reps}")
+        for rep in range(1, args.reps + 1):
+            print(f"== rep {rep}/{args.reps}")
             for label, python, driver, variant, workloads in configs:
                 d = scratch / label
                 shutil.rmtree(d, ignore_errors=True)
                 d.mkdir(parents=True)
                 for w in workloads.split(","):
+                    if w not in wanted and not (w == "build" and wanted & {"w2", "w3"}):
+                        continue
                     if w in ("w2", "w3"):
                         for suffix in ("", "-wal"):
                             src = d / f"hist.db{suffix}"
@@ -140,27 +202,64 @@ def main() -> None:
                                 shutil.copy(src, d / f"{w}.db{suffix}")
                     db = d / ("hist.db" if w == "build" else f"{w}.db")
                     # plait's W3 (fork) lives in its own script beside drv_plait.py.
-                    drv = HERE / "fork_bench.py" if (label, w) == ("plait", "w3") else driver
-                    res = _run(python, drv, w, db, variant, env)
+                    fork = driver.parent / "fork_bench.py"
+                    drv = fork if label.startswith("plait") and w == "w3" else driver
+                    res = _run(python, drv, w, db, variant, env, args.clock)
                     res["peer"] = label
+                    results.append(res)
                     with raw.open("a") as f:
                         f.write(json.dumps(res) + "\n")
                     keys = (
-                        "w1_us_per_step", "step_us_early", "step_us_late", "w2_ms", "w3_ms",
+                        "w1_us_per_step",
+                        "step_us_early",
+                        "step_us_late",
+                        "w2_ms",
+                        "w3_ms",
                         "build_s",
-                    )  # fmt: skip
+                    )
                     print(f"  {label} {w}: " + ", ".join(f"{k}={res[k]}" for k in keys if k in res))
                 shutil.rmtree(d, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    summarize = a.peer_bench / "summarize.py"
+    summarize = args.peer_bench / "summarize.py"
     if summarize.exists():
         table = subprocess.run(
             [sys.executable, str(summarize), str(raw)], capture_output=True, text=True, check=True
         ).stdout
         (out_dir / "table.md").write_text(table)
         print(table)
+    print(medians(results, cfg))
     print(f"raw results: {raw}")
+
+
+def medians(results: list[dict[str, Any]], cfg: str) -> str:
+    """Per label and workload the median over the reps; W1 also as a ratio to the FULL
+    floor (``baseline-full``) of the same run."""
+    keys = {"w1": "w1_us_per_step", "w2": "w2_ms", "w3": "w3_ms"}
+    table: dict[tuple[str, str], list[float]] = {}
+    for res in results:
+        key = keys.get(res.get("workload", ""))
+        if key is not None and key in res:
+            table.setdefault((res["peer"], res["workload"]), []).append(float(res[key]))
+    floor = table.get(("baseline-full", "w1"))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = [f"medians ({cfg}; load average now {load})", "| label | workload | median | reps |"]
+    lines.append("|---|---|---|---|")
+    steps: dict[str, list[float]] = {}  # plait's per-step medians: robust to one stall
+    for res in results:
+        if res.get("workload") == "w1" and "step_us_late" in res:
+            steps.setdefault(res["peer"], []).append(float(res["step_us_late"]))
+    for (label, workload), values in sorted(table.items()):
+        median = statistics.median(values)
+        ratio = ""
+        if workload == "w1" and floor:
+            ratio = f" ({median / statistics.median(floor):.2f}x the FULL floor)"
+        if workload == "w1" and label in steps:
+            ratio += f"; step_us_late {statistics.median(steps[label]):g}"
+        lines.append(
+            f"| {label} | {workload} | {median:g} {keys[workload]}{ratio} | {len(values)} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ def build_agent(
 async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
     fresh_db(a.db)
     t_setup = time.perf_counter()
-    store = CountingStore(a.db)
+    store = CountingStore(a.db, io=a.store_io)
     model = SlowModel(a.steps, a.model_ms / 1e3) if a.model_ms else FakeModel(a.steps)
     telemetry = bench_telemetry() if a.variant == "telemetry" else None
     agent = build_agent(store, model, a.tool_bytes, telemetry)
@@ -254,6 +254,7 @@ async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
         commits=store.writes,
         db_bytes=db_bytes(a.db),
         telemetry=telemetry is not None,
+        store_io=a.store_io,
     )
     if telemetry is not None:
         telemetry.shutdown()
@@ -317,6 +318,12 @@ def main() -> None:
     p.add_argument("--msg-bytes", type=int, default=int(os.environ.get("BENCH_MSG_BYTES", 500)))
     p.add_argument("--tool-bytes", type=int, default=int(os.environ.get("BENCH_TOOL_BYTES", 1024)))
     p.add_argument("--variant", default="")
+    p.add_argument(
+        "--store-io",
+        choices=["inline", "thread"],
+        default=os.environ.get("BENCH_STORE_IO", "inline"),
+        help="w1: where the store's calls run (inline: one run per process, as the CLI)",
+    )
     p.add_argument(
         "--model-ms", type=float, default=0.0, help="w1: each model call takes this long"
     )

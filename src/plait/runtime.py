@@ -28,7 +28,7 @@ from plait.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
     from plait.adapters.mcp import McpManager, McpServerConfig, McpToolInfo
-    from plait.adapters.stores import PgEventFeed
+    from plait.adapters.stores import IoMode, PgEventFeed
     from plait.adapters.tools import SandboxSettings
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
@@ -608,15 +608,17 @@ def _session_tools(settings: Settings, policy: Policy | None) -> Sequence[Tool]:
     )
 
 
-def _open_store(url: str, *, create: bool) -> Any:
-    """The store named by ``url``, its blocking I/O off the event loop thread whoever uses
-    it (issue 6 item 7): the SQLite store runs every call on its own I/O thread, a JSONL
-    store is wrapped in :class:`~plait.adapters.stores.shared.offload.Offloaded`; PostgreSQL is
-    asynchronous and the memory store does no I/O."""
+def _open_store(url: str, *, create: bool, io: IoMode = "inline") -> Any:
+    """The store named by ``url``. With ``io="thread"`` (a process serving several runs)
+    its blocking I/O runs off the event loop thread (issue 6 item 7): the SQLite store
+    runs every call on its own I/O thread, a JSONL store is wrapped in
+    :class:`~plait.adapters.stores.shared.offload.Offloaded`. With ``io="inline"`` (a
+    process driving one run) they run on the loop's thread, without a round trip per call
+    (issue 27 item 1). PostgreSQL is asynchronous and the memory store does no I/O."""
     from plait.adapters.stores import open_store, store_kind
 
-    store = open_store(url, create=create)
-    if store_kind(url) == "jsonl":
+    store = open_store(url, create=create, io=io)
+    if store_kind(url) == "jsonl" and io == "thread":
         from plait.adapters.stores import Offloaded
 
         return Offloaded(store)
@@ -778,6 +780,7 @@ class Runtime:
         gate: ToolGate | None = None,
         snapshots: WorkspaceSnapshots | None = None,
         telemetry: RunTelemetry | None = None,
+        store_io: IoMode = "inline",
     ) -> Runtime:
         """Open the store named by ``db`` and the model named by ``model`` (defaults: the
         ``settings``, else those resolved now from the config files and the environment:
@@ -792,8 +795,12 @@ class Runtime:
         to the ``[compaction]`` and ``[agents.NAME]`` tables, ``snapshots`` to git
         worktrees in the data directory. ``mcp_servers``: the MCP servers whose tools the
         session also gets (default the ``[mcp.servers]`` of plait.toml; ``{}`` for none);
-        their destructive tools need approval unless a policy rule names them. The other
-        keywords are :class:`Runtime`'s."""
+        their destructive tools need approval unless a policy rule names them.
+        ``store_io``: where the store's blocking calls run: ``"inline"`` for a process that
+        drives one run at a time (the CLI, a script: no thread round trip per call),
+        ``"thread"`` for one serving several (``plait serve``, workers: one slow fsync must
+        not stall the others); see :data:`~plait.adapters.stores.shared.offload.IoMode`.
+        The other keywords are :class:`Runtime`'s."""
         from plait.adapters.stores import redact_url
         from plait.adapters.system import RandomIds, SystemClock, process_owner
 
@@ -825,7 +832,7 @@ class Runtime:
                 model_client, spec = _chosen_model(model, settings, specs)
                 if meter_for is None and spec is not None and not spec.startswith("scripted:"):
                     meter_for = token_meters(settings)
-            store = _open_store(url, create=create and not store_only)
+            store = _open_store(url, create=create and not store_only, io=store_io)
         except BaseException:
             if manager is not None:
                 manager.close()

@@ -15,7 +15,7 @@ import pytest
 
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.stores.sqlite.store import SqliteStore
-from plait.application._journal import _Pending
+from plait.application._journal import _InFlight
 from plait.application.events import MessageSaved, ModelCallStarted, RunEvent, ToolStarted
 from plait.application.ports import Commit, CommitResult, ModelRequest, ModelResponse
 from plait.domain.errors import LeaseLostError, StoreError
@@ -234,7 +234,7 @@ def test_records_of_the_same_call_are_not_carried_in_one_commit() -> None:
         effect=EffectClass.READ_ONLY, args_digest="d", idempotency_key="k",
         state=ExecutionState.SETTLED, requested_at=0.0,
     )  # fmt: skip
-    pending = _Pending(0, (), (record,), "result_saved", queued=False)
+    pending = _InFlight(0, (), (record,), "result_saved")
     assert not pending.takes((replace(record, state=ExecutionState.SETTLED),))
     assert pending.takes((replace(record, call_id="c2"),))
 

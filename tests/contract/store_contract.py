@@ -42,12 +42,18 @@ from tests.contract.builders import (
 )
 from tests.contract.fence_contract import FenceContract
 from tests.contract.owner_contract import OwnerPagesContract
+from tests.contract.pipeline_contract import PipelineContract
 from tests.contract.run_contract import RunContract
 from tests.contract.submit_contract import SubmitContract
 
 
 class StoreContract(
-    RunContract, ApprovalContract, OwnerPagesContract, SubmitContract, FenceContract
+    RunContract,
+    ApprovalContract,
+    OwnerPagesContract,
+    SubmitContract,
+    FenceContract,
+    PipelineContract,
 ):
     """Everything a store must do; subclass it once per adapter."""
 

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from plait.adapters.stores.memory.store import MemoryStore
-from plait.adapters.stores.shared.offload import IoThread, Offloaded, on_io_thread
+from plait.adapters.stores.shared.offload import (
+    InlineIo,
+    IoThread,
+    Offloaded,
+    io_for,
+    on_io_thread,
+)
 from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.gate import AllowAll
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
@@ -111,16 +117,20 @@ def _model(steps: int) -> ScriptedModel:
     return ScriptedModel({"version": 1, "assistant": [*calls, {"text": "done"}]})
 
 
-def test_runtime_open_runs_every_sqlite_statement_off_the_loop_thread(
+def test_a_serving_runtime_runs_every_sqlite_statement_off_the_loop_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen = Statements(monkeypatch)
 
     async def go() -> None:
         rt = Runtime.open(
-            db=f"sqlite:///{tmp_path}/plait.db", model=_model(3), tools=[_echo_tool()],
+            db=f"sqlite:///{tmp_path}/plait.db",
+            model=_model(3),
+            tools=[_echo_tool()],
             gate=AllowAll(),
-        )  # fmt: skip
+            store_io="thread",
+        )
+        assert isinstance(rt.store, SqliteStore) and isinstance(rt.store.io, IoThread)
         seen.threads.clear()  # opening the file (schema, pragmas) is synchronous, at start-up
         session = await rt.service.create_session()
         result = await rt.service.send(session.id, "go")
@@ -130,6 +140,102 @@ def test_runtime_open_runs_every_sqlite_statement_off_the_loop_thread(
         assert seen.threads and threading.get_ident() not in seen.threads
 
     asyncio.run(go())
+
+
+def test_a_single_run_runtime_makes_no_thread_round_trip_on_a_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 item 1: the CLI and the Python API drive one run; every statement of the
+    run runs on the loop's thread, and no store call goes through an I/O thread."""
+    seen = Statements(monkeypatch)
+    submitted: list[str] = []
+    submit = IoThread.submit
+
+    def spied(self: IoThread, fn: Any, *, hold: bool = False) -> Any:
+        submitted.append(repr(self))
+        return submit(self, fn, hold=hold)
+
+    monkeypatch.setattr(IoThread, "submit", spied)
+
+    async def go() -> None:
+        rt = Runtime.open(
+            db=f"sqlite:///{tmp_path}/plait.db",
+            model=_model(3),
+            tools=[_echo_tool()],
+            gate=AllowAll(),
+        )
+        assert isinstance(rt.store, SqliteStore) and isinstance(rt.store.io, InlineIo)
+        seen.threads.clear()
+        session = await rt.service.create_session()
+        result = await rt.service.send(session.id, "go")
+        assert result.run.status is RunStatus.COMPLETED
+        assert len(await rt.store.read_messages(session.id)) == 8
+        await rt.close()
+        assert seen.threads == {threading.get_ident()}
+        assert submitted == []
+
+    asyncio.run(go())
+
+
+def test_in_service_mode_a_blocked_commit_does_not_stall_another_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime of ``plait serve`` and workers (``store_io="thread"``): one run's
+    commit blocks (a slow fsync); another run of the process goes on meanwhile."""
+    seen = Statements(monkeypatch)
+
+    async def go() -> None:
+        rt = Runtime.open(
+            db=f"sqlite:///{tmp_path}/plait.db",
+            model=_model(2),
+            tools=[_echo_tool()],
+            gate=AllowAll(),
+            store_io="thread",
+        )
+        session = await rt.service.create_session()
+        seen.stall.set()  # the run's first commit (its user message) blocks
+        stuck = asyncio.ensure_future(rt.service.send(session.id, "go"))
+        assert await asyncio.to_thread(seen.stalled.wait, 5)
+        other = AgentService.build(
+            store=MemoryStore(),
+            artifacts=MemoryStore(),
+            model=_model(2),
+            tools=[_echo_tool()],
+            clock=FixedClock(),
+            ids=SequentialIds(),
+            gate=AllowAll(),
+        )
+        elsewhere = await other.create_session()
+        assert (await other.send(elsewhere.id, "go")).run.status is RunStatus.COMPLETED
+        assert not stuck.done()
+        seen.release.set()
+        assert (await stuck).run.status is RunStatus.COMPLETED
+        assert seen.released_in_time is True
+        await rt.close()
+
+    asyncio.run(go())
+
+
+def test_inline_io_runs_calls_at_once_and_hands_back_errors() -> None:
+    io = io_for("inline", "test-inline")
+    order: list[int] = []
+
+    def boom() -> None:
+        raise ValueError("bad")
+
+    async def go() -> None:
+        futures = [io.submit(functools.partial(order.append, n)) for n in range(3)]
+        assert order == [0, 1, 2] and all(f.done() for f in futures)
+        failed = io.submit(boom)
+        assert failed.done()
+        with pytest.raises(ValueError, match="bad"):
+            await failed
+        assert await io.run(lambda: 42) == 42
+        assert not on_io_thread()
+
+    asyncio.run(go())
+    with pytest.raises(ValueError, match="unknown store I/O mode 'fast'"):
+        io_for("fast", "x")  # type: ignore[arg-type]
 
 
 def test_a_stalled_commit_does_not_stall_the_event_loop(
@@ -145,9 +251,13 @@ def test_a_stalled_commit_does_not_stall_the_event_loop(
         assert await asyncio.to_thread(seen.stalled.wait, 5)
         # The commit's fsync is stuck: another session's run is served meanwhile.
         other = AgentService.build(
-            store=MemoryStore(), artifacts=MemoryStore(), model=_model(2),
-            tools=[_echo_tool()], clock=FixedClock(), ids=SequentialIds(),
-        )  # fmt: skip
+            store=MemoryStore(),
+            artifacts=MemoryStore(),
+            model=_model(2),
+            tools=[_echo_tool()],
+            clock=FixedClock(),
+            ids=SequentialIds(),
+        )
         session = await other.create_session()
         assert (await other.send(session.id, "go")).run.status is RunStatus.COMPLETED
         seen.release.set()
@@ -159,7 +269,7 @@ def test_a_stalled_commit_does_not_stall_the_event_loop(
     asyncio.run(go())
 
 
-def test_runtime_open_runs_the_jsonl_store_off_the_loop_thread(tmp_path: Path) -> None:
+def test_a_serving_runtime_runs_the_jsonl_store_off_the_loop_thread(tmp_path: Path) -> None:
     threads: list[int] = []
 
     class Spy:
@@ -168,8 +278,13 @@ def test_runtime_open_runs_the_jsonl_store_off_the_loop_thread(tmp_path: Path) -
             return []
 
     async def go() -> None:
-        rt = Runtime.open(db=f"jsonl:///{tmp_path}/store", store_only=True, create=True)
+        rt = Runtime.open(
+            db=f"jsonl:///{tmp_path}/store", store_only=True, create=True, store_io="thread"
+        )
         assert isinstance(rt.store, Offloaded)
+        single = Runtime.open(db=f"jsonl:///{tmp_path}/store", store_only=True)
+        assert not isinstance(single.store, Offloaded)  # one run: no round trip
+        await single.close()
         assert await rt.store.list_sessions() == []
         spied = Offloaded(Spy())
         assert await spied.list_sessions() == []

@@ -1,19 +1,22 @@
 """RunDriver: the run's state machine and the persistence order of DESIGN §3.
 
-Persistence order of one run::
+Persistence order of one run (the :class:`~plait.application._journal.RunJournal`'s named
+points, each durable where the journal says)::
 
     save user message (and claim the session for the run)            -- AgentService.send
     -> ContextBuilder builds the context; ModelCaller asks the model (retries per §6);
        validate; on invalid output ask for a correction (bounded)
-    -> save the assistant message with its calls, run usage, ``requested`` records
-    -> per call, in order:
+    -> journal.save_turn: the assistant message with its calls, run usage, ``requested``
+       records (a final answer ends the run in the same commit)
+    -> per call, in order (journal.result_durable first: the last result is durable):
          ToolGate decides (allow / deny / needs_approval), recorded on the record
-         deny: save a ``denied`` result                    needs_approval: run waits
-         allow: [save "started" for side effects] -> ToolRunner executes -> save result
-         (written during the next model call, or with the next step's commit)
+         deny: journal.save_denial                           needs_approval: run waits
+         allow: journal.start_call (durable for side effects) -> ToolRunner executes
+                -> journal.save_result (written behind: during the next model call, or
+                   with the next step's commit)
     -> the post-step check (compaction, :class:`CompactionStage`), after a final answer too
-    -> next step, or end the run (completed / budget_exhausted / failed / cancelled; a
-       run cancelled meanwhile ends cancelled whatever else ended it)
+    -> next step, or journal.finish: end the run (completed / budget_exhausted / failed /
+       cancelled; a run cancelled meanwhile ends cancelled whatever else ended it)
 
 Every arrow after a save is a restart point. Nothing runs that was not first persisted as
 requested, and nothing invalid is persisted as a tool request. No store transaction is
@@ -56,7 +59,6 @@ from plait.application.events import (
     RecoveryEvent,
     RunEnded,
     RunObserver,
-    ToolStarted,
 )
 from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict, policy_of
 from plait.application.model_caller import ModelCaller
@@ -86,7 +88,6 @@ from plait.domain.messages import (
     AssistantMessage,
     Message,
     ToolCall,
-    ToolResult,
     ToolStatus,
     Usage,
 )
@@ -108,13 +109,15 @@ class _Attempts:
     """The run's side of a model call (ModelCaller's AttemptBudget)."""
 
     driver: RunDriver
-    a: ActiveRun
+    active: ActiveRun
     step: int
 
     def spend(self, role: ModelRole, attempt: int) -> None:
-        self.driver.check_budget(self.a, before_model_call=True)
-        self.a.usage.model_calls += 1
-        self.driver.journal.emit(self.a, ModelCallStarted(self.a.run.id, self.step, attempt, role))
+        self.driver.check_budget(self.active, before_model_call=True)
+        self.active.usage.model_calls += 1
+        self.driver.journal.emit(
+            self.active, ModelCallStarted(self.active.run.id, self.step, attempt, role)
+        )
 
     def settled(
         self, role: ModelRole, attempt: int, model: str, outcome: ModelResponse | ModelError
@@ -123,7 +126,7 @@ class _Attempts:
             return  # only telemetry reads it: no event to build otherwise
         if isinstance(outcome, ModelError):
             ended = ModelCallEnded(
-                run_id=self.a.run.id,
+                run_id=self.active.run.id,
                 step=self.step,
                 attempt=attempt,
                 role=role,
@@ -132,7 +135,7 @@ class _Attempts:
             )
         else:
             ended = ModelCallEnded(
-                run_id=self.a.run.id,
+                run_id=self.active.run.id,
                 step=self.step,
                 attempt=attempt,
                 role=role,
@@ -141,11 +144,11 @@ class _Attempts:
                 usage=outcome.usage,
                 tool_calls=len(outcome.tool_calls),
             )
-        self.driver.journal.emit(self.a, ended)
+        self.driver.journal.emit(self.active, ended)
 
     @property
     def deadline(self) -> float | None:
-        return self.a.deadline
+        return self.active.deadline
 
 
 @dataclass(slots=True)
@@ -155,27 +158,27 @@ class _Guard:
     the run's usage, and interruptible by a cancel like the run's own model calls."""
 
     driver: RunDriver
-    a: ActiveRun
+    active: ActiveRun
 
     def before_call(self) -> None:
-        self.driver.check_budget(self.a, before_model_call=True)
-        self.a.usage.model_calls += 1
+        self.driver.check_budget(self.active, before_model_call=True)
+        self.active.usage.model_calls += 1
 
     def after_call(self, usage: Usage) -> None:
-        self.a.usage.input_tokens += usage.input_tokens
-        self.a.usage.output_tokens += usage.output_tokens
+        self.active.usage.input_tokens += usage.input_tokens
+        self.active.usage.output_tokens += usage.output_tokens
 
     @contextmanager
     def interruptible(self) -> Iterator[None]:
-        a = self.a
-        a.interruptible = True
+        active = self.active
+        active.interruptible = True
         try:
             yield
         except asyncio.CancelledError:
-            self.driver._note_cancel(a)
+            self.driver._note_cancel(active)
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
         finally:
-            a.interruptible = False
+            active.interruptible = False
 
 
 def _recovery_plan(
@@ -209,11 +212,13 @@ def _recovery_plan(
     )
 
 
-def _answered(a: ActiveRun) -> bool:
+def _answered(active: ActiveRun) -> bool:
     """The run's last saved message is its final answer (an assistant message without
     calls): only a post-step check was left to do before it ended."""
-    last = a.history[-1] if a.history else None
-    return isinstance(last, AssistantMessage) and last.run_id == a.run.id and not last.tool_calls
+    last = active.history[-1] if active.history else None
+    return (
+        isinstance(last, AssistantMessage) and last.run_id == active.run.id and not last.tool_calls
+    )
 
 
 class RunDriver:
@@ -313,50 +318,52 @@ class RunDriver:
         session = await self.store.get_session(claimed.session_id)
         stored = await self.store.read_messages(claimed.session_id)
         history = [s.message for s in stored]
-        a = self.activate(claimed, session, session.version, history, observer, on_text)
-        a.caller = caller
-        return a
+        active = self.activate(claimed, session, session.version, history, observer, on_text)
+        active.caller = caller
+        return active
 
-    async def drive(self, a: ActiveRun, *, pending: bool, how: str = "recovered") -> RunResult:
+    async def drive(self, active: ActiveRun, *, pending: bool, how: str = "recovered") -> RunResult:
         """Run the loop until the run ends or waits; ``pending``: first settle the calls
         of the last assistant message that have no result (recovery, resume). ``how``
         this process came to drive a run taken over (telemetry: ``recovered``,
         ``claimed``, ``resumed``); a run that is not ``pending`` was just started (its
         telemetry segment began with its first write)."""
-        self.active[a.run.id] = a
-        a.run = replace(a.run, policy=policy_of(self.gate))  # it decides the calls from here
+        self.active[active.run.id] = active
+        active.run = replace(
+            active.run, policy=policy_of(self.gate)
+        )  # it decides the calls from here
         telemetry = self.journal.telemetry
         if telemetry is not None and pending:  # a started run began with its first write
-            context = telemetry.begin(a.run, how)
+            context = telemetry.begin(active.run, how)
             if context is not None:  # stored with the run's next write
-                a.run = replace(a.run, trace_context=context)
-        heartbeat = asyncio.create_task(self.leases.keep(a))
+                active.run = replace(active.run, trace_context=context)
+        heartbeat = asyncio.create_task(self.leases.keep(active))
         try:
-            await self._loop(a, pending=pending, recovering=pending and how == "recovered")
-            await self.journal.durable(a)
-        except BaseException as e:
+            await self._loop(active, pending=pending, recovering=pending and how == "recovered")
+            await self.journal.result_durable(active)
+        except BaseException as error:
             if telemetry is not None:
-                telemetry.end(a.run, e)
-            await self.journal.abandon(a)
+                telemetry.end(active.run, error)
+            await self.journal.abandon(active)
             raise
         finally:
             heartbeat.cancel()
-            self.active.pop(a.run.id, None)
-            self.compaction.release(a.run.id)  # a view kept for a next step
-        self.journal.emit(a, RunEnded(a.run))
+            self.active.pop(active.run.id, None)
+            self.compaction.release(active.run.id)  # a view kept for a next step
+        self.journal.emit(active, RunEnded(active.run))
         if telemetry is not None:
-            telemetry.end(a.run)
-        if a.external_cancel:
+            telemetry.end(active.run)
+        if active.external_cancel:
             raise asyncio.CancelledError
-        return RunResult(a.run, tuple(a.added))
+        return RunResult(active.run, tuple(active.added))
 
-    async def hold_cut_short(self, a: ActiveRun, *, why: str) -> bool:
+    async def hold_cut_short(self, active: ActiveRun, *, why: str) -> bool:
         """A running run taken over to be ended (a forced cancel): a call whose start was
         recorded and that has no result may have acted, so it is settled ``unknown`` and
         the run waits for a person (as recovery does) instead of claiming it was not
         executed. A read-only call that started has no effect: it may be cancelled.
         Returns whether the run now awaits resolution."""
-        for call, record in await self._pending_work(a):
+        for call, record in await self._pending_work(active):
             if record.result_status is ToolStatus.UNKNOWN or (
                 record.state is ExecutionState.STARTED
                 and record.effect is not EffectClass.READ_ONLY
@@ -370,108 +377,115 @@ class RunDriver:
                     code="unknown_effect",
                     message=f"call {call.id} ({call.name}): {note}; a person must resolve it",
                 )
-                await self.journal.finish(a, RunStatus.AWAITING_RESOLUTION, error, (unknown,))
+                await self.journal.finish(active, RunStatus.AWAITING_RESOLUTION, error, (unknown,))
                 return True
         return False
 
-    async def close_pending(self, a: ActiveRun, *, why: str) -> None:
+    async def close_pending(self, active: ActiveRun, *, why: str) -> None:
         """Pair every open call of the run (unknown ones as ``unknown``)."""
-        await self.journal.settle_unstarted(a, await self._pending_work(a), why)
+        await self.journal.settle_unstarted(active, await self._pending_work(active), why)
 
     # --- the loop ---------------------------------------------------------------------------
 
-    async def _loop(self, a: ActiveRun, *, pending: bool, recovering: bool = False) -> None:
-        guard = _Guard(self, a)
+    async def _loop(self, active: ActiveRun, *, pending: bool, recovering: bool = False) -> None:
+        guard = _Guard(self, active)
         try:
             await self.sync_tools()  # a resumed call finds the tools of now
             if recovering:
-                await self._recover_calls(a, await self._pending_work(a))
+                await self._recover_calls(active, await self._pending_work(active))
             elif pending:
-                await self._run_calls(a, await self._pending_work(a))
-            self.compaction.check_run(a)  # a model it cannot measure: before any call
-            if pending and _answered(a):  # stopped in its final answer's post-step check
-                await self._post_step(a, guard)
-                check_cancel(a)
-                await self.journal.finish(a, RunStatus.COMPLETED, None)
+                await self._run_calls(active, await self._pending_work(active))
+            self.compaction.check_run(active)  # a model it cannot measure: before any call
+            if pending and _answered(active):  # stopped in its final answer's post-step check
+                await self._post_step(active, guard)
+                check_cancel(active)
+                await self.journal.finish(active, RunStatus.COMPLETED, None)
                 return
             while True:
-                calls = await self._step(a, guard)
+                calls = await self._step(active, guard)
                 if not calls:
                     return
-                await self._run_calls(a, calls)
-                await self._post_step(a, guard)
+                await self._run_calls(active, calls)
+                await self._post_step(active, guard)
         except StopRun as stop:
             if stop.status is not RunStatus.CANCELLED:
-                await self.journal.durable(a)  # a cancel seen by the commit in flight
-                if a.cancel_requested:  # cancel has final priority, whatever else ended
-                    stop = await self._cancelled_instead(a, stop)
-            await self.journal.finish(a, stop.status, stop.error, stop.executions)
+                await self.journal.result_durable(active)  # a cancel seen by the result in flight
+                if active.cancel_requested:  # cancel has final priority, whatever else ended
+                    stop = await self._cancelled_instead(active, stop)
+            await self.journal.finish(active, stop.status, stop.error, stop.executions)
         except LeaseLostError:
-            log.debug("run %s: fenced off (its lease was taken over); stopping", a.run.id)
+            log.debug("run %s: fenced off (its lease was taken over); stopping", active.run.id)
             raise
         except StoreError:
             raise  # the store failed: the run stays running, and is recovered later
-        except Exception as e:
-            log.exception("run %s: internal error; the run fails", a.run.id)
-            await self._fail(a, e)
+        except Exception as error:
+            log.exception("run %s: internal error; the run fails", active.run.id)
+            await self._fail(active, error)
 
     async def _recover_calls(
-        self, a: ActiveRun, work: Sequence[tuple[ToolCall, ExecutionRecord]]
+        self, active: ActiveRun, work: Sequence[tuple[ToolCall, ExecutionRecord]]
     ) -> None:
         """:meth:`_run_calls` for a run taken over, reported as its recovery (events:
         telemetry's ``recover_run`` span)."""
-        self.journal.emit(a, _recovery_plan(a.run.id, a.version, work))
+        self.journal.emit(active, _recovery_plan(active.run.id, active.version, work))
         try:
-            await self._run_calls(a, work)
+            await self._run_calls(active, work)
         except StopRun as stop:
             failed = stop.status in (RunStatus.FAILED, RunStatus.BUDGET_EXHAUSTED)
             code = stop.error.code if failed else ""
             settled = RecoveryEvent(
-                run_id=a.run.id, phase="settled", status=stop.status.value, error_code=code
+                run_id=active.run.id, phase="settled", status=stop.status.value, error_code=code
             )
-            self.journal.emit(a, settled)
+            self.journal.emit(active, settled)
             raise
-        except BaseException as e:
-            code = e.code if isinstance(e, PlaitError) else type(e).__name__
+        except BaseException as error:
+            code = error.code if isinstance(error, PlaitError) else type(error).__name__
             self.journal.emit(
-                a, RecoveryEvent(run_id=a.run.id, phase="settled", status="", error_code=code)
+                active,
+                RecoveryEvent(run_id=active.run.id, phase="settled", status="", error_code=code),
             )
             raise
         status = RunStatus.RUNNING.value
-        self.journal.emit(a, RecoveryEvent(run_id=a.run.id, phase="settled", status=status))
+        self.journal.emit(
+            active, RecoveryEvent(run_id=active.run.id, phase="settled", status=status)
+        )
 
-    async def _fail(self, a: ActiveRun, e: Exception) -> None:
+    async def _fail(self, active: ActiveRun, error: Exception) -> None:
         """End the run ``failed`` after an unexpected error, every call of its last step
         paired: one that never started ``failed``, a side effect that started ``unknown``
         (then the run waits for resolution instead). The state is read back from the store
         first: what the run held in memory may not have been written."""
-        await self.journal.abandon(a)
-        why = f"internal error: {type(e).__name__}: {printable(str(e), 500)}"
-        session = await self.store.get_session(a.session.id)
-        a.version = session.version
-        a.history = [s.message for s in await self.store.read_messages(a.session.id)]
-        work = await self._pending_work(a)
+        await self.journal.abandon(active)
+        why = f"internal error: {type(error).__name__}: {printable(str(error), 500)}"
+        session = await self.store.get_session(active.session.id)
+        active.version = session.version
+        active.history = [s.message for s in await self.store.read_messages(active.session.id)]
+        work = await self._pending_work(active)
         for call, record in work:
             if record.state is ExecutionState.STARTED and record.effect is EffectClass.SIDE_EFFECT:
                 note = f"{why}; whether its effect happened is unknown"
                 unknown = replace(record, result_status=ToolStatus.UNKNOWN, note=note)
-                error = RunError(
+                waiting = RunError(
                     code="unknown_effect",
                     message=f"call {call.id} ({call.name}): {note}; a person must resolve it",
                 )
-                await self.journal.finish(a, RunStatus.AWAITING_RESOLUTION, error, (unknown,))
+                await self.journal.finish(
+                    active, RunStatus.AWAITING_RESOLUTION, waiting, (unknown,)
+                )
                 return
-        await self.journal.settle_unstarted(a, work, why, ToolStatus.FAILED)
-        await self.journal.finish(a, RunStatus.FAILED, RunError(code="internal_error", message=why))
+        await self.journal.settle_unstarted(active, work, why, ToolStatus.FAILED)
+        await self.journal.finish(
+            active, RunStatus.FAILED, RunError(code="internal_error", message=why)
+        )
 
-    async def _post_step(self, a: ActiveRun, guard: _Guard) -> None:
+    async def _post_step(self, active: ActiveRun, guard: _Guard) -> None:
         """The RFC's post-step checkpoint (the step's results are in ``a.history``; the
         last one is made durable only if a compaction reads the stored history)."""
         await self.compaction.post_step(
-            a, durable=functools.partial(self.journal.durable, a), guard=guard
+            active, durable=functools.partial(self.journal.result_durable, active), guard=guard
         )
 
-    async def _cancelled_instead(self, a: ActiveRun, stop: StopRun) -> StopRun:
+    async def _cancelled_instead(self, active: ActiveRun, stop: StopRun) -> StopRun:
         """The run was cancelled while it ended (or began to wait) for another reason:
         it ends ``cancelled``. Calls a waiting run held open are paired first (an unknown
         outcome stays ``unknown``)."""
@@ -479,27 +493,27 @@ class RunDriver:
         if stop.status.terminal:
             return cancelled
         held = {r.call_id: r for r in stop.executions}
-        work = [(c, held.get(c.id, r)) for c, r in await self._pending_work(a)]
-        await self.journal.settle_unstarted(a, work, "the run was cancelled")
+        work = [(c, held.get(c.id, r)) for c, r in await self._pending_work(active)]
+        await self.journal.settle_unstarted(active, work, "the run was cancelled")
         return cancelled
 
-    async def _pending_work(self, a: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
+    async def _pending_work(self, active: ActiveRun) -> list[tuple[ToolCall, ExecutionRecord]]:
         """Calls of the run's last assistant message that have no result yet, each with
         its execution record."""
-        calls = pending_calls(a.history, a.run.id)
+        calls = pending_calls(active.history, active.run.id)
         if not calls:
             return []
-        records = {r.call_id: r for r in await self.store.get_executions(a.run.id)}
+        records = {r.call_id: r for r in await self.store.get_executions(active.run.id)}
         now = self.clock.now()
         return [
-            (c, records.get(c.id) or self.journal.record(a, c, self.tool(a, c.name), now))
+            (c, records.get(c.id) or self.journal.record(active, c, self.tool(active, c.name), now))
             for c in calls
         ]
 
-    def check_budget(self, a: ActiveRun, *, before_model_call: bool) -> None:
+    def check_budget(self, active: ActiveRun, *, before_model_call: bool) -> None:
         """Raise StopRun when the run was cancelled or a budget is spent."""
-        caps = (a.caller or self.caller).model.capabilities if before_model_call else None
-        check_budget(a, self.clock.monotonic(), caps)
+        caps = (active.caller or self.caller).model.capabilities if before_model_call else None
+        check_budget(active, self.clock.monotonic(), caps)
 
     async def sync_tools(self) -> None:
         """Take the tool set's new tools when it changed (a version compare otherwise):
@@ -514,67 +528,69 @@ class RunDriver:
         self.context.use_tools(toolset.specs)
         self.compaction.use_tools(toolset.specs)
 
-    def offered(self, a: ActiveRun) -> tuple[Mapping[str, Tool], dict[str, ToolSpec]]:
+    def offered(self, active: ActiveRun) -> tuple[Mapping[str, Tool], dict[str, ToolSpec]]:
         """The tools the run is offered (and their specs by name): without a choice of
         MCP servers recorded on the run, all of them."""
-        if self.toolset is None or a.run.mcp_servers is None:
+        if self.toolset is None or active.run.mcp_servers is None:
             return self.tools, self.specs
-        return self.toolset.chosen(a.run.mcp_servers)
+        return self.toolset.chosen(active.run.mcp_servers)
 
-    def tool(self, a: ActiveRun, name: str) -> Tool | None:
-        return self.offered(a)[0].get(name)
+    def tool(self, active: ActiveRun, name: str) -> Tool | None:
+        return self.offered(active)[0].get(name)
 
-    async def _step(self, a: ActiveRun, guard: _Guard) -> list[tuple[ToolCall, ExecutionRecord]]:
+    async def _step(
+        self, active: ActiveRun, guard: _Guard
+    ) -> list[tuple[ToolCall, ExecutionRecord]]:
         """One model turn: ask, validate (with corrections), save. Returns the calls."""
-        b = a.run.budget
-        if b.max_steps is not None and a.usage.steps >= b.max_steps:
-            raise StopRun.budget("max_steps", f"the run took its {b.max_steps} steps")
-        step = a.usage.steps + 1
+        budget = active.run.budget
+        if budget.max_steps is not None and active.usage.steps >= budget.max_steps:
+            raise StopRun.budget("max_steps", f"the run took its {budget.max_steps} steps")
+        step = active.usage.steps + 1
         await self.sync_tools()
         corrections: list[Correction] = []
-        attempts = _Attempts(self, a, step)
-        schema = a.run.output_schema
+        attempts = _Attempts(self, active, step)
+        schema = active.run.output_schema
         output: Any = None
         while True:
-            self.check_budget(a, before_model_call=True)
-            context = await self.compaction.context_for(a, corrections, guard)
-            if a.run.mcp_servers is not None and self.toolset is not None:
-                specs = tuple(self.offered(a)[1].values())
+            self.check_budget(active, before_model_call=True)
+            context = await self.compaction.context_for(active, corrections, guard)
+            if active.run.mcp_servers is not None and self.toolset is not None:
+                specs = tuple(self.offered(active)[1].values())
                 context = replace(context, tools=specs)  # the run's choice of servers
             if schema is not None:
-                native = (a.caller or self.caller).model.capabilities.structured_output
+                native = (active.caller or self.caller).model.capabilities.structured_output
                 context = ask_for_answer(context, schema, native=native)
             try:
-                response = await self.ask(a, "assistant", context, attempts)
+                response = await self.ask(active, "assistant", context, attempts)
             except StopRun as stop:  # an overflow compacted away: retry as a new step
                 if stop.status is RunStatus.CANCELLED:
                     raise
-                await self.journal.durable(a)  # a compaction reads the stored history
-                if not await self.compaction.recover(a, stop, step, guard):
+                await self.journal.result_durable(active)  # a compaction reads the stored history
+                if not await self.compaction.recover(active, stop, step, guard):
                     raise
-                return await self._step(a, guard)
-            checked = check_output(response, self.offered(a)[1], a.used_call_ids)
+                return await self._step(active, guard)
+            checked = check_output(response, self.offered(active)[1], active.used_call_ids)
             problems = checked.problems
             if checked.ok and not checked.calls and schema is not None:
                 output, problems = check_answer(schema, response)
             if not problems:
                 break
-            if len(corrections) >= b.max_corrections:
-                e = InvalidModelOutputError(
+            if len(corrections) >= budget.max_corrections:
+                invalid = InvalidModelOutputError(
                     f"the model's output was still invalid after {len(corrections)} "
                     f"correction(s): " + "; ".join(problems),
                     problems=list(problems),
                 )
-                raise StopRun(RunStatus.FAILED, e.code, e.message)
+                raise StopRun(RunStatus.FAILED, invalid.code, invalid.message)
             corrections.append(
                 Correction(rejected_text=render_rejected(response), problems=problems)
             )
-            a.usage.corrections += 1
-        return await self._save_turn(a, step, response, checked.calls, guard, output)
+            active.usage.corrections += 1
+        return await self._save_turn(active, step, response, checked.calls, guard, output)
 
     async def _save_turn(
         self,
-        a: ActiveRun,
+        active: ActiveRun,
         step: int,
         response: ModelResponse,
         calls: tuple[ToolCall, ...],
@@ -587,38 +603,35 @@ class RunDriver:
             text=response.text,
             created_at=now,
             tool_calls=calls,
-            run_id=a.run.id,
+            run_id=active.run.id,
             step=step,
-            model=response.model or (a.caller or self.caller).model.name,
+            model=response.model or (active.caller or self.caller).model.name,
             usage=response.usage,
             vendor_state=response.vendor_state,
             output=output,
         )
-        # The last result's commit may be in flight: this one is queued behind it (see commit)
-        if a.cancel_requested:
+        # The last result may be in flight: this turn is queued behind it, or carries it
+        if active.cancel_requested:
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled")
-        a.usage.steps = step
+        active.usage.steps = step
         # A final answer ends the run in the same commit, unless the post-step check
         # after it has work (measured first: none when compaction is off or not due).
-        checked = not calls and await self.compaction.due_after_answer(a, message)
+        checked = not calls and await self.compaction.due_after_answer(active, message)
         if calls or checked:
             lease = Lease(owner=self.owner, expires_at=now + self.lease_seconds)
-            run = replace(a.run, usage=a.usage.freeze(), lease=lease)
+            run = replace(active.run, usage=active.usage.freeze(), lease=lease)
         else:
-            run = replace(a.run, usage=a.usage.freeze()).ended(RunStatus.COMPLETED, now)
-        records = tuple(self.journal.record(a, c, self.tool(a, c.name), now) for c in calls)
-        await self.journal.commit(a, (message,), run=run, executions=records)
-        a.used_call_ids.update(c.id for c in calls)
-        self.journal.hit("assistant_saved")
+            run = replace(active.run, usage=active.usage.freeze()).ended(RunStatus.COMPLETED, now)
+        work = await self.journal.save_turn(active, message, run, self.offered(active)[0])
         if checked:  # the post-step check of the final answer, then the run completes
-            await self._post_step(a, guard)
-            check_cancel(a)
-            await self.journal.finish(a, RunStatus.COMPLETED, None)
-        return list(zip(calls, records, strict=True))
+            await self._post_step(active, guard)
+            check_cancel(active)
+            await self.journal.finish(active, RunStatus.COMPLETED, None)
+        return work
 
     async def ask(
         self,
-        a: ActiveRun,
+        active: ActiveRun,
         role: ModelRole,
         context: Context[Any],
         attempts: _Attempts | None = None,
@@ -627,37 +640,40 @@ class RunDriver:
     ) -> ModelResponse:
         """One model call for the run through the ModelCaller; its failures end the run
         (StopRun). The response's usage is added to the run's."""
-        attempts = attempts or _Attempts(self, a, a.usage.steps)
-        a.interruptible = True
+        attempts = attempts or _Attempts(self, active, active.usage.steps)
+        active.interruptible = True
         try:
             # Inside the try: the timeout's own cancellation leaves as TimeoutError, never
-            # as a cancel of the run.
-            async with asyncio.timeout(time_limit):
-                response = await (a.caller or self.caller).call(
-                    role, context, attempts, on_text=a.on_text if role == "assistant" else None
-                )  # fmt: skip
+            # as a cancel of the run. Without a limit there is no timeout to arm.
+            on_text = active.on_text if role == "assistant" else None
+            call = (active.caller or self.caller).call(role, context, attempts, on_text=on_text)
+            if time_limit is None:
+                response = await call
+            else:
+                async with asyncio.timeout(time_limit):
+                    response = await call
         except asyncio.CancelledError:
-            self._note_cancel(a)
+            self._note_cancel(active)
             raise StopRun(RunStatus.CANCELLED, "cancelled", "the run was cancelled") from None
         except StopRun:
             raise
-        except Exception as e:
-            stop = model_failure(e, role, time_limit)
-            if not isinstance(e, TimeoutError | PlaitError):
-                log.exception("model %s raised", (a.caller or self.caller).model.name)
-            raise stop from (None if isinstance(e, BudgetExhaustedError) else e)
+        except Exception as error:
+            stop = model_failure(error, role, time_limit)
+            if not isinstance(error, TimeoutError | PlaitError):
+                log.exception("model %s raised", (active.caller or self.caller).model.name)
+            raise stop from (None if isinstance(error, BudgetExhaustedError) else error)
         finally:
-            a.interruptible = False
-        a.usage.input_tokens += response.usage.input_tokens
-        a.usage.output_tokens += response.usage.output_tokens
+            active.interruptible = False
+        active.usage.input_tokens += response.usage.input_tokens
+        active.usage.output_tokens += response.usage.output_tokens
         return response
 
-    def _note_cancel(self, a: ActiveRun) -> None:
+    def _note_cancel(self, active: ActiveRun) -> None:
         """A CancelledError reached the loop: ours (cancel()) or the caller's task."""
-        if not a.cancel_requested:
-            a.external_cancel = True
-            a.cancel_requested = True
-        task = a.task
+        if not active.cancel_requested:
+            active.external_cancel = True
+            active.cancel_requested = True
+        task = active.task
         if task is not None:
             while task.uncancel():
                 pass
@@ -665,9 +681,9 @@ class RunDriver:
     # --- calls ------------------------------------------------------------------------------
 
     async def _run_calls(
-        self, a: ActiveRun, calls: Sequence[tuple[ToolCall, ExecutionRecord]]
+        self, active: ActiveRun, calls: Sequence[tuple[ToolCall, ExecutionRecord]]
     ) -> None:
-        for n, (call, record) in enumerate(calls):
+        for index, (call, record) in enumerate(calls):
             if record.result_status is ToolStatus.UNKNOWN:
                 raise StopRun(
                     RunStatus.AWAITING_RESOLUTION,
@@ -687,39 +703,39 @@ class RunDriver:
                     (replace(record, result_status=ToolStatus.UNKNOWN, note=note),),
                 )
             # The previous call's result is durable (its cancel flag seen) before this call.
-            await self.journal.durable(a)
+            await self.journal.result_durable(active)
             try:
-                self.check_budget(a, before_model_call=False)
-                check_time_left(a, self.clock.monotonic(), call, record)
+                self.check_budget(active, before_model_call=False)
+                check_time_left(active, self.clock.monotonic(), call, record)
             except StopRun as stop:
-                await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
+                await self.journal.settle_unstarted(active, calls[index:], stop.error.message)
                 raise
             try:
-                await self._call(a, call, record)
+                await self._call(active, call, record)
             except StopRun as stop:
                 if stop.status.terminal:  # it ended the run while the call was reviewed
-                    await self.journal.settle_unstarted(a, calls[n:], stop.error.message)
+                    await self.journal.settle_unstarted(active, calls[index:], stop.error.message)
                 raise
-            a.usage.tool_calls += 1
+            active.usage.tool_calls += 1
 
-    async def _call(self, a: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
+    async def _call(self, active: ActiveRun, call: ToolCall, record: ExecutionRecord) -> None:
         """One call: review, then (if allowed) execute and save its result."""
-        tool = self.tool(a, call.name)
+        tool = self.tool(active, call.name)
         if tool is None:
             why = f"tool {call.name!r} is no longer available"
-            await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)
+            await self.journal.settle_unstarted(active, [(call, record)], why, ToolStatus.FAILED)
             return
         try:
-            decision = await self._review(a, call, record, tool)
+            decision = await self._review(active, call, record, tool)
         except (StopRun, LeaseLostError, StoreError):
             raise
-        except Exception as e:  # fail closed: this call never runs, the run goes on
+        except Exception as error:  # fail closed: this call never runs, the run goes on
             why = (
-                f"the tool gate could not decide about this call ({type(e).__name__}: "
-                f"{printable(str(e), 500)}); it was not executed"
+                f"the tool gate could not decide about this call ({type(error).__name__}: "
+                f"{printable(str(error), 500)}); it was not executed"
             )
-            log.error("run %s: call %s failed: %s", a.run.id, call.id, why)
-            await self.journal.settle_unstarted(a, [(call, record)], why, ToolStatus.FAILED)
+            log.error("run %s: call %s failed: %s", active.run.id, call.id, why)
+            await self.journal.settle_unstarted(active, [(call, record)], why, ToolStatus.FAILED)
             return
         now = self.clock.now()
         allowed = decision.verdict is Verdict.ALLOW
@@ -733,14 +749,10 @@ class RunDriver:
             decision_reason=decision.reason,
         )
         if allowed:  # reviewed and started at once
-            await self._execute(a, call, reviewed, tool)
+            await self._execute(active, call, reviewed, tool)
             return
         if decision.verdict is Verdict.DENY:
-            reason = f"denied by {decision.decided_by}: {decision.reason}"
-            result = ToolResult(
-                call_id=call.id, status=ToolStatus.DENIED, content=reason, reason=reason
-            )
-            await self.journal.settle(a, call, reviewed, result)
+            await self.journal.save_denial(active, call, reviewed, decision)
             return
         raise StopRun(
             RunStatus.AWAITING_APPROVAL,
@@ -750,59 +762,61 @@ class RunDriver:
         )
 
     async def _review(
-        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
+        self, active: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> GateDecision:
         async def reviewer(
             context: Context[Any], *, time_limit: float | None = None
         ) -> ModelResponse:
-            return await self.ask(a, "reviewer", context, time_limit=time_limit)
+            return await self.ask(active, "reviewer", context, time_limit=time_limit)
 
         request = GateRequest(
-            call=call, spec=tool.spec, effect=record.effect, record=record, session=a.session,
-            run=a.run, reviewer=reviewer, history=Prefix(a.history),
-            on_review=functools.partial(self.journal.emit, a),
-        )  # fmt: skip
-        return self.journal.decided(a, call, await self.gate.decide(request))
+            call=call,
+            spec=tool.spec,
+            effect=record.effect,
+            record=record,
+            session=active.session,
+            run=active.run,
+            reviewer=reviewer,
+            history=Prefix(active.history),
+            on_review=functools.partial(self.journal.emit, active),
+        )
+        return self.journal.decided(active, call, await self.gate.decide(request))
 
     async def _execute(
-        self, a: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
+        self, active: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> None:
-        if record.effect is EffectClass.SIDE_EFFECT:
-            # Only here does "started" change what recovery may do: persist it first.
-            await self.journal.commit(a, (), executions=(record,))
-            self.journal.hit("execution_started")
-        self.journal.emit(a, ToolStarted(a.run.id, call, record.effect.value))
-        b = a.run.budget
+        await self.journal.start_call(active, call, record)  # a side effect's start: durable
+        budget = active.run.budget
         invocation = ToolInvocation(
             call=call,
-            session_id=a.session.id,
-            run_id=a.run.id,
-            workspace=a.session.workspace,
+            session_id=active.session.id,
+            run_id=active.run.id,
+            workspace=active.session.workspace,
             idempotency_key=record.idempotency_key,
-            output_cap_bytes=b.tool_output_cap_bytes,
+            output_cap_bytes=budget.tool_output_cap_bytes,
         )
-        limit = None if tool.own_deadline else b.tool_timeout_seconds
-        if a.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
-            left = max(a.deadline - self.clock.monotonic(), 0.0)
+        limit = None if tool.own_deadline else budget.tool_timeout_seconds
+        if active.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
+            left = max(active.deadline - self.clock.monotonic(), 0.0)
             limit = left if limit is None else min(limit, left)
-        a.interruptible = tool.stoppable
+        active.interruptible = tool.stoppable
         try:
             result = await self.runner.run(
                 tool,
                 invocation,
                 record.effect,
                 time_limit=limit,
-                on_cancel=lambda: self._note_cancel(a),
+                on_cancel=lambda: self._note_cancel(active),
             )
-        except SubAgentWaitingError as e:  # executed again when the run is resumed
+        except SubAgentWaitingError as error:  # executed again when the run is resumed
             raise StopRun(
                 RunStatus.AWAITING_APPROVAL,
                 "approval_required",
-                f"call {call.id} ({call.name}): {e.message}",
+                f"call {call.id} ({call.name}): {error.message}",
                 (record,),
             ) from None
         finally:
-            a.interruptible = False
+            active.interruptible = False
         self.journal.hit("tool_returned")
         if result.status is ToolStatus.UNKNOWN:
             raise StopRun(
@@ -811,5 +825,5 @@ class RunDriver:
                 f"call {call.id} ({call.name}): {result.reason}; a person must resolve it",
                 (replace(record, result_status=ToolStatus.UNKNOWN, note=result.reason),),
             )
-        # Not awaited (the next model call is no side effect): see RunJournal.commit_behind
-        self.journal.settle_behind(a, call, record, result)
+        # Written behind (the next model call is no side effect): see RunJournal.save_result
+        self.journal.save_result(active, call, record, result)

@@ -394,7 +394,11 @@ class SessionStore(SessionHistory, RunStore, LeaseStore, Protocol):
 
 
 class QueuedCommits(Protocol):
-    """A store applying writes in submission order: a commit may queue behind another."""
+    """Commit pipelining, which every store offers: a commit queued with
+    :meth:`commit_soon` is applied after those queued before it, so a run may queue its
+    next commit behind one still becoming durable (the run journal writes a tool's result
+    behind this way). SQLite gets the order from its I/O thread; the other stores from
+    ``adapters/stores/shared/pipeline.py``."""
 
     def commit_soon(
         self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False

@@ -36,11 +36,12 @@ if TYPE_CHECKING:
     from plait.adapters.stores.memory.store import MemoryStore
     from plait.adapters.stores.postgres.feed import PgEventFeed
     from plait.adapters.stores.postgres.store import PostgresStore
-    from plait.adapters.stores.shared.offload import Offloaded
+    from plait.adapters.stores.shared.offload import IoMode, Offloaded
     from plait.adapters.stores.shared.redact import redact_url
     from plait.adapters.stores.sqlite.store import SqliteStore
 
 __all__ = [
+    "IoMode",
     "JsonlStore",
     "MemoryStore",
     "Offloaded",
@@ -133,11 +134,12 @@ def protected_paths(url: str) -> tuple[Path, ...]:
     return ()
 
 
-def open_store(url: str, *, create: bool = True) -> Store:
+def open_store(url: str, *, create: bool = True, io: IoMode = "thread") -> Store:
     """Open the store named by ``url``. Unknown forms raise
     :class:`~plait.domain.errors.ConfigError` listing the accepted ones. With
     ``create=False`` (commands that only read) a missing SQLite file or JSONL directory
-    raises :class:`~plait.domain.errors.StoreNotFoundError` and nothing is created."""
+    raises :class:`~plait.domain.errors.StoreNotFoundError` and nothing is created. ``io``:
+    where a SQLite store's calls run (:data:`~plait.adapters.stores.shared.offload.IoMode`)."""
     if not isinstance(url, str):
         raise ConfigError(f"store URL must be a string; {_FORMS}")
     if not create:
@@ -150,7 +152,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
     if kind == "sqlite":
         from plait.adapters.stores.sqlite.store import SqliteStore
 
-        return SqliteStore.open(_path(url))
+        return SqliteStore.open(_path(url), io=io)
     if kind == "jsonl":
         from plait.adapters.stores.jsonl.store import JsonlStore
 

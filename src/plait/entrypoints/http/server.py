@@ -84,7 +84,11 @@ def _runtime(settings: RootSettings, *, need_model: bool) -> Runtime:
         raise ConfigError(
             "workers need a model: set PLAIT_MODEL or pass --model (e.g. scripted:PATH)"
         )
-    return Runtime.open(settings=settings, lease_seconds=service.lease_seconds)
+    return Runtime.open(
+        settings=settings,
+        lease_seconds=service.lease_seconds,
+        store_io="thread",  # several runs at once: one slow fsync must not stall the others
+    )
 
 
 def _check_service_store(store: Any, url: str) -> None:

@@ -71,6 +71,7 @@ from plait.adapters.stores.shared.fork import (
     prefix_seq,
     reject_plain_session,
 )
+from plait.adapters.stores.shared.pipeline import PipelinedCommits
 from plait.adapters.stores.shared.session_pages import page
 from plait.adapters.stores.shared.state import (
     ARTIFACT_CHUNK,
@@ -113,7 +114,7 @@ from plait.domain.summary import Constraint, Summary
 __all__ = ["JsonlStore", "StoreWarning"]
 
 
-class JsonlStore:
+class JsonlStore(PipelinedCommits):
     """:class:`~plait.application.ports.SessionStore` and
     :class:`~plait.application.ports.ArtifactStore` in a directory of JSONL files; what else it
     keeps is in :attr:`capabilities`."""

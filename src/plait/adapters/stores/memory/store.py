@@ -26,6 +26,7 @@ from plait.adapters.stores.shared.approvals import (
 )
 from plait.adapters.stores.shared.fork import fork_state, prefix_seq, reject_plain_session
 from plait.adapters.stores.shared.inbox_pages import check_waiting, newest_page
+from plait.adapters.stores.shared.pipeline import PipelinedCommits
 from plait.adapters.stores.shared.retention import check_restores, check_tombstones, replace_bodies
 from plait.adapters.stores.shared.service_rows import ServiceBook
 from plait.adapters.stores.shared.session_pages import OwnerIndex
@@ -67,7 +68,7 @@ from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, Delive
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(PipelinedCommits):
     """A :class:`~plait.application.ports.SessionStore` and
     :class:`~plait.application.ports.ArtifactStore` kept in dicts; what else it
     keeps is in :attr:`capabilities`."""

@@ -40,6 +40,7 @@ from plait.adapters.stores.postgres.schema import redact, translate, upgrade
 from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.health import CommitHealth
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
+from plait.adapters.stores.shared.pipeline import PipelinedCommits
 from plait.adapters.stores.shared.rows import (
     decode_messages,
     json_value,
@@ -85,7 +86,7 @@ Conn = psycopg.AsyncConnection[Any]
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
 
-class PostgresStore:
+class PostgresStore(PipelinedCommits):
     """:class:`~plait.application.ports.SessionStore` and
     :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database; what else it
     keeps is in :attr:`capabilities`."""

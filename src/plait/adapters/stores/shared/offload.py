@@ -14,6 +14,14 @@ commit behind it is woken once for both, not twice.
 
 The SQLite store runs every call on its own :class:`IoThread`; :class:`Offloaded` gives a
 store whose ``async`` methods block without ever suspending (the JSONL store) the same.
+
+The hop costs one synchronous round trip between threads per call (100–300 µs here, more
+than a whole durable step of the bare loop). It buys nothing when nothing else waits for
+the event loop: a process that drives one run at a time (the CLI, the Python API) has no
+other session to stall. So the mode is chosen, explicitly, by whoever composes the process
+(:data:`IoMode`): ``"thread"`` for a process serving several runs (``plait serve``,
+workers), ``"inline"`` for one that drives one run: :class:`InlineIo` runs each call at
+once on the caller's thread, its future already resolved, in the same order.
 """
 
 from __future__ import annotations
@@ -25,14 +33,19 @@ import functools
 import queue
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-__all__ = ["IoThread", "Offloaded", "on_io_thread"]
+__all__ = ["InlineIo", "IoMode", "IoThread", "Offloaded", "io_for", "on_io_thread"]
 
 T = TypeVar("T")
 
 IDLE_SECONDS = 30.0
 """A worker thread with nothing to do for this long ends (the next call starts another)."""
+
+IoMode = Literal["thread", "inline"]
+"""Where a store's blocking calls run: on its own I/O thread (a process serving several
+runs: one slow fsync must not stall the others) or inline on the loop's thread (a process
+driving one run: no hop per call)."""
 
 _Item = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop, bool]
 _Done = tuple["asyncio.Future[Any]", Any, BaseException | None]
@@ -46,13 +59,13 @@ def on_io_thread() -> bool:
 
 
 def _settle(done: list[_Done]) -> None:
-    for fut, result, error in done:
-        if fut.done():  # the caller stopped waiting (cancelled)
+    for future, result, error in done:
+        if future.done():  # the caller stopped waiting (cancelled)
             continue
         if error is None:
-            fut.set_result(result)
+            future.set_result(result)
         else:
-            fut.set_exception(error)
+            future.set_exception(error)
 
 
 class IoThread:
@@ -67,16 +80,16 @@ class IoThread:
     def __repr__(self) -> str:
         return f"IoThread({self._name!r}, running={self._running})"
 
-    def submit(self, fn: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
-        """Queue ``fn`` at once (before the caller next yields) and return the future of
+    def submit(self, call: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
+        """Queue ``call`` at once (before the caller next yields) and return the future of
         its result, resolved on the running loop. ``hold``: its result may wait for the
         next call's, if one is queued by the time it finishes (see above)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._queue.put((fn, fut, loop, hold))
+            self._queue.put((call, future, loop, hold))
             self._start()
-        return fut
+        return future
 
     def start(self) -> None:
         """Start the thread now (else the first call does), e.g. while opening the store."""
@@ -90,8 +103,8 @@ class IoThread:
             _thread.start_new_thread(self._work, ())
             self._running = True
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        return await self.submit(fn)
+    async def run(self, call: Callable[[], T]) -> T:
+        return await self.submit(call)
 
     def stop(self) -> None:
         """End the thread once the calls queued so far have run."""
@@ -124,17 +137,57 @@ class IoThread:
                 return False
         if item is None:
             return False
-        fn, fut, loop, hold = item
+        call, future, loop, hold = item
         result: Any = None
         error: BaseException | None = None
         try:
-            result = fn()
-        except BaseException as e:  # handed to the caller, whatever it is
-            error = e
-        held.append((loop, (fut, result, error)))
+            result = call()
+        except BaseException as raised:  # handed to the caller, whatever it is
+            error = raised
+        held.append((loop, (future, result, error)))
         if not (hold and not self._queue.empty()):
             _hand_back(held)
         return True
+
+
+class InlineIo:
+    """:class:`IoThread`'s interface, each call run at once on the caller's thread (the
+    event loop's): its future is resolved when :meth:`submit` returns, so awaiting it never
+    suspends. For a process that drives one run (see :data:`IoMode`)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"InlineIo({self._name!r})"
+
+    def submit(self, call: Callable[[], T], *, hold: bool = False) -> asyncio.Future[T]:
+        """Run ``call`` now; its result (or error) in a resolved future. ``hold`` changes
+        nothing: there is no wake-up to save."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(call())
+        except Exception as error:  # handed to the caller, as the I/O thread does
+            future.set_exception(error)
+        return future
+
+    async def run(self, call: Callable[[], T]) -> T:
+        return call()
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+def io_for(mode: IoMode, name: str) -> IoThread | InlineIo:
+    """The executor of ``mode`` for a store named ``name``."""
+    if mode == "thread":
+        return IoThread(name)
+    if mode == "inline":
+        return InlineIo(name)
+    raise ValueError(f"unknown store I/O mode {mode!r} (expected 'thread' or 'inline')")
 
 
 def _hand_back(held: list[tuple[asyncio.AbstractEventLoop, _Done]]) -> None:

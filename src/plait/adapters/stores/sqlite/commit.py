@@ -68,17 +68,17 @@ _UPSERT_EXECUTION = (
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
 
-def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
-    sid = c.session_id
-    run = c.run
+def apply(conn: sqlite3.Connection, commit: Commit, *, start: bool) -> CommitResult:
+    sid = commit.session_id
+    run = commit.run
     # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
-    rid = c.lease_run_id if run is None else run.id
+    rid = commit.lease_run_id if run is None else run.id
     row = conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
-    if row is None or (c.session_owner is not None and row[6] != c.session_owner):
+    if row is None or (commit.session_owner is not None and row[6] != commit.session_owner):
         raise session_not_found(sid)  # someone else's: as if it did not exist
     current, active, run_session, owner, expires_at, cancel_flag, _, token, status = row
     ended = status is not None and RunStatus(status).terminal
-    expected = current if c.expected_version is None else c.expected_version
+    expected = current if commit.expected_version is None else commit.expected_version
     cancel = False
     if start:
         assert run is not None
@@ -90,11 +90,16 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
         inserted = conn.execute(
             _INSERT_RUN,
             (
-                run.id, sid, run.status.value, run.started_at,
+                run.id,
+                sid,
+                run.status.value,
+                run.started_at,
                 None if lease is None else lease.owner,
-                None if lease is None else lease.expires_at, run_data(run), run.lease_token,
+                None if lease is None else lease.expires_at,
+                run_data(run),
+                run.lease_token,
             ),
-        ).rowcount  # fmt: skip
+        ).rowcount
         if inserted != 1:
             raise duplicate_run(run.id)
         if not run.status.terminal:
@@ -106,36 +111,45 @@ def apply(conn: sqlite3.Connection, c: Commit, *, start: bool) -> CommitResult:
             if run_session != sid:  # no such run, or another session's
                 raise run_not_found(run.id)
             lease = resolve_lease(
-                run.id, owner, expires_at, run, c.lease_owner,
-                stored_token=token, ended=ended, lease_token=c.lease_token,
-            )  # fmt: skip
+                run.id,
+                owner,
+                expires_at,
+                run,
+                commit.lease_owner,
+                stored_token=token,
+                ended=ended,
+                lease_token=commit.lease_token,
+            )
             cancel = bool(cancel_flag)
             conn.execute(
                 _UPDATE_RUN,
                 (
-                    run.status.value, run.started_at,
+                    run.status.value,
+                    run.started_at,
                     None if lease is None else lease.owner,
-                    None if lease is None else lease.expires_at, run_data(run), run.id,
+                    None if lease is None else lease.expires_at,
+                    run_data(run),
+                    run.id,
                 ),
-            )  # fmt: skip
+            )
             if run.status.terminal and active == run.id:
                 conn.execute(_RELEASE_SESSION, (sid, run.id))
         else:
             if rid is not None:  # a run's write without its state: fenced all the same
                 held = None if run_session != sid else token
-                check_token(rid, held, c.lease_token, ended=ended, wanted=c.lease_owner)
+                check_token(rid, held, commit.lease_token, ended=ended, wanted=commit.lease_owner)
             if run_session is not None:
                 cancel = bool(cancel_flag)  # the active run's (or the fenced one's)
-    if c.executions:
-        _put_executions(conn, c, run)
-    if c.messages:
-        _put_messages(conn, sid, expected, c.messages)
-    return CommitResult(expected + len(c.messages), cancel)
+    if commit.executions:
+        _put_executions(conn, commit, run)
+    if commit.messages:
+        _put_messages(conn, sid, expected, commit.messages)
+    return CommitResult(expected + len(commit.messages), cancel)
 
 
-def _put_executions(conn: sqlite3.Connection, c: Commit, run: Run | None) -> None:
-    sid = c.session_id
-    for rec in c.executions:
+def _put_executions(conn: sqlite3.Connection, commit: Commit, run: Run | None) -> None:
+    sid = commit.session_id
+    for rec in commit.executions:
         row = conn.execute(_GET_EXECUTION, (sid, rec.run_id, rec.call_id)).fetchone()
         if row is not None:
             check_execution(row[0], _EXEC_STATE[row[1]], rec)
@@ -143,7 +157,7 @@ def _put_executions(conn: sqlite3.Connection, c: Commit, run: Run | None) -> Non
             _RUN_IN_SESSION, (rec.run_id, sid)
         ).fetchone() is None:
             raise run_not_found(rec.run_id)
-    conn.executemany(_UPSERT_EXECUTION, [execution_row(e) for e in c.executions])
+    conn.executemany(_UPSERT_EXECUTION, [execution_row(e) for e in commit.executions])
 
 
 def _put_messages(
@@ -151,19 +165,19 @@ def _put_messages(
 ) -> None:
     parts = segments.segments(conn, sid)
     if len(parts) > 1:  # a branch: ids are unique across the prefix it refers to as well
-        for m in messages:
-            if segments.ancestor_seq_of(conn, sid, m.id, parts) is not None:
-                raise duplicate_message(sid, m.id)
+        for message in messages:
+            if segments.ancestor_seq_of(conn, sid, message.id, parts) is not None:
+                raise duplicate_message(sid, message.id)
     members = []
-    for seq, m in enumerate(messages, expected + 1):
-        pk = conn.execute(_INSERT_MESSAGE, message_row(m)).lastrowid
-        members.append((sid, seq, m.id, pk))
+    for seq, message in enumerate(messages, expected + 1):
+        pk = conn.execute(_INSERT_MESSAGE, message_row(message)).lastrowid
+        members.append((sid, seq, message.id, pk))
     try:
         conn.executemany(_INSERT_MEMBER, members)
     except sqlite3.IntegrityError:
         seen: set[str] = set()
-        for m in messages:
-            if m.id in seen or conn.execute(_IS_MEMBER, (sid, m.id)).fetchone():
-                raise duplicate_message(sid, m.id) from None
-            seen.add(m.id)
+        for message in messages:
+            if message.id in seen or conn.execute(_IS_MEMBER, (sid, message.id)).fetchone():
+                raise duplicate_message(sid, message.id) from None
+            seen.add(message.id)
         raise

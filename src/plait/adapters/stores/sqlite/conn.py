@@ -5,10 +5,13 @@ CorruptStoreError naming the file, disk full or an I/O error → StoreUnavailabl
 anything else → StoreError).
 
 Every write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction; reads run without an
-explicit transaction. Both run on the store's own I/O thread
-(:class:`~plait.adapters.stores.shared.offload.IoThread`), never on the event loop's: a commit's
-fsync blocks nobody but the next call to this store. A lock serializes the callers (the
-thread is the only one, but the connection must stay safe whoever calls).
+explicit transaction. In a process serving several runs (``io="thread"``) both run on the
+store's own I/O thread (:class:`~plait.adapters.stores.shared.offload.IoThread`), never on
+the event loop's: a commit's fsync blocks nobody but the next call to this store. In a
+process driving one run (``io="inline"``) they run at once on the caller's thread: no
+round trip per call (see :data:`~plait.adapters.stores.shared.offload.IoMode`). A lock
+serializes the callers (one thread at a time, but the connection must stay safe whoever
+calls).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TypeVar
 
 from plait.adapters.stores.shared.health import CommitHealth
 from plait.adapters.stores.shared.inbox_pages import WAITING
-from plait.adapters.stores.shared.offload import IoThread
+from plait.adapters.stores.shared.offload import IoMode, io_for
 from plait.adapters.stores.shared.state import closed_error
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.adapters.stores.sqlite.segments import DDL as SEGMENTS_DDL
@@ -127,12 +130,14 @@ def _version(conn: sqlite3.Connection) -> int | None:
 class SqliteConnection:
     """One ``sqlite3`` connection to ``path`` and its transactions."""
 
-    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+    def __init__(self, path: Path, busy_timeout_s: float, io: IoMode = "thread") -> None:
         self._path = path
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self.health = CommitHealth()
-        self._io = IoThread(f"plait-sqlite-{path.name}")
+        self.io = io_for(io, f"plait-sqlite-{path.name}")
+        """Where the calls run (the I/O thread, or inline)."""
+        self._io = self.io
         self._io.start()  # it gets going while the file is opened
         try:
             self._conn: sqlite3.Connection | None = self._connect()
@@ -271,9 +276,9 @@ class SqliteConnection:
         after: Callable[[], None] | None = None,
         hold: bool = False,
     ) -> asyncio.Future[T]:
-        """Queue a write transaction on the I/O thread now; its future resolves once it
-        is committed (durable) or has failed. ``after`` runs on the I/O thread once it is
-        committed; ``hold``: see :meth:`IoThread.submit`."""
+        """Queue a write transaction on the I/O thread now (inline: run it now); its
+        future resolves once it is committed (durable) or has failed. ``after`` runs where
+        the write ran, once it is committed; ``hold``: see :meth:`IoThread.submit`."""
         if after is None:
             return self._io.submit(lambda: self._write(op), hold=hold)
 

@@ -2,10 +2,14 @@
 
 Every port write is exactly one ``BEGIN IMMEDIATE … COMMIT`` transaction (durable when the
 call returns; see :mod:`.conn`, and :mod:`.commit` for a commit's checks);
-reads run without an explicit transaction. Every call runs on the store's own I/O thread,
-never on the event loop thread, whoever uses the store (CLI, ``plait serve``, a library
-caller): one slow fsync never stalls the other sessions or the lease heartbeats of the
-process. Calls run one at a time in the order they were made; :meth:`SqliteStore.
+reads run without an explicit transaction. With ``io="thread"`` (the default, and what
+``plait serve`` and workers use) every call runs on the store's own I/O thread, never on
+the event loop thread: one slow fsync never stalls the other sessions or the lease
+heartbeats of the process. With ``io="inline"`` (a process driving one run: the CLI, the
+Python API) every call runs at once on the caller's thread, without the round trip
+between threads that would otherwise cost more than the rest of a step (see
+:data:`~plait.adapters.stores.shared.offload.IoMode`). Calls run one at a time in the
+order they were made; :meth:`SqliteStore.
 commit_soon` queues a commit at once and returns its future, for a caller that has other
 work to do while the commit becomes durable. No transaction is ever held open across an
 ``await``.
@@ -35,6 +39,7 @@ from typing import Any
 from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
 from plait.adapters.stores.shared.long_lived import long_lived
+from plait.adapters.stores.shared.offload import InlineIo, IoMode, IoThread
 from plait.adapters.stores.shared.rows import (
     decode_messages,
     json_value,
@@ -158,14 +163,19 @@ class SqliteStore:
 
     capabilities = StoreCapabilities.all_but("starting_queue")
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 10.0, io: IoMode = "thread"
+    ) -> None:
         self._path = Path(path)
-        self._db = SqliteConnection(self._path, busy_timeout_s)
+        self._db = SqliteConnection(self._path, busy_timeout_s, io)
         self._contexts = ContextCache()
 
     @classmethod
-    def open(cls, path: str | Path, *, busy_timeout_s: float = 10.0) -> SqliteStore:
-        """Open (creating the file and its parent directories when missing)."""
+    def open(
+        cls, path: str | Path, *, busy_timeout_s: float = 10.0, io: IoMode = "thread"
+    ) -> SqliteStore:
+        """Open (creating the file and its parent directories when missing). ``io``: where
+        its calls run (see the module's docstring)."""
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,10 +183,16 @@ class SqliteStore:
             raise StoreError(
                 f"cannot create the directory of {path}: {error}", path=str(path)
             ) from error
-        return cls(path, busy_timeout_s=busy_timeout_s)
+        return cls(path, busy_timeout_s=busy_timeout_s, io=io)
 
     io_off_loop = True
-    """Every call runs on the store's own I/O thread, never on the event loop's."""
+    """It needs no :class:`~plait.adapters.stores.shared.offload.Offloaded` wrapper: its
+    calls run where its ``io`` mode says."""
+
+    @property
+    def io(self) -> IoThread | InlineIo:
+        """Where its calls run."""
+        return self._db.io
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self._path)!r})"
@@ -250,9 +266,10 @@ class SqliteStore:
     def commit_soon(
         self, commit: Commit, *, after: Callable[[], None] | None = None, hold: bool = False
     ) -> asyncio.Future[CommitResult]:
-        """:meth:`commit`, queued on the I/O thread at once: the future resolves when the
-        commit is durable (or fails). Calls made after it are applied after it. See
-        :class:`~plait.application.ports.QueuedCommits` for ``after`` and ``hold``."""
+        """:meth:`commit`, queued at once (on the I/O thread, or run now inline): the
+        future resolves when the commit is durable (or fails). Calls made after it are
+        applied after it. See :class:`~plait.application.ports.QueuedCommits` for
+        ``after`` and ``hold``."""
         validate_commit(commit, start=False)
         return self._db.submit(lambda conn: self._apply(conn, commit), after=after, hold=hold)
 
