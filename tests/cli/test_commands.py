@@ -38,7 +38,7 @@ def model(tmp_path: Path) -> str:
     return write_script(tmp_path, "two-calls", TWO_CALLS)
 
 
-def test_sessions_new_and_list(plait: Plait, workspace: Path) -> None:
+def test_sessions_new_and_list(plait: Plait, workspace: Path, tmp_path: Path) -> None:
     created = plait.json("sessions", "new", "--workspace", str(workspace), "--title", "first")
     check_session(created)
     assert created["workspace"] == str(workspace.resolve())
@@ -48,7 +48,7 @@ def test_sessions_new_and_list(plait: Plait, workspace: Path) -> None:
     assert created["fork_origin"] is None
     assert created["owner"] is None
 
-    text = plait.ok("sessions", "new")  # no workspace: allowed, the tools will refuse
+    text = plait.ok("sessions", "new")  # no workspace: the current directory, as chat
     second = text.out.strip()
     assert second.startswith("ses_") and "\n" not in second
     assert text.err == ""
@@ -61,7 +61,7 @@ def test_sessions_new_and_list(plait: Plait, workspace: Path) -> None:
     assert [s["session_id"] for s in plait.json("sessions", "list", "--limit", "1")] == [second]
 
     lines = plait.ok("sessions", "list").out.splitlines()
-    assert lines[0].startswith(f"{second}  v0  -")
+    assert lines[0] == f"{second}  v0  {tmp_path.resolve()}"
     assert lines[1] == f"{created['session_id']}  'first'  v0  {workspace.resolve()}"
 
 

@@ -197,7 +197,7 @@ def test_invalid_budget_flag(world: World) -> None:
 def test_send_without_a_model(world: World) -> None:
     error = expect_error(
         world.plait,
-        ["send", world.session_id, "hi"],
+        ["send", world.plait.new_session(), "hi"],  # one that never ran: no model
         "config_error",
         "no model chosen",
         "--model",

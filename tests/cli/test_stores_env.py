@@ -157,8 +157,9 @@ def test_plait_model_env_var_and_model_flag_precedence(
     assert run2["model"] == "scripted:other"
     assert run2["messages"][-1]["text"] == "from the flag"
 
-    # a bad PLAIT_MODEL is reported as such
+    # a bad PLAIT_MODEL is reported as such (sid remembers its model: a new session)
+    fresh = plait.new_session(workspace)
     monkeypatch.setenv("PLAIT_MODEL", "nonsense")
-    r = plait("send", sid, "hi")
+    r = plait("send", fresh, "hi")
     assert r.code == 2
     assert "model spec 'nonsense'" in r.err

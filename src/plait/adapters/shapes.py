@@ -64,6 +64,7 @@ def session_json(s: Session) -> dict[str, Any]:
         "created_at": iso(s.created_at),
         "workspace": s.workspace,
         "title": s.title,
+        "model": s.model,
         "owner": s.owner,
         "version": s.version,
         "active_run_id": s.active_run_id,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
@@ -197,15 +198,24 @@ class AgentService:
     # --- sessions ---------------------------------------------------------------------------
 
     async def create_session(
-        self, *, workspace: str | None = None, owner: str | None = None, title: str | None = None
+        self,
+        *,
+        workspace: str | None = None,
+        owner: str | None = None,
+        title: str | None = None,
+        model: str | None = None,
     ) -> Session:
+        """A new session. ``workspace`` must be an existing directory (kept as an absolute
+        path); ``model``: the spec its runs use when they name none (else its first run's)."""
         _check_text("the session title", title)
+        _check_text("the session model", model)
         session = Session(
             id=self.ids.new("ses"),
             created_at=self.clock.now(),
             owner=owner,
-            workspace=workspace,
+            workspace=None if workspace is None else existing_directory(workspace),
             title=title,
+            model=model or None,
         )
         await self.store.create_session(session)
         return session
@@ -696,6 +706,17 @@ def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
         raise ConfigError(f"tool names must be unique, got {names}")
     if lease_seconds <= 0:
         raise ConfigError("lease_seconds must be positive")
+
+
+def existing_directory(workspace: str) -> str:
+    """``workspace`` as an absolute path, or ConfigError when it is no existing directory
+    (a session over a missing one would fail every tool call)."""
+    path = Path(workspace).expanduser()
+    if not path.is_dir():
+        raise ConfigError(
+            f"workspace {workspace!r} is not an existing directory", workspace=workspace
+        )
+    return str(path.resolve())
 
 
 def _check_text(what: str, text: str | None) -> None:

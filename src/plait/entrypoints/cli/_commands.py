@@ -52,7 +52,7 @@ def exit_for(status: RunStatus) -> int:
 
 
 async def sessions_new(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
-    session = await rt.service.create_session(workspace=a.workspace, title=a.title)
+    session = await rt.service.create_session(workspace=a.workspace, title=a.title, model=a.model)
     out.emit(session_json(session), session.id)
     return EXIT_OK
 

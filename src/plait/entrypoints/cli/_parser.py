@@ -82,7 +82,8 @@ def model_opt(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="model spec, e.g. scripted:PATH (default: $PLAIT_MODEL)",
+        help="model spec, e.g. scripted:PATH, for this run only (default: the session's "
+        "model, else $PLAIT_MODEL, else plait.toml's model)",
     )
 
 
@@ -139,8 +140,18 @@ def _sessions(sub: argparse._SubParsersAction[_Parser]) -> None:
     sessions = sub.add_parser("sessions", help="create and list sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
     new = ssub.add_parser("new", help="create a session")
-    new.add_argument("--workspace", help="directory the tools may use (must exist)")
+    new.add_argument(
+        "--workspace",
+        default=".",
+        help="directory the tools may use (must exist; default: the current directory)",
+    )
     new.add_argument("--title")
+    new.add_argument(
+        "--model",
+        default=None,
+        help="model spec the session's runs use when they name none (default: the one "
+        "its first send runs with)",
+    )
     common(new)
     lst = ssub.add_parser("list", help="list sessions, newest first")
     lst.add_argument("--limit", type=positive_int, default=50)
@@ -295,7 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="talk to the agent interactively")
     chat.add_argument("--session", dest="session_id", help="continue this session")
-    chat.add_argument("--workspace", default=".", help="workspace of a new session")
+    chat.add_argument(
+        "--workspace",
+        default=".",
+        help="workspace of a new session (must exist; default: the current directory)",
+    )
     model_opt(chat)
     policy_opt(chat)
     budget_opts(chat)

@@ -328,8 +328,10 @@ def _indented(text: str) -> str:
 
 
 def run_chat(a: argparse.Namespace, budget: Budget) -> int:
+    from plait.entrypoints.cli._remembered import remember_model
     from plait.runtime import Runtime
 
+    remember_model(a, session_id=a.session_id)
     runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, policy=a.policy)
     service = runtime.service
 

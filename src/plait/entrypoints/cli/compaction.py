@@ -164,15 +164,18 @@ def view_text(v: ContextView, *, items: bool) -> str:
 
 
 def _open(a: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
+    from plait.entrypoints.cli._remembered import remember_model
     from plait.runtime import Runtime
 
+    remember_model(a, session_id=a.session_id)
     runtime = Runtime.open(db=getattr(a, "db", None), model=a.model, create=False)
     compaction, model = runtime.compaction, runtime.model
     if model is None or compaction is None:
         asyncio.run(runtime.close())
         raise ConfigError(
-            "no model chosen: pass --model or set PLAIT_MODEL; its context window decides "
-            "the budget (plait never guesses a window)"
+            "no model chosen: the session remembers none (it has no run yet); pass --model "
+            "or set PLAIT_MODEL; its context window decides the budget (plait never guesses "
+            "a window)"
             if model is None
             else "this store does not support compaction"
         )

@@ -22,6 +22,7 @@ from plait.entrypoints.cli import _commands as cmd
 from plait.entrypoints.cli import service_cmds
 from plait.entrypoints.cli._io import Out, check_argv, printable
 from plait.entrypoints.cli._parser import UsageError, build_parser
+from plait.entrypoints.cli._remembered import remember_model
 from plait.entrypoints.cli._send import prepare_send, send
 from plait.entrypoints.cli.compaction import COMMANDS as COMPACTION_COMMANDS
 from plait.entrypoints.cli.forks import COMMANDS as FORK_COMMANDS
@@ -136,6 +137,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)
+    if key == ("send",):
+        remember_model(args, session_id=args.session_id)
+    elif key in (("runs", "resume"), ("runs", "recover")):
+        remember_model(args, run_id=args.run_id)
     return asyncio.run(_run(command, args, out))
 
 

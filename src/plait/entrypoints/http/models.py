@@ -122,6 +122,8 @@ class SessionOut(BaseModel):
     created_at: str | None
     workspace: str | None
     title: str | None
+    model: str | None = None
+    """The model spec the session remembers (its creation's, else its first run's)."""
     owner: str | None
     version: int
     active_run_id: str | None

@@ -201,6 +201,8 @@ MIGRATIONS += (
     # 16: the pending approvals and the waiting runs of every session, a page at a time
     # (the console's inbox; see _inbox_pages).
     (APPROVALS_PENDING_PG, RUNS_WAITING_PG),
+    # 17: the model a session remembers (`sessions new --model`, its first send).
+    ("ALTER TABLE sessions ADD COLUMN model TEXT",),
 )
 
 LATEST = len(MIGRATIONS)

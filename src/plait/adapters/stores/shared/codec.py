@@ -329,6 +329,7 @@ def session_to_dict(s: Session) -> dict[str, Any]:
             "fork_point_message_id": s.fork_origin.fork_point_message_id,
         },
         "title": s.title,
+        "model": s.model,
     }
 
 
@@ -348,6 +349,7 @@ def _session_from_dict(d: dict[str, Any]) -> Session:
             fork_point_message_id=fork["fork_point_message_id"],
         ),
         title=d["title"],
+        model=d.get("model"),
     )
 
 

@@ -40,11 +40,11 @@ from plait.domain.runs import RunStatus
 
 __all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the table layout, kept in ``meta``. Row shapes carry their own version.
 2: ``runs.lease_token`` (fencing); 3: ``session_segments`` (forks that do not copy, see
-:mod:`._sqlite_segments`; branches made before hold copied rows and stay readable). An
-older store is upgraded when it is opened."""
+:mod:`._sqlite_segments`; branches made before hold copied rows and stay readable); 4:
+``sessions.model`` (the model a session remembers). An older store is upgraded when it is opened."""
 
 T = TypeVar("T")
 
@@ -61,7 +61,8 @@ _DDL = (
     # second writer at the same version fail instead of interleaving.
     """CREATE TABLE IF NOT EXISTS sessions (
         id TEXT PRIMARY KEY, created_at REAL NOT NULL, owner TEXT, workspace TEXT,
-        active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT)""",
+        active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT,
+        model TEXT)""",
     "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
     OWNER_INDEX_SQLITE,
     # Immutable bodies under an integer key: appended at the end of one b-tree, and the
@@ -109,6 +110,8 @@ _UPGRADES = {
     1: ("ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0",),
     # 2 -> 3: where a branch's prefix lives (forks made from now on copy no rows).
     2: (SEGMENTS_DDL,),
+    # 3 -> 4: the model a session remembers (`sessions new --model`, its first send).
+    3: ("ALTER TABLE sessions ADD COLUMN model TEXT",),
 }
 
 
