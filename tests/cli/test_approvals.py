@@ -120,7 +120,10 @@ def test_denying_continues_and_the_model_reads_the_reason(plait: Plait) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == f"denied {apr} (write_file, call c1)"
-    assert "[3] write_file [c1] denied" in lines and "denied by ana: no notes today" in out
+    assert "[3] write_file [c1] denied" in lines
+    # who denied it once, then what the deciders before said (issue 26 item 6)
+    assert "denied by user:ana: no notes today (policy:" in out and "asked a person)" in out
+    assert "denied by ana" not in out and "(after" not in out
     assert "status      completed" in out
     assert not (plait.ws / "notes" / "a.txt").exists()
     history = plait.json("history", plait.json("runs", "show", run_id)["session_id"])

@@ -73,7 +73,10 @@ def test_denying_settles_the_call_as_denied_and_the_model_reads_it(gated: Live) 
         assert [k[0] for k in kinds] == ["user", "assistant", "tool_result", "assistant"]
         assert kinds[2][2] == "denied" and "not now" in kinds[2][1]
         said = kinds[3][1]
-        assert said.startswith("understood, not doing it: ") and "denied by alice: not now" in said
+        assert (
+            said.startswith("understood, not doing it: ")
+            and "denied by user:alice: not now" in said
+        )
 
 
 def test_someone_elses_approval_is_not_found_and_stays_pending(gated: Live) -> None:

@@ -130,7 +130,15 @@ def open_store(url: str, *, create: bool = True) -> Store:
         # migrating it.
         return PostgresStore(url, migrate=create)
     shown = _shown(url)
-    raise ConfigError(f"unknown store URL {shown!r}; {_FORMS}", url=shown)
+    raise ConfigError(f"unknown store URL {shown!r}; {_did_you_mean(url)}{_FORMS}", url=shown)
+
+
+def _did_you_mean(url: str) -> str:
+    """A plain path given where a URL belongs: the URL it probably meant."""
+    if "://" in url or ":" in url.split("/", 1)[0] or not url.strip():
+        return ""
+    scheme = "jsonl:///" if Path(url).is_dir() else "sqlite:///"
+    return f"did you mean {scheme + url!r}? "
 
 
 def __getattr__(name: str) -> Any:

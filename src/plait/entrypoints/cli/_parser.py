@@ -87,22 +87,58 @@ def model_opt(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _default(value: float | None) -> str:
+    return " (default: no limit)" if value is None else f" (default: {value:g})"
+
+
 def budget_opts(p: argparse.ArgumentParser) -> None:
     d = Budget()
-    g = p.add_argument_group("budget")
-    g.add_argument("--max-steps", type=positive_int, default=d.max_steps)
-    g.add_argument("--deadline", type=_seconds, default=d.deadline_seconds, help="seconds")
-    g.add_argument("--max-model-calls", type=positive_int, default=d.max_model_calls)
-    g.add_argument("--max-tokens", type=positive_int, default=d.max_total_tokens)
+    g = p.add_argument_group("budget (a run stops when it reaches one of these)")
+    g.add_argument(
+        "--max-steps",
+        type=positive_int,
+        default=d.max_steps,
+        help="agent steps" + _default(d.max_steps),
+    )
+    g.add_argument(
+        "--deadline",
+        type=_seconds,
+        default=d.deadline_seconds,
+        help="seconds" + _default(d.deadline_seconds),
+    )
+    g.add_argument(
+        "--max-model-calls",
+        type=positive_int,
+        default=d.max_model_calls,
+        help="model calls" + _default(d.max_model_calls),
+    )
+    g.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=d.max_total_tokens,
+        help="input + output tokens" + _default(d.max_total_tokens),
+    )
     g.add_argument(
         "--max-cost",
         type=_dollars,
         default=d.max_cost_usd,
         metavar="USD",
-        help="cost ceiling in US dollars, from the model's declared prices",
+        help="cost ceiling in US dollars, from the model's declared prices"
+        + _default(d.max_cost_usd),
     )
-    g.add_argument("--tool-timeout", type=_seconds, default=d.tool_timeout_seconds, help="seconds")
-    g.add_argument("--output-cap", type=positive_int, default=d.tool_output_cap_bytes)
+    g.add_argument(
+        "--tool-timeout",
+        type=_seconds,
+        default=d.tool_timeout_seconds,
+        help="seconds per tool call" + _default(d.tool_timeout_seconds),
+    )
+    g.add_argument(
+        "--output-cap",
+        type=positive_int,
+        default=d.tool_output_cap_bytes,
+        help="bytes of a tool's output the model sees (the rest goes to an artifact)"
+        + _default(d.tool_output_cap_bytes),
+    )
 
 
 _BUDGET_FLAGS = {

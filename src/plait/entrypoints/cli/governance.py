@@ -239,6 +239,10 @@ def _now() -> float:
 def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
     async def go(rt: Runtime) -> int:
         now = _now()
+        if a.session_id is not None:  # an unknown id is an error, as everywhere else
+            await rt.queries.get_session(a.session_id)
+        if a.run_id is not None:
+            await rt.queries.get_run(a.run_id)
         found = await rt.queries.list_approvals(session_id=a.session_id, run_id=a.run_id)
         if a.pending:
             found = [x for x in found if x.state(now) == "pending"]
@@ -293,6 +297,8 @@ def _explain(a: argparse.Namespace, out: _Output) -> int:
     if not isinstance(args, dict):
         raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
 
+    _check_tool_exists(a.tool)
+
     async def go(rt: Runtime) -> int:
         session = await rt.queries.get_session(a.session_id)
         effect = _effect(a.tool, args)
@@ -332,6 +338,29 @@ def _effect(tool: str, args: dict[str, Any]) -> Any:
         if t.spec.name == tool:
             return EffectClass(t.effect_of(args)) if t.effect_of else t.spec.effect
     return EffectClass.SIDE_EFFECT
+
+
+def _check_tool_exists(tool: str) -> None:
+    """``policy explain`` names a tool a session can be offered: a built-in one, a
+    sub-agent's ``delegate_NAME``, or one of a configured MCP server's
+    (``mcp__SERVER__TOOL``); else a ConfigError naming the tools there are."""
+    from plait.adapters.tools import session_tools
+    from plait.application.compaction import RECALL_SPEC
+    from plait.runtime import configured_mcp
+
+    builtin = sorted({t.spec.name for t in session_tools()} | {RECALL_SPEC.name, "run_tests"})
+    if tool in builtin or tool.startswith("delegate_"):  # delegate_NAME: a sub-agent
+        return
+    servers = configured_mcp()
+    if any(tool.startswith(f"mcp__{name}__") for name in servers):
+        return
+    mcp = f"; MCP tools are named mcp__SERVER__TOOL (servers: {', '.join(sorted(servers))})"
+    raise ConfigError(
+        f"tool {tool!r} does not exist: built-in tools are {', '.join(builtin)}"
+        + (mcp if servers else " (no MCP server is configured)")
+        + "; `plait tools list` shows every tool a session is offered",
+        tool=tool,
+    )
 
 
 COMMANDS[("policy", "explain")] = _explain

@@ -8,6 +8,7 @@ helper of :mod:`plait.entrypoints.cli.main`.
 from __future__ import annotations
 
 import argparse
+import json
 import asyncio
 from collections.abc import Callable
 from typing import Any
@@ -76,13 +77,14 @@ def _db_upgrade(a: argparse.Namespace, out: Any) -> int:
     from plait.runtime import default_db_url
 
     url = getattr(a, "db", None) or default_db_url()
-    store = open_store(url)
-    if not isinstance(store, PostgresStore):
+    if not url.startswith(("postgresql://", "postgres://")):  # refused before anything is made
         raise ConfigError(
             f"plait db upgrade is for PostgreSQL stores (postgresql://...); {url!r} "
             "needs no migration step (it is created and checked on open)",
             url=url,
         )
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
 
     async def go() -> tuple[int, int]:
         try:
@@ -145,7 +147,7 @@ def _worker(a: argparse.Namespace, out: Any) -> int:
     from plait.entrypoints.http.server import run_async, run_worker
 
     stats = run_async(run_worker(_settings(a)))
-    out.emit(stats, f"worker stopped: {stats}")
+    out.emit(stats, "worker stopped: " + json.dumps(stats))
     return 0
 
 
