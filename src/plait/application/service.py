@@ -195,6 +195,24 @@ class AgentService:
         resolve, but not run (ConfigError naming the fix)."""
         return self.caller.model
 
+    def _check_fits(self, text: str) -> None:
+        """Refuse, before anything is written, a message that alone is larger than the
+        model's context window (no compaction can make room for it)."""
+        window = self.model.capabilities.context_window
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if window is None or size <= window:  # a token is at least one byte
+            return
+        tokens = self.driver.context.meter.count_text(text)
+        if tokens >= window:
+            raise ValidationError(
+                f"the message ({size} bytes, about {tokens} tokens) cannot fit model "
+                f"{self.model.name!r}'s context window of {window} tokens; send a shorter "
+                "message, or put the text in a workspace file the agent can read in parts",
+                bytes=size,
+                tokens=tokens,
+                context_window=window,
+            )
+
     # --- sessions ---------------------------------------------------------------------------
 
     async def create_session(
@@ -290,6 +308,7 @@ class AgentService:
         output_schema = output_schema_of(output_type)
         servers = self.check_mcp_servers(mcp_servers)
         self.check_can_run(budget)
+        self._check_fits(text)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()

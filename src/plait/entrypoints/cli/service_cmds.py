@@ -8,8 +8,8 @@ helper of :mod:`plait.entrypoints.cli.main`.
 from __future__ import annotations
 
 import argparse
-import json
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 

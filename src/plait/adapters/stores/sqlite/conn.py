@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -136,7 +138,29 @@ class SqliteConnection:
             self._io.stop()
             raise
 
+    def _read_only_place(self) -> bool:
+        """The store exists where nothing can be written (a read-only mount): WAL needs
+        its -shm file next to it, so it is opened immutable, for reading only."""
+        return (
+            str(self._path) != ":memory:"
+            and self._path.is_file()
+            and not os.access(self._path.parent, os.W_OK)
+        )
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = f"file:{urllib.parse.quote(str(self._path.absolute()))}?immutable=1"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            self._check_schema(conn)
+        except BaseException as e:
+            if isinstance(e, sqlite3.Error):
+                raise self.translate(e) from e
+            raise
+        return conn
+
     def _connect(self) -> sqlite3.Connection:
+        if self._read_only_place():
+            return self._connect_read_only()
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
@@ -250,6 +274,15 @@ class SqliteConnection:
             return closed_error("sqlite")
         if isinstance(e, sqlite3.IntegrityError):
             return ConflictError(f"{where}: {e}", path=where)
+        if name.startswith("SQLITE_READONLY") or (
+            name.startswith("SQLITE_CANTOPEN") and self._read_only_place()
+        ):
+            return StoreError(
+                f"{where} is on a read-only location: it can be read (sessions list, history, "
+                f"runs show...), not written ({e})",
+                path=where,
+                sqlite_error=name,
+            )
         if name.startswith(_UNAVAILABLE):
             return StoreUnavailableError(
                 f"{where}: the store cannot write for now ({e}); retry later",
