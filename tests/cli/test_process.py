@@ -159,6 +159,7 @@ def test_the_help_covers_every_documented_command() -> None:
             "artifacts",
             "artifacts show",
             "chat",
+            "init",
             "demo",
             "approvals",
             "approvals list",

@@ -352,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     budget_opts(chat)
     common(chat)
 
+    from plait.entrypoints.cli.init import register as register_init
+
+    register_init(sub, common)
+
     demo = sub.add_parser("demo", help="run the built-in example end to end (no network)")
     demo.add_argument(
         "--clean", action="store_true", help="remove the temporary workspace and store afterwards"

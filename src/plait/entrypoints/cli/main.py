@@ -110,6 +110,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return run_demo(
             db=getattr(args, "db", None), clean=args.clean, as_json=out.json, model=args.model
         )
+    if args.command == "init":
+        from plait.entrypoints.cli.init import run_init
+
+        return run_init(args, out)
     if args.command == "send" and getattr(args, "server", None):
         from plait.entrypoints.cli.remote import send_remote
 
