@@ -39,7 +39,7 @@ def test_listings_name_the_damaged_file_and_show_the_rest(tmp_path: Path) -> Non
     url, good, bad, _ = _two_sessions(tmp_path)
     listed = run_plait("sessions", "list", "--db", url, "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert [s["session_id"] for s in json.loads(listed.stdout)] == [good]
+    assert [s["session_id"] for s in json.loads(listed.stdout)["sessions"]] == [good]
     assert "plait: warning: damaged session file, it left out of this listing" in listed.stderr
     assert f"{bad}.jsonl" in listed.stderr
 

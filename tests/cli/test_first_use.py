@@ -101,7 +101,7 @@ def test_a_message_larger_than_the_window_is_refused(
     assert r.code == 2, r.out[:300]
     message = r.json["error"]["message"]
     assert "cannot fit model 'scripted:small'" in message and "100000 tokens" in message
-    assert plait.json("runs", "list", "--session", sid) == []
+    assert plait.json("runs", "list", "--session", sid)["runs"] == []
     assert plait.history(sid) == []
 
 
@@ -129,7 +129,7 @@ def test_a_store_on_a_read_only_mount_can_be_read(plait: Plait, tmp_path: Path) 
 
     listed = inside("sessions", "list")
     assert listed.returncode == 0, listed.stderr
-    assert [s["session_id"] for s in json.loads(listed.stdout)] == [sid]
+    assert [s["session_id"] for s in json.loads(listed.stdout)["sessions"]] == [sid]
     written = inside("sessions", "new")
     assert written.returncode == 2
     assert "is on a read-only location" in written.stderr, written.stderr

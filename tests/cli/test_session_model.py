@@ -42,7 +42,7 @@ def other(tmp_path: Path) -> str:
 
 
 def _models(plait: Plait, session_id: str) -> list[str]:
-    runs = plait.json("runs", "list", "--session", session_id)
+    runs = plait.json("runs", "list", "--session", session_id)["runs"]
     return [r["model"].removeprefix("scripted:") for r in reversed(runs)]
 
 
@@ -56,7 +56,7 @@ def test_sessions_new_model_is_used_by_send_and_overridden_for_one_run(
     plait.ok("send", sid, "again", "--model", other)  # this run only
     plait.ok("send", sid, "and again")
     assert _models(plait, sid) == ["first", "other", "first"]
-    assert plait.json("sessions", "list")[0]["model"] == first
+    assert plait.json("sessions", "list")["sessions"][0]["model"] == first
 
 
 def test_the_first_send_sets_the_model_and_beats_the_environment(
@@ -77,7 +77,7 @@ def test_a_session_that_never_ran_has_no_model_to_remember(plait: Plait, workspa
     r = plait("send", sid, "hi", "--json")
     assert r.code == 2 and r.json["error"]["code"] == "config_error"
     assert r.json["error"]["message"].startswith("no model chosen: pass --model")
-    assert plait.json("runs", "list", "--session", sid) == []
+    assert plait.json("runs", "list", "--session", sid)["runs"] == []
 
 
 def test_context_and_compact_use_the_sessions_model(
@@ -155,7 +155,7 @@ def test_runs_recover_and_resume_use_the_sessions_model(
     run_id = _crash(plait.db, sid, spec)
     recovered = plait("runs", "recover", "--run", run_id, "--json")
     assert recovered.code == 1, (recovered.out, recovered.err)  # the write's outcome is unknown
-    assert recovered.json[0]["run"]["status"] == "awaiting_resolution"
+    assert recovered.json["recoveries"][0]["run"]["status"] == "awaiting_resolution"
     plait.ok("runs", "resolve", run_id, "--call", "c1", "--status", "succeeded", "--note", "ok")
     resumed = plait("runs", "resume", run_id, "--json")
     assert resumed.code == 0, (resumed.out, resumed.err)

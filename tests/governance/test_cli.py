@@ -68,8 +68,9 @@ def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
 def test_approvals_list(cli: Cli) -> None:
     # Deciding (and continuing the run) is tested over real runs in tests/cli/test_approvals.py.
     cli.seed()
-    (listed,) = cli.json("approvals", "list", "--pending")
-    assert listed["approval_id"] == "apr1" and listed["state"] == "pending"
+    (listed,) = cli.json("approvals", "list", "--pending")["approvals"]
+    assert listed["approval_id"] == "apr1" and listed["status"] == "pending"
+    assert "state" not in listed  # one status field (issue 26 item 5)
     code, out, _ = cli.run("approvals", "list")
     assert code == 0 and "apr1  pending" in out and "why: `rm -rf build`" in out
     # an unknown run or session is an error, as everywhere else (issue 26 item 6)

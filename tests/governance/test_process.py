@@ -86,4 +86,4 @@ def test_a_waiting_run_survives_its_process_and_continues_after_approval(tmp_pat
     assert (execution["decision"], execution["decided_by"]) == ("allow", "user:ana")
     assert execution["result_status"] == "succeeded"
     (used,) = plait("approvals", "list")
-    assert (used["state"], used["consumed_by"]) == ("consumed", "c1")
+    assert (used["status"], used["consumed_by"]) == ("consumed", "c1")

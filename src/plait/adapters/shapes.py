@@ -231,14 +231,14 @@ def parent_json(p: ParentCall | None) -> dict[str, Any] | None:
 
 
 def approval_json(a: Approval, now: float, parent: ParentCall | None = None) -> dict[str, Any]:
-    """An approval request and its decision; ``state`` is as of ``now`` (``pending``,
-    ``approved``, ``denied``, ``expired`` or ``consumed``). ``parent``: the request
-    comes from a sub-agent's run, which answers that call of its parent."""
+    """An approval request and its decision; its one ``status`` is as of ``now``
+    (``pending``, ``approved``, ``denied``, ``expired`` or ``consumed``: an expired request
+    is stored as pending or approved). ``parent``: the request comes from a sub-agent's
+    run, which answers that call of its parent."""
     return {
         "parent": parent_json(parent),
         "approval_id": a.id,
-        "state": a.state(now),
-        "status": a.status.value,
+        "status": a.state(now),
         "session_id": a.session_id,
         "run_id": a.run_id,
         "call_id": a.call_id,

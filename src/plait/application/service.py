@@ -57,6 +57,7 @@ from plait.application.toolset import ToolSet
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
+    PlaitError,
     ValidationError,
 )
 from plait.domain.messages import (
@@ -202,8 +203,14 @@ class AgentService:
         size = len(text.encode("utf-8", "surrogatepass"))
         if window is None or size <= window:  # a token is at least one byte
             return
-        tokens = self.driver.context.meter.count_text(text)
-        if tokens >= window:
+        meter = self.driver.context.meter
+        if self._compaction is not None:  # the meter the run's context is budgeted with
+            try:
+                meter = self._compaction.profiles.get(self.model.name).meter
+            except PlaitError:
+                pass  # no configured meter: the context's estimate
+        tokens = meter.count_text(text)
+        if tokens > window:
             raise ValidationError(
                 f"the message ({size} bytes, about {tokens} tokens) cannot fit model "
                 f"{self.model.name!r}'s context window of {window} tokens; send a shorter "

@@ -60,7 +60,7 @@ async def sessions_new(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 async def sessions_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     sessions = await rt.queries.list_sessions(limit=a.limit)
     out.emit(
-        [session_json(s) for s in sessions],
+        {"sessions": [session_json(s) for s in sessions]},
         lambda: "\n".join(session_line(s) for s in sessions) or "no sessions",
     )
     return EXIT_OK
@@ -123,7 +123,7 @@ async def runs_show(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
 async def runs_list(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
     runs = await rt.queries.list_runs(session_id=a.session_id)
     out.emit(
-        [run_json(r) for r in runs],
+        {"runs": [run_json(r) for r in runs]},
         lambda: "\n".join(f"{r.id}  {r.session_id}  {r.status.value}" for r in runs) or "no runs",
     )
     return EXIT_OK
@@ -214,7 +214,7 @@ async def runs_recover(rt: Runtime, a: argparse.Namespace, out: Out) -> int:
             return "\n".join(f"{r.run_id}: {r.outcome} ({r.detail})" for r in reports)
         return "\n".join(["no run needs recovery", *(lease_hint(w) for w in waiting)])
 
-    out.emit(data, text)
+    out.emit({"recoveries": data}, text)
     driven = [r.result.run.status for r in reports if r.result is not None]
     return max((exit_for(s) for s in driven), default=EXIT_OK)
 

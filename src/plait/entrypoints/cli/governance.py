@@ -257,7 +257,7 @@ def _approvals_list(a: argparse.Namespace, out: _Output) -> int:
             )
 
         parents = await rt.queries.parents(found)
-        out.emit([approval_json(x, now, parents.get(x.run_id)) for x in found], text)
+        out.emit({"approvals": [approval_json(x, now, parents.get(x.run_id)) for x in found]}, text)
         return 0
 
     return _run(a, go)

@@ -189,7 +189,7 @@ def send_remote(a: argparse.Namespace, out: Out) -> int:
     if finished["status"] == RunStatus.AWAITING_APPROVAL.value:
         found = client.json("GET", f"/v1/sessions/{a.session_id}/approvals")["approvals"]
         waiting = [
-            x for x in found if x["run_id"] == finished["run_id"] and x["state"] == "pending"
+            x for x in found if x["run_id"] == finished["run_id"] and x["status"] == "pending"
         ]
     code = exit_for(RunStatus(finished["status"]))
     if a.events:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from plait.adapters.shapes import compaction_event_json, message_json, run_json
+from plait.adapters.shapes import compaction_event_json, iso, message_json, run_json
 from plait.application.events import (
     CompactionEvent,
     MessageSaved,
@@ -71,7 +71,7 @@ def _message_events(event: MessageSaved, at: float) -> list[NewRunEvent]:
 
 def sse_payload(e: RunEventRecord) -> str:
     return json.dumps(
-        {"run_id": e.run_id, "seq": e.seq, "type": e.type.value, "at": e.at, **e.data},
+        {"run_id": e.run_id, "seq": e.seq, "type": e.type.value, "at": iso(e.at), **e.data},
         ensure_ascii=False,
         separators=(",", ":"),
     )
