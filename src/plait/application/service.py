@@ -205,10 +205,8 @@ class AgentService:
             return
         meter = self.driver.context.meter
         if self._compaction is not None:  # the meter the run's context is budgeted with
-            try:
+            with contextlib.suppress(PlaitError):  # none configured: the context's estimate
                 meter = self._compaction.profiles.get(self.model.name).meter
-            except PlaitError:
-                pass  # no configured meter: the context's estimate
         tokens = meter.count_text(text)
         if tokens > window:
             raise ValidationError(
