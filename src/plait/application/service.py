@@ -13,6 +13,7 @@ both alone, :meth:`resume` continues either once nothing blocks it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
