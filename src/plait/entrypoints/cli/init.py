@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -171,8 +172,6 @@ def _check_model(spec: str) -> dict[str, Any]:
 
 
 def run_init(a: argparse.Namespace, out: _Output) -> int:
-    import os
-
     from plait.config import load_config
 
     root = Path(a.directory).expanduser()
@@ -198,16 +197,17 @@ def run_init(a: argparse.Namespace, out: _Output) -> int:
     load_config(cwd=root.resolve())  # what was written loads (a mistake here is a bug)
     check = _check_model(model) if model else None
     steps = _next_steps(model, check)
+    written = [str(p.resolve()) for p in files.values()]
     data = {
         "directory": str(root.resolve()),
-        "written": [str(p.resolve()) for p in files.values()],
+        "written": written,
         "model": model,
         "model_check": check,
         "next": steps,
     }
 
     def text() -> str:
-        lines = [f"wrote {p}" for p in data["written"]]
+        lines = [f"wrote {p}" for p in written]
         if check is not None:
             verdict = "ok" if check["ok"] else "FAILED" if check["checked"] else "not checked"
             lines.append(f"model {model}: {verdict} ({check['detail']})")
