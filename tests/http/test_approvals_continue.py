@@ -55,7 +55,7 @@ def test_approving_the_last_pending_approval_runs_the_call_and_finishes(gated: L
             ("assistant", "answer to tool approve me", None),
         ]
         (used,) = c.get(f"/v1/sessions/{sid}/approvals").json()["approvals"]
-        assert used["status"] == "approved" and used["consumed_by"] is not None
+        assert used["status"] == "consumed" and used["consumed_by"] is not None
         assert c.get(f"/v1/sessions/{sid}").json()["active_run_id"] is None
         # Deciding it again changes nothing and says why.
         again = c.post(f"/v1/approvals/{approval['approval_id']}/approve", json={})

@@ -18,6 +18,7 @@ Backends are imported lazily so ``import plait`` stays fast.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -134,8 +135,9 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
 
 def _did_you_mean(url: str) -> str:
-    """A plain path given where a URL belongs: the URL it probably meant."""
-    if "://" in url or ":" in url.split("/", 1)[0] or not url.strip():
+    """A plain path given where a URL belongs: the URL it probably meant (only for what
+    looks like a path: never echo anything else, which may hold a password)."""
+    if re.fullmatch(r"[\w./~+-]+", url) is None:
         return ""
     scheme = "jsonl:///" if Path(url).is_dir() else "sqlite:///"
     return f"did you mean {scheme + url!r}? "
