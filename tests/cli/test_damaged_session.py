@@ -45,7 +45,7 @@ def test_listings_name_the_damaged_file_and_show_the_rest(tmp_path: Path) -> Non
 
     runs = run_plait("runs", "list", "--db", url, "--json", cwd=tmp_path)
     assert runs.returncode == 0, runs.stderr
-    assert {r["session_id"] for r in json.loads(runs.stdout)} == {good}
+    assert {r["session_id"] for r in json.loads(runs.stdout)["runs"]} == {good}
     assert "damaged session file, its runs left out" in runs.stderr
 
     history = run_plait("history", bad, "--db", url, "--json", cwd=tmp_path)
