@@ -161,6 +161,7 @@ def test_the_help_covers_every_documented_command() -> None:
             "artifacts show",
             "chat",
             "init",
+            "schema",
             "demo",
             "approvals",
             "approvals list",

@@ -355,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     from plait.entrypoints.cli.init import register as register_init
 
     register_init(sub, common)
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schemas of the published shapes (those of the OpenAPI document)",
+    )
+    schema.add_argument("name", metavar="NAME", nargs="?", help="only this one, e.g. RunOut")
+    common(schema)
 
     demo = sub.add_parser("demo", help="run the built-in example end to end (no network)")
     demo.add_argument(

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import Budget
 
-__all__ = ["POLICY_FILE", "register", "run_init"]
+__all__ = ["POLICY_FILE", "print_schemas", "register", "run_init"]
 
 CONFIG_FILE = "plait.toml"
 POLICY_FILE = "plait-policy.toml"
@@ -239,3 +239,23 @@ def _next_steps(model: str | None, check: dict[str, Any] | None) -> list[str]:
         "plait chat --session $S    # go on talking in the same session",
     ]
     return steps
+
+
+def print_schemas(a: argparse.Namespace, out: _Output) -> int:
+    """``plait schema [NAME]``: the published shapes as JSON Schema, ``{"schemas": {name:
+    schema}}``; the OpenAPI document (``/v1/openapi.json``) holds the same ones under
+    ``components.schemas``."""
+    import json
+
+    from plait.entrypoints.http.models import json_schemas
+
+    schemas = json_schemas()
+    if a.name is not None:
+        if a.name not in schemas:
+            raise ConfigError(
+                f"no published shape {a.name!r}; there are {', '.join(sorted(schemas))}",
+                name=a.name,
+            )
+        schemas = {a.name: schemas[a.name]}
+    out.emit({"schemas": schemas}, lambda: json.dumps(schemas, indent=2))
+    return 0

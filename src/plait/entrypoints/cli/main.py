@@ -110,6 +110,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return run_demo(
             db=getattr(args, "db", None), clean=args.clean, as_json=out.json, model=args.model
         )
+    if args.command == "schema":
+        from plait.entrypoints.cli.init import print_schemas
+
+        return print_schemas(args, out)
     if args.command == "init":
         from plait.entrypoints.cli.init import run_init
 
