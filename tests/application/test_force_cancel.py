@@ -75,6 +75,7 @@ async def _cut_short(
     ]
     first = reply("", call("act", {"text": "x"}, "c1"), *more)
     a = _service(opener(), "worker-a", tools, Turns([first, reply("done")]))
+    (tmp_path / "ws").mkdir(exist_ok=True)
     session = await a.create_session(workspace=str(tmp_path / "ws"))
     started = asyncio.Event()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,16 +112,16 @@ def test_cancel_ends_a_run_awaiting_approval_like_one_awaiting_resolution() -> N
     assert run(rig.store.get_session(s.id)).active_run_id is None
 
 
-def test_the_gate_sees_the_call_spec_effect_session_and_run() -> None:
+def test_the_gate_sees_the_call_spec_effect_session_and_run(tmp_path: Path) -> None:
     reader = RecordingTool(spec("read"))
     gate = ScriptedGate({})
     rig = make_rig([reply("", call("read", {"text": "a"}, "c1")), reply("ok")], [reader], gate=gate)
-    s = run(rig.service.create_session(workspace="/ws", owner="ann"))
+    s = run(rig.service.create_session(workspace=str(tmp_path), owner="ann"))
     result = run(rig.service.send(s.id, "go"))
     (request,) = gate.requests
     assert request.call.id == "c1" and request.spec.name == "read"
     assert request.effect is EffectClass.READ_ONLY
-    assert request.session.owner == "ann" and request.session.workspace == "/ws"
+    assert request.session.owner == "ann" and request.session.workspace == str(tmp_path.resolve())
     assert request.run.id == result.run.id
     assert request.record.state is ExecutionState.REQUESTED
 

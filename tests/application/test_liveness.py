@@ -103,6 +103,7 @@ async def _scenario(tmp_path: Path, tool: Tool, args: dict[str, Any]) -> tuple[A
     db = tmp_path / "plait.db"
     turns = Turns([reply("", call(tool.spec.name, args, "c1")), reply("done")])
     service = await _service(db, "worker-a", tool, FunctionModel(turns))
+    (tmp_path / "ws").mkdir(exist_ok=True)
     session = await service.create_session(workspace=str(tmp_path / "ws"))
     started = asyncio.Event()
 

@@ -70,6 +70,34 @@ def test_spooled_output_becomes_an_artifact_and_the_file_is_removed(tmp_path: Pa
         run(store.close())  # type: ignore[attr-defined]
 
 
+def test_the_truncation_note_counts_the_bytes_it_shows(tmp_path: Path) -> None:
+    """Never "1001 bytes in all, 2000 shown" (issue 26 item 6): the note gives the bytes
+    really shown, never more than there are."""
+    import re
+
+    for body, head, cap in ((b"x" * 1001, "x" * 40, 2000), (b"y" * 9000, "y" * 9000, 500)):
+        spool = tmp_path / "spool.txt"
+        spool.write_bytes(body)
+        tool = RecordingTool(spec("read"), output=ToolOutput(content=head, spool_path=str(spool)))
+        result = run(
+            ToolRunner(MemoryStore()).run(
+                tool.tool,
+                invocation(cap),
+                EffectClass.READ_ONLY,
+                time_limit=None,
+                on_cancel=never_cancelled,
+            )
+        )
+        found = re.search(
+            r"\[output truncated: (\d+) bytes in all, the first (\d+) shown", result.content
+        )
+        assert found is not None, result.content
+        total, shown = int(found.group(1)), int(found.group(2))
+        assert total == len(body) and shown <= total
+        assert shown == len(result.content[: result.content.index("\n[output")].encode())
+        assert len(result.content.encode()) <= cap
+
+
 def test_a_missing_spool_file_is_a_clear_error(tmp_path: Path) -> None:
     store = MemoryStore()
     with pytest.raises(ConfigError, match="spooled tool output"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -344,17 +345,17 @@ def test_a_recursive_type_keeps_its_definition_and_is_enforced() -> None:
     assert check_output(response, {"count": count.spec}, set()).ok
 
 
-def test_a_typed_tool_runs_through_the_loop_with_its_context() -> None:
+def test_a_typed_tool_runs_through_the_loop_with_its_context(tmp_path: Path) -> None:
     @plait.tool(effect="read_only")
     async def where(path: str, context: ToolInvocation) -> str:
         """Say where a path is."""
         return f"{context.workspace}/{path}"
 
     rig = make_rig([reply("", call("where", {"path": "a.txt"}, "c1")), reply("done")], [where])
-    session = run(rig.service.create_session(workspace="/ws"))
+    session = run(rig.service.create_session(workspace=str(tmp_path)))
     assert run(rig.service.send(session.id, "go")).run.status is RunStatus.COMPLETED
     [result] = [m.message for m in rig.history(session.id) if m.message.kind == "tool_result"]
-    assert result.result.content == "/ws/a.txt"
+    assert result.result.content == f"{tmp_path.resolve()}/a.txt"
 
 
 def test_the_arguments_validation_decoded_are_the_ones_the_tool_reads() -> None:

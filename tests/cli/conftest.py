@@ -28,6 +28,7 @@ SESSION_FIELDS = {
     "created_at",
     "workspace",
     "title",
+    "model",
     "owner",
     "version",
     "active_run_id",

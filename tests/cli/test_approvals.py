@@ -75,7 +75,7 @@ class Plait:
         sid = self.json("sessions", "new", "--workspace", str(self.ws))["session_id"]
         sent = self.json("send", sid, "write the notes", "--model", f"scripted:{script}", code=1)
         assert sent["status"] == "awaiting_approval"
-        (pending,) = self.json("approvals", "list", "--pending")
+        (pending,) = self.json("approvals", "list", "--pending")["approvals"]
         return sent["run_id"], pending["approval_id"]
 
     def store(self) -> Any:
@@ -106,8 +106,8 @@ def test_approving_runs_the_call_and_the_run_to_its_end(plait: Plait) -> None:
     shown = plait.json("runs", "show", run_id)
     (execution,) = shown["executions"]
     assert (execution["decision"], execution["decided_by"]) == ("allow", "user:ana")
-    (used,) = plait.json("approvals", "list")
-    assert (used["state"], used["consumed_by"]) == ("consumed", "c1")
+    (used,) = plait.json("approvals", "list")["approvals"]
+    assert (used["status"], used["consumed_by"]) == ("consumed", "c1")
     # nothing is left to resume, and a decided request cannot be decided again
     code, out, _ = plait.run("runs", "resume", run_id, "--json")
     assert code == 2 and json.loads(out)["error"]["code"] == "run_state"
@@ -121,7 +121,10 @@ def test_denying_continues_and_the_model_reads_the_reason(plait: Plait) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == f"denied {apr} (write_file, call c1)"
-    assert "[3] write_file [c1] denied" in lines and "denied by ana: no notes today" in out
+    assert "[3] write_file [c1] denied" in lines
+    # who denied it once, then what the deciders before said (issue 26 item 6)
+    assert "denied by user:ana: no notes today (policy:" in out and "asked a person)" in out
+    assert "denied by ana" not in out and "(after" not in out
     assert "status      completed" in out
     assert not (plait.ws / "notes" / "a.txt").exists()
     history = plait.json("history", plait.json("runs", "show", run_id)["session_id"])
@@ -138,7 +141,7 @@ def test_a_run_that_asks_again_stops_at_the_next_request_with_send_s_exit_status
     code, out, _ = plait.run("approvals", "approve", first)
     assert code == 1  # the run drove on and waits again: not completed
     assert "status      awaiting_approval" in out and "waits for 1 more decision" in out
-    (second,) = plait.json("approvals", "list", "--pending")
+    (second,) = plait.json("approvals", "list", "--pending")["approvals"]
     assert f"plait approvals approve {second['approval_id']}" in out
     assert (plait.ws / "notes" / "a.txt").read_text() == "one\n"
     done = plait.json("approvals", "deny", second["approval_id"], "--reason", "one is enough")
@@ -195,7 +198,7 @@ def test_a_run_whose_model_cannot_be_opened_is_refused_before_the_decision(plait
     code, out, err = plait.run("approvals", "approve", apr, "--json")
     assert code == 2 and json.loads(out)["error"]["code"] == "config_error"
     assert "cannot be opened here" in err
-    (still,) = plait.json("approvals", "list", "--pending")  # nothing was written
+    (still,) = plait.json("approvals", "list", "--pending")["approvals"]  # nothing was written
     assert still["approval_id"] == apr
     assert plait.json("runs", "show", run_id)["status"] == "awaiting_approval"
 
@@ -211,5 +214,5 @@ def test_bad_decisions_are_clear_errors(plait: Plait) -> None:
     code, out, err = plait.run("approvals", "approve", "apr_nope", "--json")
     assert code == 2 and "approval 'apr_nope' not found" in err
     assert json.loads(out)["error"]["code"] == "approval_not_found"
-    (still,) = plait.json("approvals", "list", "--pending")
+    (still,) = plait.json("approvals", "list", "--pending")["approvals"]
     assert still["approval_id"] == apr

@@ -127,7 +127,8 @@ CASES = [
         "script_error",
         "script file not found: TMP/absent.yaml",
     ),
-    Case("no model", ["send", "SID", "hi"], "config_error", "no model chosen: pass --model"),
+    # "no model" on a session that never ran: tests/cli/test_session_model.py (this one
+    # has run, so it remembers its model)
     Case(
         "--max-steps 0",
         ["send", "SID", "hi", "--model", "MODEL", "--max-steps", "0"],

@@ -49,12 +49,12 @@ def test_max_steps_ends_a_looping_run(plait: Plait, workspace: Path, tmp_path: P
     assert "error       max_steps: the run took its 2 steps" in text.out
 
     # the session is not ended by a budget: a later send with room finishes the script
-    session = plait.json("sessions", "list")[0]
+    session = plait.json("sessions", "list")["sessions"][0]
     assert session["active_run_id"] is None
     final = plait.json("send", sid, "finish", "--model", model)
     assert final["status"] == "completed"
     assert final["messages"][-1]["text"] == "finally done"
-    assert [r["status"] for r in plait.json("runs", "list", "--session", sid)] == [
+    assert [r["status"] for r in plait.json("runs", "list", "--session", sid)["runs"]] == [
         "completed",
         "budget_exhausted",
         "budget_exhausted",

@@ -97,7 +97,7 @@ def _chat(tmp_path: Path, db: str, script: dict[str, Any], *extra: str) -> list[
 def _history(db: str, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     capsys.readouterr()
     assert main(["sessions", "list", "--db", db, "--json"]) == 0
-    (session,) = json.loads(capsys.readouterr().out)
+    (session,) = json.loads(capsys.readouterr().out)["sessions"]
     assert main(["history", session["session_id"], "--db", db, "--json"]) == 0
     messages: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["messages"]
     return messages

@@ -38,7 +38,7 @@ def model(tmp_path: Path) -> str:
     return write_script(tmp_path, "two-calls", TWO_CALLS)
 
 
-def test_sessions_new_and_list(plait: Plait, workspace: Path) -> None:
+def test_sessions_new_and_list(plait: Plait, workspace: Path, tmp_path: Path) -> None:
     created = plait.json("sessions", "new", "--workspace", str(workspace), "--title", "first")
     check_session(created)
     assert created["workspace"] == str(workspace.resolve())
@@ -48,20 +48,22 @@ def test_sessions_new_and_list(plait: Plait, workspace: Path) -> None:
     assert created["fork_origin"] is None
     assert created["owner"] is None
 
-    text = plait.ok("sessions", "new")  # no workspace: allowed, the tools will refuse
+    text = plait.ok("sessions", "new")  # no workspace: the current directory, as chat
     second = text.out.strip()
     assert second.startswith("ses_") and "\n" not in second
     assert text.err == ""
 
-    listed = plait.json("sessions", "list")
+    listed = plait.json("sessions", "list")["sessions"]
     for s in listed:
         check_session(s)
     assert [s["session_id"] for s in listed] == [second, created["session_id"]]  # newest first
     assert listed[1] == created
-    assert [s["session_id"] for s in plait.json("sessions", "list", "--limit", "1")] == [second]
+    assert [
+        s["session_id"] for s in plait.json("sessions", "list", "--limit", "1")["sessions"]
+    ] == [second]
 
     lines = plait.ok("sessions", "list").out.splitlines()
-    assert lines[0].startswith(f"{second}  v0  -")
+    assert lines[0] == f"{second}  v0  {tmp_path.resolve()}"
     assert lines[1] == f"{created['session_id']}  'first'  v0  {workspace.resolve()}"
 
 
@@ -69,14 +71,14 @@ def test_sessions_list_on_an_empty_store(plait: Plait, tmp_path: Path) -> None:
     empty = f"jsonl:///{tmp_path / 'empty'}"
     (tmp_path / "empty").mkdir()
     assert plait.ok("sessions", "list", "--db", empty).out.strip() == "no sessions"
-    assert plait.json("sessions", "list", "--db", empty) == []
-    assert plait.json("runs", "list", "--db", empty) == []
+    assert plait.json("sessions", "list", "--db", empty)["sessions"] == []
+    assert plait.json("runs", "list", "--db", empty)["runs"] == []
     assert plait.ok("runs", "list", "--db", empty).out.strip() == "no runs"
 
 
 def test_relative_workspace_is_stored_absolute(plait: Plait, workspace: Path) -> None:
     sid = plait.new_session(Path("ws"))  # cwd is tmp_path
-    assert plait.json("sessions", "list")[0]["workspace"] == str(workspace.resolve())
+    assert plait.json("sessions", "list")["sessions"][0]["workspace"] == str(workspace.resolve())
     assert sid
 
 
@@ -135,7 +137,7 @@ def test_send_json_two_tool_calls(plait: Plait, workspace: Path, model: str) -> 
     assert answer["usage"] == {"input_tokens": 100, "output_tokens": 7}
     assert answer["step"] == 2
 
-    session = plait.json("sessions", "list")[0]
+    session = plait.json("sessions", "list")["sessions"][0]
     assert session["version"] == 5  # the seq of its last message
     assert session["active_run_id"] is None
 
@@ -200,11 +202,11 @@ def test_runs_show_and_list(plait: Plait, workspace: Path, model: str) -> None:
 
     other = plait.new_session(workspace)
     run2 = plait.json("send", other, "hi", "--model", model)["run_id"]
-    listed = plait.json("runs", "list")
+    listed = plait.json("runs", "list")["runs"]
     for r in listed:
         check_run(r)
     assert [r["run_id"] for r in listed] == [run2, run_id]  # newest first
-    assert [r["run_id"] for r in plait.json("runs", "list", "--session", sid)] == [run_id]
+    assert [r["run_id"] for r in plait.json("runs", "list", "--session", sid)["runs"]] == [run_id]
     lines = plait.ok("runs", "list").out.splitlines()
     assert lines == [f"{run2}  {other}  completed", f"{run_id}  {sid}  completed"]
 
@@ -221,28 +223,34 @@ def test_json_flag_before_or_after_the_subcommand(
         return r.json
 
     sid = j("sessions", "new", "--workspace", str(workspace))["session_id"]
-    assert j("sessions", "list")[0]["session_id"] == sid
+    assert j("sessions", "list")["sessions"][0]["session_id"] == sid
     run = j("send", sid, "hi", "--model", model)
     assert run["status"] == "completed"
     assert len(j("history", sid)["messages"]) == 5
     assert j("runs", "show", run["run_id"])["executions"]
-    assert j("runs", "list")[0]["run_id"] == run["run_id"]
-    assert j("runs", "recover", "--model", model) == []
+    assert j("runs", "list")["runs"][0]["run_id"] == run["run_id"]
+    assert j("runs", "recover", "--model", model)["recoveries"] == []
     assert j("runs", "cancel", run["run_id"])["status"] == "completed"
 
 
 def test_db_flag_before_the_subcommand(plait: Plait, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'top.db'}"
     sid = plait.raw("--db", url, "--json", "sessions", "new").json["session_id"]
-    assert plait.raw("--db", url, "--json", "sessions", "list").json[0]["session_id"] == sid
-    assert plait.raw("sessions", "list", "--db", url, "--json").json[0]["session_id"] == sid
+    assert (
+        plait.raw("--db", url, "--json", "sessions", "list").json["sessions"][0]["session_id"]
+        == sid
+    )
+    assert (
+        plait.raw("sessions", "list", "--db", url, "--json").json["sessions"][0]["session_id"]
+        == sid
+    )
     assert (tmp_path / "top.db").is_file()
 
 
 def test_runs_recover_with_nothing_to_do(plait: Plait, model: str) -> None:
     plait.new_session()
     assert plait.ok("runs", "recover", "--model", model).out.strip() == "no run needs recovery"
-    assert plait.json("runs", "recover", "--model", model) == []
+    assert plait.json("runs", "recover", "--model", model)["recoveries"] == []
 
 
 @pytest.mark.slow
@@ -307,7 +315,7 @@ def test_multi_send_conversation_across_processes(
     assert [m["run_id"] for m in history] == (
         [first["run_id"]] * 4 + [second["run_id"]] * 4 + [third["run_id"]] * 2
     )
-    runs = plait.json("runs", "list", "--session", sid)
+    runs = plait.json("runs", "list", "--session", sid)["runs"]
     assert [r["status"] for r in runs] == ["completed"] * 3
 
     # the script is used up: a fourth send fails the run (exit 1) with a clear error
@@ -392,5 +400,5 @@ def test_non_ascii_text_round_trips(plait: Plait, workspace: Path, tmp_path: Pat
     assert r.code == 0
     assert "héllo → wörld" in r.out and "日本" in r.out  # printed as is, not \u-escaped
     assert [m["text"] for m in plait.history(sid)] == ["héllo → wörld", "Grüße, naïve café ✓ 日本"]
-    assert plait.json("sessions", "list")[0]["title"] == "tëst"
+    assert plait.json("sessions", "list")["sessions"][0]["title"] == "tëst"
     assert "Grüße, naïve café ✓ 日本" in plait.ok("history", sid).out

@@ -39,13 +39,13 @@ def test_listings_name_the_damaged_file_and_show_the_rest(tmp_path: Path) -> Non
     url, good, bad, _ = _two_sessions(tmp_path)
     listed = run_plait("sessions", "list", "--db", url, "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert [s["session_id"] for s in json.loads(listed.stdout)] == [good]
+    assert [s["session_id"] for s in json.loads(listed.stdout)["sessions"]] == [good]
     assert "plait: warning: damaged session file, it left out of this listing" in listed.stderr
     assert f"{bad}.jsonl" in listed.stderr
 
     runs = run_plait("runs", "list", "--db", url, "--json", cwd=tmp_path)
     assert runs.returncode == 0, runs.stderr
-    assert {r["session_id"] for r in json.loads(runs.stdout)} == {good}
+    assert {r["session_id"] for r in json.loads(runs.stdout)["runs"]} == {good}
     assert "damaged session file, its runs left out" in runs.stderr
 
     history = run_plait("history", bad, "--db", url, "--json", cwd=tmp_path)

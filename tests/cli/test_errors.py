@@ -134,7 +134,9 @@ def test_resume_a_completed_run(world: World) -> None:
 
 def test_recover_a_completed_run_skips_it(world: World) -> None:
     before = snapshot(world.plait.db)
-    (report,) = world.plait.json("runs", "recover", "--run", world.run_id, "--model", world.model)
+    (report,) = world.plait.json("runs", "recover", "--run", world.run_id, "--model", world.model)[
+        "recoveries"
+    ]
     assert report["run_id"] == world.run_id
     assert report["outcome"] == "skipped"
     assert "completed" in report["detail"]
@@ -197,7 +199,7 @@ def test_invalid_budget_flag(world: World) -> None:
 def test_send_without_a_model(world: World) -> None:
     error = expect_error(
         world.plait,
-        ["send", world.session_id, "hi"],
+        ["send", world.plait.new_session(), "hi"],  # one that never ran: no model
         "config_error",
         "no model chosen",
         "--model",

@@ -76,7 +76,7 @@ def test_recover_says_when_the_lease_expires_and_force_takes_over(
 
     forced = plait("runs", "recover", "--run", run_id, "--force", "--model", model, "--json")
     assert forced.code == 0, forced.err
-    (report,) = forced.json
+    (report,) = forced.json["recoveries"]
     assert report["outcome"] == "resumed"
     assert report["run"]["status"] == "completed"
 
@@ -115,5 +115,5 @@ def test_cancel_force_ends_a_dead_process_run(
     assert asked[1].endswith(f"'plait runs cancel {run_id} --force' does it now")
     forced = plait.json("runs", "cancel", run_id, "--force")
     assert forced["status"] == "cancelled"
-    (session,) = plait.json("sessions", "list")
+    (session,) = plait.json("sessions", "list")["sessions"]
     assert session["active_run_id"] is None

@@ -98,7 +98,8 @@ def test_python_m_exit_statuses(tmp_path: Path, workspace: Path) -> None:
     )
     assert exhausted.returncode == 1, exhausted.stderr
     assert "budget_exhausted" in exhausted.stdout
-    bad = run_plait("--db", db, "send", sid, "go", cwd=tmp_path)
+    fresh = run_plait("--db", db, "sessions", "new", cwd=tmp_path).stdout.strip()
+    bad = run_plait("--db", db, "send", fresh, "go", cwd=tmp_path)  # it never ran: no model
     assert bad.returncode == 2
     assert "no model chosen" in bad.stderr
 
@@ -159,6 +160,8 @@ def test_the_help_covers_every_documented_command() -> None:
             "artifacts",
             "artifacts show",
             "chat",
+            "init",
+            "schema",
             "demo",
             "approvals",
             "approvals list",

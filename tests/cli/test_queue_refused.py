@@ -53,7 +53,7 @@ def test_approve_with_queue_on_jsonl_is_refused_and_the_run_can_still_be_continu
     _refused(plait, "approvals", "approve", approval_id, "--queue")
     _refused(plait, "runs", "resume", run_id, "--queue")
     # Nothing was written: the request still waits, so does the run.
-    (pending,) = plait.json("approvals", "list", "--pending")
+    (pending,) = plait.json("approvals", "list", "--pending")["approvals"]
     assert pending["approval_id"] == approval_id
     assert plait.json("runs", "show", run_id)["status"] == "awaiting_approval"
     # Continued here instead, as the error says.
@@ -101,12 +101,14 @@ def test_a_queued_run_on_jsonl_is_continued_in_process(plait: JsonlPlait, how: s
         done = plait.json("runs", "resume", run_id, "--model", model)
         assert done["status"] == "completed"
     else:
-        skipped = plait.json("runs", "recover", "--run", run_id, "--model", model)
+        skipped = plait.json("runs", "recover", "--run", run_id, "--model", model)["recoveries"]
         assert "runs resume" in skipped[0]["detail"]  # not forced: says how to go on
-        (report,) = plait.json("runs", "recover", "--run", run_id, "--force", "--model", model)
+        (report,) = plait.json("runs", "recover", "--run", run_id, "--force", "--model", model)[
+            "recoveries"
+        ]
         assert report["outcome"] == "resumed" and report["run"]["status"] == "completed"
     assert plait.json("runs", "show", run_id)["status"] == "completed"
-    assert plait.json("sessions", "list")[0]["active_run_id"] is None
+    assert plait.json("sessions", "list")["sessions"][0]["active_run_id"] is None
 
 
 def test_keys_create_on_a_store_without_api_keys_is_refused(plait: JsonlPlait) -> None:

@@ -126,7 +126,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
     plait: Plait, workspace: Path, crashed_in_write: Crashed
 ) -> None:
     c = crashed_in_write
-    (before,) = plait.json("runs", "list")
+    (before,) = plait.json("runs", "list")["runs"]
     assert before["status"] == "running"
     assert before["lease"]["owner"] == "dead-worker"
     # a person changes the file meanwhile: recovery must not write it again
@@ -134,7 +134,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
 
     recovered = plait("runs", "recover", "--model", c.model, "--json")
     assert recovered.code == 1, recovered.err  # the run it drove ended awaiting resolution
-    (report,) = recovered.json
+    (report,) = recovered.json["recoveries"]
     assert set(report) == {"run_id", "outcome", "detail", "run", "messages"}
     assert report["run_id"] == c.run_id
     assert report["outcome"] == "resumed"
@@ -143,7 +143,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
     assert report["run"]["status"] == "awaiting_resolution"
     assert (workspace / "out.txt").read_text(encoding="utf-8") == "edited by a person\n"
     # a second recover leaves it to the person, saying so
-    (again,) = plait.json("runs", "recover", "--model", c.model)
+    (again,) = plait.json("runs", "recover", "--model", c.model)["recoveries"]
     assert again["outcome"] == "skipped"
     assert again["detail"] == "run is awaiting_resolution, not running"
 
@@ -217,7 +217,7 @@ def test_unknown_side_effect_recover_show_resolve_resume(
         "out.txt exists; a person edited it since (outcome verified by alice)"
     )
     assert (workspace / "out.txt").read_text(encoding="utf-8") == "edited by a person\n"
-    session = plait.json("sessions", "list")[0]
+    session = plait.json("sessions", "list")["sessions"][0]
     assert session["active_run_id"] is None
 
     # and the session goes on with the same script in a new 'process'
@@ -251,7 +251,7 @@ def test_resolve_with_queue_leaves_the_run_to_a_worker(
     assert r.out.strip().endswith("resolved as failed; queued for a worker")
     shown = plait.json("runs", "show", c.run_id)
     assert shown["status"] == "queued" and shown["error"] is None
-    assert plait.json("sessions", "list")[0]["active_run_id"] == c.run_id
+    assert plait.json("sessions", "list")["sessions"][0]["active_run_id"] == c.run_id
 
 
 def test_recover_text_output(plait: Plait, crashed_in_write: Crashed) -> None:
@@ -273,7 +273,7 @@ def test_cancel_a_run_awaiting_resolution(plait: Plait, crashed_in_write: Crashe
     assert [m["kind"] for m in history] == ["user", "assistant", "tool_result"]
     assert history[2]["call_id"] == "c_write"
     assert history[2]["status"] == "unknown"  # left unknown in the history, as documented
-    assert plait.json("sessions", "list")[0]["active_run_id"] is None
+    assert plait.json("sessions", "list")["sessions"][0]["active_run_id"] is None
     # resolving or resuming a cancelled run is refused
     late = plait(
         "runs", "resolve", c.run_id, "--call", "c_write", "--status", "succeeded", "--note", "x"
@@ -286,7 +286,7 @@ def test_recover_reruns_an_unfinished_read(plait: Plait, workspace: Path, tmp_pa
     c = crash(plait.db, workspace, model, "assistant_saved")
     r = plait("runs", "recover", "--model", model, "--json")
     assert r.code == 0
-    (report,) = r.json
+    (report,) = r.json["recoveries"]
     assert report["outcome"] == "resumed"
     assert report["run"]["status"] == "completed"
     assert [m["kind"] for m in report["messages"]] == ["tool_result", "assistant"]
@@ -301,7 +301,7 @@ def test_recover_after_a_crash_before_the_model_answered(
 ) -> None:
     model = write_script(tmp_path, "read", READ_SCRIPT)
     c = crash(plait.db, workspace, model, "user_saved")
-    (report,) = plait.json("runs", "recover", "--run", c.run_id, "--model", model)
+    (report,) = plait.json("runs", "recover", "--run", c.run_id, "--model", model)["recoveries"]
     assert report["run"]["status"] == "completed"
     assert [m["kind"] for m in plait.history(c.session_id)] == [
         "user",
@@ -317,7 +317,7 @@ def test_recover_skips_a_run_of_another_model(
     c = crash(plait.db, workspace, model, "user_saved")
     other = write_script(tmp_path, "other", {"version": 1, "model": "other", "assistant": []})
     before = snapshot(plait.db)
-    (report,) = plait.json("runs", "recover", "--model", other)
+    (report,) = plait.json("runs", "recover", "--model", other)["recoveries"]
     assert report["run_id"] == c.run_id
     assert report["outcome"] == "skipped"
     assert "scripted:recovery" in report["detail"] and "scripted:other" in report["detail"]
@@ -331,13 +331,13 @@ def test_recover_leaves_a_live_run_alone_and_cancel_is_a_request(
     c = crash(
         plait.db, workspace, model, "user_saved", clock=FixedClock(time.time()), lease_seconds=3600
     )
-    assert plait.json("runs", "recover", "--model", model) == []
-    (report,) = plait.json("runs", "recover", "--run", c.run_id, "--model", model)
+    assert plait.json("runs", "recover", "--model", model)["recoveries"] == []
+    (report,) = plait.json("runs", "recover", "--run", c.run_id, "--model", model)["recoveries"]
     assert report["outcome"] == "skipped"
     assert plait.json("runs", "show", c.run_id)["lease"]["owner"] == "dead-worker"
 
     # the session is busy: a second send gets a clear error and writes nothing
-    (session,) = plait.json("sessions", "list")
+    (session,) = plait.json("sessions", "list")["sessions"]
     assert session["active_run_id"] == c.run_id
     assert f"(run {c.run_id} active)" in plait.ok("sessions", "list").out
     before = snapshot(plait.db)

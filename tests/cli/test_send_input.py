@@ -68,13 +68,14 @@ def test_a_ten_megabyte_message(
     (tmp_path / "big.txt").write_text(big, encoding="utf-8")
     sid = plait.new_session(workspace)
     r = plait("send", sid, "--file", str(tmp_path / "big.txt"), "--model", model)
-    # stored whole; the model is not asked: the context is far over its window
-    assert r.code == 1 and "context_budget_insufficient" in r.out, r.err
-    assert len(_user_text(plait, sid)) == len(big)
+    # refused before it is stored: it alone is far over the model's window (issue 26)
+    assert r.code == 2 and "cannot fit model" in r.err, (r.out[:300], r.err)
+    assert plait.history(sid) == []
     other = plait.new_session(workspace)
     _stdin(monkeypatch, big.encode())
-    assert plait("send", other, "--model", model).code == 1
-    assert _user_text(plait, other) == big
+    r = plait("send", other, "--model", model)
+    assert r.code == 2 and "cannot fit model" in r.err
+    assert plait.history(other) == []
 
 
 def test_events_stream_json_lines(plait: Plait, workspace: Path, model: str) -> None:

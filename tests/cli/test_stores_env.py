@@ -38,8 +38,10 @@ def _conversation(plait: Plait, url: str, workspace: Path, model: str) -> str:
     assert [m["seq"] for m in history] == [1, 2, 3, 4, 5, 6]
     assert history[2]["status"] == "succeeded"
     assert history[2]["content"].startswith("hello plait")
-    assert [s["session_id"] for s in plait.json("sessions", "list", "--db", url)] == [sid]
-    assert [r["run_id"] for r in plait.json("runs", "list", "--db", url)] == [
+    assert [s["session_id"] for s in plait.json("sessions", "list", "--db", url)["sessions"]] == [
+        sid
+    ]
+    assert [r["run_id"] for r in plait.json("runs", "list", "--db", url)["runs"]] == [
         second["run_id"],
         first["run_id"],
     ]
@@ -94,7 +96,7 @@ def test_jsonl_relative_url(plait: Plait, workspace: Path, model: str, tmp_path:
 def test_memory_store_lives_only_as_long_as_the_command(plait: Plait, tmp_path: Path) -> None:
     created = plait.json("sessions", "new", "--db", "memory://")
     assert created["session_id"].startswith("ses_")
-    assert plait.json("sessions", "list", "--db", "memory://") == []
+    assert plait.json("sessions", "list", "--db", "memory://")["sessions"] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written to disk
 
 
@@ -123,7 +125,9 @@ def test_plait_db_env_var_and_db_flag_precedence(
     sid = plait.raw("--json", "sessions", "new").json["session_id"]
     assert env_db.is_file()
     assert not (tmp_path / ".plait").exists()
-    assert [s["session_id"] for s in plait.raw("--json", "sessions", "list").json] == [sid]
+    assert [s["session_id"] for s in plait.raw("--json", "sessions", "list").json["sessions"]] == [
+        sid
+    ]
 
     flag_db = tmp_path / "from-flag.db"
     other = plait.raw("--json", "sessions", "new", "--db", f"sqlite:///{flag_db}").json
@@ -157,8 +161,9 @@ def test_plait_model_env_var_and_model_flag_precedence(
     assert run2["model"] == "scripted:other"
     assert run2["messages"][-1]["text"] == "from the flag"
 
-    # a bad PLAIT_MODEL is reported as such
+    # a bad PLAIT_MODEL is reported as such (sid remembers its model: a new session)
+    fresh = plait.new_session(workspace)
     monkeypatch.setenv("PLAIT_MODEL", "nonsense")
-    r = plait("send", sid, "hi")
+    r = plait("send", fresh, "hi")
     assert r.code == 2
     assert "model spec 'nonsense'" in r.err

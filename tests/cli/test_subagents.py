@@ -55,7 +55,7 @@ def test_a_configured_sub_agent_runs_as_a_child_shown_in_the_tree(
     assert [(m["tool_name"], m["status"], m["content"]) for m in results] == [
         ("delegate_reader", "succeeded", "hello plait")
     ]
-    runs = plait.json("runs", "list")
+    runs = plait.json("runs", "list")["runs"]
     for run in runs:
         check_run(run)
     (child,) = [r for r in runs if r["parent"] is not None]
@@ -66,7 +66,7 @@ def test_a_configured_sub_agent_runs_as_a_child_shown_in_the_tree(
         "agent": "reader",
     }
     assert child["budget"]["max_model_calls"] == 4
-    tree = plait.json("sessions", "tree", sid)
+    tree = plait.json("sessions", "tree", sid)["roots"]
     (root,) = tree
     assert root["session_id"] == sid and root["delegated_by"] is None
     (node,) = root["children"]

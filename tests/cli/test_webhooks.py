@@ -54,23 +54,23 @@ def test_add_list_deliveries_resume_remove(plait: Plait, tmp_path: Path) -> None
         receiver.secret = added["secret"]
         text = plait.ok("webhooks", "list").out
         assert added["id"] in text and "active" in text and "whsec_" not in text
-        [listed] = plait.json("webhooks", "list")
+        [listed] = plait.json("webhooks", "list")["webhooks"]
         assert "secret" not in listed and listed["id"] == added["id"]
         # a run finished by `plait send` (no worker here): the delivery waits in the outbox
         model = write_script(tmp_path, "m", {"version": 1, "assistant": [{"text": "hello"}]})
         sid = plait.new_session()
         plait.ok("send", sid, "hi", "--model", model)
-        [pending] = plait.json("webhooks", "deliveries", "--status", "pending")
+        [pending] = plait.json("webhooks", "deliveries", "--status", "pending")["deliveries"]
         assert pending["type"] == "run.finished" and pending["attempts"] == 0
         assert _send_due(plait.db) == 1
-        [done] = plait.json("webhooks", "deliveries", "--endpoint", added["id"])
+        [done] = plait.json("webhooks", "deliveries", "--endpoint", added["id"])["deliveries"]
         assert done["status"] == "delivered" and done["attempts"] == 1
         assert receiver.wire == [done["event_id"]]
         assert "delivered" in plait.ok("webhooks", "deliveries").out
         resumed = plait.json("webhooks", "resume", added["id"])
         assert resumed["status"] == "active"
         assert plait.json("webhooks", "remove", added["id"]) == {"id": added["id"], "removed": True}
-        assert plait.json("webhooks", "list") == []
+        assert plait.json("webhooks", "list")["webhooks"] == []
         assert plait.ok("webhooks", "list").out.strip() == "no webhooks"
     finally:
         receiver.stop()
@@ -86,7 +86,7 @@ def test_bad_input_is_refused_and_nothing_is_stored(plait: Plait) -> None:
     assert err["code"] == "invalid_value" and "run.done" in err["message"]
     r = plait("webhooks", "remove", "wh_nope", "--json")
     assert json.loads(r.out or r.err)["error"]["code"] == "webhook_not_found"
-    assert plait.json("webhooks", "list") == []
+    assert plait.json("webhooks", "list")["webhooks"] == []
 
 
 def test_a_store_without_workers_refuses_webhooks(plait: Plait, tmp_path: Path) -> None:

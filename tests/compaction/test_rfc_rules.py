@@ -20,7 +20,7 @@ from plait.application.ports import (
 )
 from plait.application.service import AgentService
 from plait.domain.compaction import CompactionSettings
-from plait.domain.errors import LeaseLostError, ModelError
+from plait.domain.errors import LeaseLostError, ModelError, ValidationError
 from plait.domain.runs import Budget, RunStatus
 from plait.domain.summary import Constraint
 from plait.domain.tools import EffectClass, ToolSpec
@@ -290,7 +290,14 @@ def test_a_context_over_the_window_is_not_sent() -> None:
     async def go() -> None:
         agent, store = service(model, window=10_000)
         session = await agent.create_session()
-        result = await agent.send(session.id, "F" * 43_600)  # ~10,900 tokens (chars / 4)
+        # a message that alone is over the window: refused before it is written (issue 26)
+        with pytest.raises(ValidationError, match="cannot fit model") as refused:
+            await agent.send(session.id, "F" * 43_600)  # ~10,900 tokens (chars / 4)
+        assert refused.value.details["tokens"] == 10_900
+        assert await store.read_messages(session.id) == []
+        assert await store.list_runs(session_id=session.id) == []
+        # one that fits alone but not with the instructions and tools: sent to no model
+        result = await agent.send(session.id, "F" * 39_990)
         assert result.run.status is RunStatus.FAILED
         error = result.run.error
         assert error is not None and error.code == "context_budget_insufficient"

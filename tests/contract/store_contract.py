@@ -66,6 +66,7 @@ class StoreContract(
                 owner="ana",
                 workspace="/ws",
                 title="Café ☕",
+                model="scripted:m.json",
                 fork_origin=ForkOrigin(parent_session_id="p", fork_point_message_id="m9"),
             )
             await store.create_session(s)

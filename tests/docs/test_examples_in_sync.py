@@ -32,3 +32,16 @@ def test_the_typo_script_is_the_documented_complete_example() -> None:
     start = doc.index("```yaml\n", doc.index("<!-- complete example -->")) + len("```yaml\n")
     block = doc[start : doc.index("```", start)]
     assert (EXAMPLES / "fix-typo.yaml").read_text(encoding="utf-8") == block
+
+
+def test_the_complete_examples_summary_has_the_summarizers_shape() -> None:
+    """Its decisions are notes (objects with their sources), not plain strings, which
+    the summarizer's schema refuses (issue 26 item 6)."""
+    import yaml
+
+    from plait.domain.summary import parse_summary_body
+
+    script = yaml.safe_load((EXAMPLES / "fix-typo.yaml").read_text(encoding="utf-8"))
+    (entry,) = script["summarizer"]
+    body = parse_summary_body(entry["structured"])
+    assert [d.text for d in body.decisions] == ["Only README.md is changed"]

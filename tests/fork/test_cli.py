@@ -103,7 +103,7 @@ def test_fork_show_tree_and_history(
     )
     grandchild = made2["session"]["session_id"]
     code, tree, _ = plait(capsys, "sessions", "tree", grandchild, "--db", db, "--json")
-    assert tree == [
+    assert tree["roots"] == [
         {
             "session_id": "S",
             "fork_point_message_id": None,
@@ -155,7 +155,7 @@ def test_fork_errors(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert data["error"]["code"] == "config_error" and "no workspace" in data["error"]["message"]
     code, data, _ = plait(capsys, "sessions", "list", "--db", db, "--json")
-    assert [s["session_id"] for s in data] == ["S"]  # nothing was created
+    assert [s["session_id"] for s in data["sessions"]] == ["S"]  # nothing was created
 
 
 @pytest.mark.slow
@@ -172,7 +172,7 @@ def test_snapshot_of_a_non_git_workspace_is_a_clear_error(
     assert "not inside a git work tree" in data["error"]["message"]
     assert "without --snapshot" in data["error"]["message"]
     code, data, _ = plait(capsys, "sessions", "list", "--db", db, "--json")
-    assert [s["session_id"] for s in data] == ["S"]
+    assert [s["session_id"] for s in data["sessions"]] == ["S"]
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -68,11 +68,19 @@ def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
 def test_approvals_list(cli: Cli) -> None:
     # Deciding (and continuing the run) is tested over real runs in tests/cli/test_approvals.py.
     cli.seed()
-    (listed,) = cli.json("approvals", "list", "--pending")
-    assert listed["approval_id"] == "apr1" and listed["state"] == "pending"
+    (listed,) = cli.json("approvals", "list", "--pending")["approvals"]
+    assert listed["approval_id"] == "apr1" and listed["status"] == "pending"
+    assert "state" not in listed  # one status field (issue 26 item 5)
     code, out, _ = cli.run("approvals", "list")
     assert code == 0 and "apr1  pending" in out and "why: `rm -rf build`" in out
-    assert cli.json("approvals", "list", "--run", "r2") == []
+    # an unknown run or session is an error, as everywhere else (issue 26 item 6)
+    for flag, unknown, code_name in (
+        ("--run", "r2", "run_not_found"),
+        ("--session", "ses_nope", "session_not_found"),
+    ):
+        code, out, err = cli.run("approvals", "list", flag, unknown, "--json")
+        assert code == 2 and json.loads(out)["error"]["code"] == code_name, (out, err)
+        assert "no approval requests" not in out
 
 
 def test_ttl_parsing() -> None:

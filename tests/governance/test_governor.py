@@ -147,7 +147,7 @@ def test_denied_by_a_person() -> None:
     assert first.approval is not None
     rig.decide(first.approval.id, approve=False)
     out = rig.check(write("c1"))
-    assert out.outcome == "deny" and out.decision.reason == "denied by ana: not this file"
+    assert out.outcome == "deny" and out.decision.reason == "not this file"
     assert out.decision.label() == "user:ana"
 
 

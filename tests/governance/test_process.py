@@ -71,7 +71,7 @@ def test_a_waiting_run_survives_its_process_and_continues_after_approval(tmp_pat
     sent = plait("send", sid, "write the note", code=1)
     assert sent["status"] == "awaiting_approval"
     assert not (ws / "notes" / "a.txt").exists()
-    (pending,) = plait("approvals", "list", "--pending")
+    (pending,) = plait("approvals", "list", "--pending")["approvals"]
     assert (pending["call_id"], pending["scope"]) == ("c1", ["notes/a.txt"])
     assert pending["reason"] == "notes are reviewed by a person"
     # a new process resuming before anyone decided: still waiting, nothing written
@@ -85,5 +85,5 @@ def test_a_waiting_run_survives_its_process_and_continues_after_approval(tmp_pat
     (execution,) = shown["executions"]
     assert (execution["decision"], execution["decided_by"]) == ("allow", "user:ana")
     assert execution["result_status"] == "succeeded"
-    (used,) = plait("approvals", "list")
-    assert (used["state"], used["consumed_by"]) == ("consumed", "c1")
+    (used,) = plait("approvals", "list")["approvals"]
+    assert (used["status"], used["consumed_by"]) == ("consumed", "c1")

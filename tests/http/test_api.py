@@ -4,6 +4,7 @@ error code, SSE resumption, cancel while running."""
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -112,6 +113,9 @@ def test_sse_streams_every_event_and_resumes_from_last_event_id(live: Live) -> N
             assert needed in types, types
         ids = [int(f.id) for f in frames if f.id is not None]
         assert ids == list(range(1, len(ids) + 1))
+        for f in frames:  # ISO 8601 in UTC, as every timestamp (issue 26 item 5)
+            at = datetime.fromisoformat(f.data["at"])
+            assert isinstance(f.data["at"], str) and at.utcoffset() == timedelta(0)
         assert frames[-1].data["run"]["status"] == "completed"
         call = next(f for f in frames if f.event == "tool_call_requested").data
         assert call["name"] == "echo" and call["arguments"] == {"text": "tool go"}

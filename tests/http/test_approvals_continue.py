@@ -57,7 +57,7 @@ def test_approving_the_last_pending_approval_runs_the_call_and_finishes(gated: L
             ("assistant", "answer to tool approve me", None),
         ]
         (used,) = c.get(f"/v1/sessions/{sid}/approvals").json()["approvals"]
-        assert used["status"] == "approved" and used["consumed_by"] is not None
+        assert used["status"] == "consumed" and used["consumed_by"] is not None
         assert c.get(f"/v1/sessions/{sid}").json()["active_run_id"] is None
         # Deciding it again changes nothing and says why.
         again = c.post(f"/v1/approvals/{approval['approval_id']}/approve", json={})
@@ -76,7 +76,10 @@ def test_denying_settles_the_call_as_denied_and_the_model_reads_it(gated: Live) 
         assert [k[0] for k in kinds] == ["user", "assistant", "tool_result", "assistant"]
         assert kinds[2][2] == "denied" and "not now" in kinds[2][1]
         said = kinds[3][1]
-        assert said.startswith("understood, not doing it: ") and "denied by alice: not now" in said
+        assert (
+            said.startswith("understood, not doing it: ")
+            and "denied by user:alice: not now" in said
+        )
 
 
 @pytest.mark.slow

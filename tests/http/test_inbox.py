@@ -65,9 +65,9 @@ def test_pending_approvals_paged_and_isolated(kind: str, request: pytest.Fixture
         # newest first, each with its session and the exact shape of the session listing
         assert [a["session_id"] for a in listed] == [sid for sid, _ in reversed(mine)]
         assert [a["run_id"] for a in listed] == [rid for _, rid in reversed(mine)]
-        assert all(a["state"] == "pending" and a["parent"] is None for a in listed)
+        assert all(a["status"] == "pending" and a["parent"] is None for a in listed)
         per_session = alice.get(f"/v1/sessions/{mine[0][0]}/approvals").json()["approvals"]
-        assert listed[-1] == per_session[0] | {"state": listed[-1]["state"]}
+        assert listed[-1] == per_session[0] | {"status": listed[-1]["status"]}
         (only,) = bob.get("/v1/approvals", params={"status": "pending"}).json()["approvals"]
         assert only["session_id"] == theirs[0]
         everyone = root.get("/v1/approvals", params={"status": "pending"}).json()["approvals"]

@@ -64,6 +64,7 @@ def _make_schema_2_store(path: Path) -> None:
             "WHERE session_id = 's1' AND seq <= 4 ORDER BY seq"
         )
         conn.execute("DROP TABLE session_segments")
+        conn.execute("ALTER TABLE sessions DROP COLUMN model")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
 
@@ -86,4 +87,4 @@ def test_a_schema_2_store_with_copied_branches_is_upgraded_and_reads_alike(
     assert _rows(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [
         (str(SCHEMA_VERSION),)
     ]
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4

@@ -218,6 +218,7 @@ def test_a_schema_1_store_is_upgraded_with_lease_tokens(tmp_path: Path) -> None:
     asyncio.run(make())
     with sqlite3.connect(path) as conn:  # back to how schema 1 stored runs
         conn.execute("ALTER TABLE runs DROP COLUMN lease_token")
+        conn.execute("ALTER TABLE sessions DROP COLUMN model")
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.close()
 
@@ -236,4 +237,34 @@ def test_a_schema_1_store_is_upgraded_with_lease_tokens(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert row[0] == str(SCHEMA_VERSION) == "3"
+    assert row[0] == str(SCHEMA_VERSION) == "4"
+
+
+def test_a_schema_3_store_is_upgraded_with_session_models(tmp_path: Path) -> None:
+    """A store written before sessions remembered their model (schema 3) opens: its
+    sessions read without one, a new session keeps its model (issue 26 item 4)."""
+    from dataclasses import replace
+
+    path = tmp_path / "plait.db"
+
+    async def make() -> None:
+        store = SqliteStore.open(path)
+        await store.create_session(new_session())
+        await store.close()
+
+    asyncio.run(make())
+    with sqlite3.connect(path) as conn:  # back to how schema 3 stored sessions
+        conn.execute("ALTER TABLE sessions DROP COLUMN model")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.close()
+
+    async def reopen() -> None:
+        store = SqliteStore(path)
+        try:
+            assert (await store.get_session("s1")).model is None
+            await store.create_session(replace(new_session("s2"), model="scripted:m.json"))
+            assert (await store.get_session("s2")).model == "scripted:m.json"
+        finally:
+            await store.close()
+
+    asyncio.run(reopen())

@@ -64,6 +64,7 @@ def session_json(session: Session) -> dict[str, Any]:
         "created_at": iso(session.created_at),
         "workspace": session.workspace,
         "title": session.title,
+        "model": session.model,
         "owner": session.owner,
         "version": session.version,
         "active_run_id": session.active_run_id,
@@ -248,14 +249,14 @@ def parent_json(parent: ParentCall | None) -> dict[str, Any] | None:
 def approval_json(
     approval: Approval, now: float, parent: ParentCall | None = None
 ) -> dict[str, Any]:
-    """An approval request and its decision; ``state`` is as of ``now`` (``pending``,
-    ``approved``, ``denied``, ``expired`` or ``consumed``). ``parent``: the request
-    comes from a sub-agent's run, which answers that call of its parent."""
+    """An approval request and its decision; its one ``status`` is as of ``now``
+    (``pending``, ``approved``, ``denied``, ``expired`` or ``consumed``: an expired request
+    is stored as pending or approved). ``parent``: the request comes from a sub-agent's
+    run, which answers that call of its parent."""
     return {
         "parent": parent_json(parent),
         "approval_id": approval.id,
-        "state": approval.state(now),
-        "status": approval.status.value,
+        "status": approval.state(now),
         "session_id": approval.session_id,
         "run_id": approval.run_id,
         "call_id": approval.call_id,

@@ -92,6 +92,7 @@ def _branch(source: Session, record: ForkRecord, taken: WorkspaceSnapshot | None
             parent_session_id=source.id, fork_point_message_id=record.through_message_id
         ),
         title=source.title,
+        model=source.model,
     )
 
 

@@ -149,6 +149,21 @@ class Queries:
     async def get_run(self, run_id: str) -> Run:
         return await self._store.get_run(run_id)
 
+    async def session_model(self, session_id: str) -> str | None:
+        """The model spec a session remembers: the one it was created with, else the one
+        its first run recorded, else (a branch) its parent's; None when none is known.
+        An unknown session raises SessionNotFoundError."""
+        session = await self._store.get_session(session_id)
+        if session.model:
+            return session.model
+        runs = await self._store.list_runs(session_id=session_id)
+        specs = [r.model_spec for r in sorted(runs, key=lambda r: r.started_at) if r.model_spec]
+        if specs:
+            return specs[0]
+        if session.fork_origin is not None:
+            return await self.session_model(session.fork_origin.parent_session_id)
+        return None
+
     async def fork_record(self, session_id: str) -> ForkRecord | None:
         """How a branch was made (None for a session that is not a fork, or a store that
         cannot fork)."""

@@ -13,8 +13,10 @@ both alone, :meth:`resume` continues either once nothing blocks it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
@@ -56,6 +58,7 @@ from plait.application.toolset import ToolSet
 from plait.domain.errors import (
     ConfigError,
     LeaseLostError,
+    PlaitError,
     ValidationError,
 )
 from plait.domain.messages import (
@@ -247,18 +250,49 @@ class AgentService:
         resolve, but not run (ConfigError naming the fix)."""
         return self.caller.model
 
+    def _check_fits(self, text: str) -> None:
+        """Refuse, before anything is written, a message that alone is larger than the
+        model's context window (no compaction can make room for it)."""
+        window = self.model.capabilities.context_window
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if window is None or size <= window:  # a token is at least one byte
+            return
+        meter = self.driver.context.meter
+        if self._compaction is not None:  # the meter the run's context is budgeted with
+            with contextlib.suppress(PlaitError):  # none configured: the context's estimate
+                meter = self._compaction.profiles.get(self.model.name).meter
+        tokens = meter.count_text(text)
+        if tokens > window:
+            raise ValidationError(
+                f"the message ({size} bytes, about {tokens} tokens) cannot fit model "
+                f"{self.model.name!r}'s context window of {window} tokens; send a shorter "
+                "message, or put the text in a workspace file the agent can read in parts",
+                bytes=size,
+                tokens=tokens,
+                context_window=window,
+            )
+
     # --- sessions ---------------------------------------------------------------------------
 
     async def create_session(
-        self, *, workspace: str | None = None, owner: str | None = None, title: str | None = None
+        self,
+        *,
+        workspace: str | None = None,
+        owner: str | None = None,
+        title: str | None = None,
+        model: str | None = None,
     ) -> Session:
+        """A new session. ``workspace`` must be an existing directory (kept as an absolute
+        path); ``model``: the spec its runs use when they name none (else its first run's)."""
         _check_text("the session title", title)
+        _check_text("the session model", model)
         session = Session(
             id=self.ids.new("ses"),
             created_at=self.clock.now(),
             owner=owner,
-            workspace=workspace,
+            workspace=None if workspace is None else existing_directory(workspace),
             title=title,
+            model=model or None,
         )
         await self.store.create_session(session)
         return session
@@ -333,6 +367,7 @@ class AgentService:
         output_schema = output_schema_of(output_type)
         servers = self.check_mcp_servers(mcp_servers)
         self.check_can_run(budget)
+        self._check_fits(text)
         session = await self.store.get_session(session_id)
         stored = await self.store.read_messages(session_id)
         now = self.clock.now()
@@ -715,6 +750,17 @@ def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
         raise ConfigError(f"tool names must be unique, got {names}")
     if lease_seconds <= 0:
         raise ConfigError("lease_seconds must be positive")
+
+
+def existing_directory(workspace: str) -> str:
+    """``workspace`` as an absolute path, or ConfigError when it is no existing directory
+    (a session over a missing one would fail every tool call)."""
+    path = Path(workspace).expanduser()
+    if not path.is_dir():
+        raise ConfigError(
+            f"workspace {workspace!r} is not an existing directory", workspace=workspace
+        )
+    return str(path.resolve())
 
 
 def _check_text(what: str, text: str | None) -> None:

@@ -127,11 +127,18 @@ def _truncated(
     cap: int,
     ref: ArtifactRef,
 ) -> ToolResult:
-    notice = (
-        f"\n[output truncated: {ref.size} bytes in all, {cap} shown; "
-        f"the whole output is artifact {ref.id}]"
-    )
-    head = head_bytes[: max(cap - len(notice.encode()), 0)].decode("utf-8", "ignore")
+    def notice(shown: int) -> str:
+        return (
+            f"\n[output truncated: {ref.size} bytes in all, the first {shown} shown; "
+            f"the whole output is artifact {ref.id}]"
+        )
+
+    room = max(cap - len(notice(cap).encode()), 0)  # shown <= cap: its notice is no longer
+    head = head_bytes[:room].decode("utf-8", "ignore")
     return ToolResult(
-        call_id=call.id, status=status, content=head + notice, artifact=ref, reason=reason
+        call_id=call.id,
+        status=status,
+        content=head + notice(len(head.encode())),
+        artifact=ref,
+        reason=reason,
     )

@@ -37,6 +37,9 @@ class Session:
     active_run_id: str | None = None
     fork_origin: ForkOrigin | None = None
     title: str | None = None
+    model: str | None = None
+    """The model spec the session runs with when a run names none (set by its creation
+    or its first run)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ Backends are imported lazily so ``import plait`` stays fast.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -164,7 +165,16 @@ def open_store(url: str, *, create: bool = True, io: IoMode = "thread") -> Store
         # migrating it.
         return PostgresStore(url, migrate=create)
     shown = _shown(url)
-    raise ConfigError(f"unknown store URL {shown!r}; {_FORMS}", url=shown)
+    raise ConfigError(f"unknown store URL {shown!r}; {_did_you_mean(url)}{_FORMS}", url=shown)
+
+
+def _did_you_mean(url: str) -> str:
+    """A plain path given where a URL belongs: the URL it probably meant (only for what
+    looks like a path: never echo anything else, which may hold a password)."""
+    if re.fullmatch(r"[\w./~+-]+", url) is None:
+        return ""
+    scheme = "jsonl:///" if Path(url).is_dir() else "sqlite:///"
+    return f"did you mean {scheme + url!r}? "
 
 
 def __getattr__(name: str) -> Any:

@@ -17,6 +17,7 @@ from plait.application.gate import GateDecision, GateRequest
 from plait.application.governance.governor import GateOutcome, Governor
 from plait.application.ports import ModelClient, ModelResponse
 from plait.domain.context import Context
+from plait.domain.governance import Verdict
 from plait.domain.runs import RunStatus
 
 __all__ = ["GovernedGate"]
@@ -90,12 +91,16 @@ class GovernedGate:
         return _decision(outcome)
 
 
+_SAID = {Verdict.ALLOW: "allowed it", Verdict.DENY: "denied it", Verdict.ASK_USER: "asked a person"}
+"""How the deciders before the last one are named in a decision's reason."""
+
+
 def _decision(outcome: GateOutcome) -> GateDecision:
     decision = outcome.decision
     reason = decision.reason
     if len(outcome.trail) > 1:
-        before = "; ".join(f"{x.label()} {x.verdict.value}" for x in outcome.trail[:-1])
-        reason = f"{reason} (after {before})"
+        before = "; ".join(f"{x.label()} {_SAID[x.verdict]}" for x in outcome.trail[:-1])
+        reason = f"{reason} ({before})"
     if outcome.outcome == "allow":
         return GateDecision.allow(reason or "allowed", by=decision.label())
     if outcome.outcome == "deny":

@@ -227,7 +227,7 @@ class Governor:
             return "wait", waiting, latest
         grantor = latest.grantor or ""
         if latest.status is ApprovalStatus.DENIED:
-            reason = f"denied by {grantor}: {latest.denial_reason}"
+            reason = latest.denial_reason or "no reason given"  # the decider names the person
             return "deny", _user(Verdict.DENY, reason, grantor, at), latest
         try:
             used = await self.approvals.consume_approval(latest.id, use)

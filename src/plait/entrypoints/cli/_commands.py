@@ -63,7 +63,9 @@ def exit_for(status: RunStatus) -> int:
 
 
 async def sessions_new(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
-    session = await rt.service.create_session(workspace=args.workspace, title=args.title)
+    session = await rt.service.create_session(
+        workspace=args.workspace, title=args.title, model=args.model
+    )
     out.emit(session_json(session), session.id)
     return EXIT_OK
 
@@ -71,7 +73,7 @@ async def sessions_new(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
 async def sessions_list(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
     sessions = await rt.queries.list_sessions(limit=args.limit)
     out.emit(
-        [session_json(s) for s in sessions],
+        {"sessions": [session_json(s) for s in sessions]},
         lambda: "\n".join(session_line(s) for s in sessions) or "no sessions",
     )
     return EXIT_OK
@@ -128,7 +130,7 @@ async def runs_show(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
 async def runs_list(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
     runs = await rt.queries.list_runs(session_id=args.session_id)
     out.emit(
-        [run_json(r) for r in runs],
+        {"runs": [run_json(r) for r in runs]},
         lambda: "\n".join(f"{r.id}  {r.session_id}  {r.status.value}" for r in runs) or "no runs",
     )
     return EXIT_OK
@@ -218,7 +220,7 @@ async def runs_recover(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
             return "\n".join(f"{r.run_id}: {r.outcome} ({r.detail})" for r in reports)
         return "\n".join(["no run needs recovery", *(lease_hint(w) for w in waiting)])
 
-    out.emit(data, text)
+    out.emit({"recoveries": data}, text)
     driven = [r.result.run.status for r in reports if r.result is not None]
     return max((exit_for(s) for s in driven), default=EXIT_OK)
 

@@ -92,30 +92,63 @@ def model_opt(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="model spec, e.g. scripted:PATH (default: $PLAIT_MODEL)",
+        help="model spec, e.g. scripted:PATH, for this run only (default: the session's "
+        "model, else $PLAIT_MODEL, else plait.toml's model)",
     )
+
+
+def _default(value: float | None) -> str:
+    return " (default: no limit)" if value is None else f" (default: {value:g})"
 
 
 def budget_opts(parser: argparse.ArgumentParser) -> None:
     defaults = Budget()
-    group = parser.add_argument_group("budget")
-    group.add_argument("--max-steps", type=positive_int, default=defaults.max_steps)
+    group = parser.add_argument_group("budget (a run stops when it reaches one of these)")
     group.add_argument(
-        "--deadline", type=_seconds, default=defaults.deadline_seconds, help="seconds"
+        "--max-steps",
+        type=positive_int,
+        default=defaults.max_steps,
+        help="agent steps" + _default(defaults.max_steps),
     )
-    group.add_argument("--max-model-calls", type=positive_int, default=defaults.max_model_calls)
-    group.add_argument("--max-tokens", type=positive_int, default=defaults.max_total_tokens)
+    group.add_argument(
+        "--deadline",
+        type=_seconds,
+        default=defaults.deadline_seconds,
+        help="seconds" + _default(defaults.deadline_seconds),
+    )
+    group.add_argument(
+        "--max-model-calls",
+        type=positive_int,
+        default=defaults.max_model_calls,
+        help="model calls" + _default(defaults.max_model_calls),
+    )
+    group.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=defaults.max_total_tokens,
+        help="input + output tokens" + _default(defaults.max_total_tokens),
+    )
     group.add_argument(
         "--max-cost",
         type=_dollars,
         default=defaults.max_cost_usd,
         metavar="USD",
-        help="cost ceiling in US dollars, from the model's declared prices",
+        help="cost ceiling in US dollars, from the model's declared prices"
+        + _default(defaults.max_cost_usd),
     )
     group.add_argument(
-        "--tool-timeout", type=_seconds, default=defaults.tool_timeout_seconds, help="seconds"
+        "--tool-timeout",
+        type=_seconds,
+        default=defaults.tool_timeout_seconds,
+        help="seconds per tool call" + _default(defaults.tool_timeout_seconds),
     )
-    group.add_argument("--output-cap", type=positive_int, default=defaults.tool_output_cap_bytes)
+    group.add_argument(
+        "--output-cap",
+        type=positive_int,
+        default=defaults.tool_output_cap_bytes,
+        help="bytes of a tool's output the model sees (the rest goes to an artifact)"
+        + _default(defaults.tool_output_cap_bytes),
+    )
 
 
 _BUDGET_FLAGS = {

@@ -22,6 +22,7 @@ from plait.entrypoints.cli._options import (
     policy_opt,
     positive_int,
 )
+from plait.entrypoints.cli.init import register as register_init
 
 __all__ = ["build_parser"]
 
@@ -30,8 +31,18 @@ def _sessions(sub: argparse._SubParsersAction[Parser]) -> None:
     sessions = sub.add_parser("sessions", help="create and list sessions")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
     new = ssub.add_parser("new", help="create a session")
-    new.add_argument("--workspace", help="directory the tools may use (must exist)")
+    new.add_argument(
+        "--workspace",
+        default=".",
+        help="directory the tools may use (must exist; default: the current directory)",
+    )
     new.add_argument("--title")
+    new.add_argument(
+        "--model",
+        default=None,
+        help="model spec the session's runs use when they name none (default: the one "
+        "its first send runs with)",
+    )
     common(new)
     lst = ssub.add_parser("list", help="list sessions, newest first")
     lst.add_argument("--limit", type=positive_int, default=50)
@@ -174,11 +185,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="talk to the agent interactively")
     chat.add_argument("--session", dest="session_id", help="continue this session")
-    chat.add_argument("--workspace", default=".", help="workspace of a new session")
+    chat.add_argument(
+        "--workspace",
+        default=".",
+        help="workspace of a new session (must exist; default: the current directory)",
+    )
     model_opt(chat)
     policy_opt(chat)
     budget_opts(chat)
     common(chat)
+
+    register_init(sub, common)
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schemas of the published shapes (those of the OpenAPI document)",
+    )
+    schema.add_argument("name", metavar="NAME", nargs="?", help="only this one, e.g. RunOut")
+    common(schema)
 
     demo = sub.add_parser("demo", help="run the built-in example end to end (no network)")
     demo.add_argument(

@@ -34,6 +34,7 @@ from plait.domain.session import ExecutionRecord, ExecutionState
 from plait.domain.tools import EffectClass
 from plait.entrypoints.cli._io import Out, decode_utf8, terminal_safe
 from plait.entrypoints.cli._live import json_lines, terminal_progress
+from plait.entrypoints.cli._remembered import remember_model
 from plait.entrypoints.cli.governance import DEFAULT_TTL, parse_ttl
 
 if TYPE_CHECKING:
@@ -336,6 +337,7 @@ def run_chat(args: argparse.Namespace, budget: Budget) -> int:
     # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
+    remember_model(args, session_id=args.session_id)
     runtime = Runtime.open(db=getattr(args, "db", None), model=args.model, policy=args.policy)
     service = runtime.service
 

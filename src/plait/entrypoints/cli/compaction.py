@@ -16,6 +16,7 @@ from plait.adapters.shapes import (
     view_json,
 )
 from plait.domain.errors import ConfigError
+from plait.entrypoints.cli._remembered import remember_model
 
 if TYPE_CHECKING:
     from plait.application.compaction import CompactionService, ContextView
@@ -172,13 +173,15 @@ def _open(args: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
     # lazy: plait.runtime loads the application layer (~50 ms); --help does not need it
     from plait.runtime import Runtime
 
+    remember_model(args, session_id=args.session_id)
     runtime = Runtime.open(db=getattr(args, "db", None), model=args.model, create=False)
     compaction, model = runtime.compaction, runtime.model
     if model is None or compaction is None:
         asyncio.run(runtime.close())
         raise ConfigError(
-            "no model chosen: pass --model or set PLAIT_MODEL; its context window decides "
-            "the budget (plait never guesses a window)"
+            "no model chosen: the session remembers none (it has no run yet); pass --model "
+            "or set PLAIT_MODEL; its context window decides the budget (plait never guesses "
+            "a window)"
             if model is None
             else "this store does not support compaction"
         )

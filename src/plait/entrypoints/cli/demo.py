@@ -86,10 +86,13 @@ def _invocation() -> str:
 def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = None) -> int:
     """The demo scenario; ``model`` (a spec) replaces the scripted model with a real one."""
     # lazy: the runtime and the scripted model (~80 ms) are for the demo only
-    from plait.runtime import Runtime
+    from plait.runtime import Runtime, open_model
     from plait.testing.scripted import ScriptedModel
 
+    if model is not None:
+        open_model(model)  # a bad spec or a missing API key: said before anything is made
     tmp = Path(tempfile.mkdtemp(prefix="plait-demo-"))
+    failed = True
     workspace = tmp / "shop"
     workspace.mkdir()
     write_demo_project(workspace)
@@ -136,9 +139,10 @@ def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = 
             messages=messages,
         )
         ok = run.status is RunStatus.COMPLETED and after[0] and not before[0]
+        failed = False
         return 0 if ok else 1
     finally:
-        if clean:
+        if clean or failed:  # an error leaves nothing behind
             shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -247,7 +247,7 @@ def _tree(args: argparse.Namespace, out: _Output) -> int:
 
         roots = kids.get(None, [])
         out.emit(
-            [node(r) for r in roots],
+            {"roots": [node(r) for r in roots]},
             lambda: "\n".join(line for r in roots for line in draw(r, "", True, True)),
         )
         return 0

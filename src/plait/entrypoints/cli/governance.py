@@ -212,6 +212,10 @@ def _now() -> float:
 def _approvals_list(args: argparse.Namespace, out: _Output) -> int:
     async def go(rt: Runtime) -> int:
         now = _now()
+        if args.session_id is not None:  # an unknown id is an error, as everywhere else
+            await rt.queries.get_session(args.session_id)
+        if args.run_id is not None:
+            await rt.queries.get_run(args.run_id)
         found = await rt.queries.list_approvals(session_id=args.session_id, run_id=args.run_id)
         if args.pending:
             found = [x for x in found if x.state(now) == "pending"]
@@ -226,7 +230,7 @@ def _approvals_list(args: argparse.Namespace, out: _Output) -> int:
             )
 
         parents = await rt.queries.parents(found)
-        out.emit([approval_json(x, now, parents.get(x.run_id)) for x in found], text)
+        out.emit({"approvals": [approval_json(x, now, parents.get(x.run_id)) for x in found]}, text)
         return 0
 
     return _run(args, go)
@@ -271,6 +275,8 @@ def _explain(options: argparse.Namespace, out: _Output) -> int:
         ) from error
     if not isinstance(args, dict):
         raise ConfigError('ARGS_JSON must be a JSON object, e.g. \'{"path": "a.txt"}\'')
+
+    _check_tool_exists(options.tool)
 
     async def go(rt: Runtime) -> int:
         session = await rt.queries.get_session(options.session_id)
@@ -320,6 +326,30 @@ def _effect(tool: str, args: dict[str, Any]) -> Any:
                 EffectClass(offered.effect_of(args)) if offered.effect_of else offered.spec.effect
             )
     return EffectClass.SIDE_EFFECT
+
+
+def _check_tool_exists(tool: str) -> None:
+    """``policy explain`` names a tool a session can be offered: a built-in one, a
+    sub-agent's ``delegate_NAME``, or one of a configured MCP server's
+    (``mcp__SERVER__TOOL``); else a ConfigError naming the tools there are."""
+    # lazy: the tools, compaction and the runtime (~50 ms) for policy explain only
+    from plait.adapters.tools import session_tools
+    from plait.application.compaction import RECALL_SPEC
+    from plait.runtime import configured_mcp
+
+    builtin = sorted({t.spec.name for t in session_tools()} | {RECALL_SPEC.name, "run_tests"})
+    if tool in builtin or tool.startswith("delegate_"):  # delegate_NAME: a sub-agent
+        return
+    servers = configured_mcp()
+    if any(tool.startswith(f"mcp__{name}__") for name in servers):
+        return
+    mcp = f"; MCP tools are named mcp__SERVER__TOOL (servers: {', '.join(sorted(servers))})"
+    raise ConfigError(
+        f"tool {tool!r} does not exist: built-in tools are {', '.join(builtin)}"
+        + (mcp if servers else " (no MCP server is configured)")
+        + "; `plait tools list` shows every tool a session is offered",
+        tool=tool,
+    )
 
 
 COMMANDS[("policy", "explain")] = _explain

@@ -24,10 +24,12 @@ from plait.entrypoints.cli import service_cmds
 from plait.entrypoints.cli._io import Out, check_argv, printable
 from plait.entrypoints.cli._options import UsageError, budget
 from plait.entrypoints.cli._parser import build_parser
+from plait.entrypoints.cli._remembered import remember_model
 from plait.entrypoints.cli._send import prepare_send, send
 from plait.entrypoints.cli.compaction import COMMANDS as COMPACTION_COMMANDS
 from plait.entrypoints.cli.forks import COMMANDS as FORK_COMMANDS
 from plait.entrypoints.cli.governance import COMMANDS as GOVERNANCE_COMMANDS
+from plait.entrypoints.cli.init import print_schemas, run_init
 from plait.entrypoints.cli.mcp import COMMANDS as MCP_COMMANDS
 from plait.entrypoints.cli.models import COMMANDS as MODEL_COMMANDS
 from plait.entrypoints.cli.retention import COMMANDS as RETENTION_COMMANDS
@@ -116,6 +118,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         return run_demo(
             db=getattr(args, "db", None), clean=args.clean, as_json=out.json, model=args.model
         )
+    if args.command == "schema":
+        return print_schemas(args, out)
+    if args.command == "init":
+        return run_init(args, out)
     if args.command == "send" and getattr(args, "server", None):
         # lazy: remote loads httpx (~50 ms); only send --server needs it
         from plait.entrypoints.cli.remote import send_remote
@@ -138,6 +144,10 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
     command = _COMMANDS[key]
     if command.prepare is not None:
         command.prepare(args)
+    if key == ("send",):
+        remember_model(args, session_id=args.session_id)
+    elif key in (("runs", "resume"), ("runs", "recover")):
+        remember_model(args, run_id=args.run_id)
     return asyncio.run(_run(command, args, out))
 
 
@@ -197,11 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _print_version(*, as_json: bool) -> int:
     """``plait --version``: the version of the installed distribution (its metadata)."""
+    # lazy: importlib.metadata reads the installed distribution, for --version only
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         found = version("plait")
     except PackageNotFoundError:  # imported from a source tree nothing installed
+        # lazy: only when no distribution is installed
         from plait import __version__ as found
     if as_json:
         print(json.dumps({"name": "plait", "version": found}))

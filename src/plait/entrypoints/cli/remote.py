@@ -197,7 +197,7 @@ def send_remote(args: argparse.Namespace, out: Out) -> int:
     if finished["status"] == RunStatus.AWAITING_APPROVAL.value:
         found = client.json("GET", f"/v1/sessions/{args.session_id}/approvals")["approvals"]
         waiting = [
-            x for x in found if x["run_id"] == finished["run_id"] and x["state"] == "pending"
+            x for x in found if x["run_id"] == finished["run_id"] and x["status"] == "pending"
         ]
     code = exit_for(RunStatus(finished["status"]))
     if args.events:

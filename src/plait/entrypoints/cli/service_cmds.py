@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -79,13 +80,14 @@ def _db_upgrade(args: argparse.Namespace, out: Any) -> int:
     from plait.runtime import open_store
 
     url = resolve_settings(db=getattr(args, "db", None)).db
-    store = open_store(url)
-    if not isinstance(store, PostgresStore):
+    if not url.startswith(("postgresql://", "postgres://")):  # refused before anything is made
         raise ConfigError(
             f"plait db upgrade is for PostgreSQL stores (postgresql://...); {url!r} "
             "needs no migration step (it is created and checked on open)",
             url=url,
         )
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
 
     async def go() -> tuple[int, int]:
         try:
@@ -142,7 +144,7 @@ def _serve(args: argparse.Namespace, out: Any) -> int:
 
 def _worker(args: argparse.Namespace, out: Any) -> int:
     stats = run_async(run_worker(_settings(args)))
-    out.emit(stats, f"worker stopped: {stats}")
+    out.emit(stats, "worker stopped: " + json.dumps(stats))
     return 0
 
 

@@ -84,7 +84,7 @@ def _list(args: argparse.Namespace, out: Any) -> int:
         + (f"  ({e.paused_reason})" if e.paused_reason else "")
         for e in endpoints
     ]
-    out.emit([webhook_json(e) for e in endpoints], "\n".join(lines) or "no webhooks")
+    out.emit({"webhooks": [webhook_json(e) for e in endpoints]}, "\n".join(lines) or "no webhooks")
     return 0
 
 
@@ -101,7 +101,7 @@ def _deliveries(args: argparse.Namespace, out: Any) -> int:
         f"attempts={d.attempts}" + (f"  last: {d.last_error}" if d.last_error else "")
         for d in found
     ]
-    out.emit([delivery_json(d) for d in found], "\n".join(lines) or "no deliveries")
+    out.emit({"deliveries": [delivery_json(d) for d in found]}, "\n".join(lines) or "no deliveries")
     return 0
 
 

@@ -116,6 +116,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     _install_errors(app)
     _document_identifiers(app)
     _document_mcp_servers(app, ctx.service)
+    _published_shapes(app)
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
     app.add_middleware(InternalErrors)  # outside BodyLimit: see _internal.py for why
     app.include_router(_ops_routes(ctx), prefix="/v1")
@@ -138,6 +139,21 @@ def create_app(ctx: ApiContext) -> FastAPI:
         app.include_router(hooks, prefix="/v1", responses=ERRORS)
     app.include_router(console_routes())  # the web console at / (pages call /v1)
     return app
+
+
+def _published_shapes(app: FastAPI) -> None:
+    """The document's schemas of the published shapes are those ``plait schema`` prints
+    (:func:`~plait.entrypoints.http.models.json_schemas`), published once."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = plain()
+        document.setdefault("components", {}).setdefault("schemas", {}).update(api.json_schemas())
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _document_mcp_servers(app: FastAPI, service: AgentService) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from plait.adapters.shapes import compaction_event_json, message_json, run_json
+from plait.adapters.shapes import compaction_event_json, iso, message_json, run_json
 from plait.application.events import (
     CompactionEvent,
     MessageSaved,
@@ -83,7 +83,7 @@ def sse_payload(event: RunEventRecord) -> str:
             "run_id": event.run_id,
             "seq": event.seq,
             "type": event.type.value,
-            "at": event.at,
+            "at": iso(event.at),
             **event.data,
         },
         ensure_ascii=False,

@@ -122,6 +122,8 @@ class SessionOut(BaseModel):
     created_at: str | None
     workspace: str | None
     title: str | None
+    model: str | None = None
+    """The model spec the session remembers (its creation's, else its first run's)."""
     owner: str | None
     version: int
     active_run_id: str | None
@@ -219,3 +221,29 @@ class ErrorOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
+
+
+PUBLISHED: tuple[type[BaseModel], ...] = (
+    SessionOut,
+    SessionsOut,
+    MessagesOut,
+    RunOut,
+    RunsOut,
+    SubAgentsOut,
+    ErrorOut,
+)
+"""The shapes published as JSON Schema (``plait schema``): the models the HTTP API
+answers with, whose schemas the OpenAPI document holds under the same names."""
+
+
+def json_schemas() -> dict[str, Any]:
+    """``{name: JSON Schema}`` of the published shapes, references written as the OpenAPI
+    document writes them (``#/components/schemas/NAME``)."""
+    # lazy: pydantic's JSON Schema generator, for plait schema and the OpenAPI document only
+    from pydantic.json_schema import models_json_schema
+
+    _, top = models_json_schema(
+        [(m, "serialization") for m in PUBLISHED], ref_template="#/components/schemas/{model}"
+    )
+    defs: dict[str, Any] = top["$defs"]
+    return defs

@@ -32,7 +32,8 @@ _GET_RECORD = "SELECT data FROM fork_requests WHERE branch_session_id = %s"
 _PUT_RECORD = "INSERT INTO fork_requests (branch_session_id, data) VALUES (%s, %s)"
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
-    "parent_session_id, fork_point_message_id, title) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    "parent_session_id, fork_point_message_id, title, model) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 

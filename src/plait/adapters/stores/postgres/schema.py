@@ -212,6 +212,8 @@ MIGRATIONS += (
     # 17: plait_commit reads the session's version without calling plait_version (a SQL
     # function PL/pgSQL plans again in every transaction; see _pg_functions).
     (COMMIT_FUNCTION_V17,),
+    # 18: the model a session remembers (`sessions new --model`, its first send).
+    ("ALTER TABLE sessions ADD COLUMN model TEXT",),
 )
 
 LATEST = len(MIGRATIONS)

@@ -20,7 +20,7 @@ RECORD_VERSION = "INSERT INTO plait_schema (version) VALUES (%s)"
 _VERSION_OF = "plait_version(s.id)"
 _SESSION_COLS = (
     f"s.id, s.created_at, s.owner, s.workspace, {_VERSION_OF}, s.active_run_id, "
-    "s.parent_session_id, s.fork_point_message_id, s.title"
+    "s.parent_session_id, s.fork_point_message_id, s.title, s.model"
 )
 RUN_COLS = (
     "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
@@ -29,7 +29,8 @@ RUN_COLS = (
 
 INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
-    "parent_session_id, fork_point_message_id, title) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+    "parent_session_id, fork_point_message_id, title, model) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (id) DO NOTHING"
 )
 GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = %s"

@@ -341,6 +341,7 @@ def session_to_dict(session: Session) -> dict[str, Any]:
             "fork_point_message_id": session.fork_origin.fork_point_message_id,
         },
         "title": session.title,
+        "model": session.model,
     }
 
 
@@ -360,6 +361,7 @@ def _session_from_dict(data: dict[str, Any]) -> Session:
             fork_point_message_id=fork["fork_point_message_id"],
         ),
         title=data["title"],
+        model=data.get("model"),
     )
 
 

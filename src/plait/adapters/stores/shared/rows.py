@@ -71,11 +71,15 @@ def session_row(session: Session) -> tuple[Any, ...]:
         None if fork is None else fork.parent_session_id,
         None if fork is None else fork.fork_point_message_id,
         session.title,
+        session.model,
     )
 
 
 def session_from_row(row: tuple[Any, ...]) -> Session:
-    sid, created_at, owner, workspace, version, active, parent, point, title = row
+    """A ``sessions`` row as read (the version in fifth place); ``model`` last, absent
+    from rows read by the PostgreSQL claim function (a worker needs the run's model)."""
+    sid, created_at, owner, workspace, version, active, parent, point, title = row[:9]
+    model = row[9] if len(row) > 9 else None
     return Session(
         id=sid,
         created_at=created_at,
@@ -87,6 +91,7 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
         if parent is None
         else ForkOrigin(parent_session_id=parent, fork_point_message_id=point),
         title=title,
+        model=model,
     )
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -50,11 +52,12 @@ RUNS_WAITING_SQLITE = (
 )
 """Only runs that wait for a person are in it, in page order (rowid appended)."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the table layout, kept in ``meta``. Row shapes carry their own version.
 2: ``runs.lease_token`` (fencing); 3: ``session_segments`` (forks that do not copy, see
-:mod:`.segments`; branches made before hold copied rows and stay readable). An
-older store is upgraded when it is opened."""
+:mod:`.segments`; branches made before hold copied rows and stay readable); 4:
+``sessions.model`` (the model a session remembers). An older store is upgraded when it is
+opened."""
 
 T = TypeVar("T")
 
@@ -71,7 +74,8 @@ _DDL = (
     # second writer at the same version fail instead of interleaving.
     """CREATE TABLE IF NOT EXISTS sessions (
         id TEXT PRIMARY KEY, created_at REAL NOT NULL, owner TEXT, workspace TEXT,
-        active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT)""",
+        active_run_id TEXT, parent_session_id TEXT, fork_point_message_id TEXT, title TEXT,
+        model TEXT)""",
     "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
     OWNER_INDEX_SQLITE,
     # Immutable bodies under an integer key: appended at the end of one b-tree, and the
@@ -119,6 +123,8 @@ _UPGRADES = {
     1: ("ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0",),
     # 2 -> 3: where a branch's prefix lives (forks made from now on copy no rows).
     2: (SEGMENTS_DDL,),
+    # 3 -> 4: the model a session remembers (`sessions new --model`, its first send).
+    3: ("ALTER TABLE sessions ADD COLUMN model TEXT",),
 }
 
 
@@ -145,7 +151,29 @@ class SqliteConnection:
             self._io.stop()
             raise
 
+    def _read_only_place(self) -> bool:
+        """The store exists where nothing can be written (a read-only mount): WAL needs
+        its -shm file next to it, so it is opened immutable, for reading only."""
+        return (
+            str(self._path) != ":memory:"
+            and self._path.is_file()
+            and not os.access(self._path.parent, os.W_OK)
+        )
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = f"file:{urllib.parse.quote(str(self._path.absolute()))}?immutable=1"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            self._check_schema(conn)
+        except BaseException as e:
+            if isinstance(e, sqlite3.Error):
+                raise self.translate(e) from e
+            raise
+        return conn
+
     def _connect(self) -> sqlite3.Connection:
+        if self._read_only_place():
+            return self._connect_read_only()
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as error:
@@ -261,6 +289,15 @@ class SqliteConnection:
             return closed_error("sqlite")
         if isinstance(error, sqlite3.IntegrityError):
             return ConflictError(f"{where}: {error}", path=where)
+        if name.startswith("SQLITE_READONLY") or (
+            name.startswith("SQLITE_CANTOPEN") and self._read_only_place()
+        ):
+            return StoreError(
+                f"{where} is on a read-only location: it can be read (sessions list, history, "
+                f"runs show...), not written ({error})",
+                path=where,
+                sqlite_error=name,
+            )
         if name.startswith(_UNAVAILABLE):
             return StoreUnavailableError(
                 f"{where}: the store cannot write for now ({error}); retry later",

@@ -35,7 +35,7 @@ _PUT_RECORD = "INSERT INTO fork_requests (branch_session_id, data) VALUES (?, ?)
 _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
-    "parent_session_id, fork_point_message_id, title) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "parent_session_id, fork_point_message_id, title, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 

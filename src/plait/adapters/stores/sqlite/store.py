@@ -98,11 +98,11 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 _SESSION_COLS = (
     f"s.id, s.created_at, s.owner, s.workspace, {VERSION_OF}, s.active_run_id, "
-    "s.parent_session_id, s.fork_point_message_id, s.title"
+    "s.parent_session_id, s.fork_point_message_id, s.title, s.model"
 )
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
-    "parent_session_id, fork_point_message_id, title) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "parent_session_id, fork_point_message_id, title, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
 _MESSAGE_COLS = (

@@ -437,7 +437,7 @@ async function sessionPage(content) {
     if (run.status === "awaiting_approval") {
       const calls = callsById(messages);
       const found = (await api("GET", "/sessions/" + encodeURIComponent(sessionId) + "/approvals")).approvals;
-      for (const a of found.filter((x) => x.state === "pending" && x.run_id === run.run_id)) {
+      for (const a of found.filter((x) => x.status === "pending" && x.run_id === run.run_id)) {
         waiting.append(approvalCard(a, calls.get(a.call_id), () => watch(run.run_id)));
       }
     } else if (run.status === "awaiting_resolution") {
