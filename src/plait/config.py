@@ -179,7 +179,8 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
     """Read and merge the config files (project over user), then ``PLAIT_MODEL`` of
     ``env``. Called by :func:`plait.settings.resolve_settings`, which passes the process
     environment."""
-    import tomllib  # start-up: `plait --help` and `import plait.settings` parse no TOML
+    # lazy: tomllib (~2 ms): `plait --help` and `import plait.settings` parse no TOML
+    import tomllib
 
     model: str | None = None
     models: dict[str, ModelEntry] = {}
