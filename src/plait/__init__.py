@@ -46,6 +46,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'plait' has no attribute {name!r}")
+    # lazy: importlib (3 modules): `import plait` alone loads nothing it does not need
     import importlib
 
     return getattr(importlib.import_module(module), name)

@@ -179,7 +179,8 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
     """Read and merge the config files (project over user), then ``PLAIT_MODEL`` of
     ``env``. Called by :func:`plait.settings.resolve_settings`, which passes the process
     environment."""
-    import tomllib  # start-up: `plait --help` and `import plait.settings` parse no TOML
+    # lazy: tomllib (~2 ms): `plait --help` and `import plait.settings` parse no TOML
+    import tomllib
 
     model: str | None = None
     models: dict[str, ModelEntry] = {}
@@ -197,8 +198,8 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
         source = str(path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"{source}: cannot read it: {e}", file=source) from e
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"{source}: cannot read it: {error}", file=source) from error
         sources.append(source)
         for key in data:
             if key not in _TOP:

@@ -8,22 +8,35 @@ each adapter needs: nothing below reads a config file or the environment.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+from plait.adapters import stores
+from plait.adapters.stores import protected_paths, redact_url, store_kind
+from plait.adapters.system import RandomIds, SystemClock, process_owner
+from plait.application.compaction import CompactionService, ModelProfiles
+from plait.application.compaction.estimate import EstimateMeter
 from plait.application.context_builder import ContextBuilder
+from plait.application.fork import ForkService
 from plait.application.gate import AllowAll, ToolGate
 from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
 from plait.application.queries import Queries
+from plait.application.retention import RetentionService
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
 from plait.application.subagents import Delegation
 from plait.application.tool_runner import ToolRunner
 from plait.application.toolset import ToolSet
+from plait.application.webhooks import WebhookDispatcher, WebhookService
+from plait.domain.compaction import CompactionSettings
 from plait.domain.errors import ConfigError
+from plait.domain.retention import RetentionSettings
 from plait.domain.runs import Budget
+from plait.domain.subagents import SubAgent
+from plait.domain.webhooks import Endpoint, configured_endpoints
 from plait.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
@@ -32,9 +45,7 @@ if TYPE_CHECKING:
     from plait.adapters.tools import SandboxSettings
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
-    from plait.application.compaction import CompactionService
     from plait.application.event_feed import LocalEventFeed, RunEventFeed
-    from plait.application.fork import ForkService
     from plait.application.ports import (
         ApprovalStore,
         ArtifactStore,
@@ -48,16 +59,10 @@ if TYPE_CHECKING:
         Tool,
         WorkspaceSnapshots,
     )
-    from plait.application.retention import RetentionService
     from plait.application.toolset import ToolSource
-    from plait.application.webhooks import WebhookDispatcher, WebhookService
     from plait.application.worker import EventEncoder, Worker
-    from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
-    from plait.domain.retention import RetentionSettings
-    from plait.domain.subagents import SubAgent
     from plait.domain.tools import ToolSpec
-    from plait.domain.webhooks import Endpoint
     from plait.settings import ServiceSettings
 
 __all__ = [
@@ -95,6 +100,8 @@ def open_model(
     """A model client for ``spec`` (``openai:gpt-4o``, ``scripted:demo.yaml``, a name from
     plait.toml, ...; see :mod:`plait.adapters.models`), with the config and keys of
     ``settings`` (default: resolved now). Imports no provider SDK."""
+    # lazy: the model registry loads importlib.resources, bz2, lzma (~20 ms); runtime
+    # users that never open a model (plait db upgrade, webhooks) skip it
     from plait.adapters.models import open_model as open_spec
 
     chosen = settings or resolve_settings()
@@ -103,6 +110,7 @@ def open_model(
 
 def token_meters(settings: Settings) -> Callable[[ModelClient], TokenMeter]:
     """The token meter of each model client, as plait.toml declares it."""
+    # lazy: the token meters (~15 ms), only for a runtime with a provider model
     from plait.adapters.tokens import meter_for
 
     def meter(client: ModelClient) -> TokenMeter:
@@ -120,9 +128,6 @@ def _compaction(
     meter_for: Callable[[ModelClient], TokenMeter] | None,
     opener: ModelOpener,
 ) -> CompactionService | None:
-    from plait.application.compaction import CompactionService, ModelProfiles
-    from plait.application.compaction.estimate import EstimateMeter
-
     if not store.capabilities.summaries:
         return None
 
@@ -158,6 +163,8 @@ def _with_recall(
         return tools
     if any(t.spec.name == "recall" for t in tools):
         return tools
+    # lazy: the recall tool (3 modules, ~2 ms), only with compaction on; `plait sessions
+    # list` and other store-only runtimes skip it
     from plait.application.compaction import recall_tool
 
     return [*tools, recall_tool(store)]
@@ -297,6 +304,7 @@ def _child_service(
 def _policy(policy: Policy | str | None, settings: Settings | None = None) -> Policy:
     """``policy`` itself, the file it names, else the settings' policy file (default:
     resolved now), else the built-in default."""
+    # lazy: tomllib and the policy rules (~20 ms), only for a governed runtime
     from plait.adapters.policy_file import policy_from
     from plait.domain.policy import Policy
 
@@ -319,6 +327,7 @@ def governed_gate(
     policy whose ``[reviewer] model`` names a model gets a reviewer with that model
     (opened here with ``opener``, so a bad spec or a missing key fails now); otherwise the
     reviewer uses the run's model."""
+    # lazy: the governance stages and adapters.tools (~25 ms), only for a governed runtime
     from plait.adapters.tools.probe import FileProbe
     from plait.application.governance.gate import GovernedGate
     from plait.application.governance.governor import Governor
@@ -347,23 +356,24 @@ def _reviewer_model(policy: Policy, opener: ModelOpener) -> ModelClient | None:
         return None
     try:
         return opener(spec, ())
-    except ConfigError as e:
+    except ConfigError as error:
         raise ConfigError(
-            f"{policy.source}: [reviewer] model {spec!r} cannot be opened: {e.message}",
-            **e.details,
-        ) from e
+            f"{policy.source}: [reviewer] model {spec!r} cannot be opened: {error.message}",
+            **error.details,
+        ) from error
 
 
 def configured_sandbox(settings: Settings | None = None) -> SandboxSettings:
     """The ``[sandbox]`` settings of the config files (defaults without any)."""
+    # lazy: adapters.tools loads shutil, lzma, bz2 (~15 ms), only for tools and MCP servers
     from plait.adapters.tools import SandboxSettings
 
     config = (settings or resolve_settings()).config
     try:
         return SandboxSettings.from_mapping(config.sandbox)
-    except ConfigError as e:
+    except ConfigError as error:
         where = ", ".join(config.sources) or "config"
-        raise ConfigError(f"{where}: [sandbox]: {e.message}", **e.details) from e
+        raise ConfigError(f"{where}: [sandbox]: {error.message}", **error.details) from error
 
 
 def configured_mcp(settings: Settings | None = None) -> dict[str, McpServerConfig]:
@@ -371,14 +381,14 @@ def configured_mcp(settings: Settings | None = None) -> dict[str, McpServerConfi
     config = (settings or resolve_settings()).config
     if not config.mcp:
         return {}
-    # imported only when servers are configured: the MCP SDK costs ~0.5 s of start-up
+    # lazy: the MCP SDK costs ~0.5 s of start-up, imported only when servers are configured
     from plait.adapters.mcp import servers_from_mapping
 
     try:
         return servers_from_mapping(config.mcp)
-    except ConfigError as e:
+    except ConfigError as error:
         where = ", ".join(config.sources) or "config"
-        raise ConfigError(f"{where}: {e.message}", **e.details) from e
+        raise ConfigError(f"{where}: {error.message}", **error.details) from error
 
 
 def _renew_rule(
@@ -389,6 +399,7 @@ def _renew_rule(
     governor = getattr(gate, "governor", None)
     if governor is None or base is None:
         return None
+    # lazy: the MCP SDK (~0.5 s), only when MCP servers are configured
     from plait.adapters.mcp import with_destructive_rule
 
     def renew(infos: tuple[McpToolInfo, ...]) -> None:
@@ -405,8 +416,8 @@ def _mcp_manager(
     chosen = configured_mcp(settings) if servers is None else dict(servers)
     if not chosen:
         return None
+    # lazy: the MCP SDK (~0.5 s) and adapters.tools (shutil, lzma: ~15 ms), only with servers
     from plait.adapters.mcp import McpManager
-    from plait.adapters.stores import protected_paths
     from plait.adapters.tools.sandbox import with_policy
 
     return McpManager(
@@ -431,6 +442,7 @@ def offered_tools(
     decision; ``per_call`` marks tools decided per path or per sub-command, shown with the
     decision for a workspace path no rule names (or the default for commands). Starts the
     MCP servers to list their tools, and stops them."""
+    # lazy: the MCP SDK (~0.5 s) and the policy rules (~10 ms), for `plait tools list` only
     from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
     from plait.application.compaction import RECALL_SPEC
     from plait.domain.policy import CallFacts
@@ -476,51 +488,41 @@ def offered_tools(
 
 def _configured_compaction(settings: Settings) -> CompactionSettings:
     """The ``[compaction]`` settings of the config files (defaults without any)."""
-    from plait.domain.compaction import CompactionSettings
-
     config = settings.config
     try:
         return CompactionSettings.from_mapping(config.compaction)
-    except ConfigError as e:
+    except ConfigError as error:
         where = ", ".join(config.sources) or "config"
-        raise ConfigError(f"{where}: [compaction]: {e.message}", **e.details) from e
+        raise ConfigError(f"{where}: [compaction]: {error.message}", **error.details) from error
 
 
 def configured_subagents(settings: Settings | None = None) -> list[SubAgent]:
     """The ``[agents.NAME]`` sub-agents of the config files."""
-    from plait.domain.subagents import SubAgent
-
     config = (settings or resolve_settings()).config
     try:
         return [SubAgent.from_mapping(name, table) for name, table in config.agents.items()]
-    except ConfigError as e:
+    except ConfigError as error:
         where = ", ".join(config.sources) or "config"
-        raise ConfigError(f"{where}: {e.message}", **e.details) from e
+        raise ConfigError(f"{where}: {error.message}", **error.details) from error
 
 
 def configured_retention(settings: Settings | None = None) -> RetentionSettings:
     """The ``[retention]`` settings of the config files (no policy without any)."""
-    from plait.domain.retention import RetentionSettings
-
     config = (settings or resolve_settings()).config
     try:
         return RetentionSettings.from_mapping(config.retention)
-    except ConfigError as e:
+    except ConfigError as error:
         where = ", ".join(config.sources) or "config"
-        raise ConfigError(f"{where}: [retention]: {e.message}", **e.details) from e
+        raise ConfigError(f"{where}: [retention]: {error.message}", **error.details) from error
 
 
 def _retention(store: SessionStore, clock: Clock) -> RetentionService | None:
-    from plait.application.retention import RetentionService
-
     if not (store.capabilities.retention and store.capabilities.forks):
         return None
     return RetentionService(store=store, clock=clock)
 
 
 def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookService | None:
-    from plait.application.webhooks import WebhookService
-
     if not store.capabilities.webhooks:
         return None
     return WebhookService(store=store, clock=clock, ids=ids)  # type: ignore[arg-type]
@@ -529,9 +531,6 @@ def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookSer
 def webhook_runtime(db: str | None = None, settings: Settings | None = None) -> Runtime:
     """A runtime without a model or tools over the store named by ``db``, created if
     missing (an endpoint may be registered before the first run): ``plait webhooks``."""
-    from plait.adapters.stores import redact_url
-    from plait.adapters.system import RandomIds, SystemClock
-
     url = (settings or resolve_settings(db=db)).db
     store = _open_store(url, create=True)
     return Runtime(
@@ -551,8 +550,6 @@ def _forks(
     snapshots: WorkspaceSnapshots | None,
     telemetry: RunTelemetry | None,
 ) -> ForkService | None:
-    from plait.application.fork import ForkService
-
     if not store.capabilities.forks:
         return None
     return ForkService(store=store, clock=clock, snapshots=snapshots, telemetry=telemetry)  # type: ignore[arg-type]
@@ -566,14 +563,15 @@ def configured_telemetry(settings: Settings | None = None) -> RunTelemetry | Non
     config = resolved.config
     if not config.telemetry:
         return None
+    # lazy: OpenTelemetry's SDK (~100+ ms), only when the [telemetry] table is set
     from plait.adapters.telemetry import TelemetrySettings, open_telemetry
 
     try:
         chosen = TelemetrySettings.from_mapping(config.telemetry, resolved.environ)
         return open_telemetry(chosen)
-    except ConfigError as e:
+    except ConfigError as error:
         where = ", ".join(config.sources) or "config"
-        raise ConfigError(f"{where}: [telemetry]: {e.message}", **e.details) from e
+        raise ConfigError(f"{where}: [telemetry]: {error.message}", **error.details) from error
 
 
 def _chosen_model(
@@ -585,19 +583,23 @@ def _chosen_model(
     spec = model or settings.model
     if not spec:
         return None, None
-    from plait.application.compaction import RECALL_SPEC  # added with compaction on
+    # lazy: the recall tool (3 modules, ~2 ms), added with compaction on; only with a model
+    from plait.application.compaction import RECALL_SPEC
 
     return open_model(spec, tools=[*tools, RECALL_SPEC], settings=settings), spec
 
 
 def _sweeper() -> LeftoverSweeper:
+    # lazy: adapters.tools loads shutil, lzma, bz2 (~15 ms); `plait init` and `plait db
+    # upgrade` import the runtime without building a service
     from plait.adapters.tools.leftovers import WorkspaceLeftovers
 
     return WorkspaceLeftovers()
 
 
 def _session_tools(settings: Settings, policy: Policy | None) -> Sequence[Tool]:
-    from plait.adapters.stores import protected_paths
+    # lazy: adapters.tools loads shutil, lzma, bz2 (~15 ms); runtime users that only open a
+    # model or a store (plait init, plait db upgrade) skip it
     from plait.adapters.tools import session_tools
 
     # The sandbox enforces the policy's denied paths too (read-only / hidden).
@@ -615,10 +617,9 @@ def _open_store(url: str, *, create: bool, io: IoMode = "inline") -> Any:
     :class:`~plait.adapters.stores.shared.offload.Offloaded`. With ``io="inline"`` (a
     process driving one run) they run on the loop's thread, without a round trip per call
     (issue 27 item 1). PostgreSQL is asynchronous and the memory store does no I/O."""
-    from plait.adapters.stores import open_store, store_kind
-
-    store = open_store(url, create=create, io=io)
-    if store_kind(url) == "jsonl" and io == "thread":
+    store = stores.open_store(url, create=create, io=io)
+    if stores.store_kind(url) == "jsonl" and io == "thread":
+        # lazy: the I/O thread and queue (~3 ms), only for JSONL in a serving process
         from plait.adapters.stores import Offloaded
 
         return Offloaded(store)
@@ -749,6 +750,7 @@ class Runtime:
     def approval_desk(self) -> ApprovalDesk:
         """Decisions about waiting calls and what then happens to their run (the CLI's
         ``approvals approve|deny``); a ConfigError when the store keeps no approvals."""
+        # lazy: only `plait approvals` decides; Runtime.open() does not load it (~1 ms)
         from plait.application.approvals import ApprovalDesk
 
         if not self.store.capabilities.approvals:
@@ -801,9 +803,6 @@ class Runtime:
         ``"thread"`` for one serving several (``plait serve``, workers: one slow fsync must
         not stall the others); see :data:`~plait.adapters.stores.shared.offload.IoMode`.
         The other keywords are :class:`Runtime`'s."""
-        from plait.adapters.stores import redact_url
-        from plait.adapters.system import RandomIds, SystemClock, process_owner
-
         if settings is None:
             settings = resolve_settings(db=db)
         elif db is not None:
@@ -818,6 +817,7 @@ class Runtime:
         spec: str | None = None
         try:
             if manager is not None:
+                # lazy: the MCP SDK (~0.5 s), only when MCP servers are configured
                 from plait.adapters.mcp import list_mcp_tools, with_destructive_rule
 
                 infos = list_mcp_tools(manager)
@@ -842,6 +842,7 @@ class Runtime:
             gate = governed_gate(chosen, store, clock, ids, model_client, opener=_opener(settings))
         tool_source: ToolSource | None = None
         if manager is not None:
+            # lazy: the MCP SDK (~0.5 s), only when MCP servers are configured
             from plait.adapters.mcp import McpToolSource, mcp_tools
 
             manager.stop_unhidden()  # listed before a new store existed: restart hiding it
@@ -852,6 +853,7 @@ class Runtime:
         if telemetry is None:
             telemetry = configured_telemetry(settings)
         if snapshots is None:
+            # lazy: shutil, tempfile, lzma (~3 ms) for git worktrees; not when given snapshots
             from plait.adapters.snapshots import GitSnapshots
 
             snapshots = GitSnapshots(settings.worktrees_dir)
@@ -893,13 +895,13 @@ class Runtime:
         """Live events for the SSE streams of this process: PostgreSQL ``LISTEN`` (events
         of workers anywhere), else in-process (the embedded worker tells it directly).
         ``db``: the store's URL when the store does not say it."""
-        from plait.adapters.stores import store_kind
-
         url = getattr(self.store, "url", db)
         if store_kind(url) == "postgres":
+            # lazy: psycopg (~175 ms), only for `plait serve` on PostgreSQL
             from plait.adapters.stores import PgEventFeed
 
             return PgEventFeed(url, poll_seconds=poll_seconds)
+        # lazy: only `plait serve` streams events; Runtime.open() does not load it (~1 ms)
         from plait.application.event_feed import LocalEventFeed
 
         return LocalEventFeed(poll_seconds=poll_seconds)
@@ -914,6 +916,7 @@ class Runtime:
     ) -> Worker:
         """A worker driving this store's queued runs with this runtime's service;
         ``encode``: how its run events are stored (the HTTP API's shapes)."""
+        # lazy: only `plait serve` and workers drive queued runs; not Runtime.open() (~3 ms)
         from plait.application.worker import Worker
 
         return Worker(
@@ -928,16 +931,14 @@ class Runtime:
     def configured_webhooks(self) -> list[Endpoint]:
         """The ``[webhooks.NAME]`` endpoints of the config files, their secrets looked up
         in the environment; a bad table is a ConfigError naming it."""
-        from plait.domain.webhooks import configured_endpoints
-
         settings = self.resolved_settings()
         return configured_endpoints(settings.config.webhooks, settings.environ)
 
     def webhook_dispatcher(self, service: ServiceSettings) -> tuple[WebhookDispatcher, HttpxSender]:
         """The webhook delivery loop of a worker over this store's outbox, and the HTTP
         sender it posts with (the caller closes it)."""
+        # lazy: httpx (~190 ms), only for a worker that delivers webhooks
         from plait.adapters.webhook_sender import HttpxSender
-        from plait.application.webhooks import WebhookDispatcher
 
         sender = HttpxSender(timeout=service.webhook_timeout_seconds)
         dispatcher = WebhookDispatcher(
@@ -954,8 +955,6 @@ class Runtime:
 
     async def close(self) -> None:
         if self.mcp is not None:
-            import asyncio
-
             await asyncio.to_thread(self.mcp.close)
         await self.store.close()
         shutdown = getattr(self.telemetry, "shutdown", None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -123,6 +123,7 @@ def data_dir(env: Mapping[str, str]) -> Path:
 
 def store_is_shared(url: str) -> bool:
     """Whether ``url`` names a store processes on several machines share (PostgreSQL)."""
+    # lazy: `plait --help` loads the settings but not the store package (~1 ms, 1 module)
     from plait.adapters.stores import store_kind
 
     return store_kind(url) == "postgres"
@@ -157,8 +158,6 @@ def resolve_settings(
     )
     if service is None:
         return settings
-    from dataclasses import replace
-
     return replace(settings, service=_service(settings, service))
 
 

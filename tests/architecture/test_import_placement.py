@@ -11,17 +11,6 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "plait"
 
-# Where every in-function import must say why it is lazy. runtime.py, config.py and the
-# store backends are being reworked elsewhere; add them here once they follow the rule.
-CHECKED = [
-    "entrypoints",
-    "eval",
-    "application",
-    "adapters/tools/__init__.py",
-    "adapters/telemetry/__init__.py",
-    "adapters/models/__init__.py",
-]
-
 
 def _cycles(graph: grimp.ImportGraph) -> list[set[str]]:
     """The strongly connected groups of more than one module (Tarjan's algorithm)."""
@@ -119,10 +108,8 @@ def unexplained_lazy_imports(path: Path) -> list[int]:
 
 
 def test_every_lazy_import_says_why() -> None:
-    files = []
-    for entry in CHECKED:
-        path = SRC / entry
-        files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+    files = sorted(SRC.rglob("*.py"))  # every module of plait
+    assert len(files) > 100
     unexplained = {
         str(path.relative_to(SRC)): lines
         for path in files

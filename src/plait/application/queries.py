@@ -157,7 +157,7 @@ class Queries:
         if session.model:
             return session.model
         runs = await self._store.list_runs(session_id=session_id)
-        specs = [r.model_spec for r in sorted(runs, key=lambda r: r.started_at) if r.model_spec]
+        specs = [r.model_spec for r in sorted(runs, key=lambda run: run.started_at) if r.model_spec]
         if specs:
             return specs[0]
         if session.fork_origin is not None:

@@ -399,18 +399,18 @@ class AgentService:
         )
         try:
             result = await self.store.start_run(commit)
-        except BaseException as e:
+        except BaseException as error:
             if self.journal.telemetry is not None:
-                self.journal.telemetry.end(run, e)
+                self.journal.telemetry.end(run, error)
             raise
         history = [s.message for s in stored]
         history.append(user)
-        a = self.driver.activate(run, session, result.version, history, observer, on_text)
-        a.added.append(StoredMessage(result.version, user))
-        self.journal.emit(a, RunStarted(run))
-        self.journal.emit(a, MessageSaved(run_id, a.added[-1]))
+        active = self.driver.activate(run, session, result.version, history, observer, on_text)
+        active.added.append(StoredMessage(result.version, user))
+        self.journal.emit(active, RunStarted(run))
+        self.journal.emit(active, MessageSaved(run_id, active.added[-1]))
         self.journal.hit("user_saved")
-        return final_output(await self.driver.drive(a, pending=False), output_type)
+        return final_output(await self.driver.drive(active, pending=False), output_type)
 
     # --- service mode: queued runs (a worker drives them) ---------------------------------
 
@@ -433,10 +433,15 @@ class AgentService:
         return chosen
 
     async def submit(
-        self, session_id: str, text: str, *, budget: Budget | None = None,
-        owner: str | None = None, output_type: OutputType | None = None,
+        self,
+        session_id: str,
+        text: str,
+        *,
+        budget: Budget | None = None,
+        owner: str | None = None,
+        output_type: OutputType | None = None,
         mcp_servers: Sequence[str] | None = None,
-    ) -> Run:  # fmt: skip
+    ) -> Run:
         """Store a user message and a ``queued`` run for it in one commit (one store
         call, no read first) and return at once; a worker
         (:class:`plait.application.worker.Worker`) runs it. Raises
@@ -454,9 +459,15 @@ class AgentService:
         now = self.clock.now()
         output_schema = output_schema_of(output_type)
         run, commit = queued(
-            session_id, text, budget, self.ids, now, owner=owner, output_schema=output_schema,
+            session_id,
+            text,
+            budget,
+            self.ids,
+            now,
+            owner=owner,
+            output_schema=output_schema,
             mcp_servers=servers,
-        )  # fmt: skip
+        )
         telemetry = self.journal.telemetry
         if telemetry is None:
             await self.store.start_run(commit)
@@ -467,8 +478,8 @@ class AgentService:
         commit = replace(commit, run=run)
         try:
             await self.store.start_run(commit)
-        except BaseException as e:
-            telemetry.end(run, e)
+        except BaseException as error:
+            telemetry.end(run, error)
             raise
         telemetry.end(run)
         return run
@@ -484,31 +495,36 @@ class AgentService:
         from its user message on, as recovery would; a :class:`ClaimedRun` was already
         persisted as ``running`` by its claim."""
         model = self.model
-        a = await begin_claimed(
-            self.driver, self.journal, self.clock, run, model=(model.name, self.models.spec),
-            observer=observer, on_text=on_text,
-        )  # fmt: skip
-        self.journal.emit(a, RunStarted(a.run))
+        active = await begin_claimed(
+            self.driver,
+            self.journal,
+            self.clock,
+            run,
+            model=(model.name, self.models.spec),
+            observer=observer,
+            on_text=on_text,
+        )
+        self.journal.emit(active, RunStarted(active.run))
         try:  # the API process may have had no model (or another one) to check it with
-            self.check_can_run(a.run.budget, model)
-        except ConfigError as e:
+            self.check_can_run(active.run.budget, model)
+        except ConfigError as refused:
             telemetry = self.journal.telemetry
             if telemetry is not None:  # its segment: the claim, then the failure
-                context = telemetry.begin(a.run, "claimed")
+                context = telemetry.begin(active.run, "claimed")
                 if context is not None:  # stored with the failure's write
-                    a.run = replace(a.run, trace_context=context)
+                    active.run = replace(active.run, trace_context=context)
             try:
-                error = RunError(code=e.code, message=e.message)
-                await self.journal.finish(a, RunStatus.FAILED, error)
+                error = RunError(code=refused.code, message=refused.message)
+                await self.journal.finish(active, RunStatus.FAILED, error)
             except BaseException as failed:
                 if telemetry is not None:
-                    telemetry.end(a.run, failed)
+                    telemetry.end(active.run, failed)
                 raise
-            self.journal.emit(a, RunEnded(a.run))
+            self.journal.emit(active, RunEnded(active.run))
             if telemetry is not None:
-                telemetry.end(a.run)
-            return RunResult(a.run, tuple(a.added))
-        return await self.driver.drive(a, pending=True, how="claimed")
+                telemetry.end(active.run)
+            return RunResult(active.run, tuple(active.added))
+        return await self.driver.drive(active, pending=True, how="claimed")
 
     async def cancel(self, run_id: str, *, force: bool = False) -> Run:
         """Ask a run to stop. A run driven by this process stops at once (a running
@@ -546,15 +562,15 @@ class AgentService:
         if run.status not in WAITING and not (force and run.status is RunStatus.RUNNING):
             return run
         waited = run.status.value.replace("_", " ")
-        a = await self.driver.take_over(run, observer=None, force=force)
+        taken = await self.driver.take_over(run, observer=None, force=force)
         if run.status is RunStatus.RUNNING and await self.driver.hold_cut_short(
-            a, why="the run was cancelled"
+            taken, why="the run was cancelled"
         ):
-            return a.run  # awaiting resolution: the cancel ends it once a person resolved
-        await self.driver.close_pending(a, why=f"the run was cancelled while {waited}")
+            return taken.run  # awaiting resolution: the cancel ends it once a person resolved
+        await self.driver.close_pending(taken, why=f"the run was cancelled while {waited}")
         cancelled = RunError(code="cancelled", message="the run was cancelled")
-        await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
-        return a.run
+        await self.journal.finish(taken, RunStatus.CANCELLED, cancelled)
+        return taken.run
 
     def lease_token(self, run_id: str) -> int | None:
         """The lease token this process drives ``run_id`` under (``None``: it does not
@@ -578,12 +594,12 @@ class AgentService:
     async def _cancel_queued(self, run: Run) -> Run:
         """End a queued run no worker holds; one a worker claimed sees the request."""
         try:
-            a = await self.driver.take_over(run, observer=None)
+            active = await self.driver.take_over(run, observer=None)
         except LeaseLostError:
             return await self.store.get_run(run.id)
         cancelled = RunError(code="cancelled", message="the run was cancelled before it started")
-        await self.journal.finish(a, RunStatus.CANCELLED, cancelled)
-        return a.run
+        await self.journal.finish(active, RunStatus.CANCELLED, cancelled)
+        return active.run
 
     # --- recovery ---------------------------------------------------------------------------
 
@@ -621,9 +637,12 @@ class AgentService:
         else:
             candidates = await self.store.list_stale_runs(now=self.clock.now())
         recoverer = Recoverer(
-            store=self.store, driver=self.driver, models=self.models, clock=self.clock,
+            store=self.store,
+            driver=self.driver,
+            models=self.models,
+            clock=self.clock,
             sweeper=self.sweeper,
-        )  # fmt: skip
+        )
         reports: list[RecoveryReport] = []
         for run in candidates:
             if run.parent is not None and run_id is None:
@@ -636,9 +655,15 @@ class AgentService:
         return reports
 
     async def resolve(
-        self, run_id: str, call_id: str, status: ToolStatus | str, note: str, *,
-        by: str = "user", queue: bool = False,
-    ) -> Run:  # fmt: skip
+        self,
+        run_id: str,
+        call_id: str,
+        status: ToolStatus | str,
+        note: str,
+        *,
+        by: str = "user",
+        queue: bool = False,
+    ) -> Run:
         """Record what a person verified about a call whose outcome was ``unknown``. The
         model sees it as the call's result; continue with :meth:`resume`. ``queue``
         (service mode): once no call of the run is left unknown, the same commit puts the
@@ -656,19 +681,23 @@ class AgentService:
                 f"the call id {call_id[:60]!a} {problem}", call_id=ascii(call_id[:60])
             )
         run, record, others = await unknown_call(self.store, run_id, call_id)
-        a = await self.driver.take_over(run, observer=None)
+        active = await self.driver.take_over(run, observer=None)
         text = f"{note.strip()} (outcome verified by {by})"
         message, settled = resolution(
-            record, status, text, message_id=self.ids.new("msg"), now=self.clock.now(),
-            step=a.usage.steps,
-        )  # fmt: skip
+            record,
+            status,
+            text,
+            message_id=self.ids.new("msg"),
+            now=self.clock.now(),
+            step=active.usage.steps,
+        )
         # The call did run (in the process that died): it counts as one of the run's calls.
-        usage = replace(a.run.usage, tool_calls=a.run.usage.tool_calls + 1)
-        released = replace(a.run, lease=None, usage=usage)
+        usage = replace(active.run.usage, tool_calls=active.run.usage.tool_calls + 1)
+        released = replace(active.run, lease=None, usage=usage)
         if queue and not others:
             released = replace(released, status=RunStatus.QUEUED, error=None)
-        await self.journal.commit(a, (message,), run=released, executions=(settled,))
-        return a.run
+        await self.journal.commit(active, (message,), run=released, executions=(settled,))
+        return active.run
 
     async def requeue(self, run_id: str) -> Run:
         """Put a run that waits for a person back in the queue for a worker, once nothing
@@ -683,10 +712,10 @@ class AgentService:
         if current.status is RunStatus.QUEUED:
             return current
         run = await resumable(self.store, run_id)
-        a = await self.driver.take_over(run, observer=None)
-        queued_run = replace(a.run, status=RunStatus.QUEUED, error=None, lease=None)
-        await self.journal.commit(a, (), run=queued_run)
-        return a.run
+        active = await self.driver.take_over(run, observer=None)
+        queued_run = replace(active.run, status=RunStatus.QUEUED, error=None, lease=None)
+        await self.journal.commit(active, (), run=queued_run)
+        return active.run
 
     async def resume(
         self,
@@ -705,18 +734,18 @@ class AgentService:
         self.models.check_can_run()
         run = await resumable(self.store, run_id, queued=not can_queue(self.store))
         caller = self.models.caller_for(run)
-        a = await self.driver.take_over(
+        active = await self.driver.take_over(
             run, observer=observer, status=RunStatus.RUNNING, on_text=on_text, caller=caller
         )
         # A person took their time: the deadline window starts anew (recovery, by
         # contrast, keeps the run's absolute deadline). Persist "running" before any work,
         # so a crash from here on leaves a run that recovery picks up.
-        window = a.run.budget.deadline_seconds
+        window = active.run.budget.deadline_seconds
         if window is not None:
-            a.run = replace(a.run, deadline_at=self.clock.now() + window)
-            a.deadline = self.clock.monotonic() + window
-        await self.journal.commit(a, (), run=a.run)
-        return await self.driver.drive(a, pending=True, how="resumed")
+            active.run = replace(active.run, deadline_at=self.clock.now() + window)
+            active.deadline = self.clock.monotonic() + window
+        await self.journal.commit(active, (), run=active.run)
+        return await self.driver.drive(active, pending=True, how="resumed")
 
     async def _child_service(self, run_id: str) -> AgentService | None:
         """The service of the sub-agent whose run ``run_id`` is (None: not a child run

@@ -22,9 +22,11 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TextIO, TypeVar, cast
 
+import httpx2
 import mcp.types as mcp_types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from plait.adapters.mcp._config import McpServerConfig
@@ -196,9 +198,6 @@ class _Launch:
         git: GitScan | None = None,
     ) -> AsyncIterator[tuple[Any, Any]]:
         if config.url is not None:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
             headers = config.resolved_headers(self.environ)
             async with (
                 httpx2.AsyncClient(headers=headers, timeout=config.timeout_seconds) as http,

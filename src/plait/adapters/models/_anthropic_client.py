@@ -59,6 +59,7 @@ class AnthropicModel:
 
     def _client(self) -> Any:
         """A fresh SDK client per call (its pool belongs to the running event loop)."""
+        # lazy: the anthropic SDK (~2 s), at the first call, not when the model is opened
         import anthropic
 
         return anthropic.AsyncAnthropic(
@@ -90,6 +91,7 @@ class AnthropicModel:
     async def _send(
         self, sdk: Any, request: ModelRequest, streaming: bool, alive: Callable[[], None]
     ) -> ModelResponse:
+        # lazy: the anthropic SDK (~2 s), at the first call, not when the model is opened
         import anthropic
 
         body = messages.build_request(

@@ -77,6 +77,7 @@ class GeminiModel:
 
     def _client(self) -> Any:
         """A fresh SDK client per call (its pool belongs to the running event loop)."""
+        # lazy: the google-genai SDK (~1.2 s), at the first call, not when the model is opened
         from google import genai
         from google.genai import types
 
@@ -89,6 +90,7 @@ class GeminiModel:
         return genai.Client(api_key=self._api_key, http_options=options).aio
 
     def _sdk_args(self, body: dict[str, Any]) -> dict[str, Any]:
+        # lazy: the google-genai SDK (~1.2 s), at the first call
         from google.genai import types
 
         config: dict[str, Any] = dict(body.get("generationConfig") or {})
@@ -132,6 +134,7 @@ class GeminiModel:
 
 def _sdk_error(exc: Exception) -> ModelError | None:
     """``google.genai``'s APIError as a ModelError, with the retry delay of a 429."""
+    # lazy: the google-genai SDK (~1.2 s), loaded by then if a call was made
     from google.genai import errors
 
     if not isinstance(exc, errors.APIError):

@@ -112,6 +112,7 @@ class OpenAIModel:
     def _client(self) -> Any:
         """A fresh SDK client per call, closed after it: its connection pool belongs to
         the running event loop, and a CLI process runs one loop per command."""
+        # lazy: the openai SDK (~0.8 s), at the first call, not when the model is opened
         import openai
 
         return openai.AsyncOpenAI(
@@ -149,6 +150,7 @@ class OpenAIModel:
         request: ModelRequest,
         alive: Callable[[], None],
     ) -> ModelResponse:
+        # lazy: the openai SDK (~0.8 s), at the first call, not when the model is opened
         import openai
 
         protocol = self._protocol

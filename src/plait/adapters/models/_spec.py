@@ -178,6 +178,7 @@ def build_client(resolved: Resolved, env: Mapping[str, str]) -> ModelClient:
         "timeout": max(600.0, idle + 60.0),  # the SDK's own: only a backstop
     }
     if resolved.spec.kind in ("openai", "openai-responses", "openai-compatible"):
+        # lazy: a provider's client module (~15 ms with email.utils), only for its models
         from plait.adapters.models._openai_client import CHAT, RESPONSES, OpenAIModel
 
         compatible = resolved.spec.kind == "openai-compatible"
@@ -188,9 +189,11 @@ def build_client(resolved: Resolved, env: Mapping[str, str]) -> ModelClient:
             **common,
         )
     if resolved.spec.kind == "anthropic":
+        # lazy: a provider's client module (~15 ms with email.utils), only for its models
         from plait.adapters.models._anthropic_client import AnthropicModel
 
         return AnthropicModel(thinking_budget=resolved.settings.get("thinking_budget"), **common)
+    # lazy: a provider's client module (~10 ms with email.utils), only for its models
     from plait.adapters.models._gemini_client import GeminiModel
 
     return GeminiModel(**common)
@@ -211,6 +214,7 @@ def _idle_timeout(resolved: Resolved) -> float:
 def check_tools(resolved: Resolved, tools: Sequence[ToolSpec]) -> None:
     """Translate every tool schema now, so an inexpressible one fails before a run."""
     if resolved.spec.kind == "gemini":
+        # lazy: the Gemini translation (~12 ms), only for Gemini models
         from plait.adapters.models._gemini import tool_declaration
 
         for tool in tools:
@@ -230,6 +234,7 @@ def open_model(
     spec, a missing key, a setting the model cannot honour or a tool schema it cannot
     take."""
     if spec.startswith("scripted:"):
+        # lazy: the scripted model and difflib (~17 ms), only for scripted: specs
         from plait.testing.scripted import ScriptedModel
 
         return ScriptedModel.from_file(Path(parse_spec(spec).model))

@@ -19,6 +19,7 @@ in whatever process, is in the same trace with a link to it.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -28,7 +29,11 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -648,8 +653,6 @@ def _error_code(error: BaseException) -> str:
 
 
 def _messages_json(role: str, text: str) -> str:
-    import json
-
     return json.dumps([{"role": role, "parts": [{"type": "text", "content": text}]}])
 
 
@@ -657,6 +660,7 @@ def _span_exporter(name: str) -> SpanExporter | None:
     if name == "console":
         return ConsoleSpanExporter()
     if name == "otlp":
+        # lazy: the OTLP exporter (protobuf, ~75 ms), only when the otlp exporter is chosen
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter()
@@ -665,9 +669,8 @@ def _span_exporter(name: str) -> SpanExporter | None:
 
 def _metric_exporter(name: str) -> Any:
     if name == "console":
-        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
         return ConsoleMetricExporter()
+    # lazy: the OTLP exporter (protobuf, ~75 ms), only when the otlp exporter is chosen
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     return OTLPMetricExporter()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from plait.adapters.models import resolve
 from plait.adapters.tokens._estimate import DEFAULT_SAFETY, EstimatingMeter
 from plait.adapters.tokens._openai import OpenAIMeter, encoding_for
 from plait.domain.errors import ConfigError, TokenMeterModelUnconfiguredError
@@ -31,8 +32,6 @@ def open_meter(spec: str, config: Config) -> TokenMeter:
     estimate for the others; a model that is neither built in nor declared with a
     context window in ``config`` (plait.toml) raises
     :class:`TokenMeterModelUnconfiguredError`."""
-    from plait.adapters.models import resolve
-
     resolved = resolve(spec, config)
     if not resolved.known or resolved.capabilities.context_window is None:
         raise TokenMeterModelUnconfiguredError(

@@ -76,7 +76,7 @@ SPECS: list[ToolSpec] = [
 
 @cache
 def _models() -> Mapping[str, Any]:
-    # the typed models import pydantic: at the first call, not when tools are built
+    # lazy: the typed models import pydantic (~180 ms): at the first call, not when tools are built
     from plait.adapters.tools._specs import MODELS
 
     return MODELS
@@ -85,6 +85,7 @@ def _models() -> Mapping[str, Any]:
 def parse(tool: str, arguments: Mapping[str, Any]) -> Any:
     """``arguments`` (already checked against the schema) parsed into ``tool``'s model; a
     rule the schema does not carry raises :class:`~plait.domain.errors.ToolError`."""
-    from plait.application.typed_tools import parse_arguments  # pydantic: see _models
+    # lazy: pydantic (~180 ms), see _models
+    from plait.application.typed_tools import parse_arguments
 
     return parse_arguments(_models()[tool], arguments)

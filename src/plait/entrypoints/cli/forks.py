@@ -160,7 +160,7 @@ def _show(args: argparse.Namespace, out: _Output) -> int:
             for c in await queries.list_sessions()
             if c.fork_origin is not None and c.fork_origin.parent_session_id == session.id
         ]
-        children.sort(key=lambda c: c.created_at)
+        children.sort(key=lambda child: child.created_at)
 
         def text() -> str:
             lines = [

@@ -51,18 +51,20 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
 
 
 def _budget_lines() -> str:
-    d = Budget()
+    budget = Budget()
 
     def shown(value: float | None) -> str:
         return "no limit" if value is None else f"{value:g}"
 
     return (
-        f"#   --max-steps {shown(d.max_steps)}   --deadline {shown(d.deadline_seconds)} (seconds)"
-        f"   --max-model-calls {shown(d.max_model_calls)}\n"
-        f"#   --max-tokens {shown(d.max_total_tokens)}   --max-cost {shown(d.max_cost_usd)} "
-        f"(US dollars)   --tool-timeout {shown(d.tool_timeout_seconds)} (seconds)\n"
-        f"#   --output-cap {shown(d.tool_output_cap_bytes)} (bytes a tool's output shows the "
-        "model; the rest is kept as an artifact)\n"
+        f"#   --max-steps {shown(budget.max_steps)}   "
+        f"--deadline {shown(budget.deadline_seconds)} (seconds)"
+        f"   --max-model-calls {shown(budget.max_model_calls)}\n"
+        f"#   --max-tokens {shown(budget.max_total_tokens)}   "
+        f"--max-cost {shown(budget.max_cost_usd)} "
+        f"(US dollars)   --tool-timeout {shown(budget.tool_timeout_seconds)} (seconds)\n"
+        f"#   --output-cap {shown(budget.tool_output_cap_bytes)} (bytes a tool's output "
+        "shows the model; the rest is kept as an artifact)\n"
     )
 
 

@@ -30,7 +30,7 @@ def register(sub: Any, common: Common) -> None:
     common(wsub.add_parser("list", help="registered endpoints and their status"))
     dl = wsub.add_parser("deliveries", help="deliveries, newest first")
     dl.add_argument("--endpoint", help="of this endpoint only")
-    dl.add_argument("--status", choices=[s.value for s in DeliveryStatus])
+    dl.add_argument("--status", choices=[webhooks.value for webhooks in DeliveryStatus])
     dl.add_argument("--limit", type=int, default=100)
     common(dl)
     for name, text in (
@@ -66,7 +66,9 @@ def _with_service(args: argparse.Namespace, op: Callable[[Any], Awaitable[Any]])
 
 def _add(args: argparse.Namespace, out: Any) -> int:
     events = args.events.split(",")
-    endpoint = _with_service(args, lambda s: s.add(args.url, events, principal=args.principal))
+    endpoint = _with_service(
+        args, lambda webhooks: webhooks.add(args.url, events, principal=args.principal)
+    )
     data = {**webhook_json(endpoint), "secret": endpoint.secret}
     out.emit(
         data,
@@ -77,7 +79,7 @@ def _add(args: argparse.Namespace, out: Any) -> int:
 
 
 def _list(args: argparse.Namespace, out: Any) -> int:
-    endpoints = _with_service(args, lambda s: s.endpoints(principal=None))
+    endpoints = _with_service(args, lambda webhooks: webhooks.endpoints(principal=None))
     lines = [
         f"{e.id}  {e.status.value:<6}  {e.url}  {','.join(e.events)}"
         + (f"  principal={e.principal}" if e.principal else "")
@@ -92,7 +94,7 @@ def _deliveries(args: argparse.Namespace, out: Any) -> int:
     status = DeliveryStatus(args.status) if args.status else None
     found = _with_service(
         args,
-        lambda s: s.deliveries(
+        lambda webhooks: webhooks.deliveries(
             principal=None, endpoint_id=args.endpoint, status=status, limit=args.limit
         ),
     )
@@ -106,13 +108,15 @@ def _deliveries(args: argparse.Namespace, out: Any) -> int:
 
 
 def _remove(args: argparse.Namespace, out: Any) -> int:
-    _with_service(args, lambda s: s.remove(args.webhook_id, principal=None))
+    _with_service(args, lambda webhooks: webhooks.remove(args.webhook_id, principal=None))
     out.emit({"id": args.webhook_id, "removed": True}, f"webhook {args.webhook_id} removed")
     return 0
 
 
 def _resume(args: argparse.Namespace, out: Any) -> int:
-    endpoint = _with_service(args, lambda s: s.resume(args.webhook_id, principal=None))
+    endpoint = _with_service(
+        args, lambda webhooks: webhooks.resume(args.webhook_id, principal=None)
+    )
     out.emit(webhook_json(endpoint), f"webhook {endpoint.id} is {endpoint.status.value}")
     return 0
 

@@ -219,8 +219,10 @@ async def _supervise(make: Any, stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             await make().run(stop)
-        except Exception as e:
-            log.error("the in-process worker stopped: %s: %s; restarting it", type(e).__name__, e)
+        except Exception as error:
+            log.error(
+                "the in-process worker stopped: %s: %s; restarting it", type(error).__name__, error
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), backoff.delay())
 

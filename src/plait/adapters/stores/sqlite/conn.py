@@ -165,9 +165,9 @@ class SqliteConnection:
         try:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             self._check_schema(conn)
-        except BaseException as e:
-            if isinstance(e, sqlite3.Error):
-                raise self.translate(e) from e
+        except BaseException as error:
+            if isinstance(error, sqlite3.Error):
+                raise self.translate(error) from error
             raise
         return conn
 
