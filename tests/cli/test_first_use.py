@@ -38,7 +38,7 @@ def test_the_worker_summary_is_json(plait: Plait, monkeypatch: pytest.MonkeyPatc
     async def fake_worker(settings: Any) -> dict[str, Any]:
         return summary
 
-    monkeypatch.setattr("plait.entrypoints.http.server.run_worker", fake_worker)
+    monkeypatch.setattr("plait.entrypoints.cli.service_cmds.run_worker", fake_worker)
     r = plait("worker")
     assert r.code == 0, r.err
     line = r.out.strip()
