@@ -142,7 +142,7 @@ def test_send_mcp_offers_only_the_named_servers_and_records_them(
     assert main(["send", session, "again", "--no-mcp", *model]) == 0
     assert json.loads(capsys.readouterr().out)["mcp_servers"] == []
     assert main(["runs", "list", "--session", session, "--json"]) == 0
-    runs = json.loads(capsys.readouterr().out)
+    runs = json.loads(capsys.readouterr().out)["runs"]
     assert sorted(str(r["mcp_servers"]) for r in runs) == ["['fa']", "[]"]
 
 
