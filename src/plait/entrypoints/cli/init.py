@@ -8,13 +8,15 @@ import argparse
 import asyncio
 import json
 import os
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from plait.config import load_config
+from plait.config import Config, load_config
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import Budget
+from plait.entrypoints.cli._options import positive_int
 
 __all__ = ["POLICY_FILE", "print_schemas", "register", "run_init"]
 
@@ -46,6 +48,14 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         help="the model to write as the default, e.g. anthropic:claude-sonnet-4-5 "
         "(default: $PLAIT_MODEL, else left commented out)",
     )
+    init.add_argument(
+        "--context-window",
+        metavar="TOKENS",
+        type=positive_int,
+        help="the model's context window, for a model plait does not know (a local or "
+        "OpenAI-compatible server): written under [models.project] so compaction can "
+        "budget it; without it, automatic compaction is written off for such a model",
+    )
     init.add_argument("--force", action="store_true", help="overwrite existing files")
     common(init)
 
@@ -68,12 +78,36 @@ def _budget_lines() -> str:
     )
 
 
-def config_text(model: str | None) -> str:
+PROJECT_MODEL = "project"
+"""The ``[models.NAME]`` table ``plait init --context-window`` writes for its model."""
+
+
+def config_text(model: str | None, *, window: int | None = None, missing: str | None = None) -> str:
     """The commented ``plait.toml``: every key written is a real one, set to its default
-    (or to ``model``)."""
+    (or to ``model``). ``window``: the model's context window, declared under
+    ``[models.project]``. ``missing``: what plait does not know of the model that
+    automatic compaction needs; compaction is then written off (else the first send would
+    be refused), with what to declare to turn it on."""
     model_line = (
         f"model = {_toml_string(model)}" if model else '# model = "anthropic:claude-sonnet-4-5"'
     )
+    declared = ""
+    if model and window is not None:
+        model_line = f"model = {_toml_string(PROJECT_MODEL)}"
+        declared = (
+            "\n# The model above: its spec and its context window in tokens (what compaction\n"
+            f"# budgets).\n[models.{PROJECT_MODEL}]\nspec = {_toml_string(model)}\n"
+            f"context_window = {window}\n"
+            "# structured_output = true   # if the server answers with JSON-schema output\n"
+        )
+    auto = "auto = true"
+    if model and missing is not None:
+        why = (
+            f"off: plait does not know this model's {missing}, which compaction needs. "
+            "Declare it under [models.NAME] (see docs/models.md) and set auto = true."
+        )
+        auto = textwrap.fill(why, width=88, initial_indent="# ", subsequent_indent="# ")
+        auto += "\nauto = false"
     return f"""\
 # plait.toml: this project's plait settings, written by `plait init`. Every key is
 # optional. Command-line flags win over environment variables (PLAIT_MODEL, PLAIT_DB,
@@ -93,11 +127,11 @@ def config_text(model: str | None) -> str:
 # max_output_tokens = 4096
 
 # Budgets are per run, given as flags to `plait send` and `plait chat` (defaults shown):
-{_budget_lines()}
+{_budget_lines()}{declared}
 [compaction]
 # Older history is summarized once the context reaches this share of the model's
 # window (the raw history is kept; `plait context SESSION` shows the figures).
-auto = true
+{auto}
 threshold = 0.8
 # summarizer_model = "openai:gpt-4o-mini"   # default: the session's model
 
@@ -191,7 +225,16 @@ def run_init(args: argparse.Namespace, out: _Output) -> int:
             existing=there,
         )
     model = args.model or os.environ.get("PLAIT_MODEL") or None
-    texts = {CONFIG_FILE: config_text(model), POLICY_FILE: POLICY_TEXT}
+    if args.context_window is not None and model is None:
+        raise ConfigError("--context-window needs a model: pass --model SPEC as well")
+    missing = None
+    if model is not None:
+        config = load_config(root.resolve(), os.environ)
+        missing = _compaction_lacks(model, config, window=args.context_window)
+    texts = {
+        CONFIG_FILE: config_text(model, window=args.context_window, missing=missing),
+        POLICY_FILE: POLICY_TEXT,
+    }
     for name, path in files.items():
         try:
             path.write_text(texts[name], encoding="utf-8")
@@ -203,6 +246,12 @@ def run_init(args: argparse.Namespace, out: _Output) -> int:
     load_config(root.resolve(), os.environ)  # what was written loads (a mistake here is a bug)
     check = _check_model(model, root.resolve()) if model else None
     steps = _next_steps(model, check)
+    if missing is not None:
+        steps.insert(
+            0,
+            f"compaction is off: plait does not know this model's {missing}; declare it in "
+            "plait.toml (see the comment under [compaction]) and set auto = true",
+        )
     written = [str(path.resolve()) for path in files.values()]
     data = {
         "directory": str(root.resolve()),
@@ -227,6 +276,28 @@ def run_init(args: argparse.Namespace, out: _Output) -> int:
 
     out.emit(data, text)
     return 0 if check is None or check["ok"] is not False else 1
+
+
+def _compaction_lacks(model: str, config: Config, *, window: int | None) -> str | None:
+    """What plait does not know of ``model`` that automatic compaction needs (its context
+    window, structured output for its summaries), or ``None``. A scripted model needs
+    nothing (its runs are not metered)."""
+    # lazy: the model catalogue (~20 ms) only when init is given a model
+    from plait.adapters.models import resolve
+
+    if model.startswith("scripted:"):
+        return None
+    try:
+        resolved = resolve(model, config)
+    except PlaitError:
+        return None  # a spec it cannot parse: the model check below says what is wrong
+    lacking = []
+    known = resolved.known and resolved.capabilities.context_window is not None
+    if window is None and not known:
+        lacking.append("context window (plait init --context-window TOKENS)")
+    if not resolved.capabilities.structured_output:
+        lacking.append("structured output (structured_output = true)")
+    return " and ".join(lacking) or None
 
 
 def _next_steps(model: str | None, check: dict[str, Any] | None) -> list[str]:
