@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from plait.application.claiming import ClaimedRun, StartingQueue
+from plait.application.claiming import ClaimedRun, StartingQueue, WorkerPresence
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
@@ -232,6 +232,11 @@ class Worker:
         self._outage: StoreUnavailableError | None = None
         self._orphans: set[str] = set()
         """Runs whose driving stopped on an outage: their leases to release."""
+        self._present = not queue.capabilities.presence
+        """Whether this worker's presence is held (or the store has no such thing)."""
+        self.idle_sweep_seconds = 0.25
+        """With presence, how often an idle worker looks for the runs of dead workers
+        (they are stale at once, not when their leases expire)."""
 
     @property
     def owner(self) -> str:
@@ -250,11 +255,17 @@ class Worker:
                     if self._orphans:
                         await self._release_orphans()
                         next_sweep = 0.0  # recover them now
+                    if not self._present:  # before any claim: see WorkerPresence
+                        await cast("WorkerPresence", self.queue).hold_presence(self.owner)
+                        self._present = True
                     if clock.monotonic() >= next_sweep:
                         next_sweep = clock.monotonic() + self.service.lease_seconds / 2
                         await self._recover_stale()
                         asked = True
                     asked = await self._claim_while_free(stop) or asked
+                    if self._idle_sweep_due(next_sweep):
+                        next_sweep = clock.monotonic() + self.service.lease_seconds / 2
+                        await self._recover_stale()
                     await self._report_depth()
                 except StoreUnavailableError as exc:
                     self._store_down(exc)
@@ -266,6 +277,14 @@ class Worker:
         finally:
             await self._shut_down()
         return self.stats
+
+    def _idle_sweep_due(self, next_sweep: float) -> bool:
+        """With presence, a worker that found the queue empty and has room looks for the
+        runs of dead workers every :attr:`idle_sweep_seconds`, not only every half lease."""
+        if not self.queue.capabilities.presence or len(self._tasks) >= self.concurrency:
+            return False
+        last = next_sweep - self.service.lease_seconds / 2
+        return self.service.clock.monotonic() - last >= self.idle_sweep_seconds
 
     async def _claim_while_free(self, stop: asyncio.Event) -> bool:
         """Claim while there is room; whether the store was asked at all."""

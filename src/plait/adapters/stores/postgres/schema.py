@@ -33,6 +33,7 @@ from plait.adapters.stores.postgres.functions import (
     SEGMENTS_DDL,
     VERSION_FUNCTION,
 )
+from plait.adapters.stores.postgres.presence import PRESENCE_DDL
 from plait.adapters.stores.postgres.webhooks import MIGRATION as WEBHOOKS_MIGRATION
 from plait.adapters.stores.shared.inbox_pages import WAITING
 from plait.adapters.stores.shared.redact import redact_url
@@ -212,6 +213,9 @@ MIGRATIONS += (
     # 17: plait_commit reads the session's version without calling plait_version (a SQL
     # function PL/pgSQL plans again in every transaction; see _pg_functions).
     (COMMIT_FUNCTION_V17,),
+    # 18: the owners that hold their presence (see presence.py): their runs are free
+    # as soon as their process dies, not when their leases expire.
+    (PRESENCE_DDL,),
 )
 
 LATEST = len(MIGRATIONS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from plait.adapters.stores.postgres.presence import ORPHANED
 from plait.adapters.stores.shared.session_pages import session_page_sql
 from plait.domain.runs import RunStatus
 
@@ -63,8 +64,8 @@ CANCEL = f"UPDATE runs SET cancel_requested = TRUE WHERE id = %s RETURNING {RUN_
 CLAIM = (
     "UPDATE runs SET lease_owner = %s, lease_expires_at = %s, lease_token = lease_token + 1 "
     f"WHERE id = %s AND status IN ({_LIVE}) "
-    "AND (lease_owner IS NULL OR lease_expires_at <= %s OR lease_owner = %s) "
-    f"RETURNING {RUN_COLS}"
+    "AND (lease_owner IS NULL OR lease_expires_at <= %s OR lease_owner = %s "
+    f"OR {ORPHANED}) RETURNING {RUN_COLS}"
 )
 RENEW = (
     "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s "
@@ -74,7 +75,8 @@ LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHE
 FENCE = "SELECT lease_token, status FROM runs WHERE id = %s FOR SHARE"
 STALE = (
     f"SELECT {RUN_COLS} FROM runs WHERE status IN ({_LIVE}) "
-    "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord"
+    f"AND (lease_owner IS NULL OR lease_expires_at <= %s OR {ORPHANED}) "
+    "ORDER BY started_at, ord"
 )
 
 LIST_EXECUTIONS = (

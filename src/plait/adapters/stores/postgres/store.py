@@ -36,6 +36,7 @@ from plait.adapters.stores.postgres import sql as q
 from plait.adapters.stores.postgres.commit import apply
 from plait.adapters.stores.postgres.context_cache import ContextCache
 from plait.adapters.stores.postgres.pool import LoopPool
+from plait.adapters.stores.postgres.presence import Presence
 from plait.adapters.stores.postgres.schema import redact, translate, upgrade
 from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.health import CommitHealth
@@ -115,6 +116,7 @@ class PostgresStore:
         )
         self._contexts = ContextCache()
         self.health = CommitHealth()
+        self._presence: Presence | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -420,7 +422,24 @@ class PostgresStore:
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
 
     async def close(self) -> None:
+        presence, self._presence = self._presence, None
+        if presence is not None:
+            await presence.close()
         await self._pools.close()
+
+    async def hold_presence(self, owner: str) -> None:
+        """See :mod:`.presence`: one connection of this store holds ``owner``'s lock."""
+        if self._presence is not None and self._presence.owner == owner:
+            return
+        await self._ready()  # the schema is migrated first
+        presence = Presence(self._url, self._where, owner)
+        try:
+            await presence.hold()
+        except psycopg.Error as error:
+            raise self._failed(error) from error
+        old, self._presence = self._presence, presence
+        if old is not None:
+            await old.close()
 
     # --- service mode: queue, events, keys (see service.py) -------------------------------
 

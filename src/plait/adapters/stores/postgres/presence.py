@@ -1,0 +1,104 @@
+"""A worker's presence on PostgreSQL: its runs are free the moment its process dies.
+
+A lease expires ``lease_seconds`` after its last renewal; until then nobody recovers the
+run of a worker that died, however fast its death is known. PostgreSQL knows it at once:
+a killed process's connections close, and the server drops the session-level locks they
+held. So a worker that holds its presence (:meth:`Presence.hold`) keeps one connection
+open holding a shared advisory lock keyed by its owner name, and records the name in
+``worker_presence`` (once, it stays). A run whose lease owner is recorded there and
+holds no such lock is *orphaned*: :data:`ORPHANED` is true of it, and the store treats
+it as a run whose lease expired (``list_stale_runs`` lists it, ``claim_run`` takes it
+over). Owners never recorded (a CLI process driving a run, a worker of an older
+version) keep the lease rule alone.
+
+Safety does not rest on this: taking a run over bumps its lease token, so a process
+that was only cut off from the server (its presence connection dropped, it lives on)
+has its next write refused (``LeaseLostError``) and stops the run, as after an expired
+lease. The lock key is a 32-bit hash of the owner: two owners sharing one make a dead
+one look alive, and its runs wait for their leases to expire, as without presence.
+While the connection is down the holder reconnects in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import psycopg
+
+__all__ = ["ORPHANED", "PRESENCE_DDL", "Presence"]
+
+log = logging.getLogger("plait.store")
+
+LOCK_CLASS = 1886151017
+"""The first key of the presence locks (``"plai"``), apart from any other advisory lock."""
+
+PRESENCE_DDL = "CREATE TABLE worker_presence (owner TEXT PRIMARY KEY)"
+
+ORPHANED = (
+    "(lease_owner IN (SELECT owner FROM worker_presence) AND hashtext(lease_owner)::oid "
+    "NOT IN (SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    f"AND classid = {LOCK_CLASS} AND objsubid = 2))"
+)
+"""True of a run row whose lease owner announced its presence and holds it no more (a
+hashed subplan: ``pg_locks`` is read once per statement, not once per row)."""
+
+_LOCK = f"SELECT pg_advisory_lock_shared({LOCK_CLASS}, hashtext(%s))"
+_RECORD = "INSERT INTO worker_presence (owner) VALUES (%s) ON CONFLICT DO NOTHING"
+
+
+class Presence:
+    """One owner's presence, held on a connection of its own while the store is open."""
+
+    def __init__(self, url: str, where: str, owner: str, *, retry_seconds: float = 1.0) -> None:
+        self._url = url
+        self._where = where
+        self.owner = owner
+        self._retry = retry_seconds
+        self._task: asyncio.Task[None] | None = None
+        self.held = asyncio.Event()
+        """Set while the lock is held."""
+
+    async def hold(self) -> None:
+        """Take the lock and record the owner (raises ``psycopg.Error`` if the server
+        cannot be reached), then keep it held in the background."""
+        conn = await self._take()
+        self._task = asyncio.create_task(self._keep(conn))
+
+    async def _take(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
+        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=10)
+        try:  # the lock first: the owner is never recorded without it
+            await conn.execute(_LOCK, (self.owner,))
+            await conn.execute(_RECORD, (self.owner,))
+        except BaseException:
+            await conn.close()
+            raise
+        self.held.set()
+        return conn
+
+    async def _keep(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+        while True:
+            try:
+                async with conn:
+                    async for _ in conn.notifies():  # returns once the connection is lost
+                        pass
+            except (psycopg.Error, OSError) as error:
+                log.warning("worker presence on %s lost: %s", self._where, error)
+            self.held.clear()
+            while True:
+                await asyncio.sleep(self._retry)
+                try:
+                    conn = await self._take()
+                    break
+                except (psycopg.Error, OSError):
+                    continue
+
+    async def close(self) -> None:
+        """Let go of the lock (closing its connection)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.held.clear()

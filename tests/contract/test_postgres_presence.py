@@ -1,0 +1,143 @@
+"""A worker's presence on PostgreSQL (:class:`~plait.application.claiming.WorkerPresence`):
+the runs of a worker whose process died are stale at once (its presence connection
+closed), not when their leases expire; a run of an owner that never held its presence
+keeps the lease rule alone, and a live owner's runs are never taken."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from plait.adapters.stores.postgres.store import PostgresStore
+from plait.adapters.system import SystemClock
+from plait.application.claiming import WorkerPresence
+from plait.application.worker import Worker
+from plait.domain.errors import LeaseLostError
+from plait.domain.runs import RunStatus
+from plait.entrypoints.http.events import encode_event
+from plait.testing import echo_tool
+from tests.contract.test_postgres_claim import Model, queue, run_with, service, until
+from tests.pg import empty_database
+
+
+@pytest.fixture
+def url(pg_url: str) -> str:
+    empty_database(pg_url)
+    return pg_url
+
+
+async def claim(store: PostgresStore, owner: str, until_at: float = 1e9) -> str:
+    got = await store.claim_and_start_run(
+        owner=owner, now=1.0, expires_at=until_at, model="m", model_spec=None
+    )
+    assert got is not None
+    return got.run.id
+
+
+def test_the_runs_of_an_owner_whose_presence_ended_are_stale_at_once(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        for i in range(3):
+            await queue(store, f"s{i}", f"r{i}", float(i))
+        gone, alive = PostgresStore(url), PostgresStore(url)
+        try:
+            assert isinstance(gone, WorkerPresence)
+            await gone.hold_presence("w-gone")
+            await gone.hold_presence("w-gone")  # again: nothing changes
+            await alive.hold_presence("w-alive")
+            assert await claim(gone, "w-gone") == "r0"
+            assert await claim(alive, "w-alive") == "r1"
+            assert await claim(store, "w-never") == "r2"  # an owner without presence
+            assert await store.list_stale_runs(now=2.0) == []
+            await gone.close()  # its process died: the connection closed, the lock went
+            stale = await store.list_stale_runs(now=2.0)
+            assert [r.id for r in stale] == ["r0"]
+            before = stale[0].lease_token
+            taken = await store.claim_run("r0", owner="w-alive", now=2.0, expires_at=9.0)
+            assert taken.lease is not None and taken.lease.owner == "w-alive"
+            assert taken.lease_token == before + 1  # the dead owner's writes are fenced
+            # A live owner's run and a run without presence are not taken before expiry.
+            for run_id in ("r1", "r2"):
+                with pytest.raises(LeaseLostError):
+                    await store.claim_run(run_id, owner="w-other", now=2.0, expires_at=9.0)
+            assert await store.list_stale_runs(now=2.0) == []
+        finally:
+            await gone.close()
+            await alive.close()
+
+    run_with(url, go)
+
+
+def test_a_new_presence_under_the_same_owner_makes_its_runs_live_again(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        await queue(store, "s0", "r0", 0.0)
+        first = PostgresStore(url)
+        await first.hold_presence("w1")
+        await claim(first, "w1")
+        await first.close()
+        assert [r.id for r in await store.list_stale_runs(now=2.0)] == ["r0"]
+        await store.hold_presence("w1")
+        assert await store.list_stale_runs(now=2.0) == []
+
+    run_with(url, go)
+
+
+@pytest.mark.slow
+def test_a_worker_recovers_a_dead_workers_run_before_its_lease_expires(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        tool = echo_tool()
+        dead_store = PostgresStore(url)
+        dead = service(dead_store, Model(), "dead", tool)
+        s = await dead.create_session()
+        run = await dead.submit(s.id, "go")
+        await dead_store.hold_presence("dead")
+        now = SystemClock().now()
+        claimed = await dead_store.claim_and_start_run(  # a lease of an hour
+            owner="dead", now=now, expires_at=now + 3600, model="m", model_spec=None
+        )
+        assert claimed is not None and claimed.run.id == run.id
+        await dead_store.close()  # the process died right after its claim
+        alive = service(store, Model(), "alive", tool)
+        alive.lease_seconds = 3600.0  # only presence can free the run in this test
+        w = Worker(service=alive, queue=store, encode=encode_event, poll_seconds=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.run(stop))
+
+        async def done() -> bool:
+            return (await store.get_run(run.id)).status.terminal
+
+        try:
+            await until(done)
+        finally:
+            stop.set()
+            stats = await task
+        assert stats.recovered == 1
+        assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+        assert len(tool.invocations) == 1
+
+    run_with(url, go)
+
+
+def test_a_worker_holds_its_presence_before_it_claims(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        tool = echo_tool()
+        svc = service(store, Model(), "w", tool)
+        s = await svc.create_session()
+        run = await svc.submit(s.id, "go")
+        w = Worker(service=svc, queue=store, encode=encode_event, poll_seconds=0.01)
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.run(stop))
+
+        async def done() -> bool:
+            return (await store.get_run(run.id)).status.terminal
+
+        try:
+            await until(done)
+        finally:
+            stop.set()
+            await task
+        owners: Any = await store._all("SELECT owner FROM worker_presence", ())
+        assert owners == [("w",)]
+
+    run_with(url, go)
