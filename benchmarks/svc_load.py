@@ -548,13 +548,15 @@ async def _wait_all(
     t0: float,
     meter: _CpuMeter,
     db: str | None,
-) -> int | None:
-    """Until every session's run has ended; SIGKILL ``kill`` at half. PostgreSQL: one
+) -> tuple[int | None, float | None]:
+    """Until every session's run has ended; SIGKILL ``kill`` at half (returns how many
+    runs had ended then, and when). PostgreSQL: one
     count of the ended runs per sweep, asked of the database directly (a listing of every
     session through the API would cost the API and the database more than the load's
     own requests); SQLite: one listing per sweep (a session whose run ended has no
     active run and all its 6 messages)."""
     killed_at = None
+    killed_time = None
     ended = _ended_runs(db) if db is not None else None
     while True:
         if ended is not None:
@@ -569,9 +571,9 @@ async def _wait_all(
         meter.sample()
         if kill is not None and killed_at is None and done >= runs // 2:
             kill.send_signal(signal.SIGKILL)
-            killed_at = done
+            killed_at, killed_time = done, time.time()
         if done == runs:
-            return killed_at
+            return killed_at, killed_time
         if time.time() - t0 > 900:
             raise SystemExit(f"timed out with {runs - done} runs unfinished")
         await asyncio.sleep(0.25)
@@ -622,7 +624,7 @@ async def _drive(
         run_ids = [body["run_id"] for _, body in posted]
         lags: list[float] = []
         watching = asyncio.ensure_future(_watch(http, run_ids[-watch:] if watch else [], lags))
-        killed_at = await _wait_all(http, set(sids), runs, kill, t0, meter, db)
+        killed_at, killed_time = await _wait_all(http, set(sids), runs, kill, t0, meter, db)
         cpu = meter.spent()
         stop_sampling.set()
         if sampling is not None:
@@ -640,6 +642,7 @@ async def _drive(
         http.close()
     return {
         "t0": t0, "submitted": submitted, "killed_at": killed_at, "runs": done,
+        "killed_time": killed_time,
         "histories": histories, "lags": lags, "pg": stats, "cpu": cpu,
         "killed_pid": None if kill is None or killed_at is None else str(kill.pid),
         "wal": wal,
@@ -734,6 +737,12 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "worker_processes": a.workers if a.store == "postgresql" else 1,
         "concurrency_per_worker": a.concurrency,
         "killed_worker_after_runs": result["killed_at"],
+        "killed_after_s": None
+        if result["killed_time"] is None
+        else round(result["killed_time"] - t0, 3),
+        "last_run_ended_after_kill_s": None
+        if result["killed_time"] is None
+        else round(max(ended) - result["killed_time"], 3),
         "submit_s": round(result["submitted"], 3),
         "elapsed_s": round(elapsed, 3),
         "runs_per_s": round(len(runs) / elapsed, 1),

@@ -234,9 +234,12 @@ class Worker:
         """Runs whose driving stopped on an outage: their leases to release."""
         self._present = not queue.capabilities.presence
         """Whether this worker's presence is held (or the store has no such thing)."""
-        self.idle_sweep_seconds = 0.25
-        """With presence, how often an idle worker looks for the runs of dead workers
-        (they are stale at once, not when their leases expire)."""
+        self.presence_sweep_seconds = 0.25
+        """With presence, how often the worker looks for the runs of dead workers (they
+        are stale at once, not when their leases expire)."""
+        self._stale: list[Run] = []
+        """Stale runs the last look found while every slot was taken: recovered before
+        any queued run is claimed (until the next look replaces them)."""
 
     @property
     def owner(self) -> str:
@@ -259,13 +262,10 @@ class Worker:
                         await cast("WorkerPresence", self.queue).hold_presence(self.owner)
                         self._present = True
                     if clock.monotonic() >= next_sweep:
-                        next_sweep = clock.monotonic() + self.service.lease_seconds / 2
+                        next_sweep = clock.monotonic() + self._sweep_seconds()
                         await self._recover_stale()
                         asked = True
                     asked = await self._claim_while_free(stop) or asked
-                    if self._idle_sweep_due(next_sweep):
-                        next_sweep = clock.monotonic() + self.service.lease_seconds / 2
-                        await self._recover_stale()
                     await self._report_depth()
                 except StoreUnavailableError as exc:
                     self._store_down(exc)
@@ -278,17 +278,19 @@ class Worker:
             await self._shut_down()
         return self.stats
 
-    def _idle_sweep_due(self, next_sweep: float) -> bool:
-        """With presence, a worker that found the queue empty and has room looks for the
-        runs of dead workers every :attr:`idle_sweep_seconds`, not only every half lease."""
-        if not self.queue.capabilities.presence or len(self._tasks) >= self.concurrency:
-            return False
-        last = next_sweep - self.service.lease_seconds / 2
-        return self.service.clock.monotonic() - last >= self.idle_sweep_seconds
+    def _sweep_seconds(self) -> float:
+        """How often to look for stale runs: every half lease, and with presence every
+        :attr:`presence_sweep_seconds` (a dead worker's runs are stale at once)."""
+        half = self.service.lease_seconds / 2
+        return min(half, self.presence_sweep_seconds) if self.queue.capabilities.presence else half
 
     async def _claim_while_free(self, stop: asyncio.Event) -> bool:
         """Claim while there is room; whether the store was asked at all."""
         asked = False
+        while self._stale and len(self._tasks) < self.concurrency and not stop.is_set():
+            stale = self._stale.pop(0)
+            if stale.id not in self._tasks:
+                self._spawn(stale, recover=True)
         while len(self._tasks) < self.concurrency and not stop.is_set():
             run = await self._claim()
             asked = True
@@ -356,11 +358,13 @@ class Worker:
         except PlaitError as exc:
             log.error("cannot list stale runs: %s", exc.message)
             return
+        self._stale = []
         for run in stale:
             if run.status is RunStatus.RUNNING and run.id not in self._tasks:
                 if len(self._tasks) >= self.concurrency:
-                    return
-                self._spawn(run, recover=True)
+                    self._stale.append(run)  # taken at the next free slot
+                else:
+                    self._spawn(run, recover=True)
 
     async def _sleep(self, stop: asyncio.Event, seconds: float | None = None) -> None:
         """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval)."""
