@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 
 from plait.adapters.stores.postgres.store import PostgresStore
-from plait.adapters.system import SystemClock
+from plait.adapters.system import RandomIds, SystemClock
 from plait.application.claiming import WorkerPresence
+from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.errors import LeaseLostError
+from plait.domain.messages import ToolResultMessage, UserMessage
 from plait.domain.runs import RunStatus
 from plait.entrypoints.http.events import encode_event
-from plait.testing import echo_tool
+from plait.testing import FunctionModel, echo_tool
 from tests.contract.test_postgres_claim import Model, queue, run_with, service, until
 from tests.pg import empty_database
 
@@ -139,5 +142,73 @@ def test_a_worker_holds_its_presence_before_it_claims(url: str) -> None:
             await task
         owners: Any = await store._all("SELECT owner FROM worker_presence", ())
         assert owners == [("w",)]
+
+    run_with(url, go)
+
+
+class GatedModel:
+    """Records which message each run began with; the run of ``gated`` waits for ``gate``."""
+
+    def __init__(self, gated: str) -> None:
+        self.gated = gated
+        self.gate = asyncio.Event()
+        self.began: list[str] = []
+
+    async def __call__(self, request: ModelRequest) -> ModelResponse:
+        last = request.context.items[-1]
+        if isinstance(last, ToolResultMessage):
+            return ModelResponse(text="done")
+        assert isinstance(last, UserMessage)
+        self.began.append(last.text)
+        if last.text == self.gated:
+            await self.gate.wait()
+        call = RawToolCall(id="c1", name="echo", arguments={"text": "x"})
+        return ModelResponse(tool_calls=(call,))
+
+
+@pytest.mark.slow
+def test_a_full_worker_takes_a_dead_workers_run_before_the_next_queued_one(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        tool = echo_tool()
+        model = GatedModel("first")
+        svc = AgentService.build(
+            store=store, artifacts=store, model=FunctionModel(model, name="m"),
+            tools=[tool.tool], clock=SystemClock(), ids=RandomIds(), owner="alive",
+            lease_seconds=3600.0,
+        )  # fmt: skip
+        dead_store = PostgresStore(url)
+        await dead_store.hold_presence("dead")
+        orphan_session = await svc.create_session()
+        orphan = await svc.submit(orphan_session.id, "orphan")
+        now = SystemClock().now()
+        got = await dead_store.claim_and_start_run(
+            owner="dead", now=now, expires_at=now + 3600, model="m", model_spec=None
+        )
+        assert got is not None and got.run.id == orphan.id
+        first = await svc.submit((await svc.create_session()).id, "first")
+        w = Worker(service=svc, queue=store, encode=encode_event, concurrency=1,
+                   poll_seconds=0.01)  # fmt: skip
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.run(stop))
+
+        async def began_first() -> bool:
+            return model.began == ["first"]
+
+        async def ended() -> bool:
+            return all([(await store.get_run(r)).status.terminal for r in runs])
+
+        runs = [orphan.id, first.id]
+        try:
+            await until(began_first)  # the worker is full
+            runs.append((await svc.submit((await svc.create_session()).id, "second")).id)
+            await dead_store.close()  # the dead worker's run is found while full
+            await asyncio.sleep(3 * w.presence_sweep_seconds)
+            model.gate.set()
+            await until(ended)
+        finally:
+            stop.set()
+            stats = await task
+        assert model.began == ["first", "orphan", "second"]
+        assert stats.recovered == 1 and stats.claimed == 2
 
     run_with(url, go)
