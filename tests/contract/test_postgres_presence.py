@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from plait.adapters.stores.postgres.presence import HELD
 from plait.adapters.stores.postgres.store import PostgresStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.claiming import WorkerPresence
@@ -31,6 +32,19 @@ def url(pg_url: str) -> str:
     return pg_url
 
 
+async def gone(store: PostgresStore, holder: PostgresStore, owner: str) -> None:
+    """Close ``holder`` (its process died) and wait until the server let go of its lock
+    (a backend ends a moment after its client closed the connection)."""
+    await holder.close()
+    held = f"SELECT count(*) FROM ({HELD}) h WHERE objid = hashtext(%s)::oid"
+
+    async def released() -> bool:
+        row = await store._one(held, (owner,))
+        return row is not None and row[0] == 0
+
+    await until(released)
+
+
 async def claim(store: PostgresStore, owner: str, until_at: float = 1e9) -> str:
     got = await store.claim_and_start_run(
         owner=owner, now=1.0, expires_at=until_at, model="m", model_spec=None
@@ -43,17 +57,17 @@ def test_the_runs_of_an_owner_whose_presence_ended_are_stale_at_once(url: str) -
     async def go(store: PostgresStore) -> None:
         for i in range(3):
             await queue(store, f"s{i}", f"r{i}", float(i))
-        gone, alive = PostgresStore(url), PostgresStore(url)
+        dying, alive = PostgresStore(url), PostgresStore(url)
         try:
-            assert isinstance(gone, WorkerPresence)
-            await gone.hold_presence("w-gone")
-            await gone.hold_presence("w-gone")  # again: nothing changes
+            assert isinstance(dying, WorkerPresence)
+            await dying.hold_presence("w-dying")
+            await dying.hold_presence("w-dying")  # again: nothing changes
             await alive.hold_presence("w-alive")
-            assert await claim(gone, "w-gone") == "r0"
+            assert await claim(dying, "w-dying") == "r0"
             assert await claim(alive, "w-alive") == "r1"
             assert await claim(store, "w-never") == "r2"  # an owner without presence
             assert await store.list_stale_runs(now=2.0) == []
-            await gone.close()  # its process died: the connection closed, the lock went
+            await gone(store, dying, "w-dying")  # its process died: the lock went
             stale = await store.list_stale_runs(now=2.0)
             assert [r.id for r in stale] == ["r0"]
             before = stale[0].lease_token
@@ -66,7 +80,7 @@ def test_the_runs_of_an_owner_whose_presence_ended_are_stale_at_once(url: str) -
                     await store.claim_run(run_id, owner="w-other", now=2.0, expires_at=9.0)
             assert await store.list_stale_runs(now=2.0) == []
         finally:
-            await gone.close()
+            await dying.close()
             await alive.close()
 
     run_with(url, go)
@@ -78,7 +92,7 @@ def test_a_new_presence_under_the_same_owner_makes_its_runs_live_again(url: str)
         first = PostgresStore(url)
         await first.hold_presence("w1")
         await claim(first, "w1")
-        await first.close()
+        await gone(store, first, "w1")
         assert [r.id for r in await store.list_stale_runs(now=2.0)] == ["r0"]
         await store.hold_presence("w1")
         assert await store.list_stale_runs(now=2.0) == []
@@ -100,7 +114,7 @@ def test_a_worker_recovers_a_dead_workers_run_before_its_lease_expires(url: str)
             owner="dead", now=now, expires_at=now + 3600, model="m", model_spec=None
         )
         assert claimed is not None and claimed.run.id == run.id
-        await dead_store.close()  # the process died right after its claim
+        await gone(store, dead_store, "dead")  # the process died right after its claim
         alive = service(store, Model(), "alive", tool)
         alive.lease_seconds = 3600.0  # only presence can free the run in this test
         w = Worker(service=alive, queue=store, encode=encode_event, poll_seconds=0.01)
@@ -201,7 +215,7 @@ def test_a_full_worker_takes_a_dead_workers_run_before_the_next_queued_one(url: 
         try:
             await until(began_first)  # the worker is full
             runs.append((await svc.submit((await svc.create_session()).id, "second")).id)
-            await dead_store.close()  # the dead worker's run is found while full
+            await gone(store, dead_store, "dead")  # found while the worker is full
             await asyncio.sleep(3 * w.presence_sweep_seconds)
             model.gate.set()
             await until(ended)
@@ -210,5 +224,57 @@ def test_a_full_worker_takes_a_dead_workers_run_before_the_next_queued_one(url: 
             stats = await task
         assert model.began == ["first", "orphan", "second"]
         assert stats.recovered == 1 and stats.claimed == 2
+
+    run_with(url, go)
+
+
+def test_a_new_holder_forgets_the_owners_that_are_gone_and_lease_nothing(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        await queue(store, "s0", "r0", 0.0)
+        for owner in ("w-idle", "w-busy", "w-alive"):
+            holder = PostgresStore(url)
+            await holder.hold_presence(owner)
+            if owner == "w-busy":
+                await claim(holder, owner)
+            if owner == "w-alive":
+                alive = holder
+            else:
+                await gone(store, holder, owner)
+        try:
+            await store.hold_presence("w-new")
+            owners = await store._all("SELECT owner FROM worker_presence ORDER BY owner", ())
+            # gone and leasing nothing: forgotten; gone with a live run: kept (its run is
+            # an orphan until taken over); holding its lock: kept
+            assert owners == [("w-alive",), ("w-busy",), ("w-new",)]
+            assert [r.id for r in await store.list_stale_runs(now=2.0)] == ["r0"]
+        finally:
+            await alive.close()
+
+    run_with(url, go)
+
+
+def test_a_presence_whose_connection_was_cut_is_held_again(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        holder = PostgresStore(url)
+        try:
+            await holder.hold_presence("w1")
+            presence = holder._presence
+            assert presence is not None and presence._conn is not None
+            pid = presence._conn.info.backend_pid
+            await store._one("SELECT pg_terminate_backend(%s)", (pid,))
+            await queue(store, "s0", "r0", 0.0)
+            await claim(holder, "w1")
+            held = f"SELECT count(*) FROM ({HELD}) h WHERE objid = hashtext(%s)::oid"
+
+            async def back() -> bool:
+                row = await store._one(held, ("w1",))
+                current = presence._conn
+                again = current is not None and current.info.backend_pid != pid
+                return again and row is not None and row[0] == 1
+
+            await until(back)
+            assert await store.list_stale_runs(now=2.0) == []
+        finally:
+            await holder.close()
 
     run_with(url, go)

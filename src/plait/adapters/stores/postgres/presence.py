@@ -5,11 +5,12 @@ run of a worker that died, however fast its death is known. PostgreSQL knows it 
 a killed process's connections close, and the server drops the session-level locks they
 held. So a worker that holds its presence (:meth:`Presence.hold`) keeps one connection
 open holding a shared advisory lock keyed by its owner name, and records the name in
-``worker_presence`` (once, it stays). A run whose lease owner is recorded there and
-holds no such lock is *orphaned*: :data:`ORPHANED` is true of it, and the store treats
-it as a run whose lease expired (``list_stale_runs`` lists it, ``claim_run`` takes it
-over). Owners never recorded (a CLI process driving a run, a worker of an older
-version) keep the lease rule alone.
+``worker_presence`` (each new holder deletes the rows of owners that neither hold their
+lock nor lease a live run any more: the dead, once their runs were taken over). A run
+whose lease owner is recorded there and holds no such lock is *orphaned*:
+:data:`ORPHANED` is true of it, and the store treats it as a run whose lease expired
+(``list_stale_runs`` lists it, ``claim_run`` takes it over). Owners never recorded (a
+CLI process driving a run, a worker of an older version) keep the lease rule alone.
 
 Safety does not rest on this: taking a run over bumps its lease token, so a process
 that was only cut off from the server (its presence connection dropped, it lives on)
@@ -27,25 +28,39 @@ import logging
 
 import psycopg
 
-__all__ = ["ORPHANED", "PRESENCE_DDL", "Presence"]
+from plait.domain.runs import RunStatus
+
+__all__ = ["HELD", "ORPHANED", "PRESENCE_DDL", "Presence"]
 
 log = logging.getLogger("plait.store")
+
+Conn = psycopg.AsyncConnection[tuple[object, ...]]
 
 LOCK_CLASS = 1886151017
 """The first key of the presence locks (``"plai"``), apart from any other advisory lock."""
 
 PRESENCE_DDL = "CREATE TABLE worker_presence (owner TEXT PRIMARY KEY)"
 
+HELD = (
+    "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    f"AND classid = {LOCK_CLASS} AND objsubid = 2"
+)
+"""The lock keys of the owners present now."""
+
 ORPHANED = (
-    "(lease_owner IN (SELECT owner FROM worker_presence) AND hashtext(lease_owner)::oid "
-    "NOT IN (SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-    f"AND classid = {LOCK_CLASS} AND objsubid = 2))"
+    "(lease_owner IN (SELECT owner FROM worker_presence) "
+    f"AND hashtext(lease_owner)::oid NOT IN ({HELD}))"
 )
 """True of a run row whose lease owner announced its presence and holds it no more (a
 hashed subplan: ``pg_locks`` is read once per statement, not once per row)."""
 
 _LOCK = f"SELECT pg_advisory_lock_shared({LOCK_CLASS}, hashtext(%s))"
 _RECORD = "INSERT INTO worker_presence (owner) VALUES (%s) ON CONFLICT DO NOTHING"
+_LIVE = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
+_PRUNE = (
+    f"DELETE FROM worker_presence p WHERE hashtext(owner)::oid NOT IN ({HELD}) "
+    f"AND NOT EXISTS (SELECT 1 FROM runs WHERE status IN ({_LIVE}) AND lease_owner = p.owner)"
+)
 
 
 class Presence:
@@ -57,42 +72,42 @@ class Presence:
         self.owner = owner
         self._retry = retry_seconds
         self._task: asyncio.Task[None] | None = None
+        self._conn: Conn | None = None
         self.held = asyncio.Event()
         """Set while the lock is held."""
 
     async def hold(self) -> None:
         """Take the lock and record the owner (raises ``psycopg.Error`` if the server
         cannot be reached), then keep it held in the background."""
-        conn = await self._take()
-        self._task = asyncio.create_task(self._keep(conn))
+        self._conn = await self._take()
+        self._task = asyncio.create_task(self._keep())
 
-    async def _take(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    async def _take(self) -> Conn:
         conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=10)
         try:  # the lock first: the owner is never recorded without it
             await conn.execute(_LOCK, (self.owner,))
             await conn.execute(_RECORD, (self.owner,))
+            await conn.execute(_PRUNE)
         except BaseException:
             await conn.close()
             raise
         self.held.set()
         return conn
 
-    async def _keep(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+    async def _keep(self) -> None:
         while True:
-            try:
-                async with conn:
-                    async for _ in conn.notifies():  # returns once the connection is lost
-                        pass
-            except (psycopg.Error, OSError) as error:
-                log.warning("worker presence on %s lost: %s", self._where, error)
-            self.held.clear()
-            while True:
-                await asyncio.sleep(self._retry)
+            if self._conn is not None:
                 try:
-                    conn = await self._take()
-                    break
-                except (psycopg.Error, OSError):
-                    continue
+                    async for _ in self._conn.notifies():  # ends once the connection is lost
+                        pass
+                except (psycopg.Error, OSError) as error:
+                    log.warning("worker presence on %s lost: %s", self._where, error)
+                self.held.clear()
+                conn, self._conn = self._conn, None
+                await conn.close()
+            await asyncio.sleep(self._retry)
+            with contextlib.suppress(psycopg.Error, OSError):
+                self._conn = await self._take()
 
     async def close(self) -> None:
         """Let go of the lock (closing its connection)."""
@@ -101,4 +116,7 @@ class Presence:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
         self.held.clear()
