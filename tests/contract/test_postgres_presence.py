@@ -6,6 +6,7 @@ keeps the lease rule alone, and a live owner's runs are never taken."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import pytest
@@ -278,3 +279,43 @@ def test_a_presence_whose_connection_was_cut_is_held_again(url: str) -> None:
             await holder.close()
 
     run_with(url, go)
+
+
+def test_a_store_used_by_one_loop_after_another_holds_its_presence_in_the_new_one(
+    url: str,
+) -> None:
+    store = PostgresStore(url)
+    held = f"SELECT count(*) FROM ({HELD}) h WHERE objid = hashtext(%s)::oid"
+    holders = "SELECT pid FROM pg_locks WHERE objid = hashtext(%s)::oid AND locktype = 'advisory'"
+
+    async def hold(cut: bool) -> Any:
+        await store.hold_presence("w1")
+        if cut:  # its connection is cut: the presence of this loop takes it again
+            (pid,) = await store._one(holders, ("w1",)) or (None,)
+            await store._one("SELECT pg_terminate_backend(%s)", (pid,))
+
+            async def again() -> bool:
+                row = await store._one(holders, ("w1",))
+                return row is not None and row[0] != pid
+
+            await until(again)
+        return await store._one(held, ("w1",))
+
+    assert asyncio.run(hold(cut=False)) == (1,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        assert asyncio.run(hold(cut=True)) == (1,)  # a new loop, the first one closed
+        asyncio.run(store.close())  # from a third loop: the lock is let go of
+
+    async def released() -> None:
+        other = PostgresStore(url)
+
+        async def none_held() -> bool:
+            return await other._one(held, ("w1",)) == (0,)
+
+        try:
+            await until(none_held)
+        finally:
+            await other.close()
+
+    asyncio.run(released())

@@ -73,12 +73,15 @@ class Presence:
         self._retry = retry_seconds
         self._task: asyncio.Task[None] | None = None
         self._conn: Conn | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the presence lives in (its connection and task belong to it)."""
         self.held = asyncio.Event()
         """Set while the lock is held."""
 
     async def hold(self) -> None:
         """Take the lock and record the owner (raises ``psycopg.Error`` if the server
         cannot be reached), then keep it held in the background."""
+        self.loop = asyncio.get_running_loop()
         self._conn = await self._take()
         self._task = asyncio.create_task(self._keep())
 
@@ -109,8 +112,19 @@ class Presence:
             with contextlib.suppress(psycopg.Error, OSError):
                 self._conn = await self._take()
 
+    def abandon(self) -> None:
+        """Let go of the lock of a presence whose event loop is gone: its connection's
+        socket is closed directly (nothing of that loop can be awaited now)."""
+        conn, self._conn, self._task = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+
     async def close(self) -> None:
         """Let go of the lock (closing its connection)."""
+        if self.loop is not asyncio.get_running_loop():
+            self.abandon()
+            return
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

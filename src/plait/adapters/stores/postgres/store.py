@@ -429,9 +429,16 @@ class PostgresStore:
 
     async def hold_presence(self, owner: str) -> None:
         """See :mod:`.presence`: one connection of this store holds ``owner``'s lock."""
-        if self._presence is not None and self._presence.owner == owner:
+        present = self._presence
+        if present is not None and (present.owner, present.loop) == (
+            owner,
+            asyncio.get_running_loop(),
+        ):
             return
-        await self._ready()  # the schema is migrated first
+        await self._ready()  # the schema is migrated first; refused in a second live loop
+        if present is not None and present.loop is not asyncio.get_running_loop():
+            self._presence = None  # held in a loop that is gone (one store, several loops)
+            present.abandon()
         presence = Presence(self._url, self._where, owner)
         try:
             await presence.hold()
