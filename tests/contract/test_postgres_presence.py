@@ -23,7 +23,7 @@ from plait.domain.messages import ToolResultMessage, UserMessage
 from plait.domain.runs import RunStatus
 from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
-from tests.contract.test_postgres_claim import Model, queue, run_with, service, until
+from tests.contract.test_postgres_claim import Model, queue, service, until
 from tests.pg import empty_database
 
 
@@ -31,6 +31,26 @@ from tests.pg import empty_database
 def url(pg_url: str) -> str:
     empty_database(pg_url)
     return pg_url
+
+
+def quick(url: str) -> PostgresStore:
+    """A store whose presence applies the orphan rule as soon as it is held."""
+    return PostgresStore(url, presence_settle_seconds=0.0)
+
+
+def run_with(url: str, go: Any) -> None:
+    """``go`` with a store watching: its presence held (the orphan rule applies where
+    the store's own presence is held and settled)."""
+
+    async def main() -> None:
+        store = quick(url)
+        try:
+            await store.hold_presence("w-watch")
+            await go(store)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
 
 
 async def gone(store: PostgresStore, holder: PostgresStore, owner: str) -> None:
@@ -156,7 +176,7 @@ def test_a_worker_holds_its_presence_before_it_claims(url: str) -> None:
             stop.set()
             await task
         owners: Any = await store._all("SELECT owner FROM worker_presence", ())
-        assert owners == [("w",)]
+        assert ("w",) in owners
 
     run_with(url, go)
 
@@ -243,7 +263,8 @@ def test_a_new_holder_forgets_the_owners_that_are_gone_and_lease_nothing(url: st
                 await gone(store, holder, owner)
         try:
             await store.hold_presence("w-new")
-            owners = await store._all("SELECT owner FROM worker_presence ORDER BY owner", ())
+            rows = await store._all("SELECT owner FROM worker_presence ORDER BY owner", ())
+            owners = [row for row in rows if row != ("w-watch",)]  # the fixture's own
             # gone and leasing nothing: forgotten; gone with a live run: kept (its run is
             # an orphan until taken over); holding its lock: kept
             assert owners == [("w-alive",), ("w-busy",), ("w-new",)]
@@ -319,3 +340,25 @@ def test_a_store_used_by_one_loop_after_another_holds_its_presence_in_the_new_on
             await other.close()
 
     asyncio.run(released())
+
+
+def test_only_a_store_whose_own_presence_is_settled_takes_orphans(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        await queue(store, "s0", "r0", 0.0)
+        dying = PostgresStore(url)
+        await dying.hold_presence("w-dying")
+        await claim(dying, "w-dying")
+        await gone(store, dying, "w-dying")
+        plain, fresh = PostgresStore(url), PostgresStore(url, presence_settle_seconds=3600)
+        try:
+            await fresh.hold_presence("w-fresh")  # just (re)taken, as after a restart
+            for other in (plain, fresh):
+                assert await other.list_stale_runs(now=2.0) == []
+                with pytest.raises(LeaseLostError):
+                    await other.claim_run("r0", owner="w-other", now=2.0, expires_at=9.0)
+            assert [r.id for r in await store.list_stale_runs(now=2.0)] == ["r0"]
+        finally:
+            await plain.close()
+            await fresh.close()
+
+    run_with(url, go)

@@ -18,6 +18,14 @@ has its next write refused (``LeaseLostError``) and stops the run, as after an e
 lease. The lock key is a 32-bit hash of the owner: two owners sharing one make a dead
 one look alive, and its runs wait for their leases to expire, as without presence.
 While the connection is down the holder reconnects in the background.
+
+A server restart (or a failover) cuts every presence at once, and each holder takes its
+lock again a moment later, not all in the same instant: for that moment the live
+workers look dead to one another. So a store applies the orphan rule only once its own
+presence has been held without a break for :attr:`Presence.settle_seconds`
+(:meth:`Presence.settled`): after a restart nobody takes over anybody's runs until
+every holder had time to come back, and a store without a presence (the API process, a
+CLI) never applies it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import psycopg
 
@@ -77,6 +86,10 @@ class Presence:
         """The event loop the presence lives in (its connection and task belong to it)."""
         self.held = asyncio.Event()
         """Set while the lock is held."""
+        self.settle_seconds = 2.0 * retry_seconds
+        """How long the lock must have been held for the orphan rule to apply (at least
+        ``retry_seconds``: every holder a restart cut tries again within it)."""
+        self._since = 0.0
 
     async def hold(self) -> None:
         """Take the lock and record the owner (raises ``psycopg.Error`` if the server
@@ -94,8 +107,13 @@ class Presence:
         except BaseException:
             await conn.close()
             raise
+        self._since = time.monotonic()
         self.held.set()
         return conn
+
+    def settled(self) -> bool:
+        """Whether the lock has been held without a break for :attr:`settle_seconds`."""
+        return self.held.is_set() and time.monotonic() - self._since >= self.settle_seconds
 
     async def _keep(self) -> None:
         while True:
@@ -108,7 +126,8 @@ class Presence:
                 self.held.clear()
                 conn, self._conn = self._conn, None
                 await conn.close()
-            await asyncio.sleep(self._retry)
+            else:  # the first try right after the loss failed
+                await asyncio.sleep(self._retry)
             with contextlib.suppress(psycopg.Error, OSError):
                 self._conn = await self._take()
 

@@ -101,9 +101,12 @@ class PostgresStore:
         max_size: int = 8,
         migrate: bool = True,
         wait_seconds: float = 10.0,
+        presence_settle_seconds: float = 2.0,
     ) -> None:
         """``wait_seconds``: how long a call may wait for a pooled connection (all busy,
-        or the server unreachable) before it fails."""
+        or the server unreachable) before it fails. ``presence_settle_seconds``: how long
+        this store's presence must have been held before it takes the runs of owners
+        whose presence ended (see :mod:`.presence`)."""
         self._url = url
         self._where = redact(url)
         self._pools = LoopPool(
@@ -117,6 +120,7 @@ class PostgresStore:
         self._contexts = ContextCache()
         self.health = CommitHealth()
         self._presence: Presence | None = None
+        self._settle = presence_settle_seconds
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -360,7 +364,8 @@ class PostgresStore:
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
         async def op(conn: Conn) -> tuple[Any, ...]:
-            cur = await conn.execute(q.CLAIM, (owner, expires_at, run_id, now, owner))
+            sql = q.CLAIM_OR_ORPHANED if self._orphans_visible() else q.CLAIM
+            cur = await conn.execute(sql, (owner, expires_at, run_id, now, owner))
             row = await cur.fetchone()
             if row is None:
                 await self._lease_failure(conn, run_id, owner)
@@ -391,7 +396,13 @@ class PostgresStore:
         raise lease_lost(run_id, row[0], row[1], wanted=owner)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
-        return [run_from_row(r) for r in await self._all(q.STALE, (now,))]
+        sql = q.STALE_OR_ORPHANED if self._orphans_visible() else q.STALE
+        return [run_from_row(r) for r in await self._all(sql, (now,))]
+
+    def _orphans_visible(self) -> bool:
+        """Whether runs of owners whose presence ended count as stale here: only where
+        this store's own presence is settled (see :mod:`.presence`)."""
+        return self._presence is not None and self._presence.settled()
 
     # --- artifacts ------------------------------------------------------------------------
 
@@ -440,6 +451,7 @@ class PostgresStore:
             self._presence = None  # held in a loop that is gone (one store, several loops)
             present.abandon()
         presence = Presence(self._url, self._where, owner)
+        presence.settle_seconds = self._settle
         try:
             await presence.hold()
         except psycopg.Error as error:
