@@ -4,7 +4,12 @@ A worker claims ``queued`` runs from the shared store (at most ``concurrency`` a
 time), drives each with :meth:`AgentService.execute` and persists the run's progress
 events with a per-run sequence, so an API process anywhere can stream them. Every
 ``lease_seconds / 2`` it also looks for ``running`` runs whose lease expired (their worker
-died) and recovers them with the usual semantics (:meth:`AgentService.recover`).
+died) and recovers them with the usual semantics (:meth:`AgentService.recover`). On a
+store that tracks workers' presence (:class:`~plait.application.claiming.WorkerPresence`,
+PostgreSQL) it holds its own before its first claim and looks every 0.25 s: a dead
+worker's runs are stale as soon as its process is gone, not when their leases expire. A
+stale run found while every slot is taken is recovered at the next free slot, before
+the next queued run is claimed.
 
 Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops claiming,
 lets in-flight runs finish for ``grace_seconds``, then abandons the rest (they stop
