@@ -39,6 +39,8 @@ Figures:
   recording the tool call's start, running the tool, persisting its result, as the
   worker lives it under the load (waits for the store, the event loop and the CPU
   included); the wait in the queue before a worker claims the run is not a step.
+- ``step_latency_ms_p99_after_submit``: the same, of the steps that began once every run
+  was submitted (the API no longer takes its share of the cores).
 - ``run_latency_ms`` p50/p99: ``ended_at - started_at`` (submission to end, queue
   included) - with 500 runs submitted at once this mostly measures the backlog.
 - ``sse_delivery_ms`` p50/p99: for ``--watch`` runs followed live over SSE from the API
@@ -548,13 +550,15 @@ async def _wait_all(
     t0: float,
     meter: _CpuMeter,
     db: str | None,
-) -> int | None:
-    """Until every session's run has ended; SIGKILL ``kill`` at half. PostgreSQL: one
+) -> tuple[int | None, float | None]:
+    """Until every session's run has ended; SIGKILL ``kill`` at half (returns how many
+    runs had ended then, and when). PostgreSQL: one
     count of the ended runs per sweep, asked of the database directly (a listing of every
     session through the API would cost the API and the database more than the load's
     own requests); SQLite: one listing per sweep (a session whose run ended has no
     active run and all its 6 messages)."""
     killed_at = None
+    killed_time = None
     ended = _ended_runs(db) if db is not None else None
     while True:
         if ended is not None:
@@ -569,9 +573,9 @@ async def _wait_all(
         meter.sample()
         if kill is not None and killed_at is None and done >= runs // 2:
             kill.send_signal(signal.SIGKILL)
-            killed_at = done
+            killed_at, killed_time = done, time.time()
         if done == runs:
-            return killed_at
+            return killed_at, killed_time
         if time.time() - t0 > 900:
             raise SystemExit(f"timed out with {runs - done} runs unfinished")
         await asyncio.sleep(0.25)
@@ -622,7 +626,7 @@ async def _drive(
         run_ids = [body["run_id"] for _, body in posted]
         lags: list[float] = []
         watching = asyncio.ensure_future(_watch(http, run_ids[-watch:] if watch else [], lags))
-        killed_at = await _wait_all(http, set(sids), runs, kill, t0, meter, db)
+        killed_at, killed_time = await _wait_all(http, set(sids), runs, kill, t0, meter, db)
         cpu = meter.spent()
         stop_sampling.set()
         if sampling is not None:
@@ -640,6 +644,7 @@ async def _drive(
         http.close()
     return {
         "t0": t0, "submitted": submitted, "killed_at": killed_at, "runs": done,
+        "killed_time": killed_time,
         "histories": histories, "lags": lags, "pg": stats, "cpu": cpu,
         "killed_pid": None if kill is None or killed_at is None else str(kill.pid),
         "wal": wal,
@@ -661,7 +666,9 @@ def _ts(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def _step_latencies(events: list[list[dict[str, Any]]]) -> list[float]:
+def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> list[float]:
+    """Each step's time (see the module's doc); ``after``: only the steps that began then
+    or later."""
     out: list[float] = []
     for run in events:
         # A run_finished without "at" is the stream's own ending for a run whose worker
@@ -669,7 +676,7 @@ def _step_latencies(events: list[list[dict[str, Any]]]) -> list[float]:
         marks = [
             e["at"] for e in run if e["type"] in ("step_started", "run_finished") and "at" in e
         ]
-        out.extend(b - a for a, b in itertools.pairwise(marks))
+        out.extend(b - a for a, b in itertools.pairwise(marks) if a >= after)
     return out
 
 
@@ -734,12 +741,21 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "worker_processes": a.workers if a.store == "postgresql" else 1,
         "concurrency_per_worker": a.concurrency,
         "killed_worker_after_runs": result["killed_at"],
+        "killed_after_s": None
+        if result["killed_time"] is None
+        else round(result["killed_time"] - t0, 3),
+        "last_run_ended_after_kill_s": None
+        if result["killed_time"] is None
+        else round(max(ended) - result["killed_time"], 3),
         "submit_s": round(result["submitted"], 3),
         "elapsed_s": round(elapsed, 3),
         "runs_per_s": round(len(runs) / elapsed, 1),
         "steps": len(steps),
         "step_latency_ms_p50": _ms(steps, 0.5),
         "step_latency_ms_p99": _ms(steps, 0.99),
+        "step_latency_ms_p99_after_submit": _ms(
+            _step_latencies(result["events"], t0 + result["submitted"]), 0.99
+        ),
         "run_latency_ms_p50": _ms(run_latency, 0.5),
         "run_latency_ms_p99": _ms(run_latency, 0.99),
         "sse_events_watched": len(result["lags"]),

@@ -13,7 +13,7 @@ from plait.adapters.stores.jsonl.store import JsonlStore
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.stores.postgres.store import PostgresStore
 from plait.adapters.stores.sqlite.store import SqliteStore
-from plait.application.claiming import StartingQueue
+from plait.application.claiming import StartingQueue, WorkerPresence
 from plait.application.ports import (
     ApprovalInbox,
     ApprovalStore,
@@ -41,6 +41,7 @@ PORT_OF_FLAG: dict[str, type] = {
     "retention": RetentionStore,
     "run_queue": RunQueue,
     "starting_queue": StartingQueue,
+    "presence": WorkerPresence,
     "webhooks": WebhookStore,
     "api_keys": KeyStore,
     "commit_probe": CommitProbe,

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from plait.domain.runs import Run
 from plait.domain.session import Session, StoredMessage
 
-__all__ = ["ClaimedRun", "StartingQueue"]
+__all__ = ["ClaimedRun", "StartingQueue", "WorkerPresence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,4 +39,17 @@ class StartingQueue(Protocol):
         ``expires_at``, its ``model`` and ``model_spec``, and its ``deadline_at`` to
         ``now`` plus its budget's ``deadline_seconds`` (none without one). ``None`` if no
         run is free."""
+        ...
+
+
+@runtime_checkable
+class WorkerPresence(Protocol):
+    async def hold_presence(self, owner: str) -> None:
+        """Announce that ``owner`` lives for as long as this process keeps the store open,
+        in a way the store notices at once when the process dies (its connection closes):
+        from then on a run leased to ``owner`` counts as stale (``list_stale_runs`` lists
+        it, ``claim_run`` takes it over) without waiting for its lease to expire. Safety
+        still rests on the lease token: a run taken over from a process that was only cut
+        off has its next write refused. Call it before claiming; calling it again for the
+        same owner does nothing."""
         ...

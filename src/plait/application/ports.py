@@ -294,6 +294,9 @@ class StoreCapabilities:
     """:class:`RunQueue`: queued runs and persisted run events (service mode)."""
     starting_queue: bool = False
     """:class:`~plait.application.claiming.StartingQueue`: claim and start in one write."""
+    presence: bool = False
+    """:class:`~plait.application.claiming.WorkerPresence`: a worker's runs are free as soon
+    as its process dies, not when their leases expire."""
     webhooks: bool = False
     """:class:`WebhookStore`: endpoints and their outbox."""
     api_keys: bool = False

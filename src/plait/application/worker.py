@@ -4,7 +4,12 @@ A worker claims ``queued`` runs from the shared store (at most ``concurrency`` a
 time), drives each with :meth:`AgentService.execute` and persists the run's progress
 events with a per-run sequence, so an API process anywhere can stream them. Every
 ``lease_seconds / 2`` it also looks for ``running`` runs whose lease expired (their worker
-died) and recovers them with the usual semantics (:meth:`AgentService.recover`).
+died) and recovers them with the usual semantics (:meth:`AgentService.recover`). On a
+store that tracks workers' presence (:class:`~plait.application.claiming.WorkerPresence`,
+PostgreSQL) it holds its own before its first claim and looks every 0.25 s: a dead
+worker's runs are stale as soon as its process is gone, not when their leases expire. A
+stale run found while every slot is taken is recovered at the next free slot, before
+the next queued run is claimed.
 
 Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops claiming,
 lets in-flight runs finish for ``grace_seconds``, then abandons the rest (they stop
@@ -31,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from plait.application.claiming import ClaimedRun, StartingQueue
+from plait.application.claiming import ClaimedRun, StartingQueue, WorkerPresence
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
 from plait.application.ports import RunQueue, TextSink
@@ -232,6 +237,14 @@ class Worker:
         self._outage: StoreUnavailableError | None = None
         self._orphans: set[str] = set()
         """Runs whose driving stopped on an outage: their leases to release."""
+        self._present = not queue.capabilities.presence
+        """Whether this worker's presence is held (or the store has no such thing)."""
+        self.presence_sweep_seconds = 0.25
+        """With presence, how often the worker looks for the runs of dead workers (they
+        are stale at once, not when their leases expire)."""
+        self._stale: list[Run] = []
+        """Stale runs the last look found while every slot was taken: recovered before
+        any queued run is claimed (until the next look replaces them)."""
 
     @property
     def owner(self) -> str:
@@ -250,8 +263,11 @@ class Worker:
                     if self._orphans:
                         await self._release_orphans()
                         next_sweep = 0.0  # recover them now
+                    if not self._present:  # before any claim: see WorkerPresence
+                        await cast("WorkerPresence", self.queue).hold_presence(self.owner)
+                        self._present = True
                     if clock.monotonic() >= next_sweep:
-                        next_sweep = clock.monotonic() + self.service.lease_seconds / 2
+                        next_sweep = clock.monotonic() + self._sweep_seconds()
                         await self._recover_stale()
                         asked = True
                     asked = await self._claim_while_free(stop) or asked
@@ -267,9 +283,19 @@ class Worker:
             await self._shut_down()
         return self.stats
 
+    def _sweep_seconds(self) -> float:
+        """How often to look for stale runs: every half lease, and with presence every
+        :attr:`presence_sweep_seconds` (a dead worker's runs are stale at once)."""
+        half = self.service.lease_seconds / 2
+        return min(half, self.presence_sweep_seconds) if self.queue.capabilities.presence else half
+
     async def _claim_while_free(self, stop: asyncio.Event) -> bool:
         """Claim while there is room; whether the store was asked at all."""
         asked = False
+        while self._stale and len(self._tasks) < self.concurrency and not stop.is_set():
+            stale = self._stale.pop(0)
+            if stale.id not in self._tasks:
+                self._spawn(stale, recover=True)
         while len(self._tasks) < self.concurrency and not stop.is_set():
             run = await self._claim()
             asked = True
@@ -337,11 +363,13 @@ class Worker:
         except PlaitError as exc:
             log.error("cannot list stale runs: %s", exc.message)
             return
+        self._stale = []
         for run in stale:
             if run.status is RunStatus.RUNNING and run.id not in self._tasks:
                 if len(self._tasks) >= self.concurrency:
-                    return
-                self._spawn(run, recover=True)
+                    self._stale.append(run)  # taken at the next free slot
+                else:
+                    self._spawn(run, recover=True)
 
     async def _sleep(self, stop: asyncio.Event, seconds: float | None = None) -> None:
         """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval)."""

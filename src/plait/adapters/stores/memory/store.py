@@ -74,7 +74,12 @@ class MemoryStore(PipelinedCommits):
     keeps is in :attr:`capabilities`."""
 
     capabilities = StoreCapabilities.all_but(
-        "context_read", "token_counts", "starting_queue", "commit_probe", "second_handle"
+        "context_read",
+        "token_counts",
+        "starting_queue",
+        "commit_probe",
+        "second_handle",
+        "presence",
     )
 
     def __init__(self) -> None:

@@ -33,6 +33,7 @@ from plait.adapters.stores.postgres.functions import (
     SEGMENTS_DDL,
     VERSION_FUNCTION,
 )
+from plait.adapters.stores.postgres.presence import PRESENCE_DDL
 from plait.adapters.stores.postgres.webhooks import MIGRATION as WEBHOOKS_MIGRATION
 from plait.adapters.stores.shared.inbox_pages import WAITING
 from plait.adapters.stores.shared.redact import redact_url
@@ -214,6 +215,9 @@ MIGRATIONS += (
     (COMMIT_FUNCTION_V17,),
     # 18: the model a session remembers (`sessions new --model`, its first send).
     ("ALTER TABLE sessions ADD COLUMN model TEXT",),
+    # 19: the owners that hold their presence (see presence.py): their runs are free
+    # as soon as their process dies, not when their leases expire.
+    (PRESENCE_DDL,),
 )
 
 LATEST = len(MIGRATIONS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from plait.adapters.stores.postgres.presence import ORPHANED
 from plait.adapters.stores.shared.session_pages import session_page_sql
 from plait.domain.runs import RunStatus
 
@@ -61,22 +62,27 @@ LIST_SESSION_RUNS = (
     f"SELECT {RUN_COLS} FROM runs WHERE session_id = %s ORDER BY started_at DESC, ord DESC"
 )
 CANCEL = f"UPDATE runs SET cancel_requested = TRUE WHERE id = %s RETURNING {RUN_COLS}"
-CLAIM = (
+_CLAIM = (
     "UPDATE runs SET lease_owner = %s, lease_expires_at = %s, lease_token = lease_token + 1 "
     f"WHERE id = %s AND status IN ({_LIVE}) "
-    "AND (lease_owner IS NULL OR lease_expires_at <= %s OR lease_owner = %s) "
+    "AND (lease_owner IS NULL OR lease_expires_at <= %s OR lease_owner = %s{}) "
     f"RETURNING {RUN_COLS}"
 )
+CLAIM = _CLAIM.format("")
+CLAIM_OR_ORPHANED = _CLAIM.format(f" OR {ORPHANED}")
+"""The claim that also takes a run whose owner's presence ended (see presence.py)."""
 RENEW = (
     "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s "
     "AND (%s::bigint IS NULL OR lease_token = %s::bigint)"
 )
 LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHERE id = %s"
 FENCE = "SELECT lease_token, status FROM runs WHERE id = %s FOR SHARE"
-STALE = (
+_STALE = (
     f"SELECT {RUN_COLS} FROM runs WHERE status IN ({_LIVE}) "
-    "AND (lease_owner IS NULL OR lease_expires_at <= %s) ORDER BY started_at, ord"
+    "AND (lease_owner IS NULL OR lease_expires_at <= %s{}) ORDER BY started_at, ord"
 )
+STALE = _STALE.format("")
+STALE_OR_ORPHANED = _STALE.format(f" OR {ORPHANED}")
 
 LIST_EXECUTIONS = (
     "SELECT data FROM executions WHERE session_id = (SELECT session_id FROM runs WHERE id = %s) "

@@ -36,6 +36,7 @@ from plait.adapters.stores.postgres import sql as q
 from plait.adapters.stores.postgres.commit import apply
 from plait.adapters.stores.postgres.context_cache import ContextCache
 from plait.adapters.stores.postgres.pool import LoopPool
+from plait.adapters.stores.postgres.presence import Presence
 from plait.adapters.stores.postgres.schema import redact, translate, upgrade
 from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.health import CommitHealth
@@ -101,9 +102,12 @@ class PostgresStore(PipelinedCommits):
         max_size: int = 8,
         migrate: bool = True,
         wait_seconds: float = 10.0,
+        presence_settle_seconds: float = 2.0,
     ) -> None:
         """``wait_seconds``: how long a call may wait for a pooled connection (all busy,
-        or the server unreachable) before it fails."""
+        or the server unreachable) before it fails. ``presence_settle_seconds``: how long
+        this store's presence must have been held before it takes the runs of owners
+        whose presence ended (see :mod:`.presence`)."""
         self._url = url
         self._where = redact(url)
         self._pools = LoopPool(
@@ -116,6 +120,8 @@ class PostgresStore(PipelinedCommits):
         )
         self._contexts = ContextCache()
         self.health = CommitHealth()
+        self._presence: Presence | None = None
+        self._settle = presence_settle_seconds
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -359,7 +365,8 @@ class PostgresStore(PipelinedCommits):
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
         async def op(conn: Conn) -> tuple[Any, ...]:
-            cur = await conn.execute(q.CLAIM, (owner, expires_at, run_id, now, owner))
+            sql = q.CLAIM_OR_ORPHANED if self._orphans_visible() else q.CLAIM
+            cur = await conn.execute(sql, (owner, expires_at, run_id, now, owner))
             row = await cur.fetchone()
             if row is None:
                 await self._lease_failure(conn, run_id, owner)
@@ -390,7 +397,13 @@ class PostgresStore(PipelinedCommits):
         raise lease_lost(run_id, row[0], row[1], wanted=owner)
 
     async def list_stale_runs(self, *, now: float) -> list[Run]:
-        return [run_from_row(r) for r in await self._all(q.STALE, (now,))]
+        sql = q.STALE_OR_ORPHANED if self._orphans_visible() else q.STALE
+        return [run_from_row(r) for r in await self._all(sql, (now,))]
+
+    def _orphans_visible(self) -> bool:
+        """Whether runs of owners whose presence ended count as stale here: only where
+        this store's own presence is settled (see :mod:`.presence`)."""
+        return self._presence is not None and self._presence.settled()
 
     # --- artifacts ------------------------------------------------------------------------
 
@@ -421,7 +434,32 @@ class PostgresStore(PipelinedCommits):
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
 
     async def close(self) -> None:
+        presence, self._presence = self._presence, None
+        if presence is not None:
+            await presence.close()
         await self._pools.close()
+
+    async def hold_presence(self, owner: str) -> None:
+        """See :mod:`.presence`: one connection of this store holds ``owner``'s lock."""
+        present = self._presence
+        if present is not None and (present.owner, present.loop) == (
+            owner,
+            asyncio.get_running_loop(),
+        ):
+            return
+        await self._ready()  # the schema is migrated first; refused in a second live loop
+        if present is not None and present.loop is not asyncio.get_running_loop():
+            self._presence = None  # held in a loop that is gone (one store, several loops)
+            present.abandon()
+        presence = Presence(self._url, self._where, owner)
+        presence.settle_seconds = self._settle
+        try:
+            await presence.hold()
+        except psycopg.Error as error:
+            raise self._failed(error) from error
+        old, self._presence = self._presence, presence
+        if old is not None:
+            await old.close()
 
     # --- service mode: queue, events, keys (see service.py) -------------------------------
 
