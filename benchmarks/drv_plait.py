@@ -34,6 +34,11 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 T_IMPORT_START = time.perf_counter()
+# plait imports jsonschema (~65 ms) the first time a tool of one's own is registered (its
+# schema is checked then); W2 leaves Python imports out and reports them separately (the
+# peers import their frameworks, pydantic included, at the top), so it is imported here.
+import jsonschema  # noqa: E402, F401
+
 import plait  # noqa: E402
 from plait.adapters.stores.sqlite.store import SqliteStore  # noqa: E402
 from plait.adapters.system import RandomIds, SystemClock  # noqa: E402
