@@ -52,7 +52,7 @@ from plait.domain.units import CutPoints, locate_cut
 
 __all__ = ["ForkResult", "ForkService", "can_read"]
 
-_FIRST_WINDOW = 32
+_FIRST_WINDOW = 8
 """Messages read on each side of the fork point to check it; widened only when a unit is
 longer than that."""
 
