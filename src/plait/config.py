@@ -5,6 +5,8 @@ over both; command-line flags over all.
 Format::
 
     model = "anthropic:claude-sonnet-4-5"      # default model (PLAIT_MODEL and --model win)
+    policy = "plait-policy.toml"                # tool policy file, relative to this file
+                                                # (PLAIT_POLICY and --policy win)
 
     [models.local-qwen]                         # a name usable as --model local-qwen
     spec = "openai-compatible:http://localhost:8000/v1#Qwen/Qwen3-8B"
@@ -71,6 +73,7 @@ _FLOAT = (
 _STR = ("spec", "base_url", "key_env")
 _TOP = (
     "model",
+    "policy",
     "models",
     "sandbox",
     "compaction",
@@ -99,6 +102,8 @@ class ModelEntry:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     model: str | None = None
+    policy: str | None = None
+    """The policy file the config files name (``policy``), as an absolute path."""
     models: Mapping[str, ModelEntry] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     sandbox: Mapping[str, Any] = field(default_factory=dict)
@@ -183,6 +188,7 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
     import tomllib
 
     model: str | None = None
+    policy: str | None = None
     models: dict[str, ModelEntry] = {}
     sources: list[str] = []
     sandbox: dict[str, Any] = {}
@@ -204,7 +210,8 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
         for key in data:
             if key not in _TOP:
                 raise ConfigError(
-                    f"{source}: unknown top-level key {key!r}; known: model, [models.NAME], "
+                    f"{source}: unknown top-level key {key!r}; known: model, policy, "
+                    "[models.NAME], "
                     "[sandbox], [compaction], [retention], [telemetry], [agents.NAME], "
                     "[webhooks.NAME], [mcp.servers.NAME]",
                     file=source,
@@ -214,6 +221,14 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
             if not isinstance(data["model"], str):
                 raise ConfigError(f"{source}: model must be a string", file=source, key="model")
             model = data["model"]
+        if "policy" in data:
+            if not isinstance(data["policy"], str) or not data["policy"]:
+                raise ConfigError(
+                    f"{source}: policy must be a file name (a string), relative to {source}",
+                    file=source,
+                    key="policy",
+                )
+            policy = str(path.parent / Path(data["policy"]).expanduser())
         tables = data.get("models", {})
         if not isinstance(tables, dict):
             raise ConfigError(f"{source}: models must be a table", file=source, key="models")
@@ -256,6 +271,7 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
         mcp_servers.update(mcp.get("servers", {}))
     return Config(
         model=env.get("PLAIT_MODEL") or model,
+        policy=policy,
         models=models,
         sources=tuple(sources),
         sandbox=sandbox,

@@ -427,6 +427,7 @@ def _mcp_manager(
         environ=settings.environ,  # secrets named by env_from and ${NAME} headers
         workspace=os.getcwd(),  # where servers start to list their tools
         protect_git=policy.protect_git if policy is not None else True,
+        protect_config=policy.protect_config if policy is not None else True,
     )
 
 

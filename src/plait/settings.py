@@ -93,7 +93,8 @@ class Settings:
     model: str | None = None
     """The model spec (``--model``, ``PLAIT_MODEL``, the files' ``model``; ``None``: none)."""
     policy: str | None = None
-    """The policy file (``--policy``, ``PLAIT_POLICY``; ``None``: the built-in default)."""
+    """The policy file (``--policy``, ``PLAIT_POLICY``, the files' ``policy``; ``None``: the
+    built-in default)."""
     data_dir: Path
     """Where plait keeps its data (:func:`data_dir`)."""
     config: Config = field(default_factory=Config)
@@ -151,7 +152,7 @@ def resolve_settings(
     settings = Settings(
         db=url,
         model=chosen or None,
-        policy=policy or environ.get("PLAIT_POLICY") or None,
+        policy=policy or environ.get("PLAIT_POLICY") or config.policy or None,
         data_dir=home,
         config=config,
         environ=environ,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from plait.adapters.policy_file import load_policy
+from plait.adapters.policy_file import load_policy, policy_from
 from plait.adapters.tools._settings import SandboxSettings
 from plait.config import load_config
 from plait.domain.compaction import CompactionSettings
+from plait.settings import resolve_settings
 from plait.testing.fake_providers import FakeProvider, FakeTurn
 from tests.cli.conftest import Plait, write_script
 
@@ -59,6 +60,19 @@ def test_init_writes_files_every_loader_accepts(plait: Plait, project: Path) -> 
     assert tomllib.loads(tables)["models"]["local"]["context_window"] == 32768
     policy = load_policy(project / "plait-policy.toml")
     assert [rule.name for rule in policy.rules] == ["read-only-commands"]
+    assert policy.protect_git and policy.protect_config
+
+
+def test_the_policy_init_writes_applies_without_an_environment_variable(
+    plait: Plait, project: Path
+) -> None:
+    assert plait.raw("init", str(project)).code == 0
+    env = {"HOME": str(project / "home")}
+    settings = resolve_settings(env=env, cwd=project)
+    assert settings.policy == str(project / "plait-policy.toml")
+    assert policy_from(settings.policy).source == str(project / "plait-policy.toml")
+    steps = plait.raw("init", str(project), "--force", "--json").json["next"]
+    assert not any("PLAIT_POLICY" in step for step in steps)
 
 
 def test_init_never_overwrites_without_force(plait: Plait, project: Path) -> None:

@@ -142,3 +142,17 @@ def test_runtime_open_uses_the_settings_it_is_given(
         asyncio.run(runtime.close())
     flagged = Runtime.open(db="memory://", settings=settings, store_only=True)
     asyncio.run(flagged.close())
+
+
+def test_the_policy_file_plait_toml_names_is_relative_to_it(
+    dirs: tuple[Path, dict[str, str]],
+) -> None:
+    project, env = dirs
+    (project / "plait.toml").write_text('policy = "rules/p.toml"\n')
+    assert resolve_settings(env=env, cwd=project).policy == str(project / "rules" / "p.toml")
+    assert resolve_settings(env={**env, "PLAIT_POLICY": "/x.toml"}, cwd=project).policy == "/x.toml"
+    assert resolve_settings(env=env, cwd=project, policy="/y.toml").policy == "/y.toml"
+    (project / "plait.toml").write_text("policy = 3\n")
+    with pytest.raises(ConfigError, match="policy must be a file name") as caught:
+        resolve_settings(env=env, cwd=project)
+    assert caught.value.details["key"] == "policy"

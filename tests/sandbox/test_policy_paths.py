@@ -148,9 +148,11 @@ DEPLOY_RULES = Policy(
 
 def test_policy_paths_from_a_policy() -> None:
     read_only, hidden = policy_paths(DEPLOY_RULES)
-    assert read_only == (".git/**", ".env", ".env.*", "deploy/**", "**/*.pem")
+    config = ("plait.toml", "plait-policy.toml")
+    assert read_only == (*config, ".git/**", ".env", ".env.*", "deploy/**", "**/*.pem")
     assert hidden == ("**/*.pem",)
-    assert policy_paths(Policy(protected_action=Action.APPROVE)) == ((), ())
+    assert policy_paths(Policy(protected_action=Action.APPROVE)) == (config, ())
+    assert policy_paths(Policy(protected_action=Action.APPROVE, protect_config=False)) == ((), ())
 
 
 @pytest.mark.slow

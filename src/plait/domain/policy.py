@@ -28,6 +28,7 @@ from functools import lru_cache
 from plait.domain.errors import ValidationError
 
 __all__ = [
+    "PLAIT_CONFIG_FILES",
     "Action",
     "CallFacts",
     "Limits",
@@ -196,6 +197,12 @@ class PolicyVerdict:
 
 _DEFAULT_PROTECTED = (".git/**", ".env", ".env.*")
 
+PLAIT_CONFIG_FILES = ("plait.toml", "plait-policy.toml")
+"""plait's own configuration at the workspace root (where ``plait init`` writes it and
+plait reads it when run there): the model, the sandbox's settings, MCP server commands
+and the tool policy of the next run on the host. Kept out of the agent's reach by
+:attr:`Policy.protect_config`."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
@@ -211,6 +218,10 @@ class Policy:
     protect_git: bool = True
     """No tool may create or change a git repository's config or hooks (nested ones and
     bare ones included), whatever the rules say: the host's git runs them later."""
+    protect_config: bool = True
+    """No tool may create or change plait's own configuration in the workspace
+    (:data:`PLAIT_CONFIG_FILES`), whatever the rules say: the next run on the host reads
+    it (an MCP server's command, the sandbox's settings, the policy itself)."""
     command_tools: tuple[str, ...] = ("run_command",)
     path_arguments: tuple[str, ...] = (
         "path",
@@ -322,6 +333,16 @@ class Policy:
             )
 
     def _plain(self, facts: CallFacts, rules: list[ToolRule]) -> PolicyVerdict:
+        if self.protect_config and not facts.read_only:
+            for path in facts.paths:
+                hit = next((n for n in PLAIT_CONFIG_FILES if glob_match(path, n)), None)
+                if hit is not None:
+                    return PolicyVerdict(
+                        action=Action.DENY,
+                        rule="protect_config",
+                        reason=f"{path!r} is plait's own configuration, which the next run "
+                        "on the host reads; no tool may change it (protect_config)",
+                    )
         matching = [
             r
             for r in rules

@@ -22,6 +22,7 @@ _TOP = {
     "defaults",
     "protected",
     "protect_git",
+    "protect_config",
     "limits",
     "reviewer",
     "rules",
@@ -282,6 +283,10 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     protect_git = data.get("protect_git", True)
     if not isinstance(protect_git, bool):
         raise ctx.fail("protect_git", f"must be true or false, got {protect_git!r}", table=None)
+    protect_config = data.get("protect_config", True)
+    if not isinstance(protect_config, bool):
+        problem = f"must be true or false, got {protect_config!r}"
+        raise ctx.fail("protect_config", problem, table=None)
     try:
         return Policy(
             rules=_rules(ctx, data),
@@ -292,6 +297,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             protected_action=defaults["protected_action"],
             protected=lists["protected"],
             protect_git=protect_git,
+            protect_config=protect_config,
             command_tools=lists["command_tools"],
             path_arguments=lists["path_arguments"],
             limits=Limits(

@@ -30,7 +30,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from plait.adapters.mcp._config import McpServerConfig
-from plait.adapters.tools import GitScan, scan_git, undo_new_git
+from plait.adapters.tools import (
+    GitScan,
+    config_absent,
+    remove_new_config,
+    scan_git,
+    undo_new_git,
+    unmade_text,
+)
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
     args_data,
@@ -41,6 +48,7 @@ from plait.adapters.tools.sandbox import (
     sandbox_problem,
 )
 from plait.domain.errors import ToolError
+from plait.domain.policy import PLAIT_CONFIG_FILES
 
 __all__ = ["McpCallLost", "McpManager", "McpServerError"]
 
@@ -83,6 +91,10 @@ class _Connection:
         """A request found the transport closed: start a new process for the next call."""
         self.hidden = frozenset(p for p in launch.protected if os.path.lexists(p))
         """The protected paths that existed (so were hidden) when the sandbox was made."""
+        guarded = launch.guarded_config(config)
+        self.config_absent = config_absent(workspace, guarded)
+        """plait's configuration files that did not exist (so are not bound read-only)
+        when the sandbox was made: one that appears makes the server start again."""
         self._stop = asyncio.Event()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
@@ -178,16 +190,25 @@ class _Launch:
         protected: Sequence[str],
         environ: Mapping[str, str],
         protect_git: bool = True,
+        protect_config: bool = True,
     ) -> None:
         self.sandbox = sandbox
         self.protected = tuple(protected)
         self.environ = dict(environ)
         self.protect_git = protect_git
+        self.protect_config = protect_config
 
     def guards_git(self, config: McpServerConfig) -> bool:
         """Whether the server runs sandboxed with the workspace's git places read-only
         (as for ``run_command``, unless the policy says ``protect_git = false``)."""
         return self.protect_git and config.command is not None and config.sandbox
+
+    def guarded_config(self, config: McpServerConfig) -> tuple[str, ...]:
+        """plait's configuration files the server must not make or change (``()``: none):
+        bound read-only where they exist when it starts (the policy's paths), removed after
+        a call that made one."""
+        guarded = self.protect_config and config.command is not None and config.sandbox
+        return PLAIT_CONFIG_FILES if guarded else ()
 
     @contextlib.asynccontextmanager
     async def __call__(
@@ -240,7 +261,7 @@ class _Launch:
         settings = SandboxSettings(
             extra_ro_binds=(*self.sandbox.extra_ro_binds, *config.ro_binds),
             extra_rw_binds=self.sandbox.extra_rw_binds,
-            read_only_paths=self.sandbox.read_only_paths,
+            read_only_paths=(*self.sandbox.read_only_paths, *self.guarded_config(config)),
             hidden_paths=self.sandbox.hidden_paths,
             env_allow=self.sandbox.env_allow,
             env_set=self.sandbox.env_set,
@@ -293,6 +314,15 @@ def _connection_lost(error: BaseException) -> bool:
     return isinstance(error, MCPError) and error.code == mcp_types.CONNECTION_CLOSED
 
 
+def _new_config(connection: _Connection) -> bool:
+    """Whether a configuration file of plait's exists now that the running server's
+    sandbox did not bind read-only (made on the host since it started)."""
+    return any(
+        os.path.lexists(os.path.join(connection.workspace, name))
+        for name in connection.config_absent
+    )
+
+
 def _new_git(bound: GitScan | None, now: GitScan | None) -> bool:
     """Whether the workspace has git places a running server's sandbox did not bind."""
     if bound is None or now is None:
@@ -328,6 +358,7 @@ class McpManager:
         workspace: str | None = None,
         on_progress: ProgressSink | None = None,
         protect_git: bool = True,
+        protect_config: bool = True,
     ) -> None:
         """``on_progress`` receives the servers' progress notifications about calls
         (server, tool, progress, total, message); by default they are logged.
@@ -348,6 +379,7 @@ class McpManager:
             protected,
             environ,
             protect_git,
+            protect_config,
         )
         self._connections: dict[tuple[str, str], _Connection] = {}
         self._starting: dict[tuple[str, str], asyncio.Lock] = {}
@@ -391,10 +423,18 @@ class McpManager:
             git = await asyncio.to_thread(scan_git, real)
         async with lock:
             current = self._connections.get(key)
-            if current is not None and current.alive and not _new_git(current.git, git):
+            new_config = current is not None and _new_config(current)
+            if (
+                current is not None
+                and current.alive
+                and not _new_git(current.git, git)
+                and not new_config
+            ):
                 return current
             if current is not None:
                 why = "is not running" if not current.alive else "has new git places to protect"
+                if current.alive and new_config:
+                    why = "has new configuration files of plait's to protect"
                 log.info("MCP server %r %s: starting it again", server, why)
                 await current.stop()
             connection = _Connection(config, key[1], self._launch, git)
@@ -441,26 +481,28 @@ class McpManager:
         limit = connection.config.timeout_seconds
         if time_limit is not None:
             limit = min(limit, time_limit)
+        absent = connection.config_absent
         try:
             result = await self._call(connection, tool, arguments, meta=meta, limit=limit)
         except BaseException:
-            # Whatever the call did, git repositories it made are undone (here, on this
-            # thread: a cancelled task cannot wait for another).
+            # Whatever the call did, git repositories and configuration files it made are
+            # undone (here, on this thread: a cancelled task cannot wait for another).
             if connection.git is not None:
                 undo_new_git(connection.workspace, connection.git)
+            remove_new_config(connection.workspace, absent)
             raise
-        undone: list[str] = []
+        notes: list[str] = []
         if connection.git is not None:
             undone = await asyncio.to_thread(undo_new_git, connection.workspace, connection.git)
-        if undone:
+            if undone:
+                notes.append(_undone(undone))
+        made = await asyncio.to_thread(remove_new_config, connection.workspace, absent)
+        if made:
+            notes.append(f"REFUSED: the call made {unmade_text(made)}")
+        if notes:
+            texts = [mcp_types.TextContent(type="text", text=note) for note in notes]
             result = result.model_copy(
-                update={
-                    "content": [
-                        *result.content,
-                        mcp_types.TextContent(type="text", text=_undone(undone)),
-                    ],
-                    "is_error": True,
-                }
+                update={"content": [*result.content, *texts], "is_error": True}
             )
         return result
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from plait.adapters.tools._config_files import config_absent, remove_new_config, unmade_text
 from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._limits import WorkspaceLimits
 from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
@@ -23,9 +24,12 @@ __all__ = [
     "SandboxUnavailableError",
     "WorkspaceLimits",
     "command_tools",
+    "config_absent",
+    "remove_new_config",
     "scan_git",
     "session_tools",
     "undo_new_git",
+    "unmade_text",
     "workspace_tools",
 ]
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from plait.adapters.tools._catalog import SCHEMAS, parse
+from plait.adapters.tools._config_files import config_absent, remove_new_config, unmade_text
 from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._proc import Capture, Outcome, run_process
 from plait.adapters.tools.sandbox import (
@@ -35,7 +36,7 @@ from plait.adapters.tools.sandbox import (
 )
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
-from plait.domain.policy import Policy
+from plait.domain.policy import PLAIT_CONFIG_FILES, Policy
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["command_tools"]
@@ -68,7 +69,12 @@ def command_tools(
     ``protect_git = false``."""
     settings = with_policy(settings or SandboxSettings(), policy)
     protect_git = policy.protect_git if policy is not None else True
-    runner = _Runner(settings, tuple(os.path.abspath(os.fspath(p)) for p in protected), protect_git)
+    config = PLAIT_CONFIG_FILES if policy is None or policy.protect_config else ()
+    if policy is None:  # with a policy, its paths include them (protect_config)
+        read_only = tuple(dict.fromkeys((*settings.read_only_paths, *config)))
+        settings = dataclasses.replace(settings, read_only_paths=read_only)
+    protected_paths = tuple(os.path.abspath(os.fspath(p)) for p in protected)
+    runner = _Runner(settings, protected_paths, protect_git, config)
 
     async def run_command(invocation: ToolInvocation) -> ToolOutput:
         args = parse("run_command", invocation.call.arguments())
@@ -117,11 +123,18 @@ def command_tools(
 
 class _Runner:
     def __init__(
-        self, settings: SandboxSettings, protected: tuple[str, ...], protect_git: bool
+        self,
+        settings: SandboxSettings,
+        protected: tuple[str, ...],
+        protect_git: bool,
+        config: tuple[str, ...],
     ) -> None:
         self.settings = settings
         self.protected = protected
         self.protect_git = protect_git
+        self.config = config
+        """plait's configuration files at the workspace root: bound read-only where they
+        exist (the policy's paths), removed after the command where it made them."""
 
     def _timeout(self, value: float | None) -> float:
         settings = self.settings
@@ -162,6 +175,7 @@ class _Runner:
         git: GitScan | None = None
         if self.protect_git:
             git = await asyncio.to_thread(scan_git, root)
+        absent = await asyncio.to_thread(config_absent, root, self.config)
         data = None
         if problem is None:
             mounts = await asyncio.to_thread(
@@ -198,6 +212,9 @@ class _Runner:
                 )
             if undone:
                 outcome = dataclasses.replace(outcome, notes=(*outcome.notes, _undone(undone)))
+            made = await asyncio.to_thread(remove_new_config, root, absent)
+            if made:
+                outcome = dataclasses.replace(outcome, notes=(*outcome.notes, _unmade(made)))
             text = _render(
                 command,
                 outcome,
@@ -215,6 +232,7 @@ class _Runner:
             # the same (here, on this thread: a cancelled task cannot wait for another).
             if git is not None:
                 undo_new_git(root, git)
+            remove_new_config(root, absent)
             raise
         finally:
             if args_fd >= 0:
@@ -222,7 +240,7 @@ class _Runner:
             for path in paths:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-        failed = outcome.ended != "exit" or outcome.exit_code != 0 or bool(undone)
+        failed = outcome.ended != "exit" or outcome.exit_code != 0 or bool(undone or made)
         return ToolOutput(content=text, failed=failed, spool_path=spool)
 
 
@@ -239,6 +257,10 @@ def _args_file(data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _unmade(names: list[str]) -> str:
+    return f"REFUSED: the command made {unmade_text(names)}"
 
 
 def _undone(paths: list[str]) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from plait.adapters.tools._settings import Limits, SandboxSettings
 from plait.domain.errors import ToolError
-from plait.domain.policy import Action, Policy, glob_match
+from plait.domain.policy import PLAIT_CONFIG_FILES, Action, Policy, glob_match
 
 __all__ = [
     "Limits",
@@ -121,8 +121,9 @@ def policy_paths(policy: Policy) -> tuple[tuple[str, ...], tuple[str, ...]]:
     enforces them: the protected paths (when writes to them are denied) and the paths of
     ``deny`` rules that cover a writing tool are bound read-only; those of ``deny`` rules
     that cover a reading tool are hidden. Rules that ask for review or approval leave the
-    path writable: the command as a whole is what gets reviewed or approved."""
-    read_only: list[str] = []
+    path writable: the command as a whole is what gets reviewed or approved. With
+    ``protect_config``, plait's own configuration files are read-only too."""
+    read_only: list[str] = list(PLAIT_CONFIG_FILES) if policy.protect_config else []
     hidden: list[str] = []
     if policy.protected_action is Action.DENY:
         read_only += policy.protected

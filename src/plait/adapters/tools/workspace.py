@@ -374,14 +374,19 @@ class _Shield:
         the path is used: the gate saw the path as it was then, and a link or a renamed
         directory could lead elsewhere by now."""
         policy = self.policy
-        if policy is None:
-            return None
+        if policy is None:  # the default's protect_config, as commands get it
+            return _config_denied
 
         def denied(path: str) -> str | None:
             verdict = policy.evaluate(CallFacts(tool=tool, read_only=False, paths=(path,)))
             return verdict.reason if verdict.action is Action.DENY else None
 
         return denied
+
+
+def _config_denied(path: str) -> str | None:
+    verdict = Policy(protected=()).evaluate(CallFacts(tool="", read_only=False, paths=(path,)))
+    return verdict.reason if verdict.rule == "protect_config" else None
 
 
 def _tool(spec: ToolSpec, limits: WorkspaceLimits, shield: _Shield) -> Tool:

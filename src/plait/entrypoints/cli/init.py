@@ -119,6 +119,11 @@ def config_text(model: str | None, *, window: int | None = None, missing: str | 
 # (`plait models list` shows the known ones, `plait models check SPEC` tries one).
 {model_line}
 
+# The tool policy runs are decided under (which calls run, which ask a person, which are
+# refused), relative to this file; PLAIT_POLICY and --policy name another. No tool may
+# change it or this file (the policy's protect_config).
+policy = {_toml_string(POLICY_FILE)}
+
 # A model of your own, usable as --model local (a local server, a proxy):
 # [models.local]
 # spec = "openai-compatible:http://localhost:8000/v1#Qwen/Qwen3-8B"
@@ -156,14 +161,15 @@ def _toml_string(text: str) -> str:
 
 POLICY_TEXT = """\
 # plait-policy.toml: which tool calls run, which ask a person, which are refused
-# (written by `plait init`; the format: docs/policy.md). Use it with
-# `--policy plait-policy.toml` or `export PLAIT_POLICY=plait-policy.toml`;
-# `plait policy check plait-policy.toml` prints its rules.
+# (written by `plait init`; the format: docs/policy.md). plait.toml's `policy` key names
+# it (PLAIT_POLICY or --policy name another); `plait policy check plait-policy.toml`
+# prints its rules.
 version = 1
 
 # Paths writes may not touch unless a rule says otherwise (globs).
 protected = [".git/**", ".env", ".env.*"]
 protect_git = true                   # no tool creates or changes a git repository
+protect_config = true                # no tool changes plait.toml or this file
 
 [defaults]                           # when no rule matches
 read = "allow"                       # read-only tools inside the workspace
@@ -311,7 +317,6 @@ def _next_steps(model: str | None, check: dict[str, Any] | None) -> list[str]:
             f"make the model usable ({check['detail']}), then `plait models check {model}`"
         )
     steps += [
-        f"use the policy: export PLAIT_POLICY={POLICY_FILE}",
         'S=$(plait sessions new) && plait send "$S" "What does this project do?"',
         "plait chat --session $S    # go on talking in the same session",
     ]
