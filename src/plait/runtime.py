@@ -941,7 +941,10 @@ class Runtime:
         # lazy: httpx (~190 ms), only for a worker that delivers webhooks
         from plait.adapters.webhook_sender import HttpxSender
 
-        sender = HttpxSender(timeout=service.webhook_timeout_seconds)
+        sender = HttpxSender(
+            timeout=service.webhook_timeout_seconds,
+            private_networks=service.webhook_private_networks,
+        )
         dispatcher = WebhookDispatcher(
             store=self.store,  # type: ignore[arg-type]
             sender=sender,

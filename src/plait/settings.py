@@ -57,6 +57,9 @@ SERVICE_ENV_HELP = """\
 ``PLAIT_WEBHOOK_TIMEOUT_SECONDS``  one webhook POST (default 10)
 ``PLAIT_WEBHOOK_POLL_SECONDS``  how often idle workers look for due deliveries (default 1)
 ``PLAIT_WEBHOOK_PAUSE_AFTER``  consecutive failures that pause an endpoint (default 20)
+``PLAIT_WEBHOOK_PRIVATE``  ``deny`` (default): a principal's webhooks reach only public
+                           addresses; ``allow``: private networks too (an operator's
+                           endpoints are never restricted)
 =========================  ==========================================================
 """
 
@@ -82,6 +85,8 @@ class ServiceSettings:
     webhook_timeout_seconds: float = 10.0
     webhook_poll_seconds: float = 1.0
     webhook_pause_after: int = PAUSE_AFTER
+    webhook_private_networks: bool = False
+    """Whether a principal's webhooks may reach private networks (``PLAIT_WEBHOOK_PRIVATE``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,6 +196,8 @@ def _service(settings: Settings, flags: Mapping[str, object]) -> ServiceSettings
         webhook_timeout_seconds=_float(env, "PLAIT_WEBHOOK_TIMEOUT_SECONDS", 10.0),
         webhook_poll_seconds=_float(env, "PLAIT_WEBHOOK_POLL_SECONDS", 1.0),
         webhook_pause_after=_int(env, "PLAIT_WEBHOOK_PAUSE_AFTER", PAUSE_AFTER, low=1),
+        webhook_private_networks=_choice(env, "PLAIT_WEBHOOK_PRIVATE", ("deny", "allow"))
+        == "allow",
     )
     names = {f.name for f in fields(ServiceSettings)} - {"db", "model"}
     given = {name: value for name, value in flags.items() if name in names and value is not None}
@@ -202,6 +209,14 @@ def _bad(name: str, what: str) -> ConfigError:
     return ConfigError(
         f"environment variable {name} must be {what}", name=name, source="environment"
     )
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """``name``'s value, one of ``choices`` (the first is the default)."""
+    value = env.get(name, choices[0]).strip().lower() or choices[0]
+    if value not in choices:
+        raise _bad(name, " or ".join(choices))
+    return value
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:

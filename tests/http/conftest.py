@@ -182,6 +182,7 @@ def serve_live(
         serve_workers=serve_workers,
         max_body_bytes=max_body_bytes,
         workspace_root=workspace_root,
+        webhook_private_networks=True,  # the tests' receivers listen on the loopback
     )
     app = create_app(context_for(rt, settings))
     server, thread, url = start_server(app)

@@ -27,6 +27,8 @@ class Receiver:
         self.events: dict[str, dict[str, Any]] = {}
         """The deduplicated deliveries: payload by webhook id."""
         self.rejected: list[str] = []
+        self.hosts: list[str] = []
+        """The ``Host`` header of every request."""
         self.hold: threading.Event | None = None
         """When set to an unset Event: requests wait for it (after being recorded)."""
         self.arrived = threading.Event()
@@ -64,6 +66,8 @@ class Receiver:
 
     def receive(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         headers = {k: v for k, v in handler.headers.items()}
+        with self._lock:
+            self.hosts.append(handler.headers.get("host", ""))
         assert self.secret is not None
         try:
             payload = Webhook(self.secret).verify(body, headers)

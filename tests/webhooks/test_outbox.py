@@ -60,7 +60,8 @@ class World:
             clock=self.clock, ids=RandomIds(),
         )  # fmt: skip
         self.hooks = WebhookService(store=store, clock=self.clock, ids=RandomIds())
-        self.sender = HttpxSender(timeout=5.0)
+        # The receivers listen on loopback: a principal's endpoint may reach it only so.
+        self.sender = HttpxSender(timeout=5.0, private_networks=True)
 
     def dispatcher(self, **kw: Any) -> WebhookDispatcher:
         options: dict[str, Any] = {"schedule": (0.0,) * 8, "jitter": lambda: 0.0, **kw}

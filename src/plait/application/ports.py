@@ -806,6 +806,10 @@ class RunTelemetry(Protocol):
 
 class WebhookSender(Protocol):
     """POSTs one signed delivery; returns the HTTP status, raises ``OSError`` (or a
-    subclass) when nothing came back (refused, reset, timed out)."""
+    subclass) when nothing came back (refused, reset, timed out). ``public_only``: the
+    endpoint is a principal's, which may only reach public addresses (unless the
+    deployment allows private networks)."""
 
-    async def post(self, url: str, *, body: str, headers: Mapping[str, str]) -> int: ...
+    async def post(
+        self, url: str, *, body: str, headers: Mapping[str, str], public_only: bool = False
+    ) -> int: ...

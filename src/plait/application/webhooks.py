@@ -171,7 +171,9 @@ class WebhookDispatcher:
         status: int | None = None
         error: str | None = None
         try:
-            status = await self.sender.post(job.url, body=body, headers=headers)
+            status = await self.sender.post(
+                job.url, body=body, headers=headers, public_only=job.principal is not None
+            )
             if not 200 <= status < 300:
                 error = f"HTTP {status}"
         except OSError as exc:

@@ -116,6 +116,9 @@ class DeliveryJob:
     event: WebhookEvent
     url: str
     secret: str
+    principal: str | None = None
+    """The endpoint's principal (``None``: an operator's); a principal's endpoint may only
+    reach public addresses."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -205,7 +205,11 @@ class MemoryWebhooks:
             event, _ = self.events[entry.value.event_id]
             jobs.append(
                 DeliveryJob(
-                    delivery=entry.value, event=event, url=endpoint.url, secret=endpoint.secret
+                    delivery=entry.value,
+                    event=event,
+                    url=endpoint.url,
+                    secret=endpoint.secret,
+                    principal=endpoint.principal,
                 )
             )
         return jobs

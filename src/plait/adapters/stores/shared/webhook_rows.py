@@ -114,12 +114,14 @@ def delivery_from_row(row: Sequence[Any]) -> Delivery:
 
 
 def job_from_row(row: Sequence[Any]) -> DeliveryJob:
-    """``DELIVERY_COLS``, then ``EVENT_COLS`` of the event, then url and secret."""
+    """``DELIVERY_COLS``, then ``EVENT_COLS`` of the event, then url, secret and the
+    endpoint's principal."""
     return DeliveryJob(
         delivery=delivery_from_row(row[:9]),
         event=event_from_row(row[9:15]),
         url=row[15],
         secret=row[16],
+        principal=row[17],
     )
 
 
@@ -149,7 +151,7 @@ RESUME_DELIVERIES = (
 )
 _EV_COLS = ", ".join(f"ev.{c.strip()}" for c in EVENT_COLS.split(","))
 JOB = (
-    f"SELECT {DELIVERY_COLS}, {_EV_COLS}, e.url, e.secret FROM webhook_deliveries d "
+    f"SELECT {DELIVERY_COLS}, {_EV_COLS}, e.url, e.secret, e.principal FROM webhook_deliveries d "
     "JOIN webhook_events ev ON ev.id = d.event_id "
     "JOIN webhook_endpoints e ON e.id = d.endpoint_id "
     "WHERE d.endpoint_id = ? AND d.event_id = ?"
