@@ -6,6 +6,7 @@ anything is written."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 import time
@@ -211,3 +212,32 @@ def test_the_http_message_body_chooses_the_servers(api: tuple[Any, list[Any]]) -
     for request in requests:
         names = offered(request)
         assert names and all(n.startswith("mcp__fb__") for n in names), names
+
+
+def test_chat_mcp_offers_only_the_named_servers_to_every_run(
+    cli_ws: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    peek_fa = {"name": "mcp__fa__peek", "arguments": {}, "id": "c1"}
+    script = tmp_path / "model.json"
+    turns = [{"tool_calls": [peek_fa]}, {"text": "done"}, {"text": "and again"}]
+    script.write_text(json.dumps({"version": 1, "assistant": turns}))
+    session = new_session(capsys, cli_ws)
+    model = ["--model", f"scripted:{script}", "--json"]
+    chat = ["chat", "--session", session, *model]
+
+    def lines(text: bytes) -> None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+
+    lines(b"go\n")
+    assert main([*chat, "--mcp", "nope"]) == 2
+    assert "--mcp 'nope': no such MCP server" in capsys.readouterr().err
+    lines(b"go\nagain\n")
+    assert main([*chat, "--mcp", "fa"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    runs = [e for e in events if e.get("event") == "run"]
+    assert [r["status"] for r in runs] == ["completed", "completed"], events
+    assert [r["mcp_servers"] for r in runs] == [["fa"], ["fa"]]
+    assert "peeked" in json.dumps(events)

@@ -71,17 +71,7 @@ def _send(sub: argparse._SubParsersAction[Parser]) -> None:
         "--server", metavar="URL", help="send through a running `plait serve` (the run is queued)"
     )
     send.add_argument("--api-key", help="bearer key for --server (default: $PLAIT_API_KEY)")
-    servers = send.add_mutually_exclusive_group()
-    servers.add_argument(
-        "--mcp",
-        metavar="NAME",
-        action="append",
-        help="offer only this MCP server's tools (a name from [mcp.servers]; repeat for "
-        "more); recorded with the run, which recovery continues with the same servers",
-    )
-    servers.add_argument(
-        "--no-mcp", action="store_true", help="offer no MCP server's tools to this run"
-    )
+    mcp_opts(send)
     send.add_argument(
         "--output-schema",
         metavar="FILE",
@@ -92,6 +82,21 @@ def _send(sub: argparse._SubParsersAction[Parser]) -> None:
     policy_opt(send)
     budget_opts(send)
     common(send)
+
+
+def mcp_opts(parser: Parser) -> None:
+    """``--mcp NAME`` (repeatable) / ``--no-mcp``: the MCP servers whose tools a run gets."""
+    servers = parser.add_mutually_exclusive_group()
+    servers.add_argument(
+        "--mcp",
+        metavar="NAME",
+        action="append",
+        help="offer only this MCP server's tools (a name from [mcp.servers]; repeat for "
+        "more); recorded with the run, which recovery continues with the same servers",
+    )
+    servers.add_argument(
+        "--no-mcp", action="store_true", help="offer no MCP server's tools to this run"
+    )
 
 
 def _runs(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -190,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=".",
         help="workspace of a new session (must exist; default: the current directory)",
     )
+    mcp_opts(chat)
     model_opt(chat)
     policy_opt(chat)
     budget_opts(chat)

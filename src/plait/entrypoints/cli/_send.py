@@ -24,6 +24,13 @@ def prepare_send(args: argparse.Namespace) -> None:
     args.message = read_message(args.text, args.file)
     args.budget = budget(args)
     args.answer_schema = read_output_schema(args.output_schema)
+    choose_mcp(args)
+
+
+def choose_mcp(args: argparse.Namespace) -> None:
+    """``args.mcp_servers`` (the names ``--mcp``/``--no-mcp`` chose, recorded with each
+    run; ``None``: every configured server) and ``args.mcp_configs`` (their settings, for
+    the runtime to start; ``None``: all), checked against ``[mcp.servers]``."""
     args.mcp_servers = (
         None if not (args.mcp or args.no_mcp) else tuple(dict.fromkeys(args.mcp or ()))
     )

@@ -35,6 +35,7 @@ from plait.domain.tools import EffectClass
 from plait.entrypoints.cli._io import Out, decode_utf8, terminal_safe
 from plait.entrypoints.cli._live import json_lines, terminal_progress
 from plait.entrypoints.cli._remembered import remember_model
+from plait.entrypoints.cli._send import choose_mcp
 from plait.entrypoints.cli.governance import DEFAULT_TTL, parse_ttl
 
 if TYPE_CHECKING:
@@ -45,14 +46,18 @@ if TYPE_CHECKING:
 __all__ = ["run_chat"]
 
 
-def _json_chat(service: AgentService, session_id: str, budget: Budget) -> int:
+def _json_chat(
+    service: AgentService, session_id: str, budget: Budget, mcp: tuple[str, ...] | None
+) -> int:
     Out.line(event_json("session", {"session_id": session_id}))
     for number, raw in enumerate(sys.stdin.buffer, 1):
         try:
             text = decode_utf8(raw, f"input line {number}").rstrip("\r\n")
             if not text.strip():
                 continue
-            result = asyncio.run(service.send(session_id, text, budget=budget, observer=json_lines))
+            result = asyncio.run(
+                service.send(session_id, text, budget=budget, observer=json_lines, mcp_servers=mcp)
+            )
         except PlaitError as error:
             Out.line(event_json("error", error_json(error)))
             continue
@@ -64,7 +69,13 @@ class _Chat:
     """The interactive chat: runs shown live, and every question a run asks a person
     (an approval, an unknown outcome) asked here, inline, before the prompt returns."""
 
-    def __init__(self, runtime: Runtime, session_id: str, budget: Budget) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        session_id: str,
+        budget: Budget,
+        mcp: tuple[str, ...] | None = None,
+    ) -> None:
         # lazy: rich costs ~100 ms and only a terminal run needs it
         from rich.console import Console
 
@@ -72,6 +83,8 @@ class _Chat:
         self.service = runtime.service
         self.session_id = session_id
         self.budget = budget
+        self.mcp = mcp
+        """The MCP servers each run is offered (``--mcp``; ``None``: every one)."""
         self.console = Console()
         self.who = getpass.getuser()
 
@@ -278,7 +291,9 @@ class _Chat:
 
     def send(self, text: str) -> None:
         async def start(**live: Any) -> RunResult:
-            return await self.service.send(self.session_id, text, budget=self.budget, **live)
+            return await self.service.send(
+                self.session_id, text, budget=self.budget, mcp_servers=self.mcp, **live
+            )
 
         runs = asyncio.run(self.rt.queries.list_runs(session_id=self.session_id))
         try:
@@ -338,7 +353,13 @@ def run_chat(args: argparse.Namespace, budget: Budget) -> int:
     from plait.runtime import Runtime
 
     remember_model(args, session_id=args.session_id)
-    runtime = Runtime.open(db=getattr(args, "db", None), model=args.model, policy=args.policy)
+    choose_mcp(args)
+    runtime = Runtime.open(
+        db=getattr(args, "db", None),
+        model=args.model,
+        policy=args.policy,
+        mcp_servers=args.mcp_configs,
+    )
     service = runtime.service
 
     async def start() -> str:
@@ -350,7 +371,7 @@ def run_chat(args: argparse.Namespace, budget: Budget) -> int:
         service.check_can_run(budget)  # no model, no prices for --max-cost: fail first
         session_id = asyncio.run(start())
         if getattr(args, "json", False):
-            return _json_chat(service, session_id, budget)
-        return _Chat(runtime, session_id, budget).loop()
+            return _json_chat(service, session_id, budget, args.mcp_servers)
+        return _Chat(runtime, session_id, budget, args.mcp_servers).loop()
     finally:
         asyncio.run(runtime.close())
