@@ -5,6 +5,7 @@ from __future__ import annotations
 from plait.application._run_state import call_ids
 from plait.domain.messages import (
     AssistantMessage,
+    Message,
     ToolCall,
     ToolResult,
     ToolResultMessage,
@@ -18,7 +19,7 @@ def _call(call_id: str) -> ToolCall:
 
 
 def test_every_call_of_every_assistant_message_and_nothing_else() -> None:
-    history = [
+    history: list[Message] = [
         UserMessage(id="m1", text="c0", created_at=0.0),
         AssistantMessage(id="m2", text="", created_at=0.0, tool_calls=(_call("c1"), _call("c2"))),
         ToolResultMessage(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -278,8 +279,9 @@ def test_opening_an_up_to_date_store_writes_nothing_and_reads_its_version_once(
     statements: list[str] = []
     connect = sqlite3.connect
 
-    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
-        conn = connect(*args, **kwargs)  # type: ignore[arg-type]
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        assert isinstance(conn, sqlite3.Connection)
         conn.set_trace_callback(statements.append)
         return conn
 
