@@ -13,7 +13,10 @@ prints one JSON object on its last stdout line, with the same keys, so
 - build a 5,000-message session (user / assistant tool call / tool result / assistant text,
         ~500 B each), not timed for the table.
 - w2    fresh process: open the store, build the agent, append one user message and run
-        until the fake model is called with all 5,001 messages.
+        until the fake model is called with all 5,001 messages. The store's I/O mode is
+        ``--store-io`` as for w1: ``inline`` by default, what ``Runtime.open`` gives a
+        process that drives one run (the CLI, the Python API: how a session is resumed in
+        a fresh process); ``thread`` is what ``plait serve`` and workers use.
 """
 
 from __future__ import annotations
@@ -299,7 +302,7 @@ async def build(a: argparse.Namespace, res: dict[str, Any]) -> None:
 async def w2(a: argparse.Namespace, res: dict[str, Any]) -> None:
     model = FakeModel(0)  # answers at once
     t0 = time.perf_counter()
-    store = SqliteStore(a.db)
+    store = SqliteStore(a.db, io=a.store_io)
     agent = build_agent(store, model, a.tool_bytes)
     result = await agent.send("ses_main", "resume: next question")
     t1 = time.perf_counter()
@@ -310,6 +313,7 @@ async def w2(a: argparse.Namespace, res: dict[str, Any]) -> None:
         w2_ms=round((model.first_call_t - t0) * 1e3, 2),
         w2_total_ms=round((t1 - t0) * 1e3, 2),
         model_saw=model.first_call_len,
+        store_io=a.store_io,
     )
     await store.close()
 
@@ -327,7 +331,7 @@ def main() -> None:
         "--store-io",
         choices=["inline", "thread"],
         default=os.environ.get("BENCH_STORE_IO", "inline"),
-        help="w1: where the store's calls run (inline: one run per process, as the CLI)",
+        help="w1, w2: where the store's calls run (inline: one run per process, as the CLI)",
     )
     p.add_argument(
         "--model-ms", type=float, default=0.0, help="w1: each model call takes this long"

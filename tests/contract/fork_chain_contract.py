@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from plait.adapters.stores import Store
+from plait.application._history import session_history
 from plait.application.ports import Commit
 from plait.domain.errors import ConflictError, MessageNotFoundError, ValidationError
 from plait.domain.messages import Message, UserMessage
@@ -67,6 +68,17 @@ class ForkChainContract(ContractBase):
             assert seqs == [1, 2, 3, 4, 5, 6]
             # the same bodies as the parent's at each shared seq
             assert (await store.read_messages("c1"))[:4] == (await store.read_messages("s1"))[:4]
+
+        self.run(go)
+
+    def test_a_branch_history_for_a_run_is_its_chain_in_one_read(self) -> None:
+        async def go(store: Store) -> None:
+            await family(store)
+            for sid in ("s1", "b1", "c1", "c2"):
+                session, history = await session_history(store, sid)
+                assert session == await store.get_session(sid)
+                assert history == [sm.message for sm in await store.read_messages(sid)]
+                assert len(history) == session.version
 
         self.run(go)
 

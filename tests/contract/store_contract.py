@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import cast
 
 import pytest
 
 from plait.adapters.stores import Store
-from plait.application.ports import Commit, CommitResult
+from plait.application._history import session_history
+from plait.application.ports import Commit, CommitResult, HistoryRead
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import (
     ArtifactNotFoundError,
@@ -73,6 +75,31 @@ class StoreContract(
             assert await store.get_session("s-full") == s
             await store.create_session(new_session("s-bare"))
             assert await store.get_session("s-bare") == new_session("s-bare")
+
+        self.run(go)
+
+    def test_a_run_reads_its_session_and_history_in_one_go(self) -> None:
+        async def go(store: Store) -> None:
+            await store.create_session(new_session("s-h"))
+            assert await session_history(store, "s-h") == (await store.get_session("s-h"), [])
+            written = mixed_history()
+            await store.commit(
+                Commit(session_id="s-h", expected_version=0, messages=tuple(written))
+            )
+            session, history = await session_history(store, "s-h")
+            assert session == await store.get_session("s-h")
+            assert session.version == len(written)
+            # every field of every kind decodes as written, and as read_messages decodes it
+            assert history == written
+            assert history == [sm.message for sm in await store.read_messages("s-h")]
+            assert [type(m) for m in history] == [type(m) for m in written]
+            with pytest.raises(SessionNotFoundError):
+                await session_history(store, "s-missing")
+            if store.capabilities.history_read:  # the store's own read says the same
+                own = await cast(HistoryRead, store).read_history("s-h")
+                assert own == (session, written)
+                with pytest.raises(SessionNotFoundError):
+                    await cast(HistoryRead, store).read_history("s-missing")
 
         self.run(go)
 

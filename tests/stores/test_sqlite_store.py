@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -268,3 +269,27 @@ def test_a_schema_3_store_is_upgraded_with_session_models(tmp_path: Path) -> Non
             await store.close()
 
     asyncio.run(reopen())
+
+
+def test_opening_an_up_to_date_store_writes_nothing_and_reads_its_version_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "plait.db"
+    _make(path, messages=2)
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        assert isinstance(conn, sqlite3.Connection)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    store = SqliteStore(path)
+    asyncio.run(store.close())
+    opening = [s for s in statements if not s.startswith("PRAGMA")]
+    assert opening == [
+        "SELECT name FROM sqlite_master",
+        "SELECT value FROM meta WHERE key = 'schema_version'",
+    ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from plait.application._history import session_history
 from plait.application._journal import RunJournal
 from plait.application._run_state import ActiveRun
 from plait.application.claiming import ClaimedRun
@@ -91,10 +92,8 @@ async def take_claimed(
         return await driver.take_over(
             run, observer=observer, status=RunStatus.RUNNING, on_text=on_text
         )
-    session = await driver.store.get_session(run.session_id)
-    stored = await driver.store.read_messages(run.session_id)
+    session, history = await session_history(driver.store, run.session_id)
     running = replace(run, status=RunStatus.RUNNING, error=None)
-    history = [s.message for s in stored]
     return driver.activate(running, session, session.version, history, observer, on_text)
 
 

@@ -155,10 +155,14 @@ def pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:
 
 
 def call_ids(history: Iterable[Message]) -> set[str]:
+    """Ids of every tool call in ``history`` (once per resumed run, over the whole history:
+    a plain loop, no generator per message)."""
     ids: set[str] = set()
+    add = ids.add
     for message in history:
-        if message.kind == "assistant" and message.tool_calls:
-            ids.update(c.id for c in message.tool_calls)
+        if message.kind == "assistant":
+            for call in message.tool_calls:
+                add(call.id)
     return ids
 
 

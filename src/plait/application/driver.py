@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from plait.application._budget import check_budget, check_cancel, check_time_left
+from plait.application._history import session_history
 from plait.application._journal import RunJournal
 from plait.application._lease import LeaseKeeper
 from plait.application._run_state import (
@@ -315,9 +316,7 @@ class RunDriver:
         )
         if status is not None and claimed.status is not status:
             claimed = replace(claimed, status=status, error=None)
-        session = await self.store.get_session(claimed.session_id)
-        stored = await self.store.read_messages(claimed.session_id)
-        history = [s.message for s in stored]
+        session, history = await session_history(self.store, claimed.session_id)
         active = self.activate(claimed, session, session.version, history, observer, on_text)
         active.caller = caller
         return active

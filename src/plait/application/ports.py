@@ -42,6 +42,7 @@ __all__ = [
     "ForkCommit",
     "ForkStore",
     "ForkableStore",
+    "HistoryRead",
     "IdGenerator",
     "KeyStore",
     "LeaseStore",
@@ -286,6 +287,8 @@ class StoreCapabilities:
     """:class:`SummaryStore`: summaries, constraints and ``search_history`` (recall)."""
     context_read: bool = False
     """:class:`ContextRead`: a step's summary and constraints in one read."""
+    history_read: bool = False
+    """:class:`HistoryRead`: a session and its whole history in one read."""
     token_counts: bool = False
     """:class:`TokenCountStore`: token counts kept beside the history."""
     retention: bool = False
@@ -560,6 +563,17 @@ class ContextRead(Protocol):
     ) -> tuple[Summary | None, list[Constraint]]:
         """:meth:`SummaryStore.get_summary` and :meth:`SummaryStore.list_constraints` from
         one snapshot."""
+        ...
+
+
+class HistoryRead(Protocol):
+    """Optional for a store: what a run starting or resuming reads, in one read."""
+
+    async def read_history(self, session_id: str) -> tuple[Session, list[Message]]:
+        """:meth:`SessionHistory.get_session` and the messages of
+        :meth:`SessionHistory.read_messages` (all of them, without their seqs) from one
+        snapshot; :class:`~plait.domain.errors.SessionNotFoundError` if there is no such
+        session."""
         ...
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from plait.application._history import session_history
 from plait.application._journal import RunJournal
 from plait.application._models import ModelFactory, RunModels
 from plait.application._queued import begin_claimed, can_queue, check_can_queue, queued
@@ -368,8 +369,7 @@ class AgentService:
         servers = self.check_mcp_servers(mcp_servers)
         self.check_can_run(budget)
         self._check_fits(text)
-        session = await self.store.get_session(session_id)
-        stored = await self.store.read_messages(session_id)
+        session, history = await session_history(self.store, session_id)
         now = self.clock.now()
         run_id = run_id or self.ids.new("run")
         run = Run(
@@ -403,7 +403,6 @@ class AgentService:
             if self.journal.telemetry is not None:
                 self.journal.telemetry.end(run, error)
             raise
-        history = [s.message for s in stored]
         history.append(user)
         active = self.driver.activate(run, session, result.version, history, observer, on_text)
         active.added.append(StoredMessage(result.version, user))

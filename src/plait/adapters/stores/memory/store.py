@@ -156,6 +156,12 @@ class MemoryStore(PipelinedCommits):
             self._check_open()
             return self._state(session_id).read(after, limit)
 
+    async def read_history(self, session_id: str) -> tuple[Session, list[Message]]:
+        with self._lock:
+            self._check_open()
+            state = self._state(session_id)
+            return state.session, [stored.message for stored in state.messages]
+
     # --- writes ---------------------------------------------------------------------------
 
     async def start_run(self, commit: Commit) -> CommitResult:

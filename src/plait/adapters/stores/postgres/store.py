@@ -92,7 +92,7 @@ class PostgresStore(PipelinedCommits):
     :class:`~plait.application.ports.ArtifactStore` on one PostgreSQL database; what else it
     keeps is in :attr:`capabilities`."""
 
-    capabilities = StoreCapabilities.all_but()
+    capabilities = StoreCapabilities.all_but("history_read")
 
     def __init__(
         self,

@@ -45,6 +45,7 @@ from plait.domain.session import ExecutionRecord, ForkOrigin, Session, StoredMes
 
 __all__ = [
     "FAST",
+    "decode_history",
     "decode_messages",
     "execution_row",
     "json_value",
@@ -455,7 +456,19 @@ def _assistant_with_extra(
 def decode_messages(rows: list[Any]) -> list[StoredMessage]:
     """Rows of ``(seq, kind, id, text, created_at, run_id, step, call_id, name, status,
     extra, schema_version)`` to stored messages, in one pass."""
-    out: list[StoredMessage] = []
+    stored: list[StoredMessage] = _decode(rows, True)
+    return stored
+
+
+def decode_history(rows: list[Any]) -> list[Message]:
+    """The same rows to their messages alone (a run's history needs no seqs: one object
+    less per message)."""
+    messages: list[Message] = _decode(rows, False)
+    return messages
+
+
+def _decode(rows: list[Any], with_seq: bool) -> list[Any]:
+    out: list[Any] = []
     append = out.append
     user, assistant, tool_message, result, stored = (
         _user,
@@ -497,7 +510,7 @@ def decode_messages(rows: list[Any]) -> list[StoredMessage]:
                 msg = user(mid, text, at, run_id)
             else:
                 raise ValueError(f"unknown message kind {kind!r}")
-            append(stored(seq, msg))
+            append(stored(seq, msg) if with_seq else msg)
     except CorruptStoreError:
         raise
     except (LookupError, TypeError, ValueError, AttributeError, PlaitError) as error:

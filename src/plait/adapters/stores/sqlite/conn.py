@@ -183,8 +183,9 @@ class SqliteConnection:
             # Read before anything writes: a file that is not a database, or a newer
             # schema, must fail here and be left exactly as it was.
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            version = None
             if "meta" in tables:
-                self._check_schema(conn, older=True)
+                version = self._check_schema(conn, older=True)
             elif tables:
                 raise CorruptStoreError(
                     f"{self._path} is a SQLite database but not a plait store (no meta table)",
@@ -199,10 +200,13 @@ class SqliteConnection:
             conn.execute("PRAGMA synchronous = FULL")
             if "meta" not in tables:
                 self._create_schema(conn)
-            else:  # added after schema 1 shipped; a no-op once it exists
-                conn.execute(OWNER_INDEX_SQLITE)
-                conn.execute(RUNS_WAITING_SQLITE)
-                self._upgrade(conn)
+            else:  # an up-to-date store is opened without a write or another read
+                if "sessions_by_owner" not in tables:  # added after schema 1 shipped
+                    conn.execute(OWNER_INDEX_SQLITE)
+                if "runs_waiting" not in tables:
+                    conn.execute(RUNS_WAITING_SQLITE)
+                if version != SCHEMA_VERSION:
+                    self._upgrade(conn)
         except BaseException as error:
             conn.close()
             if isinstance(error, sqlite3.Error):
@@ -210,8 +214,9 @@ class SqliteConnection:
             raise
         return conn
 
-    def _check_schema(self, conn: sqlite3.Connection, *, older: bool = False) -> None:
-        """A store this plait can open (``older``: or upgrade); else CorruptStoreError."""
+    def _check_schema(self, conn: sqlite3.Connection, *, older: bool = False) -> int:
+        """A store this plait can open (``older``: or upgrade); else CorruptStoreError.
+        Returns its schema version."""
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         try:
             version = int(row[0])
@@ -230,6 +235,7 @@ class SqliteConnection:
                 f"{self._path} has an unknown store schema_version {row!r}",
                 path=str(self._path),
             )
+        return version
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
         """Bring a store written by an older plait to :data:`SCHEMA_VERSION`, one step per

@@ -41,6 +41,7 @@ from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
 from plait.adapters.stores.shared.long_lived import long_lived
 from plait.adapters.stores.shared.offload import InlineIo, IoMode, IoThread
 from plait.adapters.stores.shared.rows import (
+    decode_history,
     decode_messages,
     json_value,
     run_from_row,
@@ -153,6 +154,18 @@ _PUT_ARTIFACT_SIZED = (
 _GET_ARTIFACT = "SELECT id, sha256, size, media_type, data FROM artifacts WHERE id = ?"
 
 
+def _history_rows(conn: sqlite3.Connection, session_id: str, after: int, lim: int) -> list[Any]:
+    """The rows of the session's messages after seq ``after``, at most ``lim`` (-1: all),
+    from each segment of its history in turn."""
+    rows: list[Any] = []
+    for owner, lo, hi in segments.ranges(conn, session_id, after):
+        want = -1 if lim < 0 else lim - len(rows)
+        if want == 0:
+            break
+        rows += conn.execute(_READ_MESSAGES, (owner, lo - 1, hi, want)).fetchall()
+    return rows
+
+
 # --- the store ----------------------------------------------------------------------------
 
 
@@ -242,15 +255,29 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> list[StoredMessage]:
             with long_lived():  # a few objects per message, all kept
-                rows: list[Any] = []
-                for owner, lo, hi in segments.ranges(conn, session_id, after):
-                    want = -1 if lim < 0 else lim - len(rows)
-                    if want == 0:
-                        break
-                    rows += conn.execute(_READ_MESSAGES, (owner, lo - 1, hi, want)).fetchall()
+                rows = _history_rows(conn, session_id, after, lim)
                 if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
                     raise session_not_found(session_id)
                 return decode_messages(rows)
+
+        return await self._db.read(op)
+
+    async def read_history(self, session_id: str) -> tuple[Session, list[Message]]:
+        """The session and its whole history from one snapshot, in one call to the
+        connection (see :class:`~plait.application.ports.HistoryRead`)."""
+
+        def op(conn: sqlite3.Connection) -> tuple[Session, list[Message]]:
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(_GET_SESSION, (session_id,)).fetchone()
+                if row is None:
+                    raise session_not_found(session_id)
+                with long_lived():  # a few objects per message, all kept
+                    return session_from_row(row), decode_history(
+                        _history_rows(conn, session_id, 0, -1)
+                    )
+            finally:
+                conn.execute("COMMIT")
 
         return await self._db.read(op)
 
