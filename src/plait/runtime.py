@@ -12,6 +12,7 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -21,16 +22,11 @@ from plait.adapters.system import RandomIds, SystemClock, process_owner
 from plait.application.compaction import CompactionService, ModelProfiles
 from plait.application.compaction.estimate import EstimateMeter
 from plait.application.context_builder import ContextBuilder
-from plait.application.fork import ForkService
 from plait.application.gate import AllowAll, ToolGate
 from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
-from plait.application.queries import Queries
-from plait.application.retention import RetentionService
 from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
-from plait.application.subagents import Delegation
 from plait.application.tool_runner import ToolRunner
 from plait.application.toolset import ToolSet
-from plait.application.webhooks import WebhookDispatcher, WebhookService
 from plait.domain.compaction import CompactionSettings
 from plait.domain.errors import ConfigError
 from plait.domain.retention import RetentionSettings
@@ -46,6 +42,7 @@ if TYPE_CHECKING:
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
     from plait.application.event_feed import LocalEventFeed, RunEventFeed
+    from plait.application.fork import ForkService
     from plait.application.ports import (
         ApprovalStore,
         ArtifactStore,
@@ -59,7 +56,11 @@ if TYPE_CHECKING:
         Tool,
         WorkspaceSnapshots,
     )
+    from plait.application.queries import Queries
+    from plait.application.retention import RetentionService
+    from plait.application.subagents import Delegation
     from plait.application.toolset import ToolSource
+    from plait.application.webhooks import WebhookDispatcher, WebhookService
     from plait.application.worker import EventEncoder, Worker
     from plait.domain.policy import Policy
     from plait.domain.tools import ToolSpec
@@ -519,12 +520,18 @@ def configured_retention(settings: Settings | None = None) -> RetentionSettings:
 def _retention(store: SessionStore, clock: Clock) -> RetentionService | None:
     if not (store.capabilities.retention and store.capabilities.forks):
         return None
+    # lazy: built at first use (plait sessions expire, a worker's sweep); not on open
+    from plait.application.retention import RetentionService
+
     return RetentionService(store=store, clock=clock)
 
 
 def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookService | None:
     if not store.capabilities.webhooks:
         return None
+    # lazy: built at first use (plait webhooks, a worker's outbox); not on open
+    from plait.application.webhooks import WebhookService
+
     return WebhookService(store=store, clock=clock, ids=ids)  # type: ignore[arg-type]
 
 
@@ -552,6 +559,9 @@ def _forks(
 ) -> ForkService | None:
     if not store.capabilities.forks:
         return None
+    # lazy: built at first use (a fork, a sub-agent's delegation); not on open
+    from plait.application.fork import ForkService
+
     return ForkService(store=store, clock=clock, snapshots=snapshots, telemetry=telemetry)  # type: ignore[arg-type]
 
 
@@ -685,42 +695,44 @@ class Runtime:
         self.artifacts = artifacts
         self.model = model
         opener = _opener(settings)
-        where = location or f"(a {type(store).__name__})"
-        self.queries = Queries(store=store, artifacts=artifacts, clock=clock, location=where)
+        self._clock, self._ids, self._snapshots = clock, ids, snapshots
+        self._location = location or f"(a {type(store).__name__})"
         self.instructions = instructions
         self.compaction = _compaction(store, model, clock, ids, compaction, meter_for, opener)
         """Compaction over this store and model (``None``: the store keeps no summaries)."""
         compacting = self.compaction is not None
         self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
-        self.forks = _forks(store, clock, snapshots, telemetry)  # None: the store cannot fork
-        self.retention = _retention(store, clock)  # None: the store keeps no tombstones
-        self.webhooks = _webhooks(store, clock, ids)  # None: the store has no outbox
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
-        delegations = [
-            Delegation(
-                agent,
-                _child_service(
+        delegations: list[Delegation] = []
+        if subagents:
+            # lazy: the delegation tools, only for a runtime with sub-agents
+            from plait.application.subagents import Delegation
+
+            delegations = [
+                Delegation(
                     agent,
-                    tools,
-                    store=store,
-                    artifacts=artifacts,
-                    model=model,
-                    clock=clock,
-                    ids=ids,
-                    budget=budget,
-                    owner=owner,
-                    lease_seconds=lease_seconds,
-                    gate=gate,
-                    retry=retry,
-                    model_spec=model_spec,
-                    telemetry=telemetry,
-                    opener=opener,
-                ),
-                self.forks,
-            )
-            for agent in subagents
-        ]
+                    _child_service(
+                        agent,
+                        tools,
+                        store=store,
+                        artifacts=artifacts,
+                        model=model,
+                        clock=clock,
+                        ids=ids,
+                        budget=budget,
+                        owner=owner,
+                        lease_seconds=lease_seconds,
+                        gate=gate,
+                        retry=retry,
+                        model_spec=model_spec,
+                        telemetry=telemetry,
+                        opener=opener,
+                    ),
+                    self.forks,
+                )
+                for agent in subagents
+            ]
         tools = [*tools, *(d.tool for d in delegations)]
         self.service = _service(
             tools=tools if tool_source is None else ToolSet(tools, tool_source),
@@ -746,6 +758,34 @@ class Runtime:
         for delegation in delegations:
             delegation.parent = self.service.driver
             self.service.subagents[delegation.agent.name] = delegation.child
+
+    # The read side and the services beside the loop are built at their first use, so
+    # Runtime.open() does not import them (issue 27 item 4).
+
+    @cached_property
+    def queries(self) -> Queries:
+        """The read side: sessions, runs, messages, approvals, as the CLI and API show them."""
+        # lazy: the read side (~3 ms of start-up), built at its first use
+        from plait.application.queries import Queries
+
+        return Queries(
+            store=self.store, artifacts=self.artifacts, clock=self._clock, location=self._location
+        )
+
+    @cached_property
+    def forks(self) -> ForkService | None:
+        """Forks of sessions (``None``: the store cannot fork)."""
+        return _forks(self.store, self._clock, self._snapshots, self.telemetry)
+
+    @cached_property
+    def retention(self) -> RetentionService | None:
+        """Expiry of sessions and runs (``None``: the store keeps no tombstones)."""
+        return _retention(self.store, self._clock)
+
+    @cached_property
+    def webhooks(self) -> WebhookService | None:
+        """Webhook endpoints and deliveries (``None``: the store has no outbox)."""
+        return _webhooks(self.store, self._clock, self._ids)
 
     def approval_desk(self) -> ApprovalDesk:
         """Decisions about waiting calls and what then happens to their run (the CLI's
