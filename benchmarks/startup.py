@@ -1,7 +1,7 @@
 """Start-up time of fresh processes (DESIGN §11 targets: `import plait` and the CLI
 <= 0.3 s, `Runtime.open` with defaults <= 0.1 s), medians of REPS processes.
 
-uv run python benchmarks/startup.py [--reps N]
+uv run python benchmarks/startup.py [--reps N] [--against OTHER/src]
 
 Each probe is a whole fresh process, timed from the parent (wall) and by its rusage (CPU:
 user + system, which moves less than wall time on a shared machine). The processes run in
@@ -10,7 +10,8 @@ an empty directory with empty config and data directories and no PLAIT_* variabl
 policy. The Runtime.open probe is exactly what a script using the Python API pays first:
 import plait, open a runtime with defaults, close it, exit. Its store exists (the warm-up
 run creates it); the first open of a new data directory also creates the store and is
-shown separately.
+shown separately. ``--against`` also times the Runtime.open probe with plait imported
+from another checkout's ``src`` (e.g. a worktree of main), interleaved with this one.
 """
 
 from __future__ import annotations
@@ -56,10 +57,29 @@ def report(name: str, runs: list[tuple[float, float, str]]) -> None:
     )
 
 
+def interleave(other_src: str, env: dict[str, str], cwd: str, reps: int) -> None:
+    """The Runtime.open probe with plait from ``other_src`` and from this checkout, one
+    process of each in turn (so both see the same load)."""
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    cmd = [sys.executable, "-c", OPEN]
+    sources = {"other": other_src, "this": here}
+    envs = {name: {**env, "PYTHONPATH": src} for name, src in sources.items()}
+    for chosen in envs.values():
+        timed(cmd, chosen, cwd)  # warm-up: writes the bytecode cache
+    runs: dict[str, list[tuple[float, float, str]]] = {name: [] for name in envs}
+    for _ in range(reps):
+        for name, chosen in envs.items():
+            runs[name].append(timed(cmd, chosen, cwd))
+    report(f"Runtime.open() plait from {other_src}"[:45], runs["other"])
+    report("Runtime.open() plait from this checkout", runs["this"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=11, help="processes per probe (>= 9)")
-    reps = parser.parse_args().reps
+    parser.add_argument("--against", help="another checkout's src directory to compare with")
+    options = parser.parse_args()
+    reps = options.reps
     py = sys.executable
     probes = {
         "python -c pass (interpreter floor)": [py, "-c", "pass"],
@@ -97,6 +117,8 @@ def main() -> None:
             fresh = {**env, "XDG_DATA_HOME": os.path.join(root, f"fresh-{rep}")}
             first.append(timed([py, "-c", OPEN], fresh, work))
         report("Runtime.open() creating its store", first)
+        if options.against:
+            interleave(options.against, env, work, reps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -977,8 +977,10 @@ class Runtime:
     def webhook_dispatcher(self, service: ServiceSettings) -> tuple[WebhookDispatcher, HttpxSender]:
         """The webhook delivery loop of a worker over this store's outbox, and the HTTP
         sender it posts with (the caller closes it)."""
-        # lazy: httpx (~190 ms), only for a worker that delivers webhooks
+        # lazy: httpx (~190 ms) and the delivery loop, only for a worker that delivers
+        # webhooks
         from plait.adapters.webhook_sender import HttpxSender
+        from plait.application.webhooks import WebhookDispatcher
 
         sender = HttpxSender(timeout=service.webhook_timeout_seconds)
         dispatcher = WebhookDispatcher(
