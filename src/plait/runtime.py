@@ -19,14 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from plait.adapters import stores
 from plait.adapters.stores import protected_paths, redact_url, store_kind
 from plait.adapters.system import RandomIds, SystemClock, process_owner
-from plait.application.compaction import CompactionService, ModelProfiles
-from plait.application.compaction.estimate import EstimateMeter
-from plait.application.context_builder import ContextBuilder
-from plait.application.gate import AllowAll, ToolGate
-from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
-from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
-from plait.application.tool_runner import ToolRunner
-from plait.application.toolset import ToolSet
+from plait.application.service_config import DEFAULT_INSTRUCTIONS, check_config
 from plait.domain.compaction import CompactionSettings
 from plait.domain.errors import ConfigError
 from plait.domain.retention import RetentionSettings
@@ -41,8 +34,11 @@ if TYPE_CHECKING:
     from plait.adapters.tools import SandboxSettings
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
+    from plait.application.compaction import CompactionService
     from plait.application.event_feed import LocalEventFeed, RunEventFeed
     from plait.application.fork import ForkService
+    from plait.application.gate import ToolGate
+    from plait.application.model_caller import OverflowHook, RetryPolicy
     from plait.application.ports import (
         ApprovalStore,
         ArtifactStore,
@@ -58,8 +54,9 @@ if TYPE_CHECKING:
     )
     from plait.application.queries import Queries
     from plait.application.retention import RetentionService
+    from plait.application.service import AgentService
     from plait.application.subagents import Delegation
-    from plait.application.toolset import ToolSource
+    from plait.application.toolset import ToolSet, ToolSource
     from plait.application.webhooks import WebhookDispatcher, WebhookService
     from plait.application.worker import EventEncoder, Worker
     from plait.domain.policy import Policy
@@ -120,6 +117,16 @@ def token_meters(settings: Settings) -> Callable[[ModelClient], TokenMeter]:
     return meter
 
 
+def _summarizer(
+    model: ModelClient | None, settings: CompactionSettings | None, opener: ModelOpener
+) -> tuple[ModelClient | None, bool]:
+    """The summarizer's model (the RFC's default: the run's model, see summarizer_for) and
+    whether it follows the run's; a ``summarizer_model`` is opened now, so a bad spec or a
+    missing key fails when the runtime is opened, not at its first compaction."""
+    spec = settings.summarizer_model if settings is not None and model is not None else None
+    return (opener(spec, ()), False) if spec else (model, True)
+
+
 def _compaction(
     store: SessionStore,
     model: ModelClient | None,
@@ -127,18 +134,18 @@ def _compaction(
     ids: IdGenerator,
     settings: CompactionSettings | None,
     meter_for: Callable[[ModelClient], TokenMeter] | None,
-    opener: ModelOpener,
+    chosen: tuple[ModelClient | None, bool],
 ) -> CompactionService | None:
     if not store.capabilities.summaries:
         return None
+    # lazy: compaction (~10 modules), built with the service at its first use
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.application.compaction.estimate import EstimateMeter
 
     def estimate(client: ModelClient) -> TokenMeter:
         return EstimateMeter()
 
-    summarizer = model  # the RFC's default: the run's model (see summarizer_for)
-    spec = settings.summarizer_model if settings is not None and model is not None else None
-    if spec:
-        summarizer = opener(spec, ())
+    summarizer, follows = chosen
     clients = [c for c in (model, summarizer) if c is not None]
     profiles = ModelProfiles.of_clients(clients, meter_for or estimate)
     return CompactionService(
@@ -148,7 +155,7 @@ def _compaction(
         clock=clock,
         ids=ids,
         settings=settings,
-        summarizer_follows_run=not spec,
+        summarizer_follows_run=follows,
     )
 
 
@@ -173,6 +180,13 @@ def _with_recall(
 
 ModelOpener: TypeAlias = "Callable[[str, Sequence[ToolSpec]], ModelClient]"
 """Opens a model spec for the given tools (the settings' config and keys bound in)."""
+
+
+def _tool_set(tools: Sequence[Tool], source: ToolSource) -> ToolSet:
+    # lazy: only a runtime with a changing tool source (MCP servers) needs it
+    from plait.application.toolset import ToolSet
+
+    return ToolSet(tools, source)
 
 
 def _opener(settings: Settings | None) -> ModelOpener:
@@ -210,6 +224,14 @@ def _service(
     """The service over the loop's stages (DESIGN §1) built here, and the recovery
     sweeper of interrupted writes; ``specs``: the tools the context and reopened models
     are told about."""
+    # lazy: the service and the loop's stages (~25 ms of start-up), built at the first use
+    # of Runtime.service, not by Runtime.open()
+    from plait.application.context_builder import ContextBuilder
+    from plait.application.gate import AllowAll
+    from plait.application.model_caller import ModelCaller, no_overflow
+    from plait.application.service import AgentService
+    from plait.application.tool_runner import ToolRunner
+
     tool_specs = tuple(t.spec for t in specs)
     return AgentService.build(
         store=store,
@@ -328,25 +350,46 @@ def governed_gate(
     policy whose ``[reviewer] model`` names a model gets a reviewer with that model
     (opened here with ``opener``, so a bad spec or a missing key fails now); otherwise the
     reviewer uses the run's model."""
-    # lazy: the governance stages and adapters.tools (~25 ms), only for a governed runtime
-    from plait.adapters.tools.probe import FileProbe
-    from plait.application.governance.gate import GovernedGate
-    from plait.application.governance.governor import Governor
-    from plait.application.governance.reviewer import Reviewer
+    return _gate_builder(policy, approvals, clock, ids, model, opener=opener)()
 
+
+def _gate_builder(
+    policy: Policy | str | None,
+    approvals: ApprovalStore,
+    clock: Clock,
+    ids: IdGenerator,
+    model: ModelClient | None,
+    *,
+    opener: ModelOpener | None = None,
+) -> Callable[[], ToolGate]:
+    """:func:`governed_gate` in two steps: the policy is read and the reviewer's own
+    model opened now (what can fail fails now), the gate's stages are built by the
+    function returned (Runtime.open() calls it with the service, at its first use)."""
     chosen = _policy(policy)
     own = _reviewer_model(chosen, opener or _opener(None))
-    named = own or model
-    reviewer = Reviewer(config=chosen.reviewer, model=own, name=named.name if named else "reviewer")
-    governor = Governor(
-        policy=chosen,
-        approvals=approvals,
-        clock=clock,
-        ids=ids,
-        reviewer=reviewer,
-        probe=FileProbe(),
-    )
-    return GovernedGate(governor)
+
+    def build() -> ToolGate:
+        # lazy: the governance stages and adapters.tools (~25 ms), built with the service
+        from plait.adapters.tools.probe import FileProbe
+        from plait.application.governance.gate import GovernedGate
+        from plait.application.governance.governor import Governor
+        from plait.application.governance.reviewer import Reviewer
+
+        named = own or model
+        reviewer = Reviewer(
+            config=chosen.reviewer, model=own, name=named.name if named else "reviewer"
+        )
+        governor = Governor(
+            policy=chosen,
+            approvals=approvals,
+            clock=clock,
+            ids=ids,
+            reviewer=reviewer,
+            probe=FileProbe(),
+        )
+        return GovernedGate(governor)
+
+    return build
 
 
 def _reviewer_model(policy: Policy, opener: ModelOpener) -> ModelClient | None:
@@ -698,9 +741,13 @@ class Runtime:
         self._clock, self._ids, self._snapshots = clock, ids, snapshots
         self._location = location or f"(a {type(store).__name__})"
         self.instructions = instructions
-        self.compaction = _compaction(store, model, clock, ids, compaction, meter_for, opener)
-        """Compaction over this store and model (``None``: the store keeps no summaries)."""
-        compacting = self.compaction is not None
+        compacting = store.capabilities.summaries
+        summarizer = _summarizer(model, compaction, opener) if compacting else (model, True)
+
+        def build_compaction() -> CompactionService | None:
+            return _compaction(store, model, clock, ids, compaction, meter_for, summarizer)
+
+        self._build_compaction = build_compaction
         self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
@@ -734,33 +781,51 @@ class Runtime:
                 for agent in subagents
             ]
         tools = [*tools, *(d.tool for d in delegations)]
-        self.service = _service(
-            tools=tools if tool_source is None else ToolSet(tools, tool_source),
-            specs=tools,
-            instructions=instructions,
-            model=model,
-            store=store,
-            artifacts=artifacts,
-            clock=clock,
-            ids=ids,
-            budget=budget,
-            owner=owner,
-            lease_seconds=lease_seconds,
-            meter=meter,
-            retry=retry,
-            on_overflow=on_overflow,
-            gate=gate,
-            compaction=self.compaction,
-            model_spec=model_spec,
-            opener=opener,
-            telemetry=telemetry,
-        )
-        for delegation in delegations:
-            delegation.parent = self.service.driver
-            self.service.subagents[delegation.agent.name] = delegation.child
+        check_config(tools, lease_seconds)  # what the service refuses fails now, not at first use
+        self._gate: Callable[[], ToolGate | None] = lambda: gate
 
-    # The read side and the services beside the loop are built at their first use, so
-    # Runtime.open() does not import them (issue 27 item 4).
+        def build_service() -> AgentService:
+            service = _service(
+                tools=tools if tool_source is None else _tool_set(tools, tool_source),
+                specs=tools,
+                instructions=instructions,
+                model=model,
+                store=store,
+                artifacts=artifacts,
+                clock=clock,
+                ids=ids,
+                budget=budget,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                meter=meter,
+                retry=retry,
+                on_overflow=on_overflow,
+                gate=self._gate(),
+                compaction=self.compaction,
+                model_spec=model_spec,
+                opener=opener,
+                telemetry=telemetry,
+            )
+            for delegation in delegations:
+                delegation.parent = service.driver
+                service.subagents[delegation.agent.name] = delegation.child
+            return service
+
+        self._build_service = build_service
+
+    # The service, the read side and the services beside the loop are built at their first
+    # use, so Runtime.open() does not import them (issue 27 item 4); what can fail (a model
+    # spec, a sub-agent's tools) is checked when the runtime is built.
+
+    @cached_property
+    def service(self) -> AgentService:
+        """The write side: sessions and runs driven through the loop's stages."""
+        return self._build_service()
+
+    @cached_property
+    def compaction(self) -> CompactionService | None:
+        """Compaction over this store and model (``None``: the store keeps no summaries)."""
+        return self._build_compaction()
 
     @cached_property
     def queries(self) -> Queries:
@@ -878,8 +943,13 @@ class Runtime:
                 manager.close()
             raise
         clock, ids = SystemClock(), RandomIds()
+        make_gate = None
         if governed:
-            gate = governed_gate(chosen, store, clock, ids, model_client, opener=_opener(settings))
+            make_gate = _gate_builder(
+                chosen, store, clock, ids, model_client, opener=_opener(settings)
+            )
+            if subagents or manager is not None:  # child services and MCP rules need it now
+                gate = make_gate()
         tool_source: ToolSource | None = None
         if manager is not None:
             # lazy: the MCP SDK (~0.5 s), only when MCP servers are configured
@@ -897,7 +967,7 @@ class Runtime:
             from plait.adapters.snapshots import GitSnapshots
 
             snapshots = GitSnapshots(settings.worktrees_dir)
-        return cls(
+        runtime = cls(
             store=store,
             artifacts=store,
             model=model_client,
@@ -923,6 +993,9 @@ class Runtime:
             tool_source=tool_source,
             settings=settings,
         )
+        if make_gate is not None and gate is None:  # built with the service, at first use
+            runtime._gate = make_gate
+        return runtime
 
     def resolved_settings(self) -> Settings:
         """The settings this runtime was opened with (resolved now, once, for one built

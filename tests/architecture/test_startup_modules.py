@@ -1,9 +1,11 @@
 """What a fresh `Runtime.open` with defaults imports (issue 27 item 4: start-up). The
-modules below are built or parsed only at their first use: the read side and the services
-beside the loop (queries, forks, retention, webhooks), the search tool's RE2 matchers, the
-TOML reader (no config or policy file exists), exact fractions (a ``multipleOf`` check).
-Fresh processes, because the test process itself has imported everything already; the
-benchmark that times them is ``benchmarks/startup.py``."""
+modules below are built or loaded only at their first use: the service with the loop's
+stages, compaction and the policy gate's stages (at the first use of ``Runtime.service``),
+the read side and the services beside the loop (queries, forks, retention, webhooks), the
+search tool's RE2 matchers, the command tool's process runner, the TOML reader (no config
+or policy file exists), exact fractions (a ``multipleOf`` check). What can fail still fails
+when the runtime is opened. Fresh processes, because the test process itself has imported
+everything already; the benchmark that times them is ``benchmarks/startup.py``."""
 
 from __future__ import annotations
 
@@ -14,10 +16,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from plait.adapters.tools import workspace_tools
+from plait.domain.compaction import CompactionSettings
+from plait.domain.errors import ConfigError
+from plait.runtime import Runtime
+
+SERVICE = (
+    "plait.application._journal",
+    "plait.application.compaction._context",
+    "plait.application.compaction.service",
+    "plait.application.compaction.stage",
+    "plait.application.driver",
+    "plait.application.events",
+    "plait.application.governance.gate",
+    "plait.application.governance.governor",
+    "plait.application.governance.reviewer",
+    "plait.application.service",
+)
+"""Built with the service, at the first use of ``Runtime.service``."""
+
 DEFERRED = (
+    *SERVICE,
     "decimal",
     "fractions",
     "plait.adapters.tools._match",
+    "plait.adapters.tools._proc",
     "plait.adapters.tools._search",
     "plait.application.fork",
     "plait.application.queries",
@@ -44,10 +69,14 @@ async def main():
     try:
         after_open = loaded()
         # first use: each is built now, over the same store
-        services = [type(s).__name__ for s in (rt.queries, rt.forks, rt.retention, rt.webhooks)]
+        built = (rt.service, rt.compaction, rt.queries, rt.forks, rt.retention, rt.webhooks)
+        services = [type(s).__name__ for s in built]
+        session = await rt.service.create_session()
         sessions = [s.id for s in await rt.queries.list_sessions()]
         print(json.dumps({"after_open": after_open, "after_use": loaded(),
-                          "services": services, "sessions": sessions}))
+                          "services": services, "sessions": sessions == [session.id],
+                          "policy": type(rt.service.driver.gate).__name__,
+                          "cached": rt.service is rt.service}))
     finally:
         await rt.close()
 
@@ -76,11 +105,45 @@ def _probe(tmp_path: Path) -> dict[str, Any]:
 def test_open_with_defaults_builds_the_side_services_at_first_use(tmp_path: Path) -> None:
     out = _probe(tmp_path)
     assert out["after_open"] == []
-    assert out["services"] == ["Queries", "ForkService", "RetentionService", "WebhookService"]
-    assert out["sessions"] == []
+    assert out["services"] == [
+        "AgentService",
+        "CompactionService",
+        "Queries",
+        "ForkService",
+        "RetentionService",
+        "WebhookService",
+    ]
+    assert out["sessions"] is True
+    assert out["policy"] == "GovernedGate"  # the default policy governs the lazy service
+    assert out["cached"] is True
     assert {
+        *SERVICE,
         "plait.application.fork",
         "plait.application.queries",
         "plait.application.retention",
         "plait.application.webhooks",
     } <= set(out["after_use"])
+
+
+def test_a_summarizer_model_that_cannot_be_opened_still_fails_at_open(tmp_path: Path) -> None:
+    # compaction is built with the service at its first use; its summarizer's model is
+    # opened when the runtime is, so a bad spec fails there as before
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"version": 1, "assistant": [{"text": "done"}]}))
+    with pytest.raises(ConfigError, match="unknown model kind 'nope'"):
+        Runtime.open(
+            db=f"sqlite:///{tmp_path / 'p.db'}",
+            model=f"scripted:{script}",
+            compaction=CompactionSettings(summarizer_model="nope:judge"),
+            tools=[],
+        )
+
+
+def test_what_the_service_refuses_still_fails_at_open(tmp_path: Path) -> None:
+    # the service is built at its first use; its configuration is checked when the runtime
+    # is opened, as it was when the service was built there
+    read_file = workspace_tools()[0]
+    with pytest.raises(ConfigError, match="tool names must be unique"):
+        Runtime.open(db="memory://", tools=[read_file, read_file])
+    with pytest.raises(ConfigError, match="lease_seconds must be positive"):
+        Runtime.open(db="memory://", tools=[read_file], lease_seconds=0)
