@@ -3,9 +3,10 @@ modules below are built or loaded only at their first use: the service with the 
 stages, compaction and the policy gate's stages (at the first use of ``Runtime.service``),
 the read side and the services beside the loop (queries, forks, retention, webhooks), the
 search tool's RE2 matchers, the command tool's process runner, the TOML reader (no config
-or policy file exists), exact fractions (a ``multipleOf`` check). What can fail still fails
-when the runtime is opened. Fresh processes, because the test process itself has imported
-everything already; the benchmark that times them is ``benchmarks/startup.py``."""
+or policy file exists), the compaction settings (no ``[compaction]`` table), exact
+fractions (a ``multipleOf`` check). What can fail still fails when the runtime is opened.
+Fresh processes, because the test process itself has imported everything already; the
+benchmark that times them is ``benchmarks/startup.py``."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ DEFERRED = (
     "plait.application.retention",
     "plait.application.subagents",
     "plait.application.webhooks",
+    "plait.domain.compaction",
     "plait.domain.policy_toml",
     "re2",
     "tomllib",
