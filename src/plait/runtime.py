@@ -725,7 +725,8 @@ class Runtime:
         tool_source: ToolSource | None = None,
         settings: Settings | None = None,
     ) -> None:
-        """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
+        """Compose the loop's stages (DESIGN §1) and the service over them (built at the
+        first use of :attr:`service`; what it would refuse is checked now). ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
         (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
