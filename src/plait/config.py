@@ -184,9 +184,6 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
     """Read and merge the config files (project over user), then ``PLAIT_MODEL`` of
     ``env``. Called by :func:`plait.settings.resolve_settings`, which passes the process
     environment."""
-    # lazy: tomllib (~2 ms): `plait --help` and `import plait.settings` parse no TOML
-    import tomllib
-
     model: str | None = None
     policy: str | None = None
     models: dict[str, ModelEntry] = {}
@@ -201,6 +198,10 @@ def load_config(cwd: Path | None, env: Mapping[str, str]) -> Config:
     for path in config_paths(cwd, env):
         if not path.is_file():
             continue
+        # lazy: tomllib (~3 ms), only when a config file exists: `plait --help`, `import
+        # plait.settings` and a Runtime.open() without config files parse no TOML
+        import tomllib
+
         source = str(path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -12,26 +12,14 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from plait.adapters import stores
 from plait.adapters.stores import protected_paths, redact_url, store_kind
 from plait.adapters.system import RandomIds, SystemClock, process_owner
-from plait.application.compaction import CompactionService, ModelProfiles
-from plait.application.compaction.estimate import EstimateMeter
-from plait.application.context_builder import ContextBuilder
-from plait.application.fork import ForkService
-from plait.application.gate import AllowAll, ToolGate
-from plait.application.model_caller import ModelCaller, OverflowHook, RetryPolicy, no_overflow
-from plait.application.queries import Queries
-from plait.application.retention import RetentionService
-from plait.application.service import DEFAULT_INSTRUCTIONS, AgentService
-from plait.application.subagents import Delegation
-from plait.application.tool_runner import ToolRunner
-from plait.application.toolset import ToolSet
-from plait.application.webhooks import WebhookDispatcher, WebhookService
-from plait.domain.compaction import CompactionSettings
+from plait.application.service_config import DEFAULT_INSTRUCTIONS, check_config
 from plait.domain.errors import ConfigError
 from plait.domain.retention import RetentionSettings
 from plait.domain.runs import Budget
@@ -45,7 +33,11 @@ if TYPE_CHECKING:
     from plait.adapters.tools import SandboxSettings
     from plait.adapters.webhook_sender import HttpxSender
     from plait.application.approvals import ApprovalDesk
+    from plait.application.compaction import CompactionService
     from plait.application.event_feed import LocalEventFeed, RunEventFeed
+    from plait.application.fork import ForkService
+    from plait.application.gate import ToolGate
+    from plait.application.model_caller import OverflowHook, RetryPolicy
     from plait.application.ports import (
         ApprovalStore,
         ArtifactStore,
@@ -59,8 +51,14 @@ if TYPE_CHECKING:
         Tool,
         WorkspaceSnapshots,
     )
-    from plait.application.toolset import ToolSource
+    from plait.application.queries import Queries
+    from plait.application.retention import RetentionService
+    from plait.application.service import AgentService
+    from plait.application.subagents import Delegation
+    from plait.application.toolset import ToolSet, ToolSource
+    from plait.application.webhooks import WebhookDispatcher, WebhookService
     from plait.application.worker import EventEncoder, Worker
+    from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
     from plait.domain.tools import ToolSpec
     from plait.settings import ServiceSettings
@@ -119,6 +117,16 @@ def token_meters(settings: Settings) -> Callable[[ModelClient], TokenMeter]:
     return meter
 
 
+def _summarizer(
+    model: ModelClient | None, settings: CompactionSettings | None, opener: ModelOpener
+) -> tuple[ModelClient | None, bool]:
+    """The summarizer's model (the RFC's default: the run's model, see summarizer_for) and
+    whether it follows the run's; a ``summarizer_model`` is opened now, so a bad spec or a
+    missing key fails when the runtime is opened, not at its first compaction."""
+    spec = settings.summarizer_model if settings is not None and model is not None else None
+    return (opener(spec, ()), False) if spec else (model, True)
+
+
 def _compaction(
     store: SessionStore,
     model: ModelClient | None,
@@ -126,18 +134,18 @@ def _compaction(
     ids: IdGenerator,
     settings: CompactionSettings | None,
     meter_for: Callable[[ModelClient], TokenMeter] | None,
-    opener: ModelOpener,
+    chosen: tuple[ModelClient | None, bool],
 ) -> CompactionService | None:
     if not store.capabilities.summaries:
         return None
+    # lazy: compaction (~10 modules), built with the service at its first use
+    from plait.application.compaction import CompactionService, ModelProfiles
+    from plait.application.compaction.estimate import EstimateMeter
 
     def estimate(client: ModelClient) -> TokenMeter:
         return EstimateMeter()
 
-    summarizer = model  # the RFC's default: the run's model (see summarizer_for)
-    spec = settings.summarizer_model if settings is not None and model is not None else None
-    if spec:
-        summarizer = opener(spec, ())
+    summarizer, follows = chosen
     clients = [c for c in (model, summarizer) if c is not None]
     profiles = ModelProfiles.of_clients(clients, meter_for or estimate)
     return CompactionService(
@@ -147,7 +155,7 @@ def _compaction(
         clock=clock,
         ids=ids,
         settings=settings,
-        summarizer_follows_run=not spec,
+        summarizer_follows_run=follows,
     )
 
 
@@ -172,6 +180,13 @@ def _with_recall(
 
 ModelOpener: TypeAlias = "Callable[[str, Sequence[ToolSpec]], ModelClient]"
 """Opens a model spec for the given tools (the settings' config and keys bound in)."""
+
+
+def _tool_set(tools: Sequence[Tool], source: ToolSource) -> ToolSet:
+    # lazy: only a runtime with a changing tool source (MCP servers) needs it
+    from plait.application.toolset import ToolSet
+
+    return ToolSet(tools, source)
 
 
 def _opener(settings: Settings | None) -> ModelOpener:
@@ -209,6 +224,14 @@ def _service(
     """The service over the loop's stages (DESIGN §1) built here, and the recovery
     sweeper of interrupted writes; ``specs``: the tools the context and reopened models
     are told about."""
+    # lazy: the service and the loop's stages (~25 ms of start-up), built at the first use
+    # of Runtime.service, not by Runtime.open()
+    from plait.application.context_builder import ContextBuilder
+    from plait.application.gate import AllowAll
+    from plait.application.model_caller import ModelCaller, no_overflow
+    from plait.application.service import AgentService
+    from plait.application.tool_runner import ToolRunner
+
     tool_specs = tuple(t.spec for t in specs)
     return AgentService.build(
         store=store,
@@ -327,25 +350,46 @@ def governed_gate(
     policy whose ``[reviewer] model`` names a model gets a reviewer with that model
     (opened here with ``opener``, so a bad spec or a missing key fails now); otherwise the
     reviewer uses the run's model."""
-    # lazy: the governance stages and adapters.tools (~25 ms), only for a governed runtime
-    from plait.adapters.tools.probe import FileProbe
-    from plait.application.governance.gate import GovernedGate
-    from plait.application.governance.governor import Governor
-    from plait.application.governance.reviewer import Reviewer
+    return _gate_builder(policy, approvals, clock, ids, model, opener=opener)()
 
+
+def _gate_builder(
+    policy: Policy | str | None,
+    approvals: ApprovalStore,
+    clock: Clock,
+    ids: IdGenerator,
+    model: ModelClient | None,
+    *,
+    opener: ModelOpener | None = None,
+) -> Callable[[], ToolGate]:
+    """:func:`governed_gate` in two steps: the policy is read and the reviewer's own
+    model opened now (what can fail fails now), the gate's stages are built by the
+    function returned (Runtime.open() calls it with the service, at its first use)."""
     chosen = _policy(policy)
     own = _reviewer_model(chosen, opener or _opener(None))
-    named = own or model
-    reviewer = Reviewer(config=chosen.reviewer, model=own, name=named.name if named else "reviewer")
-    governor = Governor(
-        policy=chosen,
-        approvals=approvals,
-        clock=clock,
-        ids=ids,
-        reviewer=reviewer,
-        probe=FileProbe(),
-    )
-    return GovernedGate(governor)
+
+    def build() -> ToolGate:
+        # lazy: the governance stages and adapters.tools (~25 ms), built with the service
+        from plait.adapters.tools.probe import FileProbe
+        from plait.application.governance.gate import GovernedGate
+        from plait.application.governance.governor import Governor
+        from plait.application.governance.reviewer import Reviewer
+
+        named = own or model
+        reviewer = Reviewer(
+            config=chosen.reviewer, model=own, name=named.name if named else "reviewer"
+        )
+        governor = Governor(
+            policy=chosen,
+            approvals=approvals,
+            clock=clock,
+            ids=ids,
+            reviewer=reviewer,
+            probe=FileProbe(),
+        )
+        return GovernedGate(governor)
+
+    return build
 
 
 def _reviewer_model(policy: Policy, opener: ModelOpener) -> ModelClient | None:
@@ -487,9 +531,15 @@ def offered_tools(
     return out
 
 
-def _configured_compaction(settings: Settings) -> CompactionSettings:
-    """The ``[compaction]`` settings of the config files (defaults without any)."""
+def _configured_compaction(settings: Settings) -> CompactionSettings | None:
+    """The ``[compaction]`` settings of the config files (``None``, the defaults, without
+    the table)."""
     config = settings.config
+    if not config.compaction:
+        return None
+    # lazy: the compaction settings (~3 ms of start-up), only with a [compaction] table
+    from plait.domain.compaction import CompactionSettings
+
     try:
         return CompactionSettings.from_mapping(config.compaction)
     except ConfigError as error:
@@ -520,12 +570,18 @@ def configured_retention(settings: Settings | None = None) -> RetentionSettings:
 def _retention(store: SessionStore, clock: Clock) -> RetentionService | None:
     if not (store.capabilities.retention and store.capabilities.forks):
         return None
+    # lazy: built at first use (plait sessions expire, a worker's sweep); not on open
+    from plait.application.retention import RetentionService
+
     return RetentionService(store=store, clock=clock)
 
 
 def _webhooks(store: SessionStore, clock: Clock, ids: IdGenerator) -> WebhookService | None:
     if not store.capabilities.webhooks:
         return None
+    # lazy: built at first use (plait webhooks, a worker's outbox); not on open
+    from plait.application.webhooks import WebhookService
+
     return WebhookService(store=store, clock=clock, ids=ids)  # type: ignore[arg-type]
 
 
@@ -553,6 +609,9 @@ def _forks(
 ) -> ForkService | None:
     if not store.capabilities.forks:
         return None
+    # lazy: built at first use (a fork, a sub-agent's delegation); not on open
+    from plait.application.fork import ForkService
+
     return ForkService(store=store, clock=clock, snapshots=snapshots, telemetry=telemetry)  # type: ignore[arg-type]
 
 
@@ -667,7 +726,8 @@ class Runtime:
         tool_source: ToolSource | None = None,
         settings: Settings | None = None,
     ) -> None:
-        """Compose the loop's stages (DESIGN §1) and the service over them. ``meter``:
+        """Compose the loop's stages (DESIGN §1) and the service over them (built at the
+        first use of :attr:`service`; what it would refuse is checked now). ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate
         (default: allow); ``snapshots``: workspace snapshots for forks (:attr:`forks`);
@@ -686,67 +746,119 @@ class Runtime:
         self.artifacts = artifacts
         self.model = model
         opener = _opener(settings)
-        where = location or f"(a {type(store).__name__})"
-        self.queries = Queries(store=store, artifacts=artifacts, clock=clock, location=where)
+        self._clock, self._ids, self._snapshots = clock, ids, snapshots
+        self._location = location or f"(a {type(store).__name__})"
         self.instructions = instructions
-        self.compaction = _compaction(store, model, clock, ids, compaction, meter_for, opener)
-        """Compaction over this store and model (``None``: the store keeps no summaries)."""
-        compacting = self.compaction is not None
+        compacting = store.capabilities.summaries
+        summarizer = _summarizer(model, compaction, opener) if compacting else (model, True)
+
+        def build_compaction() -> CompactionService | None:
+            return _compaction(store, model, clock, ids, compaction, meter_for, summarizer)
+
+        self._build_compaction = build_compaction
         self.tools = tuple(tools := _with_recall(tools, store, compacting, model))
-        self.forks = _forks(store, clock, snapshots, telemetry)  # None: the store cannot fork
-        self.retention = _retention(store, clock)  # None: the store keeps no tombstones
-        self.webhooks = _webhooks(store, clock, ids)  # None: the store has no outbox
         if meter is None and meter_for is not None and model is not None:
             meter = meter_for(model)
-        delegations = [
-            Delegation(
-                agent,
-                _child_service(
+        delegations: list[Delegation] = []
+        if subagents:
+            # lazy: the delegation tools, only for a runtime with sub-agents
+            from plait.application.subagents import Delegation
+
+            delegations = [
+                Delegation(
                     agent,
-                    tools,
-                    store=store,
-                    artifacts=artifacts,
-                    model=model,
-                    clock=clock,
-                    ids=ids,
-                    budget=budget,
-                    owner=owner,
-                    lease_seconds=lease_seconds,
-                    gate=gate,
-                    retry=retry,
-                    model_spec=model_spec,
-                    telemetry=telemetry,
-                    opener=opener,
-                ),
-                self.forks,
-            )
-            for agent in subagents
-        ]
+                    _child_service(
+                        agent,
+                        tools,
+                        store=store,
+                        artifacts=artifacts,
+                        model=model,
+                        clock=clock,
+                        ids=ids,
+                        budget=budget,
+                        owner=owner,
+                        lease_seconds=lease_seconds,
+                        gate=gate,
+                        retry=retry,
+                        model_spec=model_spec,
+                        telemetry=telemetry,
+                        opener=opener,
+                    ),
+                    self.forks,
+                )
+                for agent in subagents
+            ]
         tools = [*tools, *(d.tool for d in delegations)]
-        self.service = _service(
-            tools=tools if tool_source is None else ToolSet(tools, tool_source),
-            specs=tools,
-            instructions=instructions,
-            model=model,
-            store=store,
-            artifacts=artifacts,
-            clock=clock,
-            ids=ids,
-            budget=budget,
-            owner=owner,
-            lease_seconds=lease_seconds,
-            meter=meter,
-            retry=retry,
-            on_overflow=on_overflow,
-            gate=gate,
-            compaction=self.compaction,
-            model_spec=model_spec,
-            opener=opener,
-            telemetry=telemetry,
+        check_config(tools, lease_seconds)  # what the service refuses fails now, not at first use
+        self._gate: Callable[[], ToolGate | None] = lambda: gate
+
+        def build_service() -> AgentService:
+            service = _service(
+                tools=tools if tool_source is None else _tool_set(tools, tool_source),
+                specs=tools,
+                instructions=instructions,
+                model=model,
+                store=store,
+                artifacts=artifacts,
+                clock=clock,
+                ids=ids,
+                budget=budget,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                meter=meter,
+                retry=retry,
+                on_overflow=on_overflow,
+                gate=self._gate(),
+                compaction=self.compaction,
+                model_spec=model_spec,
+                opener=opener,
+                telemetry=telemetry,
+            )
+            for delegation in delegations:
+                delegation.parent = service.driver
+                service.subagents[delegation.agent.name] = delegation.child
+            return service
+
+        self._build_service = build_service
+
+    # The service, the read side and the services beside the loop are built at their first
+    # use, so Runtime.open() does not import them (issue 27 item 4); what can fail (a model
+    # spec, a sub-agent's tools) is checked when the runtime is built.
+
+    @cached_property
+    def service(self) -> AgentService:
+        """The write side: sessions and runs driven through the loop's stages."""
+        return self._build_service()
+
+    @cached_property
+    def compaction(self) -> CompactionService | None:
+        """Compaction over this store and model (``None``: the store keeps no summaries)."""
+        return self._build_compaction()
+
+    @cached_property
+    def queries(self) -> Queries:
+        """The read side: sessions, runs, messages, approvals, as the CLI and API show them."""
+        # lazy: the read side (~3 ms of start-up), built at its first use
+        from plait.application.queries import Queries
+
+        return Queries(
+            store=self.store, artifacts=self.artifacts, clock=self._clock, location=self._location
         )
-        for delegation in delegations:
-            delegation.parent = self.service.driver
-            self.service.subagents[delegation.agent.name] = delegation.child
+
+    @cached_property
+    def forks(self) -> ForkService | None:
+        """Forks of sessions (``None``: the store cannot fork)."""
+        return _forks(self.store, self._clock, self._snapshots, self.telemetry)
+
+    @cached_property
+    def retention(self) -> RetentionService | None:
+        """Expiry of sessions and runs (``None``: the store keeps no tombstones)."""
+        return _retention(self.store, self._clock)
+
+    @cached_property
+    def webhooks(self) -> WebhookService | None:
+        """Webhook endpoints and deliveries (``None``: the store has no outbox)."""
+        return _webhooks(self.store, self._clock, self._ids)
 
     def approval_desk(self) -> ApprovalDesk:
         """Decisions about waiting calls and what then happens to their run (the CLI's
@@ -839,8 +951,13 @@ class Runtime:
                 manager.close()
             raise
         clock, ids = SystemClock(), RandomIds()
+        make_gate = None
         if governed:
-            gate = governed_gate(chosen, store, clock, ids, model_client, opener=_opener(settings))
+            make_gate = _gate_builder(
+                chosen, store, clock, ids, model_client, opener=_opener(settings)
+            )
+            if subagents or manager is not None:  # child services and MCP rules need it now
+                gate = make_gate()
         tool_source: ToolSource | None = None
         if manager is not None:
             # lazy: the MCP SDK (~0.5 s), only when MCP servers are configured
@@ -858,7 +975,7 @@ class Runtime:
             from plait.adapters.snapshots import GitSnapshots
 
             snapshots = GitSnapshots(settings.worktrees_dir)
-        return cls(
+        runtime = cls(
             store=store,
             artifacts=store,
             model=model_client,
@@ -884,6 +1001,9 @@ class Runtime:
             tool_source=tool_source,
             settings=settings,
         )
+        if make_gate is not None and gate is None:  # built with the service, at first use
+            runtime._gate = make_gate
+        return runtime
 
     def resolved_settings(self) -> Settings:
         """The settings this runtime was opened with (resolved now, once, for one built
@@ -938,8 +1058,10 @@ class Runtime:
     def webhook_dispatcher(self, service: ServiceSettings) -> tuple[WebhookDispatcher, HttpxSender]:
         """The webhook delivery loop of a worker over this store's outbox, and the HTTP
         sender it posts with (the caller closes it)."""
-        # lazy: httpx (~190 ms), only for a worker that delivers webhooks
+        # lazy: httpx (~190 ms) and the delivery loop, only for a worker that delivers
+        # webhooks
         from plait.adapters.webhook_sender import HttpxSender
+        from plait.application.webhooks import WebhookDispatcher
 
         sender = HttpxSender(
             timeout=service.webhook_timeout_seconds,

@@ -8,12 +8,15 @@ from pathlib import Path
 
 from plait.domain.errors import PolicyError
 from plait.domain.policy import Policy
-from plait.domain.policy_toml import parse_policy
 
 __all__ = ["load_policy", "policy_from"]
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
+    # lazy: tomllib and the TOML reader (~4 ms), only for a policy file; the default
+    # policy is built in Python
+    from plait.domain.policy_toml import parse_policy
+
     file = Path(path).expanduser()
     try:
         text = file.read_text(encoding="utf-8")

@@ -24,7 +24,6 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from copy import deepcopy
-from fractions import Fraction
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -59,6 +58,9 @@ def _multiple_of(
     is not, and jsonschema's check says so)."""
     if not validator.is_type(instance, "number"):
         return
+    # lazy: fractions loads decimal (~3 ms of start-up); only a multipleOf check needs it
+    from fractions import Fraction
+
     try:
         exact = (Fraction(repr(instance)) / Fraction(repr(divisor))).denominator == 1
     except (ValueError, OverflowError, ZeroDivisionError):  # inf, nan

@@ -6,30 +6,33 @@ Optional abilities are declared as data (capability values), not as methods that
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from plait.application.arguments import check_at_registration
-from plait.application.events import RunEvent
-from plait.domain.context import Context
-from plait.domain.forks import ForkRecord, WorkspaceSnapshot
-from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
-from plait.domain.retention import Expiry, Tombstone
-from plait.domain.runs import Run, RunStatus
-from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
-from plait.domain.session import ExecutionRecord, Session, StoredMessage
-from plait.domain.summary import Constraint, Summary
-from plait.domain.tools import EffectClass, ToolSpec
-from plait.domain.webhooks import (
-    Delivery,
-    DeliveryAttempt,
-    DeliveryJob,
-    DeliveryStatus,
-    Endpoint,
-)
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from plait.application.events import RunEvent
+    from plait.domain.context import Context
+    from plait.domain.forks import ForkRecord, WorkspaceSnapshot
+    from plait.domain.governance import Approval, ApprovalUse
+    from plait.domain.retention import Expiry, Tombstone
+    from plait.domain.runs import Run, RunStatus
+    from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
+    from plait.domain.session import ExecutionRecord, Session, StoredMessage
+    from plait.domain.summary import Constraint, Summary
+    from plait.domain.tools import EffectClass, ToolSpec
+    from plait.domain.webhooks import (
+        Delivery,
+        DeliveryAttempt,
+        DeliveryJob,
+        DeliveryStatus,
+        Endpoint,
+    )
 
 __all__ = [
     "ApprovalInbox",

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from plait.application.expiries import expiries_of
 from plait.application.ports import Clock
 from plait.domain.errors import ValidationError
 from plait.domain.messages import Message, MessageKind
@@ -125,14 +126,6 @@ class _Tree:
             if through >= seq:
                 out += self.holders(child, seq)
         return out
-
-
-async def expiries_of(store: Any, session_id: str) -> dict[str, Expiry]:
-    """The session's expiry records, by message id (none on a store without retention)."""
-    if not store.capabilities.retention:
-        return {}
-    found: dict[str, Expiry] = await store.expiries(session_id)
-    return found
 
 
 class RetentionService:

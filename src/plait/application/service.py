@@ -54,6 +54,7 @@ from plait.application.ports import (
     TokenMeter,
     Tool,
 )
+from plait.application.service_config import DEFAULT_INSTRUCTIONS, check_config
 from plait.application.tool_runner import ToolRunner
 from plait.application.toolset import ToolSet
 from plait.domain.errors import (
@@ -80,13 +81,6 @@ __all__ = [
     "RunResult",
     "idempotency_key",
 ]
-
-
-DEFAULT_INSTRUCTIONS = (
-    "You are a careful coding assistant working in the user's workspace. Use the tools to "
-    "read before you change anything, keep to the user's constraints, and answer plainly "
-    "when the task is done."
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,7 +121,7 @@ class AgentService:
         compaction: CompactionService | None = None,
         sweeper: LeftoverSweeper | None = None,
     ) -> None:
-        _check_config(list(driver.tools.values()), defaults.lease_seconds)
+        check_config(list(driver.tools.values()), defaults.lease_seconds)
         self.store = store
         self.artifacts = artifacts
         self.clock = clock
@@ -190,7 +184,7 @@ class AgentService:
         the process there."""
         toolset = tools if isinstance(tools, ToolSet) else None
         tools = list(tools.tools.values()) if isinstance(tools, ToolSet) else tools
-        _check_config(tools, lease_seconds)
+        check_config(tools, lease_seconds)
         caller = caller or ModelCaller(
             model, clock=clock, policy=retry, on_overflow=on_overflow or no_overflow
         )
@@ -770,14 +764,6 @@ class AgentService:
             if waiting.status is RunStatus.AWAITING_APPROVAL:
                 await self.resume(parent.run_id, observer=observer, on_text=on_text)
         return result
-
-
-def _check_config(tools: Sequence[Tool], lease_seconds: float) -> None:
-    names = [t.spec.name for t in tools]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"tool names must be unique, got {names}")
-    if lease_seconds <= 0:
-        raise ConfigError("lease_seconds must be positive")
 
 
 def existing_directory(workspace: str) -> str:

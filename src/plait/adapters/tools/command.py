@@ -17,12 +17,11 @@ import posixpath
 import shutil
 import tempfile
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.adapters.tools._catalog import SCHEMAS, parse
 from plait.adapters.tools._config_files import config_absent, remove_new_config, unmade_text
 from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
-from plait.adapters.tools._proc import Capture, Outcome, run_process
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
     SandboxUnavailableError,
@@ -38,6 +37,9 @@ from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
 from plait.domain.policy import PLAIT_CONFIG_FILES, Policy
 from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:
+    from plait.adapters.tools._proc import Capture, Outcome
 
 __all__ = ["command_tools"]
 
@@ -191,6 +193,10 @@ class _Runner:
             if data is not None:
                 args_fd = _args_file(data)
                 argv = bwrap_argv(self.settings, command=shell, args_fd=args_fd)
+            # lazy: the process runner (~2 ms of start-up), at the first command, not
+            # when the tools are built
+            from plait.adapters.tools._proc import Capture, run_process
+
             out, err = Capture(paths[0], budget), Capture(paths[1], budget)
             outcome = await run_process(
                 argv,

@@ -31,7 +31,6 @@ from plait.adapters.tools._paths import (
     is_binary,
     replace_file,
 )
-from plait.adapters.tools._search import search_text
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
@@ -347,13 +346,21 @@ def _edit_file(ws: Workspace, args: EditFile, limits: WorkspaceLimits, deadline:
     return f"edited {path!r}: {plural(done, 'replacement')}; sha256 {_sha256(result)}"
 
 
+def _search_text(ws: Workspace, args: Any, limits: WorkspaceLimits, deadline: Deadline) -> str:
+    # lazy: RE2 and the matchers (~5 ms of start-up) load at the first search, not when
+    # the tools are built
+    from plait.adapters.tools._search import search_text
+
+    return search_text(ws, args, limits, deadline)
+
+
 # --- wiring ---------------------------------------------------------------------------------
 
 _Run = Callable[[Workspace, Any, WorkspaceLimits, Deadline], str]
 _RUNS: dict[str, _Run] = {
     "read_file": _read_file,
     "list_dir": _list_dir,
-    "search_text": search_text,
+    "search_text": _search_text,
     "write_file": _write_file,
     "edit_file": _edit_file,
 }

@@ -19,8 +19,8 @@ from typing import Any
 from plait.application.arguments import cached_schemas
 from plait.application.compaction._recall_limits import MAX_SLICE, SCHEMA_FILE
 from plait.application.compaction._render import render_message
+from plait.application.expiries import expiries_of
 from plait.application.ports import Tool, ToolInvocation, ToolOutput
-from plait.application.retention import expiries_of
 from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
