@@ -60,7 +60,15 @@ from plait.application.events import (
     RunEnded,
     RunObserver,
 )
-from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict, policy_of
+from plait.application.gate import (
+    ALLOWED,
+    AllowAll,
+    GateDecision,
+    GateRequest,
+    ToolGate,
+    Verdict,
+    policy_of,
+)
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
     Clock,
@@ -115,9 +123,11 @@ class _Attempts:
     def spend(self, role: ModelRole, attempt: int) -> None:
         self.driver.check_budget(self.active, before_model_call=True)
         self.active.usage.model_calls += 1
-        self.driver.journal.emit(
-            self.active, ModelCallStarted(self.active.run.id, self.step, attempt, role)
-        )
+        journal = self.driver.journal
+        if journal.listened(self.active):
+            journal.emit(
+                self.active, ModelCallStarted(self.active.run.id, self.step, attempt, role)
+            )
 
     def settled(
         self, role: ModelRole, attempt: int, model: str, outcome: ModelResponse | ModelError
@@ -764,6 +774,9 @@ class RunDriver:
     async def _review(
         self, active: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> GateDecision:
+        if type(self.gate) is AllowAll:  # no policy: nothing of the call to look at
+            return self.journal.decided(active, call, ALLOWED)
+
         async def reviewer(
             context: Context[Any], *, time_limit: float | None = None
         ) -> ModelResponse:
@@ -787,6 +800,10 @@ class RunDriver:
     ) -> None:
         await self.journal.start_call(active, call, record)  # a side effect's start: durable
         budget = active.run.budget
+        limit = None if tool.own_deadline else budget.tool_timeout_seconds
+        if active.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
+            left = max(active.deadline - self.clock.monotonic(), 0.0)
+            limit = left if limit is None else min(limit, left)
         invocation = ToolInvocation(
             call=call,
             session_id=active.session.id,
@@ -794,11 +811,8 @@ class RunDriver:
             workspace=active.session.workspace,
             idempotency_key=record.idempotency_key,
             output_cap_bytes=budget.tool_output_cap_bytes,
+            time_limit_seconds=limit,
         )
-        limit = None if tool.own_deadline else budget.tool_timeout_seconds
-        if active.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
-            left = max(active.deadline - self.clock.monotonic(), 0.0)
-            limit = left if limit is None else min(limit, left)
         active.interruptible = tool.stoppable
         try:
             result = await self.runner.run(
