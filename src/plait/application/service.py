@@ -369,7 +369,9 @@ class AgentService:
         self.check_can_run(budget)
         self._check_fits(text)
         session = await self.store.get_session(session_id)
-        stored = await self.store.read_messages(session_id)
+        # A session at version 0 holds no message (one appended meanwhile makes the run's
+        # start a version conflict): there is nothing to read.
+        stored = await self.store.read_messages(session_id) if session.version else []
         now = self.clock.now()
         run_id = run_id or self.ids.new("run")
         run = Run(
