@@ -138,7 +138,7 @@ def run_data(run: Run) -> str:
         run.parent,
     )
     known, fixed = _fixed
-    if len(known) != len(key) or any(a is not b for a, b in zip(known, key, strict=True)):
+    if known != key:  # the same objects compare equal at once (frozen: so do equal ones)
         data = codec.run_to_dict(run)
         fixed = dumps({name: data[name] for name in _RUN_FIXED})[1:-1]
         _fixed = (key, fixed)

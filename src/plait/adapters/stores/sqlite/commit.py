@@ -10,6 +10,7 @@ fenced against the stored one, so a process that lost it cannot write.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from plait.adapters.stores.shared.rows import execution_row, message_row, run_data
 from plait.adapters.stores.shared.state import (
@@ -32,7 +33,7 @@ from plait.domain.messages import Message
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionState
 
-__all__ = ["apply"]
+__all__ = ["Checked", "apply", "checked_run"]
 
 _SESSION_AND_RUN = (
     f"SELECT {VERSION_OF}, s.active_run_id, r.session_id, r.lease_owner, r.lease_expires_at, "
@@ -81,12 +82,28 @@ arguments, or in a later state, is left as it is (no change counted), and
 _EXEC_STATE = {s.value: s for s in ExecutionState}
 
 
-def apply(conn: sqlite3.Connection, commit: Commit, *, start: bool) -> CommitResult:
+Checked = tuple[Any, ...]
+"""A row of :data:`_SESSION_AND_RUN`: what a commit is checked against."""
+
+
+def checked_run(commit: Commit) -> str | None:
+    """The run whose row a commit is checked against (``None``: the session's active
+    run, if any)."""
+    return commit.lease_run_id if commit.run is None else commit.run.id
+
+
+def apply(
+    conn: sqlite3.Connection, commit: Commit, *, start: bool, known: Checked | None = None
+) -> tuple[CommitResult, Checked]:
+    """Check and write ``commit``. ``known``: the checked row as it is now, when the caller
+    knows it for certain (this connection wrote it last, and nothing was written since:
+    see :class:`~plait.adapters.stores.sqlite.store.SqliteStore`); else it is read.
+    Returns the result and the checked row as this commit leaves it."""
     sid = commit.session_id
     run = commit.run
     # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
-    rid = commit.lease_run_id if run is None else run.id
-    row = conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
+    rid = checked_run(commit)
+    row = known if known is not None else conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
     if row is None or (commit.session_owner is not None and row[6] != commit.session_owner):
         raise session_not_found(sid)  # someone else's: as if it did not exist
     (
@@ -96,7 +113,7 @@ def apply(conn: sqlite3.Connection, commit: Commit, *, start: bool) -> CommitRes
         owner,
         expires_at,
         cancel_flag,
-        _,
+        session_owner,
         token,
         status,
         row_run,
@@ -130,6 +147,11 @@ def apply(conn: sqlite3.Connection, commit: Commit, *, start: bool) -> CommitRes
             raise duplicate_run(run.id)
         if not run.status.terminal:
             conn.execute(_CLAIM_SESSION, (run.id, sid))
+            active = run.id
+        run_session, row_run, cancel_flag, token = sid, run.id, 0, run.lease_token
+        owner = None if lease is None else lease.owner
+        expires_at = None if lease is None else lease.expires_at
+        status, started_at = run.status.value, run.started_at
     else:
         if current != expected:
             raise version_conflict(sid, expected, current)
@@ -167,6 +189,9 @@ def apply(conn: sqlite3.Connection, commit: Commit, *, start: bool) -> CommitRes
                 )
             if run.status.terminal and active == run.id:
                 conn.execute(_RELEASE_SESSION, (sid, run.id))
+                active = None
+            owner, expires_at = lease_owner, lease_expires_at
+            status, started_at = run.status.value, run.started_at
         else:
             if rid is not None:  # a run's write without its state: fenced all the same
                 held = None if run_session != sid else token
@@ -179,7 +204,22 @@ def apply(conn: sqlite3.Connection, commit: Commit, *, start: bool) -> CommitRes
         _put_executions(conn, commit, run, known)
     if commit.messages:
         _put_messages(conn, sid, expected, commit.messages, branch=bool(branch))
-    return CommitResult(expected + len(commit.messages), cancel)
+    version = expected + len(commit.messages)
+    after = (
+        version,
+        active,
+        run_session,
+        owner,
+        expires_at,
+        cancel_flag,
+        session_owner,
+        token,
+        status,
+        row_run,
+        started_at,
+        branch,
+    )
+    return CommitResult(version, cancel), after
 
 
 def _put_executions(

@@ -141,6 +141,10 @@ class SqliteConnection:
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self.health = CommitHealth()
+        self.write_seq = 0
+        """Write transactions begun on this connection (the one running included)."""
+        self.committed_seq = 0
+        """The :attr:`write_seq` of the last one that committed."""
         self.io = io_for(io, f"plait-sqlite-{path.name}")
         """Where the calls run (the I/O thread, or inline)."""
         self._io = self.io
@@ -360,11 +364,14 @@ class SqliteConnection:
             if conn is None:
                 raise closed_error("sqlite")
             changes = conn.total_changes
+            self.write_seq += 1
+            seq = self.write_seq
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = op(conn)
                     conn.execute("COMMIT")
+                    self.committed_seq = seq
                 except BaseException:
                     if conn.in_transaction:
                         with contextlib.suppress(sqlite3.Error):
