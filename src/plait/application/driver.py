@@ -339,9 +339,9 @@ class RunDriver:
         ``claimed``, ``resumed``); a run that is not ``pending`` was just started (its
         telemetry segment began with its first write)."""
         self.active[active.run.id] = active
-        active.run = replace(
-            active.run, policy=policy_of(self.gate)
-        )  # it decides the calls from here
+        policy = policy_of(self.gate)  # it decides the calls from here
+        if active.run.policy != policy:
+            active.run = replace(active.run, policy=policy)
         telemetry = self.journal.telemetry
         if telemetry is not None and pending:  # a started run began with its first write
             context = telemetry.begin(active.run, how)
