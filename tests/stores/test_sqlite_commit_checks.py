@@ -46,8 +46,9 @@ def checked_reads(store: SqliteStore) -> list[str]:
 
 
 def run_two(test: Callable[[SqliteStore, SqliteStore], Awaitable[None]], path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
     async def go() -> None:
-        path.mkdir(parents=True, exist_ok=True)
         mine = SqliteStore(path / "s.db", io="inline")
         other = SqliteStore(path / "s.db", io="inline")
         try:
