@@ -16,7 +16,7 @@ import pytest
 from plait.adapters.stores.sqlite.store import SqliteStore
 from plait.application.ports import Commit
 from plait.domain.errors import ConflictError, LeaseLostError
-from plait.domain.runs import RunUsage
+from plait.domain.runs import RunStatus, RunUsage
 from tests.contract.base import started
 from tests.contract.builders import lease, new_run, user
 
@@ -126,5 +126,23 @@ def test_a_refused_commit_leaves_nothing_to_trust(tmp_path: Path) -> None:
         assert (await mine.commit(step(2, 3))).version == 3
         assert len(reads) == 2  # and after the lease renewal
         assert (await mine.get_run("r1")).lease == lease(OWNER, 2_050.0)
+
+    run_two(go, tmp_path)
+
+
+def test_each_kind_of_run_update_is_stored(tmp_path: Path) -> None:
+    """A step's update (lease, usage), a new status, a new start time: each is written by
+    the statement that sets only what can change, and read back whole."""
+
+    async def go(mine: SqliteStore, other: SqliteStore) -> None:
+        await mine.commit(step(0, 1))
+        later = new_run(lease=lease(OWNER), usage=RunUsage(steps=2), started_at=1_500.0)
+        await mine.commit(replace(step(1, 2), run=later))
+        assert await other.get_run("r1") == later
+        assert [r.id for r in await other.list_runs(session_id="s1")] == ["r1"]
+        done = later.ended(RunStatus.COMPLETED, 1_600.0)
+        await mine.commit(replace(step(2, 3), run=done))
+        assert await other.get_run("r1") == done
+        assert (await other.get_session("s1")).active_run_id is None
 
     run_two(go, tmp_path)
