@@ -19,6 +19,7 @@ from plait.domain.errors import ConflictError, LeaseLostError
 from plait.domain.runs import RunStatus, RunUsage
 from tests.contract.base import started
 from tests.contract.builders import lease, new_run, user
+from tests.contract.retention_contract import fork, seed
 
 OWNER = "worker-a"
 
@@ -146,3 +147,29 @@ def test_each_kind_of_run_update_is_stored(tmp_path: Path) -> None:
         assert (await other.get_session("s1")).active_run_id is None
 
     run_two(go, tmp_path)
+
+
+def test_a_run_started_on_a_branch_cannot_reuse_an_id_of_its_prefix(tmp_path: Path) -> None:
+    """A run's start is checked from the session's row alone; a branch's first message
+    is still checked against the prefix it refers to."""
+
+    async def go() -> None:
+        store = SqliteStore(tmp_path / "s.db", io="inline")
+        await seed(store, summarized=None)
+        await fork(store, "s1", "b1", 4)
+        run = new_run("rb", session_id="b1")
+        taken = Commit(session_id="b1", expected_version=4, run=run, messages=(user("m2"),))
+        with pytest.raises(ConflictError, match="already stored"):
+            await store.start_run(taken)
+        assert await store.list_runs(session_id="b1") == []
+        fresh = replace(taken, messages=(user("b-new"),))
+        assert (await store.start_run(fresh)).version == 5
+        again = Commit(
+            session_id="b1", expected_version=5, messages=(user("m3"),), lease_run_id="rb"
+        )
+        with pytest.raises(ConflictError, match="already stored"):  # the run's next commit
+            await store.commit(again)
+        assert [sm.seq for sm in await store.read_messages("b1")] == [1, 2, 3, 4, 5]
+        await store.close()
+
+    asyncio.run(go())

@@ -26,7 +26,7 @@ from plait.adapters.stores.shared.state import (
     version_conflict,
 )
 from plait.adapters.stores.sqlite import segments
-from plait.adapters.stores.sqlite.conn import RUN_COLS, VERSION_OF
+from plait.adapters.stores.sqlite.conn import GET_SESSION, RUN_COLS, VERSION_OF
 from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import StoreError
 from plait.domain.messages import Message
@@ -107,7 +107,12 @@ def apply(
     run = commit.run
     # Under BEGIN IMMEDIATE this connection holds the write lock: check, then write.
     rid = checked_run(commit)
-    row = known if known is not None else conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
+    if start:  # the run is new: the session's row is all there is to check
+        row = _start_row(conn, sid)
+    elif known is not None:
+        row = known
+    else:
+        row = conn.execute(_SESSION_AND_RUN, (rid, sid)).fetchone()
     if row is None or (commit.session_owner is not None and row[6] != commit.session_owner):
         raise session_not_found(sid)  # someone else's: as if it did not exist
     (
@@ -229,6 +234,18 @@ def apply(
         branch,
     )
     return CommitResult(version, cancel), after
+
+
+def _start_row(conn: sqlite3.Connection, sid: str) -> Checked | None:
+    """The checked row of a run's start, from the session's row alone (the statement
+    ``get_session`` runs: a process starting its first run compiles one statement fewer).
+    A session with a parent may be a branch: its new messages are checked against the
+    prefix it refers to, if any."""
+    session = conn.execute(GET_SESSION, (sid,)).fetchone()
+    if session is None:
+        return None
+    _id, _at, owner, _workspace, version, active, parent, *_rest = session
+    return (version, active, None, None, None, None, owner, None, None, None, None, parent)
 
 
 def _put_executions(

@@ -42,7 +42,15 @@ from plait.domain.errors import (
 )
 from plait.domain.runs import RunStatus
 
-__all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
+__all__ = [
+    "GET_SESSION",
+    "LIVE",
+    "RUN_COLS",
+    "SCHEMA_VERSION",
+    "SESSION_COLS",
+    "VERSION_OF",
+    "SqliteConnection",
+]
 
 OWNER_INDEX_SQLITE = "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, created_at)"
 """SQLite appends the rowid to every index entry: (owner, created_at, rowid) in order."""
@@ -114,6 +122,12 @@ VERSION_OF = (
 )
 """A session's version: its highest seq (no version column; see ``sessions``); a branch
 without messages of its own yet: its fork point."""
+SESSION_COLS = (
+    f"s.id, s.created_at, s.owner, s.workspace, {VERSION_OF}, s.active_run_id, "
+    "s.parent_session_id, s.fork_point_message_id, s.title, s.model"
+)
+GET_SESSION = f"SELECT {SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
+"""A session's row (``get_session``, and the check of a run's start: one statement)."""
 RUN_COLS = (
     "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
     "lease_token"

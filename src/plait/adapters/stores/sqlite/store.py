@@ -73,10 +73,11 @@ from plait.adapters.stores.sqlite import (
 )
 from plait.adapters.stores.sqlite import commit as _sqlite_commit
 from plait.adapters.stores.sqlite.conn import (
+    GET_SESSION,
     LIVE,
     RUN_COLS,
     SCHEMA_VERSION,
-    VERSION_OF,
+    SESSION_COLS,
     SqliteConnection,
 )
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
@@ -96,15 +97,12 @@ from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, Delive
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 
-_SESSION_COLS = (
-    f"s.id, s.created_at, s.owner, s.workspace, {VERSION_OF}, s.active_run_id, "
-    "s.parent_session_id, s.fork_point_message_id, s.title, s.model"
-)
+_SESSION_COLS = SESSION_COLS
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
     "parent_session_id, fork_point_message_id, title, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
+_GET_SESSION = GET_SESSION
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
     "m.extra, m.schema_version"
