@@ -590,3 +590,86 @@ def test_validation_does_not_touch_the_schema_dict() -> None:
     assert validate({"text": "step-1"}) == []
     assert validate({"text": "x"}) == ["$.text: 'x' does not match pattern '^s'"]
     assert re.fullmatch(r"\$\.text: .*", validate({"text": 1})[0])
+
+
+# -- the shortcut for simple schemas -----------------------------------------------------------
+
+SIMPLE: dict[str, Any] = {
+    "type": "object",
+    "description": "annotations do not count",
+    "properties": {
+        "s": {"type": "string", "description": "a text"},
+        "i": {"type": "integer"},
+        "n": {"type": "number"},
+        "b": {"type": "boolean"},
+        "z": {"type": "null"},
+        "a": {"type": "array"},
+        "o": {"type": "object"},
+    },
+    "required": ["s", "i"],
+    "additionalProperties": False,
+}
+
+SIMPLE_CASES: list[object] = [
+    {"s": "x", "i": 1},
+    {"s": "x", "i": 1, "n": 2.5, "b": True, "z": None, "a": [1, "2"], "o": {"k": [1]}},
+    {"s": "x", "i": 1.0},  # an integer to JSON Schema: jsonschema decides
+    {"s": "x", "i": True},  # a boolean is no integer
+    {"s": "x", "i": 1, "n": False},
+    {"s": "x", "i": 1, "n": 3},
+    {"s": "x"},
+    {"i": 1},
+    {"s": 1, "i": 1},
+    {"s": "x", "i": 1, "extra": 1},
+    {"s": "x", "i": 1, "z": 0},
+    {"s": "x", "i": 1, "a": {}},
+    {"s": "x", "i": 1, "o": []},
+    [],
+    "text",
+    None,
+]
+
+
+@pytest.mark.parametrize("instance", SIMPLE_CASES)
+def test_the_shortcut_agrees_with_jsonschema(instance: object) -> None:
+    compiled = ArgumentSchema("t", SIMPLE)
+    assert compiled.quick is not None
+    from jsonschema import Draft202012Validator
+
+    reference = Draft202012Validator(SIMPLE).is_valid(instance)
+    assert (compiled.errors(instance) == []) is reference
+    if compiled.quick(instance):  # it only ever vouches for valid arguments
+        assert reference
+
+
+def test_the_shortcut_leaves_extra_properties_to_the_schema() -> None:
+    open_schema = {**SIMPLE, "additionalProperties": True}
+    assert ArgumentSchema("t", open_schema).quick is not None
+    assert errors(open_schema, {"s": "x", "i": 1, "more": [1]}) == []
+    assert errors({**SIMPLE}, {"s": "x", "i": 1, "more": 1}) == ["$: unexpected property 'more'"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"s": {"type": "string", "minLength": 2}}},
+        {"type": "object", "properties": {"s": {"type": ["string", "null"]}}},
+        {"type": "object", "properties": {"s": {"enum": ["a"]}}},
+        {"type": "object", "properties": {"s": True}},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
+        {"type": "object", "$defs": {}, "properties": {}},
+        {"type": ["object"]},
+        {"properties": {}},
+    ],
+)
+def test_other_schemas_take_no_shortcut(schema: dict[str, Any]) -> None:
+    assert ArgumentSchema("t", schema).quick is None
+
+
+def test_the_shortcut_takes_the_schema_as_registered() -> None:
+    schema: dict[str, Any] = {"type": "object", "properties": {"s": {"type": "string"}}}
+    compiled = ArgumentSchema("t", schema)
+    schema["properties"]["s"]["type"] = "integer"  # a later edit changes nothing
+    assert compiled.errors({"s": "x"}) == []
+    assert compiled.errors({"s": 1}) == ["$.s: expected string, got integer"]

@@ -7,19 +7,27 @@ import json
 
 import pytest
 
+from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.events import MessageSaved, RunEvent
-from plait.application.ports import ModelRequest, ModelResponse, ToolInvocation
+from plait.application.ports import (
+    Commit,
+    CommitResult,
+    ModelRequest,
+    ModelResponse,
+    ToolInvocation,
+)
 from plait.domain.errors import (
     ConfigError,
+    ConflictError,
     ModelError,
     SessionBusyError,
     SessionNotFoundError,
     ToolError,
     ValidationError,
 )
-from plait.domain.messages import ToolStatus
+from plait.domain.messages import ToolStatus, UserMessage
 from plait.domain.runs import Budget, RunStatus
-from plait.domain.session import ExecutionState
+from plait.domain.session import ExecutionState, StoredMessage
 from plait.domain.tools import EffectClass
 from plait.testing import RecordingTool, echo_tool
 from tests.application.conftest import call, make_rig, reply, run, shape, spec
@@ -449,3 +457,33 @@ def test_idempotency_keys_are_stable_and_arguments_digested() -> None:
     import hashlib
 
     assert record.args_digest == "sha256:" + hashlib.sha256(expected.encode()).hexdigest()
+
+
+def test_a_new_session_is_not_read_and_a_message_appended_meanwhile_is_a_conflict() -> None:
+    """An empty session's history is not read before its first run; a message another
+    writer appends between the session read and the run's start makes the start a version
+    conflict, and nothing of the run is written."""
+
+    class Racing(MemoryStore):
+        reads = 0
+
+        async def read_messages(
+            self, session_id: str, *, after: int = 0, limit: int | None = None
+        ) -> list[StoredMessage]:
+            self.reads += 1
+            return await super().read_messages(session_id, after=after, limit=limit)
+
+        async def start_run(self, commit: Commit) -> CommitResult:
+            other = UserMessage(id="m-other", text="meanwhile", created_at=1.0)
+            sid = commit.session_id
+            await self.commit(Commit(session_id=sid, expected_version=0, messages=(other,)))
+            return await super().start_run(commit)
+
+    store = Racing()
+    rig = make_rig([reply("never")], store=store)
+    s = run(rig.service.create_session())
+    with pytest.raises(ConflictError):
+        run(rig.service.send(s.id, "hi"))
+    assert store.reads == 0
+    assert shape(rig.history(s.id)) == [(1, "user", "meanwhile")]
+    assert run(store.list_runs(session_id=s.id)) == []

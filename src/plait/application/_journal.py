@@ -138,6 +138,11 @@ class RunJournal:
 
     # --- events -----------------------------------------------------------------------------
 
+    def listened(self, active: ActiveRun) -> bool:
+        """Whether anyone is told of the run's events (its observer, telemetry): a step's
+        events are not even built otherwise."""
+        return active.observer is not None or self.telemetry is not None
+
     def emit(self, active: ActiveRun, event: RunEvent) -> None:
         in_flight = self._in_flight.get(active.run.id)
         if in_flight is not None and not in_flight.landed:
@@ -157,12 +162,17 @@ class RunJournal:
 
     def decided(self, active: ActiveRun, call: ToolCall, decision: GateDecision) -> GateDecision:
         """Report the gate's decision (the one recorded on the call's execution record)."""
-        self.emit(
-            active,
-            ToolDecided(
-                active.run.id, call, decision.verdict.value, decision.decided_by, decision.reason
-            ),
-        )
+        if self.listened(active):
+            self.emit(
+                active,
+                ToolDecided(
+                    active.run.id,
+                    call,
+                    decision.verdict.value,
+                    decision.decided_by,
+                    decision.reason,
+                ),
+            )
         return decision
 
     # --- the persistence points -------------------------------------------------------------
@@ -194,7 +204,8 @@ class RunJournal:
         if record.effect is EffectClass.SIDE_EFFECT:
             await self.commit(active, (), executions=(record,))
             self.hit("execution_started")
-        self.emit(active, ToolStarted(active.run.id, call, record.effect.value))
+        if self.listened(active):
+            self.emit(active, ToolStarted(active.run.id, call, record.effect.value))
 
     def save_result(
         self, active: ActiveRun, call: ToolCall, record: ExecutionRecord, result: ToolResult
@@ -459,10 +470,12 @@ class RunJournal:
     ) -> None:
         if result.cancel_requested:
             active.cancel_requested = True
+        told = self.listened(active)
         for seq, message in enumerate(messages, first):
             stored = StoredMessage(seq, message)
             active.added.append(stored)
-            self.emit(active, MessageSaved(active.run.id, stored))
+            if told:
+                self.emit(active, MessageSaved(active.run.id, stored))
 
     def _send_now(self, active: ActiveRun, in_flight: _InFlight) -> None:
         """Queue the result in flight on the store (if not sent yet); the store hits its

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from copy import deepcopy
 from functools import cache
 from pathlib import Path
@@ -84,12 +84,74 @@ def _validator_class() -> type[Validator]:
     return extended
 
 
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment"})
+"""Keywords that never make a value invalid."""
+_SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "array": (list,),
+    "object": (dict,),
+}
+"""Exact Python types of JSON values that are certainly of each type (``1.0`` is an
+integer too, and is left to jsonschema; ``bool`` is no subclass here: ``type(x) in``)."""
+
+Quick = Callable[[object], bool]
+
+
+def _quick_check(schema: object) -> Quick | None:
+    """A shortcut for the most common shape of schema: an object whose properties each
+    have one plain ``type`` (annotations aside), ``required``, ``additionalProperties`` as
+    a boolean. It answers True only for arguments that are certainly valid (each value
+    exactly of a Python type that JSON Schema's type accepts); everything else, and every
+    other schema (``None``), goes to jsonschema, which decides and says why."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return None
+    if not set(schema) <= _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(properties, dict) or not isinstance(extra, bool):
+        return None
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return None
+    types: dict[str, tuple[type, ...]] = {}
+    for name, sub in properties.items():
+        if not isinstance(sub, dict) or not set(sub) <= _ANNOTATIONS | {"type"}:
+            return None
+        wanted = _SIMPLE_TYPES.get(sub["type"]) if isinstance(sub.get("type"), str) else None
+        if wanted is None:
+            return None
+        types[name] = wanted
+    needed = tuple(dict.fromkeys(required))
+
+    def quick(arguments: object) -> bool:
+        if type(arguments) is not dict:
+            return False
+        for name in needed:
+            if name not in arguments:
+                return False
+        for name, value in arguments.items():
+            wanted = types.get(name)
+            if wanted is None:
+                if not extra:
+                    return False
+            elif type(value) not in wanted:
+                return False
+        return True
+
+    return quick
+
+
 class ArgumentSchema:
     """A tool's argument schema, checked when built (a ValidationError naming the tool if
     it is not valid Draft 2020-12), compiled at its first use. Build it with
     :func:`argument_schema`."""
 
-    __slots__ = ("_schema", "_validator", "tool")
+    __slots__ = ("_schema", "_validator", "quick", "tool")
 
     def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
         self.tool = tool
@@ -99,6 +161,8 @@ class ArgumentSchema:
         self._validator: Validator | None = None
         if isinstance(schema, Mapping):
             _check_refs(tool, schema)
+        self.quick = _quick_check(self._schema)
+        """The shortcut for this schema's certainly valid arguments (None: none)."""
 
     @property
     def validator(self) -> Validator:
@@ -111,6 +175,8 @@ class ArgumentSchema:
 
     def errors(self, arguments: object) -> list[str]:
         """What is wrong with ``arguments``, each naming its JSON path; empty when valid."""
+        if self.quick is not None and self.quick(arguments):
+            return []
         validator = self.validator
         try:
             if validator.is_valid(cast(Any, arguments)):  # the usual case, twice as fast

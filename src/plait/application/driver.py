@@ -61,7 +61,15 @@ from plait.application.events import (
     RunEnded,
     RunObserver,
 )
-from plait.application.gate import GateDecision, GateRequest, ToolGate, Verdict, policy_of
+from plait.application.gate import (
+    ALLOWED,
+    AllowAll,
+    GateDecision,
+    GateRequest,
+    ToolGate,
+    Verdict,
+    policy_of,
+)
 from plait.application.model_caller import ModelCaller
 from plait.application.ports import (
     Clock,
@@ -116,9 +124,11 @@ class _Attempts:
     def spend(self, role: ModelRole, attempt: int) -> None:
         self.driver.check_budget(self.active, before_model_call=True)
         self.active.usage.model_calls += 1
-        self.driver.journal.emit(
-            self.active, ModelCallStarted(self.active.run.id, self.step, attempt, role)
-        )
+        journal = self.driver.journal
+        if journal.listened(self.active):
+            journal.emit(
+                self.active, ModelCallStarted(self.active.run.id, self.step, attempt, role)
+            )
 
     def settled(
         self, role: ModelRole, attempt: int, model: str, outcome: ModelResponse | ModelError
@@ -328,9 +338,9 @@ class RunDriver:
         ``claimed``, ``resumed``); a run that is not ``pending`` was just started (its
         telemetry segment began with its first write)."""
         self.active[active.run.id] = active
-        active.run = replace(
-            active.run, policy=policy_of(self.gate)
-        )  # it decides the calls from here
+        policy = policy_of(self.gate)  # it decides the calls from here
+        if active.run.policy != policy:
+            active.run = replace(active.run, policy=policy)
         telemetry = self.journal.telemetry
         if telemetry is not None and pending:  # a started run began with its first write
             context = telemetry.begin(active.run, how)
@@ -763,6 +773,9 @@ class RunDriver:
     async def _review(
         self, active: ActiveRun, call: ToolCall, record: ExecutionRecord, tool: Tool
     ) -> GateDecision:
+        if type(self.gate) is AllowAll:  # no policy: nothing of the call to look at
+            return self.journal.decided(active, call, ALLOWED)
+
         async def reviewer(
             context: Context[Any], *, time_limit: float | None = None
         ) -> ModelResponse:
@@ -786,6 +799,10 @@ class RunDriver:
     ) -> None:
         await self.journal.start_call(active, call, record)  # a side effect's start: durable
         budget = active.run.budget
+        limit = None if tool.own_deadline else budget.tool_timeout_seconds
+        if active.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
+            left = max(active.deadline - self.clock.monotonic(), 0.0)
+            limit = left if limit is None else min(limit, left)
         invocation = ToolInvocation(
             call=call,
             session_id=active.session.id,
@@ -793,11 +810,8 @@ class RunDriver:
             workspace=active.session.workspace,
             idempotency_key=record.idempotency_key,
             output_cap_bytes=budget.tool_output_cap_bytes,
+            time_limit_seconds=limit,
         )
-        limit = None if tool.own_deadline else budget.tool_timeout_seconds
-        if active.deadline is not None and record.effect is not EffectClass.SIDE_EFFECT:
-            left = max(active.deadline - self.clock.monotonic(), 0.0)
-            limit = left if limit is None else min(limit, left)
         active.interruptible = tool.stoppable
         try:
             result = await self.runner.run(

@@ -33,6 +33,7 @@ from plait.domain.session import ExecutionRecord, Session
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
+    "ALLOWED",
     "AllowAll",
     "GateDecision",
     "GateRequest",
@@ -114,13 +115,15 @@ class ToolGate(Protocol):
 
 
 class AllowAll:
-    """The default gate: every validated call runs."""
+    """The default gate: every validated call runs (the driver does not even build the
+    request for it)."""
 
     async def decide(self, request: GateRequest) -> GateDecision:
-        return _ALLOWED
+        return ALLOWED
 
 
-_ALLOWED = GateDecision.allow("no policy configured; every valid call is allowed", by="default")
+ALLOWED = GateDecision.allow("no policy configured; every valid call is allowed", by="default")
+"""What :class:`AllowAll` decides about every call."""
 
 
 def policy_of(gate: ToolGate) -> str | None:

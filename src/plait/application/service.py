@@ -400,8 +400,9 @@ class AgentService:
         history.append(user)
         active = self.driver.activate(run, session, result.version, history, observer, on_text)
         active.added.append(StoredMessage(result.version, user))
-        self.journal.emit(active, RunStarted(run))
-        self.journal.emit(active, MessageSaved(run_id, active.added[-1]))
+        if self.journal.listened(active):
+            self.journal.emit(active, RunStarted(run))
+            self.journal.emit(active, MessageSaved(run_id, active.added[-1]))
         self.journal.hit("user_saved")
         return final_output(await self.driver.drive(active, pending=False), output_type)
 

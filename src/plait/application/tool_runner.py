@@ -48,7 +48,8 @@ class ToolRunner:
         driver's cancel, or the caller's task) before the result is returned."""
         call = invocation.call
         # The tool learns its limit: work it does in a thread must stop there by itself.
-        invocation = replace(invocation, time_limit_seconds=time_limit)
+        if invocation.time_limit_seconds != time_limit:
+            invocation = replace(invocation, time_limit_seconds=time_limit)
         unsure = ToolStatus.UNKNOWN if effect is EffectClass.SIDE_EFFECT else ToolStatus.FAILED
         try:
             async with asyncio.timeout(time_limit):
@@ -108,7 +109,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _storable(text: str) -> str:
     """A tool's output as text a store can keep: a lone surrogate (a byte a tool decoded
     with ``surrogateescape``) is written as its escape, ``\\udcff``."""
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 

@@ -53,8 +53,12 @@ def argument_digest(arguments_json: str) -> str:
     return _digest(json.loads(arguments_json))
 
 
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+"""``json.dumps`` with these settings, without building an encoder per call."""
+
+
 def _digest(arguments: Any) -> str:
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = _canonical(arguments)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 

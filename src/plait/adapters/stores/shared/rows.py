@@ -45,6 +45,7 @@ from plait.domain.session import ExecutionRecord, ForkOrigin, Session, StoredMes
 
 __all__ = [
     "FAST",
+    "RUN_COLUMNS",
     "decode_history",
     "decode_messages",
     "execution_row",
@@ -96,19 +97,71 @@ def session_from_row(row: tuple[Any, ...]) -> Session:
     )
 
 
+RUN_COLUMNS = (
+    "id",
+    "session_id",
+    "status",
+    "started_at",
+    "lease",
+    "cancel_requested",
+    "lease_token",
+)
+"""The run's fields kept in columns of their own, not in its ``data``."""
+_RUN_FIXED = (
+    "budget",
+    "model",
+    "model_spec",
+    "deadline_at",
+    "policy",
+    "mcp_servers",
+    "output_schema",
+    "parent",
+)
+"""The fields of a run's ``data`` that no step changes."""
+_fixed: tuple[tuple[object, ...], str] = ((), "")
+"""The last run's fixed fields (the frozen values themselves) and their JSON."""
+
+
 def run_data(run: Run) -> str:
-    data = codec.run_to_dict(run)
-    for key in (
-        "id",
-        "session_id",
-        "status",
-        "started_at",
-        "lease",
-        "cancel_requested",
-        "lease_token",
-    ):
-        del data[key]
-    return dumps(data)
+    """The run's ``data`` column: every field of :func:`codec.run_to_dict` but its
+    :data:`RUN_COLUMNS`. A run is written at every step with the same fixed fields (the
+    same frozen objects: ``replace`` keeps them), so their JSON is made once and reused
+    while they are the same objects."""
+    global _fixed
+    key = (
+        run.budget,
+        run.model,
+        run.model_spec,
+        run.deadline_at,
+        run.policy,
+        run.mcp_servers,
+        run.output_schema,
+        run.parent,
+    )
+    known, fixed = _fixed
+    if known != key:  # the same objects compare equal at once (frozen: so do equal ones)
+        data = codec.run_to_dict(run)
+        fixed = dumps({name: data[name] for name in _RUN_FIXED})[1:-1]
+        _fixed = (key, fixed)
+    usage = run.usage
+    error = run.error
+    changing = dumps(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "usage": {
+                "steps": usage.steps,
+                "model_calls": usage.model_calls,
+                "corrections": usage.corrections,
+                "tool_calls": usage.tool_calls,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+            },
+            "ended_at": run.ended_at,
+            "error": None if error is None else {"code": error.code, "message": error.message},
+            "trace_context": run.trace_context,
+        }
+    )
+    return f"{changing[:-1]},{fixed}}}"
 
 
 def run_from_row(row: tuple[Any, ...]) -> Run:

@@ -42,7 +42,15 @@ from plait.domain.errors import (
 )
 from plait.domain.runs import RunStatus
 
-__all__ = ["LIVE", "RUN_COLS", "SCHEMA_VERSION", "VERSION_OF", "SqliteConnection"]
+__all__ = [
+    "GET_SESSION",
+    "LIVE",
+    "RUN_COLS",
+    "SCHEMA_VERSION",
+    "SESSION_COLS",
+    "VERSION_OF",
+    "SqliteConnection",
+]
 
 OWNER_INDEX_SQLITE = "CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions (owner, created_at)"
 """SQLite appends the rowid to every index entry: (owner, created_at, rowid) in order."""
@@ -114,6 +122,12 @@ VERSION_OF = (
 )
 """A session's version: its highest seq (no version column; see ``sessions``); a branch
 without messages of its own yet: its fork point."""
+SESSION_COLS = (
+    f"s.id, s.created_at, s.owner, s.workspace, {VERSION_OF}, s.active_run_id, "
+    "s.parent_session_id, s.fork_point_message_id, s.title, s.model"
+)
+GET_SESSION = f"SELECT {SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
+"""A session's row (``get_session``, and the check of a run's start: one statement)."""
 RUN_COLS = (
     "id, session_id, status, started_at, lease_owner, lease_expires_at, cancel_requested, data, "
     "lease_token"
@@ -141,6 +155,10 @@ class SqliteConnection:
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self.health = CommitHealth()
+        self.write_seq = 0
+        """Write transactions begun on this connection (the one running included)."""
+        self.committed_seq = 0
+        """The :attr:`write_seq` of the last one that committed."""
         self.io = io_for(io, f"plait-sqlite-{path.name}")
         """Where the calls run (the I/O thread, or inline)."""
         self._io = self.io
@@ -366,11 +384,14 @@ class SqliteConnection:
             if conn is None:
                 raise closed_error("sqlite")
             changes = conn.total_changes
+            self.write_seq += 1
+            seq = self.write_seq
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = op(conn)
                     conn.execute("COMMIT")
+                    self.committed_seq = seq
                 except BaseException:
                     if conn.in_transaction:
                         with contextlib.suppress(sqlite3.Error):

@@ -74,10 +74,11 @@ from plait.adapters.stores.sqlite import (
 )
 from plait.adapters.stores.sqlite import commit as _sqlite_commit
 from plait.adapters.stores.sqlite.conn import (
+    GET_SESSION,
     LIVE,
     RUN_COLS,
     SCHEMA_VERSION,
-    VERSION_OF,
+    SESSION_COLS,
     SqliteConnection,
 )
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
@@ -97,15 +98,12 @@ from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, Delive
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 
-_SESSION_COLS = (
-    f"s.id, s.created_at, s.owner, s.workspace, {VERSION_OF}, s.active_run_id, "
-    "s.parent_session_id, s.fork_point_message_id, s.title, s.model"
-)
+_SESSION_COLS = SESSION_COLS
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
     "parent_session_id, fork_point_message_id, title, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_GET_SESSION = f"SELECT {_SESSION_COLS} FROM sessions AS s WHERE s.id = ?"
+_GET_SESSION = GET_SESSION
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
     "m.extra, m.schema_version"
@@ -182,6 +180,9 @@ class SqliteStore:
         self._path = Path(path)
         self._db = SqliteConnection(self._path, busy_timeout_s, io)
         self._contexts = ContextCache()
+        self._last: tuple[tuple[str, str, int, int], _sqlite_commit.Checked] | None = None
+        """What this connection's last commit left in the rows a commit is checked
+        against, with when (session, run, write_seq, data_version): see :meth:`_apply`."""
 
     @classmethod
     def open(
@@ -285,7 +286,7 @@ class SqliteStore:
 
     async def start_run(self, commit: Commit) -> CommitResult:
         validate_commit(commit, start=True)
-        return await self._db.write(lambda conn: _sqlite_commit.apply(conn, commit, start=True))
+        return await self._db.write(lambda conn: self._apply(conn, commit, start=True))
 
     async def commit(self, commit: Commit) -> CommitResult:
         return await self.commit_soon(commit)
@@ -300,10 +301,34 @@ class SqliteStore:
         validate_commit(commit, start=False)
         return self._db.submit(lambda conn: self._apply(conn, commit), after=after, hold=hold)
 
-    def _apply(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult:
-        """On the I/O thread, in the commit's transaction (which holds the write lock)."""
-        result = _sqlite_commit.apply(conn, commit, start=False)
-        self._contexts.version = data_version(conn)
+    def _apply(
+        self, conn: sqlite3.Connection, commit: Commit, *, start: bool = False
+    ) -> CommitResult:
+        """On the I/O thread, in the commit's transaction (which holds the write lock).
+
+        A run's commits are checked against the session's version and the run's row
+        (lease, fencing token, status). What this connection's last commit left there is
+        kept, and used instead of reading it again when it is certainly still so: that
+        commit was the last write transaction of this connection and it committed
+        (:attr:`SqliteConnection.write_seq`), and no other connection has committed since
+        (``PRAGMA data_version`` is unchanged; it changes with every other connection's
+        commit, here under the write lock). Any other write of this store (a lease
+        renewal, a cancel, a claim) or of another process makes the next commit read."""
+        version = data_version(conn)
+        self._contexts.version = version
+        rid = _sqlite_commit.checked_run(commit)
+        last, self._last = self._last, None
+        known = None
+        if (
+            last is not None
+            and rid is not None
+            and last[0] == (commit.session_id, rid, self._db.write_seq - 1, version)
+            and self._db.committed_seq == self._db.write_seq - 1
+        ):
+            known = last[1]
+        result, after = _sqlite_commit.apply(conn, commit, start=start, known=known)
+        if rid is not None:
+            self._last = ((commit.session_id, rid, self._db.write_seq, version), after)
         return result
 
     # --- retention (see retention) --------------------------------------------------------
