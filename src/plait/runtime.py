@@ -21,10 +21,8 @@ from plait.adapters.stores import protected_paths, redact_url, store_kind
 from plait.adapters.system import RandomIds, SystemClock, process_owner
 from plait.application.service_config import DEFAULT_INSTRUCTIONS, check_config
 from plait.domain.errors import ConfigError
-from plait.domain.retention import RetentionSettings
 from plait.domain.runs import Budget
 from plait.domain.subagents import SubAgent
-from plait.domain.webhooks import Endpoint, configured_endpoints
 from plait.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
@@ -60,7 +58,9 @@ if TYPE_CHECKING:
     from plait.application.worker import EventEncoder, Worker
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
+    from plait.domain.retention import RetentionSettings
     from plait.domain.tools import ToolSpec
+    from plait.domain.webhooks import Endpoint
     from plait.settings import ServiceSettings
 
 __all__ = [
@@ -559,6 +559,9 @@ def configured_subagents(settings: Settings | None = None) -> list[SubAgent]:
 
 def configured_retention(settings: Settings | None = None) -> RetentionSettings:
     """The ``[retention]`` settings of the config files (no policy without any)."""
+    # lazy: the retention settings' module, only where a command or the service asks
+    from plait.domain.retention import RetentionSettings
+
     config = (settings or resolve_settings()).config
     try:
         return RetentionSettings.from_mapping(config.retention)
@@ -1052,6 +1055,9 @@ class Runtime:
     def configured_webhooks(self) -> list[Endpoint]:
         """The ``[webhooks.NAME]`` endpoints of the config files, their secrets looked up
         in the environment; a bad table is a ConfigError naming it."""
+        # lazy: the webhooks' domain module, only for a worker that registers endpoints
+        from plait.domain.webhooks import configured_endpoints
+
         settings = self.resolved_settings()
         return configured_endpoints(settings.config.webhooks, settings.environ)
 

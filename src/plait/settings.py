@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from plait.config import Config, load_config
 from plait.domain.errors import ConfigError
-from plait.domain.webhooks import PAUSE_AFTER, RETRY_SECONDS
+from plait.domain.webhook_schedule import PAUSE_AFTER, RETRY_SECONDS
 
 __all__ = [
     "SERVICE_ENV_HELP",

@@ -14,9 +14,12 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from plait.domain.errors import ConfigError, PlaitError
-from plait.domain.forks import WorkspaceSnapshot
+
+if TYPE_CHECKING:
+    from plait.domain.forks import WorkspaceSnapshot
 
 __all__ = ["GitSnapshots", "SnapshotError"]
 
@@ -82,6 +85,9 @@ class GitSnapshots:
         except BaseException:
             _git(top, "update-ref", "-d", ref, check=False)
             raise
+        # lazy: the forks' domain module, only when a fork takes a snapshot
+        from plait.domain.forks import WorkspaceSnapshot
+
         return WorkspaceSnapshot(
             source_workspace=str(ws),
             repository=str(top),

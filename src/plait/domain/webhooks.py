@@ -24,9 +24,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from plait.domain.errors import ConfigError, ValidationError
+from plait.domain.webhook_schedule import PAUSE_AFTER, RETRY_SECONDS
 
 __all__ = [
     "EVENT_TYPES",
+    "PAUSE_AFTER",
     "RETRY_SECONDS",
     "URL_PATTERN",
     "Delivery",
@@ -48,13 +50,6 @@ __all__ = [
 
 EVENT_TYPES = ("run.finished", "approval.needed", "outcome.unknown", "compaction.failed")
 """What an endpoint can subscribe to."""
-
-RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 12 * 3600.0)
-"""Wait after the n-th failed attempt (before jitter); after the last one the delivery is
-``failed`` (about 22 hours after the event, 9 attempts)."""
-
-PAUSE_AFTER = 20
-"""Consecutive failed attempts (any delivery) after which an endpoint is ``paused``."""
 
 
 class EndpointStatus(StrEnum):

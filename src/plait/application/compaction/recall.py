@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.application.arguments import cached_schemas
 from plait.application.compaction._recall_limits import MAX_SLICE, SCHEMA_FILE
@@ -24,10 +24,12 @@ from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
-from plait.domain.retention import Expiry
 from plait.domain.session import StoredMessage
 from plait.domain.summary import Facts
 from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:
+    from plait.domain.retention import Expiry
 
 __all__ = [
     "MAX_SLICE",

@@ -34,10 +34,11 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
+from plait.adapters.stores.shared.later import Later
 from plait.adapters.stores.shared.long_lived import long_lived
 from plait.adapters.stores.shared.offload import InlineIo, IoMode, IoThread
 from plait.adapters.stores.shared.rows import (
@@ -62,17 +63,8 @@ from plait.adapters.stores.shared.state import (
     session_not_found,
     validate_commit,
 )
-from plait.adapters.stores.sqlite import (
-    approvals,
-    fork,
-    retention,
-    segments,
-    service,
-    summaries,
-    tokens,
-    webhooks,
-)
 from plait.adapters.stores.sqlite import commit as _sqlite_commit
+from plait.adapters.stores.sqlite import segments, summaries, tokens
 from plait.adapters.stores.sqlite.conn import (
     GET_SESSION,
     LIVE,
@@ -84,16 +76,31 @@ from plait.adapters.stores.sqlite.conn import (
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
 from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
 from plait.domain.errors import LeaseLostError, StoreError
-from plait.domain.forks import ForkRecord
-from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
-from plait.domain.retention import Expiry, Tombstone
 from plait.domain.runs import Run, RunStatus
-from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
-from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, DeliveryStatus, Endpoint
+
+if TYPE_CHECKING:
+    from plait.adapters.stores.sqlite import approvals, fork, retention, service, webhooks
+    from plait.domain.forks import ForkRecord
+    from plait.domain.governance import Approval, ApprovalUse
+    from plait.domain.retention import Expiry, Tombstone
+    from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
+    from plait.domain.webhooks import (
+        Delivery,
+        DeliveryAttempt,
+        DeliveryJob,
+        DeliveryStatus,
+        Endpoint,
+    )
+else:  # what one run does not need is imported at its first use (see shared/later.py)
+    approvals = Later("plait.adapters.stores.sqlite.approvals")
+    fork = Later("plait.adapters.stores.sqlite.fork")
+    retention = Later("plait.adapters.stores.sqlite.retention")
+    service = Later("plait.adapters.stores.sqlite.service")
+    webhooks = Later("plait.adapters.stores.sqlite.webhooks")
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
