@@ -221,7 +221,7 @@ def _service(
     opener: ModelOpener,
     telemetry: RunTelemetry | None,
 ) -> AgentService:
-    """The service over the loop's stages (DESIGN §1) built here, and the recovery
+    """The service over the loop's stages (docs/architecture.md) built here, and the recovery
     sweeper of interrupted writes; ``specs``: the tools the context and reopened models
     are told about."""
     # lazy: the service and the loop's stages (~25 ms of start-up), built at the first use
@@ -345,8 +345,8 @@ def governed_gate(
     *,
     opener: ModelOpener | None = None,
 ) -> ToolGate:
-    """The policy → reviewer → approval gate (DESIGN §5) over ``approvals``; ``policy``
-    is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default. A
+    """The policy → reviewer → approval gate (docs/design.md#governance) over ``approvals``;
+    ``policy`` is a Policy, a file path, or ``None`` for ``PLAIT_POLICY`` / the built-in default. A
     policy whose ``[reviewer] model`` names a model gets a reviewer with that model
     (opened here with ``opener``, so a bad spec or a missing key fails now); otherwise the
     reviewer uses the run's model."""
@@ -729,7 +729,7 @@ class Runtime:
         tool_source: ToolSource | None = None,
         settings: Settings | None = None,
     ) -> None:
-        """Compose the loop's stages (DESIGN §1) and the service over them (built at the
+        """Compose the loop's stages (docs/architecture.md) and the service over them (built at the
         first use of :attr:`service`; what it would refuse is checked now). ``meter``:
         the ContextBuilder's token meter (default ``meter_for(model)``, else an estimate);
         ``retry``, ``on_overflow``: the ModelCaller's error policy; ``gate``: the ToolGate

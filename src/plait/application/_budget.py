@@ -1,4 +1,5 @@
-"""The run's budget checks (DESIGN §3): pure functions of the run's state and the time.
+"""The run's budget checks (docs/design.md#persist-before-acting): pure functions of the run's state
+and the time.
 
 A spent budget ends the run (``budget_exhausted``), never the session, and never leaves an
 outcome unknown: a side effect starts only when its whole timeout fits before the

@@ -1,7 +1,7 @@
 """RunJournal: a run's persistence points, each one commit fenced by the run's lease, the
 events they emit, and when each becomes durable.
 
-The persistence points of one step, in the seed's order (DESIGN §3):
+The persistence points of one step, in the seed's order (docs/design.md#persist-before-acting):
 
 =====================  =======================================  ===========================
 point                  what it writes                           durable
@@ -449,7 +449,8 @@ class RunJournal:
             result = await self.store.commit(self._carrying(active, in_flight))
         except LeaseLostError:
             # Fenced off: the process that took the run over recovers the call from its
-            # record (DESIGN section 4), as if this one had died before the result.
+            # record (docs/design.md#recovery-without-repeating-side-effects), as if this
+            # one had died before the result.
             return
         except Exception as error:
             log.warning(

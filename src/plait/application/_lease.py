@@ -1,4 +1,5 @@
-"""The lease heartbeat of a run being driven (DESIGN §4, issue 6 item 3).
+"""The lease heartbeat of a run being driven
+(docs/design.md#recovery-without-repeating-side-effects, issue 6 item 3).
 
 A run holds a lease of ``lease_seconds`` (configurable: ``AgentService.build(lease_seconds=...)``
 / ``Runtime(lease_seconds=...)``, default 60 s). While the run is driven, a separate task

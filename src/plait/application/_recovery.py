@@ -1,5 +1,6 @@
-"""Recovery of one run whose lease expired (DESIGN §4): which model it continues with,
-who wins the lease, the dead process's leftovers, and what the operator is told."""
+"""Recovery of one run whose lease expired (docs/design.md#recovery-without-repeating-side-effects):
+which model it continues with, who wins the lease, the dead process's leftovers, and what the
+operator is told."""
 
 from __future__ import annotations
 

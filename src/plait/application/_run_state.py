@@ -186,7 +186,7 @@ _QUOTED = 10_000
 
 def model_failure(exc: Exception, role: str, time_limit: float | None) -> StopRun:
     """How a failed model call ends the run: the call's timeout, a spent budget, the
-    provider's error code (DESIGN §6), or an internal error of the client."""
+    provider's error code (docs/design.md#models), or an internal error of the client."""
     if isinstance(exc, TimeoutError):
         within = "" if time_limit is None else f" within {time_limit:g} s"
         return StopRun(

@@ -1,4 +1,4 @@
-"""Port of a run queue that starts the runs it hands out (service mode, DESIGN §9).
+"""Port of a run queue that starts the runs it hands out (service mode, docs/design.md#surfaces).
 
 :class:`~plait.application.ports.RunQueue.claim_queued_run` only leases a queued run; the
 worker then reads the session and its history and persists the run as ``running`` (three

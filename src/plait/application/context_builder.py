@@ -1,4 +1,5 @@
-"""ContextBuilder: the model-visible Context for a role (DESIGN §1, §8).
+"""ContextBuilder: the model-visible Context for a role (docs/architecture.md,
+docs/design.md#compaction).
 
 Today the assistant sees the instructions, every tool spec and the whole history (a
 :class:`~plait.domain.context.Prefix` view, O(1) to build). :meth:`ContextBuilder.count`

@@ -1,4 +1,5 @@
-"""RunDriver: the run's state machine and the persistence order of DESIGN §3.
+"""RunDriver: the run's state machine and the persistence order of
+docs/design.md#persist-before-acting.
 
 Persistence order of one run (the :class:`~plait.application._journal.RunJournal`'s named
 points, each durable where the journal says)::

@@ -95,8 +95,8 @@ class RunEnded:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionEvent:
-    """An automatic compaction in a run (DESIGN §8): ``started`` before the summarizer is
-    asked; then ``activated`` (a new summary is in the context; ``insufficient``: the
+    """An automatic compaction in a run (docs/design.md#compaction): ``started`` before the
+    summarizer is asked; then ``activated`` (a new summary is in the context; ``insufficient``: the
     context is still over the threshold), ``failed`` (``detail`` says why; the previous
     summary stays) or ``skipped`` (nothing could be compacted, or the run's cap is
     reached; said once per run)."""
@@ -137,11 +137,12 @@ class ReviewEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecoveryEvent:
-    """Recovery of a run taken over from a stopped process (DESIGN §4): ``started`` once
-    the last persisted point is read (the open calls of its last assistant message,
-    classed by how they are settled: run again, run again with the same idempotency key,
-    settled ``unknown``, or never started and run now; only a side effect's start is
-    written, so the others are run again whether or not they had started), then
+    """Recovery of a run taken over from a stopped process
+    (docs/design.md#recovery-without-repeating-side-effects): ``started`` once the last persisted
+    point is read (the open calls of its last assistant message, classed by how they are settled:
+    run again, run again with the same idempotency key, settled ``unknown``, or never started and
+    run now; only a side effect's start is written, so the others are run again whether or not they
+    had started), then
     ``settled`` when those calls are paired (``status``: the run's status then;
     ``running``: the loop goes on)."""
 

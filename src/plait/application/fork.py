@@ -1,4 +1,4 @@
-"""Fork a session from a complete point in its history (DESIGN §7, seed section 七).
+"""Fork a session from a complete point in its history (docs/design.md#forks).
 
 ``fork_session(source, through, request_id, caller)``:
 

@@ -1,4 +1,4 @@
-"""What a branch inherits from its source's compaction records (DESIGN §7, §8).
+"""What a branch inherits from its source's compaction records (docs/design.md#forks, #compaction).
 
 - A summary is inherited only if it covers nothing after the fork point and its source
   digest matches the branch's prefix (the same message ids, in order, through the seq it

@@ -1,5 +1,5 @@
 """ToolGate: the one place that decides, per validated call and before anything executes,
-whether the call may run (DESIGN §5).
+whether the call may run (docs/design.md#governance).
 
 The driver asks the gate about every call, in order, right before the call would start.
 The decision and its reason are recorded on the call's execution record

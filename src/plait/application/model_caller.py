@@ -1,4 +1,4 @@
-"""ModelCaller: one model call for a role, with the error-code policy of DESIGN §6.
+"""ModelCaller: one model call for a role, with the error-code policy of docs/design.md#models.
 
 - ``RATE_LIMITED`` and ``TRANSIENT``: retried with exponential backoff and full jitter
   (:class:`RetryPolicy`); a provider's ``retry_after`` hint is honoured as the wait. Every

@@ -1,4 +1,4 @@
-"""Ports: what the application needs from the outside world (DESIGN §1).
+"""Ports: what the application needs from the outside world (docs/architecture.md).
 
 Adapters implement these Protocols; the application never imports a concrete adapter.
 Optional abilities are declared as data (capability values), not as methods that raise.
@@ -432,7 +432,7 @@ class ArtifactStore(Protocol):
 
 
 class ApprovalStore(Protocol):
-    """Approval requests and a person's decisions (DESIGN §5). The only source of
+    """Approval requests and a person's decisions (docs/design.md#governance). The only source of
     authority for calls that need a person: nothing in history grants one.
 
     Each method is one atomic write or read. Approvals are bound to one session: a fork
@@ -521,7 +521,7 @@ class TokenCountStore(Protocol):
 
 class SummaryStore(Protocol):
     """Summaries, constraint records and full-text search over a session's raw history
-    (compaction, DESIGN §8). Raw history is never modified by any of these."""
+    (compaction, docs/design.md#compaction). Raw history is never modified by any of these."""
 
     async def activate_summary(self, summary: Summary, *, expected_generation: int) -> None:
         """Make ``summary`` the session's active summary, atomically, if the session is
@@ -623,7 +623,7 @@ class ForkCommit:
 
 
 class ForkStore(Protocol):
-    """The store side of a fork (DESIGN §7)."""
+    """The store side of a fork (docs/design.md#forks)."""
 
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         """The seq of a message in a session, or ``None`` if the session does not hold it.
@@ -665,7 +665,7 @@ class WorkspaceSnapshots(Protocol):
 
 
 class RunQueue(Protocol):
-    """Queued runs and their persisted events (service mode, DESIGN §9).
+    """Queued runs and their persisted events (service mode, docs/design.md#surfaces).
 
     A queued run is stored by :meth:`RunStore.start_run` with status ``queued`` and
     no lease; a worker takes it with :meth:`claim_queued_run`.
@@ -790,8 +790,8 @@ class LeftoverSweeper(Protocol):
 
 
 class RunTelemetry(Protocol):
-    """Traces and metrics of runs (DESIGN §9), e.g. OpenTelemetry. The loop tells it when
-    this process begins driving a run (a *segment*: the run's start, or its continuation
+    """Traces and metrics of runs (docs/design.md#surfaces), e.g. OpenTelemetry. The loop tells it
+    when this process begins driving a run (a *segment*: the run's start, or its continuation
     after a crash, a worker's claim or a person's answer), every run event, and when the
     segment stops. Off (``None``), nothing is called."""
 

@@ -1,9 +1,10 @@
 """AgentService: sessions, runs, and recovery — the application's public API.
 
 The loop itself is :class:`~plait.application.driver.RunDriver` (the persistence order of
-DESIGN §3 is documented there) over the stages ContextBuilder, ModelCaller, ToolGate and
-ToolRunner. Every save is a restart point (DESIGN §4): :meth:`AgentService.recover` finds
-runs whose lease expired and continues each from its last persisted point.
+docs/design.md#persist-before-acting is documented there) over the stages ContextBuilder,
+ModelCaller, ToolGate and ToolRunner. Every save is a restart point
+(docs/design.md#recovery-without-repeating-side-effects): :meth:`AgentService.recover` finds runs
+whose lease expired and continues each from its last persisted point.
 
 Waiting for a person is one mechanism (:data:`~plait.application.driver.WAITING`): a run
 ``awaiting_resolution`` (an unknown side effect) or ``awaiting_approval`` (a gated call)
@@ -97,13 +98,13 @@ class AgentService:
     :class:`plait.runtime.Runtime`, with :meth:`build` from its parts, or directly from
     collaborators already built:
 
-    - ``driver`` (:class:`RunDriver`): the loop over the stages (DESIGN §1): the
+    - ``driver`` (:class:`RunDriver`): the loop over the stages (docs/architecture.md): the
       ``context`` (:class:`ContextBuilder`), the ``caller`` (:class:`ModelCaller`), the
       ``gate`` (:class:`ToolGate`), the ``runner`` (:class:`ToolRunner`), over the
       :class:`RunJournal` that persists the runs;
     - ``models`` (:class:`RunModels`): which model a run taken over continues with;
     - ``compaction`` (:class:`CompactionService`): summaries, constraints and recall in
-      the assistant's context (DESIGN §8); ``None``: whole history;
+      the assistant's context (docs/design.md#compaction); ``None``: whole history;
     - ``sweeper``: what recovery clears of an interrupted write;
     - ``defaults`` (:class:`RunDefaults`): instructions, budget and lease of runs.
     """
@@ -529,8 +530,9 @@ class AgentService:
         before its lease expires and ended here the same way, except that a call that had
         started and may have acted (not read-only) is settled ``unknown``: the run then
         awaits resolution, and ends ``cancelled`` once a person resolved it and it is
-        resumed (DESIGN §4: no effect is hidden). The runs of sub-agents it
-        delegated to are cancelled with it (those it drives stop with its task)."""
+        resumed (no effect is hidden: docs/design.md#recovery-without-repeating-side-effects).
+        The runs of sub-agents it delegated to are cancelled with it (those it drives stop
+        with its task)."""
         run = await self._cancel_one(run_id, force=force)
         if self.subagents:
             for child in await self.store.list_runs():
@@ -606,7 +608,7 @@ class AgentService:
         force: bool = False,
     ) -> list[RecoveryReport]:
         """Take over runs whose lease expired (or the one named) and drive each on from its
-        last persisted point (DESIGN §4):
+        last persisted point (docs/design.md#recovery-without-repeating-side-effects):
 
         - a user message without a reply: the model is asked again;
         - calls without results: ``read_only`` ones are run again, ``idempotent`` ones again

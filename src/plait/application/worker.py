@@ -1,4 +1,4 @@
-"""Workers: processes that drive queued runs (service mode, DESIGN §9).
+"""Workers: processes that drive queued runs (service mode, docs/design.md#surfaces).
 
 A worker claims ``queued`` runs from the shared store (at most ``concurrency`` at a
 time), drives each with :meth:`AgentService.execute` and persists the run's progress

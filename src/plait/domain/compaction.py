@@ -65,7 +65,7 @@ class ContextBudget:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionSettings:
-    """Defaults from DESIGN §8 and the RFC."""
+    """Defaults of docs/design.md#compaction."""
 
     auto: bool = True
     """``False`` registers no automatic trigger (manual ``plait compact`` still works)."""

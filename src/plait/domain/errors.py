@@ -193,7 +193,7 @@ class CorruptStoreError(StoreError):
 
 
 class ModelErrorCode:
-    """Normalized provider error codes (DESIGN §6)."""
+    """Normalized provider error codes (docs/design.md#models)."""
 
     CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
     RATE_LIMITED = "RATE_LIMITED"

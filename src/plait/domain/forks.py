@@ -1,5 +1,5 @@
 """What a fork records: the request that made a branch, and an optional workspace
-snapshot with its stated coverage (DESIGN §7)."""
+snapshot with its stated coverage (docs/design.md#forks)."""
 
 from __future__ import annotations
 

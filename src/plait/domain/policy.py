@@ -1,4 +1,5 @@
-"""The deterministic tool policy: rules evaluated before any model is asked (DESIGN §5).
+"""The deterministic tool policy: rules evaluated before any model is asked
+(docs/design.md#governance).
 
 A :class:`Policy` maps the facts of one validated call (:class:`CallFacts`: the tool, its
 effect, the workspace paths it names, the sub-commands of a shell command) to an

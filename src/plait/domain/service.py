@@ -1,4 +1,4 @@
-"""Service-mode values: persisted run events and API keys (DESIGN §9)."""
+"""Service-mode values: persisted run events and API keys (docs/design.md#surfaces)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
 class EffectClass(StrEnum):
-    """How safe a call is to repeat after a crash (DESIGN §4)."""
+    """How safe a call is to repeat after a crash
+    (docs/design.md#recovery-without-repeating-side-effects)."""
 
     READ_ONLY = "read_only"
     """No effect outside the call: re-executed on recovery."""

@@ -1,4 +1,4 @@
-"""Complete units and cut points (DESIGN §2): where a history may be cut.
+"""Complete units and cut points (docs/design.md#forks): where a history may be cut.
 
 A history is a sequence of *units*, each contiguous:
 

@@ -1,5 +1,5 @@
-"""Provider errors normalized to DESIGN §6's codes. Pure: the thin clients hand over the
-HTTP status (``None`` for an error that arrived inside a stream), the decoded body or
+"""Provider errors normalized to the codes of docs/design.md#models. Pure: the thin clients hand
+over the HTTP status (``None`` for an error that arrived inside a stream), the decoded body or
 event, and the response headers; the original body stays on the error for the user."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Telemetry: OpenTelemetry traces and metrics of runs under the GenAI semantic
-conventions (DESIGN §9), behind the :class:`~plait.application.ports.RunTelemetry` port.
+conventions (docs/design.md#surfaces), behind the :class:`~plait.application.ports.RunTelemetry`
+port.
 
 Off by default. Nothing here imports OpenTelemetry until :func:`open_telemetry` is called
 with telemetry enabled; the SDK is the optional extra ``plait[otel]``.

@@ -1,5 +1,5 @@
-"""Token meters (DESIGN §8): exact offline counts for OpenAI's encodings, a conservative
-estimate for every other model (corrected by reported usage in compaction), and a clear
+"""Token meters (docs/design.md#compaction): exact offline counts for OpenAI's encodings, a
+conservative estimate for every other model (corrected by reported usage in compaction), and a clear
 ``TOKEN_METER_MODEL_UNCONFIGURED`` error for a model plait knows nothing about."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The bubblewrap sandbox commands run in (DESIGN §5: what a tool can touch is decided by
-its environment, not by filtering command strings).
+"""The bubblewrap sandbox commands run in (docs/design.md#governance: what a tool can touch is
+decided by its environment, not by filtering command strings).
 
 Inside: the system directories read-only (``/etc`` without the files only root may read),
 the workspace read-write at its own path, a private ``/tmp``, a fresh ``/dev`` and

@@ -1,5 +1,5 @@
-"""Compaction (DESIGN §8): budgets, structured summaries, recall of summarized evidence,
-post-step pressure and overflow recovery. Raw history is never modified.
+"""Compaction (docs/design.md#compaction): budgets, structured summaries, recall of summarized
+evidence, post-step pressure and overflow recovery. Raw history is never modified.
 
 The names below are loaded at their first use (PEP 562), so importing one module of the
 package (the recall tool a runtime offers when it opens) does not import the others (the

@@ -1,4 +1,4 @@
-"""Calibrating a token meter by the usage the provider reports (DESIGN §8).
+"""Calibrating a token meter by the usage the provider reports (docs/design.md#compaction).
 
 A meter counts what plait builds; the provider reports what it charged. After each
 successful call the ratio of the two (reported input tokens / the meter's count of that

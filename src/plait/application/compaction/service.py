@@ -1,4 +1,5 @@
-"""CompactionService: when and what to compact, and activating the result (DESIGN §8).
+"""CompactionService: when and what to compact, and activating the result
+(docs/design.md#compaction).
 
 Three triggers, one procedure:
 

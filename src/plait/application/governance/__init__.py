@@ -1,2 +1,2 @@
-"""Tool governance (DESIGN §5): call facts for the policy, the Reviewer role, approvals
-and the gate that puts them in order."""
+"""Tool governance (docs/design.md#governance): call facts for the policy, the Reviewer role,
+approvals and the gate that puts them in order."""

@@ -1,5 +1,5 @@
-"""A person's answers to calls that wait for one (DESIGN §5): recording the decision.
-Reading them is :meth:`plait.application.queries.Queries.list_approvals`; what happens to
+"""A person's answers to calls that wait for one (docs/design.md#governance): recording the
+decision. Reading them is :meth:`plait.application.queries.Queries.list_approvals`; what happens to
 the waiting run afterwards (it continues here, or goes back to a worker's queue) is
 :class:`plait.application.approvals.ApprovalDesk`, which every surface goes through."""
 

@@ -1,4 +1,4 @@
-"""The order of governance for one validated call (DESIGN §5, seed §五):
+"""The order of governance for one validated call (docs/design.md#governance):
 
 deterministic policy → the Reviewer role where the policy asks for it → a person's
 approval, bound to the exact call, where required.

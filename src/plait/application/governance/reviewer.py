@@ -1,4 +1,5 @@
-"""The Reviewer role: a model asked to judge one tool call before it runs (seed §二, §五).
+"""The Reviewer role: a model asked to judge one tool call before it runs
+(docs/design.md#governance).
 
 It has its own instructions, model settings and budget share (:class:`ReviewerConfig`),
 gets a context built for judging that one call (the user's messages, which carry their

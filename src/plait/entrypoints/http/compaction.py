@@ -1,5 +1,5 @@
-"""Compaction routes (DESIGN §8 over HTTP): compact a session now, show what the next
-model call would see with its token breakdown, and read evidence a summary left out.
+"""Compaction routes (docs/design.md#compaction over HTTP): compact a session now, show what the
+next model call would see with its token breakdown, and read evidence a summary left out.
 
 - ``POST /v1/sessions/{id}/compact``: the outcome (``status`` ``compacted``,
   ``nothing_to_compact``, ``failed`` with the reason, ...) and the activated summary.
