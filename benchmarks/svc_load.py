@@ -78,6 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -523,8 +524,8 @@ async def _watch(http: _Http, run_ids: list[str], lags: list[float]) -> None:
 
     async def follow(run_id: str) -> None:
         async for received, event in http.stream(f"/v1/runs/{run_id}/events"):
-            if "at" in event:
-                lags.append(received - event["at"])
+            if "at" in event:  # ISO 8601 with milliseconds (the API's JSON convention)
+                lags.append(received - datetime.fromisoformat(event["at"]).timestamp())
 
     await asyncio.gather(*[follow(r) for r in run_ids])
 
