@@ -78,7 +78,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -525,7 +524,7 @@ async def _watch(http: _Http, run_ids: list[str], lags: list[float]) -> None:
     async def follow(run_id: str) -> None:
         async for received, event in http.stream(f"/v1/runs/{run_id}/events"):
             if "at" in event:  # ISO 8601 with milliseconds (the API's JSON convention)
-                lags.append(received - datetime.fromisoformat(event["at"]).timestamp())
+                lags.append(received - _ts(event["at"]))
 
     await asyncio.gather(*[follow(r) for r in run_ids])
 
@@ -674,8 +673,10 @@ def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> l
     for run in events:
         # A run_finished without "at" is the stream's own ending for a run whose worker
         # was killed after the run's last commit but before its events were written.
-        marks = [
-            e["at"] for e in run if e["type"] in ("step_started", "run_finished") and "at" in e
+        marks = [  # ISO 8601 with milliseconds (the API's JSON convention)
+            _ts(e["at"])
+            for e in run
+            if e["type"] in ("step_started", "run_finished") and "at" in e
         ]
         out.extend(b - a for a, b in itertools.pairwise(marks) if a >= after)
     return out
