@@ -674,9 +674,7 @@ def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> l
         # A run_finished without "at" is the stream's own ending for a run whose worker
         # was killed after the run's last commit but before its events were written.
         marks = [  # ISO 8601 with milliseconds (the API's JSON convention)
-            _ts(e["at"])
-            for e in run
-            if e["type"] in ("step_started", "run_finished") and "at" in e
+            _ts(e["at"]) for e in run if e["type"] in ("step_started", "run_finished") and "at" in e
         ]
         out.extend(b - a for a, b in itertools.pairwise(marks) if a >= after)
     return out

@@ -35,10 +35,12 @@ __all__ = [
     "ApprovalInbox",
     "ApprovalStore",
     "ArtifactStore",
+    "CarriesEvents",
     "Clock",
     "Commit",
     "CommitResult",
     "ContextRead",
+    "EventCarrier",
     "ForkCommit",
     "ForkStore",
     "ForkableStore",
@@ -294,6 +296,8 @@ class StoreCapabilities:
     """:class:`RunQueue`: queued runs and persisted run events (service mode)."""
     starting_queue: bool = False
     """:class:`~plait.application.claiming.StartingQueue`: claim and start in one write."""
+    carried_events: bool = False
+    """:class:`CarriesEvents`: a run's pending events written inside its next commit."""
     presence: bool = False
     """:class:`~plait.application.claiming.WorkerPresence`: a worker's runs are free as soon
     as its process dies, not when their leases expire."""
@@ -697,6 +701,36 @@ class RunQueue(Protocol):
         ``lease_tokens`` is stale gets none of its events written (an empty list back);
         the other runs' are written."""
         ...
+
+
+class EventCarrier(Protocol):
+    """Run events waiting to be written (a worker's), which a store that can
+    (:class:`CarriesEvents`) writes inside the run's next commit: one transaction, one
+    durable point for the step and the events emitted since the run's last write."""
+
+    def take(self, run_id: str, lease_token: int) -> tuple[NewRunEvent, ...]:
+        """The run's events that are neither written nor being written, if every one was
+        emitted under ``lease_token`` (else none). Once some are taken, the run's later
+        events wait for :meth:`settle` (they are numbered after these); nothing taken,
+        nothing held."""
+        ...
+
+    def settle(self, run_id: str, records: Sequence[RunEventRecord] | None) -> None:
+        """The commit that carried the events :meth:`take` gave landed (``records``: the
+        events as numbered and written) or failed (``None``: nothing of them was written;
+        they are written on their own, as if never taken)."""
+        ...
+
+
+class CarriesEvents(Protocol):
+    """A store that writes a run's pending events inside the run's commits (see
+    :class:`EventCarrier`): only commits fenced by a lease token carry any."""
+
+    def attach_carrier(self, carrier: EventCarrier) -> None:
+        """From now on, each commit of a run takes the run's events from ``carrier``."""
+        ...
+
+    def detach_carrier(self, carrier: EventCarrier) -> None: ...
 
 
 class WebhookStore(Protocol):

@@ -39,11 +39,11 @@ from typing import cast
 from plait.application.claiming import ClaimedRun, StartingQueue, WorkerPresence
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
-from plait.application.ports import RunQueue, TextSink
+from plait.application.ports import CarriesEvents, RunQueue, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError, PlaitError, StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
-from plait.domain.service import EventType, NewRunEvent
+from plait.domain.service import EventType, NewRunEvent, RunEventRecord
 
 __all__ = ["Backoff", "EventEncoder", "Worker", "WorkerStats"]
 
@@ -87,7 +87,15 @@ class _EventSink:
     accumulated while the previous write was in flight, or within ``linger`` seconds of
     the first event, goes out as one write for all the runs this worker drives (one
     durable commit, not one per run or per event: the store's cost per write, not the
-    few milliseconds of delay, is what limits a busy worker)."""
+    few milliseconds of delay, is what limits a busy worker).
+
+    It is also an :class:`~plait.application.ports.EventCarrier`: on a store that carries
+    events (PostgreSQL), a run's commit takes the run's pending events into its own
+    transaction before this sink's next write would: a run's events wait ``hold`` seconds
+    for the run's next commit (the events of a step are emitted just before the commit
+    that ends it), or until the run ends, before this sink writes them itself. A run's
+    events are written by one write at a time, in the order they were emitted: while
+    some are being written (by this sink or inside a commit) the run's later ones wait."""
 
     def __init__(
         self,
@@ -103,12 +111,30 @@ class _EventSink:
         self._now = now
         self._feed = feed
         self._token_of = token_of
-        self._items: asyncio.Queue[tuple[str, NewRunEvent, int | None]] = asyncio.Queue()
+        self._pending: dict[str, list[tuple[NewRunEvent, int | None]]] = {}
+        """Per run, the events not yet written nor being written, in order."""
+        self._busy: set[str] = set()
+        """Runs with events being written (by this sink's write or inside a commit)."""
+        self._carried: dict[str, list[tuple[NewRunEvent, int | None]]] = {}
+        """Events a commit took (:meth:`take`), until it settles."""
+        self._since: dict[str, float] = {}
+        """When each run's pending events began to wait (the loop's clock)."""
+        self._due: set[str] = set()
+        """Runs whose pending events go at the next write, without waiting ``hold``."""
+        self.hold = 0.0
+        """How long a run's events wait for its next commit to carry them (0: no
+        carrying store, none wait)."""
+        self._ready = asyncio.Event()
+        """Set when events may be waiting for a write."""
+        self._changed = asyncio.Event()
+        """Set whenever a write ends (``drain`` looks again)."""
         self._task: asyncio.Task[None] | None = None
         self.linger = linger
         self.outage_seconds = 30.0
         """How long a write of events is retried while the store is unavailable."""
         self._closing = False
+        self.carried = 0
+        """Events written inside their run's commit (told to the feed like the others)."""
 
     def _token(self, run_id: str, event: RunEvent | None = None) -> int | None:
         """The lease token the run's events are written under (fencing): the one of the
@@ -118,11 +144,25 @@ class _EventSink:
             return run.lease_token
         return None if self._token_of is None else self._token_of(run_id)
 
+    def _put(self, run_id: str, encoded: NewRunEvent, token: int | None) -> None:
+        if run_id not in self._pending:
+            self._since[run_id] = asyncio.get_running_loop().time()
+            self._pending[run_id] = []
+        self._pending[run_id].append((encoded, token))
+        self._ready.set()
+
+    def finished(self, run_id: str) -> None:
+        """The run is no longer driven here: no commit will carry its events, write them
+        at the next write."""
+        if run_id in self._pending or run_id in self._busy:
+            self._due.add(run_id)
+            self._ready.set()
+
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
             token = self._token(run_id, event)
             for encoded in self._encode(event, self._now()):
-                self._items.put_nowait((run_id, encoded, token))
+                self._put(run_id, encoded, token)
 
         return observe
 
@@ -132,18 +172,63 @@ class _EventSink:
                 encoded = NewRunEvent(
                     type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta}
                 )
-                self._items.put_nowait((run_id, encoded, self._token(run_id)))
+                self._put(run_id, encoded, self._token(run_id))
 
         return on_text
+
+    # --- EventCarrier: a run's commit takes its events -------------------------------------
+
+    def take(self, run_id: str, lease_token: int) -> tuple[NewRunEvent, ...]:
+        if run_id in self._busy:
+            return ()  # some are being written: these go after them
+        items = self._pending.get(run_id)
+        if not items or any(token != lease_token for _, token in items):
+            return ()
+        del self._pending[run_id]
+        self._since.pop(run_id, None)
+        self._busy.add(run_id)
+        self._carried[run_id] = items
+        return tuple(encoded for encoded, _ in items)
+
+    def settle(self, run_id: str, records: Sequence[RunEventRecord] | None) -> None:
+        items = self._carried.pop(run_id, [])
+        self._busy.discard(run_id)
+        if records is None:  # the commit failed: written alone, first, at once
+            if items:
+                self._pending[run_id] = items + self._pending.get(run_id, [])
+                self._since.setdefault(run_id, asyncio.get_running_loop().time())
+                self._due.add(run_id)
+        else:
+            self.carried += len(records)
+            if self._feed is not None and records:
+                self._feed.notify(run_id, records[-1].seq)
+        if run_id not in self._pending:
+            self._due.discard(run_id)
+        if self._pending:
+            self._ready.set()
+        self._changed.set()
+
+    # --- this sink's own writes ------------------------------------------------------------
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._flush_forever())
 
-    async def drain(self) -> None:
-        await self._items.join()
+    async def drain(self, run_id: str | None = None) -> None:
+        """Until every event emitted so far (of ``run_id``: that run's) is written (or
+        refused, or given up)."""
+
+        def waiting() -> bool:
+            if run_id is None:
+                return bool(self._pending or self._busy)
+            return run_id in self._pending or run_id in self._busy
+
+        while waiting():
+            self._changed.clear()
+            await self._changed.wait()
 
     async def close(self) -> None:
-        self._closing = True  # a shutdown does not wait out an outage
+        self._closing = True  # a shutdown does not wait out an outage, nor a hold
+        self._ready.set()
         await self.drain()
         if self._task is not None:
             self._task.cancel()
@@ -152,24 +237,60 @@ class _EventSink:
 
     async def _flush_forever(self) -> None:
         while True:
-            batch = [await self._items.get()]
+            await self._ready.wait()
+            self._ready.clear()
             if self.linger > 0:  # let the other runs' events of this moment join the write
                 await asyncio.sleep(self.linger)
-            while not self._items.empty():
-                batch.append(self._items.get_nowait())
-            by_run: dict[str, list[NewRunEvent]] = {}
-            tokens: dict[str, int] = {}
-            for run_id, _, token in batch:  # a run's newest claim fences its older events
+            batch = self._take_due()
+            if not batch:  # the rest is being written (settle() wakes this loop) or young
+                wait = self._next_due()
+                if wait is not None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._ready.wait(), wait)
+                    self._ready.set()
+                continue
+            self._busy.update(batch)
+            try:
+                await self._write_batch(batch)
+            finally:
+                self._busy.difference_update(batch)
+                if self._pending:
+                    self._ready.set()
+                self._changed.set()
+
+    def _take_due(self) -> dict[str, list[tuple[NewRunEvent, int | None]]]:
+        """The pending events of the runs not being written whose wait is over."""
+        now = asyncio.get_running_loop().time()
+        batch: dict[str, list[tuple[NewRunEvent, int | None]]] = {}
+        for run_id, items in list(self._pending.items()):
+            if run_id in self._busy:
+                continue
+            if self._closing or run_id in self._due or now - self._since[run_id] >= self.hold:
+                batch[run_id] = items
+                del self._pending[run_id]
+                del self._since[run_id]
+                self._due.discard(run_id)
+        return batch
+
+    def _next_due(self) -> float | None:
+        """Seconds until the next run's wait is over (None: nothing waits)."""
+        waiting = [self._since[run_id] for run_id in self._pending if run_id not in self._busy]
+        if not waiting:
+            return None
+        return max(0.0, min(waiting) + self.hold - asyncio.get_running_loop().time())
+
+    async def _write_batch(self, batch: dict[str, list[tuple[NewRunEvent, int | None]]]) -> None:
+        by_run: dict[str, list[NewRunEvent]] = {}
+        tokens: dict[str, int] = {}
+        for run_id, items in batch.items():  # a run's newest claim fences its older events
+            for _, token in items:
                 if token is not None and token > tokens.get(run_id, -1):
                     tokens[run_id] = token
-            for run_id, encoded, token in batch:
+        for run_id, items in batch.items():
+            for encoded, token in items:
                 if token is None or token == tokens[run_id]:
                     by_run.setdefault(run_id, []).append(encoded)
-            try:
-                await self._write(by_run, tokens)
-            finally:
-                for _ in batch:
-                    self._items.task_done()
+        await self._write(by_run, tokens)
 
     async def _write(self, by_run: dict[str, list[NewRunEvent]], tokens: dict[str, int]) -> None:
         backoff = Backoff()
@@ -206,7 +327,8 @@ class _EventSink:
 class Worker:
     """Drives queued runs of one store; run as many as you like, on any machines.
     ``event_linger_seconds``: how long a run event may wait for others to share its
-    write (see :class:`_EventSink`)."""
+    write; ``event_hold_seconds``: on a store that carries events, how long a run's
+    events may wait for the run's next commit to carry them (see :class:`_EventSink`)."""
 
     def __init__(
         self,
@@ -219,6 +341,7 @@ class Worker:
         grace_seconds: float = 30.0,
         feed: RunEventFeed | None = None,
         event_linger_seconds: float = 0.005,
+        event_hold_seconds: float = 0.025,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -231,6 +354,7 @@ class Worker:
         self._sink = _EventSink(
             queue, encode, service.clock.now, feed, event_linger_seconds, service.lease_token
         )
+        self._event_hold = event_hold_seconds
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._backoff = Backoff()
@@ -253,6 +377,9 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         """Work until ``stop`` is set, then shut down gracefully."""
         self._sink.start()
+        if self.queue.capabilities.carried_events:  # a run's commit takes its events
+            cast("CarriesEvents", self.queue).attach_carrier(self._sink)
+            self._sink.hold = self._event_hold
         next_sweep = 0.0
         clock = self.service.clock
         log.info("worker started", extra={"worker": self.owner})
@@ -438,7 +565,8 @@ class Worker:
         except PlaitError as exc:
             log.error("run failed in the worker: %s", exc.message, extra={**ids, "code": exc.code})
             return
-        await self._sink.drain()
+        self._sink.finished(run.id)
+        await self._sink.drain(run.id)
         self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
         log.info("run %s", status, extra={**ids, "status": status})
 
@@ -456,6 +584,8 @@ class Worker:
                         await task
                     await self._release(run_id)
         await self._sink.close()
+        if self.queue.capabilities.carried_events:
+            cast("CarriesEvents", self.queue).detach_carrier(self._sink)
         log.info("worker stopped", extra={"worker": self.owner})
 
     async def _release(self, run_id: str, *, in_outage: bool = False) -> None:

@@ -1,6 +1,8 @@
 """PostgreSQL side of the commit ports (``start_run``/``commit``): one call of the
 server-side function ``plait_commit`` (see :mod:`.functions`), which locks the
-session row, checks its owner and version, writes the run, its executions and messages.
+session row, checks its owner and version, writes the run, its executions and messages;
+or, with the run's pending events (a worker's, see ``PostgresStore.carry_events``), of
+``plait_commit_events``, which writes them in the same transaction after the commit.
 
 One statement, so one round trip; run in autocommit it is its own transaction, committed
 durably like any other (``synchronous_commit`` stays on). The rules are the shared ones
@@ -19,6 +21,7 @@ from psycopg import errors as pg_errors
 from plait.adapters.stores.postgres.arrays import Bytes, Floats, Ints, Texts
 from plait.adapters.stores.postgres.context_cache import Stamp
 from plait.adapters.stores.shared.rows import execution_row, message_row, run_data
+from plait.adapters.stores.shared.service_rows import event_row
 from plait.adapters.stores.shared.state import (
     check_execution,
     duplicate_message,
@@ -32,9 +35,10 @@ from plait.adapters.stores.shared.state import (
 )
 from plait.application.ports import Commit, CommitResult
 from plait.domain.errors import CorruptStoreError, PlaitError
+from plait.domain.service import NewRunEvent, RunEventRecord
 from plait.domain.session import ExecutionState
 
-__all__ = ["apply"]
+__all__ = ["apply", "apply_with_events"]
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -48,6 +52,13 @@ _CALL = (
     "%b::text[], %b::text[], %b::bytea[], %b::float8[], %b::text[], %b::integer[], "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::integer[])"
 )
+_CALL_EVENTS = (
+    _CALL.replace("plait_commit(", "plait_commit_events(")
+    .replace("o_constraints FROM", "o_constraints, o_seq FROM")
+    .replace("%b::integer[])", "%b::integer[], %b::text[], %b::float8[], %b::text[])")
+)
+_EVENTS_KEY = "run_events_pkey"
+_RETRIES = 5
 
 
 def _params(commit: Commit, start: bool) -> tuple[Any, ...]:
@@ -103,6 +114,44 @@ async def apply(conn: Conn, commit: Commit, *, start: bool) -> tuple[CommitResul
     row = await cur.fetchone()
     assert row is not None
     return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3]))
+
+
+async def apply_with_events(
+    conn: Conn, commit: Commit, events: tuple[NewRunEvent, ...], *, start: bool
+) -> tuple[CommitResult, Stamp, list[RunEventRecord]]:
+    """:func:`apply` and the events of the commit's run (numbered after its last one) in
+    the same statement, so the same transaction: both are written or neither. The commit
+    must be fenced by a lease token (the events are then fenced by the same check). Two
+    writers of one run's events pick the same numbers only if one of them is a stale
+    worker whose write is refused anyway; the primary key turns that into a unique
+    violation, and the statement (rolled back whole) is tried again."""
+    run_id = commit.run.id if commit.run is not None else commit.lease_run_id
+    if commit.lease_token is None or run_id is None:
+        raise ValueError("events ride only with a commit fenced by a lease token")
+    rows = [event_row(run_id, 0, event) for event in events]
+    params = (
+        *_params(commit, start),
+        Texts([r[2] for r in rows]),
+        Floats([r[3] for r in rows]),
+        Texts([r[4] for r in rows]),
+    )
+    for attempt in range(_RETRIES):
+        try:
+            cur = await conn.execute(_CALL_EVENTS, params)
+            break
+        except pg_errors.RaiseException as error:
+            raise _refused(error, commit) from None
+        except pg_errors.UniqueViolation as error:
+            if error.diag.constraint_name != _EVENTS_KEY or attempt == _RETRIES - 1:
+                raise
+    row = await cur.fetchone()
+    assert row is not None
+    first = int(row[4]) - len(events) + 1
+    records = [
+        RunEventRecord(run_id=run_id, seq=first + i, type=e.type, at=e.at, data=e.data)
+        for i, e in enumerate(events)
+    ]
+    return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3])), records
 
 
 def _refused(error: pg_errors.RaiseException, commit: Commit) -> PlaitError:
