@@ -87,7 +87,7 @@ def test_a_commit_writes_the_runs_pending_events_in_its_transaction(url: str) ->
             (2, {"step": 1}),
             (3, {"step": 2}),
         ]
-        assert carrier.settled == [("r1", written[1:])]
+        assert [w for _, w in carrier.settled] == [{"r1": written[1:]}]
         assert [m.message.id for m in await store.read_messages("s1")] == ["m1", "a1"]
         # Nothing pending: the next commit is a plain one, and events go on numbering.
         await store.commit(step(run, 2, "a2"))
@@ -112,7 +112,7 @@ def test_events_of_a_refused_commit_are_not_written(url: str) -> None:
         with pytest.raises(ConflictError):
             await store.commit(step(run, 5, "a1"))  # the session is at version 1
         assert await store.read_run_events("r1") == []
-        assert carrier.settled == [("r1", None)]  # handed back: written on their own
+        assert [w for _, w in carrier.settled] == [None]  # handed back: written on their own
         assert [m.message.id for m in await store.read_messages("s1")] == ["m1"]
 
     run_with(url, go)
@@ -130,7 +130,7 @@ def test_a_stale_writer_writes_neither_its_step_nor_its_events(url: str) -> None
         with pytest.raises(LeaseLostError):
             await store.commit(step(stale, 1, "a1"))
         assert await store.read_run_events("r1") == []
-        assert carrier.settled == [("r1", None)]
+        assert [w for _, w in carrier.settled] == [None]
         assert [m.message.id for m in await store.read_messages("s1")] == ["m1"]
         # The new holder's events ride with its commit.
         assert taken.lease_token is not None
@@ -141,7 +141,7 @@ def test_a_stale_writer_writes_neither_its_step_nor_its_events(url: str) -> None
     run_with(url, go)
 
 
-def test_only_a_commit_fenced_by_a_token_takes_events(url: str) -> None:
+def test_only_a_commit_fenced_by_a_token_takes_events_each_fenced_by_its_own(url: str) -> None:
     async def go(store: PostgresStore) -> None:
         run = await claimed(store)
         assert run.lease_token is not None
@@ -150,11 +150,11 @@ def test_only_a_commit_fenced_by_a_token_takes_events(url: str) -> None:
         carrier.hold("r1", run.lease_token, event(1))
         unfenced = Commit(session_id="s1", expected_version=1, messages=(assistant("a1"),))
         await store.commit(unfenced)
-        assert carrier.taken == [] and await store.read_run_events("r1") == []
-        carrier.pending.clear()
-        carrier.hold("r1", run.lease_token + 5, event(2))  # another token: not taken
+        assert carrier.asked == [] and await store.read_run_events("r1") == []
+        carrier.hold("r1", run.lease_token + 5, event(2))  # under another token: fenced off
         await store.commit(step(run, 2, "a2"))
         assert await store.read_run_events("r1") == []
+        assert [w for _, w in carrier.settled] == [{"r1": []}]
 
     run_with(url, go)
 
@@ -234,3 +234,40 @@ def test_a_worker_writes_most_events_inside_its_runs_commits(url: str) -> None:
             assert kinds.count("step_started") == 2 and kinds.count("tool_result") == 1
             written += len(events)
         assert 0 < worker._sink.carried < written
+
+
+def test_a_commit_carries_the_events_of_the_writers_other_runs(url: str) -> None:
+    async def go(store: PostgresStore) -> None:
+        run = await claimed(store)
+        await store.create_session(new_session("s2"))
+        other = new_run("r2", session_id="s2", status=RunStatus.QUEUED)
+        first = Commit(
+            session_id="s2", expected_version=0, run=other, messages=(user("n1", run_id="r2"),)
+        )
+        await store.start_run(first)
+        second = await store.claim_queued_run(owner="w1", now=1_001.0, expires_at=1_100.0)
+        assert second is not None and second.lease_token is not None
+        assert run.lease_token is not None
+        await store.append_run_events("r2", [event(0)], lease_token=second.lease_token)
+        carrier = RecordingCarrier()
+        store.attach_carrier(carrier)
+        carrier.hold("r1", run.lease_token, event(1))
+        carrier.hold("r2", second.lease_token, event(2), event(3))
+        await store.commit(step(run, 1, "a1"))
+        assert [(e.seq, e.data) for e in await store.read_run_events("r1")] == [(1, {"step": 1})]
+        r2 = await store.read_run_events("r2")
+        assert [(e.seq, e.data) for e in r2] == [
+            (1, {"step": 0}),
+            (2, {"step": 2}),
+            (3, {"step": 3}),
+        ]
+        assert carrier.settled[0][1] == {"r1": await store.read_run_events("r1"), "r2": r2[1:]}
+        # r2 claimed since by another worker: its events under the old token are dropped,
+        # the commit of r1 (still r1's holder) lands.
+        await store.claim_run("r2", owner="w2", now=1_200.0, expires_at=1_300.0)
+        carrier.hold("r2", second.lease_token, event(4))
+        await store.commit(step(run, 2, "a2"))
+        assert len(await store.read_run_events("r2")) == 3
+        assert carrier.settled[1][1] == {"r2": []}
+
+    run_with(url, go)

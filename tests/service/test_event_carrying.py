@@ -1,8 +1,8 @@
-"""A worker's event sink as an :class:`~plait.application.ports.EventCarrier`: a run's
-commit takes the run's pending events (one transaction for the step and its events), the
-run's later events wait until that commit settles, a failed commit's events are written
-on their own before any later one, and events wait ``hold`` for a commit to carry them
-unless the run is over."""
+"""A worker's event sink as an :class:`~plait.application.ports.EventCarrier`: a commit of
+one of its runs takes the pending events of its runs (one transaction for the step and
+the events), a run's later events wait until that commit settles, a failed commit's
+events are written on their own before any later one, and events wait ``hold`` for a
+commit to carry them unless the run ends with no other run driven."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from plait.application.events import RunEvent
+from plait.application.ports import CarriedEvents
 from plait.application.worker import _EventSink
 from plait.domain.service import EventType, NewRunEvent, RunEventRecord
 
@@ -52,8 +53,8 @@ def sink(queue: Queue, *, hold: float = 0.0) -> _EventSink:
     return made
 
 
-def numbers(events: Sequence[NewRunEvent]) -> list[int]:
-    return [int(e.data["n"]) for e in events]
+def numbers(carried: CarriedEvents) -> dict[str, list[int]]:
+    return {r: [int(e.data["n"]) for e in events] for r, events in carried.events.items()}
 
 
 def test_a_commit_takes_the_pending_events_and_later_ones_wait_for_it() -> None:
@@ -64,17 +65,19 @@ def test_a_commit_takes_the_pending_events_and_later_ones_wait_for_it() -> None:
         emit = events.observer("r1")
         emit(1)  # type: ignore[arg-type]
         emit(2)  # type: ignore[arg-type]
+        events.observer("r2")(10)  # type: ignore[arg-type]
         taken = events.take("r1", 7)
-        assert numbers(taken) == [1, 2]
+        assert numbers(taken) == {"r1": [1, 2], "r2": [10]} and taken.tokens == {"r1": 7, "r2": 7}
         emit(3)  # type: ignore[arg-type]
-        assert events.take("r1", 7) == ()  # the first ones are being written
+        assert not events.take("r2", 7)  # the first ones are being written
         events.finished("r1")
         await asyncio.sleep(0.01)
         assert queue.writes == []  # 3 waits for the commit carrying 1 and 2
-        events.settle("r1", queue.number("r1", taken))
+        written = {r: queue.number(r, e) for r, e in taken.events.items()}
+        events.settle(taken, written)
         await asyncio.wait_for(events.drain("r1"), 5)
-        assert queue.writes == [{"r1": [3]}] and queue.last == {"r1": 3}
-        assert events.carried == 2
+        assert queue.writes == [{"r1": [3]}] and queue.last == {"r1": 3, "r2": 1}
+        assert events.carried == 3
         await events.close()
 
     asyncio.run(go())
@@ -89,9 +92,9 @@ def test_a_failed_commits_events_are_written_alone_before_later_ones() -> None:
         emit(1)  # type: ignore[arg-type]
         taken = events.take("r1", 7)
         emit(2)  # type: ignore[arg-type]
-        events.settle("r1", None)  # the commit was refused: nothing of it written
+        events.settle(taken, None)  # the commit was refused: nothing of it written
         await asyncio.wait_for(events.drain("r1"), 5)
-        assert numbers(taken) == [1] and queue.writes == [{"r1": [1, 2]}]
+        assert numbers(taken) == {"r1": [1]} and queue.writes == [{"r1": [1, 2]}]
         assert events.carried == 0
         await events.close()
 
@@ -109,11 +112,13 @@ def test_nothing_is_taken_while_the_sink_writes_the_run_or_under_another_token()
         await asyncio.sleep(0.01)
         assert queue.writes == [{"r1": [1]}]  # in flight
         emit(2)  # type: ignore[arg-type]
-        assert events.take("r1", 7) == ()  # 2 goes after 1: not in a commit now
-        assert events.take("r1", 8) == ()
+        assert not events.take("r1", 7)  # 2 goes after 1: not in a commit now
         queue.gate.set()
         await asyncio.wait_for(events.drain(), 5)
-        assert queue.writes == [{"r1": [1]}, {"r1": [2]}]
+        emit(3)  # type: ignore[arg-type]
+        assert not events.take("r1", 8)  # the committing run's, under another token
+        await asyncio.wait_for(events.drain(), 5)
+        assert queue.writes == [{"r1": [1]}, {"r1": [2]}, {"r1": [3]}]
         await events.close()
 
     asyncio.run(go())

@@ -35,6 +35,7 @@ __all__ = [
     "ApprovalInbox",
     "ApprovalStore",
     "ArtifactStore",
+    "CarriedEvents",
     "CarriesEvents",
     "Clock",
     "Commit",
@@ -703,31 +704,48 @@ class RunQueue(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class CarriedEvents:
+    """Run events a commit takes from an :class:`EventCarrier`: per run, in order, with
+    the lease token each run's are fenced by."""
+
+    events: Mapping[str, tuple[NewRunEvent, ...]]
+    tokens: Mapping[str, int]
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+
 class EventCarrier(Protocol):
     """Run events waiting to be written (a worker's), which a store that can
-    (:class:`CarriesEvents`) writes inside the run's next commit: one transaction, one
-    durable point for the step and the events emitted since the run's last write."""
+    (:class:`CarriesEvents`) writes inside a commit of one of the worker's runs: one
+    transaction, one durable point for the step and the events emitted meanwhile."""
 
-    def take(self, run_id: str, lease_token: int) -> tuple[NewRunEvent, ...]:
-        """The run's events that are neither written nor being written, if every one was
-        emitted under ``lease_token`` (else none). Once some are taken, the run's later
-        events wait for :meth:`settle` (they are numbered after these); nothing taken,
-        nothing held."""
+    def take(self, run_id: str, lease_token: int) -> CarriedEvents:
+        """For a commit of ``run_id`` fenced by ``lease_token``: the events that are
+        neither written nor being written, of that run (if every one was emitted under
+        ``lease_token``) and of the carrier's other runs (each fenced by its own token: a
+        run claimed since gets none written). Once a run's are taken, its later events
+        wait for :meth:`settle` (they are numbered after these); nothing taken, nothing
+        held."""
         ...
 
-    def settle(self, run_id: str, records: Sequence[RunEventRecord] | None) -> None:
-        """The commit that carried the events :meth:`take` gave landed (``records``: the
-        events as numbered and written) or failed (``None``: nothing of them was written;
-        they are written on their own, as if never taken)."""
+    def settle(
+        self, carried: CarriedEvents, written: Mapping[str, Sequence[RunEventRecord]] | None
+    ) -> None:
+        """The commit that carried ``carried`` landed (``written``: per run, the events as
+        numbered and written; none for a run fenced off) or failed (``None``: nothing of
+        them was written; they are written on their own, as if never taken)."""
         ...
 
 
 class CarriesEvents(Protocol):
-    """A store that writes a run's pending events inside the run's commits (see
+    """A store that writes pending run events inside the commits of runs (see
     :class:`EventCarrier`): only commits fenced by a lease token carry any."""
 
     def attach_carrier(self, carrier: EventCarrier) -> None:
-        """From now on, each commit of a run takes the run's events from ``carrier``."""
+        """From now on, each commit of a run fenced by a lease token takes what
+        ``carrier`` gives for it (:meth:`EventCarrier.take`)."""
         ...
 
     def detach_carrier(self, carrier: EventCarrier) -> None: ...

@@ -32,14 +32,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from plait.application.claiming import ClaimedRun, StartingQueue, WorkerPresence
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
-from plait.application.ports import CarriesEvents, RunQueue, TextSink
+from plait.application.ports import CarriedEvents, CarriesEvents, RunQueue, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError, PlaitError, StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
@@ -90,12 +90,14 @@ class _EventSink:
     few milliseconds of delay, is what limits a busy worker).
 
     It is also an :class:`~plait.application.ports.EventCarrier`: on a store that carries
-    events (PostgreSQL), a run's commit takes the run's pending events into its own
-    transaction before this sink's next write would: a run's events wait ``hold`` seconds
-    for the run's next commit (the events of a step are emitted just before the commit
-    that ends it), or until the run ends, before this sink writes them itself. A run's
-    events are written by one write at a time, in the order they were emitted: while
-    some are being written (by this sink or inside a commit) the run's later ones wait."""
+    events (PostgreSQL), any commit of one of this worker's runs takes every pending event
+    of its runs into its own transaction (each run's fenced by its own lease token), so
+    events wait ``hold`` seconds for such a commit (a step's events are emitted just
+    before the commit that ends it, and a busy worker commits every few milliseconds)
+    before this sink writes them itself; a run that ends while no other run is driven
+    here has its last events written at once. A run's events are written by one write at
+    a time, in the order they were emitted: while some are being written (by this sink
+    or inside a commit) the run's later ones wait."""
 
     def __init__(
         self,
@@ -176,34 +178,62 @@ class _EventSink:
 
         return on_text
 
-    # --- EventCarrier: a run's commit takes its events -------------------------------------
+    # --- EventCarrier: a commit takes the pending events ---------------------------------
 
-    def take(self, run_id: str, lease_token: int) -> tuple[NewRunEvent, ...]:
-        if run_id in self._busy:
-            return ()  # some are being written: these go after them
-        items = self._pending.get(run_id)
-        if not items or any(token != lease_token for _, token in items):
-            return ()
-        del self._pending[run_id]
-        self._since.pop(run_id, None)
-        self._busy.add(run_id)
-        self._carried[run_id] = items
-        return tuple(encoded for encoded, _ in items)
+    def take(self, run_id: str, lease_token: int) -> CarriedEvents:
+        """The pending events of every run not being written: the committing run's if all
+        were emitted under ``lease_token``, another run's fenced by its newest token (its
+        events under an older one would be refused anyway: dropped, as :meth:`_write`
+        drops them); a run with unfenced events is left to this sink."""
+        events: dict[str, tuple[NewRunEvent, ...]] = {}
+        tokens: dict[str, int] = {}
+        for pending_run, items in self._pending.items():
+            if pending_run in self._busy:
+                continue  # some are being written: these go after them
+            fences = {token for _, token in items}
+            if pending_run == run_id:
+                if fences != {lease_token}:
+                    continue
+                newest = lease_token
+            else:
+                if None in fences:
+                    continue
+                newest = max(token for token in fences if token is not None)
+            events[pending_run] = tuple(e for e, token in items if token == newest)
+            tokens[pending_run] = newest
+        for taken in events:
+            self._carried[taken] = self._pending.pop(taken)
+            del self._since[taken]
+            self._busy.add(taken)
+        return CarriedEvents(events, tokens)
 
-    def settle(self, run_id: str, records: Sequence[RunEventRecord] | None) -> None:
-        items = self._carried.pop(run_id, [])
-        self._busy.discard(run_id)
-        if records is None:  # the commit failed: written alone, first, at once
-            if items:
-                self._pending[run_id] = items + self._pending.get(run_id, [])
-                self._since.setdefault(run_id, asyncio.get_running_loop().time())
-                self._due.add(run_id)
-        else:
+    def settle(
+        self, carried: CarriedEvents, written: Mapping[str, Sequence[RunEventRecord]] | None
+    ) -> None:
+        now = asyncio.get_running_loop().time()
+        for run_id in carried.events:
+            items = self._carried.pop(run_id, [])
+            self._busy.discard(run_id)
+            records = None if written is None else written.get(run_id, [])
+            if records is None:  # the commit failed: written alone, first, at once
+                if items:
+                    self._pending[run_id] = items + self._pending.pop(run_id, [])
+                    self._since[run_id] = min(now, self._since.get(run_id, now))
+                    self._due.add(run_id)
+                continue
             self.carried += len(records)
-            if self._feed is not None and records:
+            if records and self._feed is not None:
                 self._feed.notify(run_id, records[-1].seq)
-        if run_id not in self._pending:
-            self._due.discard(run_id)
+            elif not records:
+                log.info(
+                    "run %s: %d events from this process were refused (a newer lease holds "
+                    "the run)",
+                    run_id,
+                    len(items),
+                    extra={"run_id": run_id},
+                )
+            if run_id not in self._pending:
+                self._due.discard(run_id)
         if self._pending:
             self._ready.set()
         self._changed.set()
@@ -341,7 +371,7 @@ class Worker:
         grace_seconds: float = 30.0,
         feed: RunEventFeed | None = None,
         event_linger_seconds: float = 0.005,
-        event_hold_seconds: float = 0.025,
+        event_hold_seconds: float = 0.05,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -355,6 +385,8 @@ class Worker:
             queue, encode, service.clock.now, feed, event_linger_seconds, service.lease_token
         )
         self._event_hold = event_hold_seconds
+        self._draining: set[asyncio.Task[None]] = set()
+        """Runs over, whose last events are still to be written (their slots are free)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._backoff = Backoff()
@@ -520,7 +552,8 @@ class Worker:
         self._tasks[run_id] = task
 
         def done(_: asyncio.Task[None]) -> None:
-            self._tasks.pop(run_id, None)
+            if self._tasks.get(run_id) is task:
+                del self._tasks[run_id]
             self._wake.set()
 
         task.add_done_callback(done)
@@ -565,10 +598,21 @@ class Worker:
         except PlaitError as exc:
             log.error("run failed in the worker: %s", exc.message, extra={**ids, "code": exc.code})
             return
-        self._sink.finished(run.id)
+        self._free(run.id)
+        if not self._tasks:  # no other run's commit will carry its last events
+            self._sink.finished(run.id)
         await self._sink.drain(run.id)
         self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
         log.info("run %s", status, extra={**ids, "status": status})
+
+    def _free(self, run_id: str) -> None:
+        """The run is over: its slot is free while its last events wait to be written
+        (inside another run's commit, or by the sink once their hold is over)."""
+        task = self._tasks.pop(run_id, None)
+        if task is not None:
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        self._wake.set()
 
     async def _shut_down(self) -> None:
         tasks = dict(self._tasks)
@@ -584,6 +628,8 @@ class Worker:
                         await task
                     await self._release(run_id)
         await self._sink.close()
+        if self._draining:
+            await asyncio.wait(set(self._draining))
         if self.queue.capabilities.carried_events:
             cast("CarriesEvents", self.queue).detach_carrier(self._sink)
         log.info("worker stopped", extra={"worker": self.owner})

@@ -1,33 +1,40 @@
 """A recording :class:`~plait.application.ports.EventCarrier` (what a worker's event sink
-is to a store that writes a run's pending events inside its commits)."""
+is to a store that writes pending run events inside its commits)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from plait.application.ports import CarriedEvents
 from plait.domain.service import NewRunEvent, RunEventRecord
 
 __all__ = ["RecordingCarrier"]
 
 
 class RecordingCarrier:
-    """Holds events per run under one lease token; records what was taken and settled."""
+    """Holds events per run, each run's under one lease token, and gives all of them to
+    the next commit; records what was asked and settled."""
 
     def __init__(self) -> None:
         self.pending: dict[str, tuple[int, list[NewRunEvent]]] = {}
-        self.taken: list[tuple[str, int]] = []
-        self.settled: list[tuple[str, list[RunEventRecord] | None]] = []
+        self.asked: list[tuple[str, int]] = []
+        self.settled: list[tuple[CarriedEvents, dict[str, list[RunEventRecord]] | None]] = []
 
     def hold(self, run_id: str, lease_token: int, *events: NewRunEvent) -> None:
-        self.pending.setdefault(run_id, (lease_token, []))[1].extend(events)
+        token, held = self.pending.get(run_id, (lease_token, []))
+        self.pending[run_id] = (lease_token, (held if token == lease_token else []) + [*events])
 
-    def take(self, run_id: str, lease_token: int) -> tuple[NewRunEvent, ...]:
-        self.taken.append((run_id, lease_token))
-        token, events = self.pending.get(run_id, (lease_token, []))
-        if token != lease_token or not events:
-            return ()
-        del self.pending[run_id]
-        return tuple(events)
+    def take(self, run_id: str, lease_token: int) -> CarriedEvents:
+        self.asked.append((run_id, lease_token))
+        carried = CarriedEvents(
+            {r: tuple(events) for r, (_, events) in self.pending.items()},
+            {r: token for r, (token, _) in self.pending.items()},
+        )
+        self.pending.clear()
+        return carried
 
-    def settle(self, run_id: str, records: Sequence[RunEventRecord] | None) -> None:
-        self.settled.append((run_id, None if records is None else list(records)))
+    def settle(
+        self, carried: CarriedEvents, written: Mapping[str, Sequence[RunEventRecord]] | None
+    ) -> None:
+        got = None if written is None else {r: list(w) for r, w in written.items()}
+        self.settled.append((carried, got))

@@ -1,7 +1,7 @@
 """PostgreSQL side of the commit ports (``start_run``/``commit``): one call of the
 server-side function ``plait_commit`` (see :mod:`.functions`), which locks the
 session row, checks its owner and version, writes the run, its executions and messages;
-or, with the run's pending events (a worker's, see ``PostgresStore.carry_events``), of
+or, with pending run events (a worker's, see ``PostgresStore.attach_carrier``), of
 ``plait_commit_events``, which writes them in the same transaction after the commit.
 
 One statement, so one round trip; run in autocommit it is its own transaction, committed
@@ -33,9 +33,9 @@ from plait.adapters.stores.shared.state import (
     session_not_found,
     version_conflict,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import CarriedEvents, Commit, CommitResult
 from plait.domain.errors import CorruptStoreError, PlaitError
-from plait.domain.service import NewRunEvent, RunEventRecord
+from plait.domain.service import RunEventRecord
 from plait.domain.session import ExecutionState
 
 __all__ = ["apply", "apply_with_events"]
@@ -54,8 +54,11 @@ _CALL = (
 )
 _CALL_EVENTS = (
     _CALL.replace("plait_commit(", "plait_commit_events(")
-    .replace("o_constraints FROM", "o_constraints, o_seq FROM")
-    .replace("%b::integer[])", "%b::integer[], %b::text[], %b::float8[], %b::text[])")
+    .replace("o_constraints FROM", "o_constraints, o_runs, o_last FROM")
+    .replace(
+        "%b::integer[])",
+        "%b::integer[], %b::text[], %b::text[], %b::float8[], %b::text[], %b::integer[])",
+    )
 )
 _EVENTS_KEY = "run_events_pkey"
 _RETRIES = 5
@@ -117,23 +120,23 @@ async def apply(conn: Conn, commit: Commit, *, start: bool) -> tuple[CommitResul
 
 
 async def apply_with_events(
-    conn: Conn, commit: Commit, events: tuple[NewRunEvent, ...], *, start: bool
-) -> tuple[CommitResult, Stamp, list[RunEventRecord]]:
-    """:func:`apply` and the events of the commit's run (numbered after its last one) in
-    the same statement, so the same transaction: both are written or neither. The commit
-    must be fenced by a lease token (the events are then fenced by the same check). Two
-    writers of one run's events pick the same numbers only if one of them is a stale
-    worker whose write is refused anyway; the primary key turns that into a unique
-    violation, and the statement (rolled back whole) is tried again."""
-    run_id = commit.run.id if commit.run is not None else commit.lease_run_id
-    if commit.lease_token is None or run_id is None:
-        raise ValueError("events ride only with a commit fenced by a lease token")
-    rows = [event_row(run_id, 0, event) for event in events]
+    conn: Conn, commit: Commit, carried: CarriedEvents, *, start: bool
+) -> tuple[CommitResult, Stamp, dict[str, list[RunEventRecord]]]:
+    """:func:`apply` and ``carried`` (run events, each run's fenced by its token and
+    numbered after its last one) in the same statement, so the same transaction: all
+    written or nothing. Returns, per run of ``carried``, the events as written (none
+    for a run whose token is stale). Two writers of one run's events pick the same
+    numbers only if one is a stale worker whose write is refused anyway; the primary
+    key turns that into a unique violation, and the statement (rolled back whole) is
+    tried again."""
+    rows = [event_row(run_id, 0, e) for run_id, events in carried.events.items() for e in events]
     params = (
         *_params(commit, start),
+        Texts([r[0] for r in rows]),
         Texts([r[2] for r in rows]),
         Floats([r[3] for r in rows]),
         Texts([r[4] for r in rows]),
+        Ints([carried.tokens[r[0]] for r in rows]),
     )
     for attempt in range(_RETRIES):
         try:
@@ -146,12 +149,18 @@ async def apply_with_events(
                 raise
     row = await cur.fetchone()
     assert row is not None
-    first = int(row[4]) - len(events) + 1
-    records = [
-        RunEventRecord(run_id=run_id, seq=first + i, type=e.type, at=e.at, data=e.data)
-        for i, e in enumerate(events)
-    ]
-    return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3])), records
+    last = dict(zip(row[4] or (), row[5] or (), strict=True))
+    written: dict[str, list[RunEventRecord]] = {}
+    for run_id, events in carried.events.items():
+        if run_id not in last:
+            written[run_id] = []  # fenced off: nothing written
+            continue
+        first = int(last[run_id]) - len(events) + 1
+        written[run_id] = [
+            RunEventRecord(run_id=run_id, seq=first + i, type=e.type, at=e.at, data=e.data)
+            for i, e in enumerate(events)
+        ]
+    return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3])), written
 
 
 def _refused(error: pg_errors.RaiseException, commit: Commit) -> PlaitError:

@@ -67,6 +67,7 @@ from plait.adapters.stores.shared.state import (
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.application.claiming import ClaimedRun
 from plait.application.ports import (
+    CarriedEvents,
     Commit,
     CommitResult,
     EventCarrier,
@@ -134,7 +135,7 @@ class PostgresStore(PipelinedCommits):
         self._carriers: list[EventCarrier] = []
         self._notices: dict[str, int] = {}
         self._notifying: asyncio.Task[None] | None = None
-        self.notify_linger_seconds = 0.01
+        self.notify_linger_seconds = 0.025
         """How long a notification of written events waits for others to share its
         statement (see :meth:`_notify_soon`)."""
 
@@ -302,45 +303,44 @@ class PostgresStore(PipelinedCommits):
         return await self._apply(commit, start=False)
 
     async def _apply(self, commit: Commit, *, start: bool) -> CommitResult:
-        """One statement; with the run's pending events of an attached carrier (see
-        :meth:`attach_carrier`) when the commit is fenced by a lease token, both in it."""
+        """One statement; when the commit is fenced by a lease token, with the pending
+        run events an attached carrier gives for it (see :meth:`attach_carrier`)."""
         sid = commit.session_id
-        run_id = commit.run.id if commit.run is not None else commit.lease_run_id
-        carrier, events = self._take_events(run_id, commit.lease_token)
+        carrier, carried = self._take_events(commit)
+        written: dict[str, list[RunEventRecord]] = {}
         try:
             if carrier is None:
                 result, stamp = await self._read(lambda conn: apply(conn, commit, start=start))
-                records: list[RunEventRecord] = []
             else:
-                result, stamp, records = await self._read(
-                    lambda conn: apply_with_events(conn, commit, events, start=start)
+                result, stamp, written = await self._read(
+                    lambda conn: apply_with_events(conn, commit, carried, start=start)
                 )
         except BaseException:
             self._contexts.forget(sid)
-            if carrier is not None and run_id is not None:
-                carrier.settle(run_id, None)  # rolled back with the commit: written alone
+            if carrier is not None:
+                carrier.settle(carried, None)  # rolled back with the commit: written alone
             raise
         self._contexts.committed(sid, stamp)
-        if carrier is not None and run_id is not None:
-            carrier.settle(run_id, records)
-            self._notify_soon({run_id: records[-1].seq})
+        if carrier is not None:
+            carrier.settle(carried, written)
+            self._notify_written(written)
         return result
 
-    def _take_events(
-        self, run_id: str | None, lease_token: int | None
-    ) -> tuple[EventCarrier | None, tuple[NewRunEvent, ...]]:
-        if run_id is None or lease_token is None:
-            return None, ()
-        for carrier in self._carriers:
-            events = carrier.take(run_id, lease_token)
-            if events:
-                return carrier, events
-        return None, ()
+    def _take_events(self, commit: Commit) -> tuple[EventCarrier | None, CarriedEvents]:
+        run_id = commit.run.id if commit.run is not None else commit.lease_run_id
+        token = commit.lease_token
+        if run_id is not None and token is not None:
+            for carrier in self._carriers:
+                carried = carrier.take(run_id, token)
+                if carried:
+                    return carrier, carried
+        return None, CarriedEvents({}, {})
 
     def attach_carrier(self, carrier: EventCarrier) -> None:
-        """A run's commit (fenced by a lease token) takes the run's pending events from
-        ``carrier`` and writes them in its own transaction (``plait_commit_events``):
-        one durable flush for the step and its events, and no event write of its own."""
+        """A commit fenced by a lease token takes the pending run events ``carrier`` gives
+        for it (its run's, the carrier's other runs') and writes them in its own
+        transaction (``plait_commit_events``): one durable flush for the step and the
+        events, and no event write of their own."""
         if carrier not in self._carriers:
             self._carriers.append(carrier)
 
