@@ -127,7 +127,9 @@ class _EventSink:
         """How long a run's events wait for its next commit to carry them (0: no
         carrying store, none wait)."""
         self._ready = asyncio.Event()
-        """Set when events may be waiting for a write."""
+        """Set when events may be due for a write (not at each event: see :meth:`_arm`)."""
+        self._timer: asyncio.TimerHandle | None = None
+        """Sets ``_ready`` when the oldest waiting events' hold is over."""
         self._changed = asyncio.Event()
         """Set whenever a write ends (``drain`` looks again)."""
         self._task: asyncio.Task[None] | None = None
@@ -151,7 +153,10 @@ class _EventSink:
             self._since[run_id] = asyncio.get_running_loop().time()
             self._pending[run_id] = []
         self._pending[run_id].append((encoded, token))
-        self._ready.set()
+        if self.hold <= 0:
+            self._ready.set()
+        elif self._timer is None:
+            self._arm()
 
     def finished(self, run_id: str) -> None:
         """The run is no longer driven here: no commit will carry its events, write them
@@ -234,8 +239,9 @@ class _EventSink:
                 )
             if run_id not in self._pending:
                 self._due.discard(run_id)
-        if self._pending:
+        if self._due:
             self._ready.set()
+        self._arm()
         self._changed.set()
 
     # --- this sink's own writes ------------------------------------------------------------
@@ -269,24 +275,41 @@ class _EventSink:
         while True:
             await self._ready.wait()
             self._ready.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if self.linger > 0:  # let the other runs' events of this moment join the write
                 await asyncio.sleep(self.linger)
             batch = self._take_due()
-            if not batch:  # the rest is being written (settle() wakes this loop) or young
-                wait = self._next_due()
-                if wait is not None:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._ready.wait(), wait)
-                    self._ready.set()
+            if not batch:  # the rest is being written (settle() arms again) or young
+                self._arm()
                 continue
             self._busy.update(batch)
             try:
                 await self._write_batch(batch)
             finally:
                 self._busy.difference_update(batch)
-                if self._pending:
+                if self.hold <= 0 and self._pending:
                     self._ready.set()
+                self._arm()
                 self._changed.set()
+
+    def _arm(self) -> None:
+        """Have ``_ready`` set when the oldest events not being written are due (if no
+        such wake-up is set already)."""
+        if self._timer is not None or self._ready.is_set():
+            return
+        wait = self._next_due()
+        if wait is None:
+            return
+        if wait <= 0:
+            self._ready.set()
+            return
+        self._timer = asyncio.get_running_loop().call_later(wait, self._wake_up)
+
+    def _wake_up(self) -> None:
+        self._timer = None
+        self._ready.set()
 
     def _take_due(self) -> dict[str, list[tuple[NewRunEvent, int | None]]]:
         """The pending events of the runs not being written whose wait is over."""
@@ -304,10 +327,14 @@ class _EventSink:
 
     def _next_due(self) -> float | None:
         """Seconds until the next run's wait is over (None: nothing waits)."""
-        waiting = [self._since[run_id] for run_id in self._pending if run_id not in self._busy]
+        waiting = [
+            0.0 if run_id in self._due else self._since[run_id] + self.hold
+            for run_id in self._pending
+            if run_id not in self._busy
+        ]
         if not waiting:
             return None
-        return max(0.0, min(waiting) + self.hold - asyncio.get_running_loop().time())
+        return min(waiting) - asyncio.get_running_loop().time()
 
     async def _write_batch(self, batch: dict[str, list[tuple[NewRunEvent, int | None]]]) -> None:
         by_run: dict[str, list[NewRunEvent]] = {}

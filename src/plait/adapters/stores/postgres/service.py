@@ -84,7 +84,7 @@ _RETRIES = 5
 # orders notifying transactions is not held across a flush.
 _NOTIFY = (
     "SELECT set_config('synchronous_commit', 'off', true), "
-    f"(SELECT count(pg_notify('{CHANNEL}', p)) FROM unnest(%s::text[]) AS p)"
+    f"(SELECT count(pg_notify('{CHANNEL}', p)) FROM unnest(%b::text[]) AS p)"
 )
 _READ = (
     "SELECT run_id, seq, type, at, data FROM run_events WHERE run_id = %s AND seq > %s "
@@ -177,7 +177,7 @@ async def append_batch(
 async def notify(conn: Conn, *, payloads: Sequence[str]) -> None:
     """In autocommit: one statement, its own (not durable) transaction; each payload is
     ``"<run_id> <last seq>"`` of events already committed."""
-    await conn.execute(_NOTIFY, (list(payloads),))
+    await conn.execute(_NOTIFY, (Texts(payloads),))
 
 
 async def read_events(

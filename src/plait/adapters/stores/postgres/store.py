@@ -135,7 +135,7 @@ class PostgresStore(PipelinedCommits):
         self._carriers: list[EventCarrier] = []
         self._notices: dict[str, int] = {}
         self._notifying: asyncio.Task[None] | None = None
-        self.notify_linger_seconds = 0.025
+        self.notify_linger_seconds = 0.05
         """How long a notification of written events waits for others to share its
         statement (see :meth:`_notify_soon`)."""
 
