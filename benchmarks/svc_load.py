@@ -60,6 +60,9 @@ Figures:
   heavyweight lock; ``CPU``: none) and per statement, and lock requests waiting.
 - ``--no-fsync``: a cluster that does not fsync, to split the cost of durability off
   (never a figure of the service).
+- ``--pg-setting NAME=VALUE`` (repeatable): a server setting of the throw-away cluster,
+  e.g. group commit (``commit_delay=100 --pg-setting commit_siblings=2``); reported as
+  ``pg_settings``.
 - ``--no-kill``: nothing is killed (the figure without the killed worker's lease tail).
 - ``SVC_LOAD_PROFILE=DIR``: each worker writes a CPU-time cProfile to ``DIR``.
 """
@@ -78,7 +81,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -301,13 +304,16 @@ def _key(db: str) -> str:
 
 
 @contextlib.contextmanager
-def _store(kind: str, tmp: Path, *, pg_stats: bool, fsync: bool = True) -> Iterator[str]:
+def _store(
+    kind: str, tmp: Path, *, pg_stats: bool, fsync: bool = True, settings: Sequence[str] = ()
+) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp / 'plait.db'}"
         return
     from plait.testing.postgres import temporary_cluster
 
     extra = ["shared_preload_libraries=pg_stat_statements"] if pg_stats else []
+    extra += settings
     with temporary_cluster(fsync=fsync, max_connections=200, settings=extra) as url:
         yield url
 
@@ -523,8 +529,8 @@ async def _watch(http: _Http, run_ids: list[str], lags: list[float]) -> None:
 
     async def follow(run_id: str) -> None:
         async for received, event in http.stream(f"/v1/runs/{run_id}/events"):
-            if "at" in event:
-                lags.append(received - event["at"])
+            if "at" in event:  # ISO 8601 with milliseconds (the API's JSON convention)
+                lags.append(received - _ts(event["at"]))
 
     await asyncio.gather(*[follow(r) for r in run_ids])
 
@@ -673,8 +679,8 @@ def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> l
     for run in events:
         # A run_finished without "at" is the stream's own ending for a run whose worker
         # was killed after the run's last commit but before its events were written.
-        marks = [
-            e["at"] for e in run if e["type"] in ("step_started", "run_finished") and "at" in e
+        marks = [  # ISO 8601 with milliseconds (the API's JSON convention)
+            _ts(e["at"]) for e in run if e["type"] in ("step_started", "run_finished") and "at" in e
         ]
         out.extend(b - a for a, b in itertools.pairwise(marks) if a >= after)
     return out
@@ -762,6 +768,7 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "sse_delivery_ms_p50": _ms(result["lags"], 0.5),
         "sse_delivery_ms_p99": _ms(result["lags"], 0.99),
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        "pg_settings": a.pg_setting,
         **_cpu_report(result["cpu"], len(runs)),
         **_verify(result, ledger),
     }
@@ -924,6 +931,13 @@ def main() -> None:
         help="--no-fsync: a cluster that does not fsync (splits the cost of durability off; "
         "never a figure of the service)",
     )
+    p.add_argument(
+        "--pg-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a server setting of the cluster (repeatable), e.g. commit_delay=100",
+    )
     p.add_argument("--role", choices=["driver", "api", "worker"], default="driver")
     p.add_argument("--db")
     p.add_argument("--port", type=int)
@@ -939,7 +953,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # still clean up
     with (
         tempfile.TemporaryDirectory(prefix="plait-load-") as tmp,
-        _store(a.store, Path(tmp), pg_stats=a.pg_stats, fsync=a.fsync) as db,
+        _store(a.store, Path(tmp), pg_stats=a.pg_stats, fsync=a.fsync, settings=a.pg_setting) as db,
     ):
         report = _run(a, Path(tmp), db)
     print(json.dumps(report))

@@ -38,10 +38,13 @@ __all__ = [
     "ApprovalInbox",
     "ApprovalStore",
     "ArtifactStore",
+    "CarriedEvents",
+    "CarriesEvents",
     "Clock",
     "Commit",
     "CommitResult",
     "ContextRead",
+    "EventCarrier",
     "ForkCommit",
     "ForkStore",
     "ForkableStore",
@@ -300,6 +303,8 @@ class StoreCapabilities:
     """:class:`RunQueue`: queued runs and persisted run events (service mode)."""
     starting_queue: bool = False
     """:class:`~plait.application.claiming.StartingQueue`: claim and start in one write."""
+    carried_events: bool = False
+    """:class:`CarriesEvents`: a run's pending events written inside its next commit."""
     presence: bool = False
     """:class:`~plait.application.claiming.WorkerPresence`: a worker's runs are free as soon
     as its process dies, not when their leases expire."""
@@ -714,6 +719,53 @@ class RunQueue(Protocol):
         ``lease_tokens`` is stale gets none of its events written (an empty list back);
         the other runs' are written."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedEvents:
+    """Run events a commit takes from an :class:`EventCarrier`: per run, in order, with
+    the lease token each run's are fenced by."""
+
+    events: Mapping[str, tuple[NewRunEvent, ...]]
+    tokens: Mapping[str, int]
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+
+class EventCarrier(Protocol):
+    """Run events waiting to be written (a worker's), which a store that can
+    (:class:`CarriesEvents`) writes inside a commit of one of the worker's runs: one
+    transaction, one durable point for the step and the events emitted meanwhile."""
+
+    def take(self, run_id: str, lease_token: int) -> CarriedEvents:
+        """For a commit of ``run_id`` fenced by ``lease_token``: the events that are
+        neither written nor being written, of that run (if every one was emitted under
+        ``lease_token``) and of the carrier's other runs (each fenced by its own token: a
+        run claimed since gets none written). Once a run's are taken, its later events
+        wait for :meth:`settle` (they are numbered after these); nothing taken, nothing
+        held."""
+        ...
+
+    def settle(
+        self, carried: CarriedEvents, written: Mapping[str, Sequence[RunEventRecord]] | None
+    ) -> None:
+        """The commit that carried ``carried`` landed (``written``: per run, the events as
+        numbered and written; none for a run fenced off) or failed (``None``: nothing of
+        them was written; they are written on their own, as if never taken)."""
+        ...
+
+
+class CarriesEvents(Protocol):
+    """A store that writes pending run events inside the commits of runs (see
+    :class:`EventCarrier`): only commits fenced by a lease token carry any."""
+
+    def attach_carrier(self, carrier: EventCarrier) -> None:
+        """From now on, each commit of a run fenced by a lease token takes what
+        ``carrier`` gives for it (:meth:`EventCarrier.take`)."""
+        ...
+
+    def detach_carrier(self, carrier: EventCarrier) -> None: ...
 
 
 class WebhookStore(Protocol):

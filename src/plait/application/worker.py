@@ -32,18 +32,18 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from plait.application.claiming import ClaimedRun, StartingQueue, WorkerPresence
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
-from plait.application.ports import RunQueue, TextSink
+from plait.application.ports import CarriedEvents, CarriesEvents, RunQueue, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError, PlaitError, StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
-from plait.domain.service import EventType, NewRunEvent
+from plait.domain.service import EventType, NewRunEvent, RunEventRecord
 
 __all__ = ["Backoff", "EventEncoder", "Worker", "WorkerStats"]
 
@@ -87,7 +87,17 @@ class _EventSink:
     accumulated while the previous write was in flight, or within ``linger`` seconds of
     the first event, goes out as one write for all the runs this worker drives (one
     durable commit, not one per run or per event: the store's cost per write, not the
-    few milliseconds of delay, is what limits a busy worker)."""
+    few milliseconds of delay, is what limits a busy worker).
+
+    It is also an :class:`~plait.application.ports.EventCarrier`: on a store that carries
+    events (PostgreSQL), any commit of one of this worker's runs takes every pending event
+    of its runs into its own transaction (each run's fenced by its own lease token), so
+    events wait ``hold`` seconds for such a commit (a step's events are emitted just
+    before the commit that ends it, and a busy worker commits every few milliseconds)
+    before this sink writes them itself; a run that ends while no other run is driven
+    here has its last events written at once. A run's events are written by one write at
+    a time, in the order they were emitted: while some are being written (by this sink
+    or inside a commit) the run's later ones wait."""
 
     def __init__(
         self,
@@ -103,12 +113,32 @@ class _EventSink:
         self._now = now
         self._feed = feed
         self._token_of = token_of
-        self._items: asyncio.Queue[tuple[str, NewRunEvent, int | None]] = asyncio.Queue()
+        self._pending: dict[str, list[tuple[NewRunEvent, int | None]]] = {}
+        """Per run, the events not yet written nor being written, in order."""
+        self._busy: set[str] = set()
+        """Runs with events being written (by this sink's write or inside a commit)."""
+        self._carried: dict[str, list[tuple[NewRunEvent, int | None]]] = {}
+        """Events a commit took (:meth:`take`), until it settles."""
+        self._since: dict[str, float] = {}
+        """When each run's pending events began to wait (the loop's clock)."""
+        self._due: set[str] = set()
+        """Runs whose pending events go at the next write, without waiting ``hold``."""
+        self.hold = 0.0
+        """How long a run's events wait for its next commit to carry them (0: no
+        carrying store, none wait)."""
+        self._ready = asyncio.Event()
+        """Set when events may be due for a write (not at each event: see :meth:`_arm`)."""
+        self._timer: asyncio.TimerHandle | None = None
+        """Sets ``_ready`` when the oldest waiting events' hold is over."""
+        self._changed = asyncio.Event()
+        """Set whenever a write ends (``drain`` looks again)."""
         self._task: asyncio.Task[None] | None = None
         self.linger = linger
         self.outage_seconds = 30.0
         """How long a write of events is retried while the store is unavailable."""
         self._closing = False
+        self.carried = 0
+        """Events written inside their run's commit (told to the feed like the others)."""
 
     def _token(self, run_id: str, event: RunEvent | None = None) -> int | None:
         """The lease token the run's events are written under (fencing): the one of the
@@ -118,11 +148,28 @@ class _EventSink:
             return run.lease_token
         return None if self._token_of is None else self._token_of(run_id)
 
+    def _put(self, run_id: str, encoded: NewRunEvent, token: int | None) -> None:
+        if run_id not in self._pending:
+            self._since[run_id] = asyncio.get_running_loop().time()
+            self._pending[run_id] = []
+        self._pending[run_id].append((encoded, token))
+        if self.hold <= 0:
+            self._ready.set()
+        elif self._timer is None:
+            self._arm()
+
+    def finished(self, run_id: str) -> None:
+        """The run is no longer driven here: no commit will carry its events, write them
+        at the next write."""
+        if run_id in self._pending or run_id in self._busy:
+            self._due.add(run_id)
+            self._ready.set()
+
     def observer(self, run_id: str) -> RunObserver:
         def observe(event: RunEvent) -> None:
             token = self._token(run_id, event)
             for encoded in self._encode(event, self._now()):
-                self._items.put_nowait((run_id, encoded, token))
+                self._put(run_id, encoded, token)
 
         return observe
 
@@ -132,18 +179,92 @@ class _EventSink:
                 encoded = NewRunEvent(
                     type=EventType.TEXT_DELTA, at=self._now(), data={"text": delta}
                 )
-                self._items.put_nowait((run_id, encoded, self._token(run_id)))
+                self._put(run_id, encoded, self._token(run_id))
 
         return on_text
+
+    # --- EventCarrier: a commit takes the pending events ---------------------------------
+
+    def take(self, run_id: str, lease_token: int) -> CarriedEvents:
+        """The pending events of every run not being written: the committing run's if all
+        were emitted under ``lease_token``, another run's fenced by its newest token (its
+        events under an older one would be refused anyway: dropped, as :meth:`_write`
+        drops them); a run with unfenced events is left to this sink."""
+        events: dict[str, tuple[NewRunEvent, ...]] = {}
+        tokens: dict[str, int] = {}
+        for pending_run, items in self._pending.items():
+            if pending_run in self._busy:
+                continue  # some are being written: these go after them
+            fences = {token for _, token in items}
+            if pending_run == run_id:
+                if fences != {lease_token}:
+                    continue
+                newest = lease_token
+            else:
+                if None in fences:
+                    continue
+                newest = max(token for token in fences if token is not None)
+            events[pending_run] = tuple(e for e, token in items if token == newest)
+            tokens[pending_run] = newest
+        for taken in events:
+            self._carried[taken] = self._pending.pop(taken)
+            del self._since[taken]
+            self._busy.add(taken)
+        return CarriedEvents(events, tokens)
+
+    def settle(
+        self, carried: CarriedEvents, written: Mapping[str, Sequence[RunEventRecord]] | None
+    ) -> None:
+        now = asyncio.get_running_loop().time()
+        for run_id in carried.events:
+            items = self._carried.pop(run_id, [])
+            self._busy.discard(run_id)
+            records = None if written is None else written.get(run_id, [])
+            if records is None:  # the commit failed: written alone, first, at once
+                if items:
+                    self._pending[run_id] = items + self._pending.pop(run_id, [])
+                    self._since[run_id] = min(now, self._since.get(run_id, now))
+                    self._due.add(run_id)
+                continue
+            self.carried += len(records)
+            if records and self._feed is not None:
+                self._feed.notify(run_id, records[-1].seq)
+            elif not records:
+                log.info(
+                    "run %s: %d events from this process were refused (a newer lease holds "
+                    "the run)",
+                    run_id,
+                    len(items),
+                    extra={"run_id": run_id},
+                )
+            if run_id not in self._pending:
+                self._due.discard(run_id)
+        if self._due:
+            self._ready.set()
+        self._arm()
+        self._changed.set()
+
+    # --- this sink's own writes ------------------------------------------------------------
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._flush_forever())
 
-    async def drain(self) -> None:
-        await self._items.join()
+    async def drain(self, run_id: str | None = None) -> None:
+        """Until every event emitted so far (of ``run_id``: that run's) is written (or
+        refused, or given up)."""
+
+        def waiting() -> bool:
+            if run_id is None:
+                return bool(self._pending or self._busy)
+            return run_id in self._pending or run_id in self._busy
+
+        while waiting():
+            self._changed.clear()
+            await self._changed.wait()
 
     async def close(self) -> None:
-        self._closing = True  # a shutdown does not wait out an outage
+        self._closing = True  # a shutdown does not wait out an outage, nor a hold
+        self._ready.set()
         await self.drain()
         if self._task is not None:
             self._task.cancel()
@@ -152,24 +273,81 @@ class _EventSink:
 
     async def _flush_forever(self) -> None:
         while True:
-            batch = [await self._items.get()]
+            await self._ready.wait()
+            self._ready.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if self.linger > 0:  # let the other runs' events of this moment join the write
                 await asyncio.sleep(self.linger)
-            while not self._items.empty():
-                batch.append(self._items.get_nowait())
-            by_run: dict[str, list[NewRunEvent]] = {}
-            tokens: dict[str, int] = {}
-            for run_id, _, token in batch:  # a run's newest claim fences its older events
+            batch = self._take_due()
+            if not batch:  # the rest is being written (settle() arms again) or young
+                self._arm()
+                continue
+            self._busy.update(batch)
+            try:
+                await self._write_batch(batch)
+            finally:
+                self._busy.difference_update(batch)
+                if self.hold <= 0 and self._pending:
+                    self._ready.set()
+                self._arm()
+                self._changed.set()
+
+    def _arm(self) -> None:
+        """Have ``_ready`` set when the oldest events not being written are due (if no
+        such wake-up is set already)."""
+        if self._timer is not None or self._ready.is_set():
+            return
+        wait = self._next_due()
+        if wait is None:
+            return
+        if wait <= 0:
+            self._ready.set()
+            return
+        self._timer = asyncio.get_running_loop().call_later(wait, self._wake_up)
+
+    def _wake_up(self) -> None:
+        self._timer = None
+        self._ready.set()
+
+    def _take_due(self) -> dict[str, list[tuple[NewRunEvent, int | None]]]:
+        """The pending events of the runs not being written whose wait is over."""
+        now = asyncio.get_running_loop().time()
+        batch: dict[str, list[tuple[NewRunEvent, int | None]]] = {}
+        for run_id, items in list(self._pending.items()):
+            if run_id in self._busy:
+                continue
+            if self._closing or run_id in self._due or now - self._since[run_id] >= self.hold:
+                batch[run_id] = items
+                del self._pending[run_id]
+                del self._since[run_id]
+                self._due.discard(run_id)
+        return batch
+
+    def _next_due(self) -> float | None:
+        """Seconds until the next run's wait is over (None: nothing waits)."""
+        waiting = [
+            0.0 if run_id in self._due else self._since[run_id] + self.hold
+            for run_id in self._pending
+            if run_id not in self._busy
+        ]
+        if not waiting:
+            return None
+        return min(waiting) - asyncio.get_running_loop().time()
+
+    async def _write_batch(self, batch: dict[str, list[tuple[NewRunEvent, int | None]]]) -> None:
+        by_run: dict[str, list[NewRunEvent]] = {}
+        tokens: dict[str, int] = {}
+        for run_id, items in batch.items():  # a run's newest claim fences its older events
+            for _, token in items:
                 if token is not None and token > tokens.get(run_id, -1):
                     tokens[run_id] = token
-            for run_id, encoded, token in batch:
+        for run_id, items in batch.items():
+            for encoded, token in items:
                 if token is None or token == tokens[run_id]:
                     by_run.setdefault(run_id, []).append(encoded)
-            try:
-                await self._write(by_run, tokens)
-            finally:
-                for _ in batch:
-                    self._items.task_done()
+        await self._write(by_run, tokens)
 
     async def _write(self, by_run: dict[str, list[NewRunEvent]], tokens: dict[str, int]) -> None:
         backoff = Backoff()
@@ -206,7 +384,8 @@ class _EventSink:
 class Worker:
     """Drives queued runs of one store; run as many as you like, on any machines.
     ``event_linger_seconds``: how long a run event may wait for others to share its
-    write (see :class:`_EventSink`)."""
+    write; ``event_hold_seconds``: on a store that carries events, how long a run's
+    events may wait for the run's next commit to carry them (see :class:`_EventSink`)."""
 
     def __init__(
         self,
@@ -219,6 +398,7 @@ class Worker:
         grace_seconds: float = 30.0,
         feed: RunEventFeed | None = None,
         event_linger_seconds: float = 0.005,
+        event_hold_seconds: float = 0.05,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -231,6 +411,9 @@ class Worker:
         self._sink = _EventSink(
             queue, encode, service.clock.now, feed, event_linger_seconds, service.lease_token
         )
+        self._event_hold = event_hold_seconds
+        self._draining: set[asyncio.Task[None]] = set()
+        """Runs over, whose last events are still to be written (their slots are free)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._backoff = Backoff()
@@ -253,6 +436,9 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> WorkerStats:
         """Work until ``stop`` is set, then shut down gracefully."""
         self._sink.start()
+        if self.queue.capabilities.carried_events:  # a run's commit takes its events
+            cast("CarriesEvents", self.queue).attach_carrier(self._sink)
+            self._sink.hold = self._event_hold
         next_sweep = 0.0
         clock = self.service.clock
         log.info("worker started", extra={"worker": self.owner})
@@ -393,7 +579,8 @@ class Worker:
         self._tasks[run_id] = task
 
         def done(_: asyncio.Task[None]) -> None:
-            self._tasks.pop(run_id, None)
+            if self._tasks.get(run_id) is task:
+                del self._tasks[run_id]
             self._wake.set()
 
         task.add_done_callback(done)
@@ -438,9 +625,21 @@ class Worker:
         except PlaitError as exc:
             log.error("run failed in the worker: %s", exc.message, extra={**ids, "code": exc.code})
             return
-        await self._sink.drain()
+        self._free(run.id)
+        if not self._tasks:  # no other run's commit will carry its last events
+            self._sink.finished(run.id)
+        await self._sink.drain(run.id)
         self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
         log.info("run %s", status, extra={**ids, "status": status})
+
+    def _free(self, run_id: str) -> None:
+        """The run is over: its slot is free while its last events wait to be written
+        (inside another run's commit, or by the sink once their hold is over)."""
+        task = self._tasks.pop(run_id, None)
+        if task is not None:
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        self._wake.set()
 
     async def _shut_down(self) -> None:
         tasks = dict(self._tasks)
@@ -456,6 +655,10 @@ class Worker:
                         await task
                     await self._release(run_id)
         await self._sink.close()
+        if self._draining:
+            await asyncio.wait(set(self._draining))
+        if self.queue.capabilities.carried_events:
+            cast("CarriesEvents", self.queue).detach_carrier(self._sink)
         log.info("worker stopped", extra={"worker": self.owner})
 
     async def _release(self, run_id: str, *, in_outage: bool = False) -> None:

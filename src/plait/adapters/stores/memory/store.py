@@ -80,6 +80,7 @@ class MemoryStore(PipelinedCommits):
         "commit_probe",
         "second_handle",
         "presence",
+        "carried_events",
     )
 
     def __init__(self) -> None:

@@ -1,6 +1,8 @@
 """PostgreSQL side of the commit ports (``start_run``/``commit``): one call of the
 server-side function ``plait_commit`` (see :mod:`.functions`), which locks the
-session row, checks its owner and version, writes the run, its executions and messages.
+session row, checks its owner and version, writes the run, its executions and messages;
+or, with pending run events (a worker's, see ``PostgresStore.attach_carrier``), of
+``plait_commit_events``, which writes them in the same transaction after the commit.
 
 One statement, so one round trip; run in autocommit it is its own transaction, committed
 durably like any other (``synchronous_commit`` stays on). The rules are the shared ones
@@ -19,6 +21,7 @@ from psycopg import errors as pg_errors
 from plait.adapters.stores.postgres.arrays import Bytes, Floats, Ints, Texts
 from plait.adapters.stores.postgres.context_cache import Stamp
 from plait.adapters.stores.shared.rows import execution_row, message_row, run_data
+from plait.adapters.stores.shared.service_rows import event_row
 from plait.adapters.stores.shared.state import (
     check_execution,
     duplicate_message,
@@ -30,11 +33,12 @@ from plait.adapters.stores.shared.state import (
     session_not_found,
     version_conflict,
 )
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import CarriedEvents, Commit, CommitResult
 from plait.domain.errors import CorruptStoreError, PlaitError
+from plait.domain.service import RunEventRecord
 from plait.domain.session import ExecutionState
 
-__all__ = ["apply"]
+__all__ = ["apply", "apply_with_events"]
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -48,6 +52,16 @@ _CALL = (
     "%b::text[], %b::text[], %b::bytea[], %b::float8[], %b::text[], %b::integer[], "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::integer[])"
 )
+_CALL_EVENTS = (
+    _CALL.replace("plait_commit(", "plait_commit_events(")
+    .replace("o_constraints FROM", "o_constraints, o_runs, o_last FROM")
+    .replace(
+        "%b::integer[])",
+        "%b::integer[], %b::text[], %b::text[], %b::float8[], %b::text[], %b::integer[])",
+    )
+)
+_EVENTS_KEY = "run_events_pkey"
+_RETRIES = 5
 
 
 def _params(commit: Commit, start: bool) -> tuple[Any, ...]:
@@ -103,6 +117,50 @@ async def apply(conn: Conn, commit: Commit, *, start: bool) -> tuple[CommitResul
     row = await cur.fetchone()
     assert row is not None
     return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3]))
+
+
+async def apply_with_events(
+    conn: Conn, commit: Commit, carried: CarriedEvents, *, start: bool
+) -> tuple[CommitResult, Stamp, dict[str, list[RunEventRecord]]]:
+    """:func:`apply` and ``carried`` (run events, each run's fenced by its token and
+    numbered after its last one) in the same statement, so the same transaction: all
+    written or nothing. Returns, per run of ``carried``, the events as written (none
+    for a run whose token is stale). Two writers of one run's events pick the same
+    numbers only if one is a stale worker whose write is refused anyway; the primary
+    key turns that into a unique violation, and the statement (rolled back whole) is
+    tried again."""
+    rows = [event_row(run_id, 0, e) for run_id, events in carried.events.items() for e in events]
+    params = (
+        *_params(commit, start),
+        Texts([r[0] for r in rows]),
+        Texts([r[2] for r in rows]),
+        Floats([r[3] for r in rows]),
+        Texts([r[4] for r in rows]),
+        Ints([carried.tokens[r[0]] for r in rows]),
+    )
+    for attempt in range(_RETRIES):
+        try:
+            cur = await conn.execute(_CALL_EVENTS, params)
+            break
+        except pg_errors.RaiseException as error:
+            raise _refused(error, commit) from None
+        except pg_errors.UniqueViolation as error:
+            if error.diag.constraint_name != _EVENTS_KEY or attempt == _RETRIES - 1:
+                raise
+    row = await cur.fetchone()
+    assert row is not None
+    last = dict(zip(row[4] or (), row[5] or (), strict=True))
+    written: dict[str, list[RunEventRecord]] = {}
+    for run_id, events in carried.events.items():
+        if run_id not in last:
+            written[run_id] = []  # fenced off: nothing written
+            continue
+        first = int(last[run_id]) - len(events) + 1
+        written[run_id] = [
+            RunEventRecord(run_id=run_id, seq=first + i, type=e.type, at=e.at, data=e.data)
+            for i, e in enumerate(events)
+        ]
+    return CommitResult(int(row[0]), bool(row[1])), (int(row[2]), int(row[3])), written
 
 
 def _refused(error: pg_errors.RaiseException, commit: Commit) -> PlaitError:

@@ -1,7 +1,8 @@
 """Live run events across processes on PostgreSQL: one ``LISTEN`` connection per process.
 
-Event writes notify channel :data:`._pg_service.CHANNEL` in their own transaction
-(``"<run_id> <last seq>"``, delivered at commit). :class:`PgEventFeed` holds one listener
+The store notifies channel :data:`._pg_service.CHANNEL` once events are durable
+(``"<run_id> <last seq>"``, in a statement of its own a few milliseconds after the
+write, shared by the events written meanwhile). :class:`PgEventFeed` holds one listener
 connection and fans notifications out to the streams of this process through a
 :class:`~plait.application.event_feed.LocalEventFeed`. While the listener is down (not
 yet connected, or the connection dropped) the feed is not ``live``: waits end after the

@@ -20,6 +20,7 @@ __all__ = [
     "CLAIM_FUNCTION_V9",
     "CLAIM_FUNCTION_V11",
     "CLAIM_FUNCTION_V14",
+    "COMMIT_EVENTS_FUNCTION",
     "COMMIT_FUNCTION",
     "COMMIT_FUNCTION_V8",
     "COMMIT_FUNCTION_V10",
@@ -419,3 +420,57 @@ COMMIT_FUNCTION_V17 = COMMIT_FUNCTION_V14.replace(
         0);
 """,
 )
+
+# Migration 20: a step's commit and run events in one statement, one transaction, one
+# durable flush (issue 27). ``plait_commit`` is called as is (its checks, locks and
+# fencing: the run row is locked and its lease token checked before anything is written,
+# so a writer whose lease was taken over writes neither its step nor its events); the
+# events (of the commit's run and of the writer's other runs) are then written as
+# ``service._APPEND`` writes them: each run's fenced by its own token (a run claimed
+# since gets none), numbered after its last one. Nothing is notified here: ``pg_notify``
+# in a durable transaction holds a database-wide lock until the commit's WAL flush is
+# done, so every step commit of every worker would go one at a time; the store notifies
+# after the commit (see ``store.py``). Each array behind a scalar subquery, as in
+# ``service._APPEND``: the generic plan is kept instead of one made for the values.
+COMMIT_EVENTS_FUNCTION = """
+CREATE FUNCTION plait_commit_events(
+    p_session text, p_expected integer, p_start boolean, p_lease_owner text, p_owner text,
+    p_lease_token bigint, p_lease_run text,
+    r_id text, r_status text, r_started_at float8, r_owner text, r_expires float8,
+    r_data text, r_terminal boolean,
+    e_run text[], e_call text[], e_state text[], e_digest text[], e_data text[],
+    m_id text[], m_kind text[], m_text bytea[], m_at float8[], m_run text[],
+    m_step integer[], m_call text[], m_name text[], m_status text[], m_extra text[],
+    m_schema integer[],
+    v_run text[], v_type text[], v_at float8[], v_data text[], v_token integer[],
+    OUT o_version integer, OUT o_cancel boolean, OUT o_summaries integer,
+    OUT o_constraints bigint, OUT o_runs text[], OUT o_last integer[]
+) LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT c.o_version, c.o_cancel, c.o_summaries, c.o_constraints
+        INTO o_version, o_cancel, o_summaries, o_constraints
+        FROM plait_commit(p_session, p_expected, p_start, p_lease_owner, p_owner,
+            p_lease_token, p_lease_run, r_id, r_status, r_started_at, r_owner, r_expires,
+            r_data, r_terminal, e_run, e_call, e_state, e_digest, e_data, m_id, m_kind,
+            m_text, m_at, m_run, m_step, m_call, m_name, m_status, m_extra, m_schema) AS c;
+    WITH given AS (
+        SELECT * FROM unnest((SELECT v_run), (SELECT v_type), (SELECT v_at),
+                             (SELECT v_data), (SELECT v_token))
+            WITH ORDINALITY AS n(run_id, type, at, data, token, ord)
+    ), fenced AS (
+        SELECT g.* FROM given AS g WHERE EXISTS (
+            SELECT 1 FROM runs AS r WHERE r.id = g.run_id AND r.lease_token = g.token)
+    ), base AS (
+        SELECT f.run_id, coalesce(
+            (SELECT max(ev.seq) FROM run_events AS ev WHERE ev.run_id = f.run_id), 0) AS last
+        FROM (SELECT DISTINCT run_id FROM fenced) AS f
+    ), ins AS (
+        INSERT INTO run_events (run_id, seq, type, at, data)
+        SELECT n.run_id, b.last + row_number() OVER (PARTITION BY n.run_id ORDER BY n.ord),
+            n.type, n.at, n.data
+        FROM fenced AS n JOIN base AS b ON b.run_id = n.run_id
+        RETURNING run_id, seq
+    )
+    SELECT array_agg(x.run_id), array_agg(x.last) INTO o_runs, o_last
+    FROM (SELECT ins.run_id, max(ins.seq) AS last FROM ins GROUP BY ins.run_id) AS x;
+END $$"""

@@ -23,6 +23,7 @@ from plait.adapters.stores.postgres.functions import (
     CLAIM_FUNCTION_V9,
     CLAIM_FUNCTION_V11,
     CLAIM_FUNCTION_V14,
+    COMMIT_EVENTS_FUNCTION,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
@@ -218,6 +219,9 @@ MIGRATIONS += (
     # 19: the owners that hold their presence (see presence.py): their runs are free
     # as soon as their process dies, not when their leases expire.
     (PRESENCE_DDL,),
+    # 20: a step's commit and its run's pending events in one transaction (see
+    # functions.py): one durable flush per step instead of the step's and an event write's.
+    (COMMIT_EVENTS_FUNCTION,),
 )
 
 LATEST = len(MIGRATIONS)

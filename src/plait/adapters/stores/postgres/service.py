@@ -1,6 +1,6 @@
 """Service mode on PostgreSQL: the run queue (``FOR UPDATE SKIP LOCKED``: concurrent
 workers each take a different run without waiting on each other), run events (numbered
-per run, written for many runs in one statement that also notifies listeners, see
+per run, written for many runs in one statement; listeners are notified in another, see
 :mod:`.feed`), and API keys."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = [
     "claim_queued",
     "claim_started",
     "find_key",
+    "notify",
     "read_events",
 ]
 
@@ -49,13 +50,14 @@ CHANNEL = "plait_run_events"
 # One statement, so one implicit transaction: number each run's new events after its last
 # one (read per run from the primary key's index: a join would scan every run's events on
 # each write; two writers of one run pick the same numbers, the primary key turns that
-# into a unique violation and the loser retries), insert them, notify listeners at commit.
+# into a unique violation and the loser retries), insert them. Listeners are notified
+# after the commit, in a statement of its own (see ``notify``).
 # Each array is passed through a scalar subquery: ``unnest`` of a bound value lets the
 # planner see the arrays' lengths, so a plan made for the values (re-planned at every
 # execution, about 0.3 ms of the server's CPU) always looks cheaper than the prepared
 # generic one, which is never used; behind a subquery both estimate alike and the
 # generic plan (the same index lookups) is kept after the first executions.
-_APPEND = f"""
+_APPEND = """
 WITH given AS (
     SELECT * FROM unnest((SELECT %b::text[]), (SELECT %b::text[]), (SELECT %b::float8[]),
                          (SELECT %b::text[]), (SELECT %b::integer[]))
@@ -74,9 +76,16 @@ WITH given AS (
     FROM new n JOIN base b ON b.run_id = n.run_id
     RETURNING run_id, seq
 )
-SELECT run_id, max(seq), pg_notify('{CHANNEL}', run_id || ' ' || max(seq))
-FROM ins GROUP BY run_id"""
+SELECT run_id, max(seq) FROM ins GROUP BY run_id"""
 _RETRIES = 5
+# Notifications of events already durable: a transaction that writes nothing but the
+# notifications need not wait for a WAL flush (``synchronous_commit`` off for it alone:
+# notifications are never durable in PostgreSQL anyway), so the database-wide lock that
+# orders notifying transactions is not held across a flush.
+_NOTIFY = (
+    "SELECT set_config('synchronous_commit', 'off', true), "
+    f"(SELECT count(pg_notify('{CHANNEL}', p)) FROM unnest(%b::text[]) AS p)"
+)
 _READ = (
     "SELECT run_id, seq, type, at, data FROM run_events WHERE run_id = %s AND seq > %s "
     "ORDER BY seq LIMIT %s"
@@ -163,6 +172,12 @@ async def append_batch(
             for i, e in enumerate(events)
         ]
     return out
+
+
+async def notify(conn: Conn, *, payloads: Sequence[str]) -> None:
+    """In autocommit: one statement, its own (not durable) transaction; each payload is
+    ``"<run_id> <last seq>"`` of events already committed."""
+    await conn.execute(_NOTIFY, (Texts(payloads),))
 
 
 async def read_events(

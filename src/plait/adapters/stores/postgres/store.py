@@ -16,6 +16,8 @@ is closed (:mod:`.pool`).
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -33,7 +35,7 @@ from plait.adapters.stores.postgres import (
     webhooks,
 )
 from plait.adapters.stores.postgres import sql as q
-from plait.adapters.stores.postgres.commit import apply
+from plait.adapters.stores.postgres.commit import apply, apply_with_events
 from plait.adapters.stores.postgres.context_cache import ContextCache
 from plait.adapters.stores.postgres.pool import LoopPool
 from plait.adapters.stores.postgres.presence import Presence
@@ -64,7 +66,14 @@ from plait.adapters.stores.shared.state import (
 )
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.application.claiming import ClaimedRun
-from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
+from plait.application.ports import (
+    CarriedEvents,
+    Commit,
+    CommitResult,
+    EventCarrier,
+    ForkCommit,
+    StoreCapabilities,
+)
 from plait.domain.errors import PlaitError, StoreUnavailableError
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval, ApprovalUse
@@ -79,6 +88,7 @@ from plait.domain.webhooks import Delivery, DeliveryAttempt, DeliveryJob, Delive
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
+log = logging.getLogger("plait.events")
 PROBE_SECONDS = 2.0
 """How long the readiness probe may wait for a connection and its commit."""
 OUTAGE_WAIT_SECONDS = 2.0
@@ -122,6 +132,12 @@ class PostgresStore(PipelinedCommits):
         self.health = CommitHealth()
         self._presence: Presence | None = None
         self._settle = presence_settle_seconds
+        self._carriers: list[EventCarrier] = []
+        self._notices: dict[str, int] = {}
+        self._notifying: asyncio.Task[None] | None = None
+        self.notify_linger_seconds = 0.05
+        """How long a notification of written events waits for others to share its
+        statement (see :meth:`_notify_soon`)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
@@ -287,14 +303,76 @@ class PostgresStore(PipelinedCommits):
         return await self._apply(commit, start=False)
 
     async def _apply(self, commit: Commit, *, start: bool) -> CommitResult:
+        """One statement; when the commit is fenced by a lease token, with the pending
+        run events an attached carrier gives for it (see :meth:`attach_carrier`)."""
         sid = commit.session_id
+        carrier, carried = self._take_events(commit)
+        written: dict[str, list[RunEventRecord]] = {}
         try:
-            result, stamp = await self._read(lambda conn: apply(conn, commit, start=start))
+            if carrier is None:
+                result, stamp = await self._read(lambda conn: apply(conn, commit, start=start))
+            else:
+                result, stamp, written = await self._read(
+                    lambda conn: apply_with_events(conn, commit, carried, start=start)
+                )
         except BaseException:
             self._contexts.forget(sid)
+            if carrier is not None:
+                carrier.settle(carried, None)  # rolled back with the commit: written alone
             raise
         self._contexts.committed(sid, stamp)
+        if carrier is not None:
+            carrier.settle(carried, written)
+            self._notify_written(written)
         return result
+
+    def _take_events(self, commit: Commit) -> tuple[EventCarrier | None, CarriedEvents]:
+        run_id = commit.run.id if commit.run is not None else commit.lease_run_id
+        token = commit.lease_token
+        if run_id is not None and token is not None:
+            for carrier in self._carriers:
+                carried = carrier.take(run_id, token)
+                if carried:
+                    return carrier, carried
+        return None, CarriedEvents({}, {})
+
+    def attach_carrier(self, carrier: EventCarrier) -> None:
+        """A commit fenced by a lease token takes the pending run events ``carrier`` gives
+        for it (its run's, the carrier's other runs') and writes them in its own
+        transaction (``plait_commit_events``): one durable flush for the step and the
+        events, and no event write of their own."""
+        if carrier not in self._carriers:
+            self._carriers.append(carrier)
+
+    def detach_carrier(self, carrier: EventCarrier) -> None:
+        if carrier in self._carriers:
+            self._carriers.remove(carrier)
+
+    def _notify_soon(self, last: Mapping[str, int]) -> None:
+        """Tell listeners (other processes' event feeds) that runs have events up to
+        ``last``: once per :attr:`notify_linger_seconds` for everything written meanwhile,
+        in a statement of its own, after the events are durable. Not in the events'
+        transaction: ``NOTIFY`` holds a database-wide lock from the notifying commit until
+        its WAL flush is done, so every notifying commit goes one at a time; a transaction
+        that only notifies need not wait for a flush (it writes nothing durable), so the
+        lock is held for microseconds. A notification lost (an outage) costs the streams
+        a poll interval."""
+        for run_id, seq in last.items():
+            self._notices[run_id] = max(seq, self._notices.get(run_id, 0))
+        task = self._notifying
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._notifying = loop.create_task(self._send_notices())
+
+    async def _send_notices(self) -> None:
+        while self._notices:
+            await asyncio.sleep(self.notify_linger_seconds)
+            notices, self._notices = self._notices, {}
+            payloads = [f"{run_id} {seq}" for run_id, seq in notices.items()]
+            try:
+                await self._read(functools.partial(service.notify, payloads=payloads))
+            except PlaitError as error:
+                log.warning("run events written but not notified: %s", error.message)
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -434,6 +512,14 @@ class PostgresStore(PipelinedCommits):
         return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
 
     async def close(self) -> None:
+        task, self._notifying = self._notifying, None
+        if task is not None and not task.done():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if task.get_loop() is running:
+                await task  # the last notifications go out before the pool closes
         presence, self._presence = self._presence, None
         if presence is not None:
             await presence.close()
@@ -503,7 +589,9 @@ class PostgresStore(PipelinedCommits):
             )
             return (await service.append_batch(conn, {run_id: events}))[run_id]
 
-        return await self._write(op)
+        written = await self._write(op)
+        self._notify_written({run_id: written})
+        return written
 
     async def append_run_events_batch(
         self,
@@ -511,8 +599,15 @@ class PostgresStore(PipelinedCommits):
         *,
         lease_tokens: Mapping[str, int] | None = None,
     ) -> dict[str, list[RunEventRecord]]:
-        # One statement in autocommit (see service.append_batch).
-        return await self._read(lambda conn: service.append_batch(conn, batch, lease_tokens))
+        # One statement in autocommit (see service.append_batch); listeners are told after.
+        written = await self._read(lambda conn: service.append_batch(conn, batch, lease_tokens))
+        self._notify_written(written)
+        return written
+
+    def _notify_written(self, written: Mapping[str, Sequence[RunEventRecord]]) -> None:
+        last = {run_id: records[-1].seq for run_id, records in written.items() if records}
+        if last:
+            self._notify_soon(last)
 
     async def read_run_events(
         self, run_id: str, *, after: int = 0, limit: int | None = None
