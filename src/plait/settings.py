@@ -57,9 +57,9 @@ SERVICE_ENV_HELP = """\
 ``PLAIT_WEBHOOK_TIMEOUT_SECONDS``  one webhook POST (default 10)
 ``PLAIT_WEBHOOK_POLL_SECONDS``  how often idle workers look for due deliveries (default 1)
 ``PLAIT_WEBHOOK_PAUSE_AFTER``  consecutive failures that pause an endpoint (default 20)
-``PLAIT_WEBHOOK_PRIVATE``  ``deny`` (default): a principal's webhooks reach only public
-                           addresses; ``allow``: private networks too (an operator's
-                           endpoints are never restricted)
+``PLAIT_WEBHOOK_PRIVATE_NETWORKS``  ``deny`` (default): a principal's webhooks reach
+                           only public addresses; ``allow``: private networks too (an
+                           operator's endpoints are never restricted)
 =========================  ==========================================================
 """
 
@@ -86,7 +86,8 @@ class ServiceSettings:
     webhook_poll_seconds: float = 1.0
     webhook_pause_after: int = PAUSE_AFTER
     webhook_private_networks: bool = False
-    """Whether a principal's webhooks may reach private networks (``PLAIT_WEBHOOK_PRIVATE``)."""
+    """Whether a principal's webhooks may reach private networks
+    (``PLAIT_WEBHOOK_PRIVATE_NETWORKS``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +197,7 @@ def _service(settings: Settings, flags: Mapping[str, object]) -> ServiceSettings
         webhook_timeout_seconds=_float(env, "PLAIT_WEBHOOK_TIMEOUT_SECONDS", 10.0),
         webhook_poll_seconds=_float(env, "PLAIT_WEBHOOK_POLL_SECONDS", 1.0),
         webhook_pause_after=_int(env, "PLAIT_WEBHOOK_PAUSE_AFTER", PAUSE_AFTER, low=1),
-        webhook_private_networks=_choice(env, "PLAIT_WEBHOOK_PRIVATE", ("deny", "allow"))
+        webhook_private_networks=_choice(env, "PLAIT_WEBHOOK_PRIVATE_NETWORKS", ("deny", "allow"))
         == "allow",
     )
     names = {f.name for f in fields(ServiceSettings)} - {"db", "model"}

@@ -3,7 +3,7 @@ addresses: otherwise any tenant could make the workers POST into the deployment'
 network (the database, a cloud metadata service, an admin port). Checked when each
 delivery is sent, on every address the host resolves to, and the request goes to the
 address that was checked. An operator's endpoints, and deployments that say
-``PLAIT_WEBHOOK_PRIVATE=allow``, are not restricted."""
+``PLAIT_WEBHOOK_PRIVATE_NETWORKS=allow``, are not restricted."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_a_principals_endpoint_on_the_loopback_is_refused_an_operators_is_not() 
         assert refused.status is DeliveryStatus.FAILED
         assert refused.last_error is not None
         assert "127.0.0.1, which is not a public address" in refused.last_error
-        assert "PLAIT_WEBHOOK_PRIVATE=allow" in refused.last_error
+        assert "PLAIT_WEBHOOK_PRIVATE_NETWORKS=allow" in refused.last_error
 
     try:
         run("memory://", body)
@@ -97,7 +97,7 @@ def test_the_request_goes_to_the_checked_address_with_the_urls_host(
 def test_the_setting() -> None:
     env = {"HOME": "/nonexistent"}
     assert not resolve_settings(env=env, service={}).service.webhook_private_networks  # type: ignore[union-attr]
-    allowed = resolve_settings(env={**env, "PLAIT_WEBHOOK_PRIVATE": "allow"}, service={})
+    allowed = resolve_settings(env={**env, "PLAIT_WEBHOOK_PRIVATE_NETWORKS": "allow"}, service={})
     assert allowed.service is not None and allowed.service.webhook_private_networks
-    with pytest.raises(ConfigError, match="PLAIT_WEBHOOK_PRIVATE must be deny or allow"):
-        resolve_settings(env={**env, "PLAIT_WEBHOOK_PRIVATE": "yes"}, service={})
+    with pytest.raises(ConfigError, match="PLAIT_WEBHOOK_PRIVATE_NETWORKS must be deny or allow"):
+        resolve_settings(env={**env, "PLAIT_WEBHOOK_PRIVATE_NETWORKS": "yes"}, service={})

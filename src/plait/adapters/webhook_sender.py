@@ -7,7 +7,7 @@ the request goes to the address that was checked (the ``Host`` header and, over 
 the TLS server name stay the URL's), so a name that resolves elsewhere a moment later
 (DNS rebinding) cannot lead it inside the network. An operator's endpoints (the CLI's, an
 admin's, the config's: no principal) are not restricted, nor any with
-``private_networks=True`` (``PLAIT_WEBHOOK_PRIVATE=allow``)."""
+``private_networks=True`` (``PLAIT_WEBHOOK_PRIVATE_NETWORKS=allow``)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,6 @@ async def check_public(url: httpx.URL) -> _Address:
             raise OSError(
                 f"refused: {host!r} resolves to {address}, which is not a public address; a "
                 "principal's webhook may only reach public addresses "
-                "(PLAIT_WEBHOOK_PRIVATE=allow lets them reach private networks)"
+                "(PLAIT_WEBHOOK_PRIVATE_NETWORKS=allow lets them reach private networks)"
             )
     return addresses[0]
