@@ -391,8 +391,12 @@ class _Shield:
         return denied
 
 
+_CONFIG_ONLY = Policy(protected=())
+"""The defaults' ``protect_config`` alone, for tools made without a policy."""
+
+
 def _config_denied(path: str) -> str | None:
-    verdict = Policy(protected=()).evaluate(CallFacts(tool="", read_only=False, paths=(path,)))
+    verdict = _CONFIG_ONLY.evaluate(CallFacts(tool="", read_only=False, paths=(path,)))
     return verdict.reason if verdict.rule == "protect_config" else None
 
 
