@@ -17,6 +17,7 @@ from plait.domain.compaction import CompactionSettings
 from plait.domain.messages import UserMessage
 from plait.domain.session import Session
 from plait.domain.summary import Constraint
+from tests.compaction.test_loop import scripted, send, service
 
 
 class Counting(MemoryStore):
@@ -73,3 +74,20 @@ def test_one_call_each_otherwise() -> None:
     items = build(store)
     assert sorted(store.calls) == ["get_summary", "list_constraints"]
     assert "never push to main" in items
+
+
+def test_a_run_reads_them_once_per_step() -> None:
+    """With automatic compaction on, a step's context, its post-step check and its
+    post-answer check are built on one read of the summary and constraints (made when
+    the step's context is built); nothing else reads them again."""
+    calls = [{"tool_calls": [{"name": "echo", "arguments": {"text": f"{k}"}}]} for k in range(2)]
+    model = scripted([*calls, {"text": "Done."}], [])
+
+    async def go() -> list[str]:
+        store = Together()
+        agent, _ = service(model, store=store)
+        _, result = await send(agent)
+        assert result.run.status.value == "completed", result.run.error
+        return store.calls
+
+    assert asyncio.run(go()) == ["both"] * 3  # three steps

@@ -276,12 +276,18 @@ class ContextAssembler:
         constraints: tuple[Constraint, ...] | None = None,
         reuse: ContextView | None = None,
         measure: bool = True,
+        read: ViewBasis | None = None,
     ) -> ContextView:
         """The context for ``history`` (the session's whole history, in order). The active
         summary and constraints are read from the store unless given. ``reuse``: a view
         built before; returned as it is if it was built from the same basis as this one.
-        ``measure=False``: nothing is counted (every token figure is 0)."""
-        summary, constraints = await self._read(session_id, summary, constraints)
+        ``measure=False``: nothing is counted (every token figure is 0). ``read``: the
+        basis of a view of the same step boundary, whose summary and constraints (read
+        when it was built) are used instead of reading them again."""
+        if read is not None:
+            summary, constraints = read.summary, read.constraints
+        else:
+            summary, constraints = await self._read(session_id, summary, constraints)
         basis = ViewBasis(
             session_id=session_id,
             profile=profile,

@@ -9,7 +9,7 @@ from plait.domain.compaction import Trigger
 from plait.domain.summary import Summary
 
 if TYPE_CHECKING:
-    from plait.application.compaction._context import ContextView
+    from plait.application.compaction._context import ContextView, ViewBasis
     from plait.application.compaction._summarizer import SummarizeResult
 
 __all__ = ["CompactionOutcome", "RunCompaction", "Status", "outcome"]
@@ -55,6 +55,10 @@ class RunCompaction:
     measured: ContextView | None = None
     """The view the post-step check measured without compacting: the next step's call
     reuses it if nothing it was built from changed meanwhile (taken by that call)."""
+    read: ViewBasis | None = None
+    """What the view of the step in flight was built from (its summary and constraints,
+    read when the step began): the post-answer check of that step builds on it instead
+    of reading again (taken by that check)."""
     since: float | None = None
     """When the run started: the stored summaries made since are its compactions."""
     counted: bool = False

@@ -167,13 +167,14 @@ class CompactionService:
         ``run.measured`` for the next call to reuse. ``run_model``: the model the run is
         driven with (see ``summarizer_follows_run``)."""
         run.measured = None
+        read, run.read = run.read, None
         if not self.settings.auto:
             return None
         model = model or self.routed_model(history)
         if model is None:
             return None
         view = await self.view(
-            session_id, history, model=model, instructions=instructions, tools=tools
+            session_id, history, model=model, instructions=instructions, tools=tools, read=read
         )
         if not view.over_threshold:
             run.measured = view  # nothing compacted: the next call may reuse this context

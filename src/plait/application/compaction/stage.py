@@ -312,6 +312,7 @@ class CompactionStage:
         a window (no profile), nothing is counted: there is no window to check against."""
         state = self.state(active.run.id)
         measured, state.measured = state.measured, None
+        state.read = None
         model = self._routed(active)
         view = await self.view(
             active.session.id, active.history, model, corrections, measured, self._has_window(model)
@@ -320,6 +321,7 @@ class CompactionStage:
             context, tokens = await self._fit(active, view, model, corrections, guard)
         else:
             context, tokens = view.context, view.tokens.total
+            state.read = view.basis
         state.last_measured = tokens
         return context
 
@@ -409,12 +411,17 @@ class CompactionStage:
             profile = self.service.profiles.get(model)
         except TokenMeterModelUnconfiguredError:
             return True
+        state = self._runs.get(active.run.id)
+        read = None if state is None else state.read
+        if state is not None:
+            state.read = None
         view = await self.service.assembler.build(
             active.session.id,
             [*active.history, answer],
             profile=profile,
             instructions=self.instructions,
             tools=self.tools,
+            read=read,
         )
         return view.over_threshold
 
