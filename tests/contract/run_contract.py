@@ -390,3 +390,32 @@ class RunContract(ContractBase):
             ]
 
         self.run(go)
+
+    def test_list_stale_runs_of_one_status(self) -> None:
+        """A worker's sweep asks for stale ``running`` runs only: a queued run without a
+        lease (claimed, not recovered) is not read."""
+
+        async def go(store: Store) -> None:
+            runs = [("s1", "queued", RunStatus.QUEUED), ("s2", "running", RunStatus.RUNNING)]
+            for sid, rid, status in runs:
+                await store.create_session(new_session(sid))
+                await store.start_run(
+                    Commit(
+                        session_id=sid,
+                        expected_version=0,
+                        run=new_run(rid, session_id=sid, status=status),
+                    )
+                )
+            await store.create_session(new_session("s3"))
+            await store.start_run(
+                Commit(session_id="s3", expected_version=0, run=new_run("held", session_id="s3"))
+            )
+            await store.claim_run("held", owner="a", now=0.0, expires_at=200.0)
+            everything = await store.list_stale_runs(now=100.0)
+            assert sorted(r.id for r in everything) == ["queued", "running"]
+            running = await store.list_stale_runs(now=100.0, status=RunStatus.RUNNING)
+            assert [r.id for r in running] == ["running"]
+            queued = await store.list_stale_runs(now=100.0, status=RunStatus.QUEUED)
+            assert [r.id for r in queued] == ["queued"]
+
+        self.run(go)

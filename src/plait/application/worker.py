@@ -543,7 +543,9 @@ class Worker:
 
     async def _recover_stale(self) -> None:
         try:
-            stale = await self.service.store.list_stale_runs(now=self.service.clock.now())
+            stale = await self.service.store.list_stale_runs(
+                now=self.service.clock.now(), status=RunStatus.RUNNING
+            )
         except StoreUnavailableError:
             raise
         except PlaitError as exc:

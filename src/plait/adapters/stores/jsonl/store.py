@@ -107,7 +107,7 @@ from plait.domain.governance import Approval, ApprovalUse
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import matches, search_terms
 from plait.domain.retention import Expiry, Tombstone
-from plait.domain.runs import Run
+from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.summary import Constraint, Summary
 
@@ -424,9 +424,9 @@ class JsonlStore(PipelinedCommits):
         with self._op():
             self._run_write(run_id, "lease", renew)
 
-    async def list_stale_runs(self, *, now: float) -> list[Run]:
+    async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
         with self._op():
-            return stale_runs(self._all_runs(), now)
+            return stale_runs(self._all_runs(), now, status)
 
     # --- artifacts ------------------------------------------------------------------------
 

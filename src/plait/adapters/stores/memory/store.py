@@ -344,10 +344,10 @@ class MemoryStore(PipelinedCommits):
                 run, owner=owner, expires_at=expires_at, lease_token=lease_token
             )
 
-    async def list_stale_runs(self, *, now: float) -> list[Run]:
+    async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
         with self._lock:
             self._check_open()
-            return stale_runs(self._all_runs(), now)
+            return stale_runs(self._all_runs(), now, status)
 
     # --- service mode: queue, events, keys ------------------------------------------------
 

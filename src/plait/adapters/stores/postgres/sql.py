@@ -79,6 +79,7 @@ LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHE
 FENCE = "SELECT lease_token, status FROM runs WHERE id = %s FOR SHARE"
 _STALE = (
     f"SELECT {RUN_COLS} FROM runs WHERE status IN ({_LIVE}) "
+    "AND (%s::text IS NULL OR status = %s::text) "
     "AND (lease_owner IS NULL OR lease_expires_at <= %s{}) ORDER BY started_at, ord"
 )
 STALE = _STALE.format("")

@@ -474,9 +474,10 @@ class PostgresStore(PipelinedCommits):
         check_token(run_id, row[2], lease_token, ended=ended, wanted=owner)
         raise lease_lost(run_id, row[0], row[1], wanted=owner)
 
-    async def list_stale_runs(self, *, now: float) -> list[Run]:
+    async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
         sql = q.STALE_OR_ORPHANED if self._orphans_visible() else q.STALE
-        return [run_from_row(r) for r in await self._all(sql, (now,))]
+        wanted = None if status is None else status.value
+        return [run_from_row(r) for r in await self._all(sql, (wanted, wanted, now))]
 
     def _orphans_visible(self) -> bool:
         """Whether runs of owners whose presence ended count as stale here: only where

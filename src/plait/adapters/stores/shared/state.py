@@ -25,7 +25,7 @@ from plait.domain.errors import (
     SessionNotFoundError,
 )
 from plait.domain.messages import ArtifactRef, Message
-from plait.domain.runs import Lease, Run
+from plait.domain.runs import Lease, Run, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 
 __all__ = [
@@ -370,10 +370,15 @@ def renewed(run: Run, *, owner: str, expires_at: float, lease_token: int | None 
     return replace(run, lease=Lease(owner=owner, expires_at=expires_at))
 
 
-def stale_runs(runs: Iterable[Run], now: float) -> list[Run]:
-    """Non-terminal runs whose lease has expired (or that hold none)."""
+def stale_runs(runs: Iterable[Run], now: float, status: RunStatus | None = None) -> list[Run]:
+    """Non-terminal runs whose lease has expired (or that hold none); ``status``: only
+    runs in that status."""
     return [
-        r for r in runs if not r.status.terminal and (r.lease is None or r.lease.expires_at <= now)
+        r
+        for r in runs
+        if not r.status.terminal
+        and (status is None or r.status is status)
+        and (r.lease is None or r.lease.expires_at <= now)
     ]
 
 

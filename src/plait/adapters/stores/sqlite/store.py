@@ -139,7 +139,7 @@ _RENEW = (
 )
 _LEASE = "SELECT lease_owner, lease_expires_at, lease_token, status FROM runs WHERE id = ?"
 _STALE = (
-    f"SELECT {RUN_COLS} FROM runs WHERE status IN ({LIVE}) "
+    f"SELECT {RUN_COLS} FROM runs WHERE status IN ({LIVE}) AND (? IS NULL OR status = ?) "
     "AND (lease_owner IS NULL OR lease_expires_at <= ?) ORDER BY started_at, rowid"
 )
 
@@ -482,10 +482,12 @@ class SqliteStore:
         ended = not events and row is not None and RunStatus(row[3]).terminal
         check_token(run_id, stored, lease_token, ended=ended, wanted=None)
 
-    async def list_stale_runs(self, *, now: float) -> list[Run]:
+    async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        wanted = None if status is None else status.value
+        params = (wanted, wanted, now)
         return [
             run_from_row(r)
-            for r in await self._db.read(lambda conn: conn.execute(_STALE, (now,)).fetchall())
+            for r in await self._db.read(lambda conn: conn.execute(_STALE, params).fetchall())
         ]
 
     # --- artifacts ------------------------------------------------------------------------
