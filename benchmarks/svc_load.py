@@ -305,7 +305,13 @@ def _key(db: str) -> str:
 
 @contextlib.contextmanager
 def _store(
-    kind: str, tmp: Path, *, pg_stats: bool, fsync: bool = True, settings: Sequence[str] = ()
+    kind: str,
+    tmp: Path,
+    *,
+    pg_stats: bool,
+    fsync: bool = True,
+    settings: Sequence[str] = (),
+    socket: bool = False,
 ) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp / 'plait.db'}"
@@ -314,8 +320,15 @@ def _store(
 
     extra = ["shared_preload_libraries=pg_stat_statements"] if pg_stats else []
     extra += settings
-    with temporary_cluster(fsync=fsync, max_connections=200, settings=extra) as url:
-        yield url
+    if not socket:
+        with temporary_cluster(fsync=fsync, max_connections=200, settings=extra) as url:
+            yield url
+        return
+    from plait.testing.postgres import cluster
+
+    with cluster(fsync=fsync, max_connections=200, settings=extra) as running:
+        # the cluster's Unix socket (created beside its data directory)
+        yield f"postgresql://plait@/plait?host={running.data.parent / 'sock'}&port={running.port}"
 
 
 async def _pg_stats_reset(db: str) -> None:
@@ -938,6 +951,12 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="a server setting of the cluster (repeatable), e.g. commit_delay=100",
     )
+    p.add_argument(
+        "--pg-socket",
+        action="store_true",
+        help="connect to PostgreSQL over its Unix socket (as a service on the database's "
+        "machine would) instead of TCP on 127.0.0.1",
+    )
     p.add_argument("--role", choices=["driver", "api", "worker"], default="driver")
     p.add_argument("--db")
     p.add_argument("--port", type=int)
@@ -953,7 +972,14 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # still clean up
     with (
         tempfile.TemporaryDirectory(prefix="plait-load-") as tmp,
-        _store(a.store, Path(tmp), pg_stats=a.pg_stats, fsync=a.fsync, settings=a.pg_setting) as db,
+        _store(
+            a.store,
+            Path(tmp),
+            pg_stats=a.pg_stats,
+            fsync=a.fsync,
+            settings=a.pg_setting,
+            socket=a.pg_socket,
+        ) as db,
     ):
         report = _run(a, Path(tmp), db)
     print(json.dumps(report))
