@@ -25,11 +25,11 @@ from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
 from plait.domain.session import StoredMessage
-from plait.domain.summary import Facts
 from plait.domain.tools import EffectClass, ToolSpec
 
 if TYPE_CHECKING:
     from plait.domain.retention import Expiry
+    from plait.domain.summary import Facts
 
 __all__ = [
     "MAX_SLICE",
