@@ -1,242 +1,45 @@
-"""Ports: what the application needs from the outside world (docs/architecture.md).
-
-Adapters implement these Protocols; the application never imports a concrete adapter.
-Optional abilities are declared as data (capability values), not as methods that raise.
-"""
+"""Ports of the stores: sessions and their history, runs and leases, artifacts, and what a
+store may also keep (approvals, summaries, token counts, forks, retention), declared in
+its :class:`StoreCapabilities`; one atomic write is a :class:`Commit`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-from plait.application.arguments import check_at_registration
-from plait.domain.messages import ArtifactRef, Message, ToolCall, Usage, VendorState
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import asyncio
 
-    from plait.application.events import RunEvent
-    from plait.domain.context import Context
-    from plait.domain.forks import ForkRecord, WorkspaceSnapshot
+    from plait.domain.forks import ForkRecord
     from plait.domain.governance import Approval, ApprovalUse
+    from plait.domain.messages import ArtifactRef, Message
     from plait.domain.retention import Expiry, Tombstone
     from plait.domain.runs import Run, RunStatus
-    from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
     from plait.domain.session import ExecutionRecord, Session, StoredMessage
     from plait.domain.summary import Constraint, Summary
-    from plait.domain.tools import EffectClass, ToolSpec
-    from plait.domain.webhooks import (
-        Delivery,
-        DeliveryAttempt,
-        DeliveryJob,
-        DeliveryStatus,
-        Endpoint,
-    )
 
 __all__ = [
     "ApprovalInbox",
     "ApprovalStore",
     "ArtifactStore",
-    "CarriedEvents",
-    "CarriesEvents",
-    "Clock",
     "Commit",
     "CommitResult",
     "ContextRead",
-    "EventCarrier",
     "ForkCommit",
     "ForkStore",
     "ForkableStore",
     "HistoryRead",
-    "IdGenerator",
-    "KeyStore",
     "LeaseStore",
-    "LeftoverSweeper",
-    "ModelCapabilities",
-    "ModelClient",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelRole",
     "QueuedCommits",
-    "RawToolCall",
     "RetentionStore",
-    "RunQueue",
     "RunStore",
-    "RunTelemetry",
     "SessionHistory",
     "SessionStore",
     "StoreCapabilities",
     "SummaryStore",
-    "TextSink",
     "TokenCountStore",
-    "TokenMeter",
-    "Tool",
-    "ToolExecutor",
-    "ToolInvocation",
-    "ToolOutput",
-    "WebhookSender",
-    "WebhookStore",
-    "WorkspaceSnapshots",
 ]
-
-ModelRole = Literal["assistant", "reviewer", "summarizer"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelCapabilities:
-    """What an adapter can do. A run checks what it needs when it starts."""
-
-    tool_calls: bool = True
-    structured_output: bool = False
-    streaming: bool = False
-    parallel_tool_calls: bool = True
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    reasoning: bool = False
-    price_input_per_mtok: float | None = None
-    """USD per million input tokens; ``None`` when unknown (a cost ceiling then fails)."""
-    price_output_per_mtok: float | None = None
-    price_cached_input_per_mtok: float | None = None
-
-
-TextSink = Callable[[str], None]
-"""Receives model text as it streams in (deltas, in order). Display only: the persisted
-message is the complete, validated response."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRequest:
-    role: ModelRole
-    context: Context[Any]
-    max_output_tokens: int | None = None
-    on_text: TextSink | None = None
-    """Set to stream: adapters that can stream call it with each text delta."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RawToolCall:
-    """A tool call as the model produced it, before validation. ``arguments`` is the raw
-    JSON text (or an already decoded value, for providers that send objects)."""
-
-    id: str | None
-    name: str
-    arguments: str | dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelResponse:
-    text: str = ""
-    tool_calls: tuple[RawToolCall, ...] = ()
-    usage: Usage = field(default_factory=Usage)
-    model: str | None = None
-    vendor_state: VendorState | None = None
-    structured: Any = None
-    """For roles that expect a structured value (reviewer, summarizer): the decoded JSON."""
-
-
-class ModelClient(Protocol):
-    """Turns a Context into a response. Raises :class:`~plait.domain.errors.ModelError`
-    with a normalized ``model_code`` for provider failures."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def capabilities(self) -> ModelCapabilities: ...
-
-    async def complete(self, request: ModelRequest) -> ModelResponse: ...
-
-
-class TokenMeter(Protocol):
-    """Counts tokens the way one model family does (exact where its tokenizer is available
-    offline, otherwise a conservative estimate). Callers cache per-message counts."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def exact(self) -> bool: ...
-
-    def count_text(self, text: str) -> int: ...
-
-    def count_message(self, message: Message) -> int: ...
-
-    def count_tools(self, tools: tuple[ToolSpec, ...]) -> int: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolInvocation:
-    """One execution of a validated, recorded call."""
-
-    call: ToolCall
-    session_id: str
-    run_id: str
-    workspace: str | None
-    idempotency_key: str
-    """Stable across re-executions of the same call: pass it on to deduplicate."""
-    output_cap_bytes: int = 32_000
-    """How much output the model will see; a tool producing more should spool the whole
-    output to a file (:attr:`ToolOutput.spool_path`) rather than hold it in memory."""
-    time_limit_seconds: float | None = None
-    """The time limit the runner enforces on this call (None: none). At the limit the
-    executor's task is cancelled; work it handed to a thread cannot be cancelled and must
-    stop by this limit on its own (see "Writing tools" in the README)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolOutput:
-    content: str
-    media_type: str = "text/plain"
-    failed: bool = False
-    """True when the tool ran but reports failure (e.g. a command exited non-zero)."""
-    spool_path: str | None = None
-    """The whole output, when the tool wrote it to a temporary file instead of holding it
-    in memory (``content`` is then a capped view). The runner moves the file into an
-    artifact and removes it."""
-
-
-class ToolExecutor(Protocol):
-    """Runs a call. Raise :class:`~plait.domain.errors.ToolError` for failures the model
-    should read; any other exception is reported as an internal tool failure."""
-
-    async def __call__(self, invocation: ToolInvocation) -> ToolOutput: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Tool:
-    spec: ToolSpec
-    execute: ToolExecutor
-    stoppable: bool = True
-    """Cancelling the executor's task really stops it. When False, a cancelled run waits
-    for the call to finish (within its timeout) and records what really happened."""
-    effect_of: Callable[[dict[str, Any]], EffectClass] | None = None
-    """The effect class of one call, from its arguments, where the tool can prove more
-    than ``spec.effect`` says: e.g. a compare-and-write with a content hash is
-    idempotent. Recorded with the call when it is requested, so recovery uses it."""
-    own_deadline: bool = False
-    """The call keeps to a deadline of its own (a sub-agent's child run, whose budget is
-    within the run's): the run's ``tool_timeout_seconds`` does not apply to it, only the
-    run's deadline."""
-
-    def __post_init__(self) -> None:
-        check_at_registration(self.spec)  # a bad schema is refused here, naming the tool
-
-
-class Clock(Protocol):
-    def now(self) -> float:
-        """Wall-clock time, seconds since the epoch (UTC)."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds on a monotonic clock, for deadlines."""
-        ...
-
-
-class IdGenerator(Protocol):
-    def new(self, prefix: str) -> str:
-        """A fresh id like ``msg_01J...``; unique across processes."""
-        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -652,233 +455,3 @@ class ForkStore(Protocol):
 
 class ForkableStore(SessionStore, ForkStore, SummaryStore, Protocol):
     """A session store that can fork (and hand summaries on to a branch)."""
-
-
-class WorkspaceSnapshots(Protocol):
-    """Takes explicit workspace snapshots for forks (git work trees only)."""
-
-    def take(self, workspace: str, *, name: str, message: str) -> WorkspaceSnapshot:
-        """Commit the working tree (tracked and untracked, not ignored) on a private ref
-        without touching the user's index, and check it out as a separate worktree.
-        Raises :class:`~plait.domain.errors.ConfigError` for a workspace that is not in a
-        git work tree."""
-        ...
-
-    def discard(self, snapshot: WorkspaceSnapshot) -> None:
-        """Remove the worktree and the ref of a snapshot no branch uses."""
-        ...
-
-
-class RunQueue(Protocol):
-    """Queued runs and their persisted events (service mode, docs/design.md#surfaces).
-
-    A queued run is stored by :meth:`RunStore.start_run` with status ``queued`` and
-    no lease; a worker takes it with :meth:`claim_queued_run`.
-    """
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        """The store's (``starting_queue``: it also claims and starts in one write)."""
-        ...
-
-    async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
-        """Lease the oldest ``queued`` run that is free (no lease, or an expired one) to
-        ``owner``, atomically (two workers never get the same run), with a new lease
-        token (as :meth:`LeaseStore.claim_run`); ``None`` if none."""
-        ...
-
-    async def count_queued_runs(self, *, now: float) -> int:
-        """How many ``queued`` runs no worker holds a live lease on at ``now`` (the
-        queue's depth, for telemetry): a run claimed by :meth:`claim_queued_run` stays
-        ``queued`` until its worker starts it, and is not counted."""
-        ...
-
-    async def append_run_events(
-        self, run_id: str, events: Sequence[NewRunEvent], *, lease_token: int | None = None
-    ) -> list[RunEventRecord]:
-        """Number the events after the run's last one (``seq`` from 1, no gaps) and store
-        them in one write. ``lease_token``: the writer's token (see :class:`Commit`); a
-        stale one is refused with :class:`~plait.domain.errors.LeaseLostError`, nothing
-        written."""
-        ...
-
-    async def read_run_events(
-        self, run_id: str, *, after: int = 0, limit: int | None = None
-    ) -> list[RunEventRecord]:
-        """Events with ``seq > after`` in order (an unknown run has none)."""
-        ...
-
-    async def append_run_events_batch(
-        self,
-        batch: Mapping[str, Sequence[NewRunEvent]],
-        *,
-        lease_tokens: Mapping[str, int] | None = None,
-    ) -> dict[str, list[RunEventRecord]]:
-        """:meth:`append_run_events` for several runs in one durable write (a worker
-        flushes the events of every run it drives at once). A run whose token in
-        ``lease_tokens`` is stale gets none of its events written (an empty list back);
-        the other runs' are written."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class CarriedEvents:
-    """Run events a commit takes from an :class:`EventCarrier`: per run, in order, with
-    the lease token each run's are fenced by."""
-
-    events: Mapping[str, tuple[NewRunEvent, ...]]
-    tokens: Mapping[str, int]
-
-    def __bool__(self) -> bool:
-        return bool(self.events)
-
-
-class EventCarrier(Protocol):
-    """Run events waiting to be written (a worker's), which a store that can
-    (:class:`CarriesEvents`) writes inside a commit of one of the worker's runs: one
-    transaction, one durable point for the step and the events emitted meanwhile."""
-
-    def take(self, run_id: str, lease_token: int) -> CarriedEvents:
-        """For a commit of ``run_id`` fenced by ``lease_token``: the events that are
-        neither written nor being written, of that run (if every one was emitted under
-        ``lease_token``) and of the carrier's other runs (each fenced by its own token: a
-        run claimed since gets none written). Once a run's are taken, its later events
-        wait for :meth:`settle` (they are numbered after these); nothing taken, nothing
-        held."""
-        ...
-
-    def settle(
-        self, carried: CarriedEvents, written: Mapping[str, Sequence[RunEventRecord]] | None
-    ) -> None:
-        """The commit that carried ``carried`` landed (``written``: per run, the events as
-        numbered and written; none for a run fenced off) or failed (``None``: nothing of
-        them was written; they are written on their own, as if never taken)."""
-        ...
-
-
-class CarriesEvents(Protocol):
-    """A store that writes pending run events inside the commits of runs (see
-    :class:`EventCarrier`): only commits fenced by a lease token carry any."""
-
-    def attach_carrier(self, carrier: EventCarrier) -> None:
-        """From now on, each commit of a run fenced by a lease token takes what
-        ``carrier`` gives for it (:meth:`EventCarrier.take`)."""
-        ...
-
-    def detach_carrier(self, carrier: EventCarrier) -> None: ...
-
-
-class WebhookStore(Protocol):
-    """Webhook endpoints and their outbox (see :mod:`plait.domain.webhooks`). The store
-    writes an event and its deliveries in the same transaction as the state change the
-    event announces; these methods register endpoints and move deliveries along."""
-
-    async def add_webhook(self, endpoint: Endpoint) -> None: ...
-
-    async def put_webhook(self, endpoint: Endpoint) -> None:
-        """Add, or update the url, events, secret and principal of the endpoint with that
-        id, keeping its status, failures and deliveries (endpoints of the config)."""
-        ...
-
-    async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
-        """Every endpoint, or those registered by ``principal``."""
-        ...
-
-    async def get_webhook(self, endpoint_id: str) -> Endpoint:
-        """Raises :class:`~plait.domain.errors.WebhookNotFoundError`."""
-        ...
-
-    async def remove_webhook(self, endpoint_id: str) -> None:
-        """The endpoint and its deliveries; raises ``WebhookNotFoundError``."""
-        ...
-
-    async def resume_webhook(self, endpoint_id: str, *, now: float) -> Endpoint:
-        """Active again, failure count reset, its pending deliveries due ``now``."""
-        ...
-
-    async def list_deliveries(
-        self,
-        *,
-        endpoint_id: str | None = None,
-        status: DeliveryStatus | None = None,
-        principal: str | None = None,
-        limit: int = 100,
-    ) -> list[Delivery]:
-        """Newest first; ``principal``: of that principal's endpoints only."""
-        ...
-
-    async def claim_deliveries(
-        self, *, owner: str, now: float, expires_at: float, limit: int
-    ) -> list[DeliveryJob]:
-        """Lease up to ``limit`` due pending deliveries of active endpoints to ``owner``
-        until ``expires_at`` (counting an attempt); one whose lease expired (its worker
-        died mid-delivery) is due again. Two claimers never get the same delivery."""
-        ...
-
-    async def finish_delivery(self, attempt: DeliveryAttempt) -> None:
-        """Record an attempt: delivered, or due again at ``retry_at`` (``None``: failed
-        for good); the endpoint is paused after ``pause_after`` consecutive failures. A
-        delivery no longer pending (another worker delivered it after this one's lease
-        expired) is left as it is."""
-        ...
-
-
-class KeyStore(Protocol):
-    """API keys, stored by their SHA-256 only."""
-
-    async def add_api_key(self, key: ApiKey) -> None: ...
-
-    async def find_api_key(self, key_hash: str) -> ApiKey | None: ...
-
-
-class LeftoverSweeper(Protocol):
-    """Removes what interrupted atomic writes left in a workspace (``.plait-*.tmp`` files
-    that a killed process wrote but never renamed into place)."""
-
-    def sweep(self, workspace: str, *, older_than: float) -> list[str]:
-        """Remove such files last modified before ``older_than`` (epoch seconds; a live
-        writer's fresh temporary file is left alone); return their paths."""
-        ...
-
-
-class RunTelemetry(Protocol):
-    """Traces and metrics of runs (docs/design.md#surfaces), e.g. OpenTelemetry. The loop tells it
-    when this process begins driving a run (a *segment*: the run's start, or its continuation
-    after a crash, a worker's claim or a person's answer), every run event, and when the
-    segment stops. Off (``None``), nothing is called."""
-
-    def begin(self, run: Run, how: str) -> str | None:
-        """This process starts driving ``run`` (``how``: ``started``, ``queued``,
-        ``claimed``, ``recovered``, ``resumed``). Returns the trace context to store with
-        the run when it has none yet (else ``None``); a run that has one continues that
-        trace, its new span linked to the stored one."""
-        ...
-
-    def observe(self, event: RunEvent) -> None:
-        """A run event (quick, must not raise)."""
-        ...
-
-    def end(self, run: Run, error: BaseException | None = None) -> None:
-        """The segment ended: the run ended or waits (``run``'s status says which), or
-        ``error`` stopped this process driving it (lease lost, store failure)."""
-        ...
-
-    def queue_depth(self, depth: int) -> None:
-        """A worker polled the queue and saw ``depth`` queued runs."""
-        ...
-
-    def forked(self, source_session_id: str, session: Session, parent_trace: str | None) -> None:
-        """A fork created ``session`` from ``source_session_id``; ``parent_trace``: the
-        trace context of the source session's latest run, which the fork's span links to."""
-        ...
-
-
-class WebhookSender(Protocol):
-    """POSTs one signed delivery; returns the HTTP status, raises ``OSError`` (or a
-    subclass) when nothing came back (refused, reset, timed out). ``public_only``: the
-    endpoint is a principal's, which may only reach public addresses (unless the
-    deployment allows private networks)."""
-
-    async def post(
-        self, url: str, *, body: str, headers: Mapping[str, str], public_only: bool = False
-    ) -> int: ...
