@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "RECALL_SPEC": "recall",
+    "RECALL_SPEC": "recall_offer",
     "TEMPLATE_VERSION": "_render",
     "CompactionOutcome": "service",
     "CompactionService": "service",
@@ -61,7 +61,7 @@ _LAZY = {
     "Summarizer": "_summarizer",
     "TokenBreakdown": "_context",
     "merge_bodies": "_summarizer",
-    "recall_tool": "recall",
+    "recall_tool": "recall_offer",
     "render_preamble": "_render",
 }
 
