@@ -33,13 +33,12 @@ from plait.adapters.tools._paths import (
     replace_file,
 )
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
-from plait.adapters.tools.file_tools import workspace_tools
 from plait.domain.errors import ToolError
 
 if TYPE_CHECKING:  # the typed models import pydantic: parsed at a tool's first call
     from plait.adapters.tools._specs import EditFile, ListDir, ReadFile, WriteFile
 
-__all__ = ["WorkspaceLimits", "perform", "workspace_tools"]
+__all__ = ["WorkspaceLimits", "perform"]
 
 # --- helpers --------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from plait.application.compaction._profiles import ModelProfile, ModelProfiles
     from plait.application.compaction._render import TEMPLATE_VERSION, render_preamble
     from plait.application.compaction._summarizer import Summarizer, merge_bodies
-    from plait.application.compaction.recall import RECALL_SPEC, recall_tool
+    from plait.application.compaction.recall_offer import RECALL_SPEC, recall_tool
     from plait.application.compaction.service import (
         CompactionOutcome,
         CompactionService,

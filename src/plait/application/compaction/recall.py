@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from plait.application.compaction._recall_limits import MAX_SLICE
 from plait.application.compaction._render import render_message
-from plait.application.compaction.recall_offer import RECALL_SPEC, recall_tool
 from plait.application.expiries import expiries_of
 from plait.application.ports import ToolInvocation, ToolOutput
 from plait.domain.errors import ArtifactNotFoundError
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_SLICE",
-    "RECALL_SPEC",
     "ArtifactSlice",
     "ExpiredSource",
     "answer",
@@ -40,7 +38,6 @@ __all__ = [
     "facts_matching",
     "find_artifact",
     "find_message",
-    "recall_tool",
     "search",
 ]
 
