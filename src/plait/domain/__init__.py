@@ -87,11 +87,13 @@ _MODULES = {
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # lazy: importlib, and the one domain module that defines the name
-    import importlib
+if not TYPE_CHECKING:  # type checkers see the imports above: a misspelt name is an error
 
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        # lazy: importlib, and the one domain module that defines the name
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)

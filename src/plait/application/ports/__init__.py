@@ -164,13 +164,15 @@ _GROUPS = {
 _GROUP_OF = {name: group for group, names in _GROUPS.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    group = _GROUP_OF.get(name)
-    if group is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # lazy: importlib, and the one group of ports that defines the name
-    import importlib
+if not TYPE_CHECKING:  # type checkers see the imports above: a misspelt name is an error
 
-    value = getattr(importlib.import_module(f"{__name__}.{group}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
+    def __getattr__(name: str) -> Any:
+        group = _GROUP_OF.get(name)
+        if group is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        # lazy: importlib, and the one group of ports that defines the name
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{group}"), name)
+        globals()[name] = value  # found directly from now on
+        return value
