@@ -30,7 +30,7 @@ from plait.adapters.tools.sandbox import (
     sandbox_problem,
     with_policy,
 )
-from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.ports import Tool
 from plait.domain.errors import ToolError
 from plait.domain.policy import PLAIT_CONFIG_FILES, Policy
 from plait.domain.tools import EffectClass, ToolSpec
@@ -38,6 +38,7 @@ from plait.domain.tools import EffectClass, ToolSpec
 if TYPE_CHECKING:
     from plait.adapters.tools._git import GitScan
     from plait.adapters.tools._proc import Capture, Outcome
+    from plait.application.ports import ToolInvocation, ToolOutput
 
 __all__ = ["command_tools"]
 
@@ -175,6 +176,7 @@ class _Runner:
         # lazy: the git scan and shutil, bz2, lzma (~3 ms of start-up), at the first
         # command, not when the tools are built
         from plait.adapters.tools._git import scan_git, undo_new_git
+        from plait.application.ports import ToolOutput  # lazy: a call's output type (~0.7 ms)
 
         git: GitScan | None = None
         if self.protect_git:

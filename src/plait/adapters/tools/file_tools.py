@@ -10,16 +10,19 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.adapters.tools._catalog import SPECS, parse
 from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._limits import WorkspaceLimits
-from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.ports import Tool
 from plait.domain.errors import ToolError
 from plait.domain.policy import Action, CallFacts, Policy
 from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:
+    from plait.application.ports import ToolInvocation, ToolOutput
 
 __all__ = ["workspace_tools"]
 
@@ -91,6 +94,9 @@ def _tool(spec: ToolSpec, limits: WorkspaceLimits, shield: _Shield) -> Tool:
         except asyncio.CancelledError:  # a timeout or a cancellation of the run
             deadline.stop()
             raise
+        # lazy: a call's output type (~0.7 ms of start-up), at the first call
+        from plait.application.ports import ToolOutput
+
         return ToolOutput(content=content)
 
     # Reading tools stop at their next check when cancelled. A write is short and bounded

@@ -4,12 +4,15 @@ opens creates none of what answering it needs (issue 27 item 4)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.application.arguments import cached_schemas
 from plait.application.compaction._recall_limits import SCHEMA_FILE
-from plait.application.ports.tools import Tool, ToolInvocation, ToolOutput
+from plait.application.ports import Tool
 from plait.domain.tools import EffectClass, ToolSpec
+
+if TYPE_CHECKING:
+    from plait.application.ports import ToolInvocation, ToolOutput
 
 __all__ = ["RECALL_SPEC", "recall_tool"]
 

@@ -4,12 +4,14 @@ Adapters implement these Protocols; the application never imports a concrete ada
 Optional abilities are declared as data (capability values), not as methods that raise.
 
 The ports are grouped by what uses them: :mod:`.model` (model clients and token meters),
-:mod:`.tools` (tools and their executors), :mod:`.stores` (the session store, its commits
-and capabilities, and what a store may also keep), :mod:`.system` (clock, ids, workspace
-snapshots, leftovers, telemetry) and :mod:`.service` (service mode: the run queue, run
-events, webhooks, API keys). Every name is importable from this package as well; it is
-loaded at its first use (PEP 562), with its group alone, so a process that opens a store
-and builds tools does not create the ports of models or of service mode (issue 27 item 4).
+:mod:`.tools` (tools and their executors), :mod:`.calls` (one call of a tool: its
+invocation and output), :mod:`.stores` (the session store, its commits and capabilities,
+and what a store may also keep), :mod:`.system` (clock, ids, workspace snapshots,
+leftovers, telemetry) and :mod:`.service` (service mode: the run queue, run events,
+webhooks, API keys). Every name is importable from this package as well; it is loaded at
+its first use (PEP 562), with its group alone, so a process that opens a store and builds
+tools does not create the ports of models, of tool calls or of service mode (issue 27
+item 4).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from plait.application.ports.calls import ToolInvocation, ToolOutput
     from plait.application.ports.model import (
         ModelCapabilities,
         ModelClient,
@@ -67,8 +70,6 @@ if TYPE_CHECKING:
     from plait.application.ports.tools import (
         Tool,
         ToolExecutor,
-        ToolInvocation,
-        ToolOutput,
     )
 
 __all__ = [
@@ -128,7 +129,8 @@ _GROUPS = {
         "TextSink",
         "TokenMeter",
     ),
-    "tools": ("Tool", "ToolExecutor", "ToolInvocation", "ToolOutput"),
+    "tools": ("Tool", "ToolExecutor"),
+    "calls": ("ToolInvocation", "ToolOutput"),
     "stores": (
         "ApprovalInbox",
         "ApprovalStore",
