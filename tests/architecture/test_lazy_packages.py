@@ -11,7 +11,7 @@ import pytest
 import plait.application.ports as ports
 import plait.domain as domain
 
-GROUPS = ("model", "tools", "calls", "stores", "system", "service")
+GROUPS = ("model", "tools", "calls", "stores", "writes", "system", "service")
 DOMAIN_MODULES = ("context", "errors", "messages", "runs", "session", "tools")
 
 

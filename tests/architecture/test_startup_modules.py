@@ -5,11 +5,11 @@ the read side and the services beside the loop (queries, forks, retention, webho
 search tool's RE2 matchers, the command tool's process runner, the TOML reader (no config
 or policy file exists), the compaction settings (no ``[compaction]`` table), exact
 fractions (a ``multipleOf`` check), the SQLite store's summaries (at the first summary or
-context read), the ports of models, of a tool call and of service mode, the context, the
-recall tool's machinery and the file tools' operations (at their first call), git's
-checks, tempfile and shutil (at the first command). What can fail still fails when the
-runtime is opened. Fresh processes, because the test process itself has imported
-everything already; the benchmark that times them is ``benchmarks/startup.py``."""
+context read), the ports of models, of a tool call, of writes and of service mode, the
+context, the recall tool's machinery and the file tools' operations (at their first
+call), git's checks, tempfile and shutil (at the first command). What can fail still
+fails when the runtime is opened. Fresh processes, because the test process itself has
+imported everything already; the benchmark that times them is ``benchmarks/startup.py``."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ DEFERRED = (
     "plait.application.ports.model",
     "plait.application.ports.service",
     "plait.application.ports.system",
+    "plait.application.ports.writes",
     "plait.application.queries",
     "plait.application.retention",
     "plait.application.subagents",

@@ -6,7 +6,8 @@ Optional abilities are declared as data (capability values), not as methods that
 The ports are grouped by what uses them: :mod:`.model` (model clients and token meters),
 :mod:`.tools` (tools and their executors), :mod:`.calls` (one call of a tool: its
 invocation and output), :mod:`.stores` (the session store, its commits and capabilities,
-and what a store may also keep), :mod:`.system` (clock, ids, workspace snapshots,
+and what a store may also keep), :mod:`.writes` (what the application hands a store to
+write), :mod:`.system` (clock, ids, workspace snapshots,
 leftovers, telemetry) and :mod:`.service` (service mode: the run queue, run events,
 webhooks, API keys). Every name is importable from this package as well; it is loaded at
 its first use (PEP 562), with its group alone, so a process that opens a store and builds
@@ -43,11 +44,9 @@ if TYPE_CHECKING:
         ApprovalInbox,
         ApprovalStore,
         ArtifactStore,
-        Commit,
         CommitResult,
         ContextRead,
         ForkableStore,
-        ForkCommit,
         ForkStore,
         HistoryRead,
         LeaseStore,
@@ -71,6 +70,7 @@ if TYPE_CHECKING:
         Tool,
         ToolExecutor,
     )
+    from plait.application.ports.writes import Commit, ForkCommit
 
 __all__ = [
     "ApprovalInbox",
@@ -131,14 +131,13 @@ _GROUPS = {
     ),
     "tools": ("Tool", "ToolExecutor"),
     "calls": ("ToolInvocation", "ToolOutput"),
+    "writes": ("Commit", "ForkCommit"),
     "stores": (
         "ApprovalInbox",
         "ApprovalStore",
         "ArtifactStore",
-        "Commit",
         "CommitResult",
         "ContextRead",
-        "ForkCommit",
         "ForkStore",
         "ForkableStore",
         "HistoryRead",

@@ -1,6 +1,7 @@
 """Ports of the stores: sessions and their history, runs and leases, artifacts, and what a
 store may also keep (approvals, summaries, token counts, forks, retention), declared in
-its :class:`StoreCapabilities`; one atomic write is a :class:`Commit`."""
+its :class:`StoreCapabilities`, and what a commit answers (:class:`CommitResult`); what
+the application hands a store to write is in :mod:`.writes`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from plait.application.ports.writes import Commit, ForkCommit
     from plait.domain.forks import ForkRecord
     from plait.domain.governance import Approval, ApprovalUse
     from plait.domain.messages import ArtifactRef, Message
@@ -23,10 +25,8 @@ __all__ = [
     "ApprovalInbox",
     "ApprovalStore",
     "ArtifactStore",
-    "Commit",
     "CommitResult",
     "ContextRead",
-    "ForkCommit",
     "ForkStore",
     "ForkableStore",
     "HistoryRead",
@@ -40,35 +40,6 @@ __all__ = [
     "SummaryStore",
     "TokenCountStore",
 ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Commit:
-    """One atomic write: messages appended at ``expected_version + 1 ...``, the run's new
-    state and execution records, all or nothing. ``expected_version=None`` (``start_run``
-    only; the busy check still applies): append after the session's last message.
-
-    ``lease_owner`` fences the write: if the stored run is leased to someone else the
-    commit fails with :class:`~plait.domain.errors.LeaseLostError`. ``lease_token`` (the
-    :attr:`~plait.domain.runs.Run.lease_token` the writer's claim returned) fences it for
-    real: if the run (``run``, else ``lease_run_id``) has been claimed since, or has
-    ended, the commit fails the same way and nothing of it is written, also when the run
-    holds no lease now (a process that took it over released it). ``session_owner``: the
-    session must be this owner's, else :class:`~plait.domain.errors.SessionNotFoundError`
-    as if it did not exist. A terminal run status releases the session.
-    """
-
-    session_id: str
-    expected_version: int | None
-    messages: tuple[Message, ...] = ()
-    run: Run | None = None
-    executions: tuple[ExecutionRecord, ...] = ()
-    lease_owner: str | None = None
-    session_owner: str | None = None
-    lease_token: int | None = None
-    lease_run_id: str | None = None
-    """The run ``lease_token`` belongs to, for a commit that writes no run (a tool result):
-    ``run.id`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,16 +389,6 @@ class RetentionStore(Protocol):
         it is). The caller has checked each original against its record's digest. Same
         sharing and errors as :meth:`expire_messages`."""
         ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForkCommit:
-    """One atomic fork: create ``branch`` (empty, idle, with its fork origin), give it the
-    source's messages ``1..record.through_seq`` (shared by id, bodies not copied where the
-    store can share them) and store ``record``, all or nothing."""
-
-    branch: Session
-    record: ForkRecord
 
 
 class ForkStore(Protocol):

@@ -74,7 +74,7 @@ from plait.adapters.stores.sqlite.conn import (
     SqliteConnection,
 )
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
-from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
+from plait.application.ports import CommitResult, StoreCapabilities
 from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
@@ -90,6 +90,7 @@ if TYPE_CHECKING:
         summaries,
         webhooks,
     )
+    from plait.application.ports import Commit, ForkCommit  # built by the application
     from plait.domain.forks import ForkRecord
     from plait.domain.governance import Approval, ApprovalUse
     from plait.domain.retention import Expiry, Tombstone
