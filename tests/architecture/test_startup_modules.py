@@ -4,9 +4,12 @@ stages, compaction and the policy gate's stages (at the first use of ``Runtime.s
 the read side and the services beside the loop (queries, forks, retention, webhooks), the
 search tool's RE2 matchers, the command tool's process runner, the TOML reader (no config
 or policy file exists), the compaction settings (no ``[compaction]`` table), exact
-fractions (a ``multipleOf`` check). What can fail still fails when the runtime is opened.
-Fresh processes, because the test process itself has imported everything already; the
-benchmark that times them is ``benchmarks/startup.py``."""
+fractions (a ``multipleOf`` check), the SQLite store's summaries (at the first summary or
+context read), the ports of models, of a tool call, of writes and of service mode, the
+context, the recall tool's machinery and the file tools' operations (at their first
+call), git's checks, tempfile and shutil (at the first command). What can fail still
+fails when the runtime is opened. Fresh processes, because the test process itself has
+imported everything already; the benchmark that times them is ``benchmarks/startup.py``."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import pytest
 
 from plait.adapters.tools import workspace_tools
 from plait.domain.compaction import CompactionSettings
-from plait.domain.errors import ConfigError
+from plait.domain.errors import ConfigError, CorruptStoreError
 from plait.runtime import Runtime
 
 SERVICE = (
@@ -42,25 +45,44 @@ DEFERRED = (
     *SERVICE,
     "decimal",
     "fractions",
+    "plait.adapters.stores.shared.summary_codec",
+    "plait.adapters.stores.shared.summary_state",
+    "plait.adapters.stores.sqlite.summaries",
+    "plait.adapters.tools._git",
     "plait.adapters.tools._match",
+    "plait.adapters.tools._paths",
     "plait.adapters.tools._proc",
     "plait.adapters.tools._search",
+    "plait.adapters.tools._tree",
+    "plait.adapters.tools.workspace",
     "plait.adapters.stores.sqlite.approvals",
     "plait.adapters.stores.sqlite.fork",
     "plait.adapters.stores.sqlite.retention",
     "plait.adapters.stores.sqlite.service",
     "plait.adapters.stores.sqlite.webhooks",
+    "plait.application.compaction._render",
+    "plait.application.compaction.recall",
+    "plait.application.expiries",
     "plait.application.fork",
+    "plait.application.ports.calls",
+    "plait.application.ports.model",
+    "plait.application.ports.service",
+    "plait.application.ports.system",
+    "plait.application.ports.writes",
     "plait.application.queries",
     "plait.application.retention",
     "plait.application.subagents",
     "plait.application.webhooks",
     "plait.domain.compaction",
+    "plait.domain.context",
     "plait.domain.forks",
     "plait.domain.policy_toml",
     "plait.domain.retention",
+    "plait.domain.summary",
     "plait.domain.webhooks",
     "re2",
+    "shutil",
+    "tempfile",
     "tomllib",
 )
 """Modules `Runtime.open` with defaults must not import."""
@@ -83,7 +105,20 @@ async def main():
         services = [type(s).__name__ for s in built]
         session = await rt.service.create_session()
         sessions = [s.id for s in await rt.queries.list_sessions()]
+        # the tools' first calls: a file tool, the recall tool; the store's first summary read
+        from plait.application.ports import ToolInvocation
+        from plait.domain.messages import ToolCall
+        tools = {t.spec.name: t for t in rt.tools}
+        def call(name, arguments):
+            return ToolInvocation(call=ToolCall.create(id="call_1", name=name, arguments=arguments),
+                                  session_id=session.id, run_id="run_1", workspace=".",
+                                  idempotency_key="key_1")
+        listed = await tools["list_dir"].execute(call("list_dir", {"path": "."}))
+        recalled = await tools["recall"].execute(call("recall", {"query": "nothing"}))
+        summary = await rt.store.get_summary(session.id)
         print(json.dumps({"after_open": after_open, "after_use": loaded(),
+                          "listed": listed.content, "recalled": recalled.content,
+                          "summary": summary, "tools": sorted(tools),
                           "services": services, "sessions": sessions == [session.id],
                           "policy": type(rt.service.driver.gate).__name__,
                           "cached": rt.service is rt.service}))
@@ -95,6 +130,7 @@ asyncio.run(main())
 
 
 def _probe(tmp_path: Path) -> dict[str, Any]:
+    (tmp_path / "marker.txt").write_text("here\n")  # in the workspace the file tool lists
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
     env["XDG_DATA_HOME"] = str(tmp_path / "data")  # the default SQLite store goes there
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")  # no user config.toml
@@ -126,12 +162,28 @@ def test_open_with_defaults_builds_the_side_services_at_first_use(tmp_path: Path
     assert out["sessions"] is True
     assert out["policy"] == "GovernedGate"  # the default policy governs the lazy service
     assert out["cached"] is True
+    assert out["tools"] == [
+        "edit_file",
+        "list_dir",
+        "read_file",
+        "recall",
+        "run_command",
+        "search_text",
+        "write_file",
+    ]
+    assert "marker.txt" in out["listed"]  # the file tool works once its operations load
+    assert out["recalled"].startswith("missing: anything matching 'nothing'")
+    assert out["summary"] is None
     assert {
         *SERVICE,
+        "plait.adapters.stores.sqlite.summaries",
+        "plait.adapters.tools.workspace",
+        "plait.application.compaction.recall",
         "plait.application.fork",
         "plait.application.queries",
         "plait.application.retention",
         "plait.application.webhooks",
+        "plait.domain.summary",
     } <= set(out["after_use"])
 
 
@@ -157,3 +209,22 @@ def test_what_the_service_refuses_still_fails_at_open(tmp_path: Path) -> None:
         Runtime.open(db="memory://", tools=[read_file, read_file])
     with pytest.raises(ConfigError, match="lease_seconds must be positive"):
         Runtime.open(db="memory://", tools=[read_file], lease_seconds=0)
+
+
+def test_a_store_or_a_sandbox_table_that_cannot_be_used_still_fails_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the store's summaries and the tools' operations load at their first use; the store
+    # itself is opened and the [sandbox] table read when the runtime is opened, as before
+    for name in list(os.environ):
+        if name.startswith("PLAIT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not a database " * 20)
+    with pytest.raises(CorruptStoreError, match="not a valid plait SQLite store"):
+        Runtime.open(db=f"sqlite:///{bad}")
+    (tmp_path / "plait.toml").write_text("[sandbox]\nnetwrok = true\n")
+    with pytest.raises(ConfigError, match=r"\[sandbox\]"):
+        Runtime.open(db="memory://")

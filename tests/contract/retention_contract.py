@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from plait.adapters.stores import Store
-from plait.application.compaction.recall import recall_tool
+from plait.application.compaction.recall_offer import recall_tool
 from plait.application.ports import Commit, ForkCommit, ToolInvocation
 from plait.application.retention import (
     ARCHIVE_MEDIA_TYPE,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +55,8 @@ class GitSnapshots:
                 "it is now) or run `git init` there first",
                 workspace=str(ws),
             ) from None
+        import tempfile  # lazy: tempfile, shutil (~3 ms), at the first snapshot
+
         with tempfile.TemporaryDirectory(prefix="plait-snapshot-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **_IDENTITY}
             _git(top, "add", "--all", "--", ".", env=env)

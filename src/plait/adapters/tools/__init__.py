@@ -7,15 +7,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from plait.adapters.tools._config_files import config_absent, remove_new_config, unmade_text
-from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools._limits import WorkspaceLimits
 from plait.adapters.tools.sandbox import Limits, SandboxSettings, SandboxUnavailableError
 from plait.application.ports import Tool
 from plait.domain.policy import Policy
 
 if TYPE_CHECKING:
+    from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
     from plait.adapters.tools.command import command_tools
-    from plait.adapters.tools.workspace import workspace_tools
+    from plait.adapters.tools.file_tools import workspace_tools
 
 __all__ = [
     "GitScan",
@@ -50,7 +50,7 @@ def session_tools(
     repositories' config and hooks."""
     # lazy: the tools' typed arguments import pydantic (start-up time, see __getattr__)
     from plait.adapters.tools.command import command_tools
-    from plait.adapters.tools.workspace import workspace_tools
+    from plait.adapters.tools.file_tools import workspace_tools
 
     return [
         *workspace_tools(limits=limits, protected=protected, policy=policy),
@@ -60,12 +60,16 @@ def session_tools(
 
 def __getattr__(name: str) -> Any:
     # lazy: the tools' typed arguments import pydantic: only when tools are built
+    if name in ("GitScan", "scan_git", "undo_new_git"):  # shutil, bz2, lzma: ~3 ms
+        from plait.adapters.tools import _git
+
+        return getattr(_git, name)
     if name == "command_tools":
         from plait.adapters.tools.command import command_tools
 
         return command_tools
     if name == "workspace_tools":
-        from plait.adapters.tools.workspace import workspace_tools
+        from plait.adapters.tools.file_tools import workspace_tools
 
         return workspace_tools
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

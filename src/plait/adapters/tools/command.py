@@ -14,14 +14,11 @@ import contextlib
 import dataclasses
 import os
 import posixpath
-import shutil
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from plait.adapters.tools._catalog import SCHEMAS, parse
 from plait.adapters.tools._config_files import config_absent, remove_new_config, unmade_text
-from plait.adapters.tools._git import GitScan, scan_git, undo_new_git
 from plait.adapters.tools.sandbox import (
     SandboxSettings,
     SandboxUnavailableError,
@@ -33,13 +30,15 @@ from plait.adapters.tools.sandbox import (
     sandbox_problem,
     with_policy,
 )
-from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.ports import Tool
 from plait.domain.errors import ToolError
 from plait.domain.policy import PLAIT_CONFIG_FILES, Policy
 from plait.domain.tools import EffectClass, ToolSpec
 
 if TYPE_CHECKING:
+    from plait.adapters.tools._git import GitScan
     from plait.adapters.tools._proc import Capture, Outcome
+    from plait.application.ports import ToolInvocation, ToolOutput
 
 __all__ = ["command_tools"]
 
@@ -174,6 +173,11 @@ class _Runner:
         # environment passed through to a subprocess, not configuration.
         env = sandbox_env(self.settings, dict(os.environ))
         shell = [_SHELL, "-c", command]
+        # lazy: the git scan and shutil, bz2, lzma (~3 ms of start-up), at the first
+        # command, not when the tools are built
+        from plait.adapters.tools._git import scan_git, undo_new_git
+        from plait.application.ports import ToolOutput  # lazy: a call's output type (~0.7 ms)
+
         git: GitScan | None = None
         if self.protect_git:
             git = await asyncio.to_thread(scan_git, root)
@@ -279,6 +283,8 @@ def _undone(paths: list[str]) -> str:
 
 
 def _temp(kind: str) -> str:
+    import tempfile  # lazy: tempfile and shutil (~3 ms), at the first command
+
     fd, path = tempfile.mkstemp(prefix=f"plait-{kind}-")
     os.close(fd)
     return path
@@ -359,6 +365,9 @@ def _render(
 
 def _spool(command: str, out: Capture, err: Capture) -> str:
     """The whole output in one file: stdout then stderr, each under a header."""
+    import shutil  # lazy: shutil, bz2, lzma (~3 ms), when output is spooled
+    import tempfile  # lazy: tempfile (~2 ms), when output is spooled
+
     fd, path = tempfile.mkstemp(prefix="plait-output-", suffix=".txt")
     try:
         with os.fdopen(fd, "wb") as spool:

@@ -20,7 +20,6 @@ import dataclasses
 import fnmatch
 import functools
 import os
-import shutil
 import stat
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -83,6 +82,8 @@ class SandboxUnavailableError(ToolError):
 def sandbox_problem(bwrap: str = "bwrap") -> str | None:
     """None when bubblewrap can make the sandbox here, else what is wrong and the fix.
     Checked once per process (the answer does not change while plait runs)."""
+    import shutil  # lazy: shutil, bz2, lzma (~3 ms), at the first command's check
+
     path = shutil.which(bwrap)
     if path is None:
         return f"bubblewrap ({bwrap!r}) is not installed: {_INSTALL}"

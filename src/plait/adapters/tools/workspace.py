@@ -4,20 +4,21 @@ Every path goes through :class:`~plait.adapters.tools._paths.Workspace`, which w
 with directory fds so neither ``..``, absolute paths nor symbolic links (including ones
 swapped in mid-call) reach outside. Reads are bounded; writes are atomic (temporary file,
 fsync, rename) and ``write_file`` can be made a compare-and-write that is safe to retry.
+The tools themselves are made by :mod:`.file_tools`; what they do is here, loaded at the
+first call of one of them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from plait.adapters.tools._catalog import ABSENT, SPECS, parse
+from plait.adapters.tools._catalog import ABSENT
 from plait.adapters.tools._deadline import Deadline
 from plait.adapters.tools._guard import Guard
 from plait.adapters.tools._limits import CHUNK, WorkspaceLimits, plural
@@ -32,15 +33,12 @@ from plait.adapters.tools._paths import (
     replace_file,
 )
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
-from plait.application.ports import Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import ToolError
-from plait.domain.policy import Action, CallFacts, Policy
-from plait.domain.tools import EffectClass, ToolSpec
 
 if TYPE_CHECKING:  # the typed models import pydantic: parsed at a tool's first call
     from plait.adapters.tools._specs import EditFile, ListDir, ReadFile, WriteFile
 
-__all__ = ["WorkspaceLimits", "workspace_tools"]
+__all__ = ["WorkspaceLimits", "perform"]
 
 # --- helpers --------------------------------------------------------------------------------
 
@@ -366,97 +364,22 @@ _RUNS: dict[str, _Run] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Shield:
-    """What every file tool call keeps out of: the protected paths (their identities now
-    and when the tools were made) and, for writes, with ``policy``, the paths it denies
-    and git repositories (unless it says ``protect_git = false``)."""
-
-    paths: tuple[str, ...]
-    known: Guard
-    policy: Policy | None
-
-    def write_denied(self, tool: str) -> Callable[[str], str | None] | None:
-        """The policy's ``deny`` for ``tool`` writing a real workspace path, applied when
-        the path is used: the gate saw the path as it was then, and a link or a renamed
-        directory could lead elsewhere by now."""
-        policy = self.policy
-        if policy is None:  # the default's protect_config, as commands get it
-            return _config_denied
-
-        def denied(path: str) -> str | None:
-            verdict = policy.evaluate(CallFacts(tool=tool, read_only=False, paths=(path,)))
-            return verdict.reason if verdict.action is Action.DENY else None
-
-        return denied
-
-
-_CONFIG_ONLY = Policy(protected=())
-"""The defaults' ``protect_config`` alone, for tools made without a policy."""
-
-
-def _config_denied(path: str) -> str | None:
-    verdict = _CONFIG_ONLY.evaluate(CallFacts(tool="", read_only=False, paths=(path,)))
-    return verdict.reason if verdict.rule == "protect_config" else None
-
-
-def _tool(spec: ToolSpec, limits: WorkspaceLimits, shield: _Shield) -> Tool:
-    run = _RUNS[spec.name]
-    git = shield.policy.protect_git if shield.policy is not None else True
-    write_denied = shield.write_denied(spec.name)
-
-    def blocking(root: str, args: Any, deadline: Deadline) -> str:
-        guard = Guard(shield.paths, known=shield.known)
-        with Workspace(root, guard=guard, protect_git=git, write_denied=write_denied) as ws:
-            try:
-                return run(ws, args, limits, deadline)
-            except OSError as exc:  # the host path must not reach the model: strerror only
-                raise ToolError(
-                    f"{spec.name} failed: {exc.strerror or type(exc).__name__}"
-                ) from exc
-
-    async def execute(invocation: ToolInvocation) -> ToolOutput:
-        if invocation.workspace is None:
-            raise ToolError("this session has no workspace")
-        args = parse(spec.name, invocation.call.arguments())
-        # The thread cannot be killed: it checks this deadline between lines, files and
-        # entries, and stops there once the runner's time limit passed or we stop waiting.
-        deadline = Deadline(invocation.time_limit_seconds, cap=limits.max_call_seconds)
-        try:
-            content = await asyncio.to_thread(blocking, invocation.workspace, args, deadline)
-        except asyncio.CancelledError:  # a timeout or a cancellation of the run
-            deadline.stop()
-            raise
-        return ToolOutput(content=_storable(content))
-
-    # Reading tools stop at their next check when cancelled. A write is short and bounded
-    # by its size; a cancelled run waits for it and records what really happened.
-    read_only = spec.effect is EffectClass.READ_ONLY
-    effect_of = _write_effect if spec.name == "write_file" else None
-    return Tool(spec=spec, execute=execute, stoppable=read_only, effect_of=effect_of)
-
-
-def _write_effect(args: dict[str, Any]) -> EffectClass:
-    """A compare-and-write is idempotent: repeating it after it took effect finds the file
-    already holding exactly ``content`` and writes nothing ("already written"); if someone
-    changed the file meanwhile, the repeat is refused. Either way no second effect."""
-    return EffectClass.IDEMPOTENT if args.get("expected_sha256") else EffectClass.SIDE_EFFECT
-
-
-def workspace_tools(
+def perform(
+    name: str,
+    root: str,
+    guard: Guard,
     *,
-    limits: WorkspaceLimits | None = None,
-    protected: Sequence[str | os.PathLike[str]] = (),
-    policy: Policy | None = None,
-) -> list[Tool]:
-    """The five file tools (read_file, list_dir, search_text, write_file, edit_file),
-    each confined to the invocation's workspace. ``protected`` names paths they must never
-    read, list, search or write (plait's own store, see
-    :func:`plait.adapters.stores.protected_paths`); an attempt is ``denied``. Writing
-    into a git repository's directory (``.git``, nested and bare ones included) or making
-    one is ``denied`` too unless ``policy`` says ``protect_git = false``; so is a write
-    whose real path (links resolved when it is made) ``policy`` denies."""
-    limits = limits or WorkspaceLimits()
-    paths = tuple(os.fspath(p) for p in protected)
-    shielded = _Shield(paths, Guard(paths), policy)
-    return [_tool(spec, limits, shielded) for spec in SPECS]
+    protect_git: bool,
+    write_denied: Callable[[str], str | None] | None,
+    args: Any,
+    limits: WorkspaceLimits,
+    deadline: Deadline,
+) -> str:
+    """Run the file tool ``name`` in the workspace ``root`` (on a worker thread: it
+    blocks); what the model reads (see :mod:`.file_tools`, which makes the tools)."""
+    run = _RUNS[name]
+    with Workspace(root, guard=guard, protect_git=protect_git, write_denied=write_denied) as ws:
+        try:
+            return _storable(run(ws, args, limits, deadline))
+        except OSError as exc:  # the host path must not reach the model: strerror only
+            raise ToolError(f"{name} failed: {exc.strerror or type(exc).__name__}") from exc

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from plait.application.compaction._profiles import ModelProfile, ModelProfiles
     from plait.application.compaction._render import TEMPLATE_VERSION, render_preamble
     from plait.application.compaction._summarizer import Summarizer, merge_bodies
-    from plait.application.compaction.recall import RECALL_SPEC, recall_tool
+    from plait.application.compaction.recall_offer import RECALL_SPEC, recall_tool
     from plait.application.compaction.service import (
         CompactionOutcome,
         CompactionService,
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "RECALL_SPEC": "recall",
+    "RECALL_SPEC": "recall_offer",
     "TEMPLATE_VERSION": "_render",
     "CompactionOutcome": "service",
     "CompactionService": "service",
@@ -61,7 +61,7 @@ _LAZY = {
     "Summarizer": "_summarizer",
     "TokenBreakdown": "_context",
     "merge_bodies": "_summarizer",
-    "recall_tool": "recall",
+    "recall_tool": "recall_offer",
     "render_preamble": "_render",
 }
 

@@ -4,11 +4,13 @@ source and trust, and the transcript a summarizer reads."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
 from plait.domain.session import StoredMessage
-from plait.domain.summary import Constraint, Summary
+
+if TYPE_CHECKING:  # the summaries' domain (~7 ms) is not needed to render messages
+    from plait.domain.summary import Constraint, Summary
 
 __all__ = [
     "PREAMBLE_ID_PREFIX",

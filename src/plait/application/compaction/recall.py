@@ -16,49 +16,30 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from plait.application.arguments import cached_schemas
-from plait.application.compaction._recall_limits import MAX_SLICE, SCHEMA_FILE
+from plait.application.compaction._recall_limits import MAX_SLICE
 from plait.application.compaction._render import render_message
 from plait.application.expiries import expiries_of
-from plait.application.ports import Tool, ToolInvocation, ToolOutput
+from plait.application.ports import ToolInvocation, ToolOutput
 from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
 from plait.domain.session import StoredMessage
-from plait.domain.summary import Facts
-from plait.domain.tools import EffectClass, ToolSpec
 
 if TYPE_CHECKING:
     from plait.domain.retention import Expiry
+    from plait.domain.summary import Facts
 
 __all__ = [
     "MAX_SLICE",
-    "RECALL_SPEC",
     "ArtifactSlice",
     "ExpiredSource",
+    "answer",
     "expired_text",
     "facts_matching",
     "find_artifact",
     "find_message",
-    "recall_tool",
     "search",
 ]
-
-
-RECALL_SPEC = ToolSpec(
-    name="recall",
-    description=(
-        "Read originals that a summary of this session left out. Give exactly one of: "
-        "message_id (returns that raw message, as cited by the summary's source ids and "
-        "evidence), artifact_id (returns a byte range of a stored tool output; offset and "
-        "length choose it), or query (searches this session's raw history: every word must "
-        "occur; exact facts such as files, commands and failing tests come first). A source "
-        "that does not exist in this session is reported as missing; one whose content the "
-        "retention policy removed is reported as expired."
-    ),
-    parameters=cached_schemas(SCHEMA_FILE)["recall"],
-    effect=EffectClass.READ_ONLY,
-)
 
 
 def _missing(what: str) -> ToolOutput:
@@ -234,25 +215,18 @@ async def _by_query(store: Any, session_id: str, query: str, limit: int) -> Tool
     return ToolOutput(content="\n".join(lines))
 
 
-def recall_tool(store: Any) -> Tool:
-    """The recall tool over a store that is a
-    :class:`~plait.application.ports.SessionStore`,
-    :class:`~plait.application.ports.SummaryStore` and
-    :class:`~plait.application.ports.ArtifactStore`."""
+async def answer(store: Any, invocation: ToolInvocation) -> ToolOutput:
+    """One call of the recall tool (:func:`~.recall_offer.recall_tool`) over ``store``."""
+    # lazy: the typed model imports pydantic: at the first call, not when recall is offered
+    from plait.application.compaction._recall_args import RecallArguments
+    from plait.application.typed_tools import parse_arguments
 
-    async def execute(invocation: ToolInvocation) -> ToolOutput:
-        # lazy: the typed model imports pydantic: at the first call, not when recall is offered
-        from plait.application.compaction._recall_args import RecallArguments
-        from plait.application.typed_tools import parse_arguments
-
-        args = parse_arguments(RecallArguments, invocation.call.arguments())
-        sid = invocation.session_id
-        if args.message_id is not None:
-            return await _by_message(store, sid, args.message_id)
-        if args.artifact_id is not None:
-            offset, length = args.offset or 0, args.length or 8_000
-            return await _by_artifact(store, sid, args.artifact_id, offset, length)
-        assert args.query is not None
-        return await _by_query(store, sid, args.query, args.limit or 10)
-
-    return Tool(spec=RECALL_SPEC, execute=execute)
+    args = parse_arguments(RecallArguments, invocation.call.arguments())
+    sid = invocation.session_id
+    if args.message_id is not None:
+        return await _by_message(store, sid, args.message_id)
+    if args.artifact_id is not None:
+        offset, length = args.offset or 0, args.length or 8_000
+        return await _by_artifact(store, sid, args.artifact_id, offset, length)
+    assert args.query is not None
+    return await _by_query(store, sid, args.query, args.limit or 10)

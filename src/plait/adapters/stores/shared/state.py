@@ -13,8 +13,9 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import CommitResult
 from plait.domain.errors import (
     ArtifactNotFoundError,
     ConfigError,
@@ -27,6 +28,9 @@ from plait.domain.errors import (
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.runs import Lease, Run, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
+
+if TYPE_CHECKING:
+    from plait.application.ports import Commit  # built by the application
 
 __all__ = [
     "ARTIFACT_CHUNK",

@@ -10,7 +10,7 @@ fenced against the stored one, so a process that lost it cannot write.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plait.adapters.stores.shared.rows import execution_row, message_row, run_data
 from plait.adapters.stores.shared.state import (
@@ -27,11 +27,14 @@ from plait.adapters.stores.shared.state import (
 )
 from plait.adapters.stores.sqlite import segments
 from plait.adapters.stores.sqlite.conn import GET_SESSION, RUN_COLS, VERSION_OF
-from plait.application.ports import Commit, CommitResult
+from plait.application.ports import CommitResult
 from plait.domain.errors import StoreError
 from plait.domain.messages import Message
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionState
+
+if TYPE_CHECKING:
+    from plait.application.ports import Commit  # built by the application
 
 __all__ = ["Checked", "apply", "checked_run"]
 

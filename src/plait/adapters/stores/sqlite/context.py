@@ -20,9 +20,15 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from plait.adapters.stores.sqlite import summaries
-from plait.domain.summary import Constraint, Summary
+from plait.adapters.stores.shared.later import Later
+
+if TYPE_CHECKING:
+    from plait.adapters.stores.sqlite import summaries
+    from plait.domain.summary import Constraint, Summary
+else:  # the summaries' codec and domain (~7 ms) at the first context read, not on open
+    summaries = Later("plait.adapters.stores.sqlite.summaries")
 
 __all__ = ["ContextCache", "data_version", "read_context"]
 

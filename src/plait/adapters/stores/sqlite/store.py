@@ -64,7 +64,7 @@ from plait.adapters.stores.shared.state import (
     validate_commit,
 )
 from plait.adapters.stores.sqlite import commit as _sqlite_commit
-from plait.adapters.stores.sqlite import segments, summaries, tokens
+from plait.adapters.stores.sqlite import segments, tokens
 from plait.adapters.stores.sqlite.conn import (
     GET_SESSION,
     LIVE,
@@ -74,20 +74,28 @@ from plait.adapters.stores.sqlite.conn import (
     SqliteConnection,
 )
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
-from plait.application.ports import Commit, CommitResult, ForkCommit, StoreCapabilities
+from plait.application.ports import CommitResult, StoreCapabilities
 from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.messages import ArtifactRef, Message
 from plait.domain.recall import search_terms
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
-from plait.domain.summary import Constraint, Summary
 
 if TYPE_CHECKING:
-    from plait.adapters.stores.sqlite import approvals, fork, retention, service, webhooks
+    from plait.adapters.stores.sqlite import (
+        approvals,
+        fork,
+        retention,
+        service,
+        summaries,
+        webhooks,
+    )
+    from plait.application.ports import Commit, ForkCommit  # built by the application
     from plait.domain.forks import ForkRecord
     from plait.domain.governance import Approval, ApprovalUse
     from plait.domain.retention import Expiry, Tombstone
     from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
+    from plait.domain.summary import Constraint, Summary
     from plait.domain.webhooks import (
         Delivery,
         DeliveryAttempt,
@@ -100,6 +108,7 @@ else:  # what one run does not need is imported at its first use (see shared/lat
     fork = Later("plait.adapters.stores.sqlite.fork")
     retention = Later("plait.adapters.stores.sqlite.retention")
     service = Later("plait.adapters.stores.sqlite.service")
+    summaries = Later("plait.adapters.stores.sqlite.summaries")  # compaction and recall
     webhooks = Later("plait.adapters.stores.sqlite.webhooks")
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
