@@ -491,6 +491,8 @@ class RunDriver:
     async def _post_step(self, active: ActiveRun, guard: _Guard) -> None:
         """The RFC's post-step checkpoint (the step's results are in ``a.history``; the
         last one is made durable only if a compaction reads the stored history)."""
+        if type(self.compaction) is NoCompaction:  # compaction off: no post-step work
+            return
         await self.compaction.post_step(
             active, durable=functools.partial(self.journal.result_durable, active), guard=guard
         )
