@@ -631,7 +631,7 @@ class RunDriver:
         checked = not calls and await self.compaction.due_after_answer(active, message)
         if calls or checked:
             lease = Lease(owner=self.owner, expires_at=now + self.lease_seconds)
-            run = replace(active.run, usage=active.usage.freeze(), lease=lease)
+            run = active.run.stepped(active.usage.freeze(), lease)
         else:
             run = replace(active.run, usage=active.usage.freeze()).ended(RunStatus.COMPLETED, now)
         work = await self.journal.save_turn(active, message, run, self.offered(active)[0])
@@ -751,14 +751,12 @@ class RunDriver:
             return
         now = self.clock.now()
         allowed = decision.verdict is Verdict.ALLOW
-        reviewed = replace(
-            record,
-            state=ExecutionState.STARTED if allowed else ExecutionState.REVIEWED,
-            reviewed_at=now,
-            started_at=now if allowed else None,
-            decision=decision.verdict.value,
-            decided_by=decision.decided_by,
-            decision_reason=decision.reason,
+        reviewed = record.decided(
+            ExecutionState.STARTED if allowed else ExecutionState.REVIEWED,
+            now,
+            decision.verdict.value,
+            decision.decided_by,
+            decision.reason,
         )
         if allowed:  # reviewed and started at once
             await self._execute(active, call, reviewed, tool)
