@@ -558,10 +558,4 @@ class RunJournal:
     ) -> tuple[ToolResultMessage, ExecutionRecord]:
         """A call's result message and its record, settled with that result."""
         message = self.result_message(active, call, result)
-        settled = replace(
-            record,
-            state=ExecutionState.SETTLED,
-            settled_at=message.created_at,
-            result_status=result.status,
-        )
-        return message, settled
+        return message, record.settled(message.created_at, result.status)

@@ -491,6 +491,8 @@ class RunDriver:
     async def _post_step(self, active: ActiveRun, guard: _Guard) -> None:
         """The RFC's post-step checkpoint (the step's results are in ``a.history``; the
         last one is made durable only if a compaction reads the stored history)."""
+        if type(self.compaction) is NoCompaction:  # compaction off: no post-step work
+            return
         await self.compaction.post_step(
             active, durable=functools.partial(self.journal.result_durable, active), guard=guard
         )
@@ -629,7 +631,7 @@ class RunDriver:
         checked = not calls and await self.compaction.due_after_answer(active, message)
         if calls or checked:
             lease = Lease(owner=self.owner, expires_at=now + self.lease_seconds)
-            run = replace(active.run, usage=active.usage.freeze(), lease=lease)
+            run = active.run.stepped(active.usage.freeze(), lease)
         else:
             run = replace(active.run, usage=active.usage.freeze()).ended(RunStatus.COMPLETED, now)
         work = await self.journal.save_turn(active, message, run, self.offered(active)[0])
@@ -749,14 +751,12 @@ class RunDriver:
             return
         now = self.clock.now()
         allowed = decision.verdict is Verdict.ALLOW
-        reviewed = replace(
-            record,
-            state=ExecutionState.STARTED if allowed else ExecutionState.REVIEWED,
-            reviewed_at=now,
-            started_at=now if allowed else None,
-            decision=decision.verdict.value,
-            decided_by=decision.decided_by,
-            decision_reason=decision.reason,
+        reviewed = record.decided(
+            ExecutionState.STARTED if allowed else ExecutionState.REVIEWED,
+            now,
+            decision.verdict.value,
+            decision.decided_by,
+            decision.reason,
         )
         if allowed:  # reviewed and started at once
             await self._execute(active, call, reviewed, tool)

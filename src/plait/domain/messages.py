@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from plait.domain.errors import ValidationError
+from plait.domain.jsontext import flat_encoder
 
 __all__ = [
     "ArtifactRef",
@@ -53,8 +54,9 @@ def argument_digest(arguments_json: str) -> str:
     return _digest(json.loads(arguments_json))
 
 
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-"""``json.dumps`` with these settings, without building an encoder per call."""
+_canonical = flat_encoder(sort_keys=True)
+"""``json.dumps`` with these settings, without building an encoder per call (arguments
+are decoded JSON, or were checked by ``json.dumps`` or a walk of the value: no cycle)."""
 
 
 def _digest(arguments: Any) -> str:

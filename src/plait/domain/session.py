@@ -91,3 +91,57 @@ class ExecutionRecord:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.session_id, self.run_id, self.call_id)
+
+    def decided(
+        self,
+        state: ExecutionState,
+        at: float,
+        decision: str,
+        decided_by: str | None,
+        reason: str | None,
+    ) -> ExecutionRecord:
+        """The record reviewed at ``at`` (and started then, when ``state`` is
+        ``started``): ``dataclasses.replace`` with these fields, built directly (a
+        record moves forward at every call of every step)."""
+        return ExecutionRecord(
+            session_id=self.session_id,
+            run_id=self.run_id,
+            call_id=self.call_id,
+            tool_name=self.tool_name,
+            effect=self.effect,
+            args_digest=self.args_digest,
+            idempotency_key=self.idempotency_key,
+            state=state,
+            requested_at=self.requested_at,
+            reviewed_at=at,
+            started_at=at if state is ExecutionState.STARTED else None,
+            settled_at=self.settled_at,
+            result_status=self.result_status,
+            decision=decision,
+            decided_by=decided_by,
+            decision_reason=reason,
+            note=self.note,
+        )
+
+    def settled(self, at: float, status: ToolStatus) -> ExecutionRecord:
+        """The record settled at ``at`` with a result of ``status``: ``dataclasses.
+        replace`` with these fields, built directly."""
+        return ExecutionRecord(
+            session_id=self.session_id,
+            run_id=self.run_id,
+            call_id=self.call_id,
+            tool_name=self.tool_name,
+            effect=self.effect,
+            args_digest=self.args_digest,
+            idempotency_key=self.idempotency_key,
+            state=ExecutionState.SETTLED,
+            requested_at=self.requested_at,
+            reviewed_at=self.reviewed_at,
+            started_at=self.started_at,
+            settled_at=at,
+            result_status=status,
+            decision=self.decision,
+            decided_by=self.decided_by,
+            decision_reason=self.decision_reason,
+            note=self.note,
+        )

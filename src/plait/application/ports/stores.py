@@ -162,8 +162,10 @@ class LeaseStore(Protocol):
         leased to ``owner`` or (``lease_token``) was claimed again since that token."""
         ...
 
-    async def list_stale_runs(self, *, now: float) -> list[Run]:
-        """Non-terminal runs whose lease has expired (or that hold none)."""
+    async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        """Non-terminal runs whose lease has expired (or that hold none); ``status``: only
+        runs in that status (a worker asks for ``running`` ones: queued runs are claimed,
+        and a long queue need not be read at every sweep)."""
         ...
 
 

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from plait.domain.answers import OutputSchema
 from plait.domain.errors import CorruptStoreError, PlaitError
+from plait.domain.jsontext import flat_encoder
 from plait.domain.messages import (
     ArtifactRef,
     AssistantMessage,
@@ -51,6 +52,7 @@ __all__ = [
     "check_schema",
     "decode",
     "dumps",
+    "dumps_flat",
     "execution_from_dict",
     "execution_to_dict",
     "loads",
@@ -69,6 +71,9 @@ dumps: Callable[[Any], str] = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False
 ).encode
 loads: Callable[[str], Any] = json.JSONDecoder().decode
+dumps_flat: Callable[[Any], str] = flat_encoder(allow_nan=False)
+""":data:`dumps` for a shape plait builds from scalars (an execution record, a run's
+usage): the same text, without a cycle check or an encoder made per call."""
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 _UPCASTERS: dict[str, dict[int, Upcaster]] = {}

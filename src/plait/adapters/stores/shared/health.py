@@ -34,6 +34,8 @@ class CommitHealth:
             self._failure, self._failed_at = error, time.monotonic()
 
     def succeeded(self) -> None:
+        if self._failure is None:  # nothing to clear (the usual case: no lock taken)
+            return
         with self._lock:
             self._failure = None
 

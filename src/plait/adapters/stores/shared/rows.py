@@ -24,6 +24,7 @@ from plait.adapters.stores.shared.codec import (
     artifact_from_dict,
     assistant_extra,
     dumps,
+    dumps_flat,
     loads,
     message_from_dict,
     tool_result_extra,
@@ -145,7 +146,7 @@ def run_data(run: Run) -> str:
         _fixed = (key, fixed)
     usage = run.usage
     error = run.error
-    changing = dumps(
+    changing = dumps_flat(
         {
             "schema_version": SCHEMA_VERSION,
             "usage": {
@@ -190,7 +191,7 @@ def execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
         record.call_id,
         record.state.value,
         record.args_digest,
-        dumps(codec.execution_to_dict(record)),
+        dumps_flat(codec.execution_to_dict(record)),
     )
 
 

@@ -46,8 +46,9 @@ _SESSION_AND_RUN = (
 )
 """The session's version, active run and owner, whether it is a branch (has segments),
 with the commit's run (else the active one)."""
-_CLAIM_SESSION = "UPDATE sessions SET active_run_id = ? WHERE id = ? AND active_run_id IS NULL"
-_RELEASE_SESSION = "UPDATE sessions SET active_run_id = NULL WHERE id = ? AND active_run_id = ?"
+_SET_ACTIVE = "UPDATE sessions SET active_run_id = ? WHERE id = ? AND active_run_id IS ?"
+"""A run's start claims the session ``(run, session, None)``, its end releases it
+``(None, session, run)``: one statement for both (a run's path compiles one fewer)."""
 _INSERT_MESSAGE = (
     "INSERT INTO messages (id, kind, text, created_at, run_id, step, call_id, name, status, "
     "extra, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -158,7 +159,7 @@ def apply(
         if inserted != 1:
             raise duplicate_run(run.id)
         if not run.status.terminal:
-            conn.execute(_CLAIM_SESSION, (run.id, sid))
+            conn.execute(_SET_ACTIVE, (run.id, sid, None))
             active = run.id
         run_session, row_run, cancel_flag, token = sid, run.id, 0, run.lease_token
         owner = None if lease is None else lease.owner
@@ -205,7 +206,7 @@ def apply(
                     _UPDATE_RUN_STATE, (lease_owner, lease_expires_at, run_data(run), run.id)
                 )
             if run.status.terminal and active == run.id:
-                conn.execute(_RELEASE_SESSION, (sid, run.id))
+                conn.execute(_SET_ACTIVE, (None, sid, run.id))
                 active = None
             owner, expires_at = lease_owner, lease_expires_at
             status, started_at = run.status.value, run.started_at

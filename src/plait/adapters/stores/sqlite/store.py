@@ -74,6 +74,7 @@ from plait.adapters.stores.sqlite.conn import (
     SqliteConnection,
 )
 from plait.adapters.stores.sqlite.context import ContextCache, data_version, read_context
+from plait.adapters.stores.sqlite.segments import OPEN_END
 from plait.application.ports import CommitResult, StoreCapabilities
 from plait.domain.errors import LeaseLostError, StoreError
 from plait.domain.messages import ArtifactRef, Message
@@ -289,10 +290,14 @@ class SqliteStore:
                 row = conn.execute(_GET_SESSION, (session_id,)).fetchone()
                 if row is None:
                     raise session_not_found(session_id)
+                session = session_from_row(row)
+                if session.version == 0:  # no message (a branch's version counts its prefix)
+                    return session, []
                 with long_lived():  # a few objects per message, all kept
-                    return session_from_row(row), decode_history(
-                        _history_rows(conn, session_id, 0, -1)
-                    )
+                    if session.fork_origin is None:  # not a branch: no segments, its own rows
+                        rows = conn.execute(_READ_MESSAGES, (session_id, 0, OPEN_END, -1))
+                        return session, decode_history(rows.fetchall())
+                    return session, decode_history(_history_rows(conn, session_id, 0, -1))
             finally:
                 conn.execute("COMMIT")
 
