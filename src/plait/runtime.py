@@ -21,8 +21,6 @@ from plait.adapters.stores import protected_paths, redact_url, store_kind
 from plait.adapters.system import RandomIds, SystemClock, process_owner
 from plait.application.service_config import DEFAULT_INSTRUCTIONS, check_config
 from plait.domain.errors import ConfigError
-from plait.domain.runs import Budget
-from plait.domain.subagents import SubAgent
 from plait.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
@@ -59,6 +57,8 @@ if TYPE_CHECKING:
     from plait.domain.compaction import CompactionSettings
     from plait.domain.policy import Policy
     from plait.domain.retention import RetentionSettings
+    from plait.domain.runs import Budget
+    from plait.domain.subagents import SubAgent
     from plait.domain.tools import ToolSpec
     from plait.domain.webhooks import Endpoint
     from plait.settings import ServiceSettings
@@ -550,6 +550,11 @@ def _configured_compaction(settings: Settings) -> CompactionSettings | None:
 def configured_subagents(settings: Settings | None = None) -> list[SubAgent]:
     """The ``[agents.NAME]`` sub-agents of the config files."""
     config = (settings or resolve_settings()).config
+    if not config.agents:
+        return []
+    # lazy: the sub-agents' domain, only for a config that declares some
+    from plait.domain.subagents import SubAgent
+
     try:
         return [SubAgent.from_mapping(name, table) for name, table in config.agents.items()]
     except ConfigError as error:

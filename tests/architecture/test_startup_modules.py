@@ -73,8 +73,19 @@ DEFERRED = (
     "plait.application.retention",
     "plait.application.subagents",
     "plait.application.webhooks",
+    "plait.adapters.stores.shared.codec",
+    "plait.adapters.stores.shared.rows",
+    "plait.adapters.stores.shared.session_pages",
+    "plait.adapters.stores.shared.state",
+    "plait.adapters.stores.sqlite.commit",
+    "plait.domain.answers",
     "plait.domain.compaction",
     "plait.domain.context",
+    "plait.domain.messages",
+    "plait.domain.recall",
+    "plait.domain.runs",
+    "plait.domain.session",
+    "plait.domain.subagents",
     "plait.domain.forks",
     "plait.domain.policy_toml",
     "plait.domain.retention",
@@ -184,6 +195,11 @@ def test_open_with_defaults_builds_the_side_services_at_first_use(tmp_path: Path
         "plait.application.retention",
         "plait.application.webhooks",
         "plait.domain.summary",
+        # the store's reads and writes (a session made and listed, a summary read)
+        "plait.adapters.stores.shared.rows",
+        "plait.adapters.stores.shared.state",
+        "plait.domain.messages",
+        "plait.domain.session",
     } <= set(out["after_use"])
 
 

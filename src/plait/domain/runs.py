@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from plait.domain.answers import OutputSchema
 from plait.domain.errors import ValidationError
-from plait.domain.subagents import ParentCall
+from plait.domain.run_status import RunStatus
+
+if TYPE_CHECKING:
+    from plait.domain.answers import OutputSchema
+    from plait.domain.subagents import ParentCall
 
 __all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
-
-
-class RunStatus(StrEnum):
-    QUEUED = "queued"
-    """Service mode: stored with its user message, not yet claimed by a worker."""
-    RUNNING = "running"
-    AWAITING_APPROVAL = "awaiting_approval"
-    AWAITING_RESOLUTION = "awaiting_resolution"
-    """A side effect is ``unknown``: a person must say what happened."""
-    COMPLETED = "completed"
-    BUDGET_EXHAUSTED = "budget_exhausted"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in _TERMINAL
-
-
-_TERMINAL = frozenset(
-    {RunStatus.COMPLETED, RunStatus.BUDGET_EXHAUSTED, RunStatus.FAILED, RunStatus.CANCELLED}
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

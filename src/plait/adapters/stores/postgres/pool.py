@@ -30,7 +30,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from plait.adapters.stores.postgres.schema import is_unavailable, prepare, unavailable
-from plait.adapters.stores.shared.state import closed_error
+from plait.adapters.stores.shared.closed import closed_error
 from plait.domain.errors import ConfigError
 
 __all__ = ["LoopPool"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from plait.domain.runs import RunStatus
+from plait.domain.run_status import RunStatus
 
 T = TypeVar("T")
 

@@ -15,17 +15,28 @@ __all__ = ["Later"]
 class Later:
     """Stands for the module ``name``: an attribute read imports it (once; later reads
     find it in ``sys.modules``) and returns the module's attribute. Thread-safe: the
-    import system's lock serializes the first import."""
+    import system's lock serializes the first import. Given the ``namespace`` (a module's
+    ``globals()``) and the ``binding`` it is kept under there, the first read puts the
+    module itself in its place: what runs on every step then reads the module directly,
+    with no detour through this object."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("_binding", "_name", "_namespace")
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self, name: str, namespace: dict[str, Any] | None = None, binding: str | None = None
+    ) -> None:
+        if (namespace is None) != (binding is None):
+            raise ValueError("a Later bound into a namespace names its binding")
         self._name = name
+        self._namespace = namespace
+        self._binding = binding
 
     def __getattr__(self, attribute: str) -> Any:
         module: ModuleType | None = sys.modules.get(self._name)
         if module is None:
             module = importlib.import_module(self._name)
+        if self._namespace is not None and self._binding is not None:
+            self._namespace[self._binding] = module
         return getattr(module, attribute)
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from plait.adapters.stores.shared.closed import closed_error
 from plait.application.ports import CommitResult
 from plait.domain.errors import (
     ArtifactNotFoundError,
@@ -69,10 +70,6 @@ STATE_ORDER = {
 }
 
 # --- errors -------------------------------------------------------------------------------
-
-
-def closed_error(store: str) -> ConfigError:
-    return ConfigError(f"the {store} store is closed", store=store)
 
 
 def session_not_found(session_id: str) -> SessionNotFoundError:

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from plait.adapters.stores.shared.closed import closed_error
 from plait.adapters.stores.shared.health import CommitHealth
 from plait.adapters.stores.shared.inbox_pages import WAITING
 from plait.adapters.stores.shared.offload import IoMode, io_for
-from plait.adapters.stores.shared.state import closed_error
 from plait.adapters.stores.shared.unstorable import unstorable
 from plait.adapters.stores.sqlite.segments import DDL as SEGMENTS_DDL
 from plait.domain.errors import (
@@ -40,7 +40,7 @@ from plait.domain.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from plait.domain.runs import RunStatus
+from plait.domain.run_status import RunStatus
 
 __all__ = [
     "GET_SESSION",

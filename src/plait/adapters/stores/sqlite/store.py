@@ -36,34 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
 from plait.adapters.stores.shared.later import Later
 from plait.adapters.stores.shared.long_lived import long_lived
 from plait.adapters.stores.shared.offload import InlineIo, IoMode, IoThread
-from plait.adapters.stores.shared.rows import (
-    decode_history,
-    decode_messages,
-    json_value,
-    run_from_row,
-    session_from_row,
-    session_row,
-)
-from plait.adapters.stores.shared.session_pages import session_page_sql
-from plait.adapters.stores.shared.state import (
-    ARTIFACT_CHUNK,
-    artifact_not_found,
-    artifact_ref,
-    artifact_ref_of_file,
-    check_new_session,
-    check_token,
-    duplicate_session,
-    lease_lost,
-    run_not_found,
-    session_not_found,
-    validate_commit,
-)
-from plait.adapters.stores.sqlite import commit as _sqlite_commit
 from plait.adapters.stores.sqlite import segments, tokens
 from plait.adapters.stores.sqlite.conn import (
     GET_SESSION,
@@ -77,12 +53,11 @@ from plait.adapters.stores.sqlite.context import ContextCache, data_version, rea
 from plait.adapters.stores.sqlite.segments import OPEN_END
 from plait.application.ports import CommitResult, StoreCapabilities
 from plait.domain.errors import LeaseLostError, StoreError
-from plait.domain.messages import ArtifactRef, Message
-from plait.domain.recall import search_terms
-from plait.domain.runs import Run, RunStatus
-from plait.domain.session import ExecutionRecord, Session, StoredMessage
+from plait.domain.run_status import RunStatus
 
 if TYPE_CHECKING:
+    from plait.adapters.stores.shared import codec, session_pages, state
+    from plait.adapters.stores.shared import rows as shared_rows
     from plait.adapters.stores.sqlite import (
         approvals,
         fork,
@@ -91,11 +66,16 @@ if TYPE_CHECKING:
         summaries,
         webhooks,
     )
+    from plait.adapters.stores.sqlite import commit as _sqlite_commit
     from plait.application.ports import Commit, ForkCommit  # built by the application
+    from plait.domain import messages, recall
     from plait.domain.forks import ForkRecord
     from plait.domain.governance import Approval, ApprovalUse
+    from plait.domain.messages import ArtifactRef, Message
     from plait.domain.retention import Expiry, Tombstone
+    from plait.domain.runs import Run
     from plait.domain.service import ApiKey, NewRunEvent, RunEventRecord
+    from plait.domain.session import ExecutionRecord, Session, StoredMessage
     from plait.domain.summary import Constraint, Summary
     from plait.domain.webhooks import (
         Delivery,
@@ -105,6 +85,16 @@ if TYPE_CHECKING:
         Endpoint,
     )
 else:  # what one run does not need is imported at its first use (see shared/later.py)
+    # What a store's reads and writes need (its rows, the domain's messages, runs and
+    # sessions) is imported at the first read or write, not at open; the first use puts
+    # the module in its place here (no detour on later calls).
+    codec = Later("plait.adapters.stores.shared.codec", globals(), "codec")
+    shared_rows = Later("plait.adapters.stores.shared.rows", globals(), "shared_rows")
+    session_pages = Later("plait.adapters.stores.shared.session_pages", globals(), "session_pages")
+    state = Later("plait.adapters.stores.shared.state", globals(), "state")
+    _sqlite_commit = Later("plait.adapters.stores.sqlite.commit", globals(), "_sqlite_commit")
+    messages = Later("plait.domain.messages", globals(), "messages")
+    recall = Later("plait.domain.recall", globals(), "recall")
     approvals = Later("plait.adapters.stores.sqlite.approvals")
     fork = Later("plait.adapters.stores.sqlite.fork")
     retention = Later("plait.adapters.stores.sqlite.retention")
@@ -235,36 +225,36 @@ class SqliteStore:
     # --- sessions -------------------------------------------------------------------------
 
     async def create_session(self, session: Session) -> None:
-        check_new_session(session)
+        state.check_new_session(session)
 
         def op(conn: sqlite3.Connection) -> None:
             try:
-                conn.execute(_INSERT_SESSION, session_row(session))
+                conn.execute(_INSERT_SESSION, shared_rows.session_row(session))
             except sqlite3.IntegrityError:
-                raise duplicate_session(session.id) from None
+                raise state.duplicate_session(session.id) from None
 
         await self._db.write(op)
 
     async def get_session(self, session_id: str) -> Session:
         row = await self._db.read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
         if row is None:
-            raise session_not_found(session_id)
-        return session_from_row(row)
+            raise state.session_not_found(session_id)
+        return shared_rows.session_from_row(row)
 
     async def list_sessions(
         self, *, limit: int | None = None, owner: str | None = None, before: str | None = None
     ) -> list[Session]:
         lim = -1 if limit is None else max(limit, 0)
-        sql, args = session_page_sql(
+        sql, args = session_pages.session_page_sql(
             _SESSION_COLS, "rowid", "?", owner=owner, before=before, limit=lim
         )
 
         def op(conn: sqlite3.Connection) -> list[Any]:
             if before is not None and conn.execute(_SESSION_EXISTS, (before,)).fetchone() is None:
-                raise session_not_found(before)
+                raise state.session_not_found(before)
             return conn.execute(sql, args).fetchall()
 
-        return [session_from_row(r) for r in await self._db.read(op)]
+        return [shared_rows.session_from_row(r) for r in await self._db.read(op)]
 
     async def read_messages(
         self, session_id: str, *, after: int = 0, limit: int | None = None
@@ -275,8 +265,8 @@ class SqliteStore:
             with long_lived():  # a few objects per message, all kept
                 rows = _history_rows(conn, session_id, after, lim)
                 if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
-                    raise session_not_found(session_id)
-                return decode_messages(rows)
+                    raise state.session_not_found(session_id)
+                return shared_rows.decode_messages(rows)
 
         return await self._db.read(op)
 
@@ -289,15 +279,17 @@ class SqliteStore:
             try:
                 row = conn.execute(_GET_SESSION, (session_id,)).fetchone()
                 if row is None:
-                    raise session_not_found(session_id)
-                session = session_from_row(row)
+                    raise state.session_not_found(session_id)
+                session = shared_rows.session_from_row(row)
                 if session.version == 0:  # no message (a branch's version counts its prefix)
                     return session, []
                 with long_lived():  # a few objects per message, all kept
                     if session.fork_origin is None:  # not a branch: no segments, its own rows
                         rows = conn.execute(_READ_MESSAGES, (session_id, 0, OPEN_END, -1))
-                        return session, decode_history(rows.fetchall())
-                    return session, decode_history(_history_rows(conn, session_id, 0, -1))
+                        return session, shared_rows.decode_history(rows.fetchall())
+                    return session, shared_rows.decode_history(
+                        _history_rows(conn, session_id, 0, -1)
+                    )
             finally:
                 conn.execute("COMMIT")
 
@@ -306,7 +298,7 @@ class SqliteStore:
     # --- writes ---------------------------------------------------------------------------
 
     async def start_run(self, commit: Commit) -> CommitResult:
-        validate_commit(commit, start=True)
+        state.validate_commit(commit, start=True)
         return await self._db.write(lambda conn: self._apply(conn, commit, start=True))
 
     async def commit(self, commit: Commit) -> CommitResult:
@@ -319,7 +311,7 @@ class SqliteStore:
         future resolves when the commit is durable (or fails). Calls made after it are
         applied after it. See :class:`~plait.application.ports.QueuedCommits` for
         ``after`` and ``hold``."""
-        validate_commit(commit, start=False)
+        state.validate_commit(commit, start=False)
         return self._db.submit(lambda conn: self._apply(conn, commit), after=after, hold=hold)
 
     def _apply(
@@ -390,8 +382,8 @@ class SqliteStore:
     async def get_run(self, run_id: str) -> Run:
         row = await self._db.read(lambda conn: conn.execute(_GET_RUN, (run_id,)).fetchone())
         if row is None:
-            raise run_not_found(run_id)
-        return run_from_row(row)
+            raise state.run_not_found(run_id)
+        return shared_rows.run_from_row(row)
 
     async def list_runs(self, *, session_id: str | None = None) -> list[Run]:
         def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -399,10 +391,10 @@ class SqliteStore:
                 return conn.execute(_LIST_RUNS).fetchall()
             rows = conn.execute(_LIST_SESSION_RUNS, (session_id,)).fetchall()
             if not rows and conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is None:
-                raise session_not_found(session_id)
+                raise state.session_not_found(session_id)
             return rows
 
-        return [run_from_row(r) for r in await self._db.read(op)]
+        return [shared_rows.run_from_row(r) for r in await self._db.read(op)]
 
     async def list_waiting_runs(
         self,
@@ -427,26 +419,29 @@ class SqliteStore:
 
         def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             if before is not None and conn.execute(_GET_RUN, (before,)).fetchone() is None:
-                raise run_not_found(before)
+                raise state.run_not_found(before)
             return conn.execute(sql, args).fetchall()
 
-        return [run_from_row(r) for r in await self._db.read(op)]
+        return [shared_rows.run_from_row(r) for r in await self._db.read(op)]
 
     async def request_cancel(self, run_id: str) -> Run:
         rows = await self._db.write(lambda conn: conn.execute(_CANCEL, (run_id,)).fetchall())
         if not rows:
-            raise run_not_found(run_id)
-        return run_from_row(rows[0])
+            raise state.run_not_found(run_id)
+        return shared_rows.run_from_row(rows[0])
 
     async def get_executions(self, run_id: str) -> list[ExecutionRecord]:
         def op(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             rows = conn.execute(_LIST_EXECUTIONS, (run_id, run_id)).fetchall()
             if not rows and conn.execute(_LEASE, (run_id,)).fetchone() is None:
-                raise run_not_found(run_id)
+                raise state.run_not_found(run_id)
             return rows
 
         rows = await self._db.read(op)
-        return [codec.execution_from_dict(json_value(r[0], "execution record")) for r in rows]
+        return [
+            codec.execution_from_dict(shared_rows.json_value(r[0], "execution record"))
+            for r in rows
+        ]
 
     async def claim_run(self, run_id: str, *, owner: str, now: float, expires_at: float) -> Run:
         def op(conn: sqlite3.Connection) -> tuple[Any, ...]:
@@ -456,7 +451,7 @@ class SqliteStore:
             self._lease_failure(conn, run_id, owner)
             raise AssertionError("unreachable")
 
-        return run_from_row(await self._db.write(op))
+        return shared_rows.run_from_row(await self._db.write(op))
 
     async def renew_lease(
         self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
@@ -473,10 +468,10 @@ class SqliteStore:
     ) -> None:
         row = conn.execute(_LEASE, (run_id,)).fetchone()
         if row is None:
-            raise run_not_found(run_id)
+            raise state.run_not_found(run_id)
         ended = RunStatus(row[3]).terminal
-        check_token(run_id, row[2], lease_token, ended=ended, wanted=owner)
-        raise lease_lost(run_id, row[0], row[1], wanted=owner)
+        state.check_token(run_id, row[2], lease_token, ended=ended, wanted=owner)
+        raise state.lease_lost(run_id, row[0], row[1], wanted=owner)
 
     def _check_token(
         self,
@@ -494,27 +489,27 @@ class SqliteStore:
         row = conn.execute(_LEASE, (run_id,)).fetchone()
         stored = None if row is None else row[2]
         ended = not events and row is not None and RunStatus(row[3]).terminal
-        check_token(run_id, stored, lease_token, ended=ended, wanted=None)
+        state.check_token(run_id, stored, lease_token, ended=ended, wanted=None)
 
     async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
         wanted = None if status is None else status.value
         params = (wanted, wanted, now)
         return [
-            run_from_row(r)
+            shared_rows.run_from_row(r)
             for r in await self._db.read(lambda conn: conn.execute(_STALE, params).fetchall())
         ]
 
     # --- artifacts ------------------------------------------------------------------------
 
     async def put_artifact(self, data: bytes, *, media_type: str) -> ArtifactRef:
-        ref = artifact_ref(data, media_type)
+        ref = state.artifact_ref(data, media_type)
         row = (ref.id, ref.sha256, ref.size, ref.media_type, bytes(data))
         await self._db.write(lambda conn: conn.execute(_PUT_ARTIFACT, row))
         return ref
 
     async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
         """Streams the file into the blob in chunks (never whole in memory)."""
-        ref = artifact_ref_of_file(path, media_type)
+        ref = state.artifact_ref_of_file(path, media_type)
 
         def put(conn: sqlite3.Connection) -> None:
             row = (ref.id, ref.sha256, ref.size, ref.media_type, ref.size)
@@ -523,7 +518,7 @@ class SqliteStore:
                 return  # already stored
             rowid = conn.execute("SELECT rowid FROM artifacts WHERE id = ?", (ref.id,)).fetchone()
             with open(path, "rb") as src, conn.blobopen("artifacts", "data", rowid[0]) as blob:
-                while chunk := src.read(ARTIFACT_CHUNK):
+                while chunk := src.read(state.ARTIFACT_CHUNK):
                     blob.write(chunk)
 
         await self._db.write(put)
@@ -534,9 +529,11 @@ class SqliteStore:
             lambda conn: conn.execute(_GET_ARTIFACT, (artifact_id,)).fetchone()
         )
         if row is None:
-            raise artifact_not_found(artifact_id)
+            raise state.artifact_not_found(artifact_id)
         aid, sha, size, media_type, data = row
-        return ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(data)
+        return messages.ArtifactRef(id=aid, sha256=sha, size=size, media_type=media_type), bytes(
+            data
+        )
 
     # --- webhooks: endpoints and the outbox (see webhooks.py) -----------------------------
 
@@ -585,7 +582,7 @@ class SqliteStore:
     async def claim_queued_run(self, *, owner: str, now: float, expires_at: float) -> Run | None:
         claim = service.claim_queued
         row = await self._db.write(lambda conn: claim(conn, RUN_COLS, owner, now, expires_at))
-        return None if row is None else run_from_row(row)
+        return None if row is None else shared_rows.run_from_row(row)
 
     async def count_queued_runs(self, *, now: float) -> int:
         def count(conn: sqlite3.Connection) -> int:
@@ -652,7 +649,7 @@ class SqliteStore:
     ) -> Approval:
         def op(conn: sqlite3.Connection) -> Approval:
             if conn.execute(_SESSION_EXISTS, (approval.session_id,)).fetchone() is None:
-                raise session_not_found(approval.session_id)
+                raise state.session_not_found(approval.session_id)
             self._check_token(conn, approval.run_id, lease_token)
             return approvals.request(conn, approval)
 
@@ -755,7 +752,7 @@ class SqliteStore:
     async def search_history(
         self, session_id: str, query: str, *, through_seq: int | None = None, limit: int = 20
     ) -> list[StoredMessage]:
-        search_terms(query)  # a bad query fails before anything is written
+        recall.search_terms(query)  # a bad query fails before anything is written
         await self._db.write(summaries.catch_up_index)
         return await self._db.read(
             lambda conn: summaries.search(conn, session_id, query, through_seq, max(limit, 0))

@@ -1,0 +1,42 @@
+"""``Later``: a module imported at its first use, optionally put in its own place then."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from plait.adapters.stores.shared.later import Later
+
+NAME = "plait.adapters.stores.shared.session_pages"  # small, not imported by these tests
+
+
+def test_the_first_attribute_read_imports_the_module() -> None:
+    sys.modules.pop(NAME, None)
+    later = Later(NAME)
+    assert NAME not in sys.modules
+    assert callable(later.session_page_sql)
+    assert NAME in sys.modules
+
+
+def test_a_bound_later_puts_the_module_in_its_place_at_the_first_read() -> None:
+    namespace: dict[str, Any] = {}
+    namespace["pages"] = Later(NAME, namespace, "pages")
+    assert isinstance(namespace["pages"], Later)
+    found = namespace["pages"].session_page_sql
+    bound: object = namespace["pages"]
+    assert bound is sys.modules[NAME]  # later reads go to the module itself
+    assert found is sys.modules[NAME].session_page_sql
+
+
+def test_a_binding_needs_both_its_namespace_and_its_name() -> None:
+    with pytest.raises(ValueError, match="names its binding"):
+        Later(NAME, {}, None)
+    with pytest.raises(ValueError, match="names its binding"):
+        Later(NAME, None, "pages")
+
+
+def test_a_missing_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError):
+        _ = Later(NAME).no_such_name
