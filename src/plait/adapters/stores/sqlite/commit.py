@@ -1,6 +1,8 @@
-"""One commit on SQLite (:meth:`SqliteStore.commit` and ``start_run``): the checks and
-writes of a :class:`~plait.application.ports.Commit`, inside the caller's one
-``BEGIN IMMEDIATE`` transaction, which holds the write lock, so check-then-write is safe.
+"""The writes of history on SQLite: a new session (:meth:`SqliteStore.create_session`)
+and one commit (:meth:`SqliteStore.commit` and ``start_run``): the checks and writes of a
+:class:`~plait.application.ports.Commit`, inside the caller's one ``BEGIN IMMEDIATE``
+transaction, which holds the write lock, so check-then-write is safe. (A process's first
+write loads this module and what it needs: opening a store does not.)
 
 The version compare-and-set turns a lost race into
 :class:`~plait.domain.errors.ConflictError`, never an interleaving; the run's lease is
@@ -12,13 +14,14 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from plait.adapters.stores.shared.rows import execution_row, message_row, run_data
+from plait.adapters.stores.shared.rows import execution_row, message_row, run_data, session_row
 from plait.adapters.stores.shared.state import (
     STATE_ORDER,
     check_execution,
     check_token,
     duplicate_message,
     duplicate_run,
+    duplicate_session,
     resolve_lease,
     run_not_found,
     session_busy,
@@ -35,8 +38,24 @@ from plait.domain.session import ExecutionState
 
 if TYPE_CHECKING:
     from plait.application.ports import Commit  # built by the application
+    from plait.domain.session import Session
 
-__all__ = ["Checked", "apply", "checked_run"]
+__all__ = ["Checked", "apply", "checked_run", "insert_session"]
+
+_INSERT_SESSION = (
+    "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
+    "parent_session_id, fork_point_message_id, title, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def insert_session(conn: sqlite3.Connection, session: Session) -> None:
+    """A new session's row; :class:`~plait.domain.errors.ConflictError` if its id is
+    taken."""
+    try:
+        conn.execute(_INSERT_SESSION, session_row(session))
+    except sqlite3.IntegrityError:
+        raise duplicate_session(session.id) from None
+
 
 _SESSION_AND_RUN = (
     f"SELECT {VERSION_OF}, s.active_run_id, r.session_id, r.lease_owner, r.lease_expires_at, "

@@ -106,10 +106,6 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 
 _SESSION_COLS = SESSION_COLS
-_INSERT_SESSION = (
-    "INSERT INTO sessions (id, created_at, owner, workspace, active_run_id, "
-    "parent_session_id, fork_point_message_id, title, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _GET_SESSION = GET_SESSION
 _MESSAGE_COLS = (
     "m.kind, m.id, m.text, m.created_at, m.run_id, m.step, m.call_id, m.name, m.status, "
@@ -226,14 +222,7 @@ class SqliteStore:
 
     async def create_session(self, session: Session) -> None:
         state.check_new_session(session)
-
-        def op(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(_INSERT_SESSION, shared_rows.session_row(session))
-            except sqlite3.IntegrityError:
-                raise state.duplicate_session(session.id) from None
-
-        await self._db.write(op)
+        await self._db.write(lambda conn: _sqlite_commit.insert_session(conn, session))
 
     async def get_session(self, session_id: str) -> Session:
         row = await self._db.read(lambda conn: conn.execute(_GET_SESSION, (session_id,)).fetchone())
