@@ -40,3 +40,14 @@ def test_a_binding_needs_both_its_namespace_and_its_name() -> None:
 def test_a_missing_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError):
         _ = Later(NAME).no_such_name
+
+
+def test_load_deferred_imports_every_module_the_sqlite_store_defers() -> None:
+    from plait.adapters.stores.sqlite import store
+
+    store.load_deferred()
+    left = [name for name, value in vars(store).items() if isinstance(value, Later)]
+    bound = ("codec", "shared_rows", "state", "_sqlite_commit", "messages", "recall")
+    assert not [name for name in left if name in bound]  # put in their places
+    for name in ("approvals", "fork", "retention", "service", "summaries", "webhooks"):
+        assert f"plait.adapters.stores.sqlite.{name}" in sys.modules

@@ -31,13 +31,17 @@ class Later:
         self._namespace = namespace
         self._binding = binding
 
-    def __getattr__(self, attribute: str) -> Any:
+    def load(self) -> ModuleType:
+        """The module, imported now if it is not yet (and put in its place, if bound)."""
         module: ModuleType | None = sys.modules.get(self._name)
         if module is None:
             module = importlib.import_module(self._name)
         if self._namespace is not None and self._binding is not None:
             self._namespace[self._binding] = module
-        return getattr(module, attribute)
+        return module
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.load(), attribute)
 
     def __repr__(self) -> str:
         return f"<module {self._name!r}, imported at its first use>"
