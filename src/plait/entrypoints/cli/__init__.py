@@ -3,16 +3,31 @@ the modules are still being imported, leaves with status 130 and no traceback.""
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 __all__ = ["run"]
 
 
 def run() -> None:
-    try:
-        # lazy: inside the try, so Ctrl-C while the modules load still exits 130
-        from plait.entrypoints.cli.main import main
+    # While the command's modules load, Ctrl-C is noted, not raised: a KeyboardInterrupt
+    # raised inside an extension module's initialisation (ssl's, asyncio's) can come out
+    # as another error (a TypeError from _ssl was seen) that no handler expects.
+    interrupted: list[int] = []
 
+    def note(signum: int, frame: FrameType | None) -> None:
+        interrupted.append(signum)
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        # lazy: after the handler above, so Ctrl-C while the modules load still exits 130
+        from plait.entrypoints.cli.main import main
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        if interrupted:
+            raise KeyboardInterrupt
         code = main()
     except KeyboardInterrupt:
         print("plait: interrupted", file=sys.stderr)
