@@ -154,21 +154,16 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
     import uvicorn
 
     from plait.entrypoints.http.app import create_app
-    from plait.entrypoints.http.server import configure_logging, context_for
+    from plait.entrypoints.http.server import configure_logging, context_for, uvicorn_config
 
     configure_logging("warning")
     rt = _runtime(db, ledger, with_model=in_process > 0, lease=lease)
     app = create_app(context_for(rt, _settings(db, serve_workers=in_process)))
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_config=None,
-        access_log=False,
-        timeout_keep_alive=120,
-        backlog=4096,
-        loop="asyncio",
-    )  # fmt: skip  (as `plait serve` runs)
+    # As `plait serve` runs it (its HTTP protocol, loop and logging), with room for the
+    # driver's pool: keep-alive connections held through the run, a deep accept backlog.
+    config = uvicorn_config(app, host="127.0.0.1", port=port, keep_alive=120)
+    config.backlog = 4096
+    uvicorn.Server(config).run()
 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
