@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
+from plait.application._deadlines import within
 from plait.application.ports import ArtifactStore, Tool, ToolInvocation, ToolOutput
 from plait.domain.errors import PlaitError, PolicyError, SubAgentWaitingError
 from plait.domain.messages import ArtifactRef, ToolCall, ToolResult, ToolStatus
@@ -52,8 +53,7 @@ class ToolRunner:
             invocation = replace(invocation, time_limit_seconds=time_limit)
         unsure = ToolStatus.UNKNOWN if effect is EffectClass.SIDE_EFFECT else ToolStatus.FAILED
         try:
-            async with asyncio.timeout(time_limit):
-                output = await tool.execute(invocation)
+            output = await within(time_limit, tool.execute(invocation))
         except TimeoutError:
             return _failure(call, unsure, f"timed out after {time_limit:g} s")
         except asyncio.CancelledError:
