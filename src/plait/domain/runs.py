@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from plait.domain._copy import copier
 from plait.domain.errors import ValidationError
 from plait.domain.run_status import RunStatus
 
@@ -127,25 +128,8 @@ class Run:
 
     def stepped(self, usage: RunUsage, lease: Lease | None) -> Run:
         """The run with its usage after a step and its lease renewed: ``dataclasses.
-        replace`` with these fields, built directly (a run moves forward at every step)."""
-        return Run(
-            id=self.id,
-            session_id=self.session_id,
-            status=self.status,
-            budget=self.budget,
-            started_at=self.started_at,
-            model=self.model,
-            usage=usage,
-            ended_at=self.ended_at,
-            error=self.error,
-            lease=lease,
-            cancel_requested=self.cancel_requested,
-            model_spec=self.model_spec,
-            deadline_at=self.deadline_at,
-            lease_token=self.lease_token,
-            policy=self.policy,
-            trace_context=self.trace_context,
-            output_schema=self.output_schema,
-            parent=self.parent,
-            mcp_servers=self.mcp_servers,
-        )
+        replace`` with these fields, by the slots (a run moves forward at every step)."""
+        return _stepped(self, usage, lease)
+
+
+_stepped = copier(Run, ("usage", "lease"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from plait.domain._copy import copier
 from plait.domain.messages import Message, ToolStatus
 from plait.domain.tools import EffectClass
 
@@ -101,47 +102,19 @@ class ExecutionRecord:
         reason: str | None,
     ) -> ExecutionRecord:
         """The record reviewed at ``at`` (and started then, when ``state`` is
-        ``started``): ``dataclasses.replace`` with these fields, built directly (a
-        record moves forward at every call of every step)."""
-        return ExecutionRecord(
-            session_id=self.session_id,
-            run_id=self.run_id,
-            call_id=self.call_id,
-            tool_name=self.tool_name,
-            effect=self.effect,
-            args_digest=self.args_digest,
-            idempotency_key=self.idempotency_key,
-            state=state,
-            requested_at=self.requested_at,
-            reviewed_at=at,
-            started_at=at if state is ExecutionState.STARTED else None,
-            settled_at=self.settled_at,
-            result_status=self.result_status,
-            decision=decision,
-            decided_by=decided_by,
-            decision_reason=reason,
-            note=self.note,
-        )
+        ``started``): ``dataclasses.replace`` with these fields, by the slots (a record
+        moves forward at every call of every step)."""
+        started = at if state is ExecutionState.STARTED else None
+        return _decided(self, state, at, started, decision, decided_by, reason)
 
     def settled(self, at: float, status: ToolStatus) -> ExecutionRecord:
         """The record settled at ``at`` with a result of ``status``: ``dataclasses.
-        replace`` with these fields, built directly."""
-        return ExecutionRecord(
-            session_id=self.session_id,
-            run_id=self.run_id,
-            call_id=self.call_id,
-            tool_name=self.tool_name,
-            effect=self.effect,
-            args_digest=self.args_digest,
-            idempotency_key=self.idempotency_key,
-            state=ExecutionState.SETTLED,
-            requested_at=self.requested_at,
-            reviewed_at=self.reviewed_at,
-            started_at=self.started_at,
-            settled_at=at,
-            result_status=status,
-            decision=self.decision,
-            decided_by=self.decided_by,
-            decision_reason=self.decision_reason,
-            note=self.note,
-        )
+        replace`` with these fields, by the slots."""
+        return _settled(self, ExecutionState.SETTLED, at, status)
+
+
+_decided = copier(
+    ExecutionRecord,
+    ("state", "reviewed_at", "started_at", "decision", "decided_by", "decision_reason"),
+)
+_settled = copier(ExecutionRecord, ("state", "settled_at", "result_status"))
