@@ -58,3 +58,16 @@ def test_printable_escapes_what_no_store_can_keep() -> None:
     assert shown == "a\\x00b\\udcffc"
     shown.encode("utf-8")
     assert printable("x" * 30, 10) == "xxxxxxxxxx... [20 more characters]"
+
+
+def test_long_text_is_judged_by_every_character_whatever_its_script() -> None:
+    wide = "模型的回答，很长。" * 2000
+    assert text_problem(wide) is None and text_problem("ascii " * 5000) is None
+    assert text_problem(wide + "\udcff") == (
+        f"contains a lone surrogate \\udcff at offset {len(wide)} (not a Unicode "
+        "character; send valid text)"
+    )
+    assert text_problem("é" + "x" * 5000 + "\x00") == "contains a NUL character at offset 5001"
+    assert text_problem("\x00" + wide) == "contains a NUL character at offset 0"
+    assert printable(wide) is wide
+    assert printable("é\udcff") == "é\\udcff"

@@ -54,8 +54,25 @@ def _describe(char: str, at: int) -> str:
     return f"a control character \\x{ord(char):02x} at offset {at}"
 
 
+def _clean(text: str) -> bool:
+    """No NUL and no lone surrogate in ``text``: the common case, told without the regular
+    expression (which takes about 6 us per KB, read at every step for the model's text
+    and every argument)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")  # refuses a lone surrogate, and only that
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def text_problem(text: str) -> str | None:
     """Why ``text`` cannot be accepted as text, or ``None``."""
+    if _clean(text):
+        return None
     found = _BAD_TEXT.search(text)
     if found is None:
         return None
@@ -99,7 +116,7 @@ def printable(text: str, limit: int | None = None) -> str:
     ``\\udcff``), cut to ``limit`` characters with a note: safe to store and to send."""
     if limit is not None and len(text) > limit:
         text = text[:limit] + f"... [{len(text) - limit} more characters]"
-    if _BAD_TEXT.search(text) is None:
+    if _clean(text):
         return text
     escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return escaped.replace("\x00", "\\x00")
