@@ -480,21 +480,24 @@ def run_from_dict(data: Any) -> Run:
 
 
 def execution_to_dict(record: ExecutionRecord) -> dict[str, Any]:
+    # str() of a StrEnum member is its value, without ``.value``'s Python-level property
+    # call (two records are written at every step).
+    status = record.result_status
     return {
         "schema_version": SCHEMA_VERSION,
         "session_id": record.session_id,
         "run_id": record.run_id,
         "call_id": record.call_id,
         "tool_name": record.tool_name,
-        "effect": record.effect.value,
+        "effect": str(record.effect),
         "args_digest": record.args_digest,
         "idempotency_key": record.idempotency_key,
-        "state": record.state.value,
+        "state": str(record.state),
         "requested_at": record.requested_at,
         "reviewed_at": record.reviewed_at,
         "started_at": record.started_at,
         "settled_at": record.settled_at,
-        "result_status": None if record.result_status is None else record.result_status.value,
+        "result_status": None if status is None else str(status),
         "decision": record.decision,
         "decided_by": record.decided_by,
         "decision_reason": record.decision_reason,

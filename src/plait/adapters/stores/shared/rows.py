@@ -189,7 +189,7 @@ def execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
         record.session_id,
         record.run_id,
         record.call_id,
-        record.state.value,
+        str(record.state),  # its value (a StrEnum), without .value's property call
         record.args_digest,
         dumps_flat(codec.execution_to_dict(record)),
     )
@@ -235,7 +235,7 @@ def message_row(message: Message) -> tuple[Any, ...]:
             message.step,
             result.call_id,
             message.tool_name,
-            result.status.value,
+            str(result.status),  # its value (a StrEnum), as above
             None if extra is None else dumps(extra),
             SCHEMA_VERSION,
         )
