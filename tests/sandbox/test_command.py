@@ -161,7 +161,12 @@ def test_binary_output_stays_within_the_cap(ws: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_workspace_holding_the_system_is_refused() -> None:
+def test_a_workspace_holding_the_system_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def walked(root: str) -> None:
+        raise AssertionError(f"the git scan walked {root} before the refusal")
+
+    if sandbox_problem() is None:  # sandboxed: refused before anything reads the workspace
+        monkeypatch.setattr("plait.adapters.tools._git.scan_git", walked)
     with pytest.raises(ToolError, match="contains system directories"):
         execute(tool(), Path("/"), command="true")
 

@@ -26,6 +26,7 @@ from plait.adapters.tools.sandbox import (
     bwrap_argv,
     bwrap_options,
     plan_mounts,
+    refuse_system_workspace,
     sandbox_env,
     sandbox_problem,
     with_policy,
@@ -178,6 +179,8 @@ class _Runner:
         from plait.adapters.tools._git import scan_git, undo_new_git
         from plait.application.ports import ToolOutput  # lazy: a call's output type (~0.7 ms)
 
+        if problem is None:  # before the git scan, which would walk all of it
+            refuse_system_workspace(root)
         git: GitScan | None = None
         if self.protect_git:
             git = await asyncio.to_thread(scan_git, root)

@@ -273,6 +273,18 @@ def _read_only_parents(paths: Iterable[str]) -> list[str]:
 # --- the command line -----------------------------------------------------------------------
 
 
+def refuse_system_workspace(workspace: str) -> None:
+    """A sandboxed command never runs in a workspace that holds the system's directories
+    (``/``, say): binding it writable would hand them to the command. Checked before
+    anything reads the workspace (the git scan walks all of it)."""
+    root = os.path.realpath(workspace)
+    if any(_under(d, root) for d in _SYSTEM_DIRS):
+        raise ToolError(
+            f"the workspace {root!r} contains system directories; commands can only run "
+            "in a project directory"
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Mounts:
     """What a workspace's sandbox binds, all as real absolute paths. ``pinned`` are the
@@ -297,11 +309,7 @@ def plan_mounts(
     ``git`` names the workspace's git places (relative paths, see
     :func:`plait.adapters.tools._git.scan_git`), which are bound read-only."""
     root = os.path.realpath(workspace)
-    if any(_under(d, root) for d in _SYSTEM_DIRS):
-        raise ToolError(
-            f"the workspace {root!r} contains system directories; commands can only run "
-            "in a project directory"
-        )
+    refuse_system_workspace(root)
     read_only: list[str] = []
     for pattern in settings.read_only_paths:
         read_only += expand_glob(root, pattern)
