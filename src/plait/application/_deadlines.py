@@ -3,8 +3,8 @@ one timer per task instead of one per await.
 
 ``asyncio.timeout`` arms a timer for every await and cancels it after: a timer handle
 made, pushed on the loop's heap, cancelled, and swept from the heap later, for a limit
-that almost never fires (a tool call's 60 s, for a call that takes microseconds). That
-was the largest single cost of a step after the store's own work. Here a task keeps one
+that almost never fires (a tool call's 60 s, for a call that takes microseconds): 2.5% of
+the instructions of a step of W1 (docs/benchmarks.md). Here a task keeps one
 timer, armed for the earliest limit it may have to enforce: an await sets its deadline and
 clears it after (two attribute writes); the timer is re-armed only when an await's
 deadline falls before it; when it fires between awaits it does nothing, and during an
