@@ -1,5 +1,7 @@
-"""Copies of frozen records by their slots (plait.domain._copy): the same values as
-``dataclasses.replace``, and ``replace`` itself where ``__init__`` does more."""
+"""Copies of frozen records by their slots (plait.domain._copy). That a record's review and
+settlement and a run's step give what ``dataclasses.replace`` gives is checked field by
+field in test_record_steps; here: what a copy is, and ``replace`` itself where
+``__init__`` does more than set fields."""
 
 from __future__ import annotations
 
@@ -10,64 +12,22 @@ import pytest
 from plait.domain._copy import copier
 from plait.domain.errors import ValidationError
 from plait.domain.messages import ToolStatus
-from plait.domain.runs import Budget, Lease, Run, RunStatus, RunUsage
+from plait.domain.runs import Budget
 from plait.domain.session import ExecutionRecord, ExecutionState
-from plait.domain.tools import EffectClass
+from tests.domain.test_record_steps import RECORD
 
 
-def record() -> ExecutionRecord:
-    return ExecutionRecord(
-        session_id="ses_1",
-        run_id="run_1",
-        call_id="call_1",
-        tool_name="echo",
-        effect=EffectClass.READ_ONLY,
-        args_digest="sha256:00",
-        idempotency_key="idem_1",
-        state=ExecutionState.REQUESTED,
-        requested_at=1.5,
-        note="kept",
+def test_a_copy_is_a_frozen_value_and_the_original_is_untouched() -> None:
+    settled = copier(ExecutionRecord, ("state", "result_status"))(
+        RECORD, ExecutionState.SETTLED, ToolStatus.SUCCEEDED
     )
-
-
-def test_a_record_moves_forward_as_replace_would_move_it() -> None:
-    requested = record()
-    started = requested.decided(ExecutionState.STARTED, 2.0, "allow", "default", "fine")
-    assert started == dataclasses.replace(
-        requested,
-        state=ExecutionState.STARTED,
-        reviewed_at=2.0,
-        started_at=2.0,
-        decision="allow",
-        decided_by="default",
-        decision_reason="fine",
-    )
-    reviewed = requested.decided(ExecutionState.REVIEWED, 2.0, "deny", "policy", None)
-    assert reviewed.started_at is None and reviewed.reviewed_at == 2.0
-    settled = started.settled(3.0, ToolStatus.SUCCEEDED)
     assert settled == dataclasses.replace(
-        started, state=ExecutionState.SETTLED, settled_at=3.0, result_status=ToolStatus.SUCCEEDED
+        RECORD, state=ExecutionState.SETTLED, result_status=ToolStatus.SUCCEEDED
     )
     assert hash(settled) == hash(dataclasses.replace(settled))
     with pytest.raises(dataclasses.FrozenInstanceError):
         settled.note = "changed"  # type: ignore[misc]
-    assert requested.state is ExecutionState.REQUESTED  # the original is untouched
-
-
-def test_a_run_steps_as_replace_would_step_it() -> None:
-    run = Run(
-        id="run_1",
-        session_id="ses_1",
-        status=RunStatus.RUNNING,
-        budget=Budget(),
-        started_at=1.0,
-        model="fake",
-        mcp_servers=("git",),
-    )
-    usage = RunUsage(steps=1, model_calls=1)
-    lease = Lease(owner="me", expires_at=30.0)
-    assert run.stepped(usage, lease) == dataclasses.replace(run, usage=usage, lease=lease)
-    assert run.stepped(usage, None).lease is None
+    assert RECORD.state is ExecutionState.REQUESTED
 
 
 def test_a_class_whose_init_checks_its_fields_is_copied_by_replace() -> None:
@@ -79,9 +39,9 @@ def test_a_class_whose_init_checks_its_fields_is_copied_by_replace() -> None:
 
 def test_a_name_that_is_not_a_field_is_refused() -> None:
     with pytest.raises(TypeError):
-        copier(ExecutionRecord, ("no_such_field",))(record(), 1)
+        copier(ExecutionRecord, ("no_such_field",))(RECORD, 1)
 
 
 def test_the_values_must_match_the_changed_fields() -> None:
     with pytest.raises(ValueError, match="zip"):
-        copier(ExecutionRecord, ("note", "state"))(record(), "only one")
+        copier(ExecutionRecord, ("note", "state"))(RECORD, "only one")
