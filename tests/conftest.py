@@ -38,6 +38,18 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(autouse=True)
+def _no_remembered_stream_refusals() -> Iterator[None]:
+    """The process remembers servers (base URL and model) that refused a streamed call;
+    a loopback server of a later test may get the same port, so each test starts with
+    nothing remembered (a CI run once saw a refusal left by an earlier test)."""
+    from plait.adapters.models._driver import STREAM_REFUSALS
+
+    STREAM_REFUSALS.forget()
+    yield
+    STREAM_REFUSALS.forget()
+
+
+@pytest.fixture(autouse=True)
 def _no_user_config(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from plait.adapters.models import open_model
 from plait.adapters.models._common import FOREIGN_THOUGHT_SIGNATURE, Target
+from plait.adapters.models._driver import STREAM_REFUSALS
 from plait.adapters.models._openai_chat import build_request, parse_response
 from plait.application.ports import ModelClient, ModelResponse
 from plait.config import Config
@@ -162,6 +163,20 @@ def test_a_server_that_refuses_streaming_is_called_plainly_once_refused() -> Non
     assert [r.body.get("stream", False) for r in server.requests] == [True, False, False]
     refusal = getattr(model, "stream_refusal", None)
     assert refusal and "no error message" in refusal and not refusal.endswith(": ")
+
+
+def test_a_forgotten_refusal_is_streamed_again() -> None:
+    """The refusal is remembered per base URL and model for the process; ``forget``
+    clears it (a later server at the same address may stream)."""
+    with FakeHttpServer(reply_for=_refuses_streaming) as server:
+        model = _model(server, "local-model")
+        request = replace(ask(), on_text=lambda _: None)
+        asyncio.run(model.complete(request))
+        assert getattr(model, "stream_refusal", None)
+        STREAM_REFUSALS.forget()
+        assert getattr(model, "stream_refusal", None) is None
+        asyncio.run(model.complete(request))
+    assert [r.body.get("stream", False) for r in server.requests] == [True, False, True, False]
 
 
 @pytest.mark.slow

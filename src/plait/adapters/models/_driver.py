@@ -140,6 +140,11 @@ class StreamRefusals:
     def reason(self, key: tuple[str, str]) -> str | None:
         return self._refused.get(key)
 
+    def forget(self) -> None:
+        """Forget every refusal: the next call to each server tries streaming again
+        (a server restarted or replaced at the same address may stream now)."""
+        self._refused.clear()
+
     async def call(
         self,
         key: tuple[str, str],
