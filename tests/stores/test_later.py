@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
+import importlib
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,3 +55,28 @@ def test_load_deferred_imports_every_module_the_sqlite_store_defers() -> None:
     assert not [name for name in left if name in bound]  # put in their places
     for name in ("approvals", "fork", "retention", "service", "summaries", "webhooks"):
         assert f"plait.adapters.stores.sqlite.{name}" in sys.modules
+
+
+def test_a_module_another_thread_is_importing_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module is in ``sys.modules`` from the first line of its import; a read from
+    another thread meanwhile waits for the import to finish instead of finding the
+    module half made (a worker once failed so: "partially initialized module ... has no
+    attribute 'claim_queued'")."""
+    (tmp_path / "slow_to_import.py").write_text(
+        "import builtins, time\nbuiltins._slow_import_started.set()\ntime.sleep(0.3)\nanswer = 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_to_import", raising=False)
+    started = threading.Event()
+    monkeypatch.setattr(builtins, "_slow_import_started", started, raising=False)
+    importer = threading.Thread(target=importlib.import_module, args=("slow_to_import",))
+    importer.start()
+    try:
+        assert started.wait(10)
+        assert "slow_to_import" in sys.modules  # half made now
+        assert Later("slow_to_import").answer == 42
+    finally:
+        importer.join()
+        sys.modules.pop("slow_to_import", None)

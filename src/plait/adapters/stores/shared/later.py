@@ -34,7 +34,9 @@ class Later:
     def load(self) -> ModuleType:
         """The module, imported now if it is not yet (and put in its place, if bound)."""
         module: ModuleType | None = sys.modules.get(self._name)
-        if module is None:
+        if module is None or getattr(module.__spec__, "_initializing", False):
+            # not imported, or being imported by another thread (it is in sys.modules
+            # from its first line): the import system waits for that import to finish
             module = importlib.import_module(self._name)
         if self._namespace is not None and self._binding is not None:
             self._namespace[self._binding] = module
