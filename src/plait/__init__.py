@@ -6,7 +6,9 @@ imported when a model that needs them is opened.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# not typing's TYPE_CHECKING: importing typing loads re and enum (10 ms), before the
+# plait command can catch a Ctrl-C (see plait.entrypoints.cli)
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -23,6 +25,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from plait.application.ports import ToolInvocation, ToolOutput
     from plait.application.service import AgentService
     from plait.application.typed_tools import tool

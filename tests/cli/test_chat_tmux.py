@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -201,9 +202,13 @@ def test_ctrl_c_during_a_side_effect_asks_what_happened_and_continues(
     assert history[4]["text"] == "noted what happened"
 
 
+_IN_RUN = re.compile(r"plait/entrypoints/cli/__init__\.py\", line \d+, in run\b")
+
+
 def test_ctrl_c_in_the_first_moments_leaves_with_130_and_no_traceback(tmp_path: Path) -> None:
     """SIGINT at several points of start-up (importing, parsing, opening the store,
-    creating the session, at the prompt): never a traceback; 130 once Python runs."""
+    creating the session, at the prompt): 130 and never a traceback once plait's entry
+    point runs."""
     db = f"sqlite:///{tmp_path / 'chat.db'}"
     argv = [sys.executable, "-m", "plait", *_chat(tmp_path, db, GREET)]
     for delay in (0.05, 0.15, 0.3, 0.6, 1.0, 2.0):
@@ -213,5 +218,10 @@ def test_ctrl_c_in_the_first_moments_leaves_with_130_and_no_traceback(tmp_path: 
         time.sleep(delay)  # where it is interrupted, not how long it takes
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
-        assert b"Traceback" not in err + out, (delay, err.decode())
         assert proc.returncode in (130, -signal.SIGINT), (delay, proc.returncode, err)
+        if b"Traceback" in err + out:
+            # Python's own start-up (site, runpy, the package's first lines) runs before
+            # plait's run() can take Ctrl-C: there it is Python's default report, and the
+            # process ends by the signal; on a busy machine 0.05 s can still be there
+            assert not _IN_RUN.search(err.decode()), (delay, err.decode())
+            assert proc.returncode == -signal.SIGINT, (delay, proc.returncode, err)

@@ -3,9 +3,14 @@ the modules are still being imported, leaves with status 130 and no traceback.""
 
 from __future__ import annotations
 
-import signal
+# _signal, not signal: signal.py builds its enums on import (enum, re: milliseconds during
+# which a Ctrl-C would still be a traceback); this module is what runs first
+import _signal  # type: ignore[import-not-found]  # (no stub; signal's own functions)
 import sys
-from types import FrameType
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["run"]
 
@@ -19,12 +24,12 @@ def run() -> None:
     def note(signum: int, frame: FrameType | None) -> None:
         interrupted.append(signum)
 
-    previous = signal.signal(signal.SIGINT, note)
+    previous = _signal.signal(_signal.SIGINT, note)
     try:
         # lazy: after the handler above, so Ctrl-C while the modules load still exits 130
         from plait.entrypoints.cli.main import main
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _signal.signal(_signal.SIGINT, previous)
     try:
         if interrupted:
             raise KeyboardInterrupt
