@@ -3,8 +3,9 @@ depend on a provider API or key. A test that really needs more opts out with
 ``@pytest.mark.allow_network`` (none does).
 
 ``pg_url`` is a session-wide PostgreSQL server: ``PLAIT_TEST_PG_URL`` if set, else a
-throw-away cluster started here. Without one the PostgreSQL tests are skipped, except in
-CI (``CI=true``), where that is a failure."""
+throw-away cluster started here (one per test process: the suite runs in several).
+Without one the PostgreSQL tests are skipped, except in CI (``CI=true``), where that is a
+failure."""
 
 from __future__ import annotations
 
