@@ -21,7 +21,8 @@ pytest_plugins = ["plait.testing.pytest_plugin"]
 def pg_url() -> Iterator[str]:
     given = os.environ.get("PLAIT_TEST_PG_URL")
     if given:
-        yield given
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...: tests empty tables
+        yield _own_database(given, f"plait_test_{worker}") if worker else given
         return
     from plait.testing.postgres import PostgresUnavailable, temporary_cluster
 
@@ -36,6 +37,19 @@ def pg_url() -> Iterator[str]:
         yield url
     finally:
         cluster.__exit__(None, None, None)
+
+
+def _own_database(url: str, name: str) -> str:
+    """A new, empty database ``name`` on the server at ``url`` (a ``postgresql://`` URL),
+    for one test process, and its URL."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
 @pytest.fixture(autouse=True)
