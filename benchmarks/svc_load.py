@@ -925,6 +925,12 @@ def _profiled(role: str, work: Callable[[], None]) -> None:
         return
     import cProfile
 
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    # uvicorn takes SIGTERM, shuts down, then raises it again with this handler back:
+    # an exit, so the profile below is written (with the default handler it was not)
+    signal.signal(signal.SIGTERM, leave)
     profile = cProfile.Profile(time.process_time)
     profile.enable()
     try:
