@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -215,6 +217,26 @@ def test_help_in_a_real_process(tmp_path: Path) -> None:
     assert sub.returncode == 0
     assert "--call" in sub.stdout and "--status" in sub.stdout and "--note" in sub.stdout
     assert list(tmp_path.iterdir()) == []  # --help opens no store
+
+
+@pytest.mark.slow
+def test_a_process_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    """A background job of a script starts with SIGINT ignored: plait's guard for Ctrl-C
+    while its modules load must not make it interruptible meanwhile."""
+    for delay in (0.05, 0.15, 0.3):
+        proc = subprocess.Popen(
+            [str(CONSOLE_SCRIPT), "--help"],
+            cwd=tmp_path,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (delay, err.decode())
+        assert b"usage:" in out
 
 
 # --- chat --------------------------------------------------------------------------------------

@@ -24,12 +24,16 @@ def run() -> None:
     def note(signum: int, frame: FrameType | None) -> None:
         interrupted.append(signum)
 
-    previous = _signal.signal(_signal.SIGINT, note)
+    # Only where Ctrl-C would raise: a process started with SIGINT ignored (a background
+    # job of a script, nohup) keeps ignoring it while it loads too.
+    guard = _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+    previous = _signal.signal(_signal.SIGINT, note) if guard else None
     try:
         # lazy: after the handler above, so Ctrl-C while the modules load still exits 130
         from plait.entrypoints.cli.main import main
     finally:
-        _signal.signal(_signal.SIGINT, previous)
+        if guard:
+            _signal.signal(_signal.SIGINT, previous)
     try:
         if interrupted:
             raise KeyboardInterrupt
