@@ -204,24 +204,32 @@ def test_ctrl_c_during_a_side_effect_asks_what_happened_and_continues(
 
 _IN_RUN = re.compile(r"plait/entrypoints/cli/__init__\.py\", line \d+, in run\b")
 
+# What the installed console script does, once Python itself has started (it says so on
+# stderr): a Ctrl-C during Python's own start-up (site, runpy) is Python's to report.
+_CONSOLE = (
+    "import sys; sys.stderr.write('started\\n'); sys.stderr.flush(); sys.argv[0] = 'plait'; "
+    "from plait.entrypoints.cli import run; run()"
+)
+
 
 def test_ctrl_c_in_the_first_moments_leaves_with_130_and_no_traceback(tmp_path: Path) -> None:
     """SIGINT at several points of start-up (importing, parsing, opening the store,
     creating the session, at the prompt): 130 and never a traceback once plait's entry
     point runs."""
     db = f"sqlite:///{tmp_path / 'chat.db'}"
-    argv = [sys.executable, "-m", "plait", *_chat(tmp_path, db, GREET)]
-    for delay in (0.05, 0.15, 0.3, 0.6, 1.0, 2.0):
+    argv = [sys.executable, "-c", _CONSOLE, *_chat(tmp_path, db, GREET)]
+    for delay in (0.0, 0.02, 0.05, 0.15, 0.3, 0.6, 1.0, 2.0):
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
+        assert proc.stderr is not None and proc.stderr.readline() == b"started\n"
         time.sleep(delay)  # where it is interrupted, not how long it takes
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode in (130, -signal.SIGINT), (delay, proc.returncode, err)
         if b"Traceback" in err + out:
-            # Python's own start-up (site, runpy, the package's first lines) runs before
-            # plait's run() can take Ctrl-C: there it is Python's default report, and the
-            # process ends by the signal; on a busy machine 0.05 s can still be there
+            # importing plait's package and the entry point's module (~1 ms) comes before
+            # run() can take Ctrl-C: there it is Python's default report, ended by the
+            # signal itself
             assert not _IN_RUN.search(err.decode()), (delay, err.decode())
             assert proc.returncode == -signal.SIGINT, (delay, proc.returncode, err)
