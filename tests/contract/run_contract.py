@@ -391,6 +391,34 @@ class RunContract(ContractBase):
 
         self.run(go)
 
+    def test_list_leased_runs(self) -> None:
+        """The runs whose lease is live, with their owners: what list_stale_runs leaves
+        out, terminal runs aside."""
+
+        async def go(store: Store) -> None:
+            for sid, rid in [("s1", "free"), ("s2", "live"), ("s3", "expired"), ("s4", "done")]:
+                await store.create_session(new_session(sid))
+                await store.start_run(
+                    Commit(session_id=sid, expected_version=0, run=new_run(rid, session_id=sid))
+                )
+            await store.claim_run("live", owner="a", now=0.0, expires_at=200.0)
+            await store.claim_run("expired", owner="b", now=0.0, expires_at=50.0)
+            held = await store.claim_run("done", owner="c", now=0.0, expires_at=200.0)
+            done = replace(held.ended(RunStatus.CANCELLED, 9.0), lease=held.lease)
+            await store.commit(
+                Commit(session_id="s4", expected_version=0, run=done, lease_owner="c")
+            )
+            leased = await store.list_leased_runs(now=100.0)
+            assert [(r.id, r.lease.owner if r.lease else None) for r in leased] == [("live", "a")]
+            earlier = await store.list_leased_runs(now=10.0)
+            assert sorted(r.id for r in earlier) == ["expired", "live"]
+            assert await store.list_leased_runs(now=200.0) == []  # expired at 200 itself
+            running = await store.list_leased_runs(now=10.0, status=RunStatus.RUNNING)
+            assert sorted(r.id for r in running) == ["expired", "live"]
+            assert await store.list_leased_runs(now=10.0, status=RunStatus.QUEUED) == []
+
+        self.run(go)
+
     def test_list_stale_runs_of_one_status(self) -> None:
         """A worker's sweep asks for stale ``running`` runs only: a queued run without a
         lease (claimed, not recovered) is not read."""

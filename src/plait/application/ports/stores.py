@@ -168,6 +168,12 @@ class LeaseStore(Protocol):
         and a long queue need not be read at every sweep)."""
         ...
 
+    async def list_leased_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        """Non-terminal runs whose lease has not expired at ``now``, with their owners
+        (a worker recovers those of an owner it knows to be dead; ``plait runs`` tells
+        who holds what); ``status``: only runs in that status."""
+        ...
+
 
 class SessionStore(SessionHistory, RunStore, LeaseStore, Protocol):
     """Durable history, runs and execution records: what every store keeps.

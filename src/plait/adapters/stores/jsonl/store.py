@@ -84,6 +84,7 @@ from plait.adapters.stores.shared.state import (
     closed_error,
     duplicate_run,
     duplicate_session,
+    leased_runs,
     renewed,
     run_not_found,
     stale_runs,
@@ -427,6 +428,10 @@ class JsonlStore(PipelinedCommits):
     async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
         with self._op():
             return stale_runs(self._all_runs(), now, status)
+
+    async def list_leased_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        with self._op():
+            return leased_runs(self._all_runs(), now, status)
 
     # --- artifacts ------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from plait.adapters.stores.shared.state import (
     closed_error,
     duplicate_run,
     duplicate_session,
+    leased_runs,
     renewed,
     run_not_found,
     session_not_found,
@@ -348,6 +349,11 @@ class MemoryStore(PipelinedCommits):
         with self._lock:
             self._check_open()
             return stale_runs(self._all_runs(), now, status)
+
+    async def list_leased_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        with self._lock:
+            self._check_open()
+            return leased_runs(self._all_runs(), now, status)
 
     # --- service mode: queue, events, keys ------------------------------------------------
 

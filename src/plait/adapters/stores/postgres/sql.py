@@ -83,6 +83,11 @@ _STALE = (
     "AND (lease_owner IS NULL OR lease_expires_at <= %s{}) ORDER BY started_at, ord"
 )
 STALE = _STALE.format("")
+LEASED = (
+    f"SELECT {RUN_COLS} FROM runs WHERE status IN ({_LIVE}) "
+    "AND (%s::text IS NULL OR status = %s::text) "
+    "AND lease_owner IS NOT NULL AND lease_expires_at > %s ORDER BY started_at, ord"
+)
 STALE_OR_ORPHANED = _STALE.format(f" OR {ORPHANED}")
 
 LIST_EXECUTIONS = (

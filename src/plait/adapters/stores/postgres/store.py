@@ -479,6 +479,10 @@ class PostgresStore(PipelinedCommits):
         wanted = None if status is None else status.value
         return [run_from_row(r) for r in await self._all(sql, (wanted, wanted, now))]
 
+    async def list_leased_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        wanted = None if status is None else status.value
+        return [run_from_row(r) for r in await self._all(q.LEASED, (wanted, wanted, now))]
+
     def _orphans_visible(self) -> bool:
         """Whether runs of owners whose presence ended count as stale here: only where
         this store's own presence is settled (see :mod:`.presence`)."""

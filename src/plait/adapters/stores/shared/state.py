@@ -52,6 +52,7 @@ __all__ = [
     "duplicate_session",
     "lease_lost",
     "lease_taken",
+    "leased_runs",
     "renewed",
     "resolve_lease",
     "run_not_found",
@@ -380,6 +381,19 @@ def stale_runs(runs: Iterable[Run], now: float, status: RunStatus | None = None)
         if not r.status.terminal
         and (status is None or r.status is status)
         and (r.lease is None or r.lease.expires_at <= now)
+    ]
+
+
+def leased_runs(runs: Iterable[Run], now: float, status: RunStatus | None = None) -> list[Run]:
+    """Non-terminal runs whose lease has not expired at ``now``; ``status``: only runs in
+    that status."""
+    return [
+        r
+        for r in runs
+        if not r.status.terminal
+        and (status is None or r.status is status)
+        and r.lease is not None
+        and r.lease.expires_at > now
     ]
 
 

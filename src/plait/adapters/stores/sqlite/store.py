@@ -150,6 +150,11 @@ _STALE = (
     "AND (lease_owner IS NULL OR lease_expires_at <= ?) ORDER BY started_at, rowid"
 )
 
+_LEASED = (
+    f"SELECT {RUN_COLS} FROM runs WHERE status IN ({LIVE}) AND (? IS NULL OR status = ?) "
+    "AND lease_owner IS NOT NULL AND lease_expires_at > ? ORDER BY started_at, rowid"
+)
+
 _LIST_EXECUTIONS = (
     "SELECT data FROM executions WHERE session_id = (SELECT session_id FROM runs WHERE id = ?) "
     "AND run_id = ? ORDER BY rowid"
@@ -497,6 +502,14 @@ class SqliteStore:
         return [
             shared_rows.run_from_row(r)
             for r in await self._db.read(lambda conn: conn.execute(_STALE, params).fetchall())
+        ]
+
+    async def list_leased_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        wanted = None if status is None else status.value
+        params = (wanted, wanted, now)
+        return [
+            shared_rows.run_from_row(r)
+            for r in await self._db.read(lambda conn: conn.execute(_LEASED, params).fetchall())
         ]
 
     # --- artifacts ------------------------------------------------------------------------
