@@ -1046,6 +1046,7 @@ class Runtime:
         """A worker driving this store's queued runs with this runtime's service;
         ``encode``: how its run events are stored (the HTTP API's shapes)."""
         # lazy: only `plait serve` and workers drive queued runs; not Runtime.open() (~3 ms)
+        from plait.adapters.system import owner_alive
         from plait.application.worker import Worker
 
         return Worker(
@@ -1055,6 +1056,7 @@ class Runtime:
             concurrency=concurrency,
             grace_seconds=grace_seconds,
             feed=feed,
+            owner_alive=owner_alive,
         )
 
     def configured_webhooks(self) -> list[Endpoint]:

@@ -194,3 +194,92 @@ def test_events_of_several_runs_within_the_linger_share_one_write() -> None:
 
     assert asyncio.run(go(0.05)) == [{"r1": 1, "r2": 1}]
     assert asyncio.run(go(0.0)) == [{"r1": 1}, {"r2": 1}]
+
+
+def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_leases_expire() -> (
+    None
+):
+    """A store without presence (SQLite): ``plait serve`` killed and started again finds
+    its run leased for another minute to a process that is gone. Given ``owner_alive``,
+    the worker takes such runs over at its first look; a run whose holder still runs (or
+    that cannot be told) is left to its lease. Two workers looking at once take it once."""
+
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        now = SystemClock().now()
+        runs = {}
+        for owner in ("gone", "running", "elsewhere"):
+            svc = service(store, Model(hang=1), owner, tool)
+            s = await svc.create_session()
+            run = await svc.submit(s.id, "go")
+            claimed = await store.claim_queued_run(owner=owner, now=now, expires_at=now + 3600)
+            assert claimed is not None
+            task = asyncio.create_task(svc.execute(claimed))
+
+            async def running(run_id: str = run.id) -> bool:
+                return (await store.get_run(run_id)).status is RunStatus.RUNNING
+
+            await until(running)
+            assert svc.abandon(run.id)  # the process dies: its lease stays for an hour
+            with contextlib.suppress(PlaitError, asyncio.CancelledError):
+                await task
+            runs[owner] = run
+        alive = {"gone": False, "running": True, "elsewhere": None}.get
+        workers = [
+            Worker(service=service(store, Model(), name, tool), queue=store,
+                   encode=encode_event, poll_seconds=0.01, owner_alive=alive)
+            for name in ("w1", "w2")
+        ]  # fmt: skip
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+
+        async def done() -> bool:
+            return (await store.get_run(runs["gone"].id)).status.terminal
+
+        await until(done)
+        stop.set()
+        stats = [await t for t in tasks]
+        assert sum(s.recovered for s in stats) == 1
+        assert (await store.get_run(runs["gone"].id)).status is RunStatus.COMPLETED
+        kinds = [m.message.kind for m in await store.read_messages(runs["gone"].session_id)]
+        assert kinds == ["user", "assistant", "tool_result", "assistant"]
+        for owner in ("running", "elsewhere"):
+            left = await store.get_run(runs[owner].id)
+            assert left.status is RunStatus.RUNNING
+            assert left.lease is not None and left.lease.owner == owner
+
+    asyncio.run(go())
+
+
+def test_without_owner_alive_a_dead_processs_run_waits_for_its_lease() -> None:
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        now = SystemClock().now()
+        svc = service(store, Model(hang=1), "gone", tool)
+        s = await svc.create_session()
+        run = await svc.submit(s.id, "go")
+        claimed = await store.claim_queued_run(owner="gone", now=now, expires_at=now + 3600)
+        assert claimed is not None
+        task = asyncio.create_task(svc.execute(claimed))
+
+        async def running() -> bool:
+            return (await store.get_run(run.id)).status is RunStatus.RUNNING
+
+        await until(running)
+        assert svc.abandon(run.id)
+        with contextlib.suppress(PlaitError, asyncio.CancelledError):
+            await task
+        w = Worker(service=service(store, Model(), "w", tool), queue=store,
+                   encode=encode_event, poll_seconds=0.01)  # fmt: skip
+        stop = asyncio.Event()
+        t = asyncio.create_task(w.run(stop))
+        await asyncio.sleep(0.8)  # more than two looks (every half lease: 0.3 s)
+        stop.set()
+        assert (await t).recovered == 0
+        left = await store.get_run(run.id)
+        assert left.status is RunStatus.RUNNING and left.lease is not None
+        assert left.lease.owner == "gone"
+
+    asyncio.run(go())

@@ -7,9 +7,12 @@ events with a per-run sequence, so an API process anywhere can stream them. Ever
 died) and recovers them with the usual semantics (:meth:`AgentService.recover`). On a
 store that tracks workers' presence (:class:`~plait.application.claiming.WorkerPresence`,
 PostgreSQL) it holds its own before its first claim and looks every 0.25 s: a dead
-worker's runs are stale as soon as its process is gone, not when their leases expire. A
-stale run found while every slot is taken is recovered at the next free slot, before
-the next queued run is claimed.
+worker's runs are stale as soon as its process is gone, not when their leases expire.
+Elsewhere (SQLite), given ``owner_alive``, the same look also takes over the runs whose
+lease holder is a process of this host that has died (``plait serve`` killed and started
+again): they are recovered at once, not when their leases expire. A stale run found while
+every slot is taken is recovered at the next free slot, before the next queued run is
+claimed.
 
 Graceful shutdown (:meth:`Worker.run` returns once ``stop`` is set): it stops claiming,
 lets in-flight runs finish for ``grace_seconds``, then abandons the rest (they stop
@@ -399,6 +402,7 @@ class Worker:
         feed: RunEventFeed | None = None,
         event_linger_seconds: float = 0.005,
         event_hold_seconds: float = 0.05,
+        owner_alive: Callable[[str], bool | None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -425,6 +429,10 @@ class Worker:
         self.presence_sweep_seconds = 0.25
         """With presence, how often the worker looks for the runs of dead workers (they
         are stale at once, not when their leases expire)."""
+        self._owner_alive = None if queue.capabilities.presence else owner_alive
+        """Whether a lease holder's process still runs (None: cannot tell), for a store
+        without presence: the runs of a dead one are taken over before their leases
+        expire."""
         self._stale: list[Run] = []
         """Stale runs the last look found while every slot was taken: recovered before
         any queued run is claimed (until the next look replaces them)."""
@@ -558,6 +566,45 @@ class Worker:
                     self._stale.append(run)  # taken at the next free slot
                 else:
                     self._spawn(run, recover=True)
+        for run in await self._take_from_the_dead():
+            self._spawn(run, recover=True)
+
+    async def _take_from_the_dead(self) -> list[Run]:
+        """Running runs (as many as there are free slots) whose lease is held by a process
+        of this host that is gone, leased to this worker now. The claim is made as of the
+        dead holder's expiry, so it fails if any other process has claimed the run since
+        (its lease runs later): two workers never take one run from each other."""
+        alive = self._owner_alive
+        free = self.concurrency - len(self._tasks)
+        if alive is None or free <= 0:
+            return []
+        store = self.service.store
+        now = self.service.clock.now()
+        taken: list[Run] = []
+        for run in await store.list_leased_runs(now=now, status=RunStatus.RUNNING):
+            lease = run.lease
+            if len(taken) == free:
+                break  # the rest at the next look
+            if lease is None or lease.owner == self.owner or run.id in self._tasks:
+                continue
+            if alive(lease.owner) is not False:
+                continue  # running, or not of this host: its lease decides
+            try:
+                claimed = await store.claim_run(
+                    run.id,
+                    owner=self.owner,
+                    now=max(now, lease.expires_at),
+                    expires_at=now + self.service.lease_seconds,
+                )
+            except LeaseLostError:
+                continue  # another process took it first
+            log.info(
+                "run taken over from %s, a process of this host that is gone",
+                lease.owner,
+                extra={"run_id": run.id, "session_id": run.session_id, "worker": self.owner},
+            )
+            taken.append(claimed)
+        return taken
 
     async def _sleep(self, stop: asyncio.Event, seconds: float | None = None) -> None:
         """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval)."""
@@ -598,8 +645,10 @@ class Worker:
                     run_id=run.id, observer=observer, on_text=on_text
                 )
                 result = reports[0].result if reports else None
-                if result is None:
-                    return  # another worker won it, or it moved on
+                if result is None:  # another worker won it, it moved on, or it cannot be
+                    if reports:  # driven here (its model cannot be opened): say which
+                        log.info("run not recovered: %s", reports[0].detail, extra=ids)
+                    return
                 self.stats.recovered += 1
                 log.info("run recovered", extra=ids)
                 status = result.run.status.value
