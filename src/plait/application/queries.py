@@ -182,7 +182,10 @@ class Queries:
         """Running runs (or the one named) whose lease has not expired yet: recovery
         leaves them alone until it does, since their process may still be working."""
         now = self._clock.now()
-        runs = [await self._store.get_run(run_id)] if run_id else await self._store.list_runs()
+        if run_id:
+            runs = [await self._store.get_run(run_id)]
+        else:
+            runs = await self._store.list_leased_runs(now=now, status=RunStatus.RUNNING)
         return [
             LeaseInfo(r, r.lease.owner, r.lease.expires_at, r.lease.expires_at - now)
             for r in runs
