@@ -46,6 +46,11 @@ def test_owner_names_carry_host_and_pid() -> None:
     assert owner_alive(f"worker@{socket.gethostname()}:{_dead_pid()}:x") is False
     assert owner_alive("worker@elsewhere.example:1:x") is None
     assert owner_alive("dead-worker") is None
+    # names no worker writes, but a store may hold (Runtime.open takes any owner): never
+    # an error, and never this process group (pid 0) or an out-of-range id
+    here = socket.gethostname()
+    for pid in ("0", "99999999999999999999", "-5", "\u0661\u0662", " 12", ""):
+        assert owner_alive(f"worker@{here}:{pid}:x") is None, pid
 
 
 def test_a_killed_process_not_yet_reaped_counts_as_gone() -> None:

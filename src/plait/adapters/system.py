@@ -15,14 +15,19 @@ def process_owner() -> str:
     return f"worker@{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
 
 
+_PID_MAX = 2**22  # Linux's largest pid_max
+
+
 def owner_alive(owner: str) -> bool | None:
     """Whether the process named by a :func:`process_owner` name still runs: None when
     that cannot be told (another host, or a name of another form)."""
     name, at, rest = owner.partition("@")
     host, _, tail = rest.partition(":")
     pid_text = tail.partition(":")[0]
-    if not at or name != "worker" or host != socket.gethostname() or not pid_text.isdigit():
+    if not at or name != "worker" or host != socket.gethostname() or not pid_text.isascii():
         return None
+    if not pid_text.isdigit() or not 0 < int(pid_text) <= _PID_MAX:
+        return None  # no process's id (0 would name this process group)
     pid = int(pid_text)
     try:
         os.kill(pid, 0)
