@@ -580,8 +580,15 @@ class Worker:
             return []
         store = self.service.store
         now = self.service.clock.now()
+        try:
+            leased = await store.list_leased_runs(now=now, status=RunStatus.RUNNING)
+        except StoreUnavailableError:
+            raise
+        except PlaitError as exc:
+            log.error("cannot list leased runs: %s", exc.message)
+            return []
         taken: list[Run] = []
-        for run in await store.list_leased_runs(now=now, status=RunStatus.RUNNING):
+        for run in leased:
             lease = run.lease
             if len(taken) == free:
                 break  # the rest at the next look
@@ -596,8 +603,10 @@ class Worker:
                     now=max(now, lease.expires_at),
                     expires_at=now + self.service.lease_seconds,
                 )
-            except LeaseLostError:
-                continue  # another process took it first
+            except StoreUnavailableError:
+                raise
+            except PlaitError:  # another process took it first (or it is gone)
+                continue
             log.info(
                 "run taken over from %s, a process of this host that is gone",
                 lease.owner,
