@@ -9,15 +9,19 @@ from typing import Any
 
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.system import RandomIds, SystemClock
-from plait.application.ports import ModelRequest, ModelResponse, RawToolCall
+from plait.application.ports import Commit, ModelRequest, ModelResponse, RawToolCall
 from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.runs import RunStatus
 from plait.domain.service import EventType
+from plait.domain.subagents import ParentCall
 from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
+from tests.contract.builders import new_run, new_session
+
+PARENT = ParentCall(session_id="s0", run_id="r0", call_id="c0", agent="helper")
 
 
 class Model:
@@ -225,6 +229,13 @@ def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_lea
             with contextlib.suppress(PlaitError, asyncio.CancelledError):
                 await task
             runs[owner] = run
+        # a sub-agent's run held by the same dead process: its parent's recovery (forced)
+        # continues it, so the worker leaves it to that
+        await store.create_session(new_session("s_child", created_at=now))
+        child = new_run("r_child", session_id="s_child", started_at=now,
+                        status=RunStatus.RUNNING, parent=PARENT)  # fmt: skip
+        await store.start_run(Commit(session_id="s_child", expected_version=0, run=child))
+        await store.claim_run("r_child", owner="gone", now=now, expires_at=now + 3600)
         alive = {"gone": False, "running": True, "elsewhere": None}.get
         workers = [
             Worker(service=service(store, Model(), name, tool), queue=store,
@@ -244,8 +255,9 @@ def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_lea
         assert (await store.get_run(runs["gone"].id)).status is RunStatus.COMPLETED
         kinds = [m.message.kind for m in await store.read_messages(runs["gone"].session_id)]
         assert kinds == ["user", "assistant", "tool_result", "assistant"]
-        for owner in ("running", "elsewhere"):
-            left = await store.get_run(runs[owner].id)
+        held = [(owner, runs[owner].id) for owner in ("running", "elsewhere")]
+        for owner, run_id in [*held, ("gone", "r_child")]:
+            left = await store.get_run(run_id)
             assert left.status is RunStatus.RUNNING
             assert left.lease is not None and left.lease.owner == owner
 

@@ -594,6 +594,8 @@ class Worker:
                 break  # the rest at the next look
             if lease is None or lease.owner == self.owner or run.id in self._tasks:
                 continue
+            if run.parent is not None:
+                continue  # a sub-agent's run: its parent's recovery continues it
             if alive(lease.owner) is not False:
                 continue  # running, or not of this host: its lease decides
             try:
