@@ -236,6 +236,11 @@ def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_lea
                         status=RunStatus.RUNNING, parent=PARENT)  # fmt: skip
         await store.start_run(Commit(session_id="s_child", expected_version=0, run=child))
         await store.claim_run("r_child", owner="gone", now=now, expires_at=now + 3600)
+        # a run the dead process claimed from the queue but never started
+        svc = service(store, Model(), "gone", tool)
+        s = await svc.create_session()
+        runs["claimed"] = await svc.submit(s.id, "go")
+        await store.claim_queued_run(owner="gone", now=now, expires_at=now + 3600)
         alive = {"gone": False, "running": True, "elsewhere": None}.get
         workers = [
             Worker(service=service(store, Model(), name, tool), queue=store,
@@ -246,15 +251,17 @@ def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_lea
         tasks = [asyncio.create_task(w.run(stop)) for w in workers]
 
         async def done() -> bool:
-            return (await store.get_run(runs["gone"].id)).status.terminal
+            taken = [runs["gone"].id, runs["claimed"].id]
+            return all([(await store.get_run(r)).status.terminal for r in taken])
 
         await until(done)
         stop.set()
         stats = [await t for t in tasks]
-        assert sum(s.recovered for s in stats) == 1
-        assert (await store.get_run(runs["gone"].id)).status is RunStatus.COMPLETED
-        kinds = [m.message.kind for m in await store.read_messages(runs["gone"].session_id)]
-        assert kinds == ["user", "assistant", "tool_result", "assistant"]
+        assert sum(s.recovered for s in stats) == 1 and sum(s.claimed for s in stats) == 1
+        for name in ("gone", "claimed"):
+            assert (await store.get_run(runs[name].id)).status is RunStatus.COMPLETED
+            kinds = [m.message.kind for m in await store.read_messages(runs[name].session_id)]
+            assert kinds == ["user", "assistant", "tool_result", "assistant"]
         held = [(owner, runs[owner].id) for owner in ("running", "elsewhere")]
         for owner, run_id in [*held, ("gone", "r_child")]:
             left = await store.get_run(run_id)

@@ -567,13 +567,18 @@ class Worker:
                 else:
                     self._spawn(run, recover=True)
         for run in await self._take_from_the_dead():
-            self._spawn(run, recover=True)
+            if run.status is RunStatus.QUEUED:  # claimed from the queue, never started
+                self.stats.claimed += 1
+                self._spawn(run, recover=False)
+            else:
+                self._spawn(run, recover=True)
 
     async def _take_from_the_dead(self) -> list[Run]:
-        """Running runs (as many as there are free slots) whose lease is held by a process
-        of this host that is gone, leased to this worker now. The claim is made as of the
-        dead holder's expiry, so it fails if any other process has claimed the run since
-        (its lease runs later): two workers never take one run from each other."""
+        """Running runs, and queued ones it claimed but never started (as many as there
+        are free slots), whose lease is held by a process of this host that is gone,
+        leased to this worker now. The claim is made as of the dead holder's expiry, so it
+        fails if any other process has claimed the run since (its lease runs later): two
+        workers never take one run from each other."""
         alive = self._owner_alive
         free = self.concurrency - len(self._tasks)
         if alive is None or free <= 0:
@@ -581,7 +586,7 @@ class Worker:
         store = self.service.store
         now = self.service.clock.now()
         try:
-            leased = await store.list_leased_runs(now=now, status=RunStatus.RUNNING)
+            leased = await store.list_leased_runs(now=now)
         except StoreUnavailableError:
             raise
         except PlaitError as exc:
@@ -594,6 +599,8 @@ class Worker:
                 break  # the rest at the next look
             if lease is None or lease.owner == self.owner or run.id in self._tasks:
                 continue
+            if run.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+                continue  # waiting for a person: nothing to drive
             if run.parent is not None:
                 continue  # a sub-agent's run: its parent's recovery continues it
             if alive(lease.owner) is not False:
