@@ -21,7 +21,18 @@ from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
 from tests.contract.builders import new_run, new_session
 
-PARENT = ParentCall(session_id="s0", run_id="r0", call_id="c0", agent="helper")
+
+async def _child(
+    store: MemoryStore, run_id: str, parent_session: str, parent_run: str, owner: str, until: float
+) -> None:
+    """A sub-agent's running run, leased to ``owner`` until ``until``."""
+    parent = ParentCall(session_id=parent_session, run_id=parent_run, call_id="c0", agent="a")
+    sid = f"s_{run_id}"
+    await store.create_session(new_session(sid, created_at=SystemClock().now()))
+    child = new_run(run_id, session_id=sid, started_at=SystemClock().now(),
+                    status=RunStatus.RUNNING, parent=parent)  # fmt: skip
+    await store.start_run(Commit(session_id=sid, expected_version=0, run=child))
+    await store.claim_run(run_id, owner=owner, now=SystemClock().now(), expires_at=until)
 
 
 class Model:
@@ -229,13 +240,10 @@ def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_lea
             with contextlib.suppress(PlaitError, asyncio.CancelledError):
                 await task
             runs[owner] = run
-        # a sub-agent's run held by the same dead process: its parent's recovery (forced)
-        # continues it, so the worker leaves it to that
-        await store.create_session(new_session("s_child", created_at=now))
-        child = new_run("r_child", session_id="s_child", started_at=now,
-                        status=RunStatus.RUNNING, parent=PARENT)  # fmt: skip
-        await store.start_run(Commit(session_id="s_child", expected_version=0, run=child))
-        await store.claim_run("r_child", owner="gone", now=now, expires_at=now + 3600)
+        # a sub-agent's run held by the same dead process, its parent not ended: the
+        # parent's recovery (forced) continues it, so the worker leaves it to that
+        parent = runs["running"]
+        await _child(store, "r_child", parent.session_id, parent.id, "gone", now + 3600)
         # a run the dead process claimed from the queue but never started
         svc = service(store, Model(), "gone", tool)
         s = await svc.create_session()
@@ -300,5 +308,39 @@ def test_without_owner_alive_a_dead_processs_run_waits_for_its_lease() -> None:
         left = await store.get_run(run.id)
         assert left.status is RunStatus.RUNNING and left.lease is not None
         assert left.lease.owner == "gone"
+
+    asyncio.run(go())
+
+
+def test_a_stale_sub_agent_run_is_left_to_its_parent_until_the_parent_has_ended() -> None:
+    """Recovering a child whose parent has not ended would make two drivers of it: the
+    parent's recovery takes its child over by force. A child whose parent has ended (or
+    is gone) is recovered on its own."""
+
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        now = SystemClock().now()
+        svc = service(store, Model(hang=1), "p", tool)
+        s = await svc.create_session()
+        parent = await svc.submit(s.id, "go")
+        await store.claim_run(parent.id, owner="p", now=now, expires_at=now + 3600)
+        await _child(store, "r_live_parent", s.id, parent.id, "dead", now)  # expired
+        await _child(store, "r_no_parent", "s_x", "r_x", "dead", now)
+        w = Worker(service=service(store, Model(), "w", tool), queue=store,
+                   encode=encode_event, poll_seconds=0.01)  # fmt: skip
+        stop = asyncio.Event()
+        t = asyncio.create_task(w.run(stop))
+
+        async def orphan_done() -> bool:
+            return (await store.get_run("r_no_parent")).status.terminal
+
+        await until(orphan_done)
+        await asyncio.sleep(0.7)  # two more looks (every half lease: 0.3 s)
+        stop.set()
+        assert (await t).recovered == 1
+        left = await store.get_run("r_live_parent")
+        assert left.status is RunStatus.RUNNING
+        assert left.lease is not None and left.lease.owner == "dead"
 
     asyncio.run(go())

@@ -562,6 +562,8 @@ class Worker:
         self._stale = []
         for run in stale:
             if run.status is RunStatus.RUNNING and run.id not in self._tasks:
+                if await self._parent_continues(run):
+                    continue
                 if len(self._tasks) >= self.concurrency:
                     self._stale.append(run)  # taken at the next free slot
                 else:
@@ -572,6 +574,20 @@ class Worker:
                 self._spawn(run, recover=False)
             else:
                 self._spawn(run, recover=True)
+
+    async def _parent_continues(self, run: Run) -> bool:
+        """A sub-agent's run whose parent run has not ended: the parent's recovery (or its
+        resumption) continues the child, taking it over by force; recovering the child
+        here as well would make two drivers of it, one fenced off mid-call."""
+        if run.parent is None:
+            return False
+        try:
+            parent = await self.service.store.get_run(run.parent.run_id)
+        except StoreUnavailableError:
+            raise
+        except PlaitError:
+            return False  # the parent is gone: the child is recovered on its own
+        return not parent.status.terminal
 
     async def _take_from_the_dead(self) -> list[Run]:
         """Running runs, and queued ones it claimed but never started (as many as there
@@ -601,8 +617,8 @@ class Worker:
                 continue
             if run.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
                 continue  # waiting for a person: nothing to drive
-            if run.parent is not None:
-                continue  # a sub-agent's run: its parent's recovery continues it
+            if await self._parent_continues(run):
+                continue
             if alive(lease.owner) is not False:
                 continue  # running, or not of this host: its lease decides
             try:
