@@ -191,9 +191,12 @@ def test_a_silent_server_is_retried_then_fails_the_run_with_model_timeout(
     """A server that accepts the connection and says nothing: each attempt ends after the
     idle timeout and is retried; five silent attempts end the run failed, model_timeout."""
     (tmp_path / "shop").mkdir()
+    # the answering attempt must beat the idle timeout: 0.3 s was not enough on a busy
+    # machine (a third call); the run that never gets an answer keeps it short
+    idle = 0.3 if silent == 5 else 1.0
     with FakeProvider("openai", [FakeTurn(text="Here.")]) as fake:
         fake.fail_first(*[Reply(stall=True)] * silent)
-        model = client_for("openai", fake.base_url, idle_timeout_seconds=0.3)
+        model = client_for("openai", fake.base_url, idle_timeout_seconds=idle)
         _, result, _ = run(tmp_path, model, "Hello?")
     run_ = result.run
     if silent == 1:
