@@ -91,15 +91,15 @@ def test_a_run_held_by_a_killed_process_is_taken_over_at_once(tmp_path: Path) ->
         [sys.executable, "-m", "plait", "worker", "--json"],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    deadline = time.monotonic() + 20  # the lease would hold it for an hour
     try:
-        deadline = time.monotonic() + 20  # the lease would hold it for an hour
-        while _run(url, run_id)[0] != "completed":
+        while (done := _run(url, run_id)[0] == "completed") is False:
             if worker.poll() is not None or time.monotonic() > deadline:
-                worker.send_signal(signal.SIGTERM)
-                raise AssertionError((_run(url, run_id), worker.communicate(timeout=30)))
+                break
             time.sleep(0.1)
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=30)
+    assert done, (_run(url, run_id), err)
     assert "a process of this host that is gone" in err, err
