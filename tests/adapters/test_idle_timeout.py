@@ -19,7 +19,7 @@ from plait.domain.runs import RunStatus
 from plait.testing.fake_providers import DIALECTS, FakeProvider, FakeTurn, Reply
 from tests.adapters._clients import SPECS, ask, client_for
 
-IDLE = 0.3
+IDLE = 0.6  # room for the fake server to record a request on a busy machine first
 TURN = FakeTurn(text="One two three four five six.")
 SILENT = Reply(stall=True)
 
