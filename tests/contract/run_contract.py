@@ -26,6 +26,16 @@ from tests.contract.builders import (
     user,
 )
 
+FOUR_RUNS = [("s1", "free"), ("s2", "live"), ("s3", "expired"), ("s4", "done")]
+
+
+async def _one_run_per_session(store: Store, pairs: list[tuple[str, str]]) -> None:
+    """Sessions ``sid``, each with one queued run ``rid``."""
+    for sid, rid in pairs:
+        await store.create_session(new_session(sid))
+        run = new_run(rid, session_id=sid)
+        await store.start_run(Commit(session_id=sid, expected_version=0, run=run))
+
 
 class RunContract(ContractBase):
     # --- runs -----------------------------------------------------------------------------
@@ -368,11 +378,7 @@ class RunContract(ContractBase):
 
     def test_list_stale_runs(self) -> None:
         async def go(store: Store) -> None:
-            for sid, rid in [("s1", "free"), ("s2", "live"), ("s3", "expired"), ("s4", "done")]:
-                await store.create_session(new_session(sid))
-                await store.start_run(
-                    Commit(session_id=sid, expected_version=0, run=new_run(rid, session_id=sid))
-                )
+            await _one_run_per_session(store, FOUR_RUNS)
             await store.claim_run("live", owner="a", now=0.0, expires_at=200.0)
             await store.claim_run("expired", owner="a", now=0.0, expires_at=50.0)
             await store.commit(
@@ -396,11 +402,7 @@ class RunContract(ContractBase):
         out, terminal runs aside."""
 
         async def go(store: Store) -> None:
-            for sid, rid in [("s1", "free"), ("s2", "live"), ("s3", "expired"), ("s4", "done")]:
-                await store.create_session(new_session(sid))
-                await store.start_run(
-                    Commit(session_id=sid, expected_version=0, run=new_run(rid, session_id=sid))
-                )
+            await _one_run_per_session(store, FOUR_RUNS)
             await store.claim_run("live", owner="a", now=0.0, expires_at=200.0)
             await store.claim_run("expired", owner="b", now=0.0, expires_at=50.0)
             held = await store.claim_run("done", owner="c", now=0.0, expires_at=200.0)

@@ -14,7 +14,7 @@ from plait.application.service import AgentService
 from plait.application.worker import Worker
 from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolResultMessage
-from plait.domain.runs import RunStatus
+from plait.domain.runs import Run, RunStatus
 from plait.domain.service import EventType
 from plait.domain.subagents import ParentCall
 from plait.entrypoints.http.events import encode_event
@@ -65,6 +65,29 @@ async def until(predicate: Any) -> None:
     async with asyncio.timeout(10.0):
         while not await predicate():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
+
+
+async def held_by_a_dead_process(
+    store: MemoryStore, tool: Any, owner: str, expires_at: float
+) -> Run:
+    """A run the process ``owner`` started and died in, mid-model-call: nothing more is
+    written, its lease (until ``expires_at``) is neither renewed nor released."""
+    svc = service(store, Model(hang=1), owner, tool)
+    s = await svc.create_session()
+    run = await svc.submit(s.id, "go")
+    now = SystemClock().now()
+    claimed = await store.claim_queued_run(owner=owner, now=now, expires_at=expires_at)
+    assert claimed is not None
+    task = asyncio.create_task(svc.execute(claimed))
+
+    async def running() -> bool:
+        return (await store.get_run(run.id)).status is RunStatus.RUNNING
+
+    await until(running)
+    assert svc.abandon(run.id)
+    with contextlib.suppress(PlaitError, asyncio.CancelledError):
+        await task
+    return run
 
 
 def test_a_worker_runs_queued_runs_and_persists_their_events() -> None:
@@ -148,23 +171,8 @@ def test_a_dead_workers_run_is_recovered_after_its_lease_expires() -> None:
     async def go() -> None:
         store = MemoryStore()
         tool = echo_tool()
-        dead = service(store, Model(hang=1), "dead", tool)
-        s = await dead.create_session()
-        run = await dead.submit(s.id, "go")
-        claimed = await store.claim_queued_run(owner="dead", now=SystemClock().now(),
-                                               expires_at=SystemClock().now() + 0.3)  # fmt: skip
-        assert claimed is not None
-        crashed = asyncio.create_task(dead.execute(claimed))
-
-        async def running() -> bool:
-            return (await store.get_run(run.id)).status is RunStatus.RUNNING
-
-        await until(running)
-        # The process dies: nothing more is written, the lease is neither renewed nor
-        # released; it expires.
-        assert dead.abandon(run.id)
-        with contextlib.suppress(PlaitError, asyncio.CancelledError):
-            await crashed
+        # the process dies; its lease expires in 0.3 s
+        run = await held_by_a_dead_process(store, tool, "dead", SystemClock().now() + 0.3)
         assert (await store.get_run(run.id)).status is RunStatus.RUNNING
         alive = service(store, Model(), "alive", tool)
         w = Worker(service=alive, queue=store, encode=encode_event, poll_seconds=0.01)
@@ -177,7 +185,7 @@ def test_a_dead_workers_run_is_recovered_after_its_lease_expires() -> None:
         await until(done)
         stop.set()
         assert (await t).recovered == 1
-        kinds = [m.message.kind for m in await store.read_messages(s.id)]
+        kinds = [m.message.kind for m in await store.read_messages(run.session_id)]
         assert kinds == ["user", "assistant", "tool_result", "assistant"]
 
     asyncio.run(go())
@@ -224,22 +232,8 @@ def test_the_runs_of_a_dead_process_of_this_host_are_taken_over_before_their_lea
         tool = echo_tool()
         now = SystemClock().now()
         runs = {}
-        for owner in ("gone", "running", "elsewhere"):
-            svc = service(store, Model(hang=1), owner, tool)
-            s = await svc.create_session()
-            run = await svc.submit(s.id, "go")
-            claimed = await store.claim_queued_run(owner=owner, now=now, expires_at=now + 3600)
-            assert claimed is not None
-            task = asyncio.create_task(svc.execute(claimed))
-
-            async def running(run_id: str = run.id) -> bool:
-                return (await store.get_run(run_id)).status is RunStatus.RUNNING
-
-            await until(running)
-            assert svc.abandon(run.id)  # the process dies: its lease stays for an hour
-            with contextlib.suppress(PlaitError, asyncio.CancelledError):
-                await task
-            runs[owner] = run
+        for owner in ("gone", "running", "elsewhere"):  # each leased for another hour
+            runs[owner] = await held_by_a_dead_process(store, tool, owner, now + 3600)
         # a sub-agent's run held by the same dead process, its parent not ended: the
         # parent's recovery (forced) continues it, so the worker leaves it to that
         parent = runs["running"]
@@ -283,21 +277,7 @@ def test_without_owner_alive_a_dead_processs_run_waits_for_its_lease() -> None:
     async def go() -> None:
         store = MemoryStore()
         tool = echo_tool()
-        now = SystemClock().now()
-        svc = service(store, Model(hang=1), "gone", tool)
-        s = await svc.create_session()
-        run = await svc.submit(s.id, "go")
-        claimed = await store.claim_queued_run(owner="gone", now=now, expires_at=now + 3600)
-        assert claimed is not None
-        task = asyncio.create_task(svc.execute(claimed))
-
-        async def running() -> bool:
-            return (await store.get_run(run.id)).status is RunStatus.RUNNING
-
-        await until(running)
-        assert svc.abandon(run.id)
-        with contextlib.suppress(PlaitError, asyncio.CancelledError):
-            await task
+        run = await held_by_a_dead_process(store, tool, "gone", SystemClock().now() + 3600)
         w = Worker(service=service(store, Model(), "w", tool), queue=store,
                    encode=encode_event, poll_seconds=0.01)  # fmt: skip
         stop = asyncio.Event()

@@ -497,19 +497,17 @@ class SqliteStore:
         state.check_token(run_id, stored, lease_token, ended=ended, wanted=None)
 
     async def list_stale_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
-        wanted = None if status is None else status.value
-        params = (wanted, wanted, now)
-        return [
-            shared_rows.run_from_row(r)
-            for r in await self._db.read(lambda conn: conn.execute(_STALE, params).fetchall())
-        ]
+        return await self._runs_by_lease(_STALE, now, status)
 
     async def list_leased_runs(self, *, now: float, status: RunStatus | None = None) -> list[Run]:
+        return await self._runs_by_lease(_LEASED, now, status)
+
+    async def _runs_by_lease(self, sql: str, now: float, status: RunStatus | None) -> list[Run]:
         wanted = None if status is None else status.value
         params = (wanted, wanted, now)
         return [
             shared_rows.run_from_row(r)
-            for r in await self._db.read(lambda conn: conn.execute(_LEASED, params).fetchall())
+            for r in await self._db.read(lambda conn: conn.execute(sql, params).fetchall())
         ]
 
     # --- artifacts ------------------------------------------------------------------------
