@@ -25,6 +25,7 @@ from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
 from plait.testing.carrier import RecordingCarrier
 from tests.contract.builders import assistant, new_run, new_session, user
+from tests.contract.retention_contract import fork
 from tests.contract.test_postgres_claim import Model
 from tests.pg import empty_database
 
@@ -98,6 +99,45 @@ def test_a_commit_writes_the_runs_pending_events_in_its_transaction(url: str) ->
         carrier.hold("r1", run.lease_token, event(4))
         await store.commit(step(run, 4, "a4"))
         assert len(await store.read_run_events("r1")) == 4  # detached: not asked
+
+    run_with(url, go)
+
+
+def test_a_branch_refuses_an_id_its_inherited_prefix_holds_with_events_or_without(
+    url: str,
+) -> None:
+    """The commit with events checks a new message against the branch's inherited prefix
+    as the plain commit does (a fork copies no membership rows: the prefix is its
+    parent's), and a branch without such an id commits and numbers its events."""
+
+    async def go(store: PostgresStore) -> None:
+        await store.create_session(new_session("s0"))
+        seeded = Commit(session_id="s0", expected_version=0, messages=(user("m1"), user("m2")))
+        await store.commit(seeded)
+        await fork(store, "s0", "s1", 2)
+        run = new_run("r1", status=RunStatus.QUEUED)
+        first = Commit(session_id="s1", expected_version=2, run=run, messages=(user("u1"),))
+        await store.start_run(first)
+        claimed_run = await store.claim_queued_run(owner="w1", now=1_001.0, expires_at=1_100.0)
+        assert claimed_run is not None and claimed_run.lease_token is not None
+        carrier = RecordingCarrier()
+        store.attach_carrier(carrier)
+        for commit in (step(claimed_run, 3, "m1"), step(claimed_run, 3, "a1")):
+            carrier.hold("r1", claimed_run.lease_token, event(commit.expected_version or 0))
+            if commit.messages[0].id == "m1":  # in the parent's rows the branch inherits
+                with pytest.raises(ConflictError):
+                    await store.commit(commit)
+                assert await store.read_run_events("r1") == []
+                assert [w for _, w in carrier.settled] == [None]
+                carrier.settled.clear()
+                continue
+            await store.commit(commit)
+        assert [m.message.id for m in await store.read_messages("s1")] == ["m1", "m2", "u1", "a1"]
+        written = await store.read_run_events("r1")
+        assert [(e.seq, e.data) for e in written] == [(1, {"step": 3})]  # the second's
+        plain = Commit(session_id="s1", expected_version=4, messages=(user("m2"),))
+        with pytest.raises(ConflictError):
+            await store.commit(plain)  # the plain commit, the same rule
 
     run_with(url, go)
 

@@ -21,12 +21,14 @@ __all__ = [
     "CLAIM_FUNCTION_V11",
     "CLAIM_FUNCTION_V14",
     "COMMIT_EVENTS_FUNCTION",
+    "COMMIT_EVENTS_FUNCTION_V21",
     "COMMIT_FUNCTION",
     "COMMIT_FUNCTION_V8",
     "COMMIT_FUNCTION_V10",
     "COMMIT_FUNCTION_V11",
     "COMMIT_FUNCTION_V14",
     "COMMIT_FUNCTION_V17",
+    "COMMIT_FUNCTION_V21",
     "MEMBERS_FUNCTION",
     "SEGMENTS_DDL",
     "VERSION_FUNCTION",
@@ -474,3 +476,89 @@ BEGIN
     SELECT array_agg(x.run_id), array_agg(x.last) INTO o_runs, o_last
     FROM (SELECT ins.run_id, max(ins.seq) AS last FROM ins GROUP BY ins.run_id) AS x;
 END $$"""
+
+# Migration 21 (issue 27: less of the server's CPU per step). ``plait_commit`` reads once
+# whether the session inherits a prefix (a branch's segments owned by an ancestor) and
+# checks a new message's id against that prefix only then: the check was a join per
+# message, on every session, the costliest statement of a commit for one that found
+# nothing. ``plait_commit_events`` does the commit's work in its own body instead of
+# calling ``plait_commit`` (a nested call is a statement of its own, its 30 arguments
+# copied into a new frame, its result through a function scan): same statements, same
+# order, same locks and checks. Both replaced in place (same parameters and results).
+_DECLARE_V17 = "    v_session_owner text;\n"
+_CURRENT_V17 = """    v_current := coalesce(
+        (SELECT max(sm.seq) FROM session_messages AS sm WHERE sm.session_id = p_session),
+        (SELECT max(g.hi) FROM session_segments AS g
+         WHERE g.session_id = p_session AND g.owner_id <> p_session),
+        0);
+"""
+_PREFIX_CHECK_V17 = """        PERFORM 1 FROM session_segments AS g
+        JOIN session_messages AS sm ON sm.session_id = g.owner_id
+            AND sm.message_id = m_id[i] AND sm.seq BETWEEN g.lo AND g.hi
+        WHERE g.session_id = p_session AND g.owner_id <> p_session;
+        IF FOUND THEN
+            RAISE EXCEPTION USING MESSAGE = 'plait:duplicate_message',
+                DETAIL = json_build_array(m_id[i])::text;
+        END IF;
+"""
+assert COMMIT_FUNCTION_V17.count(_DECLARE_V17) == 1
+assert COMMIT_FUNCTION_V17.count(_CURRENT_V17) == 1
+assert COMMIT_FUNCTION_V17.count(_PREFIX_CHECK_V17) == 1
+COMMIT_FUNCTION_V21 = (
+    COMMIT_FUNCTION_V17.replace(_DECLARE_V17, _DECLARE_V17 + "    v_inherited integer;\n")
+    .replace(
+        _CURRENT_V17,
+        """    v_inherited := (SELECT max(g.hi) FROM session_segments AS g
+                    WHERE g.session_id = p_session AND g.owner_id <> p_session);
+    v_current := coalesce(
+        (SELECT max(sm.seq) FROM session_messages AS sm WHERE sm.session_id = p_session),
+        v_inherited, 0);
+""",
+    )
+    .replace(
+        _PREFIX_CHECK_V17,
+        "        IF v_inherited IS NOT NULL THEN\n"
+        + _PREFIX_CHECK_V17.replace("\n        ", "\n            ").replace(
+            "        PERFORM", "            PERFORM", 1
+        )
+        + "        END IF;\n",
+    )
+)
+
+_HEAD_V17 = "\nCREATE OR REPLACE FUNCTION plait_commit("
+_LAST_PARAM_V17 = "    m_schema integer[],\n"
+_OUT_V17 = "OUT o_summaries integer, OUT o_constraints bigint"
+_END_V17 = "                      WHERE cr.session_id = p_session);\nEND\n$$"
+_EVENTS_START = "    WITH given AS ("
+_EVENTS_END = "END $$"
+assert COMMIT_FUNCTION_V21.count(_HEAD_V17) == 1
+assert COMMIT_FUNCTION_V21.count(_LAST_PARAM_V17) == 1
+assert COMMIT_FUNCTION_V21.count(_OUT_V17) == 1
+assert COMMIT_FUNCTION_V21.endswith(_END_V17)
+assert COMMIT_EVENTS_FUNCTION.count(_EVENTS_START) == 1
+assert COMMIT_EVENTS_FUNCTION.endswith(_EVENTS_END)
+# The events part as migration 20 wrote it, its aliases renamed where the commit's body
+# has variables of the same name (``f``, ``x``: PL/pgSQL would find them ambiguous).
+_EVENTS_V20 = COMMIT_EVENTS_FUNCTION[
+    COMMIT_EVENTS_FUNCTION.index(_EVENTS_START) : -len(_EVENTS_END)
+]
+assert _EVENTS_V20.count(") AS f\n") == 1
+assert _EVENTS_V20.count(" f.run_id") == 2
+assert _EVENTS_V20.count(") AS x;") == 1
+assert _EVENTS_V20.count("(x.") == 2
+_EVENTS_V21 = (
+    _EVENTS_V20.replace(") AS f\n", ") AS d\n")
+    .replace(" f.run_id", " d.run_id")
+    .replace(") AS x;", ") AS w;")
+    .replace("(x.", "(w.")
+)
+COMMIT_EVENTS_FUNCTION_V21 = (
+    COMMIT_FUNCTION_V21.replace(_HEAD_V17, "\nCREATE OR REPLACE FUNCTION plait_commit_events(")
+    .replace(
+        _LAST_PARAM_V17,
+        _LAST_PARAM_V17
+        + "    v_run text[], v_type text[], v_at float8[], v_data text[], v_token integer[],\n",
+    )
+    .replace(_OUT_V17, _OUT_V17 + ",\n    OUT o_runs text[], OUT o_last integer[]")
+    .replace(_END_V17, _END_V17[: -len("END\n$$")] + _EVENTS_V21 + "END\n$$")
+)

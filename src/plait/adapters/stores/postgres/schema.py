@@ -24,12 +24,14 @@ from plait.adapters.stores.postgres.functions import (
     CLAIM_FUNCTION_V11,
     CLAIM_FUNCTION_V14,
     COMMIT_EVENTS_FUNCTION,
+    COMMIT_EVENTS_FUNCTION_V21,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
     COMMIT_FUNCTION_V11,
     COMMIT_FUNCTION_V14,
     COMMIT_FUNCTION_V17,
+    COMMIT_FUNCTION_V21,
     MEMBERS_FUNCTION,
     SEGMENTS_DDL,
     VERSION_FUNCTION,
@@ -222,6 +224,10 @@ MIGRATIONS += (
     # 20: a step's commit and its run's pending events in one transaction (see
     # functions.py): one durable flush per step instead of the step's and an event write's.
     (COMMIT_EVENTS_FUNCTION,),
+    # 21: a commit checks a new message against an inherited prefix only on a branch that
+    # has one, and the step's commit with events is one function, not two (see
+    # functions.py): less of the server's CPU per step.
+    (COMMIT_FUNCTION_V21, COMMIT_EVENTS_FUNCTION_V21),
 )
 
 LATEST = len(MIGRATIONS)
