@@ -20,6 +20,9 @@ not. Kinds:
 - ``claim``: a worker's claim of a queued run (``plait_claim``: the run set running,
   its session and history read; a durable commit), the runs submitted beforehand;
 - ``claim_empty``: the same on an empty queue (what an idle worker polls with).
+- ``step_commit``: a worker's step commit as the service makes it (``plait_commit_events``):
+  one message fenced by its run's lease token, with that run's three pending events (a
+  durable commit), the session growing as it goes.
 
 It splits a run's cost by statement for docs/scaling.md: what removing one statement
 per run, or one durable commit, saves.
@@ -60,9 +63,10 @@ async def _measure(backend: int, n: int, once: Callable[[int], Awaitable[Any]]) 
 async def _run(url: str, n: int) -> dict[str, Any]:
     import psycopg
 
+    from plait.adapters.stores.postgres.commit import apply_with_events
     from plait.adapters.stores.postgres.store import PostgresStore
     from plait.adapters.system import RandomIds, SystemClock
-    from plait.application.ports import Commit
+    from plait.application.ports import CarriedEvents, Commit
     from plait.domain.messages import UserMessage
     from plait.domain.service import EventType, NewRunEvent
     from plait.domain.session import Session
@@ -113,7 +117,7 @@ async def _run(url: str, n: int) -> dict[str, Any]:
             version[0] = (await store.commit(commit)).version
 
         runtime = Runtime(store=store, artifacts=store, model=None, tools=[], clock=clock, ids=ids)
-        for _ in range(n + 20):  # one queued run per session, claimed below
+        for _ in range(n + 21):  # one queued run per session, claimed below (one for the steps)
             queued = await runtime.service.create_session()
             await runtime.service.submit(queued.id, "go")
 
@@ -131,11 +135,39 @@ async def _run(url: str, n: int) -> dict[str, Any]:
             )
             assert found is None
 
+        stepping = await store.claim_and_start_run(
+            owner="bench", now=clock.now(), expires_at=clock.now() + 3600, model="m",
+            model_spec=None,
+        )  # fmt: skip
+        assert stepping is not None
+        step_run = stepping.run
+        step_version = [max((m.seq for m in stepping.history), default=0)]
+
+        async def step_commit(_: int) -> None:
+            message = UserMessage(id=ids.new("msg"), text="a step", created_at=clock.now())
+            commit = Commit(
+                session_id=step_run.session_id,
+                expected_version=step_version[0],
+                messages=(message,),
+                lease_token=step_run.lease_token,
+                lease_run_id=step_run.id,
+            )
+            events = tuple(
+                NewRunEvent(type=EventType.STEP_STARTED, at=clock.now(), data={"step": k})
+                for k in range(3)
+            )
+            carried = CarriedEvents({step_run.id: events}, {step_run.id: step_run.lease_token})
+            applied = await store._read(
+                lambda conn: apply_with_events(conn, commit, carried, start=False)
+            )
+            step_version[0] = applied[0].version
+
         out["claim"] = await _measure(backend, n, claim)
         out["claim_empty"] = await _measure(backend, n, claim_empty)
         out["context_read"] = await _measure(backend, n, context_read)
         out["message_commit"] = await _measure(backend, n, message_commit)
         out["event_write"] = await _measure(backend, n, event_write)
+        out["step_commit"] = await _measure(backend, n, step_commit)
     finally:
         await conn.close()
         await store.close()

@@ -64,6 +64,14 @@ Figures:
   e.g. group commit (``commit_delay=100 --pg-setting commit_siblings=2``); reported as
   ``pg_settings``.
 - ``--no-kill``: nothing is killed (the figure without the killed worker's lease tail).
+- ``--rate R``: submissions on a schedule, one every 1/R s whatever the answers so far (an
+  open-loop arrival rate: what "sustains R runs/s" means), while the runs end and worker
+  0 is killed halfway; without it every run is submitted at once (a burst that queues
+  most of them). ``runs_per_s`` is then at most R; ``run_latency_ms`` shows whether the
+  service kept up (a queue that grows shows there).
+- ``--warmup N`` (PostgreSQL): N runs in sessions of their own served first, not
+  measured (their tool calls are checked with the rest): the figures of processes that
+  have served before, not of their first requests.
 - ``SVC_LOAD_PROFILE=DIR``: each worker writes a CPU-time cProfile to ``DIR``.
 """
 
@@ -81,7 +89,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -564,7 +572,7 @@ async def _watch(http: _Http, run_ids: list[str], lags: list[float]) -> None:
     await asyncio.gather(*[follow(r) for r in run_ids])
 
 
-async def _ended_runs(db: str) -> AsyncIterator[int]:
+async def _ended_runs(db: str) -> AsyncGenerator[int, None]:
     """The number of ended runs, each time it is asked (one connection, one statement)."""
     import psycopg
 
@@ -585,6 +593,7 @@ async def _wait_all(
     t0: float,
     meter: _CpuMeter,
     db: str | None,
+    before: int = 0,
 ) -> tuple[int | None, float | None]:
     """Until every session's run has ended; SIGKILL ``kill`` at half (returns how many
     runs had ended then, and when). PostgreSQL: one
@@ -597,7 +606,7 @@ async def _wait_all(
     ended = _ended_runs(db) if db is not None else None
     while True:
         if ended is not None:
-            done = await anext(ended)
+            done = await anext(ended) - before
         else:
             _, page = await http.request("GET", f"/v1/sessions?limit={len(sids)}")
             done = sum(
@@ -616,6 +625,26 @@ async def _wait_all(
         await asyncio.sleep(0.25)
 
 
+async def _warm_up(http: _Http, runs: int, rate: float | None, db: str | None) -> None:
+    """Runs before the measured ones, in sessions of their own, submitted at ``rate`` (or
+    10 ms apart) and waited for until every one has ended: the figures are then those of
+    processes that have served before, not of their first requests."""
+    made = await asyncio.gather(*[http.request("POST", "/v1/sessions", {}) for _ in range(runs)])
+    sids = [body["session_id"] for _, body in made]
+    for sid in sids:
+        status, body = await http.request("POST", f"/v1/sessions/{sid}/messages", {"text": "go"})
+        if status != 202:
+            raise SystemExit(f"a warm-up submission failed: {status} {body}")
+        await asyncio.sleep(1 / rate if rate else 0.01)
+    if db is None:
+        return
+    async with contextlib.aclosing(_ended_runs(db)) as ended:
+        async for done in ended:
+            if done >= runs:
+                return
+            await asyncio.sleep(0.1)
+
+
 async def _drive(
     port: int,
     key: str,
@@ -627,6 +656,8 @@ async def _drive(
     pids: dict[str, int],
     db: str | None,
     sampler: _WaitSampler | None = None,
+    rate: float | None = None,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     http = _Http(port, key, 64)
     wal: dict[str, int] = {}
@@ -639,6 +670,8 @@ async def _drive(
             *[http.request("POST", "/v1/sessions", {}) for _ in range(runs)]
         )
         sids = [body["session_id"] for _, body in made]
+        if warmup:
+            await _warm_up(http, warmup, rate, db)
         if before is not None:
             await before()
         groups = {"driver": [os.getpid()], **{k: [p] for k, p in pids.items()}}
@@ -652,16 +685,37 @@ async def _drive(
                 sampling = asyncio.ensure_future(sampler.run(db, stop_sampling))
         meter = _CpuMeter(groups, pg_dir)
         t0 = time.time()
-        posted = await asyncio.gather(
-            *[http.request("POST", f"/v1/sessions/{s}/messages", {"text": "go"}) for s in sids]
+        lags: list[float] = []
+        follows: list[asyncio.Future[None]] = []
+
+        async def submit(i: int, sid: str) -> tuple[int, Any]:
+            if rate is not None:  # open loop: on schedule, whatever the answers so far
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.time()))
+            status, body = await http.request(
+                "POST", f"/v1/sessions/{sid}/messages", {"text": "go"}
+            )
+            if status == 202 and i >= runs - watch:  # the last few, followed live
+                follows.append(asyncio.ensure_future(_watch(http, [body["run_id"]], lags)))
+            return status, body
+
+        async def submit_all() -> tuple[list[tuple[int, Any]], float]:
+            posted = await asyncio.gather(*[submit(i, s) for i, s in enumerate(sids)])
+            return posted, time.time() - t0
+
+        submission = asyncio.ensure_future(submit_all())
+        if rate is None:  # all at once: every submission answered before the wait
+            await asyncio.wait([submission])
+        else:  # paced: the runs end (and a worker is killed) while submissions go on
+            await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(
+            _wait_all(http, set(sids), runs, kill, t0, meter, db, warmup)
         )
-        submitted = time.time() - t0
+        posted, submitted = await submission
         if any(status != 202 for status, _ in posted):
+            waiting.cancel()
             raise SystemExit(f"submissions failed: {[p for p in posted if p[0] != 202][:3]}")
         run_ids = [body["run_id"] for _, body in posted]
-        lags: list[float] = []
-        watching = asyncio.ensure_future(_watch(http, run_ids[-watch:] if watch else [], lags))
-        killed_at, killed_time = await _wait_all(http, set(sids), runs, kill, t0, meter, db)
+        killed_at, killed_time = await waiting
         cpu = meter.spent()
         stop_sampling.set()
         if sampling is not None:
@@ -670,7 +724,7 @@ async def _drive(
             cpu["transactions"] = await _pg_xacts(db) - xacts - 1
             wal["lsn_after"] = (await _pg_wal(db))["lsn"]
         stats = await after() if after is not None else None
-        await asyncio.wait_for(watching, 60)
+        await asyncio.wait_for(asyncio.gather(*follows), 60)
         done = [(await http.request("GET", f"/v1/runs/{r}"))[1] for r in run_ids]
         histories = [
             (await http.request("GET", f"/v1/sessions/{s}/messages?limit=100"))[1] for s in sids
@@ -715,8 +769,9 @@ def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> l
     return out
 
 
-def _verify(result: dict[str, Any], ledger: Path) -> dict[str, Any]:
-    """Against the tool's own ledger, not the store's view of what ran."""
+def _verify(result: dict[str, Any], ledger: Path, warmup: int = 0) -> dict[str, Any]:
+    """Against the tool's own ledger, not the store's view of what ran (the warm-up runs'
+    calls are in it too: two each, checked the same way)."""
     statuses: dict[str, int] = {}
     for run in result["runs"]:
         statuses[run["status"]] = statuses.get(run["status"], 0) + 1
@@ -740,6 +795,7 @@ def _verify(result: dict[str, Any], ledger: Path) -> dict[str, Any]:
         first.setdefault(key, pid)
     effects = sum(1 for p in ledger.iterdir() if p.name.startswith("idem_"))
     n = len(result["runs"])
+    calls = 2 * (n + warmup)
     return {
         "statuses": statuses,
         "histories_wrong": bad_histories,
@@ -748,10 +804,10 @@ def _verify(result: dict[str, Any], ledger: Path) -> dict[str, Any]:
         "tool_calls_reattempted_after_kill": len(attempts) - len(keys) - unexplained,
         "tool_calls_reattempted_otherwise": unexplained,
         "tool_effects_applied": effects,
-        "every_effect_once": effects == len(keys) == 2 * n,
+        "every_effect_once": effects == len(keys) == calls,
         "ok": statuses == {"completed": n}
         and bad_histories == 0
-        and effects == len(keys) == 2 * n
+        and effects == len(keys) == calls
         and unexplained == 0,
     }
 
@@ -775,6 +831,8 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "runs": a.runs,
         "worker_processes": a.workers if a.store == "postgresql" else 1,
         "concurrency_per_worker": a.concurrency,
+        "submission_rate": a.rate,
+        "warmup_runs": a.warmup,
         "killed_worker_after_runs": result["killed_at"],
         "killed_after_s": None
         if result["killed_time"] is None
@@ -799,7 +857,7 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "pg_settings": a.pg_setting,
         **_cpu_report(result["cpu"], len(runs)),
-        **_verify(result, ledger),
+        **_verify(result, ledger, a.warmup),
     }
 
 
@@ -863,6 +921,8 @@ def _run_with(a: argparse.Namespace, db: str, ledger: Path) -> dict[str, Any]:
                 pids,
                 db if shared else None,
                 sampler,
+                a.rate,
+                a.warmup,
             )
         )
         run_ids = [r["run_id"] for r in result["runs"]]
@@ -943,8 +1003,21 @@ def _profiled(role: str, work: Callable[[], None]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--store", choices=["postgresql", "sqlite"], default="postgresql")
-    p.add_argument("--runs", type=int, default=500, choices=range(2, 501), metavar="2..500")
+    p.add_argument("--runs", type=int, default=500, choices=range(2, 2001), metavar="2..2000")
+    p.add_argument(
+        "--rate",
+        type=float,
+        help="submit at this many runs/s, on schedule (an open-loop arrival rate), instead "
+        "of all at once",
+    )
     p.add_argument("--workers", type=int, default=4)
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N runs served (and not measured) before the measured ones (PostgreSQL)",
+    )
     p.add_argument(
         "--concurrency", type=int, default=4, help="runs per worker at once (as plait serve/worker)"
     )
@@ -986,6 +1059,10 @@ def main() -> None:
     p.add_argument("--ledger")
     p.add_argument("--in-process", type=int, default=0)
     a = p.parse_args()
+    if a.warmup and a.store != "postgresql":
+        p.error("--warmup needs --store postgresql (it waits for the warm-up runs there)")
+    if a.rate is not None and a.rate <= 0:
+        p.error(f"--rate must be a positive number of runs per second, not {a.rate}")
     if a.role == "api":
         _profiled("api", lambda: serve_main(a.db, a.port, Path(a.ledger), a.in_process, a.lease))
         return
