@@ -162,7 +162,12 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
     import uvicorn
 
     from plait.entrypoints.http.app import create_app
-    from plait.entrypoints.http.server import configure_logging, context_for, uvicorn_config
+    from plait.entrypoints.http.server import (
+        configure_logging,
+        context_for,
+        settle_start_up,
+        uvicorn_config,
+    )
 
     configure_logging("warning")
     rt = _runtime(db, ledger, with_model=in_process > 0, lease=lease)
@@ -171,13 +176,15 @@ def serve_main(db: str, port: int, ledger: Path, in_process: int, lease: float) 
     # driver's pool: keep-alive connections held through the run, a deep accept backlog.
     config = uvicorn_config(app, host="127.0.0.1", port=port, keep_alive=120)
     config.backlog = 4096
+    config.load()
+    settle_start_up()
     uvicorn.Server(config).run()
 
 
 def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
     from plait.application.worker import Worker
     from plait.entrypoints.http.events import encode_event
-    from plait.entrypoints.http.server import configure_logging, run_async
+    from plait.entrypoints.http.server import configure_logging, run_async, settle_start_up
 
     configure_logging("warning")
 
@@ -190,6 +197,7 @@ def worker_main(db: str, ledger: Path, concurrency: int, lease: float) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
+        settle_start_up()
         await worker.run(stop)
         await rt.close()
 
