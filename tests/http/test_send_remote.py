@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
+from plait.adapters.stores.sqlite.store import SqliteStore
+from plait.application.ports import Commit
+from plait.domain.messages import UserMessage
 from plait.entrypoints.cli.main import main
 from tests.http.conftest import Live
 from tests.http.test_api import new_session
@@ -79,6 +83,39 @@ def test_send_through_the_server_prints_what_send_prints(
     assert "  status      completed" in out
     assert "2 steps, 2 model calls (0 corrections), 1 tool call" in out
     assert "[assistant] \n" not in out and "[user]" not in out  # not the old bare lines
+    # in the order of the session, as local send prints them: the user's message first
+    # (no event carries it: the submission stores it)
+    at = [out.index(f"[{seq}] ") for seq in (1, 2, 3, 4)]
+    assert at == sorted(at), out
+
+
+@pytest.mark.slow
+def test_send_through_the_server_finds_its_messages_in_a_long_session(
+    live: Live, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's messages are read from where the run began, not from the first page of
+    the session's history (1,000 messages): in a longer session they are past it."""
+    with live.client() as c:
+        sid = new_session(c)["session_id"]
+    earlier = tuple(
+        UserMessage(id=f"msg_old{i}", text=f"old {i}", created_at=1.0) for i in range(1_005)
+    )
+
+    async def fill() -> None:
+        store = SqliteStore(live.store_path)
+        try:
+            await store.commit(Commit(session_id=sid, expected_version=0, messages=earlier))
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    assert main(["send", *_remote(live, sid, "tool remote"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [m["seq"] for m in out["messages"]] == [1_006, 1_007, 1_008, 1_009]
+    assert out["messages"][-1]["text"] == "answer to tool remote"
+    assert main(["send", *_remote(live, sid, "hello")]) == 0
+    text = capsys.readouterr().out
+    assert text.index("[1010] user:\n    hello") < text.index("[1011] assistant")
 
 
 @pytest.mark.slow

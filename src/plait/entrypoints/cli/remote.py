@@ -162,6 +162,18 @@ def _waiting_lines(run_id: str, waiting: list[dict[str, Any]], server: str) -> l
     return lines
 
 
+def _run_messages(client: _Client, session_id: str, run_id: str, after: int) -> list[Any]:
+    """The run's messages, in order, from the session's messages after seq ``after`` (a
+    page at a time: a long session's first page does not hold them)."""
+    found: list[Any] = []
+    while True:
+        page = client.json("GET", f"/v1/sessions/{session_id}/messages?after={after}&limit=1000")
+        found += [m for m in page["messages"] if m["run_id"] == run_id]
+        if page["next_after"] is None:
+            return found
+        after = int(page["next_after"])
+
+
 def send_remote(args: argparse.Namespace, out: Out) -> int:
     _refuse_local_flags(args)
     # A remote server's key, not this process's settings: the flag, else the environment.
@@ -176,8 +188,14 @@ def send_remote(args: argparse.Namespace, out: Out) -> int:
     schema = read_output_schema(args.output_schema)
     if schema is not None:
         body["output_schema"] = schema.schema()
+    # The run's messages come after the session's last one now (the submission appends).
+    before = int(client.json("GET", f"/v1/sessions/{args.session_id}")["version"])
     run = client.json("POST", f"/v1/sessions/{args.session_id}/messages", body)
     shown: set[str] = set()
+
+    def show(message: dict[str, Any]) -> None:
+        shown.add(message["message_id"])
+        print(terminal_safe(message_text_of(message)), flush=True)
 
     def on_event(event: str, data: Any) -> None:
         if args.events:
@@ -187,8 +205,12 @@ def send_remote(args: argparse.Namespace, out: Out) -> int:
         if out.json:
             return
         if event == "message":
-            shown.add(data["message"]["message_id"])
-            print(terminal_safe(message_text_of(data["message"])), flush=True)
+            if not shown:  # first the run's earlier ones no event carries: the user's message
+                seq = data["message"]["seq"]
+                for earlier in _run_messages(client, args.session_id, run["run_id"], before):
+                    if earlier["seq"] < seq:
+                        show(earlier)
+            show(data["message"])
         elif event == "compaction" and data["phase"] != "started":
             print(terminal_safe(f"[compaction {data['phase']}] {data.get('detail') or ''}"))
 
@@ -203,8 +225,7 @@ def send_remote(args: argparse.Namespace, out: Out) -> int:
     if args.events:
         Out.line(event_json("run", finished | ({"waiting_for": waiting} if waiting else {})))
         return code
-    page = client.json("GET", f"/v1/sessions/{args.session_id}/messages?limit=1000")
-    added = [m for m in page["messages"] if m["run_id"] == run["run_id"]]
+    added = _run_messages(client, args.session_id, run["run_id"], before)
     answers = [m.get("output") for m in added if m["kind"] == "assistant"]
     output = answers[-1] if answers else None
     texts = [message_text_of(m) for m in added if m["message_id"] not in shown]
