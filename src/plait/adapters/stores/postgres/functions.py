@@ -379,12 +379,7 @@ _INSERT_V11 = (
 )
 assert COMMIT_FUNCTION_V11.count(_CURRENT_V11) == 1
 assert COMMIT_FUNCTION_V11.count(_INSERT_V11) == 1
-COMMIT_FUNCTION_V14 = COMMIT_FUNCTION_V11.replace(
-    _CURRENT_V11, "    v_current := plait_version(p_session);\n"
-).replace(
-    _INSERT_V11,
-    """    FOR i IN 1 .. coalesce(array_length(m_id, 1), 0) LOOP
-        PERFORM 1 FROM session_segments AS g
+_PREFIX_CHECK_V14 = """        PERFORM 1 FROM session_segments AS g
         JOIN session_messages AS sm ON sm.session_id = g.owner_id
             AND sm.message_id = m_id[i] AND sm.seq BETWEEN g.lo AND g.hi
         WHERE g.session_id = p_session AND g.owner_id <> p_session;
@@ -392,7 +387,14 @@ COMMIT_FUNCTION_V14 = COMMIT_FUNCTION_V11.replace(
             RAISE EXCEPTION USING MESSAGE = 'plait:duplicate_message',
                 DETAIL = json_build_array(m_id[i])::text;
         END IF;
-        INSERT INTO messages""",
+"""
+COMMIT_FUNCTION_V14 = COMMIT_FUNCTION_V11.replace(
+    _CURRENT_V11, "    v_current := plait_version(p_session);\n"
+).replace(
+    _INSERT_V11,
+    "    FOR i IN 1 .. coalesce(array_length(m_id, 1), 0) LOOP\n"
+    + _PREFIX_CHECK_V14
+    + "        INSERT INTO messages",
 )
 _MEMBERS_V11 = "    LEFT JOIN session_messages AS sm ON sm.session_id = s.id\n"
 assert CLAIM_FUNCTION_V11.count(_MEMBERS_V11) == 1
@@ -409,19 +411,17 @@ CLAIM_FUNCTION_V14 = CLAIM_FUNCTION_V11.replace(
 # Same result, same locks. Made from the function of migration 15 (frozen), replaced in
 # place (same parameters and result).
 _VERSION_CALL_V14 = "    v_current := plait_version(p_session);\n"
-assert COMMIT_FUNCTION_V14.count(_VERSION_CALL_V14) == 1
-assert COMMIT_FUNCTION_V14.count("\nCREATE FUNCTION plait_commit(") == 1
-COMMIT_FUNCTION_V17 = COMMIT_FUNCTION_V14.replace(
-    "\nCREATE FUNCTION plait_commit(", "\nCREATE OR REPLACE FUNCTION plait_commit("
-).replace(
-    _VERSION_CALL_V14,
-    """    v_current := coalesce(
+_CURRENT_V17 = """    v_current := coalesce(
         (SELECT max(sm.seq) FROM session_messages AS sm WHERE sm.session_id = p_session),
         (SELECT max(g.hi) FROM session_segments AS g
          WHERE g.session_id = p_session AND g.owner_id <> p_session),
         0);
-""",
-)
+"""
+assert COMMIT_FUNCTION_V14.count(_VERSION_CALL_V14) == 1
+assert COMMIT_FUNCTION_V14.count("\nCREATE FUNCTION plait_commit(") == 1
+COMMIT_FUNCTION_V17 = COMMIT_FUNCTION_V14.replace(
+    "\nCREATE FUNCTION plait_commit(", "\nCREATE OR REPLACE FUNCTION plait_commit("
+).replace(_VERSION_CALL_V14, _CURRENT_V17)
 
 # Migration 20: a step's commit and run events in one statement, one transaction, one
 # durable flush (issue 27). ``plait_commit`` is called as is (its checks, locks and
@@ -486,24 +486,9 @@ END $$"""
 # copied into a new frame, its result through a function scan): same statements, same
 # order, same locks and checks. Both replaced in place (same parameters and results).
 _DECLARE_V17 = "    v_session_owner text;\n"
-_CURRENT_V17 = """    v_current := coalesce(
-        (SELECT max(sm.seq) FROM session_messages AS sm WHERE sm.session_id = p_session),
-        (SELECT max(g.hi) FROM session_segments AS g
-         WHERE g.session_id = p_session AND g.owner_id <> p_session),
-        0);
-"""
-_PREFIX_CHECK_V17 = """        PERFORM 1 FROM session_segments AS g
-        JOIN session_messages AS sm ON sm.session_id = g.owner_id
-            AND sm.message_id = m_id[i] AND sm.seq BETWEEN g.lo AND g.hi
-        WHERE g.session_id = p_session AND g.owner_id <> p_session;
-        IF FOUND THEN
-            RAISE EXCEPTION USING MESSAGE = 'plait:duplicate_message',
-                DETAIL = json_build_array(m_id[i])::text;
-        END IF;
-"""
 assert COMMIT_FUNCTION_V17.count(_DECLARE_V17) == 1
 assert COMMIT_FUNCTION_V17.count(_CURRENT_V17) == 1
-assert COMMIT_FUNCTION_V17.count(_PREFIX_CHECK_V17) == 1
+assert COMMIT_FUNCTION_V17.count(_PREFIX_CHECK_V14) == 1
 COMMIT_FUNCTION_V21 = (
     COMMIT_FUNCTION_V17.replace(_DECLARE_V17, _DECLARE_V17 + "    v_inherited integer;\n")
     .replace(
@@ -516,11 +501,9 @@ COMMIT_FUNCTION_V21 = (
 """,
     )
     .replace(
-        _PREFIX_CHECK_V17,
+        _PREFIX_CHECK_V14,
         "        IF v_inherited IS NOT NULL THEN\n"
-        + _PREFIX_CHECK_V17.replace("\n        ", "\n            ").replace(
-            "        PERFORM", "            PERFORM", 1
-        )
+        + "".join("    " + line for line in _PREFIX_CHECK_V14.splitlines(keepends=True))
         + "        END IF;\n",
     )
 )
