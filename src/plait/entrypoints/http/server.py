@@ -253,7 +253,7 @@ def settle_start_up() -> int:
     (``gc.freeze``) and return how many. A service process keeps what it built at
     start-up (modules, the app, the runtime, the store's pool) for its whole life, and
     a full collection while it serves would scan all of it again for nothing: a stall of
-    40-120 ms per worker process under load (``benchmarks/svc_load.py``), every run in
+    33-108 ms per worker process under load (``benchmarks/svc_load.py``), every run in
     flight on it waiting. Frozen objects are still freed when nothing refers to them;
     only a cycle among them would be kept. Once, when start-up is done."""
     gc.collect()
