@@ -77,3 +77,29 @@ def _backends(conn: psycopg.Connection[Any]) -> int:
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_reserved_connections_are_open_at_once_and_stay_open(pg_url: str) -> None:
+    """A worker reserves its connections before its first claim: they are open when
+    ``reserve_connections`` returns, the pool keeps them, and the store's maximum caps
+    them (8 by default)."""
+    empty_database(pg_url)
+
+    async def go(conn: psycopg.Connection[Any]) -> None:
+        store = PostgresStore(pg_url)
+        try:
+            await store.create_session(new_session())
+            assert _backends(conn) == 1  # the pool's first
+            await store.reserve_connections(4)
+            assert _backends(conn) == 4
+            await store.get_session("s1")
+            await asyncio.sleep(0.2)
+            assert _backends(conn) == 4  # kept: the pool's minimum is 4 now
+            await store.reserve_connections(2)  # fewer than it has: nothing closes
+            await store.reserve_connections(100)
+            assert _backends(conn) == 8
+        finally:
+            await store.close()
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        asyncio.run(go(conn))

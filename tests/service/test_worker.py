@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import Commit, ModelRequest, ModelResponse, RawToolCall
 from plait.application.service import AgentService
-from plait.application.worker import Worker
+from plait.application.worker import RESERVED_BEYOND_RUNS, Worker
 from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.runs import Run, RunStatus
@@ -322,5 +323,47 @@ def test_a_stale_sub_agent_run_is_left_to_its_parent_until_the_parent_has_ended(
         left = await store.get_run("r_live_parent")
         assert left.status is RunStatus.RUNNING
         assert left.lease is not None and left.lease.owner == "dead"
+
+    asyncio.run(go())
+
+
+class ReservingStore(MemoryStore):
+    """A store whose connections a worker reserves (as PostgreSQL's): records when."""
+
+    capabilities = replace(MemoryStore.capabilities, reserves_connections=True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reserved: list[tuple[int, int]] = []  # (count, runs claimed before it)
+        self.claims = 0
+
+    async def reserve_connections(self, count: int) -> None:
+        self.reserved.append((count, self.claims))
+
+    async def claim_queued_run(self, **kw: Any) -> Run | None:
+        found = await super().claim_queued_run(**kw)
+        self.claims += found is not None
+        return found
+
+
+def test_a_worker_reserves_its_connections_before_its_first_claim() -> None:
+    async def go() -> None:
+        store = ReservingStore()
+        svc = service(store, Model(), "w1", echo_tool())
+        s = await svc.create_session(owner="ana")
+        run = await svc.submit(s.id, "go")
+        worker = Worker(service=svc, queue=store, encode=encode_event, concurrency=3,
+                        poll_seconds=0.01)  # fmt: skip
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+
+        async def done() -> bool:
+            return (await store.get_run(run.id)).status.terminal
+
+        await until(done)
+        stop.set()
+        await task
+        assert store.reserved == [(3 + RESERVED_BEYOND_RUNS, 0)]  # once, before any claim
+        assert store.claims == 1
 
     asyncio.run(go())

@@ -23,6 +23,7 @@ from plait.application.ports import (
     ForkStore,
     HistoryRead,
     KeyStore,
+    ReservesConnections,
     RetentionStore,
     RunQueue,
     SessionStore,
@@ -49,6 +50,7 @@ PORT_OF_FLAG: dict[str, type] = {
     "webhooks": WebhookStore,
     "api_keys": KeyStore,
     "commit_probe": CommitProbe,
+    "reserves_connections": ReservesConnections,
 }
 NOT_A_PORT = {"second_handle"}
 STORES: list[type[Any]] = [MemoryStore, SqliteStore, JsonlStore, PostgresStore]

@@ -42,7 +42,13 @@ from typing import cast
 from plait.application.claiming import ClaimedRun, StartingQueue, WorkerPresence
 from plait.application.event_feed import RunEventFeed
 from plait.application.events import RunEvent, RunObserver
-from plait.application.ports import CarriedEvents, CarriesEvents, RunQueue, TextSink
+from plait.application.ports import (
+    CarriedEvents,
+    CarriesEvents,
+    ReservesConnections,
+    RunQueue,
+    TextSink,
+)
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError, PlaitError, StoreUnavailableError
 from plait.domain.runs import Run, RunStatus
@@ -54,6 +60,11 @@ log = logging.getLogger("plait.worker")
 
 EventEncoder = Callable[[RunEvent, float], Sequence[NewRunEvent]]
 """Turns a loop event (and the time it happened) into the events to persist."""
+
+RESERVED_BEYOND_RUNS = 2
+"""Connections a worker reserves beyond one per run it may drive at once (a store that
+:class:`~plait.application.ports.ReservesConnections`): its claims and sweeps, its event
+writes and lease renewals, which overlap the runs' own statements."""
 
 
 @dataclass(slots=True)
@@ -447,6 +458,10 @@ class Worker:
         if self.queue.capabilities.carried_events:  # a run's commit takes its events
             cast("CarriesEvents", self.queue).attach_carrier(self._sink)
             self._sink.hold = self._event_hold
+        if self.queue.capabilities.reserves_connections:  # before the first claim
+            reserving = cast("ReservesConnections", self.queue)
+            with contextlib.suppress(StoreUnavailableError):  # the loop says so, once
+                await reserving.reserve_connections(self.concurrency + RESERVED_BEYOND_RUNS)
         next_sweep = 0.0
         clock = self.service.clock
         log.info("worker started", extra={"worker": self.owner})

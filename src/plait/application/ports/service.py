@@ -26,6 +26,7 @@ __all__ = [
     "CarriesEvents",
     "EventCarrier",
     "KeyStore",
+    "ReservesConnections",
     "RunQueue",
     "WebhookSender",
     "WebhookStore",
@@ -129,6 +130,18 @@ class CarriesEvents(Protocol):
         ...
 
     def detach_carrier(self, carrier: EventCarrier) -> None: ...
+
+
+class ReservesConnections(Protocol):
+    """A store whose calls take connections from a pool that grows as they are asked for
+    (one at a time, each request waiting while one opens): a worker reserves what its
+    runs will use before its first claim, so its first runs do not wait for them."""
+
+    async def reserve_connections(self, count: int) -> None:
+        """Keep at least ``count`` connections open from now on (at most the store's
+        maximum), opening the missing ones now, together. Returns once they are open, or
+        after a few seconds (one that could not open then opens at its first use)."""
+        ...
 
 
 class WebhookStore(Protocol):

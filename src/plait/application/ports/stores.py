@@ -86,6 +86,9 @@ class StoreCapabilities:
     """:class:`WebhookStore`: endpoints and their outbox."""
     api_keys: bool = False
     """:class:`KeyStore`."""
+    reserves_connections: bool = False
+    """:class:`~plait.application.ports.ReservesConnections`: connections a worker
+    reserves before its first claim."""
     commit_probe: bool = False
     """:class:`~plait.application.readiness.CommitProbe`: says whether it can commit now."""
     second_handle: bool = False

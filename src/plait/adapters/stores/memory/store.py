@@ -75,6 +75,7 @@ class MemoryStore(PipelinedCommits):
     keeps is in :attr:`capabilities`."""
 
     capabilities = StoreCapabilities.all_but(
+        "reserves_connections",
         "context_read",
         "token_counts",
         "starting_queue",

@@ -40,6 +40,9 @@ log = logging.getLogger("plait.store")
 Conn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[Conn]
 
+_RESERVE_SECONDS = 5.0
+"""How long :meth:`LoopPool.reserve` waits for the reserved connections to open."""
+
 
 async def check_idle(conn: Conn) -> None:
     """Raise if a pooled connection is dead (the pool then discards it and hands out
@@ -124,6 +127,26 @@ class LoopPool:
             yield conn
         finally:
             await pool.putconn(conn)
+
+    async def reserve(self, count: int) -> None:
+        """At least ``count`` connections open from now on (at most the maximum): the
+        pool's minimum raised, the missing ones opened together (the pool grows one at a
+        time otherwise, each request waiting), and this returns once they are idle in the
+        pool beside those in use now. Best effort: one that cannot open within a few
+        seconds opens at its first use."""
+        pool = await self.get()
+        wanted = min(count, self._max_size)
+        if wanted <= pool.min_size:
+            return
+        before = pool.get_stats()
+        in_use = before["pool_size"] - before["pool_available"]
+        await pool.resize(wanted, pool.max_size)
+        deadline = time.monotonic() + _RESERVE_SECONDS
+        while pool.get_stats()["pool_available"] < wanted - in_use:
+            if time.monotonic() > deadline:
+                log.debug("reserved connections not all open yet (%s)", self._where)
+                return
+            await asyncio.sleep(0.01)
 
     def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drop a pool whose loop is gone; refuse to share one whose loop lives on."""

@@ -336,6 +336,10 @@ class PostgresStore(PipelinedCommits):
                     return carrier, carried
         return None, CarriedEvents({}, {})
 
+    async def reserve_connections(self, count: int) -> None:
+        # Opened together now: the pool otherwise grows one at a time as calls wait.
+        await self._pools.reserve(count)
+
     def attach_carrier(self, carrier: EventCarrier) -> None:
         """A commit fenced by a lease token takes the pending run events ``carrier`` gives
         for it (its run's, the carrier's other runs') and writes them in its own

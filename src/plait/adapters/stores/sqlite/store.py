@@ -191,7 +191,9 @@ class SqliteStore:
     :class:`~plait.application.ports.ArtifactStore` on one SQLite file; what else it
     keeps is in :attr:`capabilities`."""
 
-    capabilities = StoreCapabilities.all_but("starting_queue", "presence", "carried_events")
+    capabilities = StoreCapabilities.all_but(
+        "starting_queue", "presence", "carried_events", "reserves_connections"
+    )
 
     def __init__(
         self, path: str | Path, *, busy_timeout_s: float = 10.0, io: IoMode = "thread"
