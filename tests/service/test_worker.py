@@ -12,7 +12,7 @@ from plait.adapters.stores.memory.store import MemoryStore
 from plait.adapters.system import RandomIds, SystemClock
 from plait.application.ports import Commit, ModelRequest, ModelResponse, RawToolCall
 from plait.application.service import AgentService
-from plait.application.worker import RESERVED_BEYOND_RUNS, Worker
+from plait.application.worker import RESERVED_BEYOND_RUNS, Worker, WorkerStats
 from plait.domain.errors import PlaitError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.runs import Run, RunStatus
@@ -68,6 +68,24 @@ async def until(predicate: Any) -> None:
             await asyncio.sleep(0.01)
 
 
+async def work_until(worker: Worker, predicate: Any) -> WorkerStats:
+    """Run ``worker`` until ``predicate`` holds, then stop it gracefully: its stats."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    await until(predicate)
+    stop.set()
+    return await task
+
+
+def ended(store: MemoryStore, run_id: str) -> Any:
+    """A predicate for :func:`until`: the run has ended."""
+
+    async def check() -> bool:
+        return (await store.get_run(run_id)).status.terminal
+
+    return check
+
+
 async def held_by_a_dead_process(
     store: MemoryStore, tool: Any, owner: str, expires_at: float
 ) -> Run:
@@ -103,15 +121,11 @@ def test_a_worker_runs_queued_runs_and_persists_their_events() -> None:
         assert all(r.status is RunStatus.QUEUED for r in runs)
         worker = Worker(service=svc, queue=store, encode=encode_event, concurrency=2,
                         poll_seconds=0.01)  # fmt: skip
-        stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop))
 
         async def all_done() -> bool:
             return all([(await store.get_run(r.id)).status.terminal for r in runs])
 
-        await until(all_done)
-        stop.set()
-        stats = await task
+        stats = await work_until(worker, all_done)
         assert stats.claimed == 5 and stats.finished == {"completed": 5}
         assert len(tool.invocations) == 5
         for r in runs:
@@ -177,15 +191,7 @@ def test_a_dead_workers_run_is_recovered_after_its_lease_expires() -> None:
         assert (await store.get_run(run.id)).status is RunStatus.RUNNING
         alive = service(store, Model(), "alive", tool)
         w = Worker(service=alive, queue=store, encode=encode_event, poll_seconds=0.01)
-        stop = asyncio.Event()
-        t = asyncio.create_task(w.run(stop))
-
-        async def done() -> bool:
-            return (await store.get_run(run.id)).status.terminal
-
-        await until(done)
-        stop.set()
-        assert (await t).recovered == 1
+        assert (await work_until(w, ended(store, run.id))).recovered == 1
         kinds = [m.message.kind for m in await store.read_messages(run.session_id)]
         assert kinds == ["user", "assistant", "tool_result", "assistant"]
 
@@ -354,15 +360,7 @@ def test_a_worker_reserves_its_connections_before_its_first_claim() -> None:
         run = await svc.submit(s.id, "go")
         worker = Worker(service=svc, queue=store, encode=encode_event, concurrency=3,
                         poll_seconds=0.01)  # fmt: skip
-        stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop))
-
-        async def done() -> bool:
-            return (await store.get_run(run.id)).status.terminal
-
-        await until(done)
-        stop.set()
-        await task
+        await work_until(worker, ended(store, run.id))
         assert store.reserved == [(3 + RESERVED_BEYOND_RUNS, 0)]  # once, before any claim
         assert store.claims == 1
 
