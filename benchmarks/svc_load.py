@@ -41,6 +41,9 @@ Figures:
   included); the wait in the queue before a worker claims the run is not a step.
 - ``step_latency_ms_p99_after_submit``: the same, of the steps that began once every run
   was submitted (the API no longer takes its share of the cores).
+- ``step_latency_ms_p99_first_second`` / ``..._after_first_second``: the same, of the
+  steps that began in the first second after the first submission (every process serving
+  its first requests) and of those that began later.
 - ``run_latency_ms`` p50/p99: ``ended_at - started_at`` (submission to end, queue
   included) - with 500 runs submitted at once this mostly measures the backlog.
 - ``sse_delivery_ms`` p50/p99: for ``--watch`` runs followed live over SSE from the API
@@ -763,9 +766,11 @@ def _ts(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> list[float]:
-    """Each step's time (see the module's doc); ``after``: only the steps that began then
-    or later."""
+def _step_latencies(
+    events: list[list[dict[str, Any]]], after: float = 0.0, before: float = float("inf")
+) -> list[float]:
+    """Each step's time (see the module's doc); only the steps that began at ``after``
+    or later and before ``before``."""
     out: list[float] = []
     for run in events:
         # A run_finished without "at" is the stream's own ending for a run whose worker
@@ -773,7 +778,7 @@ def _step_latencies(events: list[list[dict[str, Any]]], after: float = 0.0) -> l
         marks = [  # ISO 8601 with milliseconds (the API's JSON convention)
             _ts(e["at"]) for e in run if e["type"] in ("step_started", "run_finished") and "at" in e
         ]
-        out.extend(b - a for a, b in itertools.pairwise(marks) if a >= after)
+        out.extend(b - a for a, b in itertools.pairwise(marks) if after <= a < before)
     return out
 
 
@@ -856,6 +861,12 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "step_latency_ms_p99": _ms(steps, 0.99),
         "step_latency_ms_p99_after_submit": _ms(
             _step_latencies(result["events"], t0 + result["submitted"]), 0.99
+        ),
+        "step_latency_ms_p99_first_second": _ms(
+            _step_latencies(result["events"], before=t0 + 1.0), 0.99
+        ),
+        "step_latency_ms_p99_after_first_second": _ms(
+            _step_latencies(result["events"], t0 + 1.0), 0.99
         ),
         "run_latency_ms_p50": _ms(run_latency, 0.5),
         "run_latency_ms_p99": _ms(run_latency, 0.99),

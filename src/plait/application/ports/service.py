@@ -139,8 +139,10 @@ class ReservesConnections(Protocol):
 
     async def reserve_connections(self, count: int) -> None:
         """Keep at least ``count`` connections open from now on (at most the store's
-        maximum), opening the missing ones now, together. Returns once they are open, or
-        after a few seconds (one that could not open then opens at its first use)."""
+        maximum), opening the missing ones now, together, and making them ready for a
+        worker's statements (what the server compiles or plans at a connection's first
+        uses, done here; nothing written is kept). Returns once they are open and ready,
+        or after a few seconds (one that could not open then opens at its first use)."""
         ...
 
 

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import select
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -39,6 +39,9 @@ log = logging.getLogger("plait.store")
 
 Conn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[Conn]
+
+Ready = Callable[[Conn], Awaitable[None]]
+"""What :meth:`LoopPool.reserve` does with each connection it opened, before any use."""
 
 _RESERVE_SECONDS = 5.0
 """How long :meth:`LoopPool.reserve` waits for the reserved connections to open."""
@@ -128,12 +131,13 @@ class LoopPool:
         finally:
             await pool.putconn(conn)
 
-    async def reserve(self, count: int) -> None:
+    async def reserve(self, count: int, ready: Ready | None = None) -> None:
         """At least ``count`` connections open from now on (at most the maximum): the
         pool's minimum raised, the missing ones opened together (the pool grows one at a
         time otherwise, each request waiting), and this returns once they are idle in the
-        pool beside those in use now. Best effort: one that cannot open within a few
-        seconds opens at its first use."""
+        pool beside those in use now, each passed to ``ready`` first (all at once; one
+        that fails is logged and left as it is). Best effort: one that cannot open within
+        a few seconds opens at its first use."""
         pool = await self.get()
         wanted = min(count, self._max_size)
         if wanted <= pool.min_size:
@@ -147,6 +151,29 @@ class LoopPool:
                 log.debug("reserved connections not all open yet (%s)", self._where)
                 return
             await asyncio.sleep(0.01)
+        if ready is not None:
+            await self._make_ready(pool, wanted - in_use, ready)
+
+    async def _make_ready(self, pool: Pool, count: int, ready: Ready) -> None:
+        """``ready`` on ``count`` idle connections, each a different one (all are held
+        until every one is done)."""
+        held: list[Conn] = []
+        try:
+            for _ in range(count):
+                try:
+                    held.append(await pool.getconn(timeout=_RESERVE_SECONDS))
+                except PoolTimeout:  # taken meanwhile: those held are made ready
+                    break
+            outcomes = await asyncio.gather(*(ready(conn) for conn in held), return_exceptions=True)
+        finally:
+            for conn in held:
+                await pool.putconn(conn)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome  # a cancellation, an interrupt
+                where = self._where
+                log.warning("a reserved connection was not made ready (%s): %s", where, outcome)
 
     def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drop a pool whose loop is gone; refuse to share one whose loop lives on."""

@@ -40,6 +40,7 @@ from plait.adapters.stores.postgres.context_cache import ContextCache
 from plait.adapters.stores.postgres.pool import LoopPool
 from plait.adapters.stores.postgres.presence import Presence
 from plait.adapters.stores.postgres.schema import redact, translate, upgrade
+from plait.adapters.stores.postgres.warm import warm
 from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.health import CommitHealth
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
@@ -337,8 +338,9 @@ class PostgresStore(PipelinedCommits):
         return None, CarriedEvents({}, {})
 
     async def reserve_connections(self, count: int) -> None:
-        # Opened together now: the pool otherwise grows one at a time as calls wait.
-        await self._pools.reserve(count)
+        # Opened together now: the pool otherwise grows one at a time as calls wait; and
+        # each made ready for the runs' statements (see .warm) before any run uses it.
+        await self._pools.reserve(count, ready=warm)
 
     def attach_carrier(self, carrier: EventCarrier) -> None:
         """A commit fenced by a lease token takes the pending run events ``carrier`` gives
