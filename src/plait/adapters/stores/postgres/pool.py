@@ -45,6 +45,8 @@ Ready = Callable[[Conn], Awaitable[None]]
 
 _RESERVE_SECONDS = 5.0
 """How long :meth:`LoopPool.reserve` waits for the reserved connections to open."""
+_READY_WAIT_SECONDS = 0.1
+"""How long :meth:`LoopPool.reserve` waits for each idle connection it makes ready."""
 
 
 async def check_idle(conn: Conn) -> None:
@@ -155,14 +157,15 @@ class LoopPool:
             await self._make_ready(pool, wanted - in_use, ready)
 
     async def _make_ready(self, pool: Pool, count: int, ready: Ready) -> None:
-        """``ready`` on ``count`` idle connections, each a different one (all are held
-        until every one is done)."""
+        """``ready`` on up to ``count`` idle connections, each a different one (all are
+        held until every one is done). One that is not idle at once (another caller of the
+        pool took it meanwhile) is left: the others are not held waiting for it."""
         held: list[Conn] = []
         try:
             for _ in range(count):
                 try:
-                    held.append(await pool.getconn(timeout=_RESERVE_SECONDS))
-                except PoolTimeout:  # taken meanwhile: those held are made ready
+                    held.append(await pool.getconn(timeout=_READY_WAIT_SECONDS))
+                except PoolTimeout:
                     break
             outcomes = await asyncio.gather(*(ready(conn) for conn in held), return_exceptions=True)
         finally:
