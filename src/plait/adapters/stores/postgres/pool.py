@@ -171,12 +171,18 @@ class LoopPool:
         finally:
             for conn in held:
                 await pool.putconn(conn)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
-                    raise outcome  # a cancellation, an interrupt
-                where = self._where
-                log.warning("a reserved connection was not made ready (%s): %s", where, outcome)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        for outcome in failed:
+            if not isinstance(outcome, Exception):
+                raise outcome  # a cancellation, an interrupt
+        if failed:  # once, not once per connection (an outage fails them all)
+            log.warning(
+                "%d of %d reserved connections were not made ready (%s): %s",
+                len(failed),
+                len(held),
+                self._where,
+                failed[0],
+            )
 
     def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Drop a pool whose loop is gone; refuse to share one whose loop lives on."""
