@@ -63,10 +63,14 @@ async def _compiled(store: PostgresStore, count: int) -> list[dict[str, int]]:
             await pool.putconn(conn)
 
 
-def test_reserved_connections_come_ready_for_a_workers_statements(pg_url: str) -> None:
+def test_reserved_connections_come_ready_for_a_workers_statements(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Each reserved connection's backend has compiled the claim's and a step commit's
-    functions and holds plans for their statements before any run uses it."""
+    functions and holds plans for their statements before any run uses it; every
+    statement of the warm-up succeeded (none was refused)."""
     empty_database(pg_url)
+    caplog.set_level(logging.WARNING, logger="plait.store")
 
     async def go() -> list[dict[str, int]]:
         store = PostgresStore(pg_url)
@@ -81,58 +85,44 @@ def test_reserved_connections_come_ready_for_a_workers_statements(pg_url: str) -
         assert "plait_commit_events" in compiled, compiled
         assert "plait_commit" in compiled, compiled  # the submission's
         assert next(iter(compiled.values())) >= 20  # the functions' statements, planned
+    assert "not made ready" not in caplog.text
+
+
+async def _reserve_beside_a_queued_run(url: str, *, started_at: float, count: int) -> None:
+    """Reserve ``count`` connections while run r1 (begun at ``started_at``) is queued: no
+    row is left, r1 is as it was, and a claim then takes it with the next token."""
+    store = PostgresStore(url)
+    try:
+        await _queue(store, started_at=started_at)
+        before = _rows(url)
+        queued = await store.get_run("r1")
+        await store.reserve_connections(count)
+        assert _rows(url) == before
+        after = await store.get_run("r1")
+        assert after == queued
+        assert after.status is RunStatus.QUEUED and after.lease is None
+        claimed = await store.claim_and_start_run(
+            owner="w1", now=2_000.0, expires_at=2_060.0, model="m", model_spec=None
+        )
+        assert claimed is not None and claimed.run.id == "r1"
+        assert claimed.run.lease_token == queued.lease_token + 1
+    finally:
+        await store.close()
 
 
 def test_warming_up_leaves_the_store_as_it_was(pg_url: str) -> None:
     """No row written by the warm-up remains, and a run queued before it is still
     queued, unclaimed, its token unchanged; a claim then takes it."""
     empty_database(pg_url)
-
-    async def go() -> None:
-        store = PostgresStore(pg_url)
-        try:
-            await _queue(store, started_at=1_001.0)
-            before = _rows(pg_url)
-            queued = await store.get_run("r1")
-            await store.reserve_connections(4)
-            assert _rows(pg_url) == before
-            after = await store.get_run("r1")
-            assert after == queued
-            assert after.status is RunStatus.QUEUED and after.lease is None
-            claimed = await store.claim_and_start_run(
-                owner="w1", now=2_000.0, expires_at=2_060.0, model="m", model_spec=None
-            )
-            assert claimed is not None and claimed.run.id == "r1"
-            assert claimed.run.lease_token == queued.lease_token + 1
-        finally:
-            await store.close()
-
-    asyncio.run(go())
+    asyncio.run(_reserve_beside_a_queued_run(pg_url, started_at=1_001.0, count=4))
 
 
 def test_a_queued_run_the_warm_ups_claim_takes_is_left_as_it_was(pg_url: str) -> None:
     """A queued run older than the warm-up's scratch run is the one its claim takes: the
     warm-up stops there, and the rollback leaves that run queued and unclaimed."""
     empty_database(pg_url)
-
-    async def go() -> None:
-        store = PostgresStore(pg_url)
-        try:
-            await _queue(store, started_at=-100.0)  # before the scratch run's start
-            before = _rows(pg_url)
-            queued = await store.get_run("r1")
-            await store.reserve_connections(2)
-            assert _rows(pg_url) == before
-            assert await store.get_run("r1") == queued
-            claimed = await store.claim_and_start_run(
-                owner="w1", now=2_000.0, expires_at=2_060.0, model="m", model_spec=None
-            )
-            assert claimed is not None and claimed.run.id == "r1"
-            assert claimed.run.lease_token == queued.lease_token + 1
-        finally:
-            await store.close()
-
-    asyncio.run(go())
+    # begun before the scratch run's start, so the warm-up's claim takes it
+    asyncio.run(_reserve_beside_a_queued_run(pg_url, started_at=-100.0, count=2))
 
 
 def test_a_connection_that_cannot_be_made_ready_is_reserved_all_the_same(

@@ -34,6 +34,7 @@ from plait.adapters.stores.shared.rows import session_row
 from plait.application.ports import CarriedEvents, Commit
 from plait.domain.messages import (
     AssistantMessage,
+    Message,
     ToolCall,
     ToolResult,
     ToolResultMessage,
@@ -91,7 +92,6 @@ async def _round(conn: Conn) -> bool:
     if found is None or found[0].run.id != run.id:
         return False
     claimed = found[0].run
-    token = claimed.lease_token
     call = ToolCall.create(id="call_warm", name="warm", arguments={"n": 1})
     record = ExecutionRecord(
         session_id=session.id,
@@ -108,17 +108,7 @@ async def _round(conn: Conn) -> bool:
     asked = AssistantMessage(
         id=_id("msg"), text="", created_at=_AT, tool_calls=(call,), run_id=run.id, step=1
     )
-    step = Commit(
-        session_id=session.id,
-        expected_version=1,
-        messages=(asked,),
-        run=claimed,
-        executions=(record,),
-        lease_owner=_OWNER,
-        lease_token=token,
-        lease_run_id=run.id,
-    )
-    await apply_with_events(conn, step, _events(run.id, token, 3), start=False)
+    await _step(conn, 1, (asked,), claimed, record, events=3)
 
     result = ToolResultMessage(
         id=_id("msg"),
@@ -136,22 +126,33 @@ async def _round(conn: Conn) -> bool:
         settled_at=_AT,
         result_status=ToolStatus.SUCCEEDED,
     )
-    last = Commit(
-        session_id=session.id,
-        expected_version=2,
-        messages=(result, answer),
-        run=ended,
-        executions=(settled,),
-        lease_owner=_OWNER,
-        lease_token=token,
-        lease_run_id=run.id,
-    )
-    await apply_with_events(conn, last, _events(run.id, token, 2), start=False)
+    await _step(conn, 2, (result, answer), ended, settled, events=2)
     return True
 
 
-def _events(run_id: str, token: int, count: int) -> CarriedEvents:
-    events = tuple(
-        NewRunEvent(type=EventType.STEP_STARTED, at=_AT, data={"step": k}) for k in range(count)
+async def _step(
+    conn: Conn,
+    version: int,
+    messages: tuple[Message, ...],
+    run: Run,
+    execution: ExecutionRecord,
+    *,
+    events: int,
+) -> None:
+    """A commit as a worker's step makes it: fenced by the claim's owner and token, with
+    ``events`` pending events of the run."""
+    commit = Commit(
+        session_id=run.session_id,
+        expected_version=version,
+        messages=messages,
+        run=run,
+        executions=(execution,),
+        lease_owner=_OWNER,
+        lease_token=run.lease_token,
+        lease_run_id=run.id,
     )
-    return CarriedEvents({run_id: events}, {run_id: token})
+    pending = tuple(
+        NewRunEvent(type=EventType.STEP_STARTED, at=_AT, data={"step": k}) for k in range(events)
+    )
+    carried = CarriedEvents({run.id: pending}, {run.id: run.lease_token})
+    await apply_with_events(conn, commit, carried, start=False)
