@@ -7,6 +7,7 @@ paired. And a property test throws generated strings at call ids and arguments."
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -238,6 +239,59 @@ def test_arguments_over_the_size_limit_are_a_correction() -> None:
         calls(RawToolCall(id="c1", name="read_file", arguments=huge)), specs, set()
     )
     assert not checked.ok and "at most 1000000 bytes of JSON" in checked.problems[0]
+    # Fewer characters than the limit, more bytes of UTF-8 (3 per euro sign).
+    wide = '{"path": "' + "\u20ac" * (MAX_ARGUMENTS_BYTES // 3 + 1) + '"}'
+    assert len(wide) < MAX_ARGUMENTS_BYTES
+    checked = check_output(
+        calls(RawToolCall(id="c1", name="read_file", arguments=wide)), specs, set()
+    )
+    assert not checked.ok
+    assert "1000014 bytes of JSON (at most 1000000)" in checked.problems[0], checked.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"path": "a\\u0000b"}', "$.path contains a NUL character at offset 1"),
+        ('{"path": "a\\udcffb"}', "$.path contains a lone surrogate \\udcff at offset 1"),
+        ('{"path": "a\\ud800"}', "$.path contains a lone surrogate \\ud800 at offset 1"),
+        ('{"pa\\u0000th": "a"}', "key 'pa\\x00th' of $ contains a NUL character"),
+        ('{"path": "a\udcffb"}', "$.path contains a lone surrogate \\udcff at offset 1"),
+        ('{"path": "a\udcffb", "x": "\\n"}', "$.path contains a lone surrogate"),
+    ],
+    ids=["nul_escape", "surrogate_escape", "high_escape", "nul_in_key", "raw_surrogate", "both"],
+)
+def test_poison_in_json_text_arguments_is_found_however_it_is_written(text: str, said: str) -> None:
+    """Arguments sent as JSON text (as every provider sends them): a NUL or a lone
+    surrogate written as a ``\\u`` escape, or as itself, is refused with where it is."""
+    specs = {t.spec.name: t.spec for t in workspace_tools()}
+    checked = check_output(
+        calls(RawToolCall(id="c1", name="read_file", arguments=text)), specs, set()
+    )
+    assert not checked.ok and not checked.calls
+    assert any(said in p for p in checked.problems), checked.problems
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"path": "a.txt"}',
+        '{"path": "caf\u00e9 \U0001f600.txt"}',
+        '{"path": "caf\\u00e9 \\ud83d\\ude00.txt"}',  # a surrogate pair: one character
+        '{"path": "a\\\\u0000b"}',  # an escaped backslash, then "u0000": plain text
+        '{"path": "line\\nbreak\\ttab"}',
+    ],
+    ids=["ascii", "non_ascii", "escaped_pair", "escaped_backslash", "simple_escapes"],
+)
+def test_clean_json_text_arguments_are_accepted_as_written(text: str) -> None:
+    specs = {t.spec.name: t.spec for t in workspace_tools()}
+    checked = check_output(
+        calls(RawToolCall(id="c1", name="read_file", arguments=text)), specs, set()
+    )
+    assert checked.ok, checked.problems
+    [call] = checked.calls
+    assert call.arguments_json == text
+    assert call.arguments() == json.loads(text)
 
 
 def test_tool_output_with_a_lone_surrogate_is_stored_escaped(store: Store, workspace: Path) -> None:

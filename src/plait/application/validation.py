@@ -34,6 +34,7 @@ class CheckedOutput:
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
 
 
 def check_output(
@@ -77,7 +78,7 @@ def check_output(
                 continue
             text = raw.arguments.strip() or "{}"
             try:
-                args = json.loads(text)
+                args = _loads(text)
             except ValueError as exc:
                 problems.append(f"{where}: arguments are not valid JSON ({exc})")
                 continue
@@ -87,7 +88,11 @@ def check_output(
         if not isinstance(args, dict):
             problems.append(f"{where}: arguments must be a JSON object")
             continue
-        if (problem := value_problem(args)) is not None:
+        # Every string decoded from JSON text without a \u escape is made of the text's
+        # own characters: clean text, clean strings (the common case: no walk).
+        if (not text or "\\u" in text or text_problem(text) is not None) and (
+            problem := value_problem(args)
+        ) is not None:
             problems.append(f"{where}: argument {problem}")
             continue
         errors = argument_errors(spec, args)
@@ -97,7 +102,11 @@ def check_output(
             )
             continue
         arguments_json = text if text.startswith("{") else _dumps(args)
-        if len(arguments_json.encode("utf-8")) > MAX_ARGUMENTS_BYTES:
+        # A character is at most 4 bytes of UTF-8: most texts need no encoding to tell.
+        if (
+            len(arguments_json) * 4 > MAX_ARGUMENTS_BYTES
+            and len(arguments_json.encode("utf-8")) > MAX_ARGUMENTS_BYTES
+        ):
             problems.append(
                 f"{where}: arguments are {len(arguments_json.encode('utf-8'))} bytes of JSON "
                 f"(at most {MAX_ARGUMENTS_BYTES}); pass less at once"
