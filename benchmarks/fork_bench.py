@@ -1,7 +1,8 @@
 """W3 of ../shared/peer-bench (fork a 5,000-message session at 2,500, fresh process), and
 how the fork's cost scales with the prefix and with the parent's length.
 
-    uv run python benchmarks/fork_bench.py w3 --db PATH   # one run, peer protocol: JSON line
+    uv run python benchmarks/drv_plait.py build --db /tmp/w3.db  # the 5,000-message session
+    uv run python benchmarks/fork_bench.py w3 --db /tmp/w3.db    # one run, peer protocol: JSON line
     uv run python benchmarks/fork_bench.py scale --reps 5 # the scaling table (--big: 500k)
 
 ``w3`` expects the session ``ses_main`` built by ``drv_plait.py build`` (as W2 does) and
@@ -55,16 +56,22 @@ HERE = Path(__file__).resolve().parent
 
 
 def _message_id_at(db: str, seq: int) -> str:
-    conn = sqlite3.connect(db)
+    build = f"build it first: uv run python benchmarks/drv_plait.py build --db {db}"
+    if not Path(db).is_file():
+        raise SystemExit(f"{db} does not exist; {build}")
+    conn = sqlite3.connect(f"file:{Path(db).absolute()}?mode=ro", uri=True)  # reads only
     try:
         row = conn.execute(
             "SELECT message_id FROM session_messages WHERE session_id = 'ses_main' AND seq = ?",
             (seq,),
         ).fetchone()
+    except sqlite3.Error as error:
+        message = f"{db} is not a plait store with a session ses_main ({error}); {build}"
+        raise SystemExit(message) from None
     finally:
         conn.close()
     if row is None:
-        raise SystemExit(f"{db} has no message #{seq} in ses_main; run drv_plait.py build first")
+        raise SystemExit(f"{db} has no message #{seq} in ses_main; {build}")
     return str(row[0])
 
 
