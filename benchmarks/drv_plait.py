@@ -56,6 +56,7 @@ from plait.application.ports import (  # noqa: E402
     ToolOutput,
 )
 from plait.application.service import AgentService  # noqa: E402
+from plait.domain.errors import SessionNotFoundError  # noqa: E402
 from plait.domain.messages import (  # noqa: E402
     AssistantMessage,
     Message,
@@ -310,7 +311,10 @@ async def w2(a: argparse.Namespace, res: dict[str, Any]) -> None:
     t0 = time.perf_counter()
     store = SqliteStore(a.db, io=a.store_io)
     agent = build_agent(store, model, a.tool_bytes)
-    result = await agent.send("ses_main", "resume: next question")
+    try:
+        result = await agent.send("ses_main", "resume: next question")
+    except SessionNotFoundError:
+        raise SystemExit(f"{a.db} has no session ses_main; build it: {a.build_command}") from None
     t1 = time.perf_counter()
     assert result.run.status is RunStatus.COMPLETED
     assert model.first_call_len == a.history + 1, model.first_call_len
@@ -343,6 +347,9 @@ def main() -> None:
         "--model-ms", type=float, default=0.0, help="w1: each model call takes this long"
     )
     a = p.parse_args()
+    a.build_command = f"uv run python benchmarks/drv_plait.py build --db {a.db}"
+    if a.workload == "w2" and not Path(a.db).is_file():  # opening it would make an empty store
+        raise SystemExit(f"{a.db} does not exist; build it first: {a.build_command}")
     res: dict[str, Any] = {
         "peer": "plait",
         "version": f"plait {plait.__version__} / sqlite {sqlite3.sqlite_version}",
