@@ -77,7 +77,20 @@ def test_recover_says_when_the_lease_expires_and_force_takes_over(
     waiting = plait.ok("runs", "recover", "--model", model).out.splitlines()
     assert waiting[0] == "no run needs recovery"
     assert waiting[1].startswith(f"run {run_id} is held by {owner} until ")
-    assert waiting[1].endswith(f"'plait runs recover --run {run_id} --force' does it now")
+    assert (
+        f", a process of this host that is no longer running: 'plait runs recover --run "
+        f"{run_id} --force' does it now, else 'plait runs recover' takes the run over once "
+        "the lease has expired"
+    ) in waiting[1], waiting[1]
+
+    # Named without --force: left alone (its lease), and told the same.
+    named = plait("runs", "recover", "--run", run_id, "--model", model)
+    assert named.code == 0, named.err
+    skipped, hint = named.out.splitlines()
+    assert skipped.startswith(f"{run_id}: skipped (run {run_id!r} is leased to {owner!r} until ")
+    assert hint.startswith(f"run {run_id} is held by {owner} until "), hint
+    assert hint.endswith(waiting[1][waiting[1].index(" s), a process") :]), hint
+    assert plait.json("runs", "show", run_id)["status"] == "running"
 
     forced = plait("runs", "recover", "--run", run_id, "--force", "--model", model, "--json")
     assert forced.code == 0, forced.err
@@ -93,6 +106,22 @@ def test_force_needs_a_run(plait: Plait, workspace: Path, tmp_path: Path) -> Non
     assert r.err.splitlines()[0] == (
         "plait: error: --force takes over one run: name it with --run RUN"
     )
+
+
+def test_recover_names_a_holder_still_running_here(
+    plait: Plait, workspace: Path, tmp_path: Path
+) -> None:
+    alive = f"worker@{socket.gethostname()}:{os.getpid()}:me"
+    run_id, model = _held(plait, workspace, tmp_path, alive)
+    for argv in (("runs", "recover"), ("runs", "recover", "--run", run_id)):
+        hint = plait.ok(*argv, "--model", model).out.splitlines()[-1]
+        assert hint.startswith(f"run {run_id} is held by {alive} until "), hint
+        assert hint.endswith(
+            ", a process still running on this host: it carries the run on ('plait runs "
+            "recover' takes the run over if it stops and its lease expires)"
+        ), hint
+        assert "--force" not in hint
+    assert plait.json("runs", "show", run_id)["status"] == "running"
 
 
 @pytest.mark.parametrize("command", ["recover", "cancel"])

@@ -192,7 +192,8 @@ async def runs_cancel(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
         text = f"cancellation requested for run {run.id}; it stops at its next step"
         leases = await rt.queries.live_leases(run_id=run.id)
         if leases:
-            text += "\n" + lease_hint(leases[0], command="cancel")
+            alive = owner_alive(leases[0].owner)
+            text += "\n" + lease_hint(leases[0], command="cancel", alive=alive)
     out.emit(run_json(run), text)
     return EXIT_OK
 
@@ -213,12 +214,19 @@ async def runs_recover(rt: Runtime, args: argparse.Namespace, out: Out) -> int:
         }
         for r in reports
     ]
-    waiting = [] if reports else await rt.queries.live_leases()
+    # The named run left alone, or no run at all: what a live lease holds, until when, and
+    # whether that process still runs here (text only: a report's detail names the lease).
+    named_skipped = args.run_id is not None and any(r.outcome == "skipped" for r in reports)
+    waiting = (
+        await rt.queries.live_leases(run_id=args.run_id) if named_skipped or not reports else []
+    )
+    alive = {w.run.id: owner_alive(w.owner) for w in waiting}
 
     def text() -> str:
+        hints = [lease_hint(w, alive=alive[w.run.id]) for w in waiting]
         if reports:
-            return "\n".join(f"{r.run_id}: {r.outcome} ({r.detail})" for r in reports)
-        return "\n".join(["no run needs recovery", *(lease_hint(w) for w in waiting)])
+            return "\n".join([*(f"{r.run_id}: {r.outcome} ({r.detail})" for r in reports), *hints])
+        return "\n".join(["no run needs recovery", *hints])
 
     out.emit({"recoveries": data}, text)
     driven = [r.result.run.status for r in reports if r.result is not None]

@@ -39,12 +39,29 @@ def session_line(session: Session) -> str:
     return f"{session.id}{title}  v{session.version}  {session.workspace or '-'}{active}"
 
 
-def lease_hint(lease: LeaseInfo, *, command: str = "recover --run") -> str:
-    return (
+def lease_hint(
+    lease: LeaseInfo, *, command: str = "recover --run", alive: bool | None = None
+) -> str:
+    """When and how a leased run can be taken over. ``alive``: whether its holder is a
+    process still running on this host (None: it cannot be told, e.g. another host)."""
+    held = (
         f"run {lease.run.id} is held by {lease.owner} until {iso(lease.expires_at)} "
-        f"(in {lease.seconds_left:.0f} s); 'plait runs recover' takes the run over once the "
-        f"lease has expired; if that process is gone, 'plait runs {command} "
-        f"{lease.run.id} --force' does it now"
+        f"(in {lease.seconds_left:.0f} s)"
+    )
+    force = f"'plait runs {command} {lease.run.id} --force'"
+    if alive is False:
+        return (
+            f"{held}, a process of this host that is no longer running: {force} does it "
+            "now, else 'plait runs recover' takes the run over once the lease has expired"
+        )
+    if alive:
+        return (
+            f"{held}, a process still running on this host: it carries the run on "
+            "('plait runs recover' takes the run over if it stops and its lease expires)"
+        )
+    return (
+        f"{held}; 'plait runs recover' takes the run over once the lease has expired; if "
+        f"that process is gone, {force} does it now"
     )
 
 
