@@ -54,6 +54,7 @@ __all__ = [
     "dumps",
     "dumps_flat",
     "execution_from_dict",
+    "execution_json",
     "execution_to_dict",
     "loads",
     "message_from_dict",
@@ -503,6 +504,62 @@ def execution_to_dict(record: ExecutionRecord) -> dict[str, Any]:
         "decision_reason": record.decision_reason,
         "note": record.note,
     }
+
+
+class _Unusual(Exception):
+    """A value :func:`execution_json`'s template does not write itself."""
+
+
+_quote = json.encoder.encode_basestring  # what dumps_flat writes a string with
+_QUOTED = {
+    member: _quote(member.value)
+    for enum in (EffectClass, ExecutionState, ToolStatus)
+    for member in enum
+}
+
+
+def _text_or_null(value: str | None) -> str:
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return _quote(value)
+    raise _Unusual
+
+
+def _time_or_null(value: float | None) -> str:
+    if value is None:
+        return "null"
+    if type(value) is float and value - value == 0.0:  # finite (NaN and infinities: not)
+        return float.__repr__(value)
+    raise _Unusual
+
+
+def execution_json(record: ExecutionRecord) -> str:
+    """``dumps_flat(execution_to_dict(record))``, the same text, written from a template
+    instead of through a dict (two records are written at every step; this is about half
+    the cost). Any value the template does not write itself (not a plain string, float or
+    None) takes the general path, which also raises what it raises."""
+    try:
+        status = record.result_status
+        return (
+            f'{{"schema_version":{SCHEMA_VERSION},"session_id":{_quote(record.session_id)},'
+            f'"run_id":{_quote(record.run_id)},"call_id":{_quote(record.call_id)},'
+            f'"tool_name":{_quote(record.tool_name)},"effect":{_QUOTED[record.effect]},'
+            f'"args_digest":{_quote(record.args_digest)},'
+            f'"idempotency_key":{_quote(record.idempotency_key)},'
+            f'"state":{_QUOTED[record.state]},'
+            f'"requested_at":{_time_or_null(record.requested_at)},'
+            f'"reviewed_at":{_time_or_null(record.reviewed_at)},'
+            f'"started_at":{_time_or_null(record.started_at)},'
+            f'"settled_at":{_time_or_null(record.settled_at)},'
+            f'"result_status":{"null" if status is None else _QUOTED[status]},'
+            f'"decision":{_text_or_null(record.decision)},'
+            f'"decided_by":{_text_or_null(record.decided_by)},'
+            f'"decision_reason":{_text_or_null(record.decision_reason)},'
+            f'"note":{_text_or_null(record.note)}}}'
+        )
+    except (_Unusual, LookupError, TypeError):
+        return dumps_flat(execution_to_dict(record))
 
 
 def _execution_from_dict(data: dict[str, Any]) -> ExecutionRecord:

@@ -191,7 +191,7 @@ def execution_row(record: ExecutionRecord) -> tuple[Any, ...]:
         record.call_id,
         str(record.state),  # its value (a StrEnum), without .value's property call
         record.args_digest,
-        dumps_flat(codec.execution_to_dict(record)),
+        codec.execution_json(record),
     )
 
 
