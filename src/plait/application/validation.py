@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
 
 from plait.application.arguments import argument_errors
 from plait.application.ports import ModelResponse
 from plait.domain.messages import ToolCall
+from plait.domain.record import record
 from plait.domain.text import MAX_ARGUMENTS_BYTES, id_problem, text_problem, value_problem
 from plait.domain.tools import ToolSpec
 
 __all__ = ["CheckedOutput", "check_output"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CheckedOutput:
     calls: tuple[ToolCall, ...]
     problems: tuple[str, ...]

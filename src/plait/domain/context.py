@@ -9,6 +9,7 @@ from typing import Generic, TypeVar, overload
 
 from plait.domain.answers import OutputSchema
 from plait.domain.messages import Message
+from plait.domain.record import record
 from plait.domain.tools import ToolSpec
 
 __all__ = ["CompactedRange", "Context", "Correction", "Prefix"]
@@ -78,7 +79,7 @@ class CompactedRange:
     omitted_assistant_messages: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Context(Generic[T]):
     """Built fresh for every model call.
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from plait.domain.errors import ValidationError
 from plait.domain.jsontext import flat_encoder
+from plait.domain.record import record
 
 __all__ = [
     "ArtifactRef",
@@ -64,7 +65,7 @@ def _digest(arguments: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolCall:
     """A tool the model asked for. ``arguments_json`` is the JSON text of an object.
 
@@ -120,7 +121,7 @@ class ToolCall:
         return _digest(self.arguments())
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Usage:
     """Token usage reported for one model call (zeros where the provider said nothing)."""
 
@@ -157,7 +158,7 @@ class ArtifactRef:
     media_type: str = "text/plain"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class UserMessage:
     id: str
     text: str
@@ -171,7 +172,7 @@ class UserMessage:
             raise ValidationError("user message text must be a string", message_id=self.id)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class AssistantMessage:
     id: str
     text: str
@@ -197,7 +198,7 @@ class AssistantMessage:
                 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolResult:
     """The outcome of one call. ``content`` is what the model sees (possibly a truncated
     view); ``artifact`` points at the whole output when it was too large."""
@@ -214,7 +215,7 @@ class ToolResult:
             raise ValidationError("a denied tool result must carry a reason", call_id=self.call_id)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolResultMessage:
     id: str
     tool_name: str

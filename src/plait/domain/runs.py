@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from plait.domain._copy import copier
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 from plait.domain.run_status import RunStatus
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class Budget:
             raise ValidationError("budget tool_output_cap_bytes must be an integer >= 256")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RunUsage:
     steps: int = 0
     model_calls: int = 0
@@ -72,13 +73,13 @@ class RunError:
     message: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Lease:
     owner: str
     expires_at: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Run:
     id: str
     session_id: str

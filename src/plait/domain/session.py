@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from plait.domain._copy import copier
 from plait.domain.messages import Message, ToolStatus
+from plait.domain.record import record
 from plait.domain.tools import EffectClass
 
 __all__ = [
@@ -43,7 +44,7 @@ class Session:
     or its first run)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StoredMessage:
     """A message at its place in one session (membership is ``(session_id, seq, id)``)."""
 
@@ -58,7 +59,7 @@ class ExecutionState(StrEnum):
     SETTLED = "settled"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ExecutionRecord:
     """The life of one tool call, keyed by ``(session_id, run_id, call_id)``.
 

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from plait.domain.record import record
 
 if TYPE_CHECKING:
     from plait.domain.messages import ToolCall
@@ -15,7 +16,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolInvocation:
     """One execution of a validated, recorded call."""
 
@@ -34,7 +35,7 @@ class ToolInvocation:
     stop by this limit on its own (see "Writing tools" in the README)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolOutput:
     content: str
     media_type: str = "text/plain"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from plait.domain.messages import Usage
+from plait.domain.record import record
 
 if TYPE_CHECKING:
     from plait.domain.context import Context
@@ -51,7 +52,7 @@ TextSink = Callable[[str], None]
 message is the complete, validated response."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelRequest:
     role: ModelRole
     context: Context[Any]
@@ -60,7 +61,7 @@ class ModelRequest:
     """Set to stream: adapters that can stream call it with each text delta."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RawToolCall:
     """A tool call as the model produced it, before validation. ``arguments`` is the raw
     JSON text (or an already decoded value, for providers that send objects)."""
@@ -70,7 +71,7 @@ class RawToolCall:
     arguments: str | dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelResponse:
     text: str = ""
     tool_calls: tuple[RawToolCall, ...] = ()

@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Protocol
 
+from plait.domain.record import record
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommitResult:
     version: int
     """The session version after the commit (the seq of its last message)."""

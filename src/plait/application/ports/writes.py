@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from plait.domain.record import record
+
 if TYPE_CHECKING:
     from plait.domain.forks import ForkRecord
     from plait.domain.messages import Message
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["Commit", "ForkCommit"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Commit:
     """One atomic write: messages appended at ``expected_version + 1 ...``, the run's new
     state and execution records, all or nothing. ``expected_version=None`` (``start_run``

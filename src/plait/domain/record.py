@@ -1,0 +1,128 @@
+"""Frozen records whose ``__init__`` sets their slots directly.
+
+``@dataclass(frozen=True, slots=True)`` makes an ``__init__`` that sets each field with
+``object.__setattr__(self, name, value)``: a lookup of the type's ``__setattr__``, a call
+through its wrapper and a lookup of the name on the type again, for every field of every
+record made. A step of a run makes about twenty such records (its messages, the tool call,
+its execution record, the model's request and response, the commit and its result), and
+their fields were ~8% of the instructions of a W1 step (docs/benchmarks.md). ``record``
+is that dataclass with an ``__init__`` that calls each slot's descriptor instead: the same
+signature, defaults, ``default_factory``, ``init=False`` fields and ``__post_init__``, the
+same object, about a third of the cost per field.
+
+The dataclass is made with ``init=False`` and the ``__init__`` is made here instead of by
+``dataclasses`` (one function compiled per class either way). Type checkers see a frozen
+dataclass (``dataclass_transform``). ``InitVar`` fields are not supported: a class with
+one keeps using ``@dataclass``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar, dataclass_transform, overload
+
+__all__ = ["record"]
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+class _Factory:
+    """The default of a parameter whose field has a ``default_factory`` (as dataclasses'
+    own sentinel): the factory is called when the caller gave nothing."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+@overload
+def record(cls: type[T], /) -> type[T]: ...
+@overload
+def record(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]: ...
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
+def record(cls: type[T] | None = None, /, *, kw_only: bool = False) -> Any:
+    """``@dataclass(frozen=True, slots=True, kw_only=kw_only)`` with a faster
+    ``__init__``."""
+
+    def make(target: type[T]) -> type[T]:
+        made: type[T] = dataclasses.dataclass(
+            target, frozen=True, slots=True, kw_only=kw_only, init=False
+        )
+        made.__init__ = _slot_init(made)  # type: ignore[method-assign]
+        return made
+
+    return make if cls is None else make(cls)
+
+
+def _slot_init(cls: type[Any]) -> Callable[..., None]:
+    """The ``__init__`` dataclasses would make for ``cls``, setting each field through
+    its slot's descriptor instead of ``object.__setattr__``."""
+    pseudo = [
+        spec.name
+        for spec in cls.__dataclass_fields__.values()
+        if getattr(spec, "_field_type", None) is getattr(dataclasses, "_FIELD_INITVAR", None)
+    ]
+    if pseudo:
+        raise TypeError(f"record {cls.__qualname__}: InitVar fields are not supported ({pseudo})")
+    names: dict[str, Any] = {"_FACTORY": _FACTORY}
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
+    defaulted = ""  # the last positional parameter with a default, if any
+    for spec in dataclasses.fields(cls):
+        name = spec.name
+        put = f"_set_{name}"
+        names[put] = _slot(cls, name).__set__
+        if spec.default is not _MISSING:
+            names[f"_default_{name}"] = spec.default
+        if spec.default_factory is not _MISSING:
+            names[f"_factory_{name}"] = spec.default_factory
+        if not spec.init:
+            if spec.default is not _MISSING:
+                body.append(f"{put}(self, _default_{name})")
+            elif spec.default_factory is not _MISSING:
+                body.append(f"{put}(self, _factory_{name}())")
+            continue
+        if spec.default is not _MISSING:
+            parameter, value = f"{name}=_default_{name}", name
+        elif spec.default_factory is not _MISSING:
+            parameter = f"{name}=_FACTORY"
+            value = f"_factory_{name}() if {name} is _FACTORY else {name}"
+        else:
+            parameter, value = name, name
+        if spec.kw_only:
+            keyword.append(parameter)
+        else:
+            if "=" in parameter:
+                defaulted = name
+            elif defaulted:
+                raise TypeError(f"non-default argument {name!r} follows default argument")
+            positional.append(parameter)
+        body.append(f"{put}(self, {value})")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    parameters = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    lines = "".join(f"    {line}\n" for line in body) or "    pass\n"
+    exec(f"def __init__({parameters}):\n{lines}", names)
+    init: Callable[..., None] = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = {spec.name: spec.type for spec in dataclasses.fields(cls) if spec.init}
+    init.__annotations__["return"] = None
+    return init
+
+
+def _slot(cls: type[Any], name: str) -> Any:
+    """The member descriptor of ``name``'s slot (a base record's, for its fields)."""
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name)
+        if found is not None and hasattr(found, "__set__"):
+            return found
+    raise TypeError(f"record {cls.__qualname__}: field {name!r} has no slot")

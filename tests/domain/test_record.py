@@ -1,0 +1,223 @@
+"""``record``: a frozen slotted dataclass whose ``__init__`` sets the slots directly, held
+to what ``@dataclass(frozen=True, slots=True)`` makes of the same class."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pickle
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import pytest
+
+from plait.application import ports, validation
+from plait.domain import context, messages, runs, session
+from plait.domain.record import record
+
+T = TypeVar("T")
+Decorate = Callable[..., Any]
+
+
+def shapes(frozen: Decorate, kw: Decorate) -> dict[str, type[Any]]:
+    """The same classes, made by ``frozen`` (positional) and ``kw`` (keyword-only)."""
+
+    @frozen
+    class Plain:
+        a: int
+        b: str
+
+    @frozen
+    class Defaults:
+        a: int
+        b: str = "b"
+        c: tuple[int, ...] = ()
+        d: list[int] = dataclasses.field(default_factory=list)
+
+    @kw
+    class Keywords:
+        a: int
+        b: str | None = None
+        tags: dict[str, int] = dataclasses.field(default_factory=dict)
+        _cache: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+        _made: list[int] = dataclasses.field(default_factory=list, init=False, compare=False)
+
+    @frozen
+    class Mixed:
+        a: int
+        b: int = 2
+        c: int = dataclasses.field(default=3, kw_only=True)
+        d: int = dataclasses.field(kw_only=True, default=4)
+
+    @kw
+    class Checked:
+        n: int
+
+        def __post_init__(self) -> None:
+            if self.n < 0:
+                raise ValueError(f"n must not be negative, got {self.n}")
+            object.__setattr__(self, "n", self.n * 2)  # a post-init may normalise
+
+    @kw
+    class Base:
+        a: int
+        b: str = "b"
+
+    @kw
+    class Derived(Base):
+        c: float = 1.5
+
+    @kw
+    class Box(Generic[T]):
+        item: T
+        others: tuple[T, ...] = ()
+
+    @kw
+    class Empty:
+        pass
+
+    return {c.__name__: c for c in (Plain, Defaults, Keywords, Mixed, Checked, Derived, Box, Empty)}
+
+
+OURS = shapes(record, record(kw_only=True))
+THEIRS = shapes(
+    dataclasses.dataclass(frozen=True, slots=True),
+    dataclasses.dataclass(frozen=True, slots=True, kw_only=True),
+)
+
+CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    ("Plain", (1, "x"), {}),
+    ("Plain", (1,), {"b": "x"}),
+    ("Plain", (), {"a": 1, "b": "x"}),
+    ("Plain", (1,), {}),  # missing b
+    ("Plain", (1, "x", 3), {}),  # too many
+    ("Plain", (1, "x"), {"c": 3}),  # unexpected
+    ("Plain", (1,), {"a": 2, "b": "x"}),  # a twice
+    ("Defaults", (1,), {}),
+    ("Defaults", (1, "q", (2,), [3]), {}),
+    ("Defaults", (), {"a": 1, "d": [9]}),
+    ("Keywords", (), {"a": 1}),
+    ("Keywords", (), {"a": 1, "b": "s", "tags": {"k": 1}}),
+    ("Keywords", (1,), {}),  # positional where keyword-only
+    ("Keywords", (), {"a": 1, "_cache": 2}),  # an init=False field is not a parameter
+    ("Keywords", (), {}),
+    ("Mixed", (1,), {}),
+    ("Mixed", (1, 5), {"c": 6, "d": 7}),
+    ("Mixed", (1, 5, 6), {}),
+    ("Checked", (), {"n": 3}),
+    ("Checked", (), {"n": -1}),
+    ("Derived", (), {"a": 1}),
+    ("Derived", (), {"a": 1, "b": "x", "c": 2.5}),
+    ("Derived", (), {"c": 2.5}),
+    ("Box", (), {"item": "x", "others": ("y",)}),
+    ("Empty", (), {}),
+    ("Empty", (1,), {}),
+]
+
+
+def _outcome(cls: type[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        made = cls(*args, **kwargs)
+    except (TypeError, ValueError) as error:
+        message = str(error).replace("__create_fn__.<locals>.", "")
+        return (type(error).__name__, message)
+    values = {f.name: getattr(made, f.name, "<unset>") for f in dataclasses.fields(made)}
+    return (repr(made), values)
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs"), CALLS)
+def test_construction_matches_the_dataclass(
+    name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    assert _outcome(OURS[name], args, kwargs) == _outcome(THEIRS[name], args, kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_signature_and_behaviour_match_the_dataclass(name: str) -> None:
+    ours, theirs = OURS[name], THEIRS[name]
+    assert str(inspect.signature(ours)) == str(inspect.signature(theirs))
+    assert str(inspect.signature(ours.__init__)) == str(inspect.signature(theirs.__init__))
+    assert ours.__slots__ == theirs.__slots__
+    assert [repr(f) for f in dataclasses.fields(ours)] == [
+        repr(f) for f in dataclasses.fields(theirs)
+    ]
+    assert ours.__init__.__qualname__ == f"{ours.__qualname__}.__init__"
+
+
+def test_passed_values_are_kept_as_they_are_and_defaults_are_fresh() -> None:
+    items = [1]
+    made = OURS["Defaults"](1, "b", (), items)
+    assert made.d is items
+    first, second = OURS["Defaults"](1), OURS["Defaults"](2)
+    assert first.d == [] and first.d is not second.d  # default_factory: one per record
+    one, two = OURS["Keywords"](a=1), OURS["Keywords"](a=2)
+    assert one._cache is None and one._made == [] and one._made is not two._made
+    assert OURS["Checked"](n=3).n == 6  # __post_init__ ran, once
+
+
+def test_records_stay_frozen_comparable_and_picklable() -> None:
+    made = OURS["Derived"](a=1, b="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.a = 2
+    assert made == OURS["Derived"](a=1, b="x")
+    assert hash(made) == hash(OURS["Derived"](a=1, b="x"))
+    assert dataclasses.replace(made, c=3.0).c == 3.0
+    usage = messages.Usage(input_tokens=3, output_tokens=4)  # a record of plait's
+    assert pickle.loads(pickle.dumps(usage)) == usage
+    assert not hasattr(made, "__dict__")
+
+
+def test_what_the_dataclass_refuses_is_refused() -> None:
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        @record
+        class Bad:
+            a: int = 1
+            b: int  # type: ignore[misc]
+
+    with pytest.raises(TypeError, match="InitVar fields are not supported"):
+
+        @record
+        class WithInitVar:
+            a: int
+            seed: dataclasses.InitVar[int]
+
+
+PLAIT_RECORDS = [
+    cls
+    for module in (messages, session, runs, context, ports, validation)
+    for cls in vars(module).values()
+    if isinstance(cls, type)
+    and dataclasses.is_dataclass(cls)
+    and cls.__init__.__globals__.get("_FACTORY") is not None
+]
+
+
+def test_plait_records_take_exactly_their_fields() -> None:
+    """Each of plait's records takes its init fields, in order, keyword-only where the
+    field is, with the field's default; and sets every field."""
+    assert len(PLAIT_RECORDS) >= 20
+    for cls in PLAIT_RECORDS:
+        parameters = list(inspect.signature(cls).parameters.values())
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        assert sorted(p.name for p in parameters) == sorted(f.name for f in fields), cls
+        by_name = {f.name: f for f in fields}
+        for parameter in parameters:
+            f = by_name[parameter.name]
+            keyword = parameter.kind is inspect.Parameter.KEYWORD_ONLY
+            assert keyword == f.kw_only, (cls, f.name)
+            if f.default is not dataclasses.MISSING:
+                assert parameter.default is f.default, (cls, f.name)
+            elif f.default_factory is not dataclasses.MISSING:
+                assert repr(parameter.default) == "<factory>", (cls, f.name)
+            else:
+                assert parameter.default is inspect.Parameter.empty, (cls, f.name)
+
+
+def test_a_step_s_records_are_made_as_before() -> None:
+    call = messages.ToolCall(id="c1", name="echo", arguments_json='{"text":"x"}')
+    assert call._decoded is None and call.arguments() == {"text": "x"}
+    with pytest.raises(Exception, match="must be a JSON object"):
+        messages.ToolCall(id="c1", name="echo", arguments_json="[]")
+    response = ports.ModelResponse(text="hi")
+    assert response.usage == messages.Usage() and response.tool_calls == ()
