@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
-from plait.application import ports, validation
+from plait.application import events, ports, validation
 from plait.domain import context, messages, runs, session
 from plait.domain.record import record
 
@@ -185,7 +185,7 @@ def test_what_the_dataclass_refuses_is_refused() -> None:
 
 PLAIT_RECORDS = [
     cls
-    for module in (messages, session, runs, context, ports, validation)
+    for module in (messages, session, runs, context, ports, validation, events)
     for cls in vars(module).values()
     if isinstance(cls, type)
     and dataclasses.is_dataclass(cls)
@@ -196,7 +196,7 @@ PLAIT_RECORDS = [
 def test_plait_records_take_exactly_their_fields() -> None:
     """Each of plait's records takes its init fields, in order, keyword-only where the
     field is, with the field's default; and sets every field."""
-    assert len(PLAIT_RECORDS) >= 20
+    assert len(PLAIT_RECORDS) >= 28
     for cls in PLAIT_RECORDS:
         parameters = list(inspect.signature(cls).parameters.values())
         fields = [f for f in dataclasses.fields(cls) if f.init]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from plait.domain.messages import ToolCall, Usage
+from plait.domain.record import record
 from plait.domain.runs import Run
 from plait.domain.session import StoredMessage
 
@@ -29,12 +30,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunStarted:
     run: Run
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelCallStarted:
     run_id: str
     step: int
@@ -43,7 +44,7 @@ class ModelCallStarted:
     """``assistant`` or ``reviewer`` (the ModelCaller's role)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelCallEnded:
     """One model call attempt came back (``error_code``: empty on success, else the
     ModelError's code in lower case, e.g. ``transient``; a retry follows when it is
@@ -61,13 +62,13 @@ class ModelCallEnded:
     error_code: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MessageSaved:
     run_id: str
     stored: StoredMessage
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolDecided:
     """The ToolGate's decision about a call, as recorded on its execution record
     (``verdict``: allow, deny or needs_approval; ``decided_by``: ``policy:<rule>``,
@@ -80,7 +81,7 @@ class ToolDecided:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolStarted:
     run_id: str
     call: ToolCall
@@ -88,7 +89,7 @@ class ToolStarted:
     """The call's effect class (``read_only``, ``idempotent``, ``side_effect``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunEnded:
     run: Run
 

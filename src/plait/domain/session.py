@@ -25,7 +25,7 @@ class ForkOrigin:
     fork_point_message_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Session:
     """A conversation. ``version`` is the sequence number of its last message (0 when
     empty); appends name the version they expect, so a second writer conflicts instead of
