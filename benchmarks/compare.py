@@ -13,7 +13,9 @@ Each peer x workload runs in its own process, as in peer-bench's run_all.sh; W2 
 pristine copy of the built session each time. ``--floor`` runs the bare SQLite loops
 (``baseline``, ``baseline-full``: standard library only) with this Python even without the
 peers' venv, interleaved with plait, so W1 can be read as a ratio to the FULL floor measured
-under the same load (DESIGN §11's target is that ratio). Raw JSONL and the table land in
+under the same load (DESIGN §11's target is that ratio), and W2 as a ratio to both loops'
+reads (the NORMAL loop's append is not fsynced; the FULL loop's is, as plait's run start
+is). Raw JSONL and the table land in
 ``benchmarks/results/<UTC timestamp>/``.
 
 ``--before DIR`` also runs the plait of another checkout (e.g. ``git worktree add DIR main``
@@ -43,7 +45,7 @@ DEFAULT_PEER_BENCH = HERE.parent.parent / "shared" / "peer-bench"
 # label, driver, variant, workloads (as in peer-bench/run_all.sh)
 PEERS = [
     ("baseline", "drv_baseline.py", "normal", "w1,build,w2,w3"),
-    ("baseline-full", "drv_baseline.py", "full", "w1"),
+    ("baseline-full", "drv_baseline.py", "full", "w1,build,w2"),
     ("langgraph", "drv_langgraph.py", "sync", "w1,build,w2,w3"),
     ("langgraph-delta", "drv_langgraph.py", "delta", "w1,build,w2,w3"),
     ("openai-agents", "drv_openai_agents.py", "end", "w1,build,w2,w3"),
@@ -232,9 +234,13 @@ def main() -> None:
     print(f"raw results: {raw}")
 
 
+_FLOOR_NAMES = {"baseline": "floor", "baseline-full": "FULL floor"}
+
+
 def medians(results: list[dict[str, Any]], cfg: str) -> str:
     """Per label and workload the median over the reps; W1 also as a ratio to the FULL
-    floor (``baseline-full``) of the same run."""
+    floor (``baseline-full``) of the same run, W2 to both floors (``baseline``'s append
+    is not fsynced, ``baseline-full``'s is, as plait's run start is)."""
     keys = {"w1": "w1_us_per_step", "w2": "w2_ms", "w3": "w3_ms"}
     table: dict[tuple[str, str], list[float]] = {}
     for res in results:
@@ -242,6 +248,7 @@ def medians(results: list[dict[str, Any]], cfg: str) -> str:
         if key is not None and key in res:
             table.setdefault((res["peer"], res["workload"]), []).append(float(res[key]))
     floor = table.get(("baseline-full", "w1"))
+    reads = {name: table.get((name, "w2")) for name in ("baseline", "baseline-full")}
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = [f"medians ({cfg}; load average now {load})", "| label | workload | median | reps |"]
     lines.append("|---|---|---|---|")
@@ -254,6 +261,13 @@ def medians(results: list[dict[str, Any]], cfg: str) -> str:
         ratio = ""
         if workload == "w1" and floor:
             ratio = f" ({median / statistics.median(floor):.2f}x the FULL floor)"
+        if workload == "w2" and label not in reads:
+            against = [
+                f"{median / statistics.median(values):.2f}x the {_FLOOR_NAMES[name]}"
+                for name, values in reads.items()
+                if values
+            ]
+            ratio = f" ({', '.join(against)})" if against else ""
         if workload == "w1" and label in steps:
             ratio += f"; step_us_late {statistics.median(steps[label]):g}"
         lines.append(
