@@ -138,6 +138,8 @@ def test_signature_and_behaviour_match_the_dataclass(name: str) -> None:
     assert str(inspect.signature(ours)) == str(inspect.signature(theirs))
     assert str(inspect.signature(ours.__init__)) == str(inspect.signature(theirs.__init__))
     assert ours.__slots__ == theirs.__slots__
+    assert ours.__match_args__ == theirs.__match_args__
+    assert ours.__doc__ == theirs.__doc__
     assert [repr(f) for f in dataclasses.fields(ours)] == [
         repr(f) for f in dataclasses.fields(theirs)
     ]

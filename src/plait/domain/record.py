@@ -20,6 +20,7 @@ one keeps using ``@dataclass``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
@@ -53,10 +54,14 @@ def record(cls: type[T] | None = None, /, *, kw_only: bool = False) -> Any:
     ``__init__``."""
 
     def make(target: type[T]) -> type[T]:
+        documented = bool(target.__doc__)
         made: type[T] = dataclasses.dataclass(
             target, frozen=True, slots=True, kw_only=kw_only, init=False
         )
         made.__init__ = _slot_init(made)  # type: ignore[method-assign]
+        if not documented:  # as dataclasses does, from the signature (it saw none)
+            signature = str(inspect.signature(made)).replace(" -> None", "")
+            made.__doc__ = made.__name__ + signature
         return made
 
     return make if cls is None else make(cls)
