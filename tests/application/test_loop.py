@@ -150,6 +150,27 @@ def test_duplicate_and_reused_call_ids_are_rejected() -> None:
     assert [m[2] for m in shape(rig.history(s.id)) if m[1] == "tool_result"] == ["c1", "c2"]
 
 
+def test_a_later_run_may_not_reuse_a_call_id_of_an_earlier_one() -> None:
+    rig = make_rig(
+        [
+            reply("", call("echo", {"text": "a"}, "c1")),
+            reply("done"),
+            reply("", call("echo", {"text": "again"}, "c1")),
+            reply("", call("echo", {"text": "new"}, "c2")),
+            reply("end"),
+        ],
+        [echo_tool()],
+        budget=Budget(max_corrections=3),
+    )
+    s = run(rig.service.create_session())
+    assert run(rig.service.send(s.id, "first")).run.status is RunStatus.COMPLETED
+    result = run(rig.service.send(s.id, "second"))
+    assert result.run.status is RunStatus.COMPLETED
+    problems = rig.turns.requests[3].context.corrections[-1].problems
+    assert "already used in this session" in problems[0]
+    assert [m[2] for m in shape(rig.history(s.id)) if m[1] == "tool_result"] == ["c1", "c2"]
+
+
 def test_invalid_output_fails_the_run_after_the_bound() -> None:
     rig = make_rig(
         [reply("", call("nope", {}, "c1"))] * 3, [echo_tool()], budget=Budget(max_corrections=2)

@@ -27,6 +27,7 @@ __all__ = [
     "RunResult",
     "StopRun",
     "UsageCounters",
+    "UsedCallIds",
     "call_ids",
     "idempotency_key",
     "model_failure",
@@ -99,7 +100,7 @@ class ActiveRun:
     session: Session
     version: int
     history: list[Message]
-    used_call_ids: set[str]
+    used_call_ids: UsedCallIds
     deadline: float | None
     observer: RunObserver | None
     added: list[StoredMessage] = field(default_factory=list)
@@ -155,8 +156,7 @@ def pending_calls(history: Sequence[Message], run_id: str) -> list[ToolCall]:
 
 
 def call_ids(history: Iterable[Message]) -> set[str]:
-    """Ids of every tool call in ``history`` (once per resumed run, over the whole history:
-    a plain loop, no generator per message)."""
+    """Ids of every tool call in ``history`` (a plain loop, no generator per message)."""
     ids: set[str] = set()
     add = ids.add
     for message in history:
@@ -164,6 +164,34 @@ def call_ids(history: Iterable[Message]) -> set[str]:
             for call in message.tool_calls:
                 add(call.id)
     return ids
+
+
+class UsedCallIds:
+    """The call ids a run's model may not use again: those of the history the run was
+    activated with and those the run has added since. The history's are collected at the
+    first check that needs them (a resumed run whose model calls no tool never walks its
+    history: ~60 ns a message, 0.3 ms at 5,000). The history list is kept as it was given;
+    the run replaces its history with a new list rather than shortening this one."""
+
+    __slots__ = ("_added", "_history", "_past")
+
+    def __init__(self, history: Sequence[Message]) -> None:
+        self._history = history
+        self._past: set[str] | None = None
+        self._added: set[str] = set()
+
+    def __contains__(self, call_id: object) -> bool:
+        if call_id in self._added:
+            return True
+        past = self._past
+        if past is None:
+            past = self._past = call_ids(self._history)
+            self._history = ()
+        return call_id in past
+
+    def update(self, ids: Iterable[str]) -> None:
+        """Add the ids of calls the run has just made."""
+        self._added.update(ids)
 
 
 def render_rejected(response: ModelResponse) -> str:

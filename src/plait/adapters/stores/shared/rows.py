@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from plait.adapters.stores.shared import codec
@@ -507,21 +507,21 @@ def _assistant_with_extra(
     )
 
 
-def decode_messages(rows: list[Any]) -> list[StoredMessage]:
+def decode_messages(rows: Iterable[Any]) -> list[StoredMessage]:
     """Rows of ``(seq, kind, id, text, created_at, run_id, step, call_id, name, status,
     extra, schema_version)`` to stored messages, in one pass."""
     stored: list[StoredMessage] = _decode(rows, True)
     return stored
 
 
-def decode_history(rows: list[Any]) -> list[Message]:
+def decode_history(rows: Iterable[Any]) -> list[Message]:
     """The same rows to their messages alone (a run's history needs no seqs: one object
     less per message)."""
     messages: list[Message] = _decode(rows, False)
     return messages
 
 
-def _decode(rows: list[Any], with_seq: bool) -> list[Any]:
+def _decode(rows: Iterable[Any], with_seq: bool) -> list[Any]:
     out: list[Any] = []
     append = out.append
     user, assistant, tool_message, result, stored = (

@@ -292,8 +292,10 @@ class SqliteStore:
                     return session, []
                 with long_lived():  # a few objects per message, all kept
                     if session.fork_origin is None:  # not a branch: no segments, its own rows
+                        # decoded as they are stepped through: no list of row tuples,
+                        # each row's tuple freed (and its memory reused) at the next
                         rows = conn.execute(_READ_MESSAGES, (session_id, 0, OPEN_END, -1))
-                        return session, shared_rows.decode_history(rows.fetchall())
+                        return session, shared_rows.decode_history(rows)
                     return session, shared_rows.decode_history(
                         _history_rows(conn, session_id, 0, -1)
                     )
