@@ -249,7 +249,8 @@ def check_at_registration(spec: ToolSpec) -> None:
     """Refuse a bad schema when its tool is registered (a ValidationError naming the
     tool), compiling it then; a schema marked :func:`known_valid` is compiled at its first
     call instead: jsonschema is imported only when a call is checked (start-up time)."""
-    if isinstance(spec.parameters, Mapping) and _canonical(spec.parameters) in _known_valid:
+    known = _known_valid  # (empty until built-in tools load: nothing to serialize for)
+    if known and isinstance(spec.parameters, Mapping) and _canonical(spec.parameters) in known:
         return
     argument_schema(spec)
 

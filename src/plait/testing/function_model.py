@@ -48,8 +48,8 @@ class FunctionModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
         result: object = self._fn(request)
-        if inspect.isawaitable(result):
-            result = await result
+        if type(result) is not ModelResponse and inspect.isawaitable(result):
+            result = await result  # (the exact type first: no ABC check for a plain answer)
         if not isinstance(result, ModelResponse):
             raise TypeError(
                 f"FunctionModel {self._name!r}: the function must return a ModelResponse, "
