@@ -5,7 +5,9 @@ field in test_record_steps; here: what a copy is, and ``replace`` itself where
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import pytest
 
@@ -43,5 +45,48 @@ def test_a_name_that_is_not_a_field_is_refused() -> None:
 
 
 def test_the_values_must_match_the_changed_fields() -> None:
-    with pytest.raises(ValueError, match="zip"):
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
         copier(ExecutionRecord, ("note", "state"))(RECORD, "only one")
+    with pytest.raises(TypeError, match="takes 3 positional arguments but 4 were given"):
+        copier(ExecutionRecord, ("note", "state"))(RECORD, "one", ExecutionState.SETTLED, "x")
+
+
+def test_a_copy_is_made_as_its_twin_then_is_the_record_s_own_class() -> None:
+    """The copy is built in a plain class of the same layout and then given the record's
+    class: it is an instance of the record's class alone, frozen, equal and hashed as
+    ``replace``'s copy, and pickles as one."""
+    settle = copier(ExecutionRecord, ("state", "settled_at", "result_status"))
+    settled = settle(RECORD, ExecutionState.SETTLED, 7.5, ToolStatus.SUCCEEDED)
+    expected = dataclasses.replace(
+        RECORD, state=ExecutionState.SETTLED, settled_at=7.5, result_status=ToolStatus.SUCCEEDED
+    )
+    assert type(settled) is ExecutionRecord
+    assert settled == expected and hash(settled) == hash(expected)
+    assert [getattr(settled, f.name) for f in dataclasses.fields(ExecutionRecord)] == [
+        getattr(expected, f.name) for f in dataclasses.fields(ExecutionRecord)
+    ]
+    assert pickle.loads(pickle.dumps(settled)) == expected
+    assert copy.copy(settled) == expected
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settled.state = ExecutionState.REQUESTED  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del settled.note
+    assert "Twin" not in repr(settled)
+    assert settle.__qualname__.startswith("copier(ExecutionRecord")
+
+
+def test_a_class_with_a_base_of_its_own_is_copied_by_replace() -> None:
+    """A twin cannot share the layout of a class whose slots are spread over a base."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Base:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Derived(Base):
+        b: int
+
+    made = copier(Derived, ("b",))(Derived(1, 2), 3)
+    assert type(made) is Derived and made == Derived(1, 3)
+    plain = copier(Base, ("a",))(Base(1), 2)
+    assert type(plain) is Base and plain == Base(2)

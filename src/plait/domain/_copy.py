@@ -2,15 +2,23 @@
 
 A frozen dataclass's ``__init__`` (and so ``dataclasses.replace``) sets every field with
 ``object.__setattr__``, which looks the name up on the type each time; a tool call's
-execution record and the run are copied forward this way at every step. A copier reads
-the kept fields in one ``attrgetter`` call and writes every field through its slot's
-descriptor: the same object, for about 60% of the cost.
+execution record and the run are copied forward this way at every step (three copies of
+17-19 fields per step).
+
+A copier builds the copy as an instance of a *twin*: a plain class with the same
+``__slots__`` and the same base (``object``), so the same memory layout, and no frozen
+``__setattr__``. Its fields are stored by plain attribute assignments (specialized slot
+stores), then the object's class is set to the record's own, which Python allows between
+classes of the same layout. What comes out is the record's class with the values
+``replace`` would give (0.28 against 1.7 us for a run's 19 fields through the slots'
+descriptors, and 2.9 through ``replace``). The copy function is generated once per class
+and set of changed fields. A class with another layout (a base class of its own, a
+``__dict__``) or whose ``__init__`` does more than set its fields gets ``replace``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,37 +30,35 @@ T = TypeVar("T")
 def copier(cls: type[T], changed: tuple[str, ...]) -> Callable[..., T]:
     """``copy(obj, *values)``: ``dataclasses.replace(obj, **dict(zip(changed, values)))``
     for a frozen slotted dataclass ``cls``. A class whose ``__init__`` does more than set
-    its fields (``__post_init__``, a field it does not take) gets ``replace`` itself."""
+    its fields (``__post_init__``, a field it does not take), or whose layout a twin cannot
+    share, gets ``replace`` itself."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     names = tuple(f.name for f in fields)
-    slots = getattr(cls, "__slots__", ())
-    plain = (
+    slots = cls.__dict__.get("__slots__", ())
+    if not (
         not hasattr(cls, "__post_init__")
         and all(f.init for f in fields)
         and set(changed) <= set(names)
-        and set(names) <= set(slots)
-    )
-    if not plain:
-
-        def replaced(obj: T, *values: Any) -> T:
-            return dataclasses.replace(obj, **dict(zip(changed, values, strict=True)))  # type: ignore[type-var]
-
-        return replaced
+        and set(names) == set(slots)
+        and cls.__bases__ == (object,)
+    ):
+        return _replacer(changed)
+    twin = type(f"_{cls.__name__}Twin", (object,), {"__slots__": tuple(slots)})
     kept = tuple(n for n in names if n not in changed)
-    if len(kept) > 1:
-        read: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*kept)
-    else:  # attrgetter of one name returns the value itself
-
-        def read(obj: Any) -> tuple[Any, ...]:
-            return tuple(getattr(obj, name) for name in kept)
-
-    setters = tuple(cls.__dict__[n].__set__ for n in (*kept, *changed))
-    new = object.__new__
-
-    def copy(obj: T, *values: Any) -> T:
-        made = new(cls)
-        for put, value in zip(setters, read(obj) + values, strict=True):
-            put(made, value)
-        return made
-
+    lines = [f"def copy(obj, {', '.join(f'v{i}' for i in range(len(changed)))}):"]
+    lines.append("    made = new(twin)")
+    lines += [f"    made.{name} = obj.{name}" for name in kept]
+    lines += [f"    made.{name} = v{i}" for i, name in enumerate(changed)]
+    lines += ["    made.__class__ = cls", "    return made"]
+    namespace: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls}
+    exec("\n".join(lines), namespace)  # the names are the class's own field names
+    copy: Callable[..., T] = namespace["copy"]
+    copy.__qualname__ = f"copier({cls.__name__}, {changed!r})"
     return copy
+
+
+def _replacer(changed: tuple[str, ...]) -> Callable[..., T]:
+    def replaced(obj: T, *values: Any) -> T:
+        return dataclasses.replace(obj, **dict(zip(changed, values, strict=True)))  # type: ignore[type-var]
+
+    return replaced
