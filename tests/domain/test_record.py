@@ -76,7 +76,24 @@ def shapes(frozen: Decorate, kw: Decorate) -> dict[str, type[Any]]:
     class Empty:
         pass
 
-    return {c.__name__: c for c in (Plain, Defaults, Keywords, Mixed, Checked, Derived, Box, Empty)}
+    @frozen
+    class Wide:  # five fields or more: made in its twin
+        a: int
+        b: str
+        c: float = 0.5
+        d: tuple[int, ...] = ()
+        e: list[int] = dataclasses.field(default_factory=list)
+        f: Any = dataclasses.field(default=None, init=False, compare=False)
+        g: int = dataclasses.field(default=7, kw_only=True)
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError(f"a must not be negative, got {self.a}")
+
+    return {
+        c.__name__: c
+        for c in (Plain, Defaults, Keywords, Mixed, Checked, Derived, Box, Empty, Wide)
+    }
 
 
 OURS = shapes(record, record(kw_only=True))
@@ -112,6 +129,13 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("Box", (), {"item": "x", "others": ("y",)}),
     ("Empty", (), {}),
     ("Empty", (1,), {}),
+    ("Wide", (1, "x"), {}),
+    ("Wide", (1, "x", 2.5, (3,), [4]), {"g": 8}),
+    ("Wide", (), {"a": 1, "b": "x", "e": [1]}),
+    ("Wide", (-1, "x"), {}),  # __post_init__ refuses
+    ("Wide", (1,), {}),  # missing b
+    ("Wide", (1, "x"), {"f": 2}),  # an init=False field is not a parameter
+    ("Wide", (1, "x", 2.5, (3,), [4], 9), {}),  # g is keyword-only
 ]
 
 
@@ -223,3 +247,45 @@ def test_a_step_s_records_are_made_as_before() -> None:
         messages.ToolCall(id="c1", name="echo", arguments_json="[]")
     response = ports.ModelResponse(text="hi")
     assert response.usage == messages.Usage() and response.tool_calls == ()
+
+
+def test_a_wide_record_is_made_in_its_twin_and_is_its_own_class_after() -> None:
+    made = OURS["Wide"](1, "x")
+    assert type(made) is OURS["Wide"]
+    assert "Twin" not in repr(made) and made == OURS["Wide"](1, "x")
+    assert "_Twin" in OURS["Wide"].__init__.__code__.co_names  # five fields or more
+    assert "_Twin" not in OURS["Plain"].__init__.__code__.co_names
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.a = 2
+
+
+def test_a_subclass_of_a_wide_record_keeps_its_class() -> None:
+    """A subclass's instance (another layout: it has a ``__dict__``) is filled in
+    through the slots' descriptors, and stays of its class."""
+
+    wide: type[Any] = OURS["Wide"]
+
+    class Sub(wide):  # type: ignore[misc]
+        pass
+
+    made = Sub(1, "x", g=3)
+    assert type(made) is Sub
+    assert (made.a, made.b, made.c, made.e, made.g) == (1, "x", 0.5, [], 3)
+
+
+def test_a_failing_default_factory_fails_the_call() -> None:
+    def broken() -> list[int]:
+        raise RuntimeError("no default today")
+
+    @record
+    class Six:
+        a: int
+        b: int
+        c: int
+        d: int
+        e: int
+        f: list[int] = dataclasses.field(default_factory=broken)
+
+    with pytest.raises(RuntimeError, match="no default today"):
+        Six(1, 2, 3, 4, 5)
+    assert Six(1, 2, 3, 4, 5, [6]).f == [6]

@@ -22,6 +22,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from plait.domain.record import twin
+
 __all__ = ["copier"]
 
 T = TypeVar("T")
@@ -34,23 +36,22 @@ def copier(cls: type[T], changed: tuple[str, ...]) -> Callable[..., T]:
     share, gets ``replace`` itself."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     names = tuple(f.name for f in fields)
-    slots = cls.__dict__.get("__slots__", ())
-    if not (
-        not hasattr(cls, "__post_init__")
-        and all(f.init for f in fields)
-        and set(changed) <= set(names)
-        and set(names) == set(slots)
-        and cls.__bases__ == (object,)
+    layout = twin(cls)
+    if (
+        layout is None
+        or hasattr(cls, "__post_init__")
+        or not all(f.init for f in fields)
+        or not set(changed) <= set(names)
+        or set(names) != set(cls.__dict__["__slots__"])
     ):
         return _replacer(changed)
-    twin = type(f"_{cls.__name__}Twin", (object,), {"__slots__": tuple(slots)})
     kept = tuple(n for n in names if n not in changed)
     lines = [f"def copy(obj, {', '.join(f'v{i}' for i in range(len(changed)))}):"]
     lines.append("    made = new(twin)")
     lines += [f"    made.{name} = obj.{name}" for name in kept]
     lines += [f"    made.{name} = v{i}" for i, name in enumerate(changed)]
     lines += ["    made.__class__ = cls", "    return made"]
-    namespace: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls}
+    namespace: dict[str, Any] = {"new": object.__new__, "twin": layout, "cls": cls}
     exec("\n".join(lines), namespace)  # the names are the class's own field names
     copy: Callable[..., T] = namespace["copy"]
     copy.__qualname__ = f"copier({cls.__name__}, {changed!r})"
