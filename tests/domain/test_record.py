@@ -3,6 +3,7 @@ to what ``@dataclass(frozen=True, slots=True)`` makes of the same class."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import pickle
@@ -13,7 +14,7 @@ import pytest
 
 from plait.application import events, ports, validation
 from plait.domain import context, messages, runs, session
-from plait.domain.record import record
+from plait.domain.record import maker, record
 
 T = TypeVar("T")
 Decorate = Callable[..., Any]
@@ -289,3 +290,31 @@ def test_a_failing_default_factory_fails_the_call() -> None:
     with pytest.raises(RuntimeError, match="no default today"):
         Six(1, 2, 3, 4, 5)
     assert Six(1, 2, 3, 4, 5, [6]).f == [6]
+
+
+def test_a_maker_makes_what_the_constructor_makes_without_its_checks() -> None:
+    wide = OURS["Wide"]
+    make = maker(wide, ("b", "a", "c", "d", "e"), g=9)
+    assert make is not None and make.__qualname__ == "maker(Wide)"
+    made = make("x", 1, 2.5, (3,), [4])
+    assert type(made) is wide
+    assert made == wide(1, "x", 2.5, (3,), [4], g=9)
+    assert made.g == 9
+    assert made.f is None  # not a parameter of __init__: its default, as there
+    assert make("x", -1, 0.5, (), []).a == -1  # __post_init__ would refuse it: not run
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.a = 2
+    assert copy.copy(made) == made and copy.copy(made).f is None
+
+
+def test_a_maker_needs_exactly_the_init_fields_and_a_twin() -> None:
+    wide = OURS["Wide"]
+    assert maker(wide, ("a", "b", "c", "d")) is None  # e and g missing
+    assert maker(wide, ("a", "b", "c", "d", "e", "f", "g")) is None  # f is not a parameter
+    assert maker(wide, ("a", "b", "c", "d", "e"), g=1, h=2) is None
+    assert maker(OURS["Derived"], ("a", "b", "c")) is None  # its slots are spread over a base
+    call = maker(messages.ToolCall, ("id", "name", "arguments_json"))
+    assert call is not None
+    made = call("c1", "echo", '{"text": "hi"}')
+    assert made._decoded is None and made.arguments() == {"text": "hi"}
+    assert pickle.loads(pickle.dumps(made)) == made

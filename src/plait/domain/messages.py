@@ -109,7 +109,7 @@ class ToolCall:
     def arguments(self) -> dict[str, Any]:
         """The decoded arguments, shared by every reader of this call: read, never
         modify (copy first)."""
-        decoded = getattr(self, "_decoded", None)  # unset when a store built the call fast
+        decoded = self._decoded
         if decoded is None:
             decoded = json.loads(self.arguments_json)
             assert isinstance(decoded, dict)

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
-__all__ = ["record", "twin"]
+__all__ = ["maker", "record", "twin"]
 
 T = TypeVar("T")
 
@@ -168,3 +168,37 @@ def _slot(cls: type[Any], name: str) -> Any:
         if found is not None and hasattr(found, "__set__"):
             return found
     raise TypeError(f"record {cls.__qualname__}: field {name!r} has no slot")
+
+
+def maker(cls: type[T], names: tuple[str, ...], **fixed: Any) -> Callable[..., T] | None:
+    """``make(*values)``: the record ``cls`` with the fields ``names`` set to ``values``
+    (in order) and those of ``fixed`` to theirs: what ``cls(...)`` makes of them, without
+    its ``__post_init__``, so for values already checked (a store's decoder reading the
+    rows it wrote). Filled in as its :func:`twin` by plain stores. None when ``names`` and
+    ``fixed`` are not exactly the fields ``cls``'s ``__init__`` takes, or ``cls`` has no
+    twin. A field its ``__init__`` does not take gets its default, as there."""
+    layout = twin(cls)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    taken = [f.name for f in fields if f.init]
+    if layout is None or sorted(taken) != sorted([*names, *fixed]):
+        return None
+    namespace: dict[str, Any] = {"_new": object.__new__, "_Twin": layout, "_Cls": cls}
+    namespace.update({f"_fixed_{name}": value for name, value in fixed.items()})
+    values = [f"v{i}" for i in range(len(names))]
+    lines = [f"def make({', '.join(values)}):", "    made = _new(_Twin)"]
+    lines += [f"    made.{name} = {value}" for name, value in zip(names, values, strict=True)]
+    lines += [f"    made.{name} = _fixed_{name}" for name in fixed]
+    for spec in fields:
+        if spec.init:
+            continue
+        if spec.default is not _MISSING:
+            namespace[f"_default_{spec.name}"] = spec.default
+            lines.append(f"    made.{spec.name} = _default_{spec.name}")
+        elif spec.default_factory is not _MISSING:
+            namespace[f"_factory_{spec.name}"] = spec.default_factory
+            lines.append(f"    made.{spec.name} = _factory_{spec.name}()")
+    lines += ["    made.__class__ = _Cls", "    return made"]
+    exec("\n".join(lines), namespace)  # the names are the class's own field names
+    make: Callable[..., T] = namespace["make"]
+    make.__qualname__ = f"maker({cls.__name__})"
+    return make
