@@ -289,6 +289,10 @@ def test_a_failing_default_factory_fails_the_call() -> None:
 
     with pytest.raises(RuntimeError, match="no default today"):
         Six(1, 2, 3, 4, 5)
+    made = Six(1, 2, 3, 4, 5, [6])
+    with pytest.raises(RuntimeError, match="no default today"):
+        made.__init__(7, 8, 9, 10, 11)  # type: ignore[misc]
+    assert type(made) is Six  # not left in its twin
     assert Six(1, 2, 3, 4, 5, [6]).f == [6]
 
 

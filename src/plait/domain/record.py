@@ -124,8 +124,10 @@ def _slot_init(cls: type[Any]) -> Callable[..., None]:
         body = [
             "if self.__class__ is _Cls:",
             "    _become(self, '__class__', _Twin)",
-            *(f"    {line}" for line in plain),
-            "    self.__class__ = _Cls",
+            "    try:",
+            *(f"        {line}" for line in plain),
+            "    finally:  # itself again, even when a default's factory raised",
+            "        self.__class__ = _Cls",
             "else:  # a subclass's instance: its layout may differ",
             *(f"    {line}" for line in body),
         ]
