@@ -49,6 +49,7 @@ from plait.domain.tools import EffectClass
 __all__ = [
     "SCHEMA_VERSION",
     "assistant_extra",
+    "assistant_extra_json",
     "check_schema",
     "decode",
     "dumps",
@@ -169,6 +170,48 @@ def assistant_extra(message: AssistantMessage) -> dict[str, Any] | None:
     if message.output is not None:
         extra["output"] = message.output
     return extra
+
+
+def assistant_extra_json(message: AssistantMessage) -> str | None:
+    """``dumps(assistant_extra(message))`` (None when there is none): the same text,
+    written from a template when the extra holds only tool calls and usage of plain
+    strings and integers (every step's assistant message; 0.7 against 2.4 us for one
+    call). Anything else takes the general path, which also raises what it raises."""
+    if message.vendor_state is not None or message.output is not None:
+        return _general_extra(message)
+    parts: list[str] = []
+    calls = message.tool_calls
+    if calls:
+        try:
+            written = [
+                f"[{_quote(c.id)},{_quote(c.name)},{_quote(c.arguments_json)}]" for c in calls
+            ]
+        except TypeError:  # not a plain string: the general path says what
+            return _general_extra(message)
+        parts.append(f'"tool_calls":[{",".join(written)}]')
+    usage = message.usage
+    if usage is not None:
+        counts = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_input_tokens,
+            usage.reasoning_tokens,
+        )
+        if any(type(n) is not int for n in counts):
+            return _general_extra(message)
+        into, out, cached, reasoning = counts
+        text = f'"usage":{{"input_tokens":{into},"output_tokens":{out}'
+        if cached:
+            text += f',"cached_input_tokens":{cached}'
+        if reasoning:
+            text += f',"reasoning_tokens":{reasoning}'
+        parts.append(text + "}")
+    return "{" + ",".join(parts) + "}" if parts else None
+
+
+def _general_extra(message: AssistantMessage) -> str | None:
+    extra = assistant_extra(message)
+    return None if extra is None else dumps(extra)
 
 
 def tool_result_extra(message: ToolResultMessage) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from plait.adapters.stores.shared import codec
 from plait.adapters.stores.shared.codec import (
     SCHEMA_VERSION,
     artifact_from_dict,
-    assistant_extra,
+    assistant_extra_json,
     dumps,
     dumps_flat,
     loads,
@@ -211,7 +211,6 @@ def message_row(message: Message) -> tuple[Any, ...]:
     """``(id, kind, text, created_at, run_id, step, call_id, name, status, extra,
     schema_version)``: the ``messages`` table of either store."""
     if isinstance(message, AssistantMessage):
-        extra = assistant_extra(message)
         return (
             message.id,
             "assistant",
@@ -222,7 +221,7 @@ def message_row(message: Message) -> tuple[Any, ...]:
             None,
             message.model,
             None,
-            None if extra is None else dumps(extra),
+            assistant_extra_json(message),
             SCHEMA_VERSION,
         )
     if isinstance(message, ToolResultMessage):
