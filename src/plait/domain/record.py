@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
@@ -85,21 +84,20 @@ def _slot_init(cls: type[Any]) -> Callable[..., None]:
     names: dict[str, Any] = {"_FACTORY": _FACTORY}
     positional: list[str] = []
     keyword: list[str] = []
-    body: list[str] = []
+    stores: list[tuple[str, str]] = []  # (field, the expression of its value)
     defaulted = ""  # the last positional parameter with a default, if any
     for spec in dataclasses.fields(cls):
         name = spec.name
-        put = f"_set_{name}"
-        names[put] = _slot(cls, name).__set__
+        names[f"_set_{name}"] = _slot(cls, name).__set__
         if spec.default is not _MISSING:
             names[f"_default_{name}"] = spec.default
         if spec.default_factory is not _MISSING:
             names[f"_factory_{name}"] = spec.default_factory
         if not spec.init:
             if spec.default is not _MISSING:
-                body.append(f"{put}(self, _default_{name})")
+                stores.append((name, f"_default_{name}"))
             elif spec.default_factory is not _MISSING:
-                body.append(f"{put}(self, _factory_{name}())")
+                stores.append((name, f"_factory_{name}()"))
             continue
         if spec.default is not _MISSING:
             parameter, value = f"{name}=_default_{name}", name
@@ -116,11 +114,12 @@ def _slot_init(cls: type[Any]) -> Callable[..., None]:
             elif defaulted:
                 raise TypeError(f"non-default argument {name!r} follows default argument")
             positional.append(parameter)
-        body.append(f"{put}(self, {value})")
-    made_in = twin(cls) if len(body) >= _TWIN_FIELDS else None
+        stores.append((name, value))
+    body = [f"_set_{name}(self, {value})" for name, value in stores]
+    made_in = twin(cls) if len(stores) >= _TWIN_FIELDS else None
     if made_in is not None:  # the same stores as plain ones, in the twin's layout
         names["_Cls"], names["_Twin"], names["_become"] = cls, made_in, object.__setattr__
-        plain = [_PUT.sub(r"self.\1 = \2", line) for line in body]
+        plain = [f"self.{name} = {value}" for name, value in stores]
         body = [
             "if self.__class__ is _Cls:",
             "    _become(self, '__class__', _Twin)",
@@ -147,9 +146,6 @@ def _slot_init(cls: type[Any]) -> Callable[..., None]:
 _TWIN_FIELDS = 5
 """From how many fields a record is made in its twin: changing an object's class twice
 costs ~120 ns, a field stored plainly ~12 ns against ~45 through its descriptor."""
-
-_PUT = re.compile(r"^_set_(\w+)\(self, (.*)\)$")
-"""A field's store through its descriptor, as :func:`_slot_init` writes it."""
 
 
 def twin(cls: type[Any]) -> type[Any] | None:
