@@ -14,7 +14,7 @@ import pytest
 
 from plait.application import events, ports, validation
 from plait.domain import context, messages, runs, session
-from plait.domain.record import maker, record
+from plait.domain.record import maker, record, twin
 
 T = TypeVar("T")
 Decorate = Callable[..., Any]
@@ -322,3 +322,8 @@ def test_a_maker_needs_exactly_the_init_fields_and_a_twin() -> None:
     made = call("c1", "echo", '{"text": "hi"}')
     assert made._decoded is None and made.arguments() == {"text": "hi"}
     assert pickle.loads(pickle.dumps(made)) == made
+
+
+def test_a_record_has_one_twin() -> None:
+    assert twin(session.ExecutionRecord) is twin(session.ExecutionRecord) is not None
+    assert twin(OURS["Derived"]) is None

@@ -152,11 +152,21 @@ def twin(cls: type[Any]) -> type[Any] | None:
     """A plain class with ``cls``'s layout (the same slots, on ``object``) and no frozen
     ``__setattr__``, or None when ``cls`` has a base of its own or no slots. An instance
     of it may be given ``cls`` as its class (Python allows it between classes of the same
-    layout): a record is made in its twin by plain stores, then becomes itself."""
+    layout): a record is made in its twin by plain stores, then becomes itself. One per
+    class, shared by its ``__init__``, its copiers and its makers."""
+    if cls in _twins:
+        return _twins[cls]
     slots = cls.__dict__.get("__slots__")
-    if cls.__bases__ != (object,) or slots is None:
-        return None
-    return type(f"_{cls.__name__}Twin", (object,), {"__slots__": slots})
+    made = (
+        None
+        if cls.__bases__ != (object,) or slots is None
+        else type(f"_{cls.__name__}Twin", (object,), {"__slots__": slots})
+    )
+    _twins[cls] = made
+    return made
+
+
+_twins: dict[type[Any], type[Any] | None] = {}
 
 
 def _slot(cls: type[Any], name: str) -> Any:
