@@ -106,3 +106,21 @@ def test_a_value_json_cannot_hold_fails_as_the_general_path_does() -> None:
         _general(record)
     with pytest.raises(TypeError, match="is not JSON serializable"):
         codec.execution_json(record)
+
+
+@pytest.mark.parametrize(("first", "then"), [(0.0, -0.0), (-0.0, 0.0)])
+def test_a_zero_time_is_written_with_its_own_sign(first: float, then: float) -> None:
+    assert codec.execution_json(_record(requested_at=first)) == _general(
+        _record(requested_at=first)
+    )
+    assert codec.execution_json(_record(requested_at=then)) == _general(_record(requested_at=then))
+
+
+def test_times_written_again_are_the_same_text() -> None:
+    """A settled record repeats its request's time and has reviewed and started at one
+    moment: the text kept of a time is its own, however many times come between."""
+    times = [1796203433.345264 + i / 7 for i in range(40)]
+    for at in times + times[::-1]:
+        record = _record(requested_at=at, reviewed_at=at, started_at=at, settled_at=at + 1)
+        assert codec.execution_json(record) == _general(record)
+    assert codec._TIMES and len(codec._TIMES) <= codec._TIMES_KEPT

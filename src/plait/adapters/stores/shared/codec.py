@@ -569,11 +569,29 @@ def _text_or_null(value: str | None) -> str:
     raise _Unusual
 
 
+_TIMES: dict[float, str] = {}
+"""The text of the last times written: a step's two records repeat some (the settled one
+carries the request time written with the request a step before, and is reviewed and
+started at one moment), and ``float.__repr__`` of a timestamp (its shortest digits that
+read back the same) costs about 2 us. Kept for a few; 0.0 never (-0.0 is an equal key
+with another text)."""
+_TIMES_KEPT = 16
+
+
 def _time_or_null(value: float | None) -> str:
     if value is None:
         return "null"
-    if type(value) is float and value - value == 0.0:  # finite (NaN and infinities: not)
-        return float.__repr__(value)
+    if type(value) is float:
+        text = _TIMES.get(value)
+        if text is not None:
+            return text
+        if value - value == 0.0:  # finite (NaN and infinities: not)
+            text = float.__repr__(value)
+            if value:
+                if len(_TIMES) >= _TIMES_KEPT:
+                    _TIMES.clear()
+                _TIMES[value] = text
+            return text
     raise _Unusual
 
 
