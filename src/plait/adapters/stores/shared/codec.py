@@ -573,8 +573,8 @@ _TIMES: dict[float, str] = {}
 """The text of the last times written: a step's two records repeat some (the settled one
 carries the request time written with the request a step before, and is reviewed and
 started at one moment), and ``float.__repr__`` of a timestamp (its shortest digits that
-read back the same) costs about 2 us. Kept for a few; 0.0 never (-0.0 is an equal key
-with another text)."""
+read back the same) costs ~0.4 us, ~7,000 instructions. Kept for a few; 0.0 never (-0.0
+is an equal key with another text)."""
 _TIMES_KEPT = 16
 
 
