@@ -5,10 +5,15 @@ run's fixed fields are the same objects)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
-from plait.adapters.stores.shared import codec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plait.adapters.stores.shared import codec, rows
 from plait.adapters.stores.shared.rows import RUN_COLUMNS, run_data, run_from_row
 from plait.domain.answers import OutputSchema
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus, RunUsage
@@ -72,3 +77,47 @@ def test_data_covers_every_field_of_the_codec() -> None:
     changing part when this fails)."""
     run = runs()[2]
     assert set(json.loads(run_data(run))) == set(codec.run_to_dict(run)) - set(RUN_COLUMNS)
+
+
+_counts = st.integers() | st.booleans()  # a bool is an int JSON writes otherwise
+
+
+@st.composite
+def _changed_runs(draw: st.DrawFn) -> Run:
+    usage = RunUsage(
+        steps=draw(_counts),
+        model_calls=draw(_counts),
+        corrections=draw(_counts),
+        tool_calls=draw(_counts),
+        input_tokens=draw(_counts),
+        output_tokens=draw(_counts),
+    )
+    error = draw(st.none() | st.builds(RunError, code=st.text(), message=st.text()))
+    return replace(
+        new_run(),
+        usage=usage,
+        ended_at=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
+        error=error,
+        trace_context=draw(st.none() | st.text()),
+    )
+
+
+@settings(max_examples=300)
+@given(_changed_runs())
+def test_the_changing_part_is_the_general_paths_text(run: Run) -> None:
+    """Every step writes the counts and the end from a template: the same text as the
+    general encoder, for any values."""
+    assert rows._changing(run) == rows._changing_general(run)
+    assert run_from_row(row_of(run)) == run
+
+
+@pytest.mark.parametrize("ended_at", [math.nan, math.inf, 12])
+def test_an_end_off_the_template_takes_the_general_path(ended_at: float) -> None:
+    run = replace(new_run(), ended_at=ended_at)
+    if math.isfinite(ended_at):
+        assert rows._changing(run) == rows._changing_general(run)
+        return
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        rows._changing_general(run)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        run_data(run)

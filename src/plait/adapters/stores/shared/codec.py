@@ -48,6 +48,7 @@ from plait.domain.tools import EffectClass
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Unusual",
     "assistant_extra",
     "assistant_extra_json",
     "check_schema",
@@ -64,6 +65,7 @@ __all__ = [
     "run_to_dict",
     "session_from_dict",
     "session_to_dict",
+    "time_or_null",
     "tool_result_extra",
 ]
 
@@ -549,8 +551,9 @@ def execution_to_dict(record: ExecutionRecord) -> dict[str, Any]:
     }
 
 
-class _Unusual(Exception):
-    """A value :func:`execution_json`'s template does not write itself."""
+class Unusual(Exception):
+    """A value a template (:func:`execution_json`, the run's ``data``) does not write
+    itself."""
 
 
 _quote = json.encoder.encode_basestring  # what dumps_flat writes a string with
@@ -566,7 +569,7 @@ def _text_or_null(value: str | None) -> str:
         return "null"
     if type(value) is str:
         return _quote(value)
-    raise _Unusual
+    raise Unusual
 
 
 _TIMES: dict[float, str] = {}
@@ -578,7 +581,7 @@ is an equal key with another text)."""
 _TIMES_KEPT = 16
 
 
-def _time_or_null(value: float | None) -> str:
+def time_or_null(value: float | None) -> str:
     if value is None:
         return "null"
     if type(value) is float:
@@ -592,7 +595,7 @@ def _time_or_null(value: float | None) -> str:
                     _TIMES.clear()
                 _TIMES[value] = text
             return text
-    raise _Unusual
+    raise Unusual
 
 
 def execution_json(record: ExecutionRecord) -> str:
@@ -609,17 +612,17 @@ def execution_json(record: ExecutionRecord) -> str:
             f'"args_digest":{_quote(record.args_digest)},'
             f'"idempotency_key":{_quote(record.idempotency_key)},'
             f'"state":{_QUOTED[record.state]},'
-            f'"requested_at":{_time_or_null(record.requested_at)},'
-            f'"reviewed_at":{_time_or_null(record.reviewed_at)},'
-            f'"started_at":{_time_or_null(record.started_at)},'
-            f'"settled_at":{_time_or_null(record.settled_at)},'
+            f'"requested_at":{time_or_null(record.requested_at)},'
+            f'"reviewed_at":{time_or_null(record.reviewed_at)},'
+            f'"started_at":{time_or_null(record.started_at)},'
+            f'"settled_at":{time_or_null(record.settled_at)},'
             f'"result_status":{"null" if status is None else _QUOTED[status]},'
             f'"decision":{_text_or_null(record.decision)},'
             f'"decided_by":{_text_or_null(record.decided_by)},'
             f'"decision_reason":{_text_or_null(record.decision_reason)},'
             f'"note":{_text_or_null(record.note)}}}'
         )
-    except (_Unusual, LookupError, TypeError):
+    except (Unusual, LookupError, TypeError):
         return dumps_flat(execution_to_dict(record))
 
 
