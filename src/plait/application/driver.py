@@ -754,7 +754,7 @@ class RunDriver:
         reviewed = record.decided(
             ExecutionState.STARTED if allowed else ExecutionState.REVIEWED,
             now,
-            decision.verdict.value,
+            str(decision.verdict),  # its value (a StrEnum), without the property call
             decision.decided_by,
             decision.reason,
         )

@@ -228,7 +228,7 @@ def apply(
                 conn.execute(_SET_ACTIVE, (None, sid, run.id))
                 active = None
             owner, expires_at = lease_owner, lease_expires_at
-            status, started_at = run.status.value, run.started_at
+            status, started_at = str(run.status), run.started_at  # its value, no property
         else:
             if rid is not None:  # a run's write without its state: fenced all the same
                 held = None if run_session != sid else token
