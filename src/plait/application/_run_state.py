@@ -66,14 +66,7 @@ class UsageCounters:
 
     @classmethod
     def of(cls, usage: RunUsage) -> UsageCounters:
-        return cls(
-            usage.steps,
-            usage.model_calls,
-            usage.corrections,
-            usage.tool_calls,
-            usage.input_tokens,
-            usage.output_tokens,
-        )
+        return cls(*usage.counts())
 
     def freeze(self) -> RunUsage:
         return RunUsage(

@@ -64,6 +64,18 @@ class RunUsage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def counts(self) -> tuple[int, int, int, int, int, int]:
+        """The counters in field order: steps, model calls, corrections, tool calls,
+        input tokens, output tokens."""
+        return (
+            self.steps,
+            self.model_calls,
+            self.corrections,
+            self.tool_calls,
+            self.input_tokens,
+            self.output_tokens,
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunError:

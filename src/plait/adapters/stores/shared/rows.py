@@ -155,15 +155,7 @@ def _changing(run: Run) -> str:
     none, and there is no error or trace context (every step of a run: the C encoder
     took ~7 us of a W1 step here, the template ~3). Anything else takes the general path,
     which also raises what it raises."""
-    usage = run.usage
-    counts = (
-        usage.steps,
-        usage.model_calls,
-        usage.corrections,
-        usage.tool_calls,
-        usage.input_tokens,
-        usage.output_tokens,
-    )
+    counts = run.usage.counts()
     if run.error is None and run.trace_context is None and tuple(map(type, counts)) == _INTS:
         try:
             ended = codec.time_or_null(run.ended_at)
