@@ -237,8 +237,8 @@ def apply(
                 cancel = bool(cancel_flag)  # the active run's (or the fenced one's)
     if commit.executions:
         # The run read above is in this session: its records need no other check of it.
-        known = None if run_session != sid else row_run
-        _put_executions(conn, commit, run, known)
+        in_session = None if run_session != sid else row_run
+        _put_executions(conn, commit, run, in_session)
     if commit.messages:
         _put_messages(conn, sid, expected, commit.messages, branch=bool(branch))
     version = expected + len(commit.messages)
