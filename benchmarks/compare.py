@@ -208,6 +208,7 @@ def main() -> None:
                     drv = fork if label.startswith("plait") and w == "w3" else driver
                     res = _run(python, drv, w, db, variant, env, args.clock)
                     res["peer"] = label
+                    res["rep"] = rep
                     results.append(res)
                     with raw.open("a") as f:
                         f.write(json.dumps(res) + "\n")
@@ -240,7 +241,10 @@ _FLOOR_NAMES = {"baseline": "floor", "baseline-full": "FULL floor"}
 def medians(results: list[dict[str, Any]], cfg: str) -> str:
     """Per label and workload the median over the reps; W1 also as a ratio to the FULL
     floor (``baseline-full``) of the same run, W2 to both floors (``baseline``'s append
-    is not fsynced, ``baseline-full``'s is, as plait's run start is)."""
+    is not fsynced, ``baseline-full``'s is, as plait's run start is). W1's ratio is given
+    twice: of the medians, and the median of each rep's own ratio (each label against the
+    floor run beside it in that rep) with its quartiles: the machine's pace drifts between
+    reps (the fsync of a shared disk most), and a rep's pair saw the same drift."""
     keys = {"w1": "w1_us_per_step", "w2": "w2_ms", "w3": "w3_ms"}
     table: dict[tuple[str, str], list[float]] = {}
     for res in results:
@@ -260,7 +264,12 @@ def medians(results: list[dict[str, Any]], cfg: str) -> str:
         median = statistics.median(values)
         ratio = ""
         if workload == "w1" and floor:
-            ratio = f" ({median / statistics.median(floor):.2f}x the FULL floor)"
+            ratio = f" ({median / statistics.median(floor):.2f}x the FULL floor"
+            paired = _paired_ratios(results, label) if label != "baseline-full" else []
+            if paired:
+                q1, q2, q3 = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+                ratio += f"; per rep {q2:.2f}x, quartiles {q1:.2f}-{q3:.2f}"
+            ratio += ")"
         if workload == "w2" and label not in reads:
             against = [
                 f"{median / statistics.median(values):.2f}x the {_FLOOR_NAMES[name]}"
@@ -274,6 +283,24 @@ def medians(results: list[dict[str, Any]], cfg: str) -> str:
             f"| {label} | {workload} | {median:g} {keys[workload]}{ratio} | {len(values)} |"
         )
     return "\n".join(lines)
+
+
+def _paired_ratios(results: list[dict[str, Any]], label: str) -> list[float]:
+    """``label``'s W1 time per step over the FULL floor's in the same rep, for each rep
+    that has both."""
+    floor = {
+        r["rep"]: float(r["w1_us_per_step"])
+        for r in results
+        if r.get("peer") == "baseline-full" and r.get("workload") == "w1" and "rep" in r
+    }
+    return [
+        float(r["w1_us_per_step"]) / floor[r["rep"]]
+        for r in results
+        if r.get("peer") == label
+        and r.get("workload") == "w1"
+        and "w1_us_per_step" in r
+        and floor.get(r.get("rep", -1))
+    ]
 
 
 if __name__ == "__main__":
