@@ -91,6 +91,27 @@ class FenceContract(ContractBase):
 
         self.run(go)
 
+    def test_stale_holder_behind_the_new_holders_messages_is_told_its_lease_was_lost(
+        self,
+    ) -> None:
+        """The new holder appended before the stale one woke: the stale commit's version
+        is behind as well, and it is refused for its lease (what the stale process must
+        stop for), not as a version conflict (another writer of its own run)."""
+
+        async def go(store: Store) -> None:
+            old, new = await _taken_over(store)
+            assert (await store.commit(_result_commit(new, owner="w2"))).version == 2
+            stale_run = replace(await store.get_run("r1"), lease=lease("w1"), lease_token=old)
+            with pytest.raises(LeaseLostError, match="taken over"):
+                await store.commit(_result_commit(old))
+            with pytest.raises(LeaseLostError, match="taken over"):
+                await store.commit(replace(_result_commit(old), run=stale_run))
+            assert [m.message.id for m in await store.read_messages("s1")] == ["m1", "m-late"]
+            run = await store.get_run("r1")
+            assert run.status is RunStatus.RUNNING and run.lease == lease("w2", 3_000.0)
+
+        self.run(go)
+
     def test_stale_holder_commit_after_the_run_was_released_writes_nothing(self) -> None:
         """The attack: the new holder's recovery made the run wait for a person and
         released its lease; the old holder's result must still be refused."""

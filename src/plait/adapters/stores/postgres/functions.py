@@ -22,6 +22,7 @@ __all__ = [
     "CLAIM_FUNCTION_V14",
     "COMMIT_EVENTS_FUNCTION",
     "COMMIT_EVENTS_FUNCTION_V21",
+    "COMMIT_EVENTS_FUNCTION_V22",
     "COMMIT_FUNCTION",
     "COMMIT_FUNCTION_V8",
     "COMMIT_FUNCTION_V10",
@@ -29,6 +30,7 @@ __all__ = [
     "COMMIT_FUNCTION_V14",
     "COMMIT_FUNCTION_V17",
     "COMMIT_FUNCTION_V21",
+    "COMMIT_FUNCTION_V22",
     "MEMBERS_FUNCTION",
     "SEGMENTS_DDL",
     "VERSION_FUNCTION",
@@ -545,3 +547,32 @@ COMMIT_EVENTS_FUNCTION_V21 = (
     .replace(_OUT_V17, _OUT_V17 + ",\n    OUT o_runs text[], OUT o_last integer[]")
     .replace(_END_V17, _END_V17[: -len("END\n$$")] + _EVENTS_V21 + "END\n$$")
 )
+
+# Migration 22: fencing before the version. A commit of a run whose lease was taken over
+# is refused for its lease (``plait:lease_taken``/``plait:lease_lost``: the process stops
+# driving the run) also when the new holder has appended since, which puts the stale
+# commit's version behind as well: the version was checked first, and the stale writer
+# was told of a conflict with another writer instead. A run's start checks its version
+# where it did; a commit checks it after its run's fencing and before its records and
+# messages (a refused commit writes nothing either way: the raise rolls the statement
+# back). Both functions replaced in place (same parameters and results).
+_VERSION_CHECK_V21 = """    IF v_current <> p_expected THEN
+        RAISE EXCEPTION USING MESSAGE = 'plait:version_conflict',
+            DETAIL = json_build_array(v_current)::text;
+    END IF;
+"""
+_EXECUTIONS_V21 = "    FOR i IN 1 .. coalesce(array_length(e_call, 1), 0) LOOP\n"
+
+
+def _fenced_first(function: str) -> str:
+    assert function.count(_VERSION_CHECK_V21) == 1
+    assert function.count(_EXECUTIONS_V21) == 1
+    start = _VERSION_CHECK_V21.replace("IF v_current", "IF p_start AND v_current")
+    later = _VERSION_CHECK_V21.replace("IF v_current", "IF NOT p_start AND v_current")
+    return function.replace(_VERSION_CHECK_V21, start).replace(
+        _EXECUTIONS_V21, later + _EXECUTIONS_V21
+    )
+
+
+COMMIT_FUNCTION_V22 = _fenced_first(COMMIT_FUNCTION_V21)
+COMMIT_EVENTS_FUNCTION_V22 = _fenced_first(COMMIT_EVENTS_FUNCTION_V21)

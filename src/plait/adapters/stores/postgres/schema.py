@@ -25,6 +25,7 @@ from plait.adapters.stores.postgres.functions import (
     CLAIM_FUNCTION_V14,
     COMMIT_EVENTS_FUNCTION,
     COMMIT_EVENTS_FUNCTION_V21,
+    COMMIT_EVENTS_FUNCTION_V22,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
@@ -32,6 +33,7 @@ from plait.adapters.stores.postgres.functions import (
     COMMIT_FUNCTION_V14,
     COMMIT_FUNCTION_V17,
     COMMIT_FUNCTION_V21,
+    COMMIT_FUNCTION_V22,
     MEMBERS_FUNCTION,
     SEGMENTS_DDL,
     VERSION_FUNCTION,
@@ -228,6 +230,9 @@ MIGRATIONS += (
     # has one, and the step's commit with events is one function, not two (see
     # functions.py): less of the server's CPU per step.
     (COMMIT_FUNCTION_V21, COMMIT_EVENTS_FUNCTION_V21),
+    # 22: a commit checks its run's fencing before its version, so a writer whose lease
+    # was taken over is told so even after the new holder appended (see functions.py).
+    (COMMIT_FUNCTION_V22, COMMIT_EVENTS_FUNCTION_V22),
 )
 
 LATEST = len(MIGRATIONS)

@@ -459,7 +459,8 @@ class SessionState:
 
     def plan_commit(self, commit: Commit) -> Change:
         self.check_owner(commit.session_owner)
-        self._check_version(commit.expected_version)
+        # Fencing before the version: a writer whose lease was taken over is told so,
+        # also when the new holder's messages have put its version behind.
         run = None
         if commit.run is not None:
             stored = self.runs.get(commit.run.id)
@@ -491,6 +492,7 @@ class SessionState:
                 ended=fenced is not None and fenced.status.terminal,
                 wanted=commit.lease_owner,
             )
+        self._check_version(commit.expected_version)
         executions = self._stage_executions(commit.executions, run)
         messages = self._stage_messages(commit.messages)
         active = self.session.active_run_id

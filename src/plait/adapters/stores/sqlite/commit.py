@@ -185,8 +185,9 @@ def apply(
         expires_at = None if lease is None else lease.expires_at
         status, started_at = run.status.value, run.started_at
     else:
-        if current != expected:
-            raise version_conflict(sid, expected, current)
+        # Fencing before the version: a writer whose lease was taken over is told so,
+        # also when the new holder's messages have put its version behind.
+        lease = None
         if run is not None:
             if run_session != sid:  # no such run, or another session's
                 raise run_not_found(run.id)
@@ -200,6 +201,12 @@ def apply(
                 ended=ended,
                 lease_token=commit.lease_token,
             )
+        elif rid is not None:  # a run's write without its state: fenced all the same
+            held = None if run_session != sid else token
+            check_token(rid, held, commit.lease_token, ended=ended, wanted=commit.lease_owner)
+        if current != expected:
+            raise version_conflict(sid, expected, current)
+        if run is not None:
             cancel = bool(cancel_flag)
             lease_owner = None if lease is None else lease.owner
             lease_expires_at = None if lease is None else lease.expires_at
@@ -229,12 +236,8 @@ def apply(
                 active = None
             owner, expires_at = lease_owner, lease_expires_at
             status, started_at = str(run.status), run.started_at  # its value, no property
-        else:
-            if rid is not None:  # a run's write without its state: fenced all the same
-                held = None if run_session != sid else token
-                check_token(rid, held, commit.lease_token, ended=ended, wanted=commit.lease_owner)
-            if run_session is not None:
-                cancel = bool(cancel_flag)  # the active run's (or the fenced one's)
+        elif run_session is not None:
+            cancel = bool(cancel_flag)  # the active run's (or the fenced one's)
     if commit.executions:
         # The run read above is in this session: its records need no other check of it.
         in_session = None if run_session != sid else row_run
