@@ -266,6 +266,54 @@ class RunContract(ContractBase):
 
         self.run(go)
 
+    def test_executions_read_in_the_order_first_written(self) -> None:
+        """Not in call-id order, and a record moved forward keeps its place: by the run's
+        own commits, by a write without its state, and by another run's commit."""
+
+        async def go(store: Store) -> None:
+            await started(store)
+            first = (execution("c9"), execution("c5"))
+            await store.commit(Commit(session_id="s1", expected_version=0, executions=first))
+            run = await store.get_run("r1")
+            moved = replace(first[0], state=ExecutionState.STARTED, started_at=1_005.0)
+            await store.commit(
+                Commit(
+                    session_id="s1",
+                    expected_version=0,
+                    run=run,
+                    executions=(execution("c7"), moved),
+                )
+            )
+            await store.commit(
+                Commit(
+                    session_id="s1",
+                    expected_version=0,
+                    run=run.ended(RunStatus.COMPLETED, 1_006.0),
+                    executions=(execution("c6"),),
+                )
+            )
+            second = new_run("r2", started_at=1_010.0)
+            await store.start_run(Commit(session_id="s1", expected_version=0, run=second))
+            await store.commit(
+                Commit(
+                    session_id="s1",
+                    expected_version=0,
+                    run=second,
+                    executions=(
+                        execution("b2", run_id="r2"),
+                        execution("c3"),
+                        execution("b1", run_id="r2"),
+                    ),
+                )
+            )
+            r1 = await store.get_executions("r1")
+            assert [e.call_id for e in r1] == ["c9", "c5", "c7", "c6", "c3"]
+            assert r1[0] == moved
+            r2 = await store.get_executions("r2")
+            assert [e.call_id for e in r2] == ["b2", "b1"]
+
+        self.run(go)
+
     def test_execution_key_reuse_applies_nothing(self) -> None:
         async def go(store: Store) -> None:
             await started(store)
