@@ -5,16 +5,25 @@ depend on a provider API or key. A test that really needs more opts out with
 ``pg_url`` is a session-wide PostgreSQL server: ``PLAIT_TEST_PG_URL`` if set, else a
 throw-away cluster started here (one per test process: the suite runs in several).
 Without one the PostgreSQL tests are skipped, except in CI (``CI=true``), where that is a
-failure."""
+failure.
+
+A suite started in the background by a shell without job control (``cmd &``, ``nohup``)
+inherits SIGINT ignored, and every process it starts would too: the tests that press
+Ctrl-C on plait need it delivered as a terminal delivers it, so each test process takes
+Python's own handler back (a process it starts then gets SIGINT's default action)."""
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 pytest_plugins = ["plait.testing.pytest_plugin"]
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
