@@ -65,11 +65,18 @@ def _deliveries(url: str) -> list[Delivery]:
     return asyncio.run(go())
 
 
-def _worker(tmp_path: Path, url: str, script: Path, poll: str = "0.1") -> subprocess.Popen[str]:
+def _worker(
+    tmp_path: Path, url: str, script: Path, poll: str = "0.1", *, short_lease: bool = False
+) -> subprocess.Popen[str]:
+    """A worker. With ``short_lease`` its deliveries are leased for 3 s, so that after it
+    is killed the next worker sends them again soon; otherwise the lease and the POST's
+    timeout are long enough that a host slowed by the rest of the suite does not time out
+    an answered request (which rightly sends it again: at least once)."""
+    lease, timeout = ("3", "2") if short_lease else ("60", "30")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLAIT_")}
     env.update(
         PLAIT_DB=url, PLAIT_MODEL=f"scripted:{script}", PLAIT_GRACE_SECONDS="5",
-        PLAIT_WEBHOOK_LEASE_SECONDS="3", PLAIT_WEBHOOK_TIMEOUT_SECONDS="2",
+        PLAIT_WEBHOOK_LEASE_SECONDS=lease, PLAIT_WEBHOOK_TIMEOUT_SECONDS=timeout,
         PLAIT_WEBHOOK_POLL_SECONDS=poll,
     )  # fmt: skip
     return subprocess.Popen(
@@ -106,7 +113,7 @@ def test_a_worker_killed_mid_delivery_causes_a_retry_never_a_loss(tmp_path: Path
     procs: list[subprocess.Popen[str]] = []
     try:
         receiver.secret, run_id = _prepare(url, receiver.url)
-        first = _worker(tmp_path, url, script)
+        first = _worker(tmp_path, url, script, short_lease=True)
         procs.append(first)
         assert receiver.arrived.wait(60), _stop(first, signal.SIGKILL)
         first.kill()  # SIGKILL while the delivery is in flight
