@@ -9,7 +9,6 @@ does; ``--queue`` hands it to a worker instead (service mode)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import sys
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.governance import ApprovalStatus
 from plait.domain.runs import RunStatus
+from plait.entrypoints.cli import _loop
 from plait.entrypoints.cli._commands import EXIT_OK, exit_for
 from plait.entrypoints.cli._io import Out
 from plait.entrypoints.cli._live import terminal_progress
@@ -59,7 +59,7 @@ def decide(args: argparse.Namespace, out: Out, *, approve: bool, ttl: float | No
         finally:
             await rt.close()
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def _head(approval: Approval) -> str:

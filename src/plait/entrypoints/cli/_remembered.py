@@ -5,7 +5,8 @@ one its first run recorded), before ``$PLAIT_MODEL`` and ``plait.toml``."""
 from __future__ import annotations
 
 import argparse
-import asyncio
+
+from plait.entrypoints.cli import _loop
 
 __all__ = ["remember_model"]
 
@@ -32,4 +33,4 @@ def remember_model(
         finally:
             await runtime.close()
 
-    args.model = asyncio.run(look_up())
+    args.model = _loop.run(look_up())

@@ -17,7 +17,6 @@ followed by ``{"event": "run", ...}`` when the run ends, or ``{"event": "error",
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import sys
@@ -32,6 +31,7 @@ from plait.domain.messages import ToolStatus
 from plait.domain.runs import Budget, Run, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState
 from plait.domain.tools import EffectClass
+from plait.entrypoints.cli import _loop
 from plait.entrypoints.cli._io import Out, decode_utf8, terminal_safe
 from plait.entrypoints.cli._live import json_lines, terminal_progress
 from plait.entrypoints.cli._remembered import remember_model
@@ -55,7 +55,7 @@ def _json_chat(
             text = decode_utf8(raw, f"input line {number}").rstrip("\r\n")
             if not text.strip():
                 continue
-            result = asyncio.run(
+            result = _loop.run(
                 service.send(session_id, text, budget=budget, observer=json_lines, mcp_servers=mcp)
             )
         except PlaitError as error:
@@ -109,7 +109,7 @@ class _Chat:
         live output; after Ctrl-C, the run's true state (read back from the store)."""
         try:
             with terminal_progress(self.console) as observe:
-                result = asyncio.run(start(observer=observe, on_text=observe.on_text))
+                result = _loop.run(start(observer=observe, on_text=observe.on_text))
         except KeyboardInterrupt:
             return self.interrupted(run_id, known)
         return result.run
@@ -121,12 +121,12 @@ class _Chat:
             runs = await self.rt.queries.list_runs(session_id=self.session_id)
             return next((r for r in runs if r.id not in known), None)
 
-        run = asyncio.run(read())
+        run = _loop.run(read())
         if run is None:
             self.say("[yellow]interrupted before the run started[/]")
             return None
         if run.status in (RunStatus.RUNNING, RunStatus.QUEUED):
-            run = asyncio.run(self.take_back(run))
+            run = _loop.run(self.take_back(run))
         why = f" ({escape(terminal_safe(run.error.message))})" if run.error else ""
         self.say(f"[yellow]interrupted: run {run.id} is {run.status.value}{why}[/]")
         return run
@@ -157,7 +157,7 @@ class _Chat:
         return None
 
     def show_call(self, tool: str, call_id: str) -> None:
-        arguments = asyncio.run(self._call_arguments(call_id))
+        arguments = _loop.run(self._call_arguments(call_id))
         shown = "(not found)" if arguments is None else json.dumps(arguments, indent=2)
         self.say(f"  [bold]{escape(terminal_safe(tool))}[/] call {escape(call_id)} with arguments:")
         self.console.print(escape(terminal_safe(_indented(shown))), highlight=False)
@@ -180,7 +180,7 @@ class _Chat:
 
     def approvals(self, run: Run) -> Run | None:
         desk = self.rt.approval_desk()
-        pending = asyncio.run(desk.pending(run))
+        pending = _loop.run(desk.pending(run))
         if not pending:
             return None
         approval = pending[0]
@@ -241,7 +241,7 @@ class _Chat:
             self.say(f"[yellow]run {run.id} still waits for what happened to {record.call_id}[/]")
             return None
         status, note = answer
-        resolved = asyncio.run(
+        resolved = _loop.run(
             self.service.resolve(run.id, record.call_id, status, note, by=f"user:{self.who}")
         )
         if self.unknown_calls(run.id):
@@ -254,7 +254,7 @@ class _Chat:
         return self.drive(start, run.id)
 
     def unknown_calls(self, run_id: str) -> list[ExecutionRecord]:
-        detail = asyncio.run(self.rt.queries.run_detail(run_id))
+        detail = _loop.run(self.rt.queries.run_detail(run_id))
         return [e for e in detail.executions if e.result_status is ToolStatus.UNKNOWN]
 
     def ask_outcome(self) -> tuple[str, str] | None:
@@ -295,7 +295,7 @@ class _Chat:
                 self.session_id, text, budget=self.budget, mcp_servers=self.mcp, **live
             )
 
-        runs = asyncio.run(self.rt.queries.list_runs(session_id=self.session_id))
+        runs = _loop.run(self.rt.queries.list_runs(session_id=self.session_id))
         try:
             run = self.drive(start, None, frozenset(r.id for r in runs))
         except PlaitError as error:
@@ -304,10 +304,10 @@ class _Chat:
         self.settle(run)
 
     def waiting_run(self) -> Run | None:
-        session = asyncio.run(self.rt.queries.get_session(self.session_id))
+        session = _loop.run(self.rt.queries.get_session(self.session_id))
         if session.active_run_id is None:
             return None
-        run = asyncio.run(self.rt.queries.get_run(session.active_run_id))
+        run = _loop.run(self.rt.queries.get_run(session.active_run_id))
         return run if run.status in _WAITING else None
 
     def loop(self) -> int:
@@ -369,9 +369,9 @@ def run_chat(args: argparse.Namespace, budget: Budget) -> int:
 
     try:
         service.check_can_run(budget)  # no model, no prices for --max-cost: fail first
-        session_id = asyncio.run(start())
+        session_id = _loop.run(start())
         if getattr(args, "json", False):
             return _json_chat(service, session_id, budget, args.mcp_servers)
         return _Chat(runtime, session_id, budget, args.mcp_servers).loop()
     finally:
-        asyncio.run(runtime.close())
+        _loop.run(runtime.close())

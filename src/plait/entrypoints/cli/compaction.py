@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,6 +15,7 @@ from plait.adapters.shapes import (
     view_json,
 )
 from plait.domain.errors import ConfigError
+from plait.entrypoints.cli import _loop
 from plait.entrypoints.cli._remembered import remember_model
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ def _open(args: argparse.Namespace) -> tuple[Runtime, CompactionService, str]:
     runtime = Runtime.open(db=getattr(args, "db", None), model=args.model, create=False)
     compaction, model = runtime.compaction, runtime.model
     if model is None or compaction is None:
-        asyncio.run(runtime.close())
+        _loop.run(runtime.close())
         raise ConfigError(
             "no model chosen: the session remembers none (it has no run yet); pass --model "
             "or set PLAIT_MODEL; its context window decides the budget (plait never guesses "
@@ -208,7 +208,7 @@ def _compact(args: argparse.Namespace, out: _Output) -> int:
         out.emit(outcome_json(outcome), text)
         return EXIT_OK if outcome.status in ("compacted", "nothing_to_compact") else EXIT_NOT_DONE
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def _context(args: argparse.Namespace, out: _Output) -> int:
@@ -229,7 +229,7 @@ def _context(args: argparse.Namespace, out: _Output) -> int:
         out.emit(view_json(view, items=args.items), view_text(view, items=args.items))
         return EXIT_OK
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def _eval(args: argparse.Namespace, out: _Output) -> int:
@@ -240,7 +240,7 @@ def _eval(args: argparse.Namespace, out: _Output) -> int:
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be at least 1, got {args.repeat}")
     model = open_model(args.model, tools=tool_specs()) if args.model else None
-    report = asyncio.run(run_eval(model=model, trajectories=args.trajectory, repeat=args.repeat))
+    report = _loop.run(run_eval(model=model, trajectories=args.trajectory, repeat=args.repeat))
     out.emit(report, lambda: report_text(report))
     return EXIT_OK
 

@@ -3,7 +3,6 @@ tools as any other run, with a scripted model instead of a network one."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shlex
@@ -17,6 +16,7 @@ from typing import Any
 
 from plait.adapters.shapes import message_json, run_json
 from plait.domain.runs import RunStatus
+from plait.entrypoints.cli import _loop
 from plait.entrypoints.cli._render import message_text, run_text
 
 __all__ = ["DEMO_PROJECT", "DEMO_REQUEST", "run_demo", "write_demo_project"]
@@ -119,7 +119,7 @@ def run_demo(*, db: str | None, clean: bool, as_json: bool, model: str | None = 
             finally:
                 await runtime.close()
 
-        session_id, result = asyncio.run(go())
+        session_id, result = _loop.run(go())
         after = _run_tests(workspace)
         deploy_untouched = (workspace / "deploy/production.yaml").read_text(
             encoding="utf-8"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -13,6 +12,7 @@ from plait.domain.errors import ConfigError, MessageNotFoundError
 from plait.domain.forks import ForkRecord
 from plait.domain.session import Session
 from plait.domain.subagents import ParentCall
+from plait.entrypoints.cli import _loop
 
 if TYPE_CHECKING:
     from plait.application.fork import ForkService
@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace, fn: Callable[[Queries, ForkService], Awaitabl
         finally:
             await runtime.close()
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def branch_lines(session: Session, record: ForkRecord | None) -> list[str]:

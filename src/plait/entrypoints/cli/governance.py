@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -14,6 +13,7 @@ from plait.adapters.system import SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.policy import Policy, ToolRule
 from plait.domain.tools import EffectClass
+from plait.entrypoints.cli import _loop
 from plait.entrypoints.cli._options import policy_opt
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def _run(args: argparse.Namespace, fn: Callable[[Runtime], Awaitable[int]]) -> i
         finally:
             await rt.close()
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def _now() -> float:

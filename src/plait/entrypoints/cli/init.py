@@ -5,7 +5,6 @@ the model when its key is there, and what to do next. Never overwrites without
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import textwrap
@@ -16,6 +15,7 @@ from typing import Any, Protocol
 from plait.config import Config, load_config
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.runs import Budget
+from plait.entrypoints.cli import _loop
 from plait.entrypoints.cli._options import positive_int
 
 __all__ = ["POLICY_FILE", "print_schemas", "register", "run_init"]
@@ -211,7 +211,7 @@ def _check_model(spec: str, root: Path) -> dict[str, Any]:
     except PlaitError as error:
         return {"checked": False, "ok": None, "detail": error.message, "checks": []}
     try:
-        name, checks = asyncio.run(check_model(spec, config=settings.config, env=settings.environ))
+        name, checks = _loop.run(check_model(spec, config=settings.config, env=settings.environ))
     except PlaitError as error:
         return {"checked": True, "ok": False, "detail": error.message, "checks": []}
     ok = all(check["ok"] for check in checks)

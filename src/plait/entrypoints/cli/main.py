@@ -7,7 +7,6 @@ line on stderr naming it, and ``{"error": ...}`` on stdout with ``--json``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from plait.adapters.shapes import error_json, event_json
 from plait.domain.errors import ConfigError, PlaitError
 from plait.entrypoints.cli import _commands as cmd
-from plait.entrypoints.cli import service_cmds
+from plait.entrypoints.cli import _loop, service_cmds
 from plait.entrypoints.cli._io import Out, check_argv, printable
 from plait.entrypoints.cli._options import UsageError, budget
 from plait.entrypoints.cli._parser import build_parser
@@ -148,7 +147,7 @@ def _dispatch(args: argparse.Namespace, out: Out) -> int:
         remember_model(args, session_id=args.session_id)
     elif key in (("runs", "resume"), ("runs", "recover")):
         remember_model(args, run_id=args.run_id)
-    return asyncio.run(_run(command, args, out))
+    return _loop.run(_run(command, args, out))
 
 
 def _warn(

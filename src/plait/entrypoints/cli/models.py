@@ -4,10 +4,11 @@ SPEC`` (one minimal call: auth, tool calling, streaming, one line each)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Protocol
+
+from plait.entrypoints.cli import _loop
 
 __all__ = ["COMMANDS", "register"]
 
@@ -83,7 +84,7 @@ def models_check(args: argparse.Namespace, out: _Output) -> int:
     from plait.settings import resolve_settings
 
     settings = resolve_settings()
-    name, checks = asyncio.run(check_model(args.spec, config=settings.config, env=settings.environ))
+    name, checks = _loop.run(check_model(args.spec, config=settings.config, env=settings.environ))
     ok = all(c["ok"] for c in checks)
     out.emit(
         {"model": name, "ok": ok, "checks": checks},

@@ -4,13 +4,13 @@ retention policy, and put an archive back (README: Retention of raw history)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from plait.adapters.shapes import restore_json, retention_json
 from plait.domain.errors import ConfigError
+from plait.entrypoints.cli import _loop
 
 __all__ = ["COMMANDS", "register"]
 
@@ -134,7 +134,7 @@ def _restore(args: argparse.Namespace, out: _Output) -> int:
         out.emit(data, lambda: _restore_text(data))
         return EXIT_OK
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def _expire(args: argparse.Namespace, out: _Output) -> int:
@@ -167,7 +167,7 @@ def _expire(args: argparse.Namespace, out: _Output) -> int:
         out.emit(data, lambda: _text(data))
         return EXIT_OK
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 COMMANDS: dict[tuple[str, ...], Callable[[argparse.Namespace, _Output], int]] = {

@@ -8,7 +8,6 @@ helper of :mod:`plait.entrypoints.cli.main`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from plait.adapters.system import RandomIds, SystemClock
 from plait.domain.errors import ConfigError
 from plait.domain.service import Role
-from plait.entrypoints.cli import webhooks
+from plait.entrypoints.cli import _loop, webhooks
 from plait.entrypoints.cli.webhooks import COMMANDS as WEBHOOK_COMMANDS
 from plait.entrypoints.http.server import run_async, run_worker, serve
 from plait.settings import SERVICE_ENV_HELP, resolve_settings
@@ -95,7 +94,7 @@ def _db_upgrade(args: argparse.Namespace, out: Any) -> int:
         finally:
             await store.close()
 
-    before, after = asyncio.run(go())
+    before, after = _loop.run(go())
     text = (
         f"schema is current (version {after})"
         if before == after
@@ -124,7 +123,7 @@ def _keys_create(args: argparse.Namespace, out: Any) -> int:
         finally:
             await store.close()
 
-    key, secret = asyncio.run(go())
+    key, secret = _loop.run(go())
     data = {"key_id": key.id, "principal": key.principal, "role": key.role.value, "key": secret}
     out.emit(data, f"{secret}\n(key {key.id} for {key.principal}, {key.role.value}; shown once)")
     return 0

@@ -4,13 +4,13 @@ event deliveries (Standard Webhooks), sent by the workers."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from plait.adapters.shapes import delivery_json, webhook_json
 from plait.domain.errors import ConfigError
 from plait.domain.webhooks import EVENT_TYPES, DeliveryStatus
+from plait.entrypoints.cli import _loop
 
 __all__ = ["COMMANDS", "register"]
 
@@ -61,7 +61,7 @@ def _with_service(args: argparse.Namespace, op: Callable[[Any], Awaitable[Any]])
         finally:
             await runtime.close()
 
-    return asyncio.run(go())
+    return _loop.run(go())
 
 
 def _add(args: argparse.Namespace, out: Any) -> int:
