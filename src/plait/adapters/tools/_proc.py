@@ -17,11 +17,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from plait.adapters.tools._settings import Limits
 from plait.domain.errors import ToolError
+from plait.domain.record import record
 
 __all__ = ["Capture", "Outcome", "PidsCgroup", "run_process"]
 
@@ -160,7 +160,7 @@ def _user_process_count(uid: int) -> int:
     return count
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Rlimits:
     values: tuple[tuple[int, int, int], ...]
     cgroup_procs: str | None
@@ -204,7 +204,7 @@ def _preexec(spec: _Rlimits) -> Callable[[], None]:
     return setup
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Outcome:
     """How a command ended. ``exit_code`` is None when it was killed by a signal."""
 
@@ -261,8 +261,8 @@ async def run_process(
     cgroup = PidsCgroup.create(limits.max_processes) if limits.max_processes else None
     spec, note = _rlimits(limits, cgroup)
     started = time.monotonic()
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
             env=env,
@@ -273,9 +273,27 @@ async def run_process(
             preexec_fn=_preexec(spec),
             pass_fds=pass_fds,
         )
+    )
+    cancelled = False
+    try:
+        while True:
+            # Never cancelled half-way: asyncio's own clean-up of a cancelled start kills
+            # the leader only, then waits for its pipes, which the sandboxed command still
+            # holds: a Ctrl-C there waited for the whole command (a `sleep 60`). The start
+            # is let finish (it has forked already; only its pipes are being connected)
+            # and the cancellation is acted on below, killing the tree as for any call.
+            try:
+                proc = await asyncio.shield(spawn)
+                break
+            except asyncio.CancelledError:
+                if spawn.cancelled():
+                    raise
+                cancelled = True
     except BaseException as exc:
         if cgroup:
             await cgroup.remove()
+        if cancelled:  # and the start failed: nothing ran
+            raise asyncio.CancelledError from exc
         if isinstance(exc, OSError | subprocess.SubprocessError):
             # The program was never started (E2BIG, a missing bwrap, ...): nothing ran.
             raise ToolError(f"the command could not be started: {exc}") from exc
@@ -284,6 +302,8 @@ async def run_process(
     assert proc.stderr is not None
     pumps = asyncio.gather(stdout.pump(proc.stdout), stderr.pump(proc.stderr))
     try:
+        if cancelled:
+            raise asyncio.CancelledError
         timed_out = await _wait(proc, wall_seconds, cgroup)
         # Output still held open by leftovers (only possible unsandboxed) is cut off.
         _kill_tree(proc, cgroup)
