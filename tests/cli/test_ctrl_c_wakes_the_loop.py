@@ -2,8 +2,8 @@
 
 The kernel may deliver a terminal's SIGINT to any thread of the process. With
 ``asyncio.run`` alone, a main thread asleep in ``epoll_wait`` (a tool's ``sleep 60``
-running) noticed it only when the sleep ended: ``plait chat`` once sat on its spinner for
-30 s after Ctrl-C in CI. Each probe runs in its own process, so the signal state is its own.
+running) noticed it only when the sleep ended. Each probe runs in its own process, so the
+signal state is its own.
 """
 
 from __future__ import annotations
