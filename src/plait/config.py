@@ -54,11 +54,12 @@ Unknown keys and wrong types are errors naming the file and the key, never ignor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 
 __all__ = ["Config", "ModelEntry", "config_paths", "load_config"]
 
@@ -85,7 +86,7 @@ _TOP = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelEntry:
     """One ``[models.NAME]`` table: where the model is, its key variable, its
     capabilities and prices (``None``: not declared, the built-in table decides)."""
@@ -99,7 +100,7 @@ class ModelEntry:
     """Capability, price and model settings declared for it (only keys that were set)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Config:
     model: str | None = None
     policy: str | None = None

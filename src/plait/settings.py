@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
 from plait.config import Config, load_config
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 from plait.domain.webhook_schedule import PAUSE_AFTER, RETRY_SECONDS
 
 __all__ = [
@@ -64,7 +65,7 @@ SERVICE_ENV_HELP = """\
 """
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ServiceSettings:
     """What ``plait serve`` and ``plait worker`` run with (see :data:`SERVICE_ENV_HELP`)."""
 
@@ -90,7 +91,7 @@ class ServiceSettings:
     (``PLAIT_WEBHOOK_PRIVATE_NETWORKS``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Settings:
     """Everything a process was configured with, resolved once (see the module's doc)."""
 

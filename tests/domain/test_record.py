@@ -327,3 +327,63 @@ def test_a_maker_needs_exactly_the_init_fields_and_a_twin() -> None:
 def test_a_record_has_one_twin() -> None:
     assert twin(session.ExecutionRecord) is twin(session.ExecutionRecord) is not None
     assert twin(OURS["Derived"]) is None
+
+
+def test_methods_made_without_compiling_behave_as_the_dataclass_s() -> None:
+    """``__repr__``, ``__eq__``, ``__hash__`` and the frozen ``__setattr__`` are closures
+    over the fields, not compiled: the same answers as the dataclass's, for fields left
+    out of repr, comparison or hash, a class's own methods, and a record that subclasses a
+    frozen dataclass."""
+
+    def shape(frozen: Decorate) -> tuple[type[Any], type[Any], type[Any]]:
+        @frozen
+        class Fields:
+            a: int
+            b: float = dataclasses.field(default=0.0, repr=False)
+            c: list[int] = dataclasses.field(default_factory=list, compare=False)
+            d: str = dataclasses.field(default="d", hash=False)
+
+        @frozen
+        class Own:
+            a: int
+
+            def __eq__(self, other: object) -> bool:
+                return True
+
+            def __repr__(self) -> str:
+                return "own"
+
+        @dataclasses.dataclass(frozen=True)
+        class Parent:
+            p: int
+
+        @frozen
+        class Child(Parent):
+            q: int = 0
+
+        return Fields, Own, Child
+
+    ours, theirs = shape(record), shape(dataclasses.dataclass(frozen=True, slots=True))
+    for Fields, Own, Child in (ours, theirs):
+        one, same = Fields(1, float("nan"), [1], "x"), Fields(1, float("nan"), [2], "x")
+        assert one == one and one != Fields(1, 0.0, [1], "x")
+        assert one != same  # two different NaN objects: unequal in either
+        assert one == Fields(1, one.b, [3], "x")  # c is not compared; the same NaN is
+        assert hash(Fields(1, 2.0, [], "x")) == hash(Fields(1, 2.0, [9], "y"))  # d, c: no
+        assert (Fields(1) == (1,)) is False and one.__eq__(1) is NotImplemented
+        assert Own(1) == Own(2) and repr(Own(1)) == "own"
+        assert hash(Own(1)) == hash((1,))  # its __eq__ kept, a hash of the fields added
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'q'"):
+            Child(1).q = 2
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'p'"):
+            del Child(1).p
+    for made_here in ours:
+        assert made_here.__dataclass_params__.frozen and made_here.__dataclass_params__.eq
+    assert repr(ours[0](1, 2.0, [3])) == repr(theirs[0](1, 2.0, [3])).replace(
+        theirs[0].__qualname__, ours[0].__qualname__
+    )
+    assert repr(ours[2](1, 2)).endswith(".<locals>.shape.<locals>.Child(p=1, q=2)")
+    made = ours[0](1, 2.0, [3], "x")
+    assert copy.deepcopy(made) == made and copy.copy(made) == made  # (__getstate__ is ours)
+    usage = messages.Usage(input_tokens=3, output_tokens=4)
+    assert usage.__getstate__() == [3, 4, 0, 0] and pickle.loads(pickle.dumps(usage)) == usage

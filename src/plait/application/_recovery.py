@@ -4,8 +4,6 @@ operator is told."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from plait.application._models import RunModels
 from plait.application._run_state import RunResult
 from plait.application._waiting import sweep_leftovers
@@ -13,12 +11,13 @@ from plait.application.driver import RunDriver
 from plait.application.events import RunObserver
 from plait.application.ports import Clock, LeftoverSweeper, SessionStore, TextSink
 from plait.domain.errors import ConfigError, LeaseLostError
+from plait.domain.record import record
 from plait.domain.runs import Run, RunStatus
 
 __all__ = ["Recoverer", "RecoveryReport"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RecoveryReport:
     run_id: str
     outcome: str
@@ -27,7 +26,7 @@ class RecoveryReport:
     result: RunResult | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Recoverer:
     """What recovering a run needs from the service (its collaborators, not the service)."""
 

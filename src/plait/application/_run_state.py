@@ -18,6 +18,7 @@ from plait.domain.errors import (
     PlaitError,
 )
 from plait.domain.messages import Message, ToolCall
+from plait.domain.record import record
 from plait.domain.runs import Run, RunError, RunStatus, RunUsage
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
 from plait.domain.text import printable
@@ -42,7 +43,7 @@ def idempotency_key(session_id: str, run_id: str, call_id: str) -> str:
     return "idem_" + hashlib.sha256(raw).hexdigest()[:32]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunResult:
     run: Run
     messages: tuple[StoredMessage, ...]

@@ -15,7 +15,7 @@ Who drives it on is the only choice:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from plait.application._queued import check_can_queue
 from plait.application._run_state import RunResult
@@ -24,12 +24,13 @@ from plait.application.ports import ApprovalStore, TextSink
 from plait.application.service import AgentService
 from plait.domain.errors import LeaseLostError, RunStateError
 from plait.domain.governance import Approval, ApprovalStatus
+from plait.domain.record import record
 from plait.domain.runs import Run, RunStatus
 
 __all__ = ["ApprovalDesk", "Decided"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decided:
     """What :meth:`ApprovalDesk.decide_and_continue` did."""
 

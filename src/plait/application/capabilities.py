@@ -19,16 +19,15 @@ a model without them (``parallel_tool_calls = false``) simply makes one call per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from plait.application.model_caller import check_cost_ceiling
 from plait.application.ports import ModelClient
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 
 __all__ = ["RunModelsNeeded", "check_run_capabilities"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RunModelsNeeded:
     """The models one run may call, by role, and what it asks of them."""
 

@@ -10,16 +10,16 @@ worker that dies right after the claim leaves a run that recovery picks up, as b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from plait.domain.record import record
 from plait.domain.runs import Run
 from plait.domain.session import Session, StoredMessage
 
 __all__ = ["ClaimedRun", "StartingQueue", "WorkerPresence"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClaimedRun:
     """A queued run taken and persisted as ``running``, with its session and history as
     they were right after the claim (the session's version is its last message's seq)."""

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from plait.application.ports import TokenMeter
 from plait.domain.context import Context, Correction, Prefix
 from plait.domain.messages import AssistantMessage, Message
+from plait.domain.record import record
 from plait.domain.tools import ToolSpec
 
 __all__ = ["ApproxMeter", "ContextBuilder"]
@@ -55,7 +55,7 @@ class ApproxMeter:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Sum:
     """The tokens of a history's first ``length`` messages, ending with ``last_id``."""
 

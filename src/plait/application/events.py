@@ -6,7 +6,6 @@ raises does not stop the run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from plait.domain.messages import ToolCall, Usage
@@ -94,7 +93,7 @@ class RunEnded:
     run: Run
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CompactionEvent:
     """An automatic compaction in a run (docs/design.md#compaction): ``started`` before the
     summarizer is asked; then ``activated`` (a new summary is in the context; ``insufficient``: the
@@ -117,7 +116,7 @@ class CompactionEvent:
     insufficient: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ReviewEvent:
     """The Reviewer role judging one call: ``started`` before its first model call, then
     ``decided`` with its decision (``allow``, ``deny``, ``ask_user``; empty when the
@@ -136,7 +135,7 @@ class ReviewEvent:
     error_code: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RecoveryEvent:
     """Recovery of a run taken over from a stopped process
     (docs/design.md#recovery-without-repeating-side-effects): ``started`` once the last persisted

@@ -28,7 +28,7 @@ fork point, or whose source digest does not match the branch's prefix).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from plait.application.fork_summaries import SummaryInheritance
 from plait.application.ports import (
@@ -47,6 +47,7 @@ from plait.domain.errors import (
     ValidationError,
 )
 from plait.domain.forks import ForkRecord, WorkspaceSnapshot, branch_id_for
+from plait.domain.record import record
 from plait.domain.session import ForkOrigin, Session, StoredMessage
 from plait.domain.units import CutPoints, locate_cut
 
@@ -57,7 +58,7 @@ _FIRST_WINDOW = 8
 longer than that."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ForkResult:
     branch: Session
     record: ForkRecord

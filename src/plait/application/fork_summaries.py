@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from plait.application.ports import ForkStore, SessionStore, SummaryStore
 from plait.domain.errors import ConflictError
+from plait.domain.record import record
 from plait.domain.summary import Constraint, Summary, source_digest
 
 __all__ = ["Inheritance", "SummaryInheritance"]
@@ -30,7 +31,7 @@ class _Store(SessionStore, ForkStore, SummaryStore, Protocol):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Inheritance:
     summary: Summary | None
     constraints: tuple[Constraint, ...]

@@ -19,7 +19,6 @@ default: everything that validated runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, cast
 
@@ -28,6 +27,7 @@ from plait.application.ports import ModelClient, ModelResponse
 from plait.domain.context import Context
 from plait.domain.errors import ValidationError
 from plait.domain.messages import Message, ToolCall
+from plait.domain.record import record
 from plait.domain.runs import Run
 from plait.domain.session import ExecutionRecord, Session
 from plait.domain.tools import EffectClass, ToolSpec
@@ -52,7 +52,7 @@ class Verdict(StrEnum):
     NEEDS_APPROVAL = "needs_approval"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GateDecision:
     verdict: Verdict
     reason: str
@@ -87,7 +87,7 @@ class ReviewerCall(Protocol):
     ) -> Awaitable[ModelResponse]: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GateRequest:
     """Everything a gate may need to decide about one call."""
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from plait.application.ports import (
@@ -34,6 +33,7 @@ from plait.application.ports import (
 )
 from plait.domain.context import Context
 from plait.domain.errors import BudgetExhaustedError, ConfigError, ModelError, ModelErrorCode
+from plait.domain.record import record
 
 __all__ = [
     "AttemptBudget",
@@ -48,7 +48,7 @@ __all__ = [
 RETRYABLE = frozenset({ModelErrorCode.RATE_LIMITED, ModelErrorCode.TRANSIENT})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RetryPolicy:
     """``max_attempts`` per call (the first one included); the n-th retry waits a random
     time in ``[0, min(max_delay, base_delay * 2**(n-1))]``, or exactly the provider's

@@ -9,7 +9,6 @@ artifacts; the write side (sending, cancelling, recovering, resolving) is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 from plait.application.ports import (
@@ -25,6 +24,7 @@ from plait.application.subagents import parent_calls, sub_agent_sessions
 from plait.domain.forks import ForkRecord
 from plait.domain.governance import Approval
 from plait.domain.messages import ArtifactRef
+from plait.domain.record import record
 from plait.domain.retention import Expiry
 from plait.domain.runs import Run, RunStatus
 from plait.domain.session import ExecutionRecord, Session, StoredMessage
@@ -34,7 +34,7 @@ from plait.domain.summary import Constraint, Summary
 __all__ = ["LeaseInfo", "Queries", "RunDetail", "StoreInfo"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunDetail:
     """A run with the execution record of each of its tool calls."""
 
@@ -42,14 +42,14 @@ class RunDetail:
     executions: list[ExecutionRecord]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StoreInfo:
     """Where the store is (a URL, or a description for a store given as an object)."""
 
     location: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LeaseInfo:
     """A running run whose lease has not expired: its owner may still be alive."""
 

@@ -20,6 +20,7 @@ from plait.application.expiries import expiries_of
 from plait.application.ports import Clock
 from plait.domain.errors import ValidationError
 from plait.domain.messages import Message, MessageKind
+from plait.domain.record import record
 from plait.domain.retention import (
     RETENTION_MODES,
     SECONDS_PER_DAY,
@@ -50,7 +51,7 @@ ARCHIVE_MEDIA_TYPE = "application/vnd.plait.history-archive+json"
 ARCHIVE_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RetentionRequest:
     older_than_days: float
     mode: RetentionMode = "expire"
@@ -62,7 +63,7 @@ class RetentionRequest:
     dry_run: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ExpiredItem:
     session_id: str
     """The session where the message was written."""
@@ -75,13 +76,13 @@ class ExpiredItem:
     are branches)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class HeldBack:
     reason: str
     messages: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RetentionReport:
     policy: str
     mode: RetentionMode
@@ -95,7 +96,7 @@ class RetentionReport:
     archive_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RestoreReport:
     archive_id: str
     dry_run: bool

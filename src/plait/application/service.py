@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
 from plait.application._history import session_history
@@ -68,6 +68,7 @@ from plait.domain.messages import (
     ToolStatus,
     UserMessage,
 )
+from plait.domain.record import record
 from plait.domain.runs import Budget, Lease, Run, RunError, RunStatus
 from plait.domain.session import Session, StoredMessage
 from plait.domain.subagents import ParentCall
@@ -84,7 +85,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RunDefaults:
     """What a service's runs get unless a call says otherwise."""
 

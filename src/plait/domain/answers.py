@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 
 __all__ = ["OutputSchema", "decode_answer"]
 
@@ -24,7 +24,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(?P<body>.*?)\n?```$", re.DOTALL)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class OutputSchema:
     """``schema_json``: the JSON Schema as canonical JSON text; ``name``: what providers
     call it (OpenAI's schema name, Anthropic's answer tool is ``final_answer``)."""

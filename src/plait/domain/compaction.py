@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from plait.domain.errors import ValidationError
 from plait.domain.messages import Message
+from plait.domain.record import record
 from plait.domain.units import cut_points as unit_cut_points
 
 __all__ = [
@@ -36,7 +36,7 @@ def cut_points(messages: Sequence[Message]) -> list[int]:
     return [end + 1 for end in unit_cut_points(messages)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ContextBudget:
     """``input budget = context window − reserved output − safety margin``."""
 
@@ -63,7 +63,7 @@ class ContextBudget:
         return self.window - self.reserved_output - self.safety_margin
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CompactionSettings:
     """Defaults of docs/design.md#compaction."""
 
@@ -156,7 +156,7 @@ _KINDS: dict[str, type] = {
 _KIND_NAMES = {bool: "true or false", float: "a number", int: "an integer", str: "a string"}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CompactionPlan:
     """Summarize ``messages[:covered_through]`` (seqs 1..covered_through); keep the rest."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from typing import Generic, TypeVar, overload
 
@@ -57,7 +56,7 @@ class Prefix(Sequence[M]):
         return f"Prefix(<{self._length} items>)"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Correction:
     """A rejected model output and why it was rejected. Shown to the model on the next
     attempt; never stored as history."""
@@ -66,7 +65,7 @@ class Correction:
     problems: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CompactedRange:
     """Set on a context whose first history messages are replaced by a summary: the
     summary stands in for messages ``1..covered_through_seq`` (``omitted_messages`` of

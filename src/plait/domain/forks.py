@@ -4,7 +4,8 @@ snapshot with its stated coverage (docs/design.md#forks)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+
+from plait.domain.record import record
 
 __all__ = ["SNAPSHOT_NOT_COVERED", "ForkRecord", "WorkspaceSnapshot", "branch_id_for"]
 
@@ -17,7 +18,7 @@ SNAPSHOT_NOT_COVERED = (
 """What a git snapshot of a workspace does not capture; shown wherever one is reported."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class WorkspaceSnapshot:
     """A commit of a git workspace's working tree (tracked and untracked, not ignored
     files) on a private ref, checked out as a separate worktree the branch is bound to."""
@@ -30,7 +31,7 @@ class WorkspaceSnapshot:
     not_covered: tuple[str, ...] = SNAPSHOT_NOT_COVERED
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ForkRecord:
     """The request that created a branch, kept with it so a retry of the same request
     finds the same branch, and a different request under the same id is refused.

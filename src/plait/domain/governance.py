@@ -10,10 +10,11 @@ nothing: nothing here reads text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 
 __all__ = [
     "Approval",
@@ -39,7 +40,7 @@ class Decider(StrEnum):
     USER = "user"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Decision:
     """One decision about one call. ``by`` names the decider kind, ``by_name`` its
     identity (a rule name, a reviewer model, a grantor), ``at`` when it was made."""
@@ -65,7 +66,7 @@ class Decision:
         return f"{self.by.value}:{self.by_name}" if self.by_name else self.by.value
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ApprovalUse:
     """A call that wants to use an approval: everything the approval is bound to."""
 
@@ -84,7 +85,7 @@ class ApprovalStatus(StrEnum):
     DENIED = "denied"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Approval:
     """A request for a person's decision about one call, and that decision.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -137,7 +137,7 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class VendorState:
     """Opaque continuation state an adapter needs back on the next call (reasoning
     signatures, encrypted reasoning, response ids). The core stores it and returns it only
@@ -148,7 +148,7 @@ class VendorState:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ArtifactRef:
     """Where the whole of a large tool output is kept."""
 

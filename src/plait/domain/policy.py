@@ -22,11 +22,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from functools import lru_cache
 
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 
 __all__ = [
     "PLAIT_CONFIG_FILES",
@@ -103,7 +104,7 @@ def pattern_match(words: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
     return all(fnmatch.fnmatchcase(w, p) for w, p in zip(words, pattern, strict=True))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolRule:
     """One rule. ``tools`` are globs on tool names; ``paths`` (optional) restrict it to
     calls naming a matching workspace path; ``commands`` (optional) restrict it to
@@ -132,7 +133,7 @@ class ToolRule:
         return f"{self.name}: " + "; ".join(parts)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Limits:
     max_calls_per_run: int | None = None
     """Tool calls one run may execute; the next is denied."""
@@ -140,7 +141,7 @@ class Limits:
     """Size of one call's arguments (JSON, UTF-8); a bigger call is denied."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ReviewerConfig:
     """The Reviewer role's settings (its own model, instructions, model settings, budget
     share)."""
@@ -158,7 +159,7 @@ class ReviewerConfig:
     """How many recent messages (besides the user's) the reviewer sees."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ParsedCommand:
     """A shell command split into what it runs. ``ok`` is False when it could not be
     parsed (``problem`` says why): such a command is never allowed."""
@@ -174,7 +175,7 @@ class ParsedCommand:
     problem: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CallFacts:
     """What the policy knows of one call. ``paths`` are workspace-relative POSIX paths;
     ``outside`` are the named paths that leave the workspace."""
@@ -188,7 +189,7 @@ class CallFacts:
     calls_so_far: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class PolicyVerdict:
     action: Action
     rule: str
@@ -205,7 +206,7 @@ and the tool policy of the next run on the host. Kept out of the agent's reach b
 :attr:`Policy.protect_config`."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Policy:
     """Rules plus defaults. :meth:`Policy.default` is the built-in, first-run-safe one."""
 

@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from plait.domain.errors import ValidationError
@@ -37,6 +37,7 @@ from plait.domain.messages import (
     UserMessage,
     VendorState,
 )
+from plait.domain.record import record
 
 __all__ = [
     "EXPIRED_TEXT",
@@ -79,7 +80,7 @@ def check_days(days: object, *, what: str = "older-than days") -> float:
     return float(days)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RetentionSettings:
     """The ``[retention]`` table: ``raw_history_days`` (no policy when absent: nothing is
     ever expired unless a command names an age) and ``mode``."""
@@ -114,7 +115,7 @@ class RetentionSettings:
         return cls(raw_history_days=None if days is None else float(days), mode=mode)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Expiry:
     """Why a message's content is gone: kept beside its tombstone by every store."""
 
@@ -133,7 +134,7 @@ class Expiry:
     """The artifact that holds the original (``archive`` mode)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Tombstone:
     """What a store writes for one expired message: the redacted body and its record."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from plait.domain._copy import copier
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["Budget", "Lease", "Run", "RunError", "RunStatus", "RunUsage"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Budget:
     """Limits of one run. ``None`` means no limit for that dimension.
 
@@ -77,7 +77,7 @@ class RunUsage:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RunError:
     """Why a run did not complete: a stable code and a message for people."""
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any
 
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 
 __all__ = ["ApiKey", "EventType", "NewRunEvent", "Role", "RunEventRecord"]
 
@@ -28,7 +29,7 @@ class EventType(StrEnum):
     """An automatic compaction: started, activated, failed (with the reason) or skipped."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class NewRunEvent:
     """An event before the store numbers it."""
 
@@ -37,7 +38,7 @@ class NewRunEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RunEventRecord:
     """A persisted event: ``seq`` counts from 1 per run, without gaps, so a client that
     saw event ``n`` resumes with everything after ``n``."""
@@ -55,7 +56,7 @@ class Role(StrEnum):
     """Sees and acts on every principal's sessions."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ApiKey:
     """A bearer key of one principal. Only the key's SHA-256 is ever stored."""
 

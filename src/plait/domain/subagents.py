@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 
 __all__ = ["ParentCall", "SubAgent", "child_ids"]
 
@@ -24,7 +24,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,47}$")
 _CONTEXTS = ("fresh", "fork")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ParentCall:
     """The call of a parent run that a child run answers."""
 
@@ -35,7 +35,7 @@ class ParentCall:
     """The sub-agent's name: which configuration continues the child run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class SubAgent:
     """A named sub-agent. ``model``: a model spec (None: the parent's model); ``tools``:
     the names of the parent's tools it may use (None: all of them); the ``max_*`` fields

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from plait.domain.errors import SummaryInvalidError
+from plait.domain.record import record
 
 __all__ = [
     "SUMMARY_SCHEMA_VERSION",
@@ -43,7 +44,7 @@ SUMMARY_SCHEMA_VERSION = 1
 FileAction = Literal["read", "written", "edited"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Constraint:
     """An explicit user requirement, verbatim, with the user message it came from."""
 
@@ -51,7 +52,7 @@ class Constraint:
     source_message_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class SourcedNote:
     """A statement of the summary (a constraint it noticed, a decision) and its sources."""
 
@@ -59,7 +60,7 @@ class SourcedNote:
     source_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class OpenQuestion:
     """Something not settled yet. ``uncertainty`` says what is unknown, so a guess never
     reads as a fact."""
@@ -69,7 +70,7 @@ class OpenQuestion:
     source_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class EvidenceRef:
     """Where the original is: a raw message, and the artifact holding its whole output."""
 
@@ -78,7 +79,7 @@ class EvidenceRef:
     artifact_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FileFact:
     """A workspace file a tool read, wrote or edited; the last content hash seen."""
 
@@ -88,7 +89,7 @@ class FileFact:
     source_message_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CommandFact:
     command: str
     exit_status: int | None
@@ -97,13 +98,13 @@ class CommandFact:
     source_message_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FailingTest:
     name: str
     source_message_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Facts:
     """Harvested without a model from the covered prefix."""
 
@@ -120,7 +121,7 @@ class Facts:
         return ids
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class SummaryBody:
     """What the summarizer model writes (validated)."""
 
@@ -139,7 +140,7 @@ class SummaryBody:
         return ids
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Summary:
     """An activated (or candidate) summary of a session's prefix ``1..covered_through_seq``.
 

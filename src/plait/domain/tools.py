@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 
 __all__ = ["EffectClass", "ToolSpec"]
 
@@ -27,7 +27,7 @@ class EffectClass(StrEnum):
     """Cannot prove a repeat is safe: settled as ``unknown`` on recovery."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ToolSpec:
     """A tool's contract. No executor and no credentials live here.
 

@@ -23,9 +23,9 @@ answers ``None`` when the window is too narrow to decide; widen it and ask again
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
+from plait.domain.record import record
 
 __all__ = [
     "CutPoints",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Unit:
     """Messages ``start..end`` (inclusive indices) form one unit."""
 
@@ -47,7 +47,7 @@ class Unit:
     complete: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CutPoints:
     """The answer about one requested cut: is it valid, and if not, the nearest valid
     cut points before and after it (indices; ``None`` where there is none)."""

@@ -17,13 +17,13 @@ import hmac
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
 from plait.domain.errors import ConfigError, ValidationError
+from plait.domain.record import record
 from plait.domain.webhook_schedule import PAUSE_AFTER, RETRY_SECONDS
 
 __all__ = [
@@ -64,7 +64,7 @@ class DeliveryStatus(StrEnum):
     """Gave up after the whole retry schedule."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Endpoint:
     id: str
     url: str
@@ -80,7 +80,7 @@ class Endpoint:
     created_at: float = 0.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class WebhookEvent:
     id: str
     type: str
@@ -90,7 +90,7 @@ class WebhookEvent:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Delivery:
     endpoint_id: str
     event_id: str
@@ -103,7 +103,7 @@ class Delivery:
     delivered_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class DeliveryJob:
     """A claimed delivery: what to send where."""
 
@@ -116,7 +116,7 @@ class DeliveryJob:
     reach public addresses."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class DeliveryAttempt:
     """One attempt at a delivery, as its worker records it: delivered (``ok``), or due
     again at ``retry_at`` (``None``: failed for good). The endpoint is paused after

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from plait.application.ports import ModelRequest, ModelResponse
@@ -23,13 +22,14 @@ from plait.domain.messages import (
     Usage,
     UserMessage,
 )
+from plait.domain.record import record
 
 __all__ = ["MODEL", "PROBES", "Probe", "extractive_summary", "generated_round"]
 
 MODEL = "eval-assistant"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Probe:
     name: str
     at_round: int

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from importlib import resources
 from typing import Any, Literal
 
@@ -50,6 +50,7 @@ from plait.domain.messages import (
     ToolStatus,
     UserMessage,
 )
+from plait.domain.record import record
 
 __all__ = [
     "Constraint",
@@ -64,7 +65,7 @@ DEFAULT_CONSTRAINED_TOOLS = ("write_file", "run_command")
 _PAD_LINE = "  [{n:04d}] worker ok: step completed, 0 warnings, cache hit\n"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Constraint:
     id: str
     forbid: str
@@ -74,7 +75,7 @@ class Constraint:
         return call.name in self.tools and self.forbid in call.arguments_json
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Question:
     id: str
     kind: Literal["task", "evidence"]
@@ -88,7 +89,7 @@ class Question:
     evidence: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Trajectory:
     name: str
     shape: str

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from plait.domain.record import record
 
 __all__ = ["FakeHttpServer", "RecordedRequest", "Reply"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Reply:
     """One answer: a JSON ``body``, or ``events`` sent as server-sent events
     (``(event name or None, payload)``). ``cut_after`` sends that many events and then
@@ -29,7 +31,7 @@ class Reply:
     pause: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RecordedRequest:
     method: str
     path: str

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, Final
 
 from plait.application.ports import ModelCapabilities, ModelRole
 from plait.domain.errors import ModelErrorCode, ScriptError
+from plait.domain.record import record
 from plait.testing._script_where import (
     Where,
     check_json,
@@ -77,7 +78,7 @@ _CONFLICTS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ScriptedCall:
     """One tool call of a turn.
 
@@ -93,7 +94,7 @@ class ScriptedCall:
     auto_id: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ScriptedError:
     """A provider failure to raise as :class:`~plait.domain.errors.ModelError`."""
 
@@ -104,7 +105,7 @@ class ScriptedError:
     body: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Turn:
     """One scripted answer (or failure) of a role."""
 
@@ -121,7 +122,7 @@ class Turn:
     step (errors, malformed output, syntactically invalid calls, or ``rejected: true``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Script:
     """A validated script: the turns each role replays, in order."""
 

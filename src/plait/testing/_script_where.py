@@ -6,15 +6,15 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from plait.domain.errors import ScriptError
+from plait.domain.record import record
 
 __all__ = ["Where", "check_json", "check_keys", "expect", "suggest", "type_name"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Where:
     """Where a value sits in the script, for messages and error details."""
 

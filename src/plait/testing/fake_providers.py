@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from plait.domain.record import record
 from plait.testing._fake_http import FakeHttpServer, RecordedRequest, Reply
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FakeTurn:
     """One model answer: text and/or calls ``(id, name, arguments)``; ``thinking`` adds
     the provider's opaque reasoning (thinking block with signature, encrypted reasoning
@@ -348,7 +348,7 @@ def _gemini_events(turn: FakeTurn, model: str) -> list[tuple[str | None, Any]]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Dialect:
     name: str
     json: Any

@@ -18,8 +18,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from plait.domain.record import record
 
 __all__ = ["Cluster", "PostgresUnavailable", "cluster", "find_bin_dir", "temporary_cluster"]
 
@@ -66,7 +67,7 @@ def _chown(path: Path) -> None:
     shutil.chown(path, user=user)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Cluster:
     """A running throw-away cluster: its URL, and ways to stop and start it (faults for
     tests and the chaos benchmark; see :func:`cluster`)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 from plait.domain.tools import EffectClass
 
 __all__ = ["McpServerConfig", "servers_from_mapping"]
@@ -20,7 +21,7 @@ _HTTP_KEYS = ("url", "headers")
 _KEYS = (*_STDIO_KEYS, *_HTTP_KEYS, "timeout_seconds", "startup_seconds", "effects", "destructive")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class McpServerConfig:
     """One server. Stdio (``command``) or streamable HTTP (``url``), never both.
 

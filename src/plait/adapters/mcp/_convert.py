@@ -10,7 +10,6 @@ import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import jsonschema
@@ -18,6 +17,7 @@ import mcp.types as mcp_types
 
 from plait.adapters.mcp._config import McpServerConfig
 from plait.domain.errors import ToolError
+from plait.domain.record import record
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = [
@@ -52,7 +52,7 @@ def tool_name(server: str, tool: str) -> str:
     return f"{safe[: _MAX_NAME - 9]}_{digest}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class McpToolInfo:
     """One server tool as plait offers it."""
 

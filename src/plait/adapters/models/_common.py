@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from plait.domain.context import Correction
@@ -19,6 +18,7 @@ from plait.domain.messages import (
     UserMessage,
     VendorState,
 )
+from plait.domain.record import record
 
 __all__ = [
     "ADAPTER_VERSION",
@@ -47,7 +47,7 @@ def same_family(model: str, other: str) -> bool:
     return _DATE_SUFFIX.sub("", model.lower()) == _DATE_SUFFIX.sub("", other.lower())
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Target:
     """The model one converter talks to: ``vendor`` decides whose opaque state may be
     handed back, ``adapter`` which wire protocol it speaks."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 from plait.adapters.models import _openai_chat as chat
@@ -22,11 +21,12 @@ from plait.adapters.models._driver import (
 )
 from plait.adapters.models._stainless import create, sdk_errors
 from plait.application.ports import ModelCapabilities, ModelRequest, ModelResponse
+from plait.domain.record import record
 
 __all__ = ["CHAT", "RESPONSES", "OpenAIModel", "WireProtocol"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WireProtocol:
     build: Callable[[Target, ModelRequest, bool, ModelCapabilities, str], dict[str, Any]]
     parse: Callable[[Target, dict[str, Any], str], ModelResponse]

@@ -5,7 +5,7 @@ config into a ready client. No SDK is imported here."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -16,6 +16,7 @@ from plait.adapters.models._driver import DEFAULT_IDLE_TIMEOUT, missing_key
 from plait.application.ports import ModelCapabilities
 from plait.config import Config
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 
 if TYPE_CHECKING:
     from plait.application.ports import ModelClient
@@ -37,7 +38,7 @@ _KEY_ENV = {
 _CAPABILITY_KEYS = frozenset(f.name for f in fields(ModelCapabilities))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelSpec:
     kind: str
     model: str
@@ -73,7 +74,7 @@ def parse_spec(spec: str) -> ModelSpec:
     return ModelSpec(kind=kind, model=model, base_url=base_url.rstrip("/"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Resolved:
     """Everything needed to build a client, after the config file had its say."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 
 __all__ = ["EXPORTERS", "TelemetrySettings"]
 
@@ -15,7 +15,7 @@ _KEYS = ("enabled", "capture_content", "exporter", "service_name", "span_process
 _CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class TelemetrySettings:
     """``enabled``: emit traces and metrics (off by default). ``capture_content``: record
     message contents, tool arguments and tool results on spans (the GenAI conventions'

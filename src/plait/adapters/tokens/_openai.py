@@ -11,12 +11,12 @@ import base64
 import functools
 import hashlib
 import json
-from dataclasses import dataclass
 from importlib import resources
 
 import tiktoken
 
 from plait.domain.messages import AssistantMessage, Message, ToolResultMessage
+from plait.domain.record import record
 from plait.domain.tools import ToolSpec
 
 __all__ = ["OpenAIMeter", "build_encoding", "encoding_for", "load_encoding", "parse_ranks"]
@@ -32,7 +32,7 @@ _ENDOFTEXT = "<|endoftext|>"
 _ENDOFPROMPT = "<|endofprompt|>"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _EncodingDef:
     """What tiktoken's ``tiktoken_ext.openai_public`` defines for an encoding, with the
     rank file's pinned hash."""

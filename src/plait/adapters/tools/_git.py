@@ -22,9 +22,9 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from plait.domain.errors import PolicyError
+from plait.domain.record import record
 
 __all__ = [
     "GitPlaces",
@@ -74,7 +74,7 @@ def denied(display: str) -> PolicyError:
     return PolicyError(f"writing {display!r} is denied: {_REASON}", path=display)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GitScan:
     """The git places under a root, and what each directory looked like when it was
     listed: ``(device, inode, ctime in ns, names of its subdirectories)``."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+
+from plait.domain.record import record
 
 __all__ = ["CHUNK", "MiB", "WorkspaceLimits", "plural"]
 
@@ -10,7 +12,7 @@ MiB = 1024 * 1024
 CHUNK = 64 * 1024  # longest piece of a line read at once
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class WorkspaceLimits:
     """Bounds on what one call may read or produce."""
 
@@ -32,8 +34,8 @@ class WorkspaceLimits:
     the run sets no tool timeout; with a timeout it stops at that timeout."""
 
     def __post_init__(self) -> None:
-        for name in self.__slots__:
-            value = getattr(self, name)
+        for spec in dataclasses.fields(self):
+            name, value = spec.name, getattr(self, spec.name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"WorkspaceLimits.{name} must be a positive int")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any
 
 from plait.domain.errors import ConfigError
+from plait.domain.record import record
 from plait.domain.tools import EffectClass
 
 __all__ = ["DEFAULT_ENV_ALLOW", "Limits", "SandboxSettings"]
@@ -44,7 +45,7 @@ def _strings(key: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Limits:
     """Resource limits of one command. ``None`` leaves a limit off.
 
@@ -79,7 +80,7 @@ _NUMBER_KEYS = ("timeout_seconds", "max_timeout_seconds")
 _LIMIT_KEYS = ("cpu_seconds", "address_space_bytes", "max_processes", "file_size_bytes")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class SandboxSettings:
     """How ``run_command`` and ``run_tests`` run.
 

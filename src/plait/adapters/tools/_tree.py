@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from plait.adapters.tools._paths import _DIR_FLAGS
+from plait.domain.record import record
 
 __all__ = ["EntryKind", "TreeEntry", "WalkNotes", "walk_tree"]
 
@@ -16,7 +17,7 @@ __all__ = ["EntryKind", "TreeEntry", "WalkNotes", "walk_tree"]
 EntryKind = Literal["dir", "file", "link", "other"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TreeEntry:
     """One directory entry met by :func:`walk_tree`; ``parent_fd`` stays open (and valid)
     until the walk moves on."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from plait.adapters.tools._catalog import SPECS, parse
@@ -19,6 +18,7 @@ from plait.adapters.tools._limits import WorkspaceLimits
 from plait.application.ports import Tool
 from plait.domain.errors import ToolError
 from plait.domain.policy import Action, CallFacts, Policy
+from plait.domain.record import record
 from plait.domain.tools import EffectClass, ToolSpec
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["workspace_tools"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Shield:
     """What every file tool call keeps out of: the protected paths (their identities now
     and when the tools were made) and, for writes, with ``policy``, the paths it denies

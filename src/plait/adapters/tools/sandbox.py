@@ -23,11 +23,11 @@ import os
 import stat
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from plait.adapters.tools._settings import Limits, SandboxSettings
 from plait.domain.errors import ToolError
 from plait.domain.policy import PLAIT_CONFIG_FILES, Action, Policy, glob_match
+from plait.domain.record import record
 
 __all__ = [
     "Limits",
@@ -285,7 +285,7 @@ def refuse_system_workspace(workspace: str) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Mounts:
     """What a workspace's sandbox binds, all as real absolute paths. ``pinned`` are the
     writable directories that lead to a read-only or hidden path: each is bound onto

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple, Protocol, cast
 
 from plait.application.compaction._ledger import CountCache, Ledger
@@ -43,6 +43,7 @@ from plait.application.ports import (
 from plait.domain.compaction import CompactionSettings, ContextBudget
 from plait.domain.context import CompactedRange, Context, Correction, Prefix
 from plait.domain.messages import AssistantMessage, Message, UserMessage
+from plait.domain.record import record
 from plait.domain.summary import Constraint, Summary
 from plait.domain.tools import ToolSpec
 
@@ -62,7 +63,7 @@ def meter_fingerprint(meter: TokenMeter) -> str | None:
     return fingerprint if isinstance(fingerprint, str) and fingerprint else None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class TokenBreakdown:
     instructions: int = 0
     tools: int = 0
@@ -107,7 +108,7 @@ class ViewBasis(NamedTuple):
     """False: built without counting (``measure=False``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ContextView:
     """What the next model call would see, and what it costs."""
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from plait.domain.compaction import Trigger
+from plait.domain.record import record
 from plait.domain.summary import Summary
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ __all__ = ["CompactionOutcome", "RunCompaction", "Status", "outcome"]
 Status = Literal["compacted", "not_needed", "nothing_to_compact", "failed", "superseded", "skipped"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CompactionOutcome:
     status: Status
     detail: str

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from plait.application.compaction._calibration import Calibration
 from plait.application.ports import ModelClient, TokenMeter
 from plait.domain.errors import TokenMeterModelUnconfiguredError
+from plait.domain.record import record
 
 __all__ = ["ModelProfile", "ModelProfiles"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelProfile:
     model: str
     meter: TokenMeter

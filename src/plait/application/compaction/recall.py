@@ -12,7 +12,6 @@ never with made-up content. The output is a tool result, so the model reads it a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from plait.application.ports import ToolInvocation, ToolOutput
 from plait.domain.errors import ArtifactNotFoundError
 from plait.domain.messages import ToolResultMessage
 from plait.domain.recall import search_terms
+from plait.domain.record import record
 from plait.domain.session import StoredMessage
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def _snippet(sm: StoredMessage, term: str, width: int = 240) -> str:
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArtifactSlice:
     artifact_id: str
     owner: StoredMessage
@@ -124,7 +124,7 @@ async def find_message(store: Any, session_id: str, message_id: str) -> StoredMe
     return next((sm for sm in stored if sm.message.id == message_id), None)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExpiredSource:
     """A source that existed in this session but whose content retention removed."""
 

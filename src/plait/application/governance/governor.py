@@ -13,7 +13,7 @@ tool output quoted as data, but the reviewer can only narrow what the policy all
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from plait.application.governance.facts import WorkspaceProbe, call_facts
@@ -30,6 +30,7 @@ from plait.domain.governance import (
 )
 from plait.domain.messages import Message, ToolCall, Usage
 from plait.domain.policy import Action, CallFacts, Policy, PolicyVerdict
+from plait.domain.record import record
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["GateOutcome", "Governor"]
@@ -37,7 +38,7 @@ __all__ = ["GateOutcome", "Governor"]
 Outcome = Literal["allow", "deny", "wait"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GateOutcome:
     """What to do with a call: run it, deny it (``decision.reason`` goes to the model) or
     wait for the person named by ``approval``. ``trail`` is every decision taken on the
@@ -273,7 +274,7 @@ class Governor:
         return _Review(decision, out.model_calls, out.usage)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Review:
     decision: Decision
     model_calls: int

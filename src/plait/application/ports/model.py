@@ -4,7 +4,7 @@ the token meters that count for it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from plait.domain.messages import Usage
@@ -30,7 +30,7 @@ __all__ = [
 ModelRole = Literal["assistant", "reviewer", "summarizer"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ModelCapabilities:
     """What an adapter can do. A run checks what it needs when it starts."""
 

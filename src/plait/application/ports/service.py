@@ -4,8 +4,9 @@ webhooks and their delivery, API keys. A process driving one run never imports t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from plait.domain.record import record
 
 if TYPE_CHECKING:
     from plait.application.ports.stores import (
@@ -85,7 +86,7 @@ class RunQueue(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CarriedEvents:
     """Run events a commit takes from an :class:`EventCarrier`: per run, in order, with
     the lease token each run's are fenced by."""

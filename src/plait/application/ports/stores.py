@@ -6,7 +6,7 @@ the application hands a store to write is in :mod:`.writes`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Protocol
 
 from plait.domain.record import record
@@ -52,7 +52,7 @@ class CommitResult:
     """Someone asked (maybe from another process) to cancel the committed run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class StoreCapabilities:
     """What a store can do beyond what every store does (:class:`SessionStore` and
     :class:`ArtifactStore`). Each flag names the port the store then implements as well;

@@ -4,10 +4,10 @@ call of a tool is in :mod:`.calls`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from plait.application.arguments import check_at_registration
+from plait.domain.record import record
 
 if TYPE_CHECKING:
     from plait.application.ports.calls import ToolInvocation, ToolOutput
@@ -26,7 +26,7 @@ class ToolExecutor(Protocol):
     async def __call__(self, invocation: ToolInvocation) -> ToolOutput: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Tool:
     spec: ToolSpec
     execute: ToolExecutor

@@ -4,7 +4,6 @@ branch of a session). What a store is and what it answers are in :mod:`.stores`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from plait.domain.record import record
@@ -47,7 +46,7 @@ class Commit:
     ``run.id`` otherwise."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ForkCommit:
     """One atomic fork: create ``branch`` (empty, idle, with its fork origin), give it the
     source's messages ``1..record.through_seq`` (shared by id, bodies not copied where the

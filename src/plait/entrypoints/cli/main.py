@@ -12,12 +12,12 @@ import os
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from plait.adapters.shapes import error_json, event_json
 from plait.domain.errors import ConfigError, PlaitError
+from plait.domain.record import record
 from plait.entrypoints.cli import _commands as cmd
 from plait.entrypoints.cli import _loop, service_cmds
 from plait.entrypoints.cli._io import Out, check_argv, printable
@@ -45,7 +45,7 @@ Mode = Literal["read", "write", "create"]
 create: the store is created when missing."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Command:
     run: Callable[[Runtime, argparse.Namespace, Out], Awaitable[int]]
     mode: Mode

@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from dataclasses import dataclass
 
 from plait.application.ports import Clock, IdGenerator, KeyStore
 from plait.domain.errors import ValidationError
+from plait.domain.record import record
 from plait.domain.service import ApiKey, Role
 from plait.domain.session import Session
 
@@ -18,7 +18,7 @@ __all__ = ["Authenticator", "Principal", "create_key", "hash_key"]
 PREFIX = "plk_"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Principal:
     name: str
     role: Role

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from plait.domain.errors import (
     SessionNotFoundError,
 )
 from plait.domain.messages import ArtifactRef, Message
+from plait.domain.record import record
 from plait.domain.runs import Lease, Run, RunStatus
 from plait.domain.session import ExecutionRecord, ExecutionState, Session, StoredMessage
 
@@ -410,7 +411,7 @@ def _lost(run: Run, owner: str) -> LeaseLostError:
 # --- the shared in-memory model of one session --------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Change:
     """What one write does, fully resolved (seqs assigned, leases and flags decided)."""
 
