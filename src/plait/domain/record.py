@@ -62,6 +62,8 @@ def record(cls: type[T] | None = None, /, *, kw_only: bool = False) -> Any:
 
     def make(target: type[T]) -> type[T]:
         documented = bool(target.__doc__)
+        if not documented:  # written below; dataclasses would read object.__init__'s
+            target.__doc__ = "-"  # signature from its text (~2 ms: tokenize's regex)
         # dataclasses compiles nothing for these options: the fields, the slots and
         # __match_args__ only; the methods are set below (see _methods)
         frozen_base = any(
