@@ -113,7 +113,7 @@ def _methods(cls: type[Any], *, frozen_by_dataclasses: bool) -> None:
     if explicit_hash is _MISSING or (explicit_hash is None and "__eq__" in own):
         hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
         type.__setattr__(cls, "__hash__", _hash(_key(hashed)))
-    if not frozen_by_dataclasses:  # (it was for a subclass of a frozen dataclass)
+    if not frozen_by_dataclasses:  # else dataclasses made them: a frozen dataclass's subclass
         if "__setattr__" in own or "__delattr__" in own:  # as dataclasses refuses it
             raise TypeError(f"Cannot overwrite attribute __setattr__ in class {cls.__name__}")
         names = frozenset(f.name for f in fields)
