@@ -37,6 +37,9 @@ def ctrl_c():
         signal.pthread_kill(other.ident, signal.SIGINT)
 
 async def command():
+    if HOW == "at-end":  # a Ctrl-C as the command returns: not lost with it
+        os.kill(os.getpid(), signal.SIGINT)
+        return "finished"
     sleeping.set()
     try:
         await asyncio.Event().wait()
@@ -51,7 +54,8 @@ def watchdog():
     print("asleep", flush=True)
     os._exit(0)
 
-threading.Thread(target=ctrl_c, daemon=True).start()
+if HOW != "at-end":
+    threading.Thread(target=ctrl_c, daemon=True).start()
 threading.Thread(target=watchdog, daemon=True).start()
 try:
     print(_loop.run(command()), flush=True)
@@ -78,6 +82,10 @@ def test_ctrl_c_cancels_the_command_on_any_thread(how: str) -> None:
 
 def test_a_second_ctrl_c_cuts_a_slow_clean_up() -> None:
     assert _probe("twice") == ["cancelled", "interrupted", "default", "again"]
+
+
+def test_a_ctrl_c_as_the_command_ends_still_interrupts_it() -> None:
+    assert _probe("at-end") == ["interrupted", "default", "again"]
 
 
 def test_without_ctrl_c_the_result_comes_back() -> None:

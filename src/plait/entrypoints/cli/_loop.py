@@ -4,21 +4,26 @@ wakes the event loop.
 ``asyncio.run`` handles SIGINT with a Python-level handler, and Python runs such a handler
 on the main thread only when that thread next runs Python code. The kernel may deliver the
 signal to any thread of the process (the store's I/O thread, an executor's): the main
-thread, asleep in ``epoll_wait`` while a tool's ``sleep 60`` runs, then notices the Ctrl-C
-only when the tool ends. The loop's own signal handling (``loop.add_signal_handler``) also
-writes the signal to the loop's wake-up pipe, whichever thread took it, so the run is
-cancelled at once.
+thread, asleep in ``epoll_wait`` while a tool's ``sleep 60`` runs, then noticed the Ctrl-C
+only when the tool ended. Here the signal also writes a byte to a socket the loop watches
+(``signal.set_wakeup_fd``), whichever thread took it: the loop wakes, and asyncio's own
+handler runs at once.
 
-The rest is ``asyncio.run``'s behaviour: the first Ctrl-C cancels the command's task (a
-tool that was running is recorded as cancelled, or its outcome as unknown) and
-``KeyboardInterrupt`` is raised once the task has ended that way; a second Ctrl-C raises
-``KeyboardInterrupt`` at once.
+Everything else is ``asyncio.run``'s own behaviour, unchanged: the first Ctrl-C cancels
+the command's task (a tool that was running is recorded as cancelled, or its outcome as
+unknown) and ``KeyboardInterrupt`` is raised once the task has ended that way; a Ctrl-C
+after the task has ended, or a second one, raises ``KeyboardInterrupt`` at once. (The
+loop's own ``add_signal_handler`` would wake it too, but a Ctrl-C arriving as the command
+ends is then dropped with the handler: a command interrupted then went on as if it had
+not been.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import socket
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -37,29 +42,26 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
         return asyncio.run(main)
-    return asyncio.run(_interruptible(main))
+    return asyncio.run(_woken_by_signals(main))
 
 
-async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
+async def _woken_by_signals(main: Coroutine[Any, Any, T]) -> T:
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None  # asyncio.run's own task
-    pressed = 0
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
 
-    def on_sigint() -> None:
-        nonlocal pressed
-        pressed += 1
-        if pressed > 1:
-            raise KeyboardInterrupt
-        task.cancel()
+    def drain() -> None:  # the bytes only woke the loop; the handlers run on their own
+        with contextlib.suppress(OSError):
+            while reader.recv(256):
+                pass
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_reader(reader.fileno(), drain)
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     try:
         return await main
-    except asyncio.CancelledError:
-        if pressed:
-            raise KeyboardInterrupt from None
-        raise
     finally:
-        # restores Python's default handler (and clears the wake-up fd)
-        loop.remove_signal_handler(signal.SIGINT)
+        signal.set_wakeup_fd(previous)
+        loop.remove_reader(reader.fileno())
+        reader.close()
+        writer.close()
