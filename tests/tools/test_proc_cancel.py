@@ -60,3 +60,38 @@ def test_a_command_cancelled_while_it_starts_is_ended_with_its_children(tmp_path
     # before the fix the cancellation came back only when the child had ended (2 s);
     # this bound is a hang detector, far above the few milliseconds it takes
     assert waited < 1.5, waited
+
+
+async def _cancelled_mid_output(tmp_path: Path) -> float:
+    out = _capture(tmp_path, "out")
+    task = asyncio.ensure_future(
+        run_process(
+            ["sh", "-c", "yes | head -c 100000000; sleep 30"],
+            cwd=str(tmp_path),
+            env={"PATH": os.environ["PATH"]},
+            limits=Limits(max_processes=None),
+            wall_seconds=60,
+            stdout=out,
+            stderr=_capture(tmp_path, "err"),
+            shell_codes=True,
+        )
+    )
+    for _ in range(3000):  # until the pipes are full and more is waiting
+        if out.size >= 1_000_000:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the command wrote nothing")
+    start = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(task), 20)
+    return time.monotonic() - start
+
+
+def test_a_command_cancelled_mid_output_is_ended(tmp_path: Path) -> None:
+    """Cancelled while its output is still flowing (a Ctrl-C, a deadline), a command ends:
+    what its killed tree left in the pipes is read to their end, without which the pipes
+    stayed paused and the wait for the process never came back."""
+    waited = asyncio.run(_cancelled_mid_output(tmp_path))
+    assert waited < 10, waited  # a hang detector: it takes milliseconds

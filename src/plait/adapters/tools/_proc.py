@@ -335,6 +335,13 @@ async def _finish(
     """Make sure nothing is left running or reading; True when the process limit was hit."""
     if proc.returncode is None:
         _kill_tree(proc, cgroup)
+    # The pumps read what the killed tree left in its pipes, to their end (at once, unless
+    # a leftover outside the tree holds them). Cancelled while output was still waiting
+    # (a call cancelled or timed out mid-output), the pipes stayed paused, their end was
+    # never seen, and ``proc.wait()``, which in 3.11 waits for the pipes too, never came
+    # back: the cancellation of a `yes` hung.
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(pumps), _DRAIN_SECONDS)
     pumps.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await pumps
