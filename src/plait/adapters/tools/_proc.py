@@ -305,10 +305,9 @@ async def run_process(
         if cancelled:
             raise asyncio.CancelledError
         timed_out = await _wait(proc, wall_seconds, cgroup)
-        # Output still held open by leftovers (only possible unsandboxed) is cut off.
+        # Output still held open by leftovers (only possible unsandboxed) is cut off:
+        # _finish reads what is left for at most _DRAIN_SECONDS.
         _kill_tree(proc, cgroup)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(pumps), _DRAIN_SECONDS)
     finally:
         hit = await _finish(proc, pumps, cgroup)
         stdout.close()
