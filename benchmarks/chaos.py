@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from svc_load import _free_port, _Http, _key
+from svc_load import _free_port, _Http, _key, count_between
 
 HERE = Path(__file__).resolve()
 TERMINAL = {"completed", "failed", "cancelled", "budget_exceeded", "timed_out"}
@@ -610,8 +610,8 @@ def _seconds(text: str) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--store", choices=["both", "postgresql", "sqlite"], default="both")
-    p.add_argument("--runs", type=int, default=80, choices=range(2, 201), metavar="2..200")
-    p.add_argument("--sqlite-runs", type=int, default=40, choices=range(2, 201), metavar="2..200")
+    p.add_argument("--runs", type=count_between(2, 200), default=80, metavar="2..200")
+    p.add_argument("--sqlite-runs", type=count_between(2, 200), default=40, metavar="2..200")
     p.add_argument("--rate", type=float, default=4.0, help="submissions per second")
     p.add_argument("--concurrency", type=int, default=4, help="runs per worker at once")
     p.add_argument("--lease", type=float, default=3.0)

@@ -825,6 +825,22 @@ def _verify(result: dict[str, Any], ledger: Path, warmup: int = 0) -> dict[str, 
     }
 
 
+def count_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``, else an error naming the
+    range (``choices=range(...)`` would print every number in it)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
 def _ms(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -1022,7 +1038,7 @@ def _profiled(role: str, work: Callable[[], None]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--store", choices=["postgresql", "sqlite"], default="postgresql")
-    p.add_argument("--runs", type=int, default=500, choices=range(2, 2001), metavar="2..2000")
+    p.add_argument("--runs", type=count_between(2, 2000), default=500, metavar="2..2000")
     p.add_argument(
         "--rate",
         type=float,
