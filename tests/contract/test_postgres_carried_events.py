@@ -6,12 +6,15 @@ after the commit, in a statement of their own."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import psycopg
 import pytest
 
+from plait.adapters.stores.postgres import commit as commit_sql
 from plait.adapters.stores.postgres import service
+from plait.adapters.stores.postgres.arrays import Floats, Ints, Texts
 from plait.adapters.stores.postgres.feed import PgEventFeed
 from plait.adapters.stores.postgres.store import PostgresStore
 from plait.adapters.system import RandomIds, SystemClock
@@ -309,5 +312,55 @@ def test_a_commit_carries_the_events_of_the_writers_other_runs(url: str) -> None
         await store.commit(step(run, 2, "a2"))
         assert len(await store.read_run_events("r2")) == 3
         assert carrier.settled[1][1] == {"r2": []}
+
+    run_with(url, go)
+
+
+def test_a_runs_events_in_two_slices_are_numbered_on_and_each_slice_fenced(url: str) -> None:
+    """``plait_commit_events`` writes the events run by run, a slice of the arrays at a
+    time (the store sends each run's together). Slices of one run apart (r1, r2, r1) are
+    numbered on from the first, its result names each run once with its last number, and
+    a slice under a stale token or none is left out while the others go in."""
+
+    async def go(store: PostgresStore) -> None:
+        run = await claimed(store)
+        token = run.lease_token
+        assert token is not None
+        await store.create_session(new_session("s2"))
+        other = new_run("r2", session_id="s2", status=RunStatus.QUEUED)
+        first = Commit(
+            session_id="s2", expected_version=0, run=other, messages=(user("n1", run_id="r2"),)
+        )
+        await store.start_run(first)
+        second = await store.claim_queued_run(owner="w1", now=1_001.0, expires_at=1_100.0)
+        assert second is not None and second.lease_token is not None
+        await store.append_run_events("r1", [event(0)], lease_token=token)
+        slices = [
+            ("r1", token, "a"),
+            ("r1", token, "b"),
+            ("r2", second.lease_token, "c"),
+            ("r1", token + 1, "stale"),  # fenced off: not the run's token
+            ("r1", None, "none"),  # fenced off: no token
+            ("r1", token, "d"),
+            ("r2", second.lease_token, "e"),
+        ]
+        events = (
+            Texts([r for r, _, _ in slices]),
+            Texts(["step_started"] * len(slices)),
+            Floats([1_000.0] * len(slices)),
+            Texts([json.dumps({"tag": tag}) for _, _, tag in slices]),
+            Ints([t for _, t, _ in slices]),
+        )
+        params = (*commit_sql._params(step(run, 1, "a1"), False), *events)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            row = await (await conn.execute(commit_sql._CALL_EVENTS, params)).fetchone()
+        assert row is not None
+        assert dict(zip(row[4], row[5], strict=True)) == {"r1": 4, "r2": 2}
+        assert len(row[4]) == 2
+        r1 = [(e.seq, e.data) for e in await store.read_run_events("r1")]
+        r2 = [(e.seq, e.data) for e in await store.read_run_events("r2")]
+        assert r1 == [(1, {"step": 0}), (2, {"tag": "a"}), (3, {"tag": "b"}), (4, {"tag": "d"})]
+        assert r2 == [(1, {"tag": "c"}), (2, {"tag": "e"})]
+        assert [m.message.id for m in await store.read_messages("s1")] == ["m1", "a1"]
 
     run_with(url, go)
