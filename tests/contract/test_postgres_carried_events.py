@@ -65,6 +65,19 @@ async def claimed(store: PostgresStore, owner: str = "w1") -> Run:
     return got
 
 
+async def claimed_second(store: PostgresStore) -> Run:
+    """Session s2 with its user message and run r2, claimed by w1 (its second run)."""
+    await store.create_session(new_session("s2"))
+    other = new_run("r2", session_id="s2", status=RunStatus.QUEUED)
+    first = Commit(
+        session_id="s2", expected_version=0, run=other, messages=(user("n1", run_id="r2"),)
+    )
+    await store.start_run(first)
+    second = await store.claim_queued_run(owner="w1", now=1_001.0, expires_at=1_100.0)
+    assert second is not None and second.lease_token is not None
+    return second
+
+
 def step(run: Run, version: int, message_id: str, owner: str = "w1") -> Commit:
     return Commit(
         session_id="s1",
@@ -282,14 +295,7 @@ def test_a_worker_writes_most_events_inside_its_runs_commits(url: str) -> None:
 def test_a_commit_carries_the_events_of_the_writers_other_runs(url: str) -> None:
     async def go(store: PostgresStore) -> None:
         run = await claimed(store)
-        await store.create_session(new_session("s2"))
-        other = new_run("r2", session_id="s2", status=RunStatus.QUEUED)
-        first = Commit(
-            session_id="s2", expected_version=0, run=other, messages=(user("n1", run_id="r2"),)
-        )
-        await store.start_run(first)
-        second = await store.claim_queued_run(owner="w1", now=1_001.0, expires_at=1_100.0)
-        assert second is not None and second.lease_token is not None
+        second = await claimed_second(store)
         assert run.lease_token is not None
         await store.append_run_events("r2", [event(0)], lease_token=second.lease_token)
         carrier = RecordingCarrier()
@@ -326,14 +332,7 @@ def test_a_runs_events_in_two_slices_are_numbered_on_and_each_slice_fenced(url: 
         run = await claimed(store)
         token = run.lease_token
         assert token is not None
-        await store.create_session(new_session("s2"))
-        other = new_run("r2", session_id="s2", status=RunStatus.QUEUED)
-        first = Commit(
-            session_id="s2", expected_version=0, run=other, messages=(user("n1", run_id="r2"),)
-        )
-        await store.start_run(first)
-        second = await store.claim_queued_run(owner="w1", now=1_001.0, expires_at=1_100.0)
-        assert second is not None and second.lease_token is not None
+        second = await claimed_second(store)
         await store.append_run_events("r1", [event(0)], lease_token=token)
         slices = [
             ("r1", token, "a"),
