@@ -78,6 +78,7 @@ SELECT c.id, c.session_id, m.data
 FROM claimed AS c LEFT JOIN f_messages AS m ON m.session_id = c.session_id ORDER BY m.id
 """
 
+INSERT_MESSAGE = "INSERT INTO f_messages (session_id, data) VALUES (%s, %s)"
 EVENTS_PER_STEP = 6
 
 
@@ -85,9 +86,9 @@ def _message(kind: str, step: int, text: str) -> str:
     return json.dumps({"kind": kind, "step": step, "text": text, "at": time.time()})
 
 
-def _event(run: str, kind: str, step: int) -> str:
+def _event(run: str, step: int) -> str:
     return json.dumps(
-        {"type": kind, "run_id": run, "step": step, "at": time.time(), "data": {"x": "y" * 120}}
+        {"type": "event", "run_id": run, "step": step, "at": time.time(), "data": {"x": "y" * 120}}
     )
 
 
@@ -103,7 +104,7 @@ class Floor:
         run = f"run_{i:06d}"
         async with conn.transaction(), conn.pipeline():
             await conn.execute(
-                "INSERT INTO f_messages (session_id, data) VALUES (%s, %s)",
+                INSERT_MESSAGE,
                 (sid, _message("user", 0, "go")),
             )
             await conn.execute(
@@ -133,13 +134,13 @@ class Floor:
                 async with conn.transaction(), conn.pipeline():
                     if step > 1:  # the tool's result, then the next assistant message
                         await conn.execute(
-                            "INSERT INTO f_messages (session_id, data) VALUES (%s, %s)",
+                            INSERT_MESSAGE,
                             (sid, _message("tool_result", step - 1, "ok " * 8)),
                             prepare=True,
                         )
                     kind = "answer" if step == 3 else "tool_call"
                     await conn.execute(
-                        "INSERT INTO f_messages (session_id, data) VALUES (%s, %s)",
+                        INSERT_MESSAGE,
                         (sid, _message(kind, step, '{"name": "echo", "args": {}}')),
                         prepare=True,
                     )
@@ -169,7 +170,7 @@ class Floor:
                         (
                             run,
                             list(range(first + 1, first + EVENTS_PER_STEP + 1)),
-                            [_event(run, "event", step) for _ in range(EVENTS_PER_STEP)],
+                            [_event(run, step) for _ in range(EVENTS_PER_STEP)],
                         ),
                         prepare=True,
                     )
