@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from plait._compiled import compiled
 from plait.domain.record import twin
 
 __all__ = ["copier"]
@@ -52,7 +53,7 @@ def copier(cls: type[T], changed: tuple[str, ...]) -> Callable[..., T]:
     lines += [f"    made.{name} = v{i}" for i, name in enumerate(changed)]
     lines += ["    made.__class__ = cls", "    return made"]
     namespace: dict[str, Any] = {"new": object.__new__, "twin": layout, "cls": cls}
-    exec("\n".join(lines), namespace)  # the names are the class's own field names
+    exec(compiled("\n".join(lines)), namespace)  # the names are the class's own fields' names
     copy: Callable[..., T] = namespace["copy"]
     copy.__qualname__ = f"copier({cls.__name__}, {changed!r})"
     return copy

@@ -16,7 +16,8 @@ a smaller one, or one with a base of its own, calls each slot's descriptor (abou
 differ) is filled in through the descriptors.
 
 The dataclass is made with ``init=False`` and the ``__init__`` is made here instead of by
-``dataclasses`` (one function compiled per class either way). Type checkers see a frozen
+``dataclasses`` (one function generated per class either way; its code compiled once and
+then read from :mod:`plait._compiled`'s cache by later processes). Type checkers see a frozen
 dataclass (``dataclass_transform``). ``InitVar`` fields are not supported: a class with
 one keeps using ``@dataclass``.
 """
@@ -29,6 +30,8 @@ from collections.abc import Callable
 from operator import attrgetter
 from reprlib import recursive_repr
 from typing import Any, TypeVar, dataclass_transform, overload
+
+from plait._compiled import compiled
 
 __all__ = ["maker", "record", "twin"]
 
@@ -96,9 +99,10 @@ def _methods(cls: type[Any], *, frozen_by_dataclasses: bool) -> None:
     functions per class (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
     ``__setattr__``, ``__delattr__``): ~0.15 ms a class on a quick host, 0.5-1 ms on a slow
     one, and a command of the CLI defines about a hundred records. Here the five others are
-    closures over the fields (``__init__`` is still compiled when the class is made: made
+    closures over the fields (``__init__`` is still generated when the class is made: made
     lazily, at a class's first use, it moved that cost into a process's first run, ~3 ms
-    in W1's). The class's own methods, where it defines them, are kept, as dataclasses
+    in W1's; its code comes from :mod:`plait._compiled`'s cache once a process has compiled
+    it). The class's own methods, where it defines them, are kept, as dataclasses
     keeps them."""
     fields = dataclasses.fields(cls)
     own = cls.__dict__
@@ -255,7 +259,7 @@ def _slot_init(cls: type[Any]) -> Callable[..., None]:
         body.append("self.__post_init__()")
     parameters = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     lines = "".join(f"    {line}\n" for line in body) or "    pass\n"
-    exec(f"def __init__({parameters}):\n{lines}", names)
+    exec(compiled(f"def __init__({parameters}):\n{lines}"), names)
     init: Callable[..., None] = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
@@ -327,7 +331,7 @@ def maker(cls: type[T], names: tuple[str, ...], **fixed: Any) -> Callable[..., T
             namespace[f"_factory_{spec.name}"] = spec.default_factory
             lines.append(f"    made.{spec.name} = _factory_{spec.name}()")
     lines += ["    made.__class__ = _Cls", "    return made"]
-    exec("\n".join(lines), namespace)  # the names are the class's own field names
+    exec(compiled("\n".join(lines)), namespace)  # the names are the class's own fields' names
     make: Callable[..., T] = namespace["make"]
     make.__qualname__ = f"maker({cls.__name__})"
     return make
