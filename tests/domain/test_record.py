@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 import pickle
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pytest
 
@@ -171,6 +171,51 @@ def test_signature_and_behaviour_match_the_dataclass(name: str) -> None:
     assert ours.__init__.__qualname__ == f"{ours.__qualname__}.__init__"
 
 
+def _class_of(cls: type[Any]) -> tuple[Any, ...]:
+    """Everything dataclasses records of a class: its attributes' names, each field whole,
+    its parameters."""
+    fields = [
+        (
+            *(f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.hash),
+            *(f.compare, dict(f.metadata), f.kw_only, getattr(f, "_field_type", None)),
+        )
+        for f in cls.__dataclass_fields__.values()
+    ]
+    params = cls.__dataclass_params__
+    return (
+        sorted(vars(cls)),
+        fields,
+        {name: getattr(params, name) for name in type(params).__slots__},
+        cls.__qualname__,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_the_class_is_the_dataclass_s(name: str) -> None:
+    """A record without a base of its own is made without dataclasses: the same fields,
+    parameters and attributes as it would make."""
+    assert _class_of(OURS[name]) == _class_of(THEIRS[name])
+
+
+def test_special_annotations_are_left_to_dataclasses() -> None:
+    @record(kw_only=True)
+    class Special:
+        limit: ClassVar[int] = 3
+        a: int
+        b: int = dataclasses.field(default=2, kw_only=False)
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Theirs:
+        limit: ClassVar[int] = 3
+        a: int
+        b: int = dataclasses.field(default=2, kw_only=False)
+
+    assert _class_of(Special)[1:3] == _class_of(Theirs)[1:3]
+    assert Special.limit == 3
+    assert [f.name for f in dataclasses.fields(Special)] == ["a", "b"]
+    assert Special(5, a=1) == Special(a=1, b=5)
+
+
 def test_passed_values_are_kept_as_they_are_and_defaults_are_fresh() -> None:
     items = [1]
     made = OURS["Defaults"](1, "b", (), items)
@@ -201,6 +246,19 @@ def test_what_the_dataclass_refuses_is_refused() -> None:
         class Bad:
             a: int = 1
             b: int  # type: ignore[misc]
+
+    with pytest.raises(ValueError, match="mutable default <class 'list'> for field a"):
+
+        @record
+        class Mutable:
+            a: list[int] = []  # noqa: RUF012
+
+    with pytest.raises(TypeError, match="'b' is a field but has no type annotation"):
+
+        @record
+        class Unannotated:
+            a: int
+            b = dataclasses.field(default=1)
 
     with pytest.raises(TypeError, match="InitVar fields are not supported"):
 
