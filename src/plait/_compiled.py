@@ -10,7 +10,9 @@ module's ``.pyc`` is: :func:`compiled` looks the source up first.
 
 Where: one file beside this package's bytecode (``__pycache__``, or under
 ``sys.pycache_prefix``), named for the interpreter (``_compiled.cpython-311.codes``). What:
-the interpreter's magic number, then a marshalled ``dict`` from source text to code object.
+the interpreter's magic number, then a marshalled ``dict`` from source text to its code
+object, itself marshalled (each is read when asked for: a process that defines twenty
+records does not read the hundred and fifty a CLI command defines).
 The key is the whole source, so a changed class compiles anew and never runs stale code.
 When: read once, at the first function compiled; written at the process's exit if it
 compiled anything the file did not hold (not when Python writes no bytecode,
@@ -60,9 +62,10 @@ class CodeCache:
         self._locate = locate
         self._at_exit = at_exit
         self.path: str | None = None
-        self.loaded: dict[str, CodeType] | None = None
-        self.used: dict[str, CodeType] = {}
-        """The code this process asked for (what the file keeps when it is full)."""
+        self.loaded: dict[str, bytes] | None = None
+        """The file's entries: each source's code object, marshalled."""
+        self.used: dict[str, bytes] = {}
+        """The entries this process asked for (what the file keeps when it is full)."""
         self.new = 0
         """How many sources were compiled here and not written yet."""
         self._saving = False
@@ -71,15 +74,16 @@ class CodeCache:
         if self.loaded is None:
             self.path = self._locate()
             self.loaded = _read(self.path)
-        code = self.loaded.get(source)
-        if code is None:
+        entry = self.loaded.get(source)
+        code = None if entry is None else _code(entry)
+        if entry is None or code is None:
             code = compile(source, "<string>", "exec")
-            self.loaded[source] = code
+            entry = self.loaded[source] = marshal.dumps(code)
             self.new += 1
             if not self._saving and self.path is not None and not sys.dont_write_bytecode:
                 self._saving = True
                 self._at_exit(self.save)
-        self.used[source] = code
+        self.used[source] = entry
         return code
 
     def save(self) -> None:
@@ -90,10 +94,7 @@ class CodeCache:
         merged = {**_read(path), **self.used}
         if len(merged) > MAX_CODES:
             merged = dict(self.used)
-        try:
-            data = _FORMAT + marshal.dumps(merged)
-        except ValueError:  # pragma: no cover - code objects always marshal
-            return
+        data = _FORMAT + marshal.dumps(merged)
         temporary = f"{path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -118,8 +119,8 @@ def _cache_path() -> str | None:
     return beside.rsplit(".", 1)[0].removesuffix(".opt-1").removesuffix(".opt-2") + ".codes"
 
 
-def _read(path: str | None) -> dict[str, CodeType]:
-    """The code objects in the file; none if it is missing, damaged or another Python's."""
+def _read(path: str | None) -> dict[str, bytes]:
+    """The entries of the file; none if it is missing, damaged or another Python's."""
     if path is None:
         return {}
     magic = importlib.util.MAGIC_NUMBER
@@ -132,16 +133,25 @@ def _read(path: str | None) -> dict[str, CodeType]:
     if len(data) > _MAX_BYTES or not data.startswith(head):
         return {}
     try:
-        codes = marshal.loads(data[len(head) :])
+        entries = marshal.loads(data[len(head) :])
     except (EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(codes, dict):
+    if not isinstance(entries, dict):
         return {}
     return {
-        text: code
-        for text, code in codes.items()
-        if isinstance(text, str) and isinstance(code, CodeType)
+        text: entry
+        for text, entry in entries.items()
+        if isinstance(text, str) and isinstance(entry, bytes)
     }
+
+
+def _code(entry: bytes) -> CodeType | None:
+    """An entry's code object; None if it is damaged (it is compiled again)."""
+    try:
+        code = marshal.loads(entry)
+    except (EOFError, ValueError, TypeError):
+        return None
+    return code if isinstance(code, CodeType) else None
 
 
 _cache = CodeCache(_cache_path)

@@ -84,11 +84,23 @@ def test_no_file_when_python_writes_no_bytecode(tmp_path: Path) -> None:
         b"garbage",
         importlib.util.MAGIC_NUMBER + b"plc1" + b"\x00\x01 not marshal",
         importlib.util.MAGIC_NUMBER + b"plc1" + marshal.dumps([1, 2, 3]),
-        importlib.util.MAGIC_NUMBER + b"plc1" + marshal.dumps({SOURCE: "not code"}),
+        importlib.util.MAGIC_NUMBER + b"plc1" + marshal.dumps({SOURCE: "not bytes"}),
+        importlib.util.MAGIC_NUMBER + b"plc1" + marshal.dumps({SOURCE: b"not marshal"}),
+        importlib.util.MAGIC_NUMBER + b"plc1" + marshal.dumps({SOURCE: marshal.dumps(1)}),
         b"\x00\x00\r\n" + b"plc1" + marshal.dumps({}),  # another Python's magic number
         importlib.util.MAGIC_NUMBER + b"plc0" + marshal.dumps({}),  # another format
     ],
-    ids=["empty", "garbage", "damaged", "not-a-dict", "not-code", "other-python", "format"],
+    ids=[
+        "empty",
+        "garbage",
+        "damaged",
+        "not-a-dict",
+        "not-bytes",
+        "not-marshal",
+        "not-code",
+        "other-python",
+        "format",
+    ],
 )
 def test_an_unusable_file_is_ignored_and_replaced(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "codes"
@@ -132,8 +144,8 @@ def test_a_full_file_keeps_this_process_codes(
     cache.code("x = 0\n")
     cache.code("y = 1\n")
     cache.save()  # 4 would be one too many: only this process's two are kept
-    codes = marshal.loads(path.read_bytes()[len(importlib.util.MAGIC_NUMBER) + 4 :])
-    assert sorted(codes) == ["x = 0\n", "y = 1\n"]
+    entries = marshal.loads(path.read_bytes()[len(importlib.util.MAGIC_NUMBER) + 4 :])
+    assert sorted(entries) == ["x = 0\n", "y = 1\n"]
 
 
 def test_a_file_that_cannot_be_written_changes_nothing(tmp_path: Path) -> None:
