@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import marshal
 import os
 import sys
 from collections.abc import Callable
 from types import CodeType
+
+try:  # the import system's own module, loaded with the interpreter (importlib.util is not)
+    from importlib._bootstrap_external import MAGIC_NUMBER, cache_from_source
+except ImportError:  # pragma: no cover - an interpreter without it
+    from importlib.util import MAGIC_NUMBER, cache_from_source
 
 __all__ = ["MAX_CODES", "CodeCache", "compiled"]
 
@@ -99,7 +103,7 @@ class CodeCache:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(temporary, "wb") as out:
-                out.write(importlib.util.MAGIC_NUMBER + data)
+                out.write(MAGIC_NUMBER + data)
             os.replace(temporary, path)
         except OSError:  # a read-only install: every process compiles, as before
             with contextlib.suppress(OSError):
@@ -113,7 +117,7 @@ def _cache_path() -> str | None:
     if not __file__.endswith(".py"):  # installed as bytecode alone
         return None
     try:
-        beside = importlib.util.cache_from_source(__file__)
+        beside = cache_from_source(__file__)
     except (NotImplementedError, ValueError):
         return None
     return beside.rsplit(".", 1)[0].removesuffix(".opt-1").removesuffix(".opt-2") + ".codes"
@@ -123,7 +127,7 @@ def _read(path: str | None) -> dict[str, bytes]:
     """The entries of the file; none if it is missing, damaged or another Python's."""
     if path is None:
         return {}
-    magic = importlib.util.MAGIC_NUMBER
+    magic = MAGIC_NUMBER
     try:
         with open(path, "rb") as source:
             data = source.read(_MAX_BYTES + 1)
