@@ -82,9 +82,11 @@ class CodeCache:
         code = None if entry is None else _code(entry)
         if entry is None or code is None:
             code = compile(source, "<string>", "exec")
+            if self.path is None or sys.dont_write_bytecode:
+                return code  # nothing will be written
             entry = self.loaded[source] = marshal.dumps(code)
             self.new += 1
-            if not self._saving and self.path is not None and not sys.dont_write_bytecode:
+            if not self._saving:
                 self._saving = True
                 self._at_exit(self.save)
         self.used[source] = entry

@@ -14,6 +14,7 @@ import pytest
 
 from plait.application import events, ports, validation
 from plait.domain import context, messages, runs, session
+from plait.domain import record as record_module
 from plait.domain.record import maker, record, twin
 
 T = TypeVar("T")
@@ -214,6 +215,47 @@ def test_special_annotations_are_left_to_dataclasses() -> None:
     assert Special.limit == 3
     assert [f.name for f in dataclasses.fields(Special)] == ["a", "b"]
     assert Special(5, a=1) == Special(a=1, b=5)
+
+
+def test_a_record_whose_methods_use_super_is_left_to_dataclasses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Newer Pythons' dataclasses point a slotted class's ``super()`` at the class they
+    make: such a class is theirs to make."""
+    made_by_dataclasses: list[str] = []
+    real = dataclasses.dataclass
+
+    def counting(cls: Any = None, /, **options: Any) -> Any:
+        made_by_dataclasses.append(cls.__name__)
+        return real(cls, **options)
+
+    monkeypatch.setattr(dataclasses, "dataclass", counting)
+
+    @record
+    class Plain:
+        a: int
+
+        def describe(self) -> str:
+            return f"plain {self.a}"
+
+    @record
+    class UsesSuper:
+        a: int
+
+        def __repr__(self) -> str:
+            return "U" + super().__repr__()
+
+    @record
+    class PropertyUsesSuper:
+        a: int
+
+        @property
+        def shown(self) -> str:
+            return super().__str__()
+
+    assert made_by_dataclasses == ["UsesSuper", "PropertyUsesSuper"]
+    assert not record_module._refers_to_its_class(vars(Plain)["describe"])
+    assert Plain(1).describe() == "plain 1"
 
 
 def test_passed_values_are_kept_as_they_are_and_defaults_are_fresh() -> None:

@@ -101,7 +101,6 @@ _PARAMS = dataclasses.dataclass(
 ).__dataclass_params__  # type: ignore[attr-defined]
 """What ``dataclasses`` records of a class made with :func:`_plain_dataclass`'s options."""
 _FIELD = getattr(dataclasses, "_FIELD", None)
-_FIELD_INITVAR = getattr(dataclasses, "_FIELD_INITVAR", None)
 
 
 def _plain_dataclass(cls: type[T], kw_only: bool) -> type[T] | None:
@@ -110,10 +109,11 @@ def _plain_dataclass(cls: type[T], kw_only: bool) -> type[T] | None:
     every annotation a string that names no ``ClassVar``, ``InitVar`` or ``KW_ONLY``): its
     fields, ``__match_args__``, and the class made again with a slot per field. None for
     any other class, and for one dataclasses refuses (a mutable default, a ``field()``
-    without an annotation): dataclasses then makes it, or says why not. Made here, it costs
-    about a third of dataclasses' time (which checks each annotation against three special
-    forms with a regular expression and reads the class's module for each): a CLI command
-    defines about a hundred records."""
+    without an annotation), or whose methods refer to their class (``super()``, which newer
+    Pythons' dataclasses point at the slotted class): dataclasses then makes it, or says
+    why not. Made here, it costs about half of dataclasses' time (which checks each
+    annotation against three special forms with a regular expression and reads the class's
+    module for each): a CLI command defines about a hundred records."""
     if cls.__bases__ != (object,) or type(cls) is not type or _FIELD is None:
         return None
     own = cls.__dict__
@@ -124,6 +124,8 @@ def _plain_dataclass(cls: type[T], kw_only: bool) -> type[T] | None:
     for name, value in own.items():
         if isinstance(value, dataclasses.Field) and name not in hints:
             return None  # dataclasses' TypeError
+        if _refers_to_its_class(value):
+            return None
     fields: dict[str, dataclasses.Field[Any]] = {}
     for name, hint in hints.items():
         default = getattr(cls, name, _MISSING)
@@ -156,6 +158,17 @@ def _plain_dataclass(cls: type[T], kw_only: bool) -> type[T] | None:
     made: type[T] = type(cls.__name__, cls.__bases__, namespace)
     made.__qualname__ = cls.__qualname__
     return made
+
+
+def _refers_to_its_class(member: Any) -> bool:
+    """Whether a member of a class body is a function (or a property, class or static
+    method of one) that uses ``__class__``: zero-argument ``super()`` does."""
+    if isinstance(member, property):
+        return any(_refers_to_its_class(f) for f in (member.fget, member.fset, member.fdel))
+    if isinstance(member, classmethod | staticmethod):
+        member = member.__func__
+    code = getattr(member, "__code__", None)
+    return code is not None and "__class__" in code.co_freevars
 
 
 def _methods(cls: type[Any], *, frozen_by_dataclasses: bool) -> None:
