@@ -302,6 +302,13 @@ def test_what_the_dataclass_refuses_is_refused() -> None:
             a: int
             b = dataclasses.field(default=1)
 
+    with pytest.raises(TypeError, match="WithSlots already specifies __slots__"):
+
+        @record
+        class WithSlots:
+            __slots__ = ("a",)
+            a: int
+
     with pytest.raises(TypeError, match="InitVar fields are not supported"):
 
         @record

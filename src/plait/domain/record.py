@@ -106,17 +106,20 @@ _FIELD = getattr(dataclasses, "_FIELD", None)
 def _plain_dataclass(cls: type[T], kw_only: bool) -> type[T] | None:
     """What ``dataclasses.dataclass(cls, slots=True, kw_only=kw_only, init=False,
     repr=False, eq=False)`` makes of a plain class (no base but ``object``, no metaclass,
-    every annotation a string that names no ``ClassVar``, ``InitVar`` or ``KW_ONLY``): its
-    fields, ``__match_args__``, and the class made again with a slot per field. None for
-    any other class, and for one dataclasses refuses (a mutable default, a ``field()``
-    without an annotation), or whose methods refer to their class (``super()``, which newer
-    Pythons' dataclasses point at the slotted class): dataclasses then makes it, or says
-    why not. Made here, it costs about half of dataclasses' time (which checks each
-    annotation against three special forms with a regular expression and reads the class's
-    module for each): a CLI command defines about a hundred records."""
-    if cls.__bases__ != (object,) or type(cls) is not type or _FIELD is None:
-        return None
+    no ``__slots__`` of its own, every annotation a string that names no ``ClassVar``,
+    ``InitVar`` or ``KW_ONLY``): its fields, ``__match_args__``, and the class made again
+    with a slot per field. None for any other class, and for one dataclasses refuses (a
+    mutable default, a ``field()`` without an annotation), or whose methods refer to their
+    class (``super()``, which newer Pythons' dataclasses point at the slotted class):
+    dataclasses then makes it, or says why not. Made here, it costs about half of
+    dataclasses' time (which checks each annotation against three special forms with a
+    regular expression and reads the class's module for each): a CLI command defines about
+    a hundred records."""
     own = cls.__dict__
+    if cls.__bases__ != (object,) or type(cls) is not type or "__slots__" in own:
+        return None  # (slots of its own: dataclasses' TypeError)
+    if _FIELD is None:  # pragma: no cover - a dataclasses without it
+        return None
     hints: dict[str, Any] = own.get("__annotations__", {})
     special = ("ClassVar", "InitVar", "KW_ONLY")
     if not all(isinstance(h, str) and not any(s in h for s in special) for h in hints.values()):
