@@ -100,12 +100,12 @@ class CodeCache:
         merged = {**_read(path), **self.used}
         if len(merged) > MAX_CODES:
             merged = dict(self.used)
-        data = _FORMAT + marshal.dumps(merged)
+        data = MAGIC_NUMBER + _FORMAT + marshal.dumps(merged)
         temporary = f"{path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(temporary, "wb") as out:
-                out.write(MAGIC_NUMBER + data)
+                out.write(data)
             os.replace(temporary, path)
         except OSError:  # a read-only install: every process compiles, as before
             with contextlib.suppress(OSError):
@@ -129,13 +129,12 @@ def _read(path: str | None) -> dict[str, bytes]:
     """The entries of the file; none if it is missing, damaged or another Python's."""
     if path is None:
         return {}
-    magic = MAGIC_NUMBER
     try:
         with open(path, "rb") as source:
             data = source.read(_MAX_BYTES + 1)
     except OSError:
         return {}
-    head = magic + _FORMAT
+    head = MAGIC_NUMBER + _FORMAT
     if len(data) > _MAX_BYTES or not data.startswith(head):
         return {}
     try:
