@@ -408,17 +408,20 @@ async def _pg_xacts(db: str) -> int:
     return int(row[0])
 
 
-async def _pg_tables(db: str) -> dict[str, tuple[int, int, int]]:
-    """Rows inserted, updated and updated in place (HOT: no index entry) per table."""
+async def _pg_tables(db: str) -> dict[str, tuple[int, ...]]:
+    """Rows inserted, updated and updated in place (HOT: no index entry) per table, how
+    many times autovacuum vacuumed and analyzed it, its sequential scans and the rows
+    they read."""
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
         rows = await (
             await conn.execute(
-                "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, autovacuum_count, "
+                "autoanalyze_count, seq_scan, seq_tup_read FROM pg_stat_user_tables"
             )
         ).fetchall()
-    return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+    return {r[0]: tuple(int(n) for n in r[1:]) for r in rows}
 
 
 async def _pg_wal(db: str) -> dict[str, int]:
@@ -534,6 +537,8 @@ class _CpuMeter:
             groups["postgresql"] = _cluster_pids(pg_dir)
         self._base = {p: _cpu_seconds(p) for ps in groups.values() for p in ps}
         self._last = dict(self._base)
+        self._roles: dict[int, str] = {}
+        self._reaped = _reaped_seconds(groups["postgresql"][0]) if pg_dir is not None else 0.0
 
     def sample(self) -> None:
         if self._pg_dir is not None:
@@ -544,6 +549,8 @@ class _CpuMeter:
                     self._base[pid] = self._last[pid] = 0.0
         for pid in self._last:
             self._last[pid] = max(self._last[pid], _cpu_seconds(pid))
+            if pid not in self._roles and pid in self._groups.get("postgresql", ()):
+                self._roles[pid] = _pg_role(pid)
 
     def spent(self) -> dict[str, float]:
         self.sample()
@@ -551,6 +558,21 @@ class _CpuMeter:
             name: sum(self._last[p] - self._base[p] for p in pids)
             for name, pids in self._groups.items()
         }
+
+    def postgresql_roles(self) -> dict[str, float]:
+        """The PostgreSQL group's CPU seconds by role (``backend`` for the clients'
+        connections, else the process title: ``walwriter``, ``checkpointer``, ...), and
+        ``reaped``: what its processes that exited meanwhile spent, as the postmaster
+        counts it (autovacuum workers come and go between samples; an exited backend
+        that was also sampled alive is counted in both)."""
+        roles: dict[str, float] = {}
+        for pid in self._groups.get("postgresql", []):
+            role = self._roles.setdefault(pid, _pg_role(pid))
+            roles[role] = roles.get(role, 0.0) + self._last[pid] - self._base[pid]
+        if self._pg_dir is not None:
+            postmaster = self._groups["postgresql"][0]
+            roles["reaped"] = _reaped_seconds(postmaster) - self._reaped
+        return roles
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -560,6 +582,30 @@ def _cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _reaped_seconds(pid: int) -> float:
+    """User + system CPU time of a process's children that it has waited for."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pg_role(pid: int) -> str:
+    """A PostgreSQL process's role from its title: ``backend`` for a client's connection
+    (``postgres: user db [local] idle``), ``postmaster``, else the title's first word."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "gone"
+    if not title.startswith("postgres: "):
+        return "postmaster"
+    words = title.removeprefix("postgres: ").split()
+    if "[local]" in words or any(w[:1].isdigit() and "." in w for w in words):
+        return "backend"
+    return " ".join(words[:2]) if words[:1] == ["autovacuum"] else words[0] if words else "?"
 
 
 async def _ready(http: _Http) -> None:
@@ -672,7 +718,7 @@ async def _drive(
 ) -> dict[str, Any]:
     http = _Http(port, key, 64)
     wal: dict[str, int] = {}
-    tables: dict[str, tuple[int, int, int]] = {}
+    tables: dict[str, tuple[int, ...]] = {}
     sampling = None
     stop_sampling = asyncio.Event()
     try:
@@ -728,6 +774,7 @@ async def _drive(
         run_ids = [body["run_id"] for _, body in posted]
         killed_at, killed_time = await waiting
         cpu = meter.spent()
+        pg_roles = meter.postgresql_roles()
         stop_sampling.set()
         if sampling is not None:
             await sampling
@@ -745,7 +792,7 @@ async def _drive(
     return {
         "t0": t0, "submitted": submitted, "killed_at": killed_at, "runs": done,
         "killed_time": killed_time,
-        "histories": histories, "lags": lags, "pg": stats, "cpu": cpu,
+        "histories": histories, "lags": lags, "pg": stats, "cpu": cpu, "pg_roles": pg_roles,
         "killed_pid": None if kill is None or killed_at is None else str(kill.pid),
         "wal": wal,
         "tables": tables if db is not None else {},
@@ -892,8 +939,17 @@ def _report(a: argparse.Namespace, result: dict[str, Any], ledger: Path) -> dict
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "pg_settings": a.pg_setting,
         **_cpu_report(result["cpu"], len(runs)),
+        **_pg_roles_report(result["pg_roles"], len(runs)),
         **_verify(result, ledger, a.warmup),
     }
+
+
+def _pg_roles_report(roles: dict[str, float], runs: int) -> dict[str, Any]:
+    """PostgreSQL's CPU ms per run by role (see :meth:`_CpuMeter.postgresql_roles`)."""
+    if not roles:
+        return {}
+    per = {k: round(1000 * v / runs, 2) for k, v in sorted(roles.items(), key=lambda i: -i[1])}
+    return {"postgresql_cpu_ms_per_run_by_role": per}
 
 
 def _cpu_report(cpu: dict[str, float], runs: int) -> dict[str, Any]:
@@ -987,15 +1043,27 @@ def _run_with(a: argparse.Namespace, db: str, ledger: Path) -> dict[str, Any]:
 
 
 def _rows_report(
-    before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]], runs: int
+    before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]], runs: int
 ) -> dict[str, dict[str, float]]:
-    """Per table and run: rows inserted, updated, and of those updated in place (HOT)."""
+    """Per table and run: rows inserted, updated, and of those updated in place (HOT),
+    sequential scans and the rows they read; and in all, the autovacuum's vacuums and
+    analyses of the table during the load."""
     out = {}
     for table, counts in sorted(after.items()):
-        was = before.get(table, (0, 0, 0))
-        ins, upd, hot = (round((n - b) / runs, 2) for n, b in zip(counts, was, strict=True))
-        if ins or upd:
-            out[table] = {"inserted": ins, "updated": upd, "hot": hot}
+        was = before.get(table, (0,) * len(counts))
+        ins, upd, hot, vacuums, analyses, scans, scanned = (
+            n - b for n, b in zip(counts, was, strict=True)
+        )
+        if ins or upd or vacuums or analyses or scans:
+            out[table] = {
+                "inserted": round(ins / runs, 2),
+                "updated": round(upd / runs, 2),
+                "hot": round(hot / runs, 2),
+                "autovacuums": vacuums,
+                "autoanalyzes": analyses,
+                "seq_scans": round(scans / runs, 2),
+                "seq_rows_read": round(scanned / runs, 1),
+            }
     return out
 
 
