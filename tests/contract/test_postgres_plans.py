@@ -72,3 +72,41 @@ def test_a_commit_does_not_call_plait_version(url: str) -> None:
     commits, versions = asyncio.run(main())
     assert commits == 1  # the counting works
     assert versions == 0
+
+
+_BIG_TABLES = ("runs", "messages", "session_messages", "run_events", "executions", "sessions")
+
+
+def test_a_workers_statements_planned_on_empty_tables_look_rows_up_by_key(url: str) -> None:
+    """A worker warms its connections while a new database is nearly empty, and PL/pgSQL
+    keeps the plans made then: none of them may read a whole table that grows with every
+    run (a step commit's event fencing was a hash join over ``runs``, a claim's history
+    one over ``messages``, a branch's members one over ``session_messages``)."""
+    from plait.adapters.stores.postgres.warm import warm
+
+    async def main() -> list[str]:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            try:
+                await conn.execute("LOAD 'auto_explain'")
+            except psycopg.Error as e:
+                pytest.skip(f"auto_explain cannot be loaded here: {e}")
+            plans: list[str] = []
+            conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+            await warm(conn)  # past the five custom plans: the generic ones are kept
+            for setting in (
+                "auto_explain.log_min_duration = 0",
+                "auto_explain.log_nested_statements = on",
+                "auto_explain.log_level = 'notice'",
+            ):
+                await conn.execute(f"SET {setting}")
+            plans.clear()
+            await warm(conn, rounds=1)
+            return plans
+
+    plans = asyncio.run(main())
+    assert any("plait_claim" in p or "FROM sessions AS s" in p for p in plans)  # explained
+    assert any("fenced AS" in p for p in plans)
+    scans = sorted(
+        {f"Seq Scan on {t} " for t in _BIG_TABLES for p in plans if f"Seq Scan on {t} " in p}
+    )
+    assert scans == []

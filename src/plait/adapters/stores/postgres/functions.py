@@ -20,9 +20,11 @@ __all__ = [
     "CLAIM_FUNCTION_V9",
     "CLAIM_FUNCTION_V11",
     "CLAIM_FUNCTION_V14",
+    "CLAIM_FUNCTION_V23",
     "COMMIT_EVENTS_FUNCTION",
     "COMMIT_EVENTS_FUNCTION_V21",
     "COMMIT_EVENTS_FUNCTION_V22",
+    "COMMIT_EVENTS_FUNCTION_V23",
     "COMMIT_FUNCTION",
     "COMMIT_FUNCTION_V8",
     "COMMIT_FUNCTION_V10",
@@ -32,6 +34,7 @@ __all__ = [
     "COMMIT_FUNCTION_V21",
     "COMMIT_FUNCTION_V22",
     "MEMBERS_FUNCTION",
+    "MEMBERS_FUNCTION_V23",
     "SEGMENTS_DDL",
     "VERSION_FUNCTION",
 ]
@@ -576,3 +579,54 @@ def _fenced_first(function: str) -> str:
 
 COMMIT_FUNCTION_V22 = _fenced_first(COMMIT_FUNCTION_V21)
 COMMIT_EVENTS_FUNCTION_V22 = _fenced_first(COMMIT_EVENTS_FUNCTION_V21)
+
+
+# Migration 23: plans that stay lookups by key as the tables grow (issue 27). PL/pgSQL
+# keeps a statement's generic plan from its sixth execution on a connection until the
+# tables' statistics change, and a worker's connections are warmed (``warm.py``) while a
+# new database's tables are nearly empty. Two statements were then planned as hash joins
+# over a whole table: a step commit's event fencing read every run (``EXISTS`` became a
+# hash semi-join on ``runs``), and a claim's history read every message (a hash join on
+# ``messages``). Each kept doing so as the tables grew, until autovacuum analyzed them:
+# on a new service 1,000 runs in, a run's statements read ~5,000 rows they did not need.
+# A branch's members (``plait_members``, the claim's and every read's) were a hash join
+# over every session's membership rows. All are written so that no estimate can make
+# them joins over a table: the fencing compares each event's token with its run's (a
+# scalar subquery: one lookup by the primary key per event); the history takes each
+# member's message by its key, and a branch each segment's rows by their seq range
+# (lateral subqueries, kept apart from the join by ``OFFSET 0``). Same results, same
+# locks; ``plait_members`` is replaced in place (its callers inline it).
+_FENCE_V20 = """        SELECT g.* FROM given AS g WHERE EXISTS (
+            SELECT 1 FROM runs AS r WHERE r.id = g.run_id AND r.lease_token = g.token)
+"""
+_FENCE_V23 = """        SELECT g.* FROM given AS g
+        WHERE g.token = (SELECT r.lease_token FROM runs AS r WHERE r.id = g.run_id)
+"""
+assert COMMIT_EVENTS_FUNCTION_V22.count(_FENCE_V20) == 1
+COMMIT_EVENTS_FUNCTION_V23 = COMMIT_EVENTS_FUNCTION_V22.replace(_FENCE_V20, _FENCE_V23)
+
+_CLAIM_HEAD_V14 = "\nCREATE FUNCTION plait_claim("
+_HISTORY_V14 = "    LEFT JOIN messages AS m ON m.pk = sm.message_pk\n"
+_HISTORY_V23 = """    LEFT JOIN LATERAL (
+        SELECT * FROM messages AS one WHERE one.pk = sm.message_pk OFFSET 0) AS m ON TRUE
+"""
+assert CLAIM_FUNCTION_V14.count(_CLAIM_HEAD_V14) == 1
+assert CLAIM_FUNCTION_V14.count(_HISTORY_V14) == 1
+CLAIM_FUNCTION_V23 = CLAIM_FUNCTION_V14.replace(
+    _CLAIM_HEAD_V14, "\nCREATE OR REPLACE FUNCTION plait_claim("
+).replace(_HISTORY_V14, _HISTORY_V23)
+
+_MEMBERS_HEAD = "\nCREATE FUNCTION plait_members("
+_SEGMENT_ROWS_V15 = (
+    "    JOIN session_messages AS sm ON sm.session_id = g.owner_id"
+    " AND sm.seq BETWEEN g.lo AND g.hi\n"
+)
+_SEGMENT_ROWS_V23 = """    CROSS JOIN LATERAL (
+        SELECT * FROM session_messages AS one
+        WHERE one.session_id = g.owner_id AND one.seq BETWEEN g.lo AND g.hi OFFSET 0) AS sm
+"""
+assert MEMBERS_FUNCTION.count(_MEMBERS_HEAD) == 1
+assert MEMBERS_FUNCTION.count(_SEGMENT_ROWS_V15) == 1
+MEMBERS_FUNCTION_V23 = MEMBERS_FUNCTION.replace(
+    _MEMBERS_HEAD, "\nCREATE OR REPLACE FUNCTION plait_members("
+).replace(_SEGMENT_ROWS_V15, _SEGMENT_ROWS_V23)

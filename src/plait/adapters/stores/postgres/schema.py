@@ -23,9 +23,11 @@ from plait.adapters.stores.postgres.functions import (
     CLAIM_FUNCTION_V9,
     CLAIM_FUNCTION_V11,
     CLAIM_FUNCTION_V14,
+    CLAIM_FUNCTION_V23,
     COMMIT_EVENTS_FUNCTION,
     COMMIT_EVENTS_FUNCTION_V21,
     COMMIT_EVENTS_FUNCTION_V22,
+    COMMIT_EVENTS_FUNCTION_V23,
     COMMIT_FUNCTION,
     COMMIT_FUNCTION_V8,
     COMMIT_FUNCTION_V10,
@@ -35,6 +37,7 @@ from plait.adapters.stores.postgres.functions import (
     COMMIT_FUNCTION_V21,
     COMMIT_FUNCTION_V22,
     MEMBERS_FUNCTION,
+    MEMBERS_FUNCTION_V23,
     SEGMENTS_DDL,
     VERSION_FUNCTION,
 )
@@ -233,6 +236,10 @@ MIGRATIONS += (
     # 22: a commit checks its run's fencing before its version, so a writer whose lease
     # was taken over is told so even after the new holder appended (see functions.py).
     (COMMIT_FUNCTION_V22, COMMIT_EVENTS_FUNCTION_V22),
+    # 23: a step commit's event fencing, a claim's history and a branch's members look
+    # rows up by key whatever the tables' size was when they were planned (see
+    # functions.py).
+    (COMMIT_EVENTS_FUNCTION_V23, CLAIM_FUNCTION_V23, MEMBERS_FUNCTION_V23),
 )
 
 LATEST = len(MIGRATIONS)

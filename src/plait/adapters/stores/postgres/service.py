@@ -63,8 +63,8 @@ WITH given AS (
                          (SELECT %b::text[]), (SELECT %b::integer[]))
         WITH ORDINALITY AS n(run_id, type, at, data, token, ord)
 ), new AS (
-    SELECT g.* FROM given g WHERE g.token IS NULL OR EXISTS (
-        SELECT 1 FROM runs r WHERE r.id = g.run_id AND r.lease_token = g.token)
+    SELECT g.* FROM given g WHERE g.token IS NULL
+        OR g.token = (SELECT r.lease_token FROM runs r WHERE r.id = g.run_id)
 ), base AS (
     SELECT r.run_id, coalesce(
         (SELECT max(e.seq) FROM run_events e WHERE e.run_id = r.run_id), 0) AS last
