@@ -110,3 +110,39 @@ def test_a_workers_statements_planned_on_empty_tables_look_rows_up_by_key(url: s
         {f"Seq Scan on {t} " for t in _BIG_TABLES for p in plans if f"Seq Scan on {t} " in p}
     )
     assert scans == []
+
+
+def _generic_plan(url: str, sql: str, args: tuple[str, ...]) -> str:
+    """The plan the server keeps for ``sql`` (``%s`` placeholders) once it goes generic,
+    with every estimate in favour of joins over whole tables (nested loops priced out):
+    a lookup by key must be the only plan the statement can have."""
+    numbered = sql
+    for i in range(1, sql.count("%s") + 1):
+        numbered = numbered.replace("%s", f"${i}", 1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET enable_nestloop = off")
+        conn.execute(f"PREPARE kept AS {numbered}")
+        literals = ", ".join(f"'{a}'" for a in args)
+        rows = conn.execute(f"EXPLAIN EXECUTE kept({literals})").fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_a_sessions_token_counts_are_read_by_key(url: str) -> None:
+    """Planned on a small table, a join read every session's counts for each member."""
+    from plait.adapters.stores.postgres import tokens
+
+    plan = _generic_plan(url, tokens._READ, ("s1", "meter"))
+    assert "Index Scan using message_tokens_pkey" in plan, plan
+    assert "Seq Scan on message_tokens" not in plan, plan
+
+
+def test_a_sessions_expiry_records_are_read_by_key(url: str) -> None:
+    """Planned on a small table, a hash join read every session's records; now nothing is
+    looked up while no message expired anywhere, else each member's record by its key."""
+    from plait.adapters.stores.postgres import retention
+
+    plan = _generic_plan(url, retention._READ, ("s1",))
+    assert "Index Scan using message_expiries_pkey" in plan, plan
+    assert "Hash" not in plan, plan
+    assert "One-Time Filter" in plan, plan

@@ -30,9 +30,14 @@ _EXPIRED = "SELECT 1 FROM message_expiries WHERE message_pk = %s FOR UPDATE"
 _REPLACE = "UPDATE messages SET text = %s, extra = %s WHERE pk = %s"
 _RECORD = "INSERT INTO message_expiries (message_pk, data) VALUES (%s, %s)"
 _UNRECORD = "DELETE FROM message_expiries WHERE message_pk = %s"
+# Nothing to look up while no message has expired anywhere (the usual case: one row read
+# at most); else each member's record by its key, as the tokens' read (see tokens.py):
+# as a join, a plan kept while the table was small read every session's records.
 _READ = (
     "SELECT sm.message_id, e.data FROM plait_members(%s) AS sm "
-    "JOIN message_expiries AS e ON e.message_pk = sm.message_pk"
+    "CROSS JOIN LATERAL (SELECT x.data FROM message_expiries AS x "
+    "WHERE x.message_pk = sm.message_pk OFFSET 0) AS e "
+    "WHERE EXISTS (SELECT 1 FROM message_expiries)"
 )
 
 

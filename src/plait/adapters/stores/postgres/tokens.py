@@ -11,9 +11,13 @@ __all__ = ["forget", "read", "save"]
 
 Conn = Any
 
+# Each member's count looked up by its key (a lateral subquery kept apart by ``OFFSET 0``):
+# as a join, a plan kept while the table was small read every session's counts for each
+# member until the table was analyzed again (see ``functions.py``, migration 23).
 _READ = (
     "SELECT sm.message_id, t.tokens FROM plait_members(%s) AS sm "
-    "JOIN message_tokens AS t ON t.message_pk = sm.message_pk AND t.meter = %s"
+    "CROSS JOIN LATERAL (SELECT x.tokens FROM message_tokens AS x "
+    "WHERE x.message_pk = sm.message_pk AND x.meter = %s OFFSET 0) AS t"
 )
 _SAVE = (
     "INSERT INTO message_tokens (message_pk, meter, tokens) "
