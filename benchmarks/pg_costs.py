@@ -26,6 +26,12 @@ not. Kinds:
 
 It splits a run's cost by statement for docs/scaling.md: what removing one statement
 per run, or one durable commit, saves.
+
+``--nested`` also splits the step commit by the statements run inside
+``plait_commit_events`` (``pg_stat_statements`` with ``track = all``: the server's time
+in each, per call of the function); the remainder is what the function spends outside
+their execution (binding its 35 arguments, setting up and ending each statement's
+executor, PL/pgSQL's own work).
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ async def _measure(backend: int, n: int, once: Callable[[int], Awaitable[Any]]) 
     }
 
 
-async def _run(url: str, n: int) -> dict[str, Any]:
+async def _run(url: str, n: int, nested: bool = False) -> dict[str, Any]:
     import psycopg
 
     from plait.adapters.stores.postgres.commit import apply_with_events
@@ -167,21 +173,66 @@ async def _run(url: str, n: int) -> dict[str, Any]:
         out["context_read"] = await _measure(backend, n, context_read)
         out["message_commit"] = await _measure(backend, n, message_commit)
         out["event_write"] = await _measure(backend, n, event_write)
+        if nested:
+            await conn.execute("SELECT pg_stat_statements_reset()")
         out["step_commit"] = await _measure(backend, n, step_commit)
+        if nested:
+            out["step_commit_nested"] = await _nested(conn)
     finally:
         await conn.close()
         await store.close()
     return out
 
 
+_FUNCTION = "plait_commit_events("
+
+
+async def _nested(conn: Any) -> dict[str, Any]:
+    """The server's time per call of the step commit's function, in all and in each
+    statement it ran (the statements run more than once a call, such as the message
+    loop's, are summed per call), and what is left: the function's own work."""
+    rows = await (
+        await conn.execute(
+            "SELECT calls, total_exec_time, query FROM pg_stat_statements "
+            "WHERE toplevel = false OR query LIKE %s ORDER BY total_exec_time DESC",
+            (f"%{_FUNCTION}%",),
+        )
+    ).fetchall()
+    calls = next((int(c) for c, _, q in rows if _FUNCTION in q), 0)
+    if not calls:
+        return {}
+    total = next(1000 * t / calls for c, t, q in rows if _FUNCTION in q)
+    inside = {
+        " ".join(q.split())[:90]: round(1000 * t / calls, 1)
+        for c, t, q in rows
+        if _FUNCTION not in q and int(c) >= calls
+    }
+    return {
+        "function_us": round(total, 1),
+        "statements_us": inside,
+        "outside_statements_us": round(total - sum(inside.values()), 1),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--nested", action="store_true", help="split the step commit by its statements")
     a = p.parse_args()
     from plait.testing.postgres import temporary_cluster
 
-    with temporary_cluster(fsync=True) as url:
-        report = asyncio.run(_run(url, a.n))
+    settings = (
+        ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"]
+        if a.nested
+        else []
+    )
+    with temporary_cluster(fsync=True, settings=settings) as url:
+        if a.nested:
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        report = asyncio.run(_run(url, a.n, a.nested))
     report["load_avg_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
 
