@@ -538,7 +538,9 @@ class _CpuMeter:
         self._base = {p: _cpu_seconds(p) for ps in groups.values() for p in ps}
         self._last = dict(self._base)
         self._roles: dict[int, str] = {}
-        self._reaped = _reaped_seconds(groups["postgresql"][0]) if pg_dir is not None else 0.0
+        self._reaped = (
+            _cpu_seconds(groups["postgresql"][0], reaped=True) if pg_dir is not None else 0.0
+        )
 
     def sample(self) -> None:
         if self._pg_dir is not None:
@@ -571,26 +573,19 @@ class _CpuMeter:
             roles[role] = roles.get(role, 0.0) + self._last[pid] - self._base[pid]
         if self._pg_dir is not None:
             postmaster = self._groups["postgresql"][0]
-            roles["reaped"] = _reaped_seconds(postmaster) - self._reaped
+            roles["reaped"] = _cpu_seconds(postmaster, reaped=True) - self._reaped
         return roles
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process (0 if it is gone)."""
+def _cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU time of a live process (0 if it is gone); ``reaped``: of its
+    children that it has waited for instead."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _reaped_seconds(pid: int) -> float:
-    """User + system CPU time of a process's children that it has waited for."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    user = 13 if reaped else 11
+    return (int(fields[user]) + int(fields[user + 1])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pg_role(pid: int) -> str:
