@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -652,7 +654,11 @@ def test_the_shortcut_leaves_extra_properties_to_the_schema() -> None:
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "object", "properties": {"s": {"type": "string", "minLength": 2}}},
+        {"type": "object", "properties": {"s": {"type": "string", "format": "uri"}}},
+        {"type": "object", "properties": {"s": {"type": "string", "minimum": 1}}},
+        {"type": "object", "properties": {"n": {"type": "integer", "minLength": 1}}},
+        {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}},
+        {"type": "object", "properties": {"b": {"type": "boolean", "minimum": 0}}},
         {"type": "object", "properties": {"s": {"type": ["string", "null"]}}},
         {"type": "object", "properties": {"s": {"enum": ["a"]}}},
         {"type": "object", "properties": {"s": True}},
@@ -665,6 +671,83 @@ def test_the_shortcut_leaves_extra_properties_to_the_schema() -> None:
 )
 def test_other_schemas_take_no_shortcut(schema: dict[str, Any]) -> None:
     assert ArgumentSchema("t", schema).quick is None
+
+
+BOUNDED: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "maxLength": 3, "default": "x"},
+        "name": {"type": "string", "pattern": "^[a-z]+$"},
+        "part": {"type": "string", "pattern": "b"},
+        "line": {"type": "integer", "minimum": 1, "maximum": 10},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1.5},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+BOUNDED_CASES: list[object] = [
+    {"path": "a"},
+    {"path": "abc", "name": "x", "part": "abc", "line": 1, "ratio": 1.25},
+    {"path": ""},  # too short
+    {"path": "abcd"},  # too long
+    {"path": "𝔘𝔫𝔦"},  # three code points: as long as jsonschema counts it
+    {"path": "𝔘𝔫𝔦𝔠"},
+    {"path": "a", "name": "X"},
+    {"path": "a", "name": "ab\n"},  # '$' matches before a final newline, as re.search does
+    {"path": "a", "part": "abc"},  # pattern is unanchored
+    {"path": "a", "part": "ac"},
+    {"path": "a", "line": 0},
+    {"path": "a", "line": 10},
+    {"path": "a", "line": 11},
+    {"path": "a", "line": 5.0},  # an integer to JSON Schema: jsonschema decides
+    {"path": "a", "line": True},
+    {"path": "a", "ratio": 0},
+    {"path": "a", "ratio": 1.5},
+    {"path": "a", "ratio": 1},
+    {"path": "a", "ratio": float("nan")},
+    {"path": "a", "ratio": float("inf")},
+    {"path": "a", "line": 10**30},
+    {"path": 1},
+    {"line": 1},
+]
+
+
+@pytest.mark.parametrize("instance", BOUNDED_CASES)
+def test_the_shortcut_checks_the_usual_bounds_as_jsonschema_does(instance: object) -> None:
+    compiled = ArgumentSchema("t", BOUNDED)
+    assert compiled.quick is not None
+    from jsonschema import Draft202012Validator
+
+    reference = Draft202012Validator(BOUNDED).is_valid(instance)
+    assert (compiled.errors(instance) == []) is reference
+    if compiled.quick(instance):  # it only ever vouches for valid arguments
+        assert reference
+
+
+def test_the_built_in_tools_schemas_take_the_shortcut() -> None:
+    from plait.adapters.tools._catalog import SPECS
+
+    assert SPECS
+    for spec in SPECS:
+        assert ArgumentSchema(spec.name, spec.parameters).quick is not None, spec.name
+
+
+def test_a_valid_call_of_a_built_in_tool_does_not_import_jsonschema() -> None:
+    """jsonschema costs a fresh process (every `plait send`) ~50 ms at its first tool
+    call; a call the shortcut vouches for never needs it."""
+    code = (
+        "import sys\n"
+        "from plait.adapters.tools._catalog import SPECS\n"
+        "from plait.application.arguments import argument_errors\n"
+        "spec = next(s for s in SPECS if s.name == 'read_file')\n"
+        "assert argument_errors(spec, {'path': 'a.py', 'offset_line': 2}) == []\n"
+        "assert 'jsonschema' not in sys.modules, 'imported'\n"
+        "assert argument_errors(spec, {'path': ''}) != []\n"
+        "assert 'jsonschema' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_shortcut_takes_the_schema_as_registered() -> None:

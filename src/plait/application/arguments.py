@@ -99,14 +99,63 @@ _SIMPLE_TYPES: dict[str, tuple[type, ...]] = {
 integer too, and is left to jsonschema; ``bool`` is no subclass here: ``type(x) in``)."""
 
 Quick = Callable[[object], bool]
+Bound = Callable[[Any], bool]
+
+_STRING_BOUNDS: dict[str, Callable[[Any], Bound | None]] = {
+    "minLength": lambda n: (lambda v: len(v) >= n) if type(n) is int else None,
+    "maxLength": lambda n: (lambda v: len(v) <= n) if type(n) is int else None,
+    "pattern": lambda p: _searcher(p),
+}
+_NUMBER_BOUNDS: dict[str, Callable[[Any], Bound | None]] = {
+    "minimum": lambda x: (lambda v: v >= x) if type(x) in (int, float) else None,
+    "maximum": lambda x: (lambda v: v <= x) if type(x) in (int, float) else None,
+    "exclusiveMinimum": lambda x: (lambda v: v > x) if type(x) in (int, float) else None,
+    "exclusiveMaximum": lambda x: (lambda v: v < x) if type(x) in (int, float) else None,
+}
+"""The bounds the shortcut checks itself, by the type they apply to, each as jsonschema
+checks it (a string's length in code points, ``pattern`` by ``re.search``, numbers
+compared as Python compares them); a bound it cannot read (``None``) leaves the schema to
+jsonschema."""
+
+
+def _searcher(pattern: object) -> Bound | None:
+    if not isinstance(pattern, str):
+        return None
+    try:
+        search = re.compile(pattern).search
+    except (re.error, RecursionError):
+        return None
+    return lambda value: search(value) is not None
+
+
+def _bounds(sub: Mapping[str, Any]) -> list[Bound] | None:
+    """The checks of a property's bounds (empty: none), or None when a keyword is one the
+    shortcut does not know or does not apply to the property's type."""
+    kind = sub.get("type")
+    known = _STRING_BOUNDS if kind == "string" else _NUMBER_BOUNDS
+    if kind not in ("string", "integer", "number"):
+        known = {}
+    checks: list[Bound] = []
+    for keyword, value in sub.items():
+        if keyword == "type" or keyword in _ANNOTATIONS:
+            continue
+        make = known.get(keyword)
+        check = None if make is None else make(value)
+        if check is None:
+            return None
+        checks.append(check)
+    return checks
 
 
 def _quick_check(schema: object) -> Quick | None:
     """A shortcut for the most common shape of schema: an object whose properties each
-    have one plain ``type`` (annotations aside), ``required``, ``additionalProperties`` as
-    a boolean. It answers True only for arguments that are certainly valid (each value
-    exactly of a Python type that JSON Schema's type accepts); everything else, and every
-    other schema (``None``), goes to jsonschema, which decides and says why."""
+    have one plain ``type`` (annotations aside) and at most the usual bounds of its type
+    (``minLength``, ``maxLength``, ``pattern``; ``minimum``, ``maximum`` and their
+    exclusive forms), ``required``, ``additionalProperties`` as a boolean: the built-in
+    tools' schemas, and most others. It answers True only for arguments that are
+    certainly valid (each value exactly of a Python type that JSON Schema's type accepts,
+    within its bounds); everything else, and every other schema (``None``), goes to
+    jsonschema, which decides and says why. Valid calls then never import jsonschema."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return None
     if not set(schema) <= _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}:
@@ -119,13 +168,17 @@ def _quick_check(schema: object) -> Quick | None:
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         return None
     types: dict[str, tuple[type, ...]] = {}
+    bounds: dict[str, list[Bound]] = {}
     for name, sub in properties.items():
-        if not isinstance(sub, dict) or not set(sub) <= _ANNOTATIONS | {"type"}:
+        if not isinstance(sub, dict):
             return None
         wanted = _SIMPLE_TYPES.get(sub["type"]) if isinstance(sub.get("type"), str) else None
-        if wanted is None:
+        checks = _bounds(sub)
+        if wanted is None or checks is None:
             return None
         types[name] = wanted
+        if checks:
+            bounds[name] = checks
     needed = tuple(dict.fromkeys(required))
 
     def quick(arguments: object) -> bool:
@@ -143,7 +196,22 @@ def _quick_check(schema: object) -> Quick | None:
                 return False
         return True
 
-    return quick
+    if not bounds:
+        return quick
+
+    def bounded(arguments: object) -> bool:
+        if not quick(arguments):
+            return False
+        given = cast("dict[str, Any]", arguments)
+        for name, checks in bounds.items():
+            if name in given:
+                value = given[name]
+                for check in checks:
+                    if not check(value):
+                        return False
+        return True
+
+    return bounded
 
 
 class ArgumentSchema:
