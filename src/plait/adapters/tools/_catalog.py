@@ -1,17 +1,20 @@
 """What the model is told about the built-in tools, without importing their typed
 arguments models (pydantic, ~0.1 s of start-up): names, descriptions, effect classes, and
 the JSON schemas precomputed from the models (:mod:`._specs`, the one source of truth) into
-``_schemas.json``. The models are imported at a tool's first call (:func:`parse`)."""
+``_schemas.json``. A call's arguments are made into the values its executor reads by
+:func:`parse`: from the schema alone when they certainly satisfy it (the usual case, and
+no pydantic then), else by the typed model, which decides and says what is wrong."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import namedtuple
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from plait.adapters.tools._values import ABSENT, MAX_COMMAND_CHARS
-from plait.application.arguments import cached_schemas
+from plait.adapters.tools._values import ABSENT, MAX_COMMAND_CHARS, plain_sha256
+from plait.application.arguments import ArgumentSchema, cached_schemas
 from plait.domain.tools import EffectClass, ToolSpec
 
 __all__ = ["ABSENT", "MAX_COMMAND_CHARS", "SCHEMAS", "SPECS", "parse"]
@@ -83,9 +86,71 @@ def _models() -> Mapping[str, Any]:
 
 
 def parse(tool: str, arguments: Mapping[str, Any]) -> Any:
-    """``arguments`` (already checked against the schema) parsed into ``tool``'s model; a
-    rule the schema does not carry raises :class:`~plait.domain.errors.ToolError`."""
-    # lazy: pydantic (~180 ms), see _models
+    """``arguments`` (already checked against the schema) as the values ``tool``'s
+    executor reads, each argument an attribute: made from the schema when the arguments
+    certainly satisfy it (:class:`_Plain`), else parsed into the tool's model (a rule the
+    schema does not carry raises :class:`~plait.domain.errors.ToolError`)."""
+    plain = _plain(tool)(arguments)
+    if plain is not None:
+        return plain
+    # lazy: pydantic (~0.1 s), see _models
     from plait.application.typed_tools import parse_arguments
 
     return parse_arguments(_models()[tool], arguments)
+
+
+_NORMAL: dict[tuple[str, str], Callable[[Any], Any]] = {
+    ("write_file", "expected_sha256"): plain_sha256,
+}
+"""The models' validators that change a valid value (tool, argument), as functions they
+share with the models."""
+_MISSING = object()
+
+
+class _Plain:
+    """A built-in tool's arguments made into its executor's values without its model,
+    for arguments the schema's shortcut vouches for (:attr:`ArgumentSchema.quick`: each
+    value of its exact type, within its bounds): each argument given, else the schema's
+    default, else None (the model's optional arguments default to None); a number as a
+    float, as the model makes it; the model's normalizing validators applied (one that
+    refuses leaves the arguments to the model, which says why). The same values as the
+    model's (``tests/tools/test_plain_arguments.py`` compares them), frozen like it."""
+
+    __slots__ = ("_fields", "_quick", "_record")
+
+    def __init__(self, tool: str, schema: Mapping[str, Any]) -> None:
+        self._quick = ArgumentSchema(tool, schema).quick
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        self._record = namedtuple(f"{tool}_arguments", list(properties))  # type: ignore[misc]
+        self._fields = [
+            (
+                name,
+                sub.get("default"),
+                float if sub.get("type") == "number" else None,
+                _NORMAL.get((tool, name)),
+            )
+            for name, sub in properties.items()
+        ]
+
+    def __call__(self, arguments: Mapping[str, Any]) -> Any:
+        if self._quick is None or not self._quick(arguments):
+            return None
+        values = []
+        for name, default, number, normal in self._fields:
+            value = arguments.get(name, _MISSING)
+            if value is _MISSING:
+                value = default
+            elif number is not None:
+                value = number(value)
+            if normal is not None and value is not None:
+                try:
+                    value = normal(value)
+                except ValueError:
+                    return None
+            values.append(value)
+        return self._record(*values)
+
+
+@cache
+def _plain(tool: str) -> _Plain:
+    return _Plain(tool, SCHEMAS[tool])

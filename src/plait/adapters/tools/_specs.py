@@ -6,13 +6,12 @@ does not import pydantic: this module is imported at a tool's first call."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
-from plait.adapters.tools._values import ABSENT, MAX_COMMAND_CHARS
+from plait.adapters.tools._values import MAX_COMMAND_CHARS, plain_sha256
 from plait.application.typed_tools import ToolArguments
 
 __all__ = [
@@ -84,12 +83,7 @@ class WriteFile(ToolArguments):
     @classmethod
     def _plain_hex(cls, value: str | None) -> str | None:
         """Lower-case hex without the ``sha256:`` prefix, or ``absent``."""
-        if value is None:
-            return None
-        value = value.lower().removeprefix("sha256:")
-        if value != ABSENT and not re.fullmatch(r"[0-9a-f]{64}", value):
-            raise ValueError("expected_sha256 must be 64 hex digits or 'absent'")
-        return value
+        return None if value is None else plain_sha256(value)
 
 
 class EditFile(ToolArguments):
