@@ -99,3 +99,18 @@ def test_valid_calls_of_the_built_in_tools_do_not_import_pydantic() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_validator_of_the_models_has_its_plain_twin() -> None:
+    """A validator added to a model must be applied on the plain path too (or the plain
+    path would hand the executor a value the model would have changed or refused)."""
+    from plait.adapters.tools._catalog import _NORMAL
+
+    validated: set[tuple[str, str]] = set()
+    for tool, model in MODELS.items():
+        decorators = model.__pydantic_decorators__
+        assert not decorators.model_validators, f"{tool}: the plain path cannot apply these"
+        assert not decorators.field_serializers and not decorators.model_serializers, tool
+        for found in decorators.field_validators.values():
+            validated.update((tool, field) for field in found.info.fields)
+    assert validated == set(_NORMAL)
