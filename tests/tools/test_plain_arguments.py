@@ -70,6 +70,7 @@ def test_every_built_in_tool_has_a_plain_path() -> None:
         ("read_file", {"path": "a.py", "offset_line": 2.0}),  # an integer to JSON Schema
         ("write_file", {"path": "a", "content": "x", "expected_sha256": "absent\n"}),
         ("read_file", {"path": ""}),
+        ("run_command", {"command": "ls", "timeout_seconds": 10**400}),
     ],
 )
 def test_anything_else_is_left_to_the_model(tool: str, arguments: dict[str, Any]) -> None:

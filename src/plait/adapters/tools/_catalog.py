@@ -112,8 +112,9 @@ class _Plain:
     for arguments the schema's shortcut vouches for (:attr:`ArgumentSchema.quick`: each
     value of its exact type, within its bounds): each argument given, else the schema's
     default, else None (the model's optional arguments default to None); a number as a
-    float, as the model makes it; the model's normalizing validators applied (one that
-    refuses leaves the arguments to the model, which says why). The same values as the
+    float, as the model makes it; the model's normalizing validators applied (a value one
+    refuses, or a number no float holds, leaves the arguments to the model, which says
+    why). The same values as the
     model's (``tests/tools/test_plain_arguments.py`` compares them), frozen like it."""
 
     __slots__ = ("_fields", "_quick", "_record")
@@ -138,15 +139,15 @@ class _Plain:
         values = []
         for name, default, number, normal in self._fields:
             value = arguments.get(name, _MISSING)
-            if value is _MISSING:
-                value = default
-            elif number is not None:
-                value = number(value)
-            if normal is not None and value is not None:
-                try:
+            try:
+                if value is _MISSING:
+                    value = default
+                elif number is not None:
+                    value = number(value)  # an integer too large for a float: the model's
+                if normal is not None and value is not None:
                     value = normal(value)
-                except ValueError:
-                    return None
+            except (ValueError, OverflowError):
+                return None
             values.append(value)
         return self._record(*values)
 
