@@ -20,6 +20,7 @@ dependencies, and checking a call is a step of the loop (see :mod:`.validation`)
 from __future__ import annotations
 
 import json
+import operator
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -101,21 +102,33 @@ integer too, and is left to jsonschema; ``bool`` is no subclass here: ``type(x) 
 Quick = Callable[[object], bool]
 Bound = Callable[[Any], bool]
 
-_STRING_BOUNDS: dict[str, Callable[[Any], Bound | None]] = {
-    "minLength": lambda n: (lambda v: len(v) >= n) if type(n) is int else None,
-    "maxLength": lambda n: (lambda v: len(v) <= n) if type(n) is int else None,
-    "pattern": lambda p: _searcher(p),
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "minimum": operator.ge,
+    "maximum": operator.le,
+    "exclusiveMinimum": operator.gt,
+    "exclusiveMaximum": operator.lt,
 }
-_NUMBER_BOUNDS: dict[str, Callable[[Any], Bound | None]] = {
-    "minimum": lambda x: (lambda v: v >= x) if type(x) in (int, float) else None,
-    "maximum": lambda x: (lambda v: v <= x) if type(x) in (int, float) else None,
-    "exclusiveMinimum": lambda x: (lambda v: v > x) if type(x) in (int, float) else None,
-    "exclusiveMaximum": lambda x: (lambda v: v < x) if type(x) in (int, float) else None,
-}
-"""The bounds the shortcut checks itself, by the type they apply to, each as jsonschema
-checks it (a string's length in code points, ``pattern`` by ``re.search``, numbers
-compared as Python compares them); a bound it cannot read (``None``) leaves the schema to
-jsonschema."""
+
+
+def _bound(kind: object, keyword: str, limit: object) -> Bound | None:
+    """The check of one bound of a property of type ``kind``, as jsonschema checks it (a
+    string's length in code points, ``pattern`` by ``re.search``, numbers compared as
+    Python compares them); None for a keyword the shortcut leaves to jsonschema (one it
+    does not know, one that does not apply to the type, a limit it cannot read)."""
+    if kind == "string" and keyword in ("minLength", "maxLength"):
+        if type(limit) is not int:
+            return None
+        if keyword == "minLength":
+            return lambda value: len(value) >= limit
+        return lambda value: len(value) <= limit
+    if kind == "string" and keyword == "pattern":
+        return _searcher(limit)
+    compare = _COMPARISONS.get(keyword)
+    if kind in ("integer", "number") and compare is not None:
+        if type(limit) not in (int, float):
+            return None
+        return lambda value: compare(value, limit)
+    return None
 
 
 def _searcher(pattern: object) -> Bound | None:
@@ -129,18 +142,13 @@ def _searcher(pattern: object) -> Bound | None:
 
 
 def _bounds(sub: Mapping[str, Any]) -> list[Bound] | None:
-    """The checks of a property's bounds (empty: none), or None when a keyword is one the
-    shortcut does not know or does not apply to the property's type."""
-    kind = sub.get("type")
-    known = _STRING_BOUNDS if kind == "string" else _NUMBER_BOUNDS
-    if kind not in ("string", "integer", "number"):
-        known = {}
+    """The checks of a property's bounds (empty: none), or None when one of its keywords
+    is left to jsonschema."""
     checks: list[Bound] = []
-    for keyword, value in sub.items():
+    for keyword, limit in sub.items():
         if keyword == "type" or keyword in _ANNOTATIONS:
             continue
-        make = known.get(keyword)
-        check = None if make is None else make(value)
+        check = _bound(sub.get("type"), keyword, limit)
         if check is None:
             return None
         checks.append(check)
