@@ -24,7 +24,7 @@ from plait.adapters.tools._paths import Workspace, is_binary, open_child_file
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.domain.errors import ToolError
 
-if TYPE_CHECKING:  # the typed model imports pydantic: parsed at the first call
+if TYPE_CHECKING:  # the typed model imports pydantic: see _catalog.parse
     from plait.adapters.tools._specs import SearchText
 
 __all__ = ["search_text"]

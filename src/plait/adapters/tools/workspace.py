@@ -35,7 +35,7 @@ from plait.adapters.tools._paths import (
 from plait.adapters.tools._tree import TreeEntry, WalkNotes, walk_tree
 from plait.domain.errors import ToolError
 
-if TYPE_CHECKING:  # the typed models import pydantic: parsed at a tool's first call
+if TYPE_CHECKING:  # the typed models import pydantic: see _catalog.parse
     from plait.adapters.tools._specs import EditFile, ListDir, ReadFile, WriteFile
 
 __all__ = ["WorkspaceLimits", "perform"]
