@@ -114,8 +114,8 @@ class _Plain:
     default, else None (the model's optional arguments default to None); a number as a
     float, as the model makes it; the model's normalizing validators applied (a value one
     refuses, or a number no float holds, leaves the arguments to the model, which says
-    why). The same values as the
-    model's (``tests/tools/test_plain_arguments.py`` compares them), frozen like it."""
+    why). The same values as the model's (``tests/tools/test_plain_arguments.py``
+    compares them), frozen like it."""
 
     __slots__ = ("_fields", "_quick", "_record")
 
