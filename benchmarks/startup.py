@@ -10,13 +10,16 @@ an empty directory with empty config and data directories and no PLAIT_* variabl
 policy. The Runtime.open probe is exactly what a script using the Python API pays first:
 import plait, open a runtime with defaults, close it, exit. Its store exists (the warm-up
 run creates it); the first open of a new data directory also creates the store and is
-shown separately. ``--against`` also times the Runtime.open probe with plait imported
+shown separately. With the CLI installed, ``plait send`` of the demo's task (four built-in
+tool calls with the scripted model) is timed too: what a CLI user's send costs beyond the
+model's own time. ``--against`` also times the Runtime.open probe with plait imported
 from another checkout's ``src`` (e.g. a worktree of main), interleaved with this one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -74,6 +77,35 @@ def interleave(other_src: str, env: dict[str, str], cwd: str, reps: int) -> None
     report("Runtime.open() plait from this checkout", runs["this"])
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEMO = os.path.join(os.path.dirname(HERE), "examples")
+
+
+def _sends(cli: str, env: dict[str, str], root: str, reps: int) -> list[tuple[float, float, str]]:
+    """``plait send`` of the demo's task (a scripted model: read the config, search, read
+    the code, edit it: four built-in tool calls, then the answer), each in a new session on
+    its own copy of the demo's project; the session is made beforehand, not timed."""
+    script = os.path.join(DEMO, "fix-the-tax.yaml")
+    runs = []
+    for rep in range(reps + 1):  # the first writes the bytecode cache
+        workspace = os.path.join(root, f"shop-{rep}")
+        shutil.copytree(os.path.join(DEMO, "shop"), workspace)
+        made = subprocess.run(
+            [cli, "sessions", "new", "--workspace", workspace, "--json"],
+            check=True,
+            capture_output=True,
+            env=env,
+            text=True,
+        )
+        session = json.loads(made.stdout)["session_id"]
+        task = "Find out why the tests fail and fix it."
+        cmd = [cli, "send", session, task, "--model", f"scripted:{script}"]
+        timing = timed(cmd, env, workspace)
+        if rep:
+            runs.append(timing)
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=11, help="processes per probe (>= 9)")
@@ -117,6 +149,8 @@ def main() -> None:
             fresh = {**env, "XDG_DATA_HOME": os.path.join(root, f"fresh-{rep}")}
             first.append(timed([py, "-c", OPEN], fresh, work))
         report("Runtime.open() creating its store", first)
+        if cli:
+            report("plait send (the demo's task: 4 tool calls)", _sends(cli, env, root, reps))
         if options.against:
             interleave(options.against, env, work, reps)
     finally:
