@@ -115,3 +115,60 @@ def test_every_validator_of_the_models_has_its_plain_twin() -> None:
         for found in decorators.field_validators.values():
             validated.update((tool, field) for field in found.info.fields)
     assert validated == set(_NORMAL)
+
+
+def _values_of(sub: dict[str, Any]) -> Any:
+    from hypothesis import strategies as st
+
+    kind = sub["type"]
+    if kind == "string":
+        if "pattern" in sub:
+            return st.from_regex(sub["pattern"], fullmatch=True)
+        return st.text(min_size=sub.get("minLength", 0), max_size=sub.get("maxLength", 40))
+    if kind == "boolean":
+        return st.booleans()
+    low = sub.get("minimum", sub.get("exclusiveMinimum"))
+    high = sub.get("maximum", sub.get("exclusiveMaximum"))
+    if kind == "integer":
+        return st.integers(min_value=low, max_value=high)
+    numbers = st.floats(
+        min_value=low,
+        max_value=high,
+        exclude_min="exclusiveMinimum" in sub,
+        exclude_max="exclusiveMaximum" in sub,
+        allow_nan=False,
+    )
+    return numbers | st.integers(min_value=1, max_value=10**6)
+
+
+def _arguments_of(tool: str) -> Any:
+    from hypothesis import strategies as st
+
+    schema = SCHEMAS[tool]
+    required = set(schema.get("required", []))
+    return st.fixed_dictionaries(
+        {name: _values_of(sub) for name, sub in schema["properties"].items() if name in required},
+        optional={
+            name: _values_of(sub)
+            for name, sub in schema["properties"].items()
+            if name not in required
+        },
+    )
+
+
+@pytest.mark.parametrize("tool", sorted(MODELS))
+def test_the_values_are_the_models_for_any_valid_arguments(tool: str) -> None:
+    from hypothesis import given, settings
+
+    @settings(max_examples=150, deadline=None)
+    @given(_arguments_of(tool))
+    def check(arguments: dict[str, Any]) -> None:
+        plain = _plain(tool)(arguments)
+        if plain is None:  # left to the model, which decides
+            return
+        model = MODELS[tool].model_validate(arguments)  # it accepts what the plain path did
+        for field in type(model).model_fields:
+            mine, theirs = getattr(plain, field), getattr(model, field)
+            assert mine == theirs and type(mine) is type(theirs), (field, mine, theirs)
+
+    check()
