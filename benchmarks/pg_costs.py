@@ -20,6 +20,10 @@ not. Kinds:
 - ``claim``: a worker's claim of a queued run (``plait_claim``: the run set running,
   its session and history read; a durable commit), the runs submitted beforehand;
 - ``claim_empty``: the same on an empty queue (what an idle worker polls with).
+- ``session_create``: the store's write of a new session (one ``INSERT``, a durable
+  commit);
+- ``lease_renew``: a worker's renewal of its run's lease, fenced by its token (one
+  ``UPDATE``, a durable commit).
 - ``step_commit``: a worker's step commit as the service makes it (``plait_commit_events``):
   one message fenced by its run's lease token, with that run's three pending events (a
   durable commit), the session growing as it goes.
@@ -168,6 +172,19 @@ async def _run(url: str, n: int, nested: bool = False) -> dict[str, Any]:
             )
             step_version[0] = applied[0].version
 
+        async def session_create(_: int) -> None:
+            await store.create_session(Session(id=ids.new("ses"), created_at=clock.now()))
+
+        async def lease_renew(i: int) -> None:
+            await store.renew_lease(
+                step_run.id,
+                owner="bench",
+                expires_at=clock.now() + 3600 + i,
+                lease_token=step_run.lease_token,
+            )
+
+        out["session_create"] = await _measure(backend, n, session_create)
+        out["lease_renew"] = await _measure(backend, n, lease_renew)
         out["claim"] = await _measure(backend, n, claim)
         out["claim_empty"] = await _measure(backend, n, claim_empty)
         out["context_read"] = await _measure(backend, n, context_read)

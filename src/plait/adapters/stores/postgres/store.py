@@ -183,6 +183,13 @@ class PostgresStore(PipelinedCommits):
         self.health.succeeded()  # autocommit: a statement that wrote has committed
         return result
 
+    async def _statement(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        """A write of one statement (and, when it changed nothing, the reads that say
+        why): in autocommit the statement is its own durable transaction, so ``BEGIN``
+        and ``COMMIT`` around it would add two round trips and nothing else (a read after
+        it sees a new snapshot either way, at read committed)."""
+        return await self._read(op)
+
     def _wait(self) -> float | None:
         """How long a call may wait for a pooled connection: the pool's timeout (a busy
         pool), but only :data:`OUTAGE_WAIT_SECONDS` while the server is known to be down
@@ -246,7 +253,7 @@ class PostgresStore(PipelinedCommits):
             if cur.rowcount != 1:
                 raise duplicate_session(session.id)
 
-        await self._write(op)
+        await self._statement(op)
 
     async def get_session(self, session_id: str) -> Session:
         row = await self._one(q.GET_SESSION, (session_id,))
@@ -430,7 +437,7 @@ class PostgresStore(PipelinedCommits):
         async def op(conn: Conn) -> tuple[Any, ...] | None:
             return await (await conn.execute(q.CANCEL, (run_id,))).fetchone()
 
-        row = await self._write(op)
+        row = await self._statement(op)
         if row is None:
             raise run_not_found(run_id)
         return run_from_row(row)
@@ -457,7 +464,7 @@ class PostgresStore(PipelinedCommits):
             assert row is not None
             return tuple(row)
 
-        return run_from_row(await self._write(op))
+        return run_from_row(await self._statement(op))
 
     async def renew_lease(
         self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
@@ -468,7 +475,7 @@ class PostgresStore(PipelinedCommits):
             if cur.rowcount != 1:
                 await self._lease_failure(conn, run_id, owner, lease_token)
 
-        await self._write(op)
+        await self._statement(op)
 
     async def _lease_failure(
         self, conn: Conn, run_id: str, owner: str, lease_token: int | None = None
@@ -503,7 +510,7 @@ class PostgresStore(PipelinedCommits):
         async def op(conn: Conn) -> None:
             await conn.execute(q.PUT_ARTIFACT, row)
 
-        await self._write(op)
+        await self._statement(op)
         return ref
 
     async def put_artifact_file(self, path: str, *, media_type: str) -> ArtifactRef:
