@@ -15,6 +15,7 @@ from plait.adapters.stores.postgres.store import PostgresStore
 from plait.application.ports import Commit
 from plait.domain.errors import ConflictError, LeaseLostError, NotFoundError
 from plait.domain.runs import RunStatus
+from plait.domain.service import ApiKey, Role
 from tests.contract.builders import new_run, new_session, user
 from tests.pg import empty_database
 
@@ -64,6 +65,9 @@ def test_one_statement_writes_open_no_transaction_block(
         await store.renew_lease("r1", owner="w", expires_at=20.0, lease_token=claimed.lease_token)
         cancelled = await store.request_cancel("r1")
         ref = await store.put_artifact(b"bytes", media_type="text/plain")
+        await store.save_token_counts("s1", "meter", {"m1": 7})
+        key = ApiKey(id="k1", principal="ana", role=Role.USER, key_hash="a" * 64, created_at=1.0)
+        await store.add_api_key(key)
         assert opened == []
         assert [s.id for s in await store.list_sessions()] == ["s2", "s1"]
         assert (claimed.lease.owner if claimed.lease else None) == "w"
@@ -71,6 +75,8 @@ def test_one_statement_writes_open_no_transaction_block(
         stored = await store.get_run("r1")
         assert stored.lease is not None and stored.lease.expires_at == 20.0
         assert await store.get_artifact(ref.id) == (ref, b"bytes")
+        assert await store.read_token_counts("s1", "meter") == {"m1": 7}
+        assert await store.find_api_key("a" * 64) == key
 
     _with_store(url, go)
 

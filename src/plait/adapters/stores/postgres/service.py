@@ -188,7 +188,7 @@ async def read_events(
 
 
 async def add_key(conn: Conn, key: ApiKey) -> None:
-    """Inside a write transaction."""
+    """One statement (its own transaction in autocommit)."""
     cur = await conn.execute(_ADD_KEY, key_row(key))
     if cur.rowcount != 1:
         raise duplicate_key(key.id)

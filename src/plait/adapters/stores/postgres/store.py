@@ -633,7 +633,7 @@ class PostgresStore(PipelinedCommits):
         return await self._read(lambda conn: service.read_events(conn, run_id, after, limit))
 
     async def add_api_key(self, key: ApiKey) -> None:
-        await self._write(lambda conn: service.add_key(conn, key))
+        await self._statement(lambda conn: service.add_key(conn, key))
 
     async def find_api_key(self, key_hash: str) -> ApiKey | None:
         return await self._read(lambda conn: service.find_key(conn, key_hash))
@@ -641,10 +641,10 @@ class PostgresStore(PipelinedCommits):
     # --- webhooks: endpoints and the outbox (see webhooks.py) -----------------------------
 
     async def add_webhook(self, endpoint: Endpoint) -> None:
-        await self._write(lambda conn: webhooks.add(conn, endpoint))
+        await self._statement(lambda conn: webhooks.add(conn, endpoint))
 
     async def put_webhook(self, endpoint: Endpoint) -> None:
-        await self._write(lambda conn: webhooks.put(conn, endpoint))
+        await self._statement(lambda conn: webhooks.put(conn, endpoint))
 
     async def list_webhooks(self, *, principal: str | None = None) -> list[Endpoint]:
         return await self._read(lambda conn: webhooks.listing(conn, principal))
@@ -748,7 +748,7 @@ class PostgresStore(PipelinedCommits):
         self, session_id: str, meter: str, counts: Mapping[str, int]
     ) -> None:
         if counts:
-            await self._write(lambda conn: tokens.save(conn, session_id, meter, counts))
+            await self._statement(lambda conn: tokens.save(conn, session_id, meter, counts))
 
     # --- forks (see fork.py) --------------------------------------------------------------
 
