@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import psycopg
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from plait.adapters.stores.postgres.store import PostgresStore
 from plait.testing.postgres import Cluster, PostgresUnavailable, cluster
 
-__all__ = ["empty_database", "own_cluster"]
+__all__ = ["empty_database", "own_cluster", "run_with"]
 
 _migrated: set[str] = set()
 
@@ -39,6 +39,19 @@ def empty_database(url: str) -> None:
         ]
         if tables:
             conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def run_with(url: str, go: Callable[[PostgresStore], Awaitable[None]]) -> None:
+    """``go`` with a store on ``url``, closed after it."""
+
+    async def main() -> None:
+        store = PostgresStore(url)
+        try:
+            await go(store)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
 
 
 def own_cluster() -> Iterator[Cluster]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import psycopg
 import pytest
@@ -30,24 +29,13 @@ from plait.testing.carrier import RecordingCarrier
 from tests.contract.builders import assistant, new_run, new_session, user
 from tests.contract.retention_contract import fork
 from tests.contract.test_postgres_claim import Model
-from tests.pg import empty_database
+from tests.pg import empty_database, run_with
 
 
 @pytest.fixture
 def url(pg_url: str) -> str:
     empty_database(pg_url)
     return pg_url
-
-
-def run_with(url: str, go: Any) -> None:
-    async def main() -> None:
-        store = PostgresStore(url)
-        try:
-            await go(store)
-        finally:
-            await store.close()
-
-    asyncio.run(main())
 
 
 def event(step: int) -> NewRunEvent:

@@ -22,24 +22,13 @@ from plait.domain.runs import Budget, RunStatus
 from plait.entrypoints.http.events import encode_event
 from plait.testing import FunctionModel, echo_tool
 from tests.contract.builders import assistant, new_run, new_session, user
-from tests.pg import empty_database
+from tests.pg import empty_database, run_with
 
 
 @pytest.fixture
 def url(pg_url: str) -> str:
     empty_database(pg_url)
     return pg_url
-
-
-def run_with(url: str, go: Any) -> None:
-    async def main() -> None:
-        store = PostgresStore(url)
-        try:
-            await go(store)
-        finally:
-            await store.close()
-
-    asyncio.run(main())
 
 
 async def queue(store: PostgresStore, sid: str, rid: str, at: float, **kw: Any) -> None:

@@ -4,8 +4,6 @@ included."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -17,7 +15,7 @@ from plait.domain.errors import ConflictError, LeaseLostError, NotFoundError
 from plait.domain.runs import RunStatus
 from plait.domain.service import ApiKey, Role
 from tests.contract.builders import new_run, new_session, user
-from tests.pg import empty_database
+from tests.pg import empty_database, run_with
 
 
 @pytest.fixture
@@ -37,17 +35,6 @@ def _blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(psycopg.AsyncConnection, "transaction", counting)
     return opened
-
-
-def _with_store(url: str, go: Callable[[PostgresStore], Awaitable[None]]) -> None:
-    async def main() -> None:
-        store = PostgresStore(url)
-        try:
-            await go(store)
-        finally:
-            await store.close()
-
-    asyncio.run(main())
 
 
 def test_one_statement_writes_open_no_transaction_block(
@@ -78,7 +65,7 @@ def test_one_statement_writes_open_no_transaction_block(
         assert await store.read_token_counts("s1", "meter") == {"m1": 7}
         assert await store.find_api_key("a" * 64) == key
 
-    _with_store(url, go)
+    run_with(url, go)
 
 
 def test_their_refusals_are_unchanged(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,4 +99,4 @@ def test_their_refusals_are_unchanged(url: str, monkeypatch: pytest.MonkeyPatch)
         )
         assert not stored.cancel_requested
 
-    _with_store(url, go)
+    run_with(url, go)
