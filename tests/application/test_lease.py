@@ -4,6 +4,7 @@ stops at its next commit with a clear message and writes nothing more."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,52 @@ def test_the_heartbeat_survives_a_failed_renewal() -> None:
     result = run(rig.service.send(s.id, "go"))
     assert result.run.status.value == "completed"
     assert store.failures == 2 and renewed.is_set()
+
+
+class CountingRenewals(MemoryStore):
+    renewals = 0
+
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
+        self.renewals += 1
+        await super().renew_lease(
+            run_id, owner=owner, expires_at=expires_at, lease_token=lease_token
+        )
+
+
+def _working(clock: FixedClock, seconds: float) -> Any:
+    async def work(inv: ToolInvocation) -> ToolOutput:
+        await asyncio.sleep(seconds)
+        clock.advance(seconds)  # the wall clock the leases are written in moves as well
+        return ToolOutput(content="done")
+
+    return work
+
+
+def test_steps_that_commit_often_keep_the_lease_without_renewals() -> None:
+    store, clock = CountingRenewals(), FixedClock()
+    tool = RecordingTool(spec("work", EffectClass.READ_ONLY), fn=_working(clock, 0.06))
+    steps = [reply("", call("work", {"text": str(n)}, f"c{n}")) for n in range(40)]
+    rig = make_rig([*steps, reply("done")], [tool], store=store, clock=clock, lease_seconds=3.0)
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status.value == "completed"
+    # ~2.4 s, a beat every second, each less than half a second after a step's commit
+    assert len(tool.finished) == 40 and store.renewals == 0
+
+
+def test_a_call_that_outlasts_a_beat_is_still_renewed() -> None:
+    store, clock = CountingRenewals(), FixedClock()
+    tool = RecordingTool(spec("work", EffectClass.READ_ONLY), fn=_working(clock, 2.3))
+    rig = make_rig(
+        [reply("", call("work", {"text": "a"}, "c1")), reply("done")],
+        [tool],
+        store=store,
+        clock=clock,
+        lease_seconds=3.0,
+    )
+    s = run(rig.service.create_session())
+    result = run(rig.service.send(s.id, "go"))
+    assert result.run.status.value == "completed"
+    assert store.renewals >= 2  # the beats at 1 and 2 s: no commit since the call began

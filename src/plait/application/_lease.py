@@ -8,6 +8,13 @@ off the event loop and tools run in threads or subprocesses, so the heartbeat is
 starved by them. Recovery by another process can take a run over only after its lease
 has expired, i.e. after its process stopped renewing for a whole lease.
 
+Each step's commit extends the lease too. A beat that finds the lease extended by a
+commit since the previous beat, less than half a period ago by the lease's own clock,
+writes nothing: the renewal would set about what the commit set. A run whose steps
+commit at least that often (every 10 s at the default lease) is kept by its commits
+alone, one durable write fewer per beat; the next renewal comes with half the lease left
+at least, so two beats still fall before its end, as without the skip.
+
 If a renewal finds the lease taken (another process recovered the run), the run is marked
 ``lease_lost``: a running model call or stoppable tool is interrupted, and the run's next
 commit stops it with a clear :class:`~plait.domain.errors.LeaseLostError` before writing
@@ -39,9 +46,14 @@ class LeaseKeeper:
     async def keep(self, active: ActiveRun) -> None:
         """Renew the run's lease until cancelled (the driver cancels it when the run stops)."""
         period = self.lease_seconds / 3
+        fresh = self.lease_seconds - period / 2
         clock = self.journal.clock
+        seen = _expiry(active)
         while True:
             await asyncio.sleep(period)
+            expiry, seen = seen, _expiry(active)
+            if seen is not None and seen != expiry and seen - clock.now() > fresh:
+                continue  # extended by a step's commit since the last beat, moments ago
             try:
                 await self.store.renew_lease(
                     active.run.id,
@@ -60,3 +72,11 @@ class LeaseKeeper:
                 log.warning(
                     "run %s: lease renewal failed (%s); retrying", active.run.id, exc.message
                 )
+
+
+def _expiry(active: ActiveRun) -> float | None:
+    """The expiry of the run's lease as its last durable commit wrote it (the driver
+    keeps the committed state in ``active.run``; this heartbeat's own renewals are not
+    in it)."""
+    lease = active.run.lease
+    return None if lease is None else lease.expires_at
