@@ -47,26 +47,32 @@ def test_a_process_that_lost_its_lease_stops_at_its_next_commit() -> None:
     assert stored.lease is not None and stored.lease.owner == "thief"
 
 
+class Renewals(MemoryStore):
+    """Counts the lease renewals; the first ``failing`` of them fail as a busy store."""
+
+    def __init__(self, failing: int = 0) -> None:
+        super().__init__()
+        self.failing, self.failures, self.renewals = failing, 0, 0
+        self.renewed = asyncio.Event()
+
+    async def renew_lease(
+        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
+    ) -> None:
+        if self.failures < self.failing:
+            self.failures += 1
+            raise StoreError("database is busy")
+        await super().renew_lease(
+            run_id, owner=owner, expires_at=expires_at, lease_token=lease_token
+        )
+        self.renewals += 1
+        self.renewed.set()
+
+
 def test_the_heartbeat_survives_a_failed_renewal() -> None:
-    class Flaky(MemoryStore):
-        failures = 0
-
-        async def renew_lease(
-            self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
-        ) -> None:
-            if self.failures < 2:
-                self.failures += 1
-                raise StoreError("database is busy")
-            await super().renew_lease(
-                run_id, owner=owner, expires_at=expires_at, lease_token=lease_token
-            )
-            renewed.set()
-
-    store = Flaky()
-    renewed = asyncio.Event()
+    store = Renewals(failing=2)
 
     async def wait_for_renewal(inv: ToolInvocation) -> str:
-        await renewed.wait()
+        await store.renewed.wait()
         return "renewed"
 
     tool = RecordingTool(spec("wait"), fn=wait_for_renewal)
@@ -79,19 +85,7 @@ def test_the_heartbeat_survives_a_failed_renewal() -> None:
     s = run(rig.service.create_session())
     result = run(rig.service.send(s.id, "go"))
     assert result.run.status.value == "completed"
-    assert store.failures == 2 and renewed.is_set()
-
-
-class CountingRenewals(MemoryStore):
-    renewals = 0
-
-    async def renew_lease(
-        self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
-    ) -> None:
-        self.renewals += 1
-        await super().renew_lease(
-            run_id, owner=owner, expires_at=expires_at, lease_token=lease_token
-        )
+    assert store.failures == 2 and store.renewed.is_set()
 
 
 def _working(clock: FixedClock, seconds: float) -> Any:
@@ -104,7 +98,7 @@ def _working(clock: FixedClock, seconds: float) -> Any:
 
 
 def test_steps_that_commit_often_keep_the_lease_without_renewals() -> None:
-    store, clock = CountingRenewals(), FixedClock()
+    store, clock = Renewals(), FixedClock()
     tool = RecordingTool(spec("work", EffectClass.READ_ONLY), fn=_working(clock, 0.06))
     steps = [reply("", call("work", {"text": str(n)}, f"c{n}")) for n in range(40)]
     rig = make_rig([*steps, reply("done")], [tool], store=store, clock=clock, lease_seconds=3.0)
@@ -116,7 +110,7 @@ def test_steps_that_commit_often_keep_the_lease_without_renewals() -> None:
 
 
 def test_a_call_that_outlasts_a_beat_is_still_renewed() -> None:
-    store, clock = CountingRenewals(), FixedClock()
+    store, clock = Renewals(), FixedClock()
     tool = RecordingTool(spec("work", EffectClass.READ_ONLY), fn=_working(clock, 2.3))
     rig = make_rig(
         [reply("", call("work", {"text": "a"}, "c1")), reply("done")],
