@@ -4,15 +4,13 @@ read, fork, append, search and expire alike beside branches made after."""
 
 from __future__ import annotations
 
-import asyncio
-
 import psycopg
 import pytest
 
 from plait.adapters.stores.postgres.store import PostgresStore
 from tests.contract.fork_chain_contract import append, copied_branch_reads_alike, said
 from tests.contract.retention_contract import fork, seed
-from tests.pg import empty_database
+from tests.pg import empty_database, run_with
 
 
 @pytest.fixture
@@ -28,17 +26,13 @@ def _rows(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
 
 @pytest.mark.slow
 def test_a_fork_copies_no_membership_rows(url: str) -> None:
-    async def go() -> None:
-        store = PostgresStore(url)
-        try:
-            await seed(store)
-            await fork(store, "s1", "b1", 5)
-            await fork(store, "b1", "c1", 3)
-            await append(store, "b1", said("x1", "own"))
-        finally:
-            await store.close()
+    async def go(store: PostgresStore) -> None:
+        await seed(store)
+        await fork(store, "s1", "b1", 5)
+        await fork(store, "b1", "c1", 3)
+        await append(store, "b1", said("x1", "own"))
 
-    asyncio.run(go())
+    run_with(url, go)
     members = "SELECT count(*) FROM session_messages WHERE session_id = %s"
     assert _rows(url, members, "b1") == [(1,)]
     assert _rows(url, members, "c1") == [(0,)]
@@ -48,16 +42,12 @@ def test_a_fork_copies_no_membership_rows(url: str) -> None:
 
 @pytest.mark.slow
 def test_branches_with_copied_rows_read_alike(url: str) -> None:
-    async def make() -> None:
-        store = PostgresStore(url)
-        try:
-            await seed(store)
-            await fork(store, "s1", "old", 4)
-            await append(store, "old", said("x1", "branch zebra"))
-        finally:
-            await store.close()
+    async def make(store: PostgresStore) -> None:
+        await seed(store)
+        await fork(store, "s1", "old", 4)
+        await append(store, "old", said("x1", "branch zebra"))
 
-    asyncio.run(make())
+    run_with(url, make)
     with psycopg.connect(url, autocommit=True) as conn:  # as forks stored branches before
         conn.execute("DELETE FROM session_segments WHERE session_id = 'old'")
         conn.execute(
@@ -66,11 +56,4 @@ def test_branches_with_copied_rows_read_alike(url: str) -> None:
             "WHERE session_id = 's1' AND seq <= 4"
         )
 
-    async def go() -> None:
-        store = PostgresStore(url)
-        try:
-            await copied_branch_reads_alike(store)
-        finally:
-            await store.close()
-
-    asyncio.run(go())
+    run_with(url, copied_branch_reads_alike)
