@@ -9,7 +9,11 @@ prints one JSON object on its last stdout line, with the same keys, so
         Also reports the cost of single steps early in the run and at its end, to show
         whether per-step cost grows with history (run with ``--steps 1000``). With
         ``--model-ms N`` every model call takes N ms (the loop is free meanwhile): the step
-        then costs N ms plus what is not overlapped with the model's time.
+        then costs N ms plus what is not overlapped with the model's time. ``--markers``
+        calls ``os.getppid()`` as the window opens, at each model call and as it closes,
+        for ``benchmarks/w1_instructions.py --segments`` (callgrind dumps its counts
+        there); ``--warm`` runs the workload once first, on its own store, so that the
+        measured run is a process's second.
 - build a 5,000-message session (user / assistant tool call / tool result / assistant text,
         ~500 B each), not timed for the table.
 - w2    fresh process: open the store, build the agent, append one user message and run
@@ -152,8 +156,13 @@ class FakeModel:
         self.first_call_len: int | None = None
         self.call_times: list[float] = []
 
+    markers = False
+    """Call :func:`_marker` at each call (``--markers``)."""
+
     def __call__(self, request: ModelRequest) -> ModelResponse:
         now = time.perf_counter()
+        if self.markers:
+            _marker()
         self.call_times.append(now)
         if self.first_call_t is None:
             self.first_call_t = now
@@ -238,17 +247,31 @@ def build_agent(
 # --- workloads ------------------------------------------------------------------------------
 
 
+def _marker() -> None:
+    """A call callgrind can be told to dump its counts before (``--dump-before=os_getppid``):
+    nothing else in a W1 run asks for the parent's pid."""
+    os.getppid()
+
+
 async def w1(a: argparse.Namespace, res: dict[str, Any]) -> None:
+    if a.warm:  # the same run first, on a store of its own
+        await w1(argparse.Namespace(**{**vars(a), "warm": False, "db": a.db + ".warm"}), {})
+        fresh_db(a.db + ".warm")
     fresh_db(a.db)
     t_setup = time.perf_counter()
     store = CountingStore(a.db, io=a.store_io)
     model = SlowModel(a.steps, a.model_ms / 1e3) if a.model_ms else FakeModel(a.steps)
+    model.markers = a.markers
     telemetry = bench_telemetry() if a.variant == "telemetry" else None
     agent = build_agent(store, model, a.tool_bytes, telemetry)
     session = await agent.create_session()
+    if a.markers:
+        _marker()
     t0 = time.perf_counter()
     result = await agent.send(session.id, "please call echo repeatedly")
     t1 = time.perf_counter()
+    if a.markers:
+        _marker()
     assert result.run.status is RunStatus.COMPLETED, result.run
     history = await store.read_messages(session.id)
     assert len(history) == 2 * a.steps + 2, len(history)
@@ -346,6 +369,8 @@ def main() -> None:
     p.add_argument(
         "--model-ms", type=float, default=0.0, help="w1: each model call takes this long"
     )
+    p.add_argument("--markers", action="store_true", help="w1: mark the window's segments")
+    p.add_argument("--warm", action="store_true", help="w1: measure the process's second run")
     a = p.parse_args()
     a.build_command = f"uv run python benchmarks/drv_plait.py build --db {a.db}"
     if a.workload == "w2" and not Path(a.db).is_file():  # opening it would make an empty store
