@@ -365,3 +365,46 @@ def test_a_worker_reserves_its_connections_before_its_first_claim() -> None:
         assert store.claims == 1
 
     asyncio.run(go())
+
+
+def test_a_freed_slot_and_stop_end_the_wait_between_polls_at_once() -> None:
+    """With an hour between polls, a worker of one slot still claims the next queued run
+    as soon as the previous one ends, and ``stop`` ends its wait at once."""
+
+    async def go() -> None:
+        store = MemoryStore()
+        tool = echo_tool()
+        svc = service(store, Model(), "w1", tool)
+        runs = [await svc.submit((await svc.create_session()).id, "go") for _ in range(3)]
+        worker = Worker(service=svc, queue=store, encode=encode_event, concurrency=1,
+                        poll_seconds=3600)  # fmt: skip
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        async with asyncio.timeout(10.0):  # an hour's poll would fail this
+            for run in runs:
+                await until(ended(store, run.id))
+            stop.set()
+            stats = await task
+        assert stats.claimed == 3 and stats.finished == {"completed": 3}
+
+    asyncio.run(go())
+
+
+def test_a_wait_in_an_outage_is_ended_by_stop_not_by_a_freed_slot() -> None:
+    async def go() -> None:
+        store = MemoryStore()
+        svc = service(store, Model(), "w1", echo_tool())
+        worker = Worker(service=svc, queue=store, encode=encode_event, poll_seconds=3600)
+        stop = asyncio.Event()
+        worker._stopping = asyncio.ensure_future(stop.wait())
+        outage = asyncio.create_task(worker._sleep(stop, 3600))
+        poll = asyncio.create_task(worker._sleep(stop))
+        await asyncio.sleep(0.05)
+        worker._slot_freed()  # the poll's wait ends, the outage's does not
+        await asyncio.wait_for(poll, 1.0)
+        await asyncio.sleep(0.05)
+        assert not outage.done()
+        stop.set()
+        await asyncio.wait_for(outage, 1.0)
+
+    asyncio.run(go())

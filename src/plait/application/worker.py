@@ -430,7 +430,10 @@ class Worker:
         self._draining: set[asyncio.Task[None]] = set()
         """Runs over, whose last events are still to be written (their slots are free)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._wake = asyncio.Event()
+        self._woken: Callable[[], None] | None = None
+        """Ends the wait between two polls early (while there is one: see :meth:`_sleep`)."""
+        self._stopping: asyncio.Task[bool] | None = None
+        """Done once the ``stop`` given to :meth:`run` is set."""
         self._backoff = Backoff()
         self._outage: StoreUnavailableError | None = None
         self._orphans: set[str] = set()
@@ -464,6 +467,7 @@ class Worker:
                 await reserving.reserve_connections(self.concurrency + RESERVED_BEYOND_RUNS)
         next_sweep = 0.0
         clock = self.service.clock
+        self._stopping = stopping = asyncio.ensure_future(stop.wait())
         log.info("worker started", extra={"worker": self.owner})
         try:
             while not stop.is_set():
@@ -489,6 +493,7 @@ class Worker:
                     self._store_up()
                 await self._sleep(stop)
         finally:
+            stopping.cancel()
             await self._shut_down()
         return self.stats
 
@@ -656,20 +661,34 @@ class Worker:
         return taken
 
     async def _sleep(self, stop: asyncio.Event, seconds: float | None = None) -> None:
-        """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval)."""
-        self._wake.clear()
-        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
-        if seconds is not None:  # an outage: only stop ends the wait early
-            waiters.pop()
+        """Until ``stop``, a run ends, or ``seconds`` (default: the poll interval; given,
+        in an outage, only ``stop`` ends the wait early). One future, which the first of
+        them resolves: no task is made per wait (a busy worker waits once per run)."""
+        if stop.is_set() or self._stopping is None:
+            return
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake(*_: object) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        timer = loop.call_later(self.poll_seconds if seconds is None else seconds, wake)
+        stopping = self._stopping
+        stopping.add_done_callback(wake)
+        if seconds is None:
+            self._woken = wake
         try:
-            await asyncio.wait(
-                waiters,
-                timeout=self.poll_seconds if seconds is None else seconds,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await woken
         finally:
-            for waiter in waiters:
-                waiter.cancel()
+            self._woken = None
+            timer.cancel()
+            stopping.remove_done_callback(wake)
+
+    def _slot_freed(self) -> None:
+        """A run's slot is free: a wait between polls ends now (the next claim is due)."""
+        if self._woken is not None:
+            self._woken()
 
     def _spawn(self, claimed: Run | ClaimedRun, *, recover: bool) -> None:
         task = asyncio.create_task(self._drive(claimed, recover=recover))
@@ -679,7 +698,7 @@ class Worker:
         def done(_: asyncio.Task[None]) -> None:
             if self._tasks.get(run_id) is task:
                 del self._tasks[run_id]
-            self._wake.set()
+            self._slot_freed()
 
         task.add_done_callback(done)
 
@@ -739,7 +758,7 @@ class Worker:
         if task is not None:
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
-        self._wake.set()
+        self._slot_freed()
 
     async def _shut_down(self) -> None:
         tasks = dict(self._tasks)
