@@ -30,10 +30,16 @@ import _thread
 import asyncio
 import contextlib
 import functools
-import queue
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from plait.adapters.stores.shared.later import Later
+
+if TYPE_CHECKING:
+    import queue
+else:  # with its C module, at the first I/O thread: a process driving one run has none
+    queue = Later("queue", globals(), "queue")
 
 __all__ = ["InlineIo", "IoMode", "IoThread", "Offloaded", "io_for", "on_io_thread"]
 
