@@ -53,4 +53,9 @@ def __getattr__(name: str) -> Any:
     # lazy: importlib (3 modules): `import plait` alone loads nothing it does not need
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    from plait._gc import long_lived
+
+    with long_lived():  # the modules it imports live as long as the process
+        value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # asked once
+    return value

@@ -12,10 +12,11 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from functools import cached_property
+from functools import cached_property, wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar, cast
 
+from plait._gc import long_lived
 from plait.adapters import stores
 from plait.adapters.stores import protected_paths, redact_url, store_kind
 from plait.adapters.system import RandomIds, SystemClock, process_owner
@@ -694,6 +695,24 @@ def _open_store(url: str, *, create: bool, io: IoMode = "inline") -> Any:
     return store
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _made_to_last(build: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``build`` with the cyclic GC paused, and what exists afterwards moved to its oldest
+    generation (:func:`plait._gc.long_lived`): the modules opening a runtime imports and
+    the runtime it builds live as long as the process, and collections while they are
+    made would scan them for nothing (13 of them in ``Runtime.open()`` with defaults)."""
+
+    @wraps(build)
+    def built(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with long_lived():
+            return build(*args, **kwargs)
+
+    return built
+
+
 def open_store(db: str | None = None, *, create: bool = True) -> Any:
     """The store named by ``db`` (default :func:`default_db_url`) opened as a runtime opens
     it, for the commands that need the store alone (``plait db upgrade``, ``plait keys
@@ -879,6 +898,7 @@ class Runtime:
         return ApprovalDesk(approvals=self.store, service=self.service)  # type: ignore[arg-type]
 
     @classmethod
+    @_made_to_last
     def open(
         cls,
         *,

@@ -31,7 +31,11 @@ def run() -> None:
     previous = _signal.signal(_signal.SIGINT, note) if guard else None
     try:
         # lazy: after the handler above, so Ctrl-C while the modules load still exits 130
-        from plait.entrypoints.cli.main import main
+        from plait._gc import long_lived
+
+        with long_lived():  # the modules live as long as the process: no collection now
+            # lazy: as above
+            from plait.entrypoints.cli.main import main
     finally:
         if guard:
             _signal.signal(_signal.SIGINT, previous)

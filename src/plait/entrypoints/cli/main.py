@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from plait._gc import long_lived
 from plait.adapters.shapes import error_json, event_json
 from plait.domain.errors import ConfigError, PlaitError
 from plait.domain.record import record
@@ -229,7 +230,8 @@ def _main(argv: list[str]) -> int:
         return _print_version(as_json=as_json)
     try:
         check_argv(argv)
-        args = build_parser().parse_args(argv)
+        with long_lived():  # the parser and the command's modules are kept to the end
+            args = build_parser().parse_args(argv)
     except UsageError as error:
         return _fail(error, as_json=as_json)
     out = Out(args.json)

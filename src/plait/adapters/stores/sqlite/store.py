@@ -36,9 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plait._gc import long_lived
 from plait.adapters.stores.shared.inbox_pages import waiting_runs_sql
 from plait.adapters.stores.shared.later import Later
-from plait.adapters.stores.shared.long_lived import long_lived
 from plait.adapters.stores.shared.offload import InlineIo, IoMode, IoThread
 from plait.adapters.stores.sqlite import segments, tokens
 from plait.adapters.stores.sqlite.conn import (
