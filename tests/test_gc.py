@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import importlib
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +136,25 @@ def test_the_public_names_are_imported_once_with_the_gc_paused(
     finally:
         plait.__dict__.pop("Probe", None)
         sys.modules.pop("gc_probe_module", None)
+
+
+@pytest.mark.slow
+def test_the_plait_command_freezes_its_modules_and_leaves_the_gc_on() -> None:
+    """What the command imported before it runs is out of the GC's reach (the last
+    collection, at exit, does not scan it); the command itself runs with the GC on."""
+    script = (
+        "import gc, sys\n"
+        "import plait.entrypoints.cli.main as main_module\n"
+        "def report():\n"
+        "    print(gc.get_freeze_count(), gc.isenabled(), len(gc.get_objects()))\n"
+        "    return 0\n"
+        "main_module.main = report\n"
+        "from plait.entrypoints.cli import run\n"
+        "run()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    frozen, enabled, tracked = done.stdout.split()
+    assert int(frozen) > 10 * int(tracked) and enabled == "True"

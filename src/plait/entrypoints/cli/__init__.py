@@ -7,6 +7,7 @@ from __future__ import annotations
 # _signal, not signal: signal.py builds its enums on import (enum, re: milliseconds during
 # which a Ctrl-C would still be a traceback); this module is what runs first
 import _signal  # type: ignore[import-not-found]  # (no stub; signal's own functions)
+import gc
 import sys
 
 TYPE_CHECKING = False
@@ -36,6 +37,9 @@ def run() -> None:
         with long_lived():  # the modules live as long as the process: no collection now
             # lazy: as above
             from plait.entrypoints.cli.main import main
+        # and out of the GC's reach: nothing else is in this process yet, and the last
+        # collection, at exit, would scan them all
+        gc.freeze()
     finally:
         if guard:
             _signal.signal(_signal.SIGINT, previous)
