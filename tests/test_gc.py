@@ -99,12 +99,15 @@ def test_runtime_open_makes_no_collection_and_leaves_the_gc_as_it_found_it(
     settings = resolve_settings(db="memory://", env={}, cwd=tmp_path)
     opening = Runtime.open.__func__.__wrapped__.__code__  # type: ignore[attr-defined]
     all_made.clear()
+    building = Runtime.service.func.__wrapped__.__code__  # type: ignore[attr-defined]
     with collections_inside(opening) as inside:
         runtime = Runtime.open(settings=settings, mcp_servers={})
         assert gc.isenabled()
+    with collections_inside(building) as inside_service:
+        assert runtime.service is runtime.service  # built at its first use, kept
     asyncio.run(runtime.close())
-    assert inside == []
-    assert all_made  # the threshold did make collections, outside it
+    assert inside == [] and inside_service == []
+    assert all_made  # the threshold did make collections, outside them
 
 
 def test_runtime_open_keeps_a_paused_gc_paused(tmp_path: Path) -> None:

@@ -850,9 +850,11 @@ class Runtime:
 
     # The service, the read side and the services beside the loop are built at their first
     # use, so Runtime.open() does not import them (issue 27 item 4); what can fail (a model
-    # spec, a sub-agent's tools) is checked when the runtime is built.
+    # spec, a sub-agent's tools) is checked when the runtime is built. The service, which
+    # imports the loop's modules, is built with the GC paused, as the runtime is.
 
     @cached_property
+    @_made_to_last
     def service(self) -> AgentService:
         """The write side: sessions and runs driven through the loop's stages."""
         return self._build_service()
