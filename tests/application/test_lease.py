@@ -123,3 +123,58 @@ def test_a_call_that_outlasts_a_beat_is_still_renewed() -> None:
     result = run(rig.service.send(s.id, "go"))
     assert result.run.status.value == "completed"
     assert store.renewals >= 2  # the beats at 1 and 2 s: no commit since the call began
+
+
+def test_a_takeover_between_a_commit_and_the_next_beat_is_noticed_at_that_beat() -> None:
+    """A beat soon after a step's commit renews nothing; it still finds the run claimed by
+    force since then (a read of the run's token), without waiting for a later beat."""
+    store, clock = Renewals(), FixedClock()
+    attempts = 0
+    renew = store.renew_lease
+
+    async def counting(run_id: str, **kwargs: Any) -> None:
+        nonlocal attempts
+        attempts += 1
+        await renew(run_id, **kwargs)
+
+    store.renew_lease = counting  # type: ignore[method-assign]
+    interrupted = asyncio.Event()
+
+    async def tick(inv: ToolInvocation) -> ToolOutput:
+        clock.advance(0.1)  # the next step's commit writes a later expiry than the start's
+        return ToolOutput(content="ticked")
+
+    async def steal_then_work(inv: ToolInvocation) -> ToolOutput:
+        # recovered by force at once: the lease this process's commit set has not expired
+        await store.claim_run(
+            inv.run_id, owner="thief", now=clock.now() + 3600, expires_at=clock.now() + 7200
+        )
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
+        return ToolOutput(content="never")
+
+    tools = [
+        RecordingTool(spec("tick", EffectClass.READ_ONLY), fn=tick),
+        RecordingTool(spec("slow", EffectClass.READ_ONLY), fn=steal_then_work),
+    ]
+    rig = make_rig(
+        [
+            reply("", call("tick", {"text": "a"}, "c1")),
+            reply("", call("slow", {"text": "b"}, "c2")),
+            reply("never"),
+        ],
+        tools,
+        store=store,
+        clock=clock,
+        lease_seconds=3.0,  # a beat every second; the commit's lease is fresh at the first
+    )
+    s = run(rig.service.create_session())
+    with pytest.raises(LeaseLostError, match="lost the run's lease"):
+        run(rig.service.send(s.id, "go"))
+    assert interrupted.is_set()
+    assert attempts == 0  # found by the first beat's read, not by a renewal at the second
+    kinds = [r[1] for r in shape(rig.history(s.id))]
+    assert kinds == ["user", "assistant", "tool_result", "assistant"]  # nothing after the loss

@@ -13,7 +13,10 @@ commit since the previous beat, less than half a period ago by the lease's own c
 writes nothing: the renewal would set about what the commit set. A run whose steps
 commit at least that often (every 10 s at the default lease) is kept by its commits
 alone, one durable write fewer per beat; the next renewal comes with half the lease left
-at least, so two beats still fall before its end, as without the skip.
+at least, so two beats still fall before its end, as without the skip. Such a beat reads
+the run's lease token instead (a read, not a durable write), so a takeover by force
+(``plait runs recover --force``, which does not wait for the lease to expire) is noticed
+at the first beat after it whether or not a step committed in between.
 
 If a renewal finds the lease taken (another process recovered the run), the run is marked
 ``lease_lost``: a running model call or stoppable tool is interrupted, and the run's next
@@ -52,9 +55,11 @@ class LeaseKeeper:
         while True:
             await asyncio.sleep(period)
             expiry, seen = seen, _expiry(active)
-            if seen is not None and seen != expiry and seen - clock.now() > fresh:
-                continue  # extended by a step's commit since the last beat, moments ago
             try:
+                if seen is not None and seen != expiry and seen - clock.now() > fresh:
+                    # extended by a step's commit since the last beat, moments ago
+                    await self._check_token(active)
+                    continue
                 await self.store.renew_lease(
                     active.run.id,
                     owner=self.journal.owner,
@@ -72,6 +77,18 @@ class LeaseKeeper:
                 log.warning(
                     "run %s: lease renewal failed (%s); retrying", active.run.id, exc.message
                 )
+
+    async def _check_token(self, active: ActiveRun) -> None:
+        """LeaseLostError if the run was claimed since this process's claim (its token
+        moved on): what a renewal would have found, without writing."""
+        run = active.run
+        stored = await self.store.get_run(run.id)
+        if stored.lease_token != run.lease_token:
+            holder = stored.lease.owner if stored.lease is not None else "nobody"
+            raise LeaseLostError(
+                f"run {run.id} was claimed by {holder} (lease token {stored.lease_token}, "
+                f"this process holds {run.lease_token})"
+            )
 
 
 def _expiry(active: ActiveRun) -> float | None:
