@@ -48,16 +48,18 @@ def test_a_process_that_lost_its_lease_stops_at_its_next_commit() -> None:
 
 
 class Renewals(MemoryStore):
-    """Counts the lease renewals; the first ``failing`` of them fail as a busy store."""
+    """Counts the lease renewals tried and made; the first ``failing`` of them fail as a
+    busy store."""
 
     def __init__(self, failing: int = 0) -> None:
         super().__init__()
-        self.failing, self.failures, self.renewals = failing, 0, 0
+        self.failing, self.failures, self.renewals, self.attempts = failing, 0, 0, 0
         self.renewed = asyncio.Event()
 
     async def renew_lease(
         self, run_id: str, *, owner: str, expires_at: float, lease_token: int | None = None
     ) -> None:
+        self.attempts += 1
         if self.failures < self.failing:
             self.failures += 1
             raise StoreError("database is busy")
@@ -129,15 +131,6 @@ def test_a_takeover_between_a_commit_and_the_next_beat_is_noticed_at_that_beat()
     """A beat soon after a step's commit renews nothing; it still finds the run claimed by
     force since then (a read of the run's token), without waiting for a later beat."""
     store, clock = Renewals(), FixedClock()
-    attempts = 0
-    renew = store.renew_lease
-
-    async def counting(run_id: str, **kwargs: Any) -> None:
-        nonlocal attempts
-        attempts += 1
-        await renew(run_id, **kwargs)
-
-    store.renew_lease = counting  # type: ignore[method-assign]
     interrupted = asyncio.Event()
 
     async def tick(inv: ToolInvocation) -> ToolOutput:
@@ -175,6 +168,6 @@ def test_a_takeover_between_a_commit_and_the_next_beat_is_noticed_at_that_beat()
     with pytest.raises(LeaseLostError, match="lost the run's lease"):
         run(rig.service.send(s.id, "go"))
     assert interrupted.is_set()
-    assert attempts == 0  # found by the first beat's read, not by a renewal at the second
+    assert store.attempts == 0  # found by the first beat's read, not by a renewal at the second
     kinds = [r[1] for r in shape(rig.history(s.id))]
     assert kinds == ["user", "assistant", "tool_result", "assistant"]  # nothing after the loss
