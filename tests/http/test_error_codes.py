@@ -91,8 +91,26 @@ def test_a_400_from_the_framework_answers_a_documented_code(live: Live) -> None:
         err = error(bad, 422, "invalid_request")
         assert "parsing the body" in err["message"]
         assert c.get("/v1/sessions").json()["sessions"] == []
-        # Malformed JSON has always answered the same way.
-        error(c.post("/v1/sessions", content=b"{nope"), 422, "invalid_request")
+        # Malformed JSON: said so, with where the parser stopped and why.
+        untyped = error(c.post("/v1/sessions", content=b"{nope"), 422, "invalid_request")
+        assert "Content-Type: application/json (none was given)" in untyped["message"]
+        cut = c.post(
+            "/v1/sessions", content=b'{"title": ', headers={"Content-Type": "application/json"}
+        )
+        err = error(cut, 422, "invalid_request")
+        assert err["message"].startswith("invalid request: body: not valid JSON at character 10")
+        assert err["details"]["problems"][0]["where"] == "body"
+        assert "Expecting value" in err["message"]
+        # JSON sent as another type is not read as JSON: said so, naming the type.
+        plain = c.post(
+            "/v1/sessions", content=b'{"title": "x"}', headers={"Content-Type": "text/plain"}
+        )
+        err = error(plain, 422, "invalid_request")
+        assert "Content-Type: application/json (not 'text/plain')" in err["message"]
+        # A body of JSON that is not an object keeps the framework's words.
+        listed = c.post("/v1/sessions", json=[1])
+        assert "valid dictionary" in error(listed, 422, "invalid_request")["message"]
+        assert c.get("/v1/sessions").json()["sessions"] == []
 
 
 @pytest.mark.slow

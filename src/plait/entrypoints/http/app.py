@@ -9,7 +9,7 @@ principal that created it, and any other principal (but an admin) gets ``not_fou
 # No ``from __future__ import annotations``: FastAPI reads the route signatures at runtime,
 # and the dependency aliases (``Who``) are local to the router builders.
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +200,24 @@ def _document_identifiers(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _problem(err: Mapping[str, Any], content_type: str | None) -> dict[str, Any]:
+    """One validation error as the API says it: where in the request, and what is wrong.
+    A body that is not JSON is said so, with the parser's reason and the character it
+    stopped at (the framework's own words are "body.8: JSON decode error"); a body the
+    framework did not read as JSON, because of its content type, names that type (its
+    words: "Input should be a valid dictionary", whatever the body held)."""
+    loc = tuple(err.get("loc", ()))
+    if err.get("type") == "json_invalid" and len(loc) == 2 and loc[0] == "body":
+        reason = (err.get("ctx") or {}).get("error")
+        detail = f" ({reason})" if reason else ""
+        return {"where": "body", "problem": f"not valid JSON at character {loc[1]}{detail}"}
+    if loc == ("body",) and isinstance(err.get("input"), bytes):
+        given = "none was given" if content_type is None else f"not {content_type!r}"
+        problem = f"must be JSON sent as Content-Type: application/json ({given})"
+        return {"where": "body", "problem": problem}
+    return {"where": ".".join(str(p) for p in loc), "problem": err.get("msg")}
+
+
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(PlaitError)
     async def plait_error(request: Request, error: PlaitError) -> JSONResponse:
@@ -215,11 +233,9 @@ def _install_errors(app: FastAPI) -> None:
         return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        problems = [
-            {"where": ".".join(str(p) for p in err.get("loc", ())), "problem": err.get("msg")}
-            for err in error.errors()
-        ]
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        content_type = request.headers.get("content-type")
+        problems = [_problem(err, content_type) for err in error.errors()]
         text = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
         return JSONResponse(
             error_body("invalid_request", f"invalid request: {text}", {"problems": problems}),
