@@ -16,20 +16,33 @@ from plait.testing import FixedClock, RecordingTool
 from tests.application.conftest import call, make_rig, reply, run, shape, spec
 
 
-def test_a_process_that_lost_its_lease_stops_at_its_next_commit() -> None:
-    store, clock = MemoryStore(), FixedClock()
-    stolen = asyncio.Event()
+def _stolen_while_working(
+    store: MemoryStore, clock: FixedClock, stolen: asyncio.Event, interrupted: asyncio.Event
+) -> Any:
+    """A tool whose run another process takes over as it starts (``stolen``), then works
+    for 30 s unless interrupted (``interrupted``)."""
 
     async def steal_then_work(inv: ToolInvocation) -> ToolOutput:
-        # another process recovers the run (as if this one had stopped renewing)
+        # another process recovers the run, as if its lease had expired
         await store.claim_run(
             inv.run_id, owner="thief", now=clock.now() + 3600, expires_at=clock.now() + 7200
         )
         stolen.set()
-        await asyncio.sleep(30)  # interrupted by the heartbeat that finds the lease gone
+        try:
+            await asyncio.sleep(30)  # interrupted by the heartbeat that finds the lease gone
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
         return ToolOutput(content="never")
 
-    tool = RecordingTool(spec("slow", EffectClass.READ_ONLY), fn=steal_then_work)
+    return steal_then_work
+
+
+def test_a_process_that_lost_its_lease_stops_at_its_next_commit() -> None:
+    store, clock = MemoryStore(), FixedClock()
+    stolen, interrupted = asyncio.Event(), asyncio.Event()
+    work = _stolen_while_working(store, clock, stolen, interrupted)
+    tool = RecordingTool(spec("slow", EffectClass.READ_ONLY), fn=work)
     rig = make_rig(
         [reply("", call("slow", {"text": "a"}, "c1")), reply("never")],
         [tool],
@@ -40,7 +53,7 @@ def test_a_process_that_lost_its_lease_stops_at_its_next_commit() -> None:
     s = run(rig.service.create_session())
     with pytest.raises(LeaseLostError, match="lost the run's lease"):
         run(rig.service.send(s.id, "go"))
-    assert stolen.is_set()
+    assert stolen.is_set() and interrupted.is_set()
     rows = shape(rig.history(s.id))
     assert [r[1] for r in rows] == ["user", "assistant"]  # nothing written after the loss
     (stored,) = run(store.list_runs())
@@ -131,27 +144,17 @@ def test_a_takeover_between_a_commit_and_the_next_beat_is_noticed_at_that_beat()
     """A beat soon after a step's commit renews nothing; it still finds the run claimed by
     force since then (a read of the run's token), without waiting for a later beat."""
     store, clock = Renewals(), FixedClock()
-    interrupted = asyncio.Event()
+    stolen, interrupted = asyncio.Event(), asyncio.Event()
 
     async def tick(inv: ToolInvocation) -> ToolOutput:
         clock.advance(0.1)  # the next step's commit writes a later expiry than the start's
         return ToolOutput(content="ticked")
 
-    async def steal_then_work(inv: ToolInvocation) -> ToolOutput:
-        # recovered by force at once: the lease this process's commit set has not expired
-        await store.claim_run(
-            inv.run_id, owner="thief", now=clock.now() + 3600, expires_at=clock.now() + 7200
-        )
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            interrupted.set()
-            raise
-        return ToolOutput(content="never")
-
+    # taken over as by `--force`: the lease the step's commit set has not expired
+    work = _stolen_while_working(store, clock, stolen, interrupted)
     tools = [
         RecordingTool(spec("tick", EffectClass.READ_ONLY), fn=tick),
-        RecordingTool(spec("slow", EffectClass.READ_ONLY), fn=steal_then_work),
+        RecordingTool(spec("slow", EffectClass.READ_ONLY), fn=work),
     ]
     rig = make_rig(
         [
