@@ -4,6 +4,7 @@ stops at its next commit with a clear message and writes nothing more."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from plait.adapters.stores.memory.store import MemoryStore
 from plait.application.ports import ToolInvocation, ToolOutput
 from plait.domain.errors import LeaseLostError, StoreError
+from plait.domain.runs import Run
 from plait.domain.tools import EffectClass
 from plait.testing import FixedClock, RecordingTool
 from tests.application.conftest import call, make_rig, reply, run, shape, spec
@@ -122,6 +124,29 @@ def test_steps_that_commit_often_keep_the_lease_without_renewals() -> None:
     assert result.run.status.value == "completed"
     # ~2.4 s, a beat every second, each less than half a second after a step's commit
     assert len(tool.finished) == 40 and store.renewals == 0
+
+
+class FailingReads(Renewals):
+    """:class:`Renewals` whose reads of a run fail as a busy store's, every one."""
+
+    async def get_run(self, run_id: str) -> Run:
+        raise StoreError("database is busy")
+
+
+def test_a_failed_check_of_the_lease_is_retried_and_said_as_such(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, clock = FailingReads(), FixedClock()
+    tool = RecordingTool(spec("work", EffectClass.READ_ONLY), fn=_working(clock, 0.06))
+    steps = [reply("", call("work", {"text": str(n)}, f"c{n}")) for n in range(25)]
+    rig = make_rig([*steps, reply("done")], [tool], store=store, clock=clock, lease_seconds=3.0)
+    s = run(rig.service.create_session())
+    with caplog.at_level(logging.WARNING, logger="plait.agent"):
+        result = run(rig.service.send(s.id, "go"))
+    assert result.run.status.value == "completed"  # the run goes on: its commits keep it
+    said = [r.getMessage() for r in caplog.records if "lease" in r.getMessage()]
+    assert said and all("lease check failed (database is busy)" in m for m in said)
+    assert store.attempts == 0
 
 
 def test_a_call_that_outlasts_a_beat_is_still_renewed() -> None:

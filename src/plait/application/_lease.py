@@ -55,9 +55,10 @@ class LeaseKeeper:
         while True:
             await asyncio.sleep(period)
             expiry, seen = seen, _expiry(active)
+            # extended by a step's commit since the last beat, moments ago: only checked
+            checking = seen is not None and seen != expiry and seen - clock.now() > fresh
             try:
-                if seen is not None and seen != expiry and seen - clock.now() > fresh:
-                    # extended by a step's commit since the last beat, moments ago
+                if checking:
                     await self._check_token(active)
                     continue
                 await self.store.renew_lease(
@@ -74,8 +75,9 @@ class LeaseKeeper:
                     active.task.cancel()
                 return
             except PlaitError as exc:
+                what = "check" if checking else "renewal"
                 log.warning(
-                    "run %s: lease renewal failed (%s); retrying", active.run.id, exc.message
+                    "run %s: lease %s failed (%s); retrying", active.run.id, what, exc.message
                 )
 
     async def _check_token(self, active: ActiveRun) -> None:
